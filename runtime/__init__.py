@@ -1,0 +1,77 @@
+"""accelify.runtime: the distributed engine converted scripts import.
+
+API-compatible with Hugging Face Accelerate (a converted script runs under either library with
+only the import line changed), built on torch.distributed, DDP, FSDP2 and torch.distributed.run.
+
+Public names load lazily from the module that owns them (the table below), so importing this
+package costs little more than importing torch, loads no libcst/click/rich, and has no side effects.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# public name -> module (relative to this package) that defines it
+_EXPORTS: dict[str, str] = {
+    # process state and the facade
+    "Accelerator": "accelerator",
+    "PartialState": "state",
+    "AcceleratorState": "state",
+    "DistributedType": "state",
+    "ProcessInfo": "state",
+    # data loading
+    "DataLoaderShard": "data_loader",
+    "prepare_data_loader": "data_loader",
+    "skip_first_batches": "data_loader",
+    # wrappers
+    "AcceleratedOptimizer": "optimizer",
+    "AcceleratedScheduler": "scheduler",
+    # collectives
+    "gather": "ops",
+    "gather_object": "ops",
+    "reduce": "ops",
+    "broadcast": "ops",
+    "broadcast_object_list": "ops",
+    "pad_across_processes": "ops",
+    # utilities
+    "set_seed": "seed",
+    "get_logger": "logging",
+    "DistributedDataParallelKwargs": "kwargs",
+    "GradScalerKwargs": "kwargs",
+    "InitProcessGroupKwargs": "kwargs",
+    "find_executable_batch_size": "memory",
+    "release_memory": "memory",
+    "clear_device_cache": "memory",
+    "ProjectConfiguration": "checkpoint",
+    "FullyShardedDataParallelPlugin": "fsdp",
+    "GeneralTracker": "tracking",
+    "JSONLTracker": "tracking",
+    "TensorBoardTracker": "tracking",
+    "notebook_launcher": "launch",
+    "debug_launcher": "launch",
+    "write_basic_config": "config",
+    "Settings": "settings",
+    "load_settings": "settings",
+    # errors
+    "AccelifyRuntimeError": "errors",
+    "ConfigurationError": "errors",
+    "DistributedSetupError": "errors",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,0 +1,128 @@
+"""Run settings the launcher hands to its workers, and their environment-variable fallbacks.
+
+This module is the one documented channel from ``accelify launch`` to the training processes.
+
+* The launcher resolves its command line over the user's config file, writes the result as a
+  small YAML file, and points ``ACCELIFY_LAUNCH_CONFIG`` at it in the workers' environment.
+  The file holds only the keys of :class:`Settings`, by those names.
+* A script run without the launcher (``python train.py``, plain ``torchrun``) may set the same
+  values through ``ACCELIFY_<NAME>`` or Hugging Face's ``ACCELERATE_<NAME>`` variables:
+  ``MIXED_PRECISION``, ``GRADIENT_ACCUMULATION_STEPS``, ``DEBUG_MODE``, ``USE_CPU``, ``USE_FSDP``.
+
+Precedence, as tested: an explicit ``Accelerator(...)`` argument > the launch file (which already
+holds command line > config file) > ``ACCELIFY_*`` > ``ACCELERATE_*`` > the defaults.
+Process identity (rank, world size, ...) is not here: ``state.ProcessInfo`` reads what
+``torch.distributed.run`` sets.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
+
+from .errors import ConfigurationError
+
+LAUNCH_CONFIG_VAR = "ACCELIFY_LAUNCH_CONFIG"
+MIXED_PRECISION_CHOICES = ("no", "fp16", "bf16")
+
+# Settings field -> suffix of the environment variables that may set it.
+_ENV_NAMES = {
+    "mixed_precision": "MIXED_PRECISION",
+    "gradient_accumulation_steps": "GRADIENT_ACCUMULATION_STEPS",
+    "debug": "DEBUG_MODE",
+    "cpu": "USE_CPU",
+    "use_fsdp": "USE_FSDP",
+}
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Values an ``Accelerator`` uses for arguments its caller left unset (``None`` = not given)."""
+
+    mixed_precision: str | None = None
+    gradient_accumulation_steps: int | None = None
+    debug: bool | None = None
+    cpu: bool | None = None
+    use_fsdp: bool | None = None
+    fsdp_config: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The keys and values the launcher writes to the launch file (``None`` values omitted)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None or (f.name == "fsdp_config" and not value):
+                continue
+            out[f.name] = dict(value) if f.name == "fsdp_config" else value
+        return out
+
+
+def _parse(name: str, raw: Any, source: str) -> Any:
+    """Validate one value; ``source`` names where it came from for the error message."""
+    if name == "mixed_precision":
+        value = str(raw).lower()
+        if value not in MIXED_PRECISION_CHOICES:
+            raise ConfigurationError(
+                f"{source}: mixed_precision={raw!r} is not valid; use one of {', '.join(MIXED_PRECISION_CHOICES)}."
+            )
+        return value
+    if name == "gradient_accumulation_steps":
+        try:
+            value = int(raw)
+        except (TypeError, ValueError):
+            value = 0
+        if value < 1:
+            raise ConfigurationError(f"{source}: gradient_accumulation_steps={raw!r} must be a whole number >= 1.")
+        return value
+    if name == "fsdp_config":
+        if not isinstance(raw, Mapping):
+            raise ConfigurationError(f"{source}: fsdp_config must be a mapping, got {type(raw).__name__}.")
+        return dict(raw)
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ConfigurationError(f"{source}: {name}={raw!r} must be true or false (1/0, yes/no).")
+
+
+def _from_launch_file(path: str) -> dict[str, Any]:
+    import yaml  # only when launched: plain runs never pay for it
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh) or {}
+    except OSError as exc:
+        raise ConfigurationError(
+            f"{LAUNCH_CONFIG_VAR}={path} cannot be read ({exc.strerror}); unset it or relaunch with `accelify launch`."
+        ) from exc
+    if not isinstance(data, dict):
+        raise ConfigurationError(f"{path}: the launch file must be a YAML mapping.")
+    known = {f.name for f in fields(Settings)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigurationError(
+            f"{path}: unknown launch setting(s) {', '.join(unknown)}; allowed: {', '.join(sorted(known))}."
+        )
+    return {k: _parse(k, v, path) for k, v in data.items() if v is not None}
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """Read the launch file and the environment once; see the module docstring for precedence."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for name, suffix in _ENV_NAMES.items():
+        for prefix in ("ACCELIFY_", "ACCELERATE_"):
+            var = prefix + suffix
+            if var in env and env[var] != "":
+                values[name] = _parse(name, env[var], var)
+                break
+    path = env.get(LAUNCH_CONFIG_VAR)
+    if path:
+        values.update(_from_launch_file(path))
+    return Settings(**values)

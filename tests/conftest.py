@@ -1,0 +1,91 @@
+"""Shared test plumbing: the ``--update-goldens`` flag and a launcher for multi-process checks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-goldens",
+        action="store_true",
+        default=False,
+        help="rewrite corpus expected.py files from the current conversion instead of comparing",
+    )
+
+
+@pytest.fixture
+def update_goldens(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--update-goldens"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA; run on a GPU machine")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+def _clean_env(extra: dict[str, str] | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELIFY_", "ACCELERATE_"))}
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    env["OMP_NUM_THREADS"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+RunDistributed = Callable[..., subprocess.CompletedProcess]
+
+
+@pytest.fixture
+def run_distributed() -> RunDistributed:
+    """Run ``script`` on ``nproc`` local Gloo processes via ``torch.distributed.run --standalone``.
+
+    Fails the test with every worker's output when the launch exits non-zero (unless ``check=False``).
+    ``--standalone`` picks a free port, so tests may run side by side.
+    """
+
+    def run(
+        script: str | Path,
+        *args: str,
+        nproc: int = 2,
+        env: dict[str, str] | None = None,
+        timeout: float = 180,
+        check: bool = True,
+        launcher_args: Sequence[str] = (),
+        cwd: str | Path | None = None,
+    ) -> subprocess.CompletedProcess:
+        cmd = [
+            sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc-per-node={nproc}", *launcher_args, str(script), *args,
+        ]
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, env=_clean_env(env), cwd=cwd or ROOT
+        )
+        if check and proc.returncode != 0:
+            pytest.fail(
+                f"{' '.join(cmd)} exited {proc.returncode}\n--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}"
+            )
+        return proc
+
+    return run
+
+
+@pytest.fixture
+def clean_env() -> Callable[[dict[str, str] | None], dict[str, str]]:
+    """The environment a launched child should get: no inherited accelify/accelerate/torchrun variables."""
+    return _clean_env
