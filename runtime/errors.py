@@ -13,3 +13,8 @@ class ConfigurationError(AccelifyRuntimeError, ValueError):
 
 class DistributedSetupError(AccelifyRuntimeError):
     """The process group could not be set up as the environment asks; never silently skipped."""
+
+
+class DistributedOperationException(AccelifyRuntimeError):
+    """A collective operation cannot proceed: processes disagree on shapes or on which operation they are in,
+    or some never arrived. The message names every process and what it was doing."""
