@@ -22,6 +22,8 @@ _EXPORTS: dict[str, str] = {
     "AcceleratorState": "state",
     "DistributedType": "state",
     "ProcessInfo": "state",
+    "GradientState": "state",
+    "UnusedParametersError": "accelerator",
     # data loading
     "DataLoaderShard": "data_loader",
     "prepare_data_loader": "data_loader",
@@ -42,6 +44,7 @@ _EXPORTS: dict[str, str] = {
     "DistributedDataParallelKwargs": "kwargs",
     "GradScalerKwargs": "kwargs",
     "InitProcessGroupKwargs": "kwargs",
+    "AutocastKwargs": "kwargs",
     "find_executable_batch_size": "memory",
     "release_memory": "memory",
     "clear_device_cache": "memory",
@@ -59,6 +62,7 @@ _EXPORTS: dict[str, str] = {
     "AccelifyRuntimeError": "errors",
     "ConfigurationError": "errors",
     "DistributedSetupError": "errors",
+    "DistributedOperationException": "errors",
 }
 
 __all__ = sorted(_EXPORTS)

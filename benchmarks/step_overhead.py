@@ -1,0 +1,209 @@
+"""Per-step overhead of accelify.runtime against hand-written PyTorch, measured side by side.
+
+Run: ``python benchmarks/step_overhead.py`` (CPU is fine). It prints step-time ratios (the median of
+paired ratios: the compared loops alternate step by step):
+
+* b/a: accelify.runtime vs plain PyTorch, one process (target <= 1.03)
+* d/c: accelify.runtime vs hand-written DDP under torchrun, two processes (target <= 1.05)
+* bf16: accelify ``mixed_precision="bf16"`` vs the loop with ``torch.autocast`` by hand (target <= 1.03)
+* accumulation: accelify ``accumulate()`` vs DDP ``no_sync`` by hand, two processes (target <= 1.03)
+
+The variants of one comparison run in the same process(es), alternating step by step, so machine
+load affects them alike. Nothing is asserted: the numbers are printed for people to read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Callable
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+STEPS, ROUNDS, BATCH, ACCUM = 40, 12, 64, 4
+
+
+def make_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(128, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+
+
+def make_data(sampler_ranks: tuple[int, int] | None = None) -> DataLoader:
+    g = torch.Generator().manual_seed(0)
+    ds = TensorDataset(torch.randn(STEPS * BATCH * 2, 128, generator=g), torch.randint(0, 10, (STEPS * BATCH * 2,), generator=g))
+    if sampler_ranks is None:
+        return DataLoader(ds, batch_size=BATCH)
+    from torch.utils.data import DistributedSampler
+
+    rank, world = sampler_ranks
+    return DataLoader(ds, batch_size=BATCH, sampler=DistributedSampler(ds, world, rank, shuffle=False))
+
+
+Step = Callable[[], None]
+
+
+def stepper(loader: DataLoader, body: Callable[[int, Any], None]) -> Step:
+    """One training step per call: the next batch (a new epoch when the loader runs out), then ``body``."""
+    state = {"it": iter(loader), "i": 0}
+
+    def step() -> None:
+        try:
+            batch = next(state["it"])
+        except StopIteration:
+            state["it"], state["i"] = iter(loader), 0
+            batch = next(state["it"])
+        body(state["i"], batch)
+        state["i"] += 1
+
+    return step
+
+
+def plain_loop(model: nn.Module, opt: torch.optim.Optimizer, loader: DataLoader, bf16: bool = False, ddp_accum: bool = False) -> Step:
+    loss_fn = nn.CrossEntropyLoss()
+
+    def body(i: int, batch: Any) -> None:
+        x, y = batch
+        sync = not ddp_accum or (i + 1) % ACCUM == 0
+        with model.no_sync() if not sync else contextlib.nullcontext():
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                out = model(x)
+            loss = loss_fn(out.float(), y)
+            (loss / ACCUM if ddp_accum else loss).backward()
+        if sync:
+            opt.step()
+            opt.zero_grad()
+
+    return stepper(loader, body)
+
+
+def accelify_loop(mixed_precision: str = "no", accum: int = 1) -> Step:
+    from accelify.runtime import Accelerator
+
+    acc = Accelerator(mixed_precision=mixed_precision, gradient_accumulation_steps=accum)
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    model, opt, loader = acc.prepare(model, opt, make_data())
+    loss_fn = nn.CrossEntropyLoss()
+
+    def body(i: int, batch: Any) -> None:
+        x, y = batch
+        with acc.accumulate(model):
+            loss = loss_fn(model(x), y)
+            acc.backward(loss)
+            opt.step()
+            opt.zero_grad()
+
+    return stepper(loader, body)
+
+
+def measure(steps: dict[str, Step]) -> dict[str, list[float]]:
+    """Step times of each variant; variants alternate step by step, in a shuffled order each time.
+
+    Sample ``i`` of every variant was taken within the same few milliseconds, so ratios of paired
+    samples cancel the load drift of a shared machine.
+    """
+    import random
+
+    order = list(steps)
+    rng = random.Random(0)  # the same order on every process, so collectives pair up
+    samples: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(STEPS):  # warm-up
+        for name in order:
+            steps[name]()
+    for _ in range(ROUNDS * STEPS):
+        rng.shuffle(order)
+        for name in order:
+            start = time.perf_counter()
+            steps[name]()
+            samples[name].append(time.perf_counter() - start)
+    return samples
+
+
+def paired_ratio(samples: dict[str, list[float]], ours: str, theirs: str) -> float:
+    """Median over paired samples of ours/theirs."""
+    return statistics.median(o / t for o, t in zip(samples[ours], samples[theirs]))
+
+
+def single_process() -> dict[str, list[float]]:
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    bf_model = make_model()
+    bf_opt = torch.optim.SGD(bf_model.parameters(), lr=0.01)
+    return measure(
+        {
+            "a": plain_loop(model, opt, make_data()),
+            "b": accelify_loop(),
+            "bf16_hand": plain_loop(bf_model, bf_opt, make_data(), bf16=True),
+            "bf16_accelify": accelify_loop("bf16"),
+        }
+    )
+
+
+def two_process_worker() -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")  # the hand-written DDP way; accelify adopts this group
+    rank, world = dist.get_rank(), dist.get_world_size()
+    ddp = nn.parallel.DistributedDataParallel(make_model())
+    ddp_opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    acc_ddp = nn.parallel.DistributedDataParallel(make_model())
+    acc_opt = torch.optim.SGD(acc_ddp.parameters(), lr=0.01)
+    samples = measure(
+        {
+            "c": plain_loop(ddp, ddp_opt, make_data((rank, world))),
+            "d": accelify_loop(),
+            "accum_hand": plain_loop(acc_ddp, acc_opt, make_data((rank, world)), ddp_accum=True),
+            "accum_accelify": accelify_loop(accum=ACCUM),
+        }
+    )
+    if rank == 0:
+        ratios = {"d/c": paired_ratio(samples, "d", "c"), "accum": paired_ratio(samples, "accum_accelify", "accum_hand")}
+        medians = {k: statistics.median(v) for k, v in samples.items()}
+        print("RESULTS " + " ".join(f"{k}={v:.9f}" for k, v in {**medians, **ratios}.items()), flush=True)
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    if args.worker:
+        two_process_worker()
+        return
+    one = single_process()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELIFY_", "ACCELERATE_"))}
+    env["OMP_NUM_THREADS"] = "1"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", __file__, "--worker"],
+        capture_output=True, text=True, env=env, check=False,
+    )
+    line = next((l for l in proc.stdout.splitlines() if l.startswith("RESULTS ")), None)
+    if line is None:
+        sys.exit(f"the two-process run failed:\n{proc.stdout}\n{proc.stderr}")
+    two = {k: float(v) for k, v in (item.split("=") for item in line.split()[1:])}
+    med = {k: statistics.median(v) for k, v in one.items()}
+    rows = [
+        ("b/a   accelify vs plain PyTorch, 1 process", paired_ratio(one, "b", "a"), 1.03),
+        ("d/c   accelify vs hand-written DDP, 2 processes", two["d/c"], 1.05),
+        ("bf16  accelify vs torch.autocast by hand, 1 process", paired_ratio(one, "bf16_accelify", "bf16_hand"), 1.03),
+        ("accum accelify accumulate() vs DDP no_sync by hand, 2 processes", two["accum"], 1.03),
+    ]
+    print(
+        f"median step times (ms): a={med['a'] * 1e3:.3f} b={med['b'] * 1e3:.3f} "
+        f"c={two['c'] * 1e3:.3f} d={two['d'] * 1e3:.3f}"
+    )
+    print("ratios: median of paired step-time ratios (steps of the compared loops alternate)")
+    for label, ratio, target in rows:
+        print(f"{label}: {ratio:.3f} (target <= {target})")
+
+
+if __name__ == "__main__":
+    main()

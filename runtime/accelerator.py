@@ -1,0 +1,553 @@
+"""Accelerator: the facade a converted training script talks to (Hugging Face Accelerate's API).
+
+Each method delegates to a small module: process state (:mod:`.state`), data loading
+(:mod:`.data_loader`), collectives (:mod:`.ops`), precision (:mod:`.precision`), the optimizer and
+scheduler wrappers, model files (:mod:`.model_io`), checkpoints and trackers (the mixins).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader
+
+from . import model_io, precision
+from .checkpoint import CheckpointMixin, ProjectConfiguration
+from .data_loader import DataLoaderShard, active_data_loader
+from .data_loader import prepare_data_loader as _shard_loader
+from .data_loader import skip_first_batches as _skip_first_batches
+from .errors import AccelifyRuntimeError, ConfigurationError
+from .kwargs import AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs, sort_handlers
+from .optimizer import AcceleratedOptimizer
+from .scheduler import AcceleratedScheduler
+from .settings import load_settings
+from .state import AcceleratorState, DistributedType, GradientState, PartialState
+from .tracking import TrackingMixin
+
+# Hugging Face Accelerate constructor arguments accelify does not implement: an error, never ignored.
+_UNSUPPORTED = {
+    "deepspeed_plugin", "deepspeed_plugins", "megatron_lm_plugin", "torch_tp_plugin", "parallelism_config",
+    "dynamo_plugin", "dispatch_batches", "use_seedable_sampler", "fp8_recipe_handler",
+}
+_SCHEDULER_TYPES: tuple[type, ...] = (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+
+
+class UnusedParametersError(AccelifyRuntimeError):
+    """DDP found parameters that got no gradient; the message names them and the fix."""
+
+
+class _DDP(DistributedDataParallel):
+    """DDP whose unused-parameter error names the parameters and the kwargs handler that fixes it."""
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().forward(*args, **kwargs)
+        except RuntimeError as exc:
+            if "Expected to have finished reduction" not in str(exc):
+                raise
+            raise UnusedParametersError(model_io.unused_parameters_message(self.module, str(exc))) from exc
+
+
+def _state_method(name: str) -> Callable[..., Any]:
+    """An Accelerator method that calls ``PartialState.<name>`` on ``self.state`` (same signature and docs)."""
+    target = getattr(PartialState, name)
+
+    @functools.wraps(target)
+    def method(self: "Accelerator", *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.state, name)(*args, **kwargs)
+
+    return method
+
+
+class Accelerator(CheckpointMixin, TrackingMixin):
+    """Runs a training loop on one process, or data-parallel on N, with one code path.
+
+    Arguments left as ``None`` come from ``accelify launch`` (the launch file) or the
+    ``ACCELIFY_*`` / ``ACCELERATE_*`` environment variables, in that order, then the defaults.
+    Example (with two processes, each sees half of every epoch and the same weights)::
+
+        accelerator = Accelerator(mixed_precision="bf16")
+        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+        for x, y in loader:
+            optimizer.zero_grad()
+            accelerator.backward(loss_fn(model(x), y))
+            optimizer.step()
+    """
+
+    def __init__(
+        self,
+        *,
+        device_placement: bool = True,
+        split_batches: bool | None = None,
+        mixed_precision: str | None = None,
+        gradient_accumulation_steps: int | None = None,
+        cpu: bool | None = None,
+        dataloader_config: Any = None,
+        fsdp_plugin: Any = None,
+        rng_types: Sequence[Any] | None = None,
+        log_with: Any = None,
+        project_dir: str | None = None,
+        project_config: ProjectConfiguration | None = None,
+        gradient_accumulation_plugin: Any = None,
+        step_scheduler_with_optimizer: bool = True,
+        kwargs_handlers: Iterable[Any] | None = None,
+        even_batches: bool | None = None,
+        debug: bool | None = None,
+        dynamo_backend: str | None = None,
+        **unsupported: Any,
+    ) -> None:
+        if unsupported:
+            known = sorted(set(unsupported) & _UNSUPPORTED)
+            unknown = sorted(set(unsupported) - _UNSUPPORTED)
+            if unknown:
+                raise TypeError(f"Accelerator() got unexpected keyword argument(s) {', '.join(unknown)}.")
+            raise ConfigurationError(
+                f"Accelerator({', '.join(k + '=...' for k in known)}): Hugging Face Accelerate option(s) that accelify "
+                "does not support; remove them (use fsdp_plugin= for sharded training)."
+            )
+        if dynamo_backend not in (None, "no", "NO"):
+            raise ConfigurationError(f"dynamo_backend={dynamo_backend!r} is not supported; call torch.compile yourself.")
+        settings = load_settings()
+        handlers = sort_handlers(kwargs_handlers)
+        pg = handlers.get(InitProcessGroupKwargs, InitProcessGroupKwargs())
+        use_fsdp = fsdp_plugin is not None or bool(settings.use_fsdp)
+        if fsdp_plugin is None and use_fsdp:
+            from .fsdp import FullyShardedDataParallelPlugin
+
+            fsdp_plugin = FullyShardedDataParallelPlugin(**dict(settings.fsdp_config))
+        self.fsdp_plugin = fsdp_plugin
+        self.state = AcceleratorState(_pick(cpu, settings.cpu, False), backend=pg.backend, timeout=pg.timeout)
+        # FSDP shards across processes: with one process there is nothing to shard, models stay plain
+        self.state.use_fsdp = use_fsdp and self.state.use_distributed
+        self.state.debug = bool(_pick(debug, settings.debug, False))
+        mp = _pick(mixed_precision, settings.mixed_precision, "no")
+        self.state.mixed_precision = precision.check_mixed_precision(mp, self.device)
+        steps = gradient_accumulation_steps
+        if gradient_accumulation_plugin is not None:
+            if steps not in (None, 1):
+                raise ConfigurationError("Pass gradient_accumulation_steps or gradient_accumulation_plugin, not both.")
+            steps = gradient_accumulation_plugin.num_steps
+        steps = _pick(steps, settings.gradient_accumulation_steps, 1)
+        if not isinstance(steps, int) or steps < 1:
+            raise ConfigurationError(f"gradient_accumulation_steps={steps!r} must be a whole number >= 1.")
+        self.gradient_state = GradientState(
+            steps,
+            adjust_scheduler=getattr(gradient_accumulation_plugin, "adjust_scheduler", True),
+            sync_with_dataloader=getattr(gradient_accumulation_plugin, "sync_with_dataloader", True),
+        )
+        self.device_placement = device_placement
+        self.split_batches = bool(_pick(split_batches, getattr(dataloader_config, "split_batches", None), False))
+        self.even_batches = bool(_pick(even_batches, getattr(dataloader_config, "even_batches", None), True))
+        self.rng_types = list(rng_types) if rng_types is not None else None
+        self.dispatch_batches = getattr(dataloader_config, "dispatch_batches", None)  # only None/False work
+        self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
+        self.ddp_handler = handlers.get(DistributedDataParallelKwargs)
+        self.autocast_handler = handlers.get(AutocastKwargs)
+        scaler_options = handlers[GradScalerKwargs].to_kwargs() if GradScalerKwargs in handlers else None
+        self.scaler = precision.make_grad_scaler(self.mixed_precision, self.device, scaler_options)
+        if project_config is None:
+            project_config = ProjectConfiguration(project_dir=project_dir)
+        elif project_dir is not None:
+            project_config.set_directories(project_dir)
+        self.project_configuration = project_config
+        self.log_with = log_with
+        self.flag_tensor: torch.Tensor | None = None
+        self._models: list[torch.nn.Module] = []
+        self._optimizers: list[AcceleratedOptimizer] = []
+        self._schedulers: list[AcceleratedScheduler] = []
+        self._dataloaders: list[DataLoaderShard] = []
+
+    # -- settings and process facts ---------------------------------------------------------
+    device = property(lambda self: self.state.device, doc="The device this process trains on (cuda:<local rank> or cpu).")
+    process_index = property(lambda self: self.state.process_index, doc="This process's rank (0 .. num_processes-1).")
+    local_process_index = property(lambda self: self.state.local_process_index, doc="Rank within this machine.")
+    num_processes = property(lambda self: self.state.num_processes, doc="How many processes train together.")
+    is_main_process = property(lambda self: self.state.is_main_process, doc="True on process 0 only.")
+    is_local_main_process = property(lambda self: self.state.is_local_main_process, doc="True on local rank 0.")
+    is_last_process = property(lambda self: self.state.is_last_process, doc="True on the last process.")
+    use_distributed = property(lambda self: self.state.use_distributed, doc="True with more than one process.")
+    distributed_type = property(lambda self: self.state.distributed_type, doc="NO, MULTI_CPU, MULTI_GPU or FSDP.")
+    mixed_precision = property(lambda self: self.state.mixed_precision, doc="'no', 'fp16' or 'bf16'.")
+    use_fsdp = property(lambda self: self.state.use_fsdp, doc="True when models are sharded with FSDP2.")
+    sync_gradients = property(
+        lambda self: self.gradient_state.sync_gradients, doc="True on steps where gradients are synchronised."
+    )
+    project_dir = property(lambda self: self.project_configuration.project_dir)
+    logging_dir = property(lambda self: self.project_configuration.logging_dir)
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        return self.gradient_state.num_steps
+
+    @gradient_accumulation_steps.setter
+    def gradient_accumulation_steps(self, value: int) -> None:
+        self.gradient_state.num_steps = int(value)
+
+    @property
+    def step(self) -> int:
+        """The accumulation step counter (saved and restored by save_state/load_state)."""
+        return self.gradient_state.step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self.gradient_state.step = int(value)
+
+    @property
+    def optimizer_step_was_skipped(self) -> bool:
+        """True when the last ``optimizer.step()`` was skipped because fp16 gradients overflowed."""
+        return any(opt.step_was_skipped for opt in self._optimizers)
+
+    # -- prepare ----------------------------------------------------------------------------
+    def prepare(self, *args: Any, device_placement: Sequence[bool] | None = None) -> Any:
+        """Wrap models, optimizers, data loaders and schedulers for this process; return them in order.
+
+        Anything else (``None`` included) comes back unchanged, and preparing twice is harmless.
+        With two processes, ``model, opt, loader = accelerator.prepare(model, opt, loader)`` gives
+        a DDP model, an :class:`AcceleratedOptimizer` and a loader that yields half of each epoch.
+        """
+        if device_placement is None:
+            device_placement = [None] * len(args)  # type: ignore[list-item]
+        elif len(device_placement) != len(args):
+            raise ConfigurationError(f"device_placement has {len(device_placement)} entries for {len(args)} objects.")
+        raw_optimizers = [a for a in args if isinstance(a, torch.optim.Optimizer) and not isinstance(a, AcceleratedOptimizer)]
+        result = list(args)
+        for i, obj in enumerate(args):  # models first: optimizers may need rebinding to new parameters
+            if isinstance(obj, torch.nn.Module):
+                result[i] = self.prepare_model(obj, device_placement=device_placement[i], _optimizers=raw_optimizers)
+        for i, obj in enumerate(args):
+            if isinstance(obj, torch.optim.Optimizer):
+                result[i] = self.prepare_optimizer(obj, device_placement=device_placement[i])
+            elif isinstance(obj, DataLoader):
+                result[i] = self.prepare_data_loader(obj, device_placement=device_placement[i])
+        for i, obj in enumerate(args):
+            if isinstance(obj, _SCHEDULER_TYPES):
+                result[i] = self.prepare_scheduler(obj)
+        return result[0] if len(result) == 1 else tuple(result)
+
+    def prepare_model(
+        self,
+        model: torch.nn.Module,
+        device_placement: bool | None = None,
+        evaluation_mode: bool = False,
+        *,
+        _optimizers: Sequence[torch.optim.Optimizer] = (),
+    ) -> torch.nn.Module:
+        """Place ``model`` on the device, wrap it in DDP (FSDP2 with a plugin) and add mixed-precision autocast.
+
+        ``_optimizers``: optimizers of the same ``prepare`` call, rebound if wrapping replaces parameters.
+        """
+        if any(model is m for m in self._models):
+            return model
+        if isinstance(model, DistributedDataParallel):  # wrapped by the script itself: keep its DDP
+            precision.attach_autocast(model.module, self.mixed_precision, self.device)
+            self._models.append(model)
+            return model
+        place = self.device_placement if device_placement is None else device_placement
+        optimizers = [o.optimizer for o in self._optimizers] + list(_optimizers)
+        if self.use_fsdp and not evaluation_mode:
+            from . import fsdp
+
+            model = fsdp.wrap_model(model, self.fsdp_plugin, self.device, optimizers=optimizers)
+        else:
+            before = {name: p for name, p in model.named_parameters()}
+            if place:
+                model.to(self.device)
+            model_io.rebind_optimizers(before, model, optimizers)
+        precision.attach_autocast(model, self.mixed_precision, self.device)
+        if self.use_distributed and not self.use_fsdp and not evaluation_mode:
+            if any(p.requires_grad for p in model.parameters()):
+                options = self.ddp_handler.to_kwargs() if self.ddp_handler is not None else {}
+                if self.device.type == "cuda":
+                    options.update(device_ids=[self.device.index], output_device=self.device.index)
+                model = _DDP(model, **options)
+        self._models.append(model)
+        return model
+
+    def prepare_optimizer(self, optimizer: torch.optim.Optimizer, device_placement: bool | None = None) -> AcceleratedOptimizer:
+        """Wrap ``optimizer`` so that ``step``/``zero_grad`` follow accumulation and the fp16 scaler."""
+        if isinstance(optimizer, AcceleratedOptimizer):
+            if not any(optimizer is o for o in self._optimizers):
+                self._optimizers.append(optimizer)
+            return optimizer
+        place = self.device_placement if device_placement is None else device_placement
+        wrapped = AcceleratedOptimizer(optimizer, place, self.scaler, self.gradient_state)
+        self._optimizers.append(wrapped)
+        return wrapped
+
+    def prepare_data_loader(self, data_loader: DataLoader, device_placement: bool | None = None) -> DataLoaderShard:
+        """Shard ``data_loader``: with two processes each gets every other batch (see :mod:`.data_loader`)."""
+        if isinstance(data_loader, DataLoaderShard) and any(data_loader is d for d in self._dataloaders):
+            return data_loader
+        place = self.device_placement if device_placement is None else device_placement
+        loader = _shard_loader(
+            data_loader,
+            device=self.device,
+            num_processes=self.num_processes,
+            process_index=self.process_index,
+            split_batches=self.split_batches,
+            even_batches=self.even_batches,
+            put_on_device=place,
+            rng_types=self.rng_types,
+            dispatch_batches=self.dispatch_batches,
+        )
+        self._dataloaders.append(loader)
+        return loader
+
+    def prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
+        """Wrap ``scheduler`` so it steps only when its optimizer did (see :mod:`.scheduler`)."""
+        if isinstance(scheduler, AcceleratedScheduler):
+            return scheduler
+        raw = scheduler.optimizer
+        optimizers = [o for o in self._optimizers if o is raw or o.optimizer is raw] or [raw]
+        wrapped = AcceleratedScheduler(
+            scheduler,
+            optimizers,
+            gradient_state=self.gradient_state,
+            num_processes=self.num_processes,
+            step_with_optimizer=self.step_scheduler_with_optimizer,
+            split_batches=self.split_batches,
+        )
+        self._schedulers.append(wrapped)
+        return wrapped
+
+    # -- the training step ------------------------------------------------------------------
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """``loss.backward(**kwargs)``, divided by ``gradient_accumulation_steps`` and scaled under fp16."""
+        if self.gradient_state.num_steps > 1:
+            loss = loss / self.gradient_state.num_steps
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward(**kwargs)
+        else:
+            loss.backward(**kwargs)
+
+    def unscale_gradients(self, optimizer: Any = None) -> None:
+        """Under fp16, divide the gradients by the loss scale (once per step); a no-op otherwise."""
+        if self.scaler is None:
+            return
+        targets = self._optimizers if optimizer is None else (optimizer if isinstance(optimizer, (list, tuple)) else [optimizer])
+        for opt in targets:
+            if isinstance(opt, AcceleratedOptimizer):
+                opt.unscale_()
+
+    def clip_grad_norm_(self, parameters: Any, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+        """Clip gradients to a total norm of ``max_norm`` (after fp16 unscaling); return the norm before clipping.
+
+        With two processes, gradients are already synchronised, so both get the same norm. On
+        accumulation steps (``sync_gradients`` false) gradients are incomplete: nothing is clipped
+        and the current norm is returned.
+        """
+        params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+        if self.use_fsdp:
+            from . import fsdp
+
+            for model in self._models:
+                if fsdp.is_fsdp_module(model) and _same_params(params, model):
+                    self.unscale_gradients()
+                    return fsdp.clip_grad_norm_(model, max_norm, norm_type)
+        if not self.gradient_state.sync_gradients:
+            grads = [p.grad for p in params if p.grad is not None]
+            norm = torch.nn.utils.get_total_norm(grads, norm_type) if grads else torch.tensor(0.0)
+            return norm / self.scaler.get_scale() if self.scaler is not None else norm
+        self.unscale_gradients()
+        return torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type=norm_type)
+
+    def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
+        """Clamp every gradient to ``[-clip_value, clip_value]`` (after fp16 unscaling)."""
+        self.unscale_gradients()
+        torch.nn.utils.clip_grad_value_(parameters, clip_value)
+
+    @contextlib.contextmanager
+    def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
+        """One micro-batch of gradient accumulation: gradients sync (and the optimizer steps) every k-th time.
+
+        With ``gradient_accumulation_steps=2`` and two processes, the first batch's backward skips
+        the all-reduce (DDP ``no_sync``), the second synchronises and ``optimizer.step()`` updates.
+        The last batch of the loader always synchronises.
+        """
+        loader = active_data_loader()
+        sync = self.gradient_state.advance(loader is not None and loader.end_of_dataloader)
+        if sync or not models:
+            yield
+            return
+        with contextlib.ExitStack() as stack:
+            for model in models:
+                stack.enter_context(self.no_sync(model))
+            yield
+
+    def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
+        """Skip the gradient all-reduce in this block's backward passes (gradients accumulate locally)."""
+        if isinstance(model, DistributedDataParallel):
+            return model.no_sync()
+        if hasattr(model, "set_requires_gradient_sync"):  # FSDP2
+            return _fsdp_no_sync(model)
+        return contextlib.nullcontext()
+
+    def autocast(self, autocast_handler: AutocastKwargs | None = None) -> contextlib.AbstractContextManager[Any]:
+        """Run extra code (e.g. a loss outside the model) under this accelerator's mixed precision."""
+        handler = autocast_handler or self.autocast_handler or AutocastKwargs()
+        return precision.autocast(self.mixed_precision, self.device, handler.enabled, handler.cache_enabled)
+
+    # -- models -----------------------------------------------------------------------------
+    def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True) -> torch.nn.Module:
+        """The user's own module inside DDP (and ``torch.compile`` unless ``keep_torch_compile``).
+
+        ``keep_fp32_wrapper=False`` also removes mixed-precision autocast from it for good.
+        """
+        return model_io.unwrap(model, keep_fp32_wrapper, keep_torch_compile)
+
+    def get_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, Any]:
+        """The full state dict of ``model`` (with FSDP: gathered on the main process, every process must call)."""
+        if self.use_fsdp:
+            from . import fsdp
+
+            if fsdp.is_fsdp_module(model):
+                return fsdp.full_state_dict(model)
+        return (self.unwrap_model(model) if unwrap else model).state_dict()
+
+    def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
+        """``torch.save`` on the main process only, atomically (a reader never sees half a file)."""
+        if self.is_main_process:
+            model_io.save_atomic(obj, f, safe_serialization)
+
+    def save_model(
+        self, model: torch.nn.Module, save_directory: str, max_shard_size: int | str = "10GB", safe_serialization: bool = True
+    ) -> None:
+        """Write ``model``'s weights to ``save_directory`` (``model.safetensors`` or ``pytorch_model.bin``, sharded if big).
+
+        Every process must call it (FSDP gathers); only the main process writes.
+        """
+        state_dict = self.get_state_dict(model)
+        if self.is_main_process:
+            model_io.save_model_files(state_dict, save_directory, max_shard_size, safe_serialization)
+
+    # -- collectives ------------------------------------------------------------------------
+    def gather(self, tensor: Any) -> Any:
+        """Concatenate ``tensor`` from every process (see ``accelify.runtime.gather``)."""
+        from . import ops
+
+        return ops.gather(tensor)
+
+    def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
+        """Sum/mean/max ``tensor`` over processes (see ``accelify.runtime.reduce``)."""
+        from . import ops
+
+        return ops.reduce(tensor, reduction, scale)
+
+    def pad_across_processes(self, tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False) -> Any:
+        """Pad ``tensor`` to the largest size along ``dim`` on any process."""
+        from . import ops
+
+        return ops.pad_across_processes(tensor, dim=dim, pad_index=pad_index, pad_first=pad_first)
+
+    def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
+        """Gather for evaluation, dropping the samples duplicated to even out the last batch.
+
+        With two processes and 10 samples in batches of 3, the last step gathers ``[6,7,8]`` and
+        ``[9,0,1]`` and returns ``[6,7,8,9]``; objects that are not tensors go through ``gather_object``.
+        """
+        from . import ops
+
+        with ops.named_operation("Accelerator.gather_for_metrics"):
+            if use_gather_object or not _all_tensors(input_data):
+                data = ops.gather_object(input_data)
+                use_gather_object = True
+            else:
+                data = ops.gather(input_data)
+        loader = active_data_loader()
+        if loader is None or not loader.end_of_dataloader or loader.remainder <= 0:
+            return data
+        drop = loader.remainder
+        if use_gather_object:
+            return data[: len(data) - drop]
+        return ops._apply(lambda t: t[: max(len(t) - drop, 0)] if t.ndim else t, data, "gather_for_metrics")
+
+    # -- coordination -----------------------------------------------------------------------
+    # wait_for_everyone, main_process_first, print, on_main_process, split_between_processes...:
+    # the process-level coordination of PartialState (see its docstrings), on this accelerator's state.
+    wait_for_everyone = _state_method("wait_for_everyone")
+    main_process_first = _state_method("main_process_first")
+    local_main_process_first = _state_method("local_main_process_first")
+    split_between_processes = _state_method("split_between_processes")
+    print = _state_method("print")
+    on_main_process = _state_method("on_main_process")
+    on_local_main_process = _state_method("on_local_main_process")
+    on_last_process = _state_method("on_last_process")
+    on_process = _state_method("on_process")
+    on_local_process = _state_method("on_local_process")
+
+    def set_trigger(self) -> None:
+        """Raise this process's flag; the next ``check_trigger()`` on every process returns True.
+
+        With two processes, if process 1 calls ``set_trigger()`` (say, its loss went NaN), then
+        ``if accelerator.check_trigger(): break`` stops the loop on both.
+        """
+        self.flag_tensor = torch.ones((), dtype=torch.int32, device=self.device)
+
+    def check_trigger(self) -> bool:
+        """True on every process if any process called ``set_trigger()`` since the last check (which resets it)."""
+        flag = self.flag_tensor if self.flag_tensor is not None else torch.zeros((), dtype=torch.int32, device=self.device)
+        if self.use_distributed:
+            import torch.distributed as dist
+
+            flag = flag.clone()
+            dist.all_reduce(flag)
+        self.flag_tensor = None
+        return bool(flag.item() >= 1)
+
+    set_breakpoint = set_trigger  # the older names in Hugging Face's troubleshooting guide
+    check_breakpoint = check_trigger
+
+    def skip_first_batches(self, dataloader: DataLoader, num_batches: int = 0) -> DataLoader:
+        """A loader that starts ``num_batches`` into the epoch (to resume mid-epoch)."""
+        return _skip_first_batches(dataloader, num_batches)
+
+    def free_memory(self, *objects: Any) -> list[None]:
+        """Drop the prepared objects' references and free device memory: ``a, b = accelerator.free_memory(a, b)``."""
+        from .memory import release_memory
+
+        self._models, self._optimizers, self._schedulers, self._dataloaders = [], [], [], []
+        self.gradient_state.step = 0
+        return release_memory(*objects)
+
+    clear = free_memory
+
+    def __repr__(self) -> str:
+        return f"Accelerator({self.state!r}, mixed_precision={self.mixed_precision!r})"
+
+
+def _pick(explicit: Any, configured: Any, default: Any) -> Any:
+    """Precedence: explicit argument > launcher/environment setting > default."""
+    if explicit is not None:
+        return explicit
+    return configured if configured is not None else default
+
+
+def _same_params(params: list[torch.Tensor], model: torch.nn.Module) -> bool:
+    ids = {id(p) for p in model.parameters()}
+    return bool(params) and all(id(p) in ids for p in params)
+
+
+def _all_tensors(data: Any) -> bool:
+    if isinstance(data, torch.Tensor):
+        return True
+    if isinstance(data, (list, tuple)):
+        return all(_all_tensors(v) for v in data)
+    if isinstance(data, dict):
+        return all(_all_tensors(v) for v in data.values())
+    return False
+
+
+@contextlib.contextmanager
+def _fsdp_no_sync(model: Any) -> Iterator[None]:
+    model.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)
+
+
+__all__ = ["Accelerator", "DistributedType", "UnusedParametersError"]

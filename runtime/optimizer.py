@@ -1,0 +1,149 @@
+"""AcceleratedOptimizer: a transparent optimizer wrapper aware of accumulation and the fp16 scaler."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Mapping
+
+import torch
+
+from .state import GradientState
+
+
+class AcceleratedOptimizer(torch.optim.Optimizer):
+    """Wraps a torch optimizer: ``step``/``zero_grad`` act only on gradient-sync steps; fp16 goes through the scaler.
+
+    Everything else (``param_groups``, ``state``, ``state_dict()``, ``load_state_dict()``,
+    ``add_param_group()``) is the wrapped optimizer's own. With ``gradient_accumulation_steps=2``
+    inside ``accelerator.accumulate(model)``, ``optimizer.step()`` updates the weights on every
+    second batch only. Under fp16, ``step_was_skipped`` tells whether the scaler skipped the update
+    because the gradients overflowed.
+    """
+
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        device_placement: bool = True,
+        scaler: Any = None,
+        gradient_state: GradientState | None = None,
+    ) -> None:
+        # torch.optim.Optimizer.__init__ is skipped on purpose: all state lives in the wrapped optimizer.
+        self.optimizer = optimizer
+        self.scaler = scaler
+        self.gradient_state = gradient_state if gradient_state is not None else GradientState()
+        self.device_placement = device_placement
+        self._is_overflow = False
+        self._unscaled = False
+        self._zero_grad_takes_set_to_none = "set_to_none" in inspect.signature(optimizer.zero_grad).parameters
+        if scaler is not None:
+            self._step_called = False
+            self._original_step = optimizer.step
+            self._flagging_step = self._make_flagging_step(optimizer.step)
+        if device_placement and optimizer.state:
+            # load_state_dict casts each state tensor to its parameter's device and dtype
+            optimizer.load_state_dict(optimizer.state_dict())
+
+    def _make_flagging_step(self, step: Callable[..., Any]) -> Callable[..., Any]:
+        def flagging_step(*args: Any, **kwargs: Any) -> Any:
+            self._step_called = True
+            return step(*args, **kwargs)
+
+        return flagging_step
+
+    # -- transparent attributes ------------------------------------------------------------
+    @property
+    def state(self) -> Any:  # type: ignore[override]
+        return self.optimizer.state
+
+    @state.setter
+    def state(self, value: Any) -> None:
+        self.optimizer.state = value
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
+        return self.optimizer.param_groups
+
+    @param_groups.setter
+    def param_groups(self, value: list[dict[str, Any]]) -> None:
+        self.optimizer.param_groups = value
+
+    @property
+    def defaults(self) -> dict[str, Any]:  # type: ignore[override]
+        return self.optimizer.defaults
+
+    @defaults.setter
+    def defaults(self, value: dict[str, Any]) -> None:
+        self.optimizer.defaults = value
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        self.optimizer.add_param_group(param_group)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        self.optimizer.load_state_dict(state_dict)  # type: ignore[arg-type]
+
+    def train(self) -> None:
+        """Switch optimizers that have modes (schedule-free ones) to training mode."""
+        if callable(getattr(self.optimizer, "train", None)):
+            self.optimizer.train()  # type: ignore[attr-defined]
+
+    def eval(self) -> None:
+        """Switch optimizers that have modes (schedule-free ones) to evaluation mode."""
+        if callable(getattr(self.optimizer, "eval", None)):
+            self.optimizer.eval()  # type: ignore[attr-defined]
+
+    def __repr__(self) -> str:
+        return f"AcceleratedOptimizer({self.optimizer!r})"
+
+    # -- the training step -----------------------------------------------------------------
+    def zero_grad(self, set_to_none: bool | None = None) -> None:
+        """Clear the gradients, except on accumulation steps (where they must keep adding up)."""
+        if not self.gradient_state.sync_gradients:
+            return
+        if self._zero_grad_takes_set_to_none:
+            self.optimizer.zero_grad(set_to_none=True if set_to_none is None else set_to_none)
+        elif set_to_none is not None:
+            raise TypeError(f"{type(self.optimizer).__name__}.zero_grad() takes no set_to_none argument; drop it.")
+        else:
+            self.optimizer.zero_grad()
+
+    def unscale_(self) -> None:
+        """Divide the gradients by the fp16 loss scale, once per step (before clipping)."""
+        if self.scaler is not None and not self._unscaled and self.gradient_state.sync_gradients:
+            self.scaler.unscale_(self.optimizer)
+            self._unscaled = True
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
+        """Update the weights on gradient-sync steps; under fp16 the scaler may skip an overflowing step."""
+        if not self.gradient_state.sync_gradients:
+            return None
+        if self.scaler is None:
+            return self.optimizer.step(closure) if closure is not None else self.optimizer.step()
+        self._step_called = False
+        self.optimizer.step = self._flagging_step  # type: ignore[method-assign]
+        try:
+            result = self.scaler.step(self.optimizer, closure) if closure is not None else self.scaler.step(self.optimizer)
+            self.scaler.update()
+        finally:
+            self.optimizer.step = self._original_step  # type: ignore[method-assign]
+            self._unscaled = False
+        self._is_overflow = not self._step_called
+        return result
+
+    @property
+    def step_was_skipped(self) -> bool:
+        """Whether the last ``step()`` was skipped because fp16 gradients overflowed."""
+        return self._is_overflow
+
+    def __getstate__(self) -> dict[str, Any]:
+        skip = {"_original_step", "_flagging_step", "_step_called"}
+        return {k: v for k, v in self.__dict__.items() if k not in skip}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.scaler is not None:
+            self._step_called = False
+            self._original_step = self.optimizer.step
+            self._flagging_step = self._make_flagging_step(self.optimizer.step)

@@ -1,0 +1,479 @@
+"""Who am I: the process description, the process group, and process-level coordination.
+
+Environment variables are read here and nowhere else: :class:`ProcessInfo` is built once from
+what ``torch.distributed.run`` (or ``srun`` / ``mpirun``) sets. With ``WORLD_SIZE > 1`` the first
+:class:`PartialState` initialises the process group (NCCL plus Gloo when CUDA is usable, Gloo
+otherwise) or raises :class:`DistributedSetupError`: a process never silently trains alone.
+(Hugging Face Accelerate 1.15 run by torchrun on a CPU-only machine reports one process per rank
+unless ``cpu=True``; accelify does not.)
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import enum
+import functools
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Callable, Iterator, Mapping, TypeVar
+
+import torch
+
+from .errors import ConfigurationError, DistributedSetupError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class DistributedType(str, enum.Enum):
+    """How the processes train together (compare with ``accelerator.distributed_type``)."""
+
+    NO = "NO"
+    MULTI_CPU = "MULTI_CPU"
+    MULTI_GPU = "MULTI_GPU"
+    FSDP = "FSDP"
+
+
+def _env_int(env: Mapping[str, str], names: tuple[str, ...], default: int | None) -> int | None:
+    for name in names:
+        raw = env.get(name)
+        if raw not in (None, ""):
+            try:
+                return int(raw)  # type: ignore[arg-type]
+            except ValueError:
+                raise ConfigurationError(f"{name}={raw!r} is not a whole number; fix or unset it.") from None
+    return default
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """This process's place in the job, as the launcher described it.
+
+    With two processes on one machine started by ``torchrun --nproc-per-node 2``, process 1 sees
+    ``ProcessInfo(rank=1, world_size=2, local_rank=1, local_world_size=2, node_rank=0, ...)``.
+    """
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+    node_rank: int = 0
+    master_addr: str | None = None
+    master_port: int | None = None
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> "ProcessInfo":
+        """Read torchrun's variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``...), else srun's or mpirun's."""
+        env = os.environ if environ is None else environ
+        if "WORLD_SIZE" in env or "RANK" in env:
+            world = _env_int(env, ("WORLD_SIZE",), 1)
+            rank = _env_int(env, ("RANK",), None)
+            local_rank = _env_int(env, ("LOCAL_RANK",), rank)
+            local_world = _env_int(env, ("LOCAL_WORLD_SIZE",), world)
+            node = _env_int(env, ("GROUP_RANK", "NODE_RANK"), None)
+            source = "torchrun"
+        elif "SLURM_STEP_NUM_TASKS" in env:  # inside an `srun` step, not a bare sbatch script
+            world = _env_int(env, ("SLURM_STEP_NUM_TASKS",), 1)
+            rank = _env_int(env, ("SLURM_PROCID",), None)
+            local_rank = _env_int(env, ("SLURM_LOCALID",), 0)
+            local_world = _env_int(env, ("SLURM_STEP_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE"), None)
+            node = _env_int(env, ("SLURM_NODEID",), None)
+            source = "srun"
+        elif "OMPI_COMM_WORLD_SIZE" in env or "PMI_SIZE" in env:
+            world = _env_int(env, ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE"), 1)
+            rank = _env_int(env, ("OMPI_COMM_WORLD_RANK", "PMI_RANK"), None)
+            local_rank = _env_int(env, ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"), 0)
+            local_world = _env_int(env, ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"), None)
+            node = None
+            source = "mpirun"
+        else:
+            return cls()
+        assert world is not None  # defaults above are never None
+        if world < 1:
+            raise DistributedSetupError(f"{source} set a world size of {world}; it must be at least 1.")
+        if rank is None:
+            if world > 1:
+                raise DistributedSetupError(
+                    f"The world size is {world} but this process has no rank (RANK is unset); "
+                    "start the script with `accelify launch` or `torchrun`, which set both."
+                )
+            rank = 0
+        if not 0 <= rank < world:
+            raise DistributedSetupError(f"Rank {rank} is outside the world of {world} processes set by {source}.")
+        local_rank = rank if local_rank is None else local_rank
+        local_world = local_world or world
+        node = rank // local_world if node is None else node
+        port = _env_int(env, ("MASTER_PORT",), None)
+        return cls(rank, world, local_rank, local_world, node, env.get("MASTER_ADDR") or None, port)
+
+
+# The process-wide record every PartialState reads: the process group is process-global.
+# Keys: "info" (ProcessInfo), "cpu" (bool, the first creator's choice), "backend" (str | None),
+# "debug" (bool). Empty until the first PartialState; see is_initialized().
+_SHARED: dict[str, Any] = {}
+_CLOSED = "closed"  # the "backend" once destroy_process_group() ran
+
+
+def is_initialized() -> bool:
+    """True once a ``PartialState`` or ``Accelerator`` has been created in this process."""
+    return bool(_SHARED)
+
+
+def _cuda_usable(cpu: bool) -> bool:
+    return not cpu and torch.cuda.is_available()
+
+
+def _init_process_group(info: ProcessInfo, cpu: bool, backend: str | None, timeout: timedelta | None) -> str:
+    """Join the job's process group (or adopt one the script created) and return its backend."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        raise DistributedSetupError(
+            f"WORLD_SIZE={info.world_size} but this torch build has no torch.distributed; install a build with it."
+        )
+    if dist.is_initialized():
+        if dist.get_world_size() != info.world_size or dist.get_rank() != info.rank:
+            raise DistributedSetupError(
+                f"A process group already exists with rank {dist.get_rank()} of {dist.get_world_size()}, but the "
+                f"environment says rank {info.rank} of {info.world_size}; create it from the same environment."
+            )
+        return str(dist.get_backend())
+    if not info.master_addr or info.master_port is None:
+        missing = [n for n, v in (("MASTER_ADDR", info.master_addr), ("MASTER_PORT", info.master_port)) if v in (None, "")]
+        raise DistributedSetupError(
+            f"WORLD_SIZE={info.world_size} asks for {info.world_size} processes, but {' and '.join(missing)} "
+            "is not set, so this process cannot find its peers. Start the script with `accelify launch -n N` "
+            "or `torchrun --nproc-per-node N`, or unset WORLD_SIZE to run one process."
+        )
+    if backend is None:
+        backend = "cpu:gloo,cuda:nccl" if _cuda_usable(cpu) else "gloo"
+    if _cuda_usable(cpu):
+        torch.cuda.set_device(info.local_rank)
+    kwargs: dict[str, Any] = {"backend": backend, "rank": info.rank, "world_size": info.world_size}
+    if timeout is not None:
+        kwargs["timeout"] = timeout
+    try:
+        dist.init_process_group(**kwargs)
+    except (RuntimeError, ValueError) as exc:  # DistStoreError / DistNetworkError are RuntimeErrors
+        raise DistributedSetupError(
+            f"Process {info.rank} of {info.world_size} could not join the process group at "
+            f"{info.master_addr}:{info.master_port} (backend {backend}): {str(exc).rstrip('.')}. Check that all "
+            f"{info.world_size} processes were started and can reach that address; it does not train alone."
+        ) from exc
+    return backend
+
+
+def _from_existing_group(info: ProcessInfo) -> ProcessInfo:
+    """A process group the script created itself without torchrun's variables (e.g. ``tcp://`` init)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        rank, world = dist.get_rank(), dist.get_world_size()
+        return ProcessInfo(rank=rank, world_size=world, local_rank=rank, local_world_size=world)
+    return info
+
+
+class PartialState:
+    """Process information and process-level coordination, without any training settings.
+
+    All instances share one process-wide record (rank, world size, the process group); the only
+    per-instance setting is ``cpu``, which picks the device. Creating one is cheap.
+
+    Example (with two processes)::
+
+        state = PartialState()
+        state.process_index    # 0 on the first process, 1 on the second
+        state.num_processes    # 2
+        state.distributed_type # DistributedType.MULTI_CPU without GPUs
+    """
+
+    def __init__(self, cpu: bool | None = None, *, backend: str | None = None, timeout: timedelta | None = None) -> None:
+        if not _SHARED:
+            from .settings import load_settings
+
+            settings = load_settings()
+            info = ProcessInfo.from_environ()
+            if info.world_size == 1:
+                info = _from_existing_group(info)
+            default_cpu = bool(settings.cpu) if cpu is None else cpu
+            _SHARED.update(info=info, cpu=default_cpu, backend=None, debug=bool(settings.debug))
+        self._cpu: bool = _SHARED["cpu"] if cpu is None else bool(cpu)
+        self._init_kwargs = (backend, timeout)
+        info: ProcessInfo = _SHARED["info"]
+        self.info = info
+        if info.world_size > 1:
+            try:
+                self._ensure_group()
+            except DistributedSetupError:
+                if _SHARED.get("backend") is None:
+                    _SHARED.clear()  # the next attempt reads the environment afresh
+                raise
+        self.device: torch.device = self._pick_device()
+
+    def _ensure_group(self) -> None:
+        backend = _SHARED.get("backend")
+        if backend == _CLOSED:
+            return  # end_training() closed it; never silently rejoin (the peers may be gone)
+        if backend is None:
+            _SHARED["backend"] = _init_process_group(self.info, self._cpu, *self._init_kwargs)
+        elif _cuda_usable(self._cpu) and "nccl" not in str(_SHARED["backend"]):
+            raise DistributedSetupError(
+                f"The process group was created for the CPU (backend {_SHARED['backend']}) by an earlier "
+                "Accelerator(cpu=True); this one wants the GPU. Use the same `cpu` setting for every Accelerator."
+            )
+
+    def _pick_device(self) -> torch.device:
+        if _cuda_usable(self._cpu):
+            count = torch.cuda.device_count()
+            if self.info.local_rank >= count:
+                raise DistributedSetupError(
+                    f"Local rank {self.info.local_rank} needs GPU {self.info.local_rank}, but only {count} are visible; "
+                    f"start at most {count} processes per machine or pass cpu=True."
+                )
+            return torch.device("cuda", self.info.local_rank)
+        mps = getattr(torch.backends, "mps", None)
+        if not self._cpu and self.info.world_size == 1 and mps is not None and mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+
+    # -- who am I ---------------------------------------------------------------------------
+    @property
+    def process_index(self) -> int:
+        return self.info.rank
+
+    @property
+    def local_process_index(self) -> int:
+        return self.info.local_rank
+
+    @property
+    def num_processes(self) -> int:
+        return self.info.world_size
+
+    @property
+    def use_distributed(self) -> bool:
+        return self.info.world_size > 1
+
+    @property
+    def distributed_type(self) -> DistributedType:
+        if self.info.world_size == 1:
+            return DistributedType.NO
+        return DistributedType.MULTI_GPU if self.device.type == "cuda" else DistributedType.MULTI_CPU
+
+    @property
+    def backend(self) -> str | None:
+        backend = _SHARED.get("backend")
+        return None if backend == _CLOSED else backend
+
+    @property
+    def debug(self) -> bool:
+        """Debug mode for collectives (process-wide; the latest ``Accelerator(debug=...)`` sets it)."""
+        return bool(_SHARED.get("debug", False))
+
+    @debug.setter
+    def debug(self, value: bool) -> None:
+        _SHARED["debug"] = bool(value)
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.info.rank == 0
+
+    @property
+    def is_local_main_process(self) -> bool:
+        return self.info.local_rank == 0
+
+    @property
+    def is_last_process(self) -> bool:
+        return self.info.rank == self.info.world_size - 1
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(process {self.process_index} of {self.num_processes}, "
+            f"local {self.local_process_index}, device {self.device}, {self.distributed_type.value})"
+        )
+
+    # -- coordination -----------------------------------------------------------------------
+    def wait_for_everyone(self) -> None:
+        """Block until every process reaches this line (no-op with one process).
+
+        With two processes, a process that gets here first waits for the other.
+        """
+        if not self.use_distributed:
+            return
+        import torch.distributed as dist
+
+        if _SHARED.get("backend") == _CLOSED:
+            raise DistributedSetupError(
+                "wait_for_everyone() after end_training(): end_training closes the process group, so call it last."
+            )
+        if self.debug:
+            from .ops import debug_checkpoint
+
+            debug_checkpoint("wait_for_everyone")
+        if self.device.type == "cuda":
+            dist.barrier(device_ids=[self.device.index])
+        else:
+            dist.barrier()
+
+    def destroy_process_group(self) -> None:
+        """Leave the process group for good (``end_training`` calls this, as in Hugging Face Accelerate)."""
+        import torch.distributed as dist
+
+        if self.use_distributed and dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+            _SHARED["backend"] = _CLOSED
+
+    @contextlib.contextmanager
+    def _first(self, is_first: bool) -> Iterator[None]:
+        if not is_first:
+            self.wait_for_everyone()
+        yield
+        if is_first:
+            self.wait_for_everyone()
+
+    def main_process_first(self) -> contextlib.AbstractContextManager[None]:
+        """Run the block on the main process first, then on the others (e.g. download, then read).
+
+        With two processes, process 1 enters the block only after process 0 has left it.
+        """
+        return self._first(self.is_main_process)
+
+    def local_main_process_first(self) -> contextlib.AbstractContextManager[None]:
+        """Like :meth:`main_process_first`, once per machine (local rank 0 first)."""
+        return self._first(self.is_local_main_process)
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on the local main process only: once per machine."""
+        if self.is_local_main_process:
+            builtins.print(*args, **kwargs)
+
+    def _only_if(self, condition: Callable[[], bool], function: F) -> F:
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            return function(*args, **kwargs) if condition() else None
+
+        return wrapper  # type: ignore[return-value]
+
+    def on_main_process(self, function: F) -> F:
+        """Decorator: run ``function`` on the main process only (others get ``None``)."""
+        return self._only_if(lambda: self.is_main_process, function)
+
+    def on_local_main_process(self, function: F) -> F:
+        """Decorator: run ``function`` on each machine's local main process only."""
+        return self._only_if(lambda: self.is_local_main_process, function)
+
+    def on_last_process(self, function: F) -> F:
+        """Decorator: run ``function`` on the last process only."""
+        return self._only_if(lambda: self.is_last_process, function)
+
+    def on_process(self, function: F | None = None, process_index: int | None = None) -> Any:
+        """Decorator: run on process ``process_index`` only: ``@state.on_process(process_index=1)``."""
+        if function is None:
+            return functools.partial(self.on_process, process_index=process_index)
+        if process_index is None:
+            raise ConfigurationError("on_process needs process_index=<int>, e.g. @accelerator.on_process(process_index=1).")
+        return self._only_if(lambda: self.process_index == process_index, function)
+
+    def on_local_process(self, function: F | None = None, local_process_index: int | None = None) -> Any:
+        """Decorator: run on local process ``local_process_index`` of each machine only."""
+        if function is None:
+            return functools.partial(self.on_local_process, local_process_index=local_process_index)
+        if local_process_index is None:
+            raise ConfigurationError("on_local_process needs local_process_index=<int>.")
+        return self._only_if(lambda: self.local_process_index == local_process_index, function)
+
+    @contextlib.contextmanager
+    def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Iterator[Any]:
+        """Give each process its contiguous share of ``inputs`` (list, tuple, dict of those, tensor).
+
+        With two processes, ``with state.split_between_processes(["a", "b", "c"]) as part:`` gives
+        process 0 ``["a", "b"]`` and process 1 ``["c"]`` (``["c", "c"]`` with ``apply_padding=True``,
+        so every process gets the same length). A dict splits each of its values.
+        """
+        yield _split(inputs, self.num_processes, self.process_index, apply_padding)
+
+
+def _split(inputs: Any, n: int, index: int, pad: bool) -> Any:
+    if n == 1:
+        return inputs
+    if isinstance(inputs, Mapping):
+        lengths = {len(v) for v in inputs.values()}
+        if len(lengths) > 1:
+            raise ConfigurationError(
+                f"split_between_processes got a dict whose values have different lengths {sorted(lengths)}; "
+                "every value must have the same length."
+            )
+        return type(inputs)({k: _split(v, n, index, pad) for k, v in inputs.items()})  # type: ignore[call-arg]
+    if not hasattr(inputs, "__len__") or not hasattr(inputs, "__getitem__"):
+        raise ConfigurationError(
+            f"split_between_processes cannot split a {type(inputs).__name__}; pass a list, tuple, dict or tensor."
+        )
+    length = len(inputs)
+    per, extra = divmod(length, n)
+    start = index * per + min(index, extra)
+    end = start + per + (1 if index < extra else 0)
+    part = inputs[start:end]
+    if pad and length > 0:
+        target = per + (1 if extra else 0)
+        missing = target - (end - start)
+        if missing > 0:
+            last = inputs[-1:]
+            if isinstance(inputs, torch.Tensor):
+                part = torch.cat([part, last.repeat(missing, *([1] * (inputs.dim() - 1)))])
+            else:
+                part = part + type(part)(list(last) * missing)
+    return part
+
+
+class AcceleratorState(PartialState):
+    """One ``Accelerator``'s view of the process: :class:`PartialState` plus its training settings.
+
+    Unlike Hugging Face Accelerate's singleton, each ``Accelerator`` has its own, so two instances
+    with different ``mixed_precision`` coexist in one process (the process group stays shared).
+    """
+
+    def __init__(
+        self,
+        cpu: bool | None = None,
+        *,
+        mixed_precision: str = "no",
+        use_fsdp: bool = False,
+        backend: str | None = None,
+        timeout: timedelta | None = None,
+    ) -> None:
+        super().__init__(cpu, backend=backend, timeout=timeout)
+        self.mixed_precision = mixed_precision
+        self.use_fsdp = use_fsdp
+
+    @property
+    def distributed_type(self) -> DistributedType:
+        if self.use_fsdp:
+            return DistributedType.FSDP
+        return super().distributed_type
+
+
+class GradientState:
+    """One ``Accelerator``'s gradient-accumulation state, read by its optimizer and scheduler wrappers.
+
+    ``sync_gradients`` is True on the steps where gradients are all-reduced and the optimizer steps:
+    every ``num_steps``-th ``accumulate`` step and the last batch of the data loader.
+    """
+
+    __slots__ = ("num_steps", "adjust_scheduler", "sync_with_dataloader", "sync_gradients", "step")
+
+    def __init__(self, num_steps: int = 1, adjust_scheduler: bool = True, sync_with_dataloader: bool = True) -> None:
+        self.num_steps = num_steps
+        self.adjust_scheduler = adjust_scheduler
+        self.sync_with_dataloader = sync_with_dataloader
+        self.sync_gradients = True
+        self.step = 0
+
+    def advance(self, end_of_dataloader: bool) -> bool:
+        """Count one ``accumulate`` step and return whether it is a boundary (gradients synchronised)."""
+        if self.sync_with_dataloader and end_of_dataloader:
+            self.step = 0
+            self.sync_gradients = True
+        else:
+            self.step += 1
+            self.sync_gradients = self.step % self.num_steps == 0
+        return self.sync_gradients
