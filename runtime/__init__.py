@@ -23,7 +23,7 @@ _EXPORTS: dict[str, str] = {
     "DistributedType": "state",
     "ProcessInfo": "state",
     "GradientState": "state",
-    "UnusedParametersError": "accelerator",
+    "UnusedParametersError": "errors",
     # data loading
     "DataLoaderShard": "data_loader",
     "prepare_data_loader": "data_loader",

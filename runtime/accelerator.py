@@ -20,7 +20,7 @@ from .checkpoint import CheckpointMixin, ProjectConfiguration
 from .data_loader import DataLoaderShard, active_data_loader
 from .data_loader import prepare_data_loader as _shard_loader
 from .data_loader import skip_first_batches as _skip_first_batches
-from .errors import AccelifyRuntimeError, ConfigurationError
+from .errors import ConfigurationError, UnusedParametersError
 from .kwargs import AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs, sort_handlers
 from .optimizer import AcceleratedOptimizer
 from .scheduler import AcceleratedScheduler
@@ -34,10 +34,6 @@ _UNSUPPORTED = {
     "dynamo_plugin", "dispatch_batches", "use_seedable_sampler", "fp8_recipe_handler",
 }
 _SCHEDULER_TYPES: tuple[type, ...] = (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
-
-
-class UnusedParametersError(AccelifyRuntimeError):
-    """DDP found parameters that got no gradient; the message names them and the fix."""
 
 
 class _DDP(DistributedDataParallel):

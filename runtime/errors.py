@@ -18,3 +18,7 @@ class DistributedSetupError(AccelifyRuntimeError):
 class DistributedOperationException(AccelifyRuntimeError):
     """A collective operation cannot proceed: processes disagree on shapes or on which operation they are in,
     or some never arrived. The message names every process and what it was doing."""
+
+
+class UnusedParametersError(AccelifyRuntimeError):
+    """DDP found parameters that got no gradient; the message names them and the fix."""
