@@ -12,3 +12,39 @@ class AccelifyError(Exception):
     """Base class of every error the tool raises on purpose."""
 
     exit_code: int = 2
+
+
+class SourceError(AccelifyError):
+    """A file that cannot be read as Python source (binary, undecodable, missing)."""
+
+    def __init__(self, path: str, reason: str, hint: str) -> None:
+        self.path = path
+        self.reason = reason
+        self.hint = hint
+        super().__init__(f"{path}: {reason} ({hint})")
+
+
+class ConfigError(AccelifyError):
+    """A ``[tool.accelify]`` table that cannot be used."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: [tool.accelify] {reason}")
+
+
+class OutputError(AccelifyError):
+    """A destination that cannot be written."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: cannot write: {reason}")
+
+
+class UnknownTargetError(AccelifyError):
+    """A ``--target`` (or ``[tool.accelify] target``) that is neither ``accelify`` nor ``accelerate``."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        super().__init__(f"unknown target {target!r} (use 'accelify' or 'accelerate')")

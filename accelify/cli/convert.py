@@ -1,0 +1,119 @@
+"""``accelify convert PATH...``: show, check or write the conversion of training scripts.
+
+Thin on purpose: collect the files, call ``accelify.pipeline.convert_path``, render with
+``accelify.console``, write with ``accelify.source.write_atomic``. Exit codes: 0 clean, 1 with
+``--check`` when a file would change, 2 when a file could not be converted (the others still are).
+
+A directory argument converts the candidate ``*.py`` files in it (those that import torch), minus the
+``[tool.accelify] exclude`` globs; ``accelify migrate`` does the same in parallel with a report.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from accelify import console as view
+from accelify.errors import AccelifyError, OutputError
+from accelify.pipeline import convert_path
+from accelify.results import Result
+from accelify.settings import TARGETS, Settings, load_settings
+from accelify.source import candidates, encode, write_atomic
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--diff", "show_diff", is_flag=True, help="Print the unified diff and write nothing (the default).")
+@click.option("--in-place", "-i", is_flag=True, help="Rewrite the files (atomically).")
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write here instead: a file, or a folder for several inputs.")
+@click.option("--check", is_flag=True, help="Write nothing; exit 1 if a file would change (for pre-commit).")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of diffs.")
+@click.option("--target", type=click.Choice(TARGETS), default=None, help="Import Accelerator from accelify.runtime (default) or accelerate.")
+@click.option("--verbose", "-v", is_flag=True, help="Show tracebacks for internal errors.")
+def convert(
+    paths: tuple[Path, ...],
+    show_diff: bool,
+    in_place: bool,
+    output: Path | None,
+    check: bool,
+    as_json: bool,
+    target: str | None,
+    verbose: bool,
+) -> None:
+    """Convert single-device PyTorch training scripts to distributed-ready ones."""
+    if in_place and output is not None:
+        raise click.UsageError("--in-place and -o/--output are exclusive: write over the inputs, or elsewhere.")
+    if (show_diff or check) and (in_place or output is not None):
+        raise click.UsageError("--diff and --check only preview: drop --in-place/-o, or drop the preview flag.")
+    out = view.make_console()
+    err = view.make_console(stderr=True)
+    try:
+        settings = load_settings(paths[0]).with_flags(target=target)
+        jobs = _expand(paths, settings)
+        results = [convert_path(path, target=settings.target, disabled=settings.disable) for path, _ in jobs]
+        single = len(paths) == 1 and not paths[0].is_dir() and not output_is_folder(output)
+        written = _write(jobs, results, in_place=in_place, output=output, single=single)
+    except AccelifyError as error:
+        err.print(f"error: {error}", markup=False)
+        if verbose:
+            raise
+        sys.exit(error.exit_code)
+    if as_json:
+        view.print_json(sys.stdout, results)
+    else:
+        if not (in_place or output is not None):
+            for result in results:
+                view.print_diff(out, result)
+        view.print_warnings(err, results)
+        view.print_written(out, written)
+        view.print_errors(err, results, verbose=verbose)
+        view.print_summary(err, results, would=not (in_place or output is not None))
+    if any(r.status == "failed" for r in results):
+        sys.exit(2)
+    if check and any(r.changed for r in results):
+        sys.exit(1)
+
+
+def _expand(paths: tuple[Path, ...], settings: Settings) -> list[tuple[Path, Path]]:
+    """``(file, path relative to the output)`` for every file to convert; folders give their candidates."""
+    jobs: list[tuple[Path, Path]] = []
+    for path in paths:
+        if path.is_dir():
+            for found in candidates(path, settings.exclude, settings.root):
+                jobs.append((found, Path(path.resolve().name) / found.relative_to(path)))
+        else:
+            jobs.append((path, Path(path.name)))
+    return jobs
+
+
+def _write(
+    jobs: list[tuple[Path, Path]], results: list[Result], *, in_place: bool, output: Path | None, single: bool
+) -> list[tuple[Result, str]]:
+    """Write the converted files; failed files are never written. ``single``: ``output`` names the one
+    output file, else a folder that mirrors the inputs. Returns ``(result, destination)``."""
+    if not in_place and output is None:
+        return []
+    written: list[tuple[Result, str]] = []
+    destinations: set[Path] = set()
+    for (path, relative), result in zip(jobs, results):
+        if result.status == "failed":
+            continue
+        if in_place:
+            if not result.changed:
+                continue
+            destination = path
+        else:
+            assert output is not None
+            destination = output if single else output / relative
+        if destination in destinations:
+            raise OutputError(str(destination), "two inputs would be written to the same file; convert them separately")
+        destinations.add(destination)
+        write_atomic(destination, encode(result.new, result.encoding))
+        written.append((result, str(destination)))
+    return written
+
+
+def output_is_folder(output: Path | None) -> bool:
+    return output is not None and (output.is_dir() or str(output).endswith(("/", "\\")))

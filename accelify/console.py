@@ -1,0 +1,92 @@
+"""Everything the tool shows a person: coloured unified diffs, warnings, errors and a summary.
+
+The one module that uses rich. Colours appear only on a terminal; piped output is plain text.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections import Counter
+from typing import Iterable, Sequence, TextIO
+
+from rich.console import Console
+from rich.text import Text
+
+from accelify.results import Result
+
+_DIFF_STYLES = (("+++", "bold"), ("---", "bold"), ("@@", "cyan"), ("+", "green"), ("-", "red"))
+
+
+def make_console(file: TextIO | None = None, *, stderr: bool = False) -> Console:
+    """A console that never wraps, highlights or interprets markup in what it prints."""
+    return Console(file=file, stderr=stderr, highlight=False, soft_wrap=True, emoji=False)
+
+
+def unified_diff(result: Result) -> str:
+    """The unified diff from ``result.old`` to ``result.new`` (empty when nothing changed)."""
+    if result.old == result.new:
+        return ""
+    relative = not result.path.startswith(("/", "<")) and ":" not in result.path[:3]
+    lines = difflib.unified_diff(
+        result.old.splitlines(keepends=True),
+        result.new.splitlines(keepends=True),
+        fromfile=f"a/{result.path}" if relative else result.path,
+        tofile=f"b/{result.path}" if relative else result.path,
+    )
+    out = []
+    for line in lines:
+        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    return "".join(out)
+
+
+def print_diff(console: Console, result: Result) -> None:
+    """Print ``result``'s diff, coloured line by line on a terminal."""
+    for line in unified_diff(result).splitlines(keepends=True):
+        style = next((s for prefix, s in _DIFF_STYLES if line.startswith(prefix)), "")
+        console.print(Text(line, style=style), end="", markup=False)
+
+
+def print_warnings(console: Console, results: Iterable[Result]) -> None:
+    """One ``path:line:col: ACCnnn message (fix)`` line per warning."""
+    for result in results:
+        for warning in result.warnings:
+            console.print(Text(warning.format(), style="yellow"), markup=False)
+
+
+def print_errors(console: Console, results: Iterable[Result], *, verbose: bool = False) -> None:
+    """The error of every failed file (with its traceback when ``verbose`` and one was kept)."""
+    for result in results:
+        if result.status != "failed":
+            continue
+        console.print(Text(f"error: {result.error}", style="bold red"), markup=False)
+        if verbose and result.detail:
+            console.print(Text(result.detail.rstrip(), style="red"), markup=False)
+
+
+def print_written(console: Console, written: Sequence[tuple[Result, str]]) -> None:
+    """``converted path -> destination`` for every file written."""
+    for result, destination in written:
+        arrow = "" if destination == result.path else f" -> {destination}"
+        console.print(Text(f"{result.status}: {result.path}{arrow}", style="green" if result.changed else ""), markup=False)
+
+
+def summary_line(results: Sequence[Result], *, would: bool) -> str:
+    """``2 files would be converted, 1 unchanged, 1 failed; 3 warnings``."""
+    counts = Counter(r.status for r in results)
+    verb = "would be converted" if would else "converted"
+    parts = [f"{counts['converted']} file{'s' if counts['converted'] != 1 else ''} {verb}"]
+    parts += [f"{counts[s]} {s}" for s in ("unchanged", "skipped", "failed") if counts[s]]
+    warnings = sum(len(r.warnings) for r in results)
+    text = ", ".join(parts)
+    return f"{text}; {warnings} warning{'s' if warnings != 1 else ''}" if warnings else text
+
+
+def print_summary(console: Console, results: Sequence[Result], *, would: bool) -> None:
+    console.print(Text(summary_line(results, would=would), style="bold"), markup=False)
+
+
+def print_json(file: TextIO, results: Sequence[Result]) -> None:
+    """The results as a JSON list, with each converted file's diff."""
+    payload = [r.to_json() | {"diff": unified_diff(r)} for r in results]
+    file.write(json.dumps(payload, indent=2) + "\n")

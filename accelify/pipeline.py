@@ -1,0 +1,111 @@
+"""The conversion pipeline: source text in, a frozen ``Result`` out. It never prints or exits.
+
+``read -> parse once -> one analysis -> ordered rules -> one transform -> re-parse check -> Result``.
+The idempotence check is structural: a converted file creates an ``Accelerator``, and a file that
+creates one is left unchanged, so converting the output again changes nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import traceback
+
+import libcst as cst
+
+from accelify.errors import SourceError, UnknownTargetError
+from accelify.results import ConversionWarning, Result
+from accelify.source import read_source
+
+TARGETS = ("accelify", "accelerate")
+_SKIP_FILE = re.compile(r"^\s*#\s*accelify:\s*skip-file\b", re.MULTILINE)
+
+
+def convert_source(
+    code: str,
+    *,
+    path: str = "<string>",
+    target: str = "accelify",
+    disabled: frozenset[str] | set[str] = frozenset(),
+    encoding: str = "utf-8",
+) -> Result:
+    """Convert the source text of one script.
+
+    >>> convert_source("x = 1\\n").status
+    'skipped'
+    """
+    if target not in TARGETS:
+        raise UnknownTargetError(target)
+    if _SKIP_FILE.search(code):
+        return Result(path, "skipped", code, code, reason="# accelify: skip-file", encoding=encoding)
+    try:
+        module = cst.parse_module(code)
+    except cst.ParserSyntaxError as error:
+        line, col = _syntax_error_position(code, error)
+        return Result(path, "failed", code, code, error=f"{path}:{line}:{col}: syntax error", encoding=encoding)
+    from accelify.codemods.engine import transform  # the rules load only when something is converted
+
+    try:
+        outcome = transform(module, target=target, disabled=frozenset(disabled))
+        new = outcome.module.code if outcome.status == "converted" else code
+        if outcome.status == "converted":
+            _check_output(new, path)
+    except Exception as error:  # a bug in a rule must not take the other files down
+        detail = "".join(traceback.format_exception(error))
+        message = f"{path}: internal error while converting: {type(error).__name__}: {error}"
+        return Result(path, "failed", code, code, error=message, detail=detail, encoding=encoding)
+    warnings = tuple(
+        ConversionWarning(path, d.line, d.col, d.code, d.message, d.fix) for d in outcome.diagnostics
+    )
+    status = outcome.status if (outcome.status != "converted" or new != code) else "unchanged"
+    return Result(
+        path,
+        status,
+        code,
+        new,
+        changes=outcome.changes,
+        warnings=warnings,
+        reason=outcome.reason,
+        encoding=encoding,
+    )
+
+
+def convert_path(
+    path: str | os.PathLike[str],
+    *,
+    target: str = "accelify",
+    disabled: frozenset[str] | set[str] = frozenset(),
+) -> Result:
+    """Read one file (PEP 263 encoding, BOM kept, binary refused) and convert it; nothing is written."""
+    name = os.fspath(path)
+    try:
+        source = read_source(name)
+    except SourceError as error:
+        return Result(name, "failed", "", "", error=str(error))
+    return convert_source(source.text, path=name, target=target, disabled=disabled, encoding=source.encoding)
+
+
+def _syntax_error_position(code: str, error: cst.ParserSyntaxError) -> tuple[int, int]:
+    """Python's own parser points at the offending token; LibCST's often at the start of the line."""
+    try:
+        ast.parse(code)
+    except SyntaxError as exact:
+        if exact.lineno is not None:
+            return exact.lineno, exact.offset or 1
+    except (ValueError, RecursionError):
+        pass
+    return error.raw_line, error.raw_column + 1
+
+
+class OutputCheckError(Exception):
+    """The converted code does not parse or would be converted again (a bug in a rule)."""
+
+
+def _check_output(new: str, path: str) -> None:
+    try:
+        tree = ast.parse(new, filename=path)
+    except SyntaxError as error:
+        raise OutputCheckError(f"the converted code does not parse: line {error.lineno}: {error.msg}") from None
+    if not any(isinstance(node, ast.Name) and node.id == "Accelerator" for node in ast.walk(tree)):
+        raise OutputCheckError("the converted code creates no Accelerator, so a second run would convert it again")

@@ -1,0 +1,135 @@
+"""Reading Python sources with the right encoding, and writing them back atomically."""
+
+from __future__ import annotations
+
+import fnmatch
+import io
+import os
+import re
+import stat
+import tempfile
+import tokenize
+from dataclasses import dataclass
+from pathlib import Path
+
+from accelify.errors import OutputError, SourceError
+
+MAX_BYTES = 20 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Source:
+    """The text of a file and how to encode it back (``utf-8-sig`` keeps a byte-order mark)."""
+
+    text: str
+    encoding: str
+
+    @property
+    def bom(self) -> bool:
+        return self.encoding == "utf-8-sig"
+
+
+def decode(data: bytes, path: str = "<bytes>") -> Source:
+    """Decode ``data`` per PEP 263 (coding cookie, BOM, UTF-8 default); refuse binary data."""
+    if b"\x00" in data[:8192]:
+        raise SourceError(path, "looks like a binary file (it contains NUL bytes)", "pass Python source files only")
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as error:
+        raise SourceError(path, f"bad encoding declaration: {error.msg}", "fix the `# -*- coding: ... -*-` line") from None
+    try:
+        text = data.decode(encoding)
+    except (UnicodeDecodeError, LookupError) as error:
+        raise SourceError(
+            path, f"cannot be decoded as {encoding}: {error}", "save it as UTF-8 or declare its encoding (PEP 263)"
+        ) from None
+    return Source(text, encoding)
+
+
+def read_source(path: str | os.PathLike[str]) -> Source:
+    """Read and decode a Python file."""
+    name = os.fspath(path)
+    file = Path(name)
+    if file.is_dir():
+        raise SourceError(name, "is a directory", "pass the .py files in it, or the directory to `accelify migrate`")
+    try:
+        if file.stat().st_size > MAX_BYTES:
+            raise SourceError(name, "is larger than 20 MiB", "this is not a training script")
+        data = file.read_bytes()
+    except FileNotFoundError:
+        raise SourceError(name, "does not exist", "check the path") from None
+    except OSError as error:
+        raise SourceError(name, f"cannot be read: {error.strerror}", "check its permissions") from None
+    return decode(data, name)
+
+
+def encode(text: str, encoding: str) -> bytes:
+    """Encode converted text the way the original was encoded."""
+    return text.encode(encoding)
+
+
+def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    """Replace ``path`` with ``data`` in one step: a temporary file in the same folder, then a rename.
+
+    A crash leaves either the old file or the new one, never half of it. The mode of an existing
+    file is kept.
+    """
+    target = Path(os.fspath(path))
+    folder = target.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else None
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+    except OSError as error:
+        raise OutputError(str(target), error.strerror or str(error)) from None
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except OSError as error:
+        Path(tmp).unlink(missing_ok=True)
+        raise OutputError(str(target), error.strerror or str(error)) from None
+
+
+_IMPORTS_TORCH = re.compile(rb"^[ \t]*(?:import[ \t]+torch\b|from[ \t]+torch\b)", re.MULTILINE)
+_SKIPPED_DIRS = {".git", ".hg", ".svn", ".tox", ".nox", ".venv", "venv", "__pycache__", "node_modules", "build", "dist"}
+
+
+def imports_torch(data: bytes) -> bool:
+    """Cheap candidate test before parsing: some line imports torch."""
+    return _IMPORTS_TORCH.search(data) is not None
+
+
+def excluded(path: Path, patterns: tuple[str, ...], roots: tuple[Path, ...]) -> bool:
+    """Whether ``path`` matches one of the glob ``patterns``, relative to one of ``roots``."""
+    for root in roots:
+        try:
+            relative = path.resolve().relative_to(root.resolve()).as_posix()
+        except ValueError:
+            continue
+        if any(fnmatch.fnmatch(relative, pattern) for pattern in patterns):
+            return True
+    return False
+
+
+def candidates(folder: Path, exclude: tuple[str, ...] = (), root: Path | None = None) -> list[Path]:
+    """The ``*.py`` files under ``folder`` that import torch, minus ``exclude`` globs (relative to ``root``
+    and to ``folder``), skipping hidden, virtual-environment and build folders; sorted."""
+    roots = (folder,) + ((root,) if root is not None else ())
+    found: list[Path] = []
+    for current, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIPPED_DIRS and not d.startswith("."))
+        for name in sorted(files):
+            path = Path(current) / name
+            if not name.endswith(".py") or excluded(path, exclude, roots):
+                continue
+            try:
+                if imports_torch(path.read_bytes()):
+                    found.append(path)
+            except OSError:
+                found.append(path)  # reported as unreadable when converted
+    return found

@@ -1,0 +1,297 @@
+"""One pass over the module that records everything the rules read.
+
+The collector walks the tree once and records scopes (module, functions, classes), bindings
+(``name = value``, ``self.x = value``, ``args.x = value``, loop targets, parameters), name and
+attribute loads, every call with its enclosing statement and loop, loops, and the statement tree
+(for inserting and removing statements). ``plan.Plan`` turns these facts into roles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import libcst as cst
+
+from accelify.codemods.facts import Binding, CallSite, Facts, Loop, Scope
+from accelify.codemods.names import ImportMap, dotted
+
+NO_GRAD = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad"}
+
+
+def is_docstring(stmt: cst.BaseStatement) -> bool:
+    """Whether ``stmt`` is a bare string (a docstring when it comes first)."""
+    return (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and isinstance(stmt.body[0], cst.Expr)
+        and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
+
+
+def target_names(target: cst.BaseExpression) -> list[str]:
+    """The plain names an assignment or loop target binds, in order (``i, (x, y)`` -> i, x, y)."""
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [name for element in target.elements for name in target_names(element.value)]
+    return []
+
+
+def is_import(stmt: cst.BaseStatement) -> bool:
+    """An import line, or a ``try:`` block of imports (``try: import x / except ImportError: ...``)."""
+    if isinstance(stmt, cst.SimpleStatementLine):
+        return all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
+    if isinstance(stmt, cst.Try) and isinstance(stmt.body, cst.IndentedBlock):
+        return all(is_import(s) for s in stmt.body.body)
+    return False
+
+
+# Fields that hold only whitespace, parentheses and punctuation: never walked (about half the nodes).
+_TRIVIA = {
+    "lpar", "rpar", "comma", "semicolon", "leading_lines", "trailing_whitespace", "header", "footer",
+    "lines_after_decorators", "newline", "dot", "equal", "colon", "operator", "asynchronous", "lbracket",
+    "rbracket", "lbrace", "rbrace", "star_tok", "arrow", "walrus", "import_alias", "relative",
+}
+_HANDLERS: dict[type, tuple] = {}
+
+
+def _handlers(cls: type) -> tuple:
+    """``(visit, leave, child fields, is a statement)`` for a node class, computed once per class."""
+    name = cls.__name__
+    fields = tuple(
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.name not in _TRIVIA and not f.name.startswith("whitespace")
+    )
+    return (
+        getattr(_Collector, f"visit_{name}", None),
+        getattr(_Collector, f"leave_{name}", None),
+        fields,
+        issubclass(cls, cst.BaseStatement),
+    )
+
+
+SKIP_MARK = "accelify: skip"
+
+
+def _has_skip(comment: cst.Comment | None) -> bool:
+    return comment is not None and SKIP_MARK in comment.value and "skip-file" not in comment.value
+
+
+def _statement_skipped(node: cst.BaseStatement) -> bool:
+    if any(_has_skip(line.comment) for line in node.leading_lines[-1:]):
+        return True
+    if isinstance(node, cst.SimpleStatementLine):
+        return _has_skip(node.trailing_whitespace.comment)
+    body = getattr(node, "body", None)
+    header = getattr(body, "header", None)
+    return isinstance(header, cst.TrailingWhitespace) and _has_skip(header.comment)
+
+
+class _Collector:
+    def __init__(self, module: cst.Module) -> None:
+        self.imports = ImportMap()
+        self.module_scope = Scope(module, "module", None, "<module>")
+        self.scope = self.module_scope
+        self.scopes = [self.module_scope]
+        self.stmts: list[cst.BaseStatement] = []
+        self.parent_stmt: dict[cst.BaseStatement, cst.BaseStatement | None] = {}
+        self.loops: list[Loop] = []
+        self.saved_loops: list[list[Loop]] = []  # the loops of enclosing functions
+        self.all_loops: list[Loop] = []
+        self.calls: list[CallSite] = []
+        self.no_grad = 0
+        self.with_flags: list[bool] = []
+        self.not_loads: set[cst.CSTNode] = set()
+        self.classes: dict[str, list[str]] = {}
+        self.skipped: set[cst.BaseStatement] = set()
+
+    # the walk -------------------------------------------------------------------------------------
+    def walk(self, node: cst.CSTNode) -> None:
+        """Visit ``node`` and its non-trivia children, depth first, calling ``visit_<Type>`` before the
+        children (``False`` skips them) and ``leave_<Type>`` after."""
+        cls = type(node)
+        handlers = _HANDLERS.get(cls)
+        if handlers is None:
+            handlers = _HANDLERS[cls] = _handlers(cls)
+        visit, leave, fields, is_statement = handlers
+        if is_statement:
+            assert isinstance(node, cst.BaseStatement)
+            self.parent_stmt[node] = self.stmts[-1] if self.stmts else None
+            self.stmts.append(node)
+            if self.loops:
+                self.loops[-1].stmts.append(node)
+            if _statement_skipped(node):
+                self.skipped.add(node)
+        if visit is None or visit(self, node) is not False:
+            for name in fields:
+                child = getattr(node, name)
+                if isinstance(child, cst.CSTNode):
+                    self.walk(child)
+                elif isinstance(child, (list, tuple)):
+                    for item in child:
+                        if isinstance(item, cst.CSTNode):
+                            self.walk(item)
+        if leave is not None:
+            leave(self, node)
+        if is_statement:
+            self.stmts.pop()
+
+    # scopes -----------------------------------------------------------------------------------
+    def _bind(self, key: str, value: cst.BaseExpression | None, target: cst.BaseExpression) -> None:
+        where = self.scope
+        scope = where
+        if key.startswith("self.") and where.class_scope is not None:
+            scope = where.class_scope
+        binding = Binding(key, value, self.stmts[-1], scope, where, target, self.loops[-1] if self.loops else None)
+        scope.bindings.setdefault(key, []).append(binding)
+
+    def _bind_target(self, target: cst.BaseExpression, value: cst.BaseExpression | None) -> None:
+        if isinstance(target, (cst.Tuple, cst.List)):
+            elements = [e.value for e in target.elements]
+            values: list[cst.BaseExpression | None] = [None] * len(elements)
+            if isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(elements):
+                values = [e.value for e in value.elements]
+            for element, element_value in zip(elements, values):
+                self._bind_target(element, element_value)
+            return
+        if isinstance(target, cst.StarredElement):
+            self._bind_target(target.value, None)
+            return
+        key = dotted(target)
+        if key is not None and key.count(".") <= 1:
+            self.not_loads.add(target)
+            self._bind(key, value, target)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._bind(node.name.value, None, node.name)
+        self.not_loads.add(node.name)
+        params = [*node.params.posonly_params, *node.params.params, *node.params.kwonly_params]
+        for star in (node.params.star_arg, node.params.star_kwarg):
+            if isinstance(star, cst.Param):
+                params.append(star)
+        for param in params:
+            self.not_loads.add(param.name)
+        decorated_no_grad = any(
+            self.imports.qualname(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator) in NO_GRAD
+            for d in node.decorators
+        )
+        scope = Scope(node, "function", self.scope, node.name.value, params=params, no_grad=decorated_no_grad)
+        self.scopes.append(scope)
+        self.scope = scope
+        self.saved_loops.append(self.loops)
+        self.loops = []
+        self.no_grad += decorated_no_grad
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.no_grad -= self.scope.no_grad
+        assert self.scope.parent is not None
+        self.scope = self.scope.parent
+        self.loops = self.saved_loops.pop()
+
+    def visit_Lambda(self, node: cst.Lambda) -> None:
+        params = node.params
+        for param in (*params.posonly_params, *params.params, *params.kwonly_params):
+            self.not_loads.add(param.name)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._bind(node.name.value, None, node.name)
+        self.not_loads.add(node.name)
+        self.classes[node.name.value] = [self.imports.qualname(b.value) or "" for b in node.bases]
+        scope = Scope(node, "class", self.scope, node.name.value)
+        self.scopes.append(scope)
+        self.scope = scope
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        assert self.scope.parent is not None
+        self.scope = self.scope.parent
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        for name in self.imports.add(node):
+            self._bind(name, None, cst.Name(name))
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        for name in self.imports.add(node):
+            self._bind(name, None, cst.Name(name))
+        return False
+
+    # bindings ---------------------------------------------------------------------------------
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            self._bind_target(target.target, node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._bind_target(node.target, node.value)
+
+    def visit_With(self, node: cst.With) -> None:
+        flag = False
+        for item in node.items:
+            call = item.item
+            if isinstance(call, cst.Call) and self.imports.qualname(call.func) in NO_GRAD:
+                flag = True
+            if item.asname is not None:
+                self._bind_target(item.asname.name, None)
+        self.with_flags.append(flag)
+        self.no_grad += flag
+
+    def leave_With(self, original_node: cst.With) -> None:
+        self.no_grad -= self.with_flags.pop()
+
+    def visit_For(self, node: cst.For) -> None:
+        targets = target_names(node.target)
+        loop = Loop(node, self.scope, self.loops[-1] if self.loops else None, self.no_grad > 0, targets)
+        self._bind_target(node.target, None)
+        self.loops.append(loop)
+        self.all_loops.append(loop)
+        self.scope.loops.append(loop)
+
+    def leave_For(self, original_node: cst.For) -> None:
+        self.loops.pop()
+
+    # loads and calls --------------------------------------------------------------------------
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self.not_loads.add(node.attr)
+        if isinstance(node.value, cst.Name) and node not in self.not_loads:
+            self.scope.refs.setdefault(f"{node.value.value}.{node.attr.value}", []).append(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node not in self.not_loads:
+            self.scope.refs.setdefault(node.value, []).append(node)
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None:
+            self.not_loads.add(node.keyword)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        method = func.attr.value if isinstance(func, cst.Attribute) else None
+        site = CallSite(
+            node,
+            self.imports.qualname(func),
+            method,
+            self.stmts[-1],
+            self.scope,
+            self.loops[-1] if self.loops else None,
+            self.no_grad > 0,
+        )
+        self.calls.append(site)
+        self.scope.calls.append(site)
+        for loop in self.loops:
+            loop.calls.append(site)
+
+
+def collect(module: cst.Module) -> Facts:
+    """Walk ``module`` once and return the facts the rules read."""
+    collector = _Collector(module)
+    collector.walk(module)
+    return Facts(
+        module=module,
+        imports=collector.imports,
+        module_scope=collector.module_scope,
+        scopes=collector.scopes,
+        calls=collector.calls,
+        loops=collector.all_loops,
+        parent_stmt=collector.parent_stmt,
+        classes=collector.classes,
+        skipped=collector.skipped,
+    )

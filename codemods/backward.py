@@ -1,0 +1,57 @@
+"""SwapBackward: ``loss.backward()`` -> ``accelerator.backward(loss)``.
+
+Before::
+
+    loss.backward()
+    (loss / k).backward(retain_graph=True)
+
+After::
+
+    accelerator.backward(loss)
+    accelerator.backward(loss / k, retain_graph=True)
+
+``scaler.scale(loss).backward()`` is AMP (left to the AMP warning); positional arguments are warned about.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.codemods import codes
+from accelify.codemods.context import Context, expression
+from accelify.codemods.rule import Rule
+
+
+class SwapBackward(Rule):
+    name = "backward"
+    description = "Run backward through the accelerator."
+
+    def run(self, ctx: Context) -> None:
+        if not ctx.accelerators:
+            return
+        for site in ctx.facts.calls:
+            func = site.node.func
+            if site.method != "backward" or not isinstance(func, cst.Attribute):
+                continue
+            receiver = func.value
+            if isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute) and receiver.func.attr.value == "scale":
+                continue
+            accelerator = ctx.accelerator_in(site.scope)
+            if accelerator is None:
+                ctx.warn(codes.NO_ACCELERATOR_HERE, site.node, name="backward")
+                continue
+            if any(a.keyword is None for a in site.node.args):
+                ctx.warn(codes.BACKWARD_ARGS, site.node)
+                continue
+            if ctx.replace(site.node, site.stmt, lambda c, a=accelerator: _swap(c, a)):  # type: ignore[misc]
+                ctx.handled.add(site.node)
+                ctx.change("loss.backward() -> accelerator.backward(loss)")
+
+
+def _swap(call: cst.CSTNode, accelerator: str) -> cst.CSTNode:
+    assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+    loss = call.func.value.with_changes(lpar=[], rpar=[])
+    return call.with_changes(
+        func=expression(f"{accelerator}.backward"),
+        args=[cst.Arg(loss), *call.args],
+    )

@@ -1,0 +1,150 @@
+"""What a rule sees: the facts, the plan, and the ways to propose edits and warnings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Sequence
+
+import libcst as cst
+
+from accelify.codemods.codes import Code
+from accelify.codemods.edits import Edits, Replacement
+from accelify.codemods.facts import Facts, Scope
+from accelify.codemods.names import ImportMap
+from accelify.codemods.plan import Plan
+
+TARGETS = {"accelify": "accelify.runtime", "accelerate": "accelerate"}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A warning about one node; its position is resolved once, at the end."""
+
+    node: cst.CSTNode
+    code: str
+    message: str
+    fix: str
+
+
+class Abort(Exception):
+    """Raised by a rule when the file cannot be converted safely; the finding explains why."""
+
+    def __init__(self, finding: Finding) -> None:
+        super().__init__(finding.message)
+        self.finding = finding
+
+
+@dataclass
+class Context:
+    """Shared state of one conversion; rules run in order and read what earlier rules decided."""
+
+    facts: Facts
+    plan: Plan
+    target: str = "accelify"
+    edits: Edits = field(init=False)
+    findings: list[Finding] = field(default_factory=list)
+    changes: list[str] = field(default_factory=list)
+    consumed: set[cst.CSTNode] = field(default_factory=set)  # loads that edits remove
+    handled: set[cst.CSTNode] = field(default_factory=set)  # calls a rule already rewrote
+    accelerators: dict[Scope, str] = field(default_factory=dict)  # scope -> "accelerator" / "self.accelerator"
+    accelerator_stmt: cst.BaseStatement | None = None  # the builder statement the accelerator is created before
+
+    def __post_init__(self) -> None:
+        self.edits = Edits(self.facts.parent_stmt)
+
+    @property
+    def imports_map(self) -> ImportMap:
+        return self.facts.imports
+
+    @property
+    def import_module(self) -> str:
+        return TARGETS[self.target]
+
+    # where the accelerator is -----------------------------------------------------------------
+    def accelerator_in(self, scope: Scope) -> str | None:
+        """The expression that names the accelerator in ``scope`` (closures see their parent's)."""
+        current: Scope | None = scope
+        while current is not None:
+            if current in self.accelerators:
+                return self.accelerators[current]
+            if current.kind != "function":
+                return None
+            if current.parent is not None and current.parent.kind == "class":
+                # a method sees the trainer's `self.accelerator`; a static method has no `self`
+                return self.accelerators.get(current.parent) if current.class_scope is not None else None
+            current = current.parent
+        return None
+
+    def after_accelerator(self, scope: Scope, stmt: cst.BaseStatement) -> bool:
+        """Whether ``stmt`` in ``scope`` runs after the accelerator exists."""
+        if self.accelerator_in(scope) is None:
+            return False
+        builder = self.plan.builder
+        if scope is not builder or self.accelerator_stmt is None or builder is None:
+            return True
+        body = builder.body
+        top = self.facts.top_stmt(stmt, builder)
+        return top is not None and body.index(top) >= body.index(self.accelerator_stmt)
+
+    # edits ------------------------------------------------------------------------------------
+    def is_skipped(self, stmt: cst.BaseStatement) -> bool:
+        """Whether ``stmt`` or a statement around it carries ``# accelify: skip``."""
+        return any(s in self.facts.skipped for s in self.facts.chain(stmt))
+
+    def replace(self, node: cst.CSTNode, stmt: cst.BaseStatement, fn: Replacement) -> bool:
+        if self.is_skipped(stmt):
+            return False
+        self.edits.replace(node, stmt, fn)
+        return True
+
+    def insert_before(self, stmt: cst.BaseStatement, code: Sequence[str]) -> None:
+        self.edits.insert_before(stmt, [statement(line) for line in code])
+
+    def insert_after(self, stmt: cst.BaseStatement, code: Sequence[str]) -> None:
+        self.edits.insert_after(stmt, [statement(line) for line in code])
+
+    def remove(self, stmt: cst.BaseStatement) -> bool:
+        if self.is_skipped(stmt):
+            return False
+        self.edits.remove(stmt)
+        return True
+
+    def change(self, description: str) -> None:
+        if description not in self.changes:
+            self.changes.append(description)
+
+    # warnings ---------------------------------------------------------------------------------
+    def finding(self, code: Code, node: cst.CSTNode, **fields: str) -> Finding:
+        return Finding(node, code.code, code.message.format(**fields), code.fix.format(**fields))
+
+    def warn(self, code: Code, node: cst.CSTNode, **fields: str) -> None:
+        finding = self.finding(code, node, **fields)
+        if all(f.node is not node or f.code != finding.code for f in self.findings):
+            self.findings.append(finding)
+
+    def abort(self, code: Code, node: cst.CSTNode, **fields: str) -> None:
+        """Stop converting this file: it is left unchanged, with this warning."""
+        raise Abort(self.finding(code, node, **fields))
+
+
+@lru_cache(maxsize=512)
+def expression(code: str) -> cst.BaseExpression:
+    """A parsed expression; nodes are immutable, so one parse serves every use of the same text."""
+    return cst.parse_expression(code)
+
+
+@lru_cache(maxsize=512)
+def statement(code: str) -> cst.BaseStatement:
+    """A parsed statement (cached like ``expression``)."""
+    return cst.parse_statement(code)
+
+
+def unwrap(node: cst.CSTNode, accelerator: str) -> cst.Call:
+    """``accelerator.unwrap_model(<node>)``."""
+    return cst.Call(func=expression(f"{accelerator}.unwrap_model"), args=[cst.Arg(node)])  # type: ignore[arg-type]
+
+
+def code_of(node: cst.CSTNode) -> str:
+    """Source text of a node (for messages and for building new statements)."""
+    return cst.Module(body=[]).code_for_node(node)

@@ -1,0 +1,91 @@
+"""ReplaceDevice: the device variable becomes ``accelerator.device``, or goes away when nothing uses it.
+
+Before::
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    torch.cuda.set_device(0)
+    mask = torch.ones(4).to(device)
+
+After::
+
+    device = accelerator.device
+    mask = torch.ones(4).to(device)
+
+``args.device = ...`` and ``self.device = ...`` are handled the same way.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.codemods import codes
+from accelify.codemods.context import Context, expression
+from accelify.codemods.facts import Binding
+from accelify.codemods.rule import Rule
+
+
+class ReplaceDevice(Rule):
+    name = "device"
+    description = "Tie the device variable to accelerator.device (or drop it when unused)."
+
+    def run(self, ctx: Context) -> None:
+        if not ctx.accelerators:
+            return
+        for site in ctx.facts.calls:
+            if site.qualname == "torch.cuda.set_device" and _alone(site.stmt, site.node) and ctx.remove(site.stmt):
+                ctx.handled.add(site.node)
+                ctx.change("remove torch.cuda.set_device")
+        for binding in ctx.plan.bindings_with_role("device"):
+            if binding.loop is not None:
+                continue
+            refs = self._refs(ctx, binding)
+            stmt = binding.stmt
+            if all(ref in ctx.consumed for ref in refs):
+                if _single_assign(stmt) and ctx.remove(stmt):
+                    ctx.change("remove the unused device variable")
+                continue
+            accelerator = ctx.accelerator_in(binding.where)
+            if accelerator is None or not ctx.after_accelerator(binding.where, stmt) or not _single_assign(stmt):
+                ctx.warn(codes.DEVICE_NOT_REPLACED, stmt, name=binding.key)
+                continue
+            assert binding.value is not None
+            if ctx.replace(binding.value, stmt, lambda _, a=accelerator: expression(f"{a}.device")):  # type: ignore[misc]
+                ctx.change("use accelerator.device")
+
+    def _refs(self, ctx: Context, binding: Binding) -> list[cst.BaseExpression]:
+        """Every load, in any scope, that may see ``binding`` (through helper parameters too)."""
+        found: list[cst.BaseExpression] = []
+        attr = binding.key.rpartition(".")[2]
+        for scope in ctx.facts.scopes:
+            for key, refs in scope.refs.items():
+                if key != binding.key and key.rpartition(".")[2] != attr:
+                    continue
+                for ref in refs:
+                    origin = ctx.plan.origin(scope, ref)
+                    # a load of the same name whose origin is unknown might be this device: count it as a use
+                    if origin is binding or (origin is None and key == binding.key and scope.resolve(key.split(".")[0])):
+                        found.append(ref)
+        return found
+
+
+def _single_assign(stmt: cst.BaseStatement) -> bool:
+    """``name = value`` (or ``obj.attr = value``) alone on its line."""
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):
+        return False
+    small = stmt.body[0]
+    if isinstance(small, cst.AnnAssign):
+        return True
+    return (
+        isinstance(small, cst.Assign)
+        and len(small.targets) == 1
+        and isinstance(small.targets[0].target, (cst.Name, cst.Attribute))
+    )
+
+
+def _alone(stmt: cst.BaseStatement, call: cst.Call) -> bool:
+    return (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], cst.Expr)
+        and stmt.body[0].value is call
+    )

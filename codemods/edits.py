@@ -1,0 +1,166 @@
+"""Edits proposed by rules, applied by one transformer in one pass.
+
+Rules never rebuild the tree themselves (Fixit's model): they register replacements for nodes and
+statement insertions/removals; ``apply`` visits only the statements that contain an edit.
+Replacements compose: each is a function of the node as already updated by edits inside it.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Sequence
+
+import libcst as cst
+
+Replacement = Callable[[cst.CSTNode], cst.CSTNode]
+
+
+class Edits:
+    """The pending edits of one conversion."""
+
+    def __init__(self, parent_stmt: dict[cst.BaseStatement, cst.BaseStatement | None]) -> None:
+        self._parent = parent_stmt
+        self.replacements: dict[cst.CSTNode, list[Replacement]] = {}
+        self.before: dict[cst.BaseStatement, list[cst.BaseStatement]] = {}
+        self.after: dict[cst.BaseStatement, list[cst.BaseStatement]] = {}
+        self.removed: set[cst.BaseStatement] = set()
+        self.dirty: set[cst.BaseStatement] = set()
+
+    def __bool__(self) -> bool:
+        return bool(self.replacements or self.before or self.after or self.removed)
+
+    def _touch(self, stmt: cst.BaseStatement | None) -> None:
+        while stmt is not None and stmt not in self.dirty:
+            self.dirty.add(stmt)
+            stmt = self._parent.get(stmt)
+
+    def replace(self, node: cst.CSTNode, stmt: cst.BaseStatement, fn: Replacement) -> None:
+        """Replace ``node`` (inside ``stmt``) by ``fn(updated node)``."""
+        self.replacements.setdefault(node, []).append(fn)
+        self._touch(stmt)
+
+    def insert_before(self, stmt: cst.BaseStatement, new: Sequence[cst.BaseStatement]) -> None:
+        self.before.setdefault(stmt, []).extend(new)
+        self._touch(self._parent.get(stmt))
+
+    def insert_after(self, stmt: cst.BaseStatement, new: Sequence[cst.BaseStatement]) -> None:
+        self.after.setdefault(stmt, []).extend(new)
+        self._touch(self._parent.get(stmt))
+
+    def remove(self, stmt: cst.BaseStatement) -> None:
+        self.removed.add(stmt)
+        self._touch(self._parent.get(stmt))
+
+
+class _Applier(cst.CSTTransformer):
+    def __init__(self, edits: Edits) -> None:
+        super().__init__()
+        self.edits = edits
+        self.emptied: set[cst.BaseStatement] = set()  # ``pass`` put in blocks whose statements were all removed
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.BaseStatement) and node not in self.edits.dirty:
+            return False
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> cst.CSTNode:  # type: ignore[override]
+        for fn in self.edits.replacements.get(original_node, ()):
+            updated_node = fn(updated_node)
+        if isinstance(updated_node, (cst.IndentedBlock, cst.Module)) and type(original_node) is type(updated_node):
+            body, leftover = self._body(original_node.body, updated_node.body)  # type: ignore[attr-defined]
+            if not body:
+                body = [cst.SimpleStatementLine([cst.Pass()], leading_lines=leftover)]
+                leftover = []
+                self.emptied.add(body[0])
+            return updated_node.with_changes(body=body, footer=[*leftover, *updated_node.footer])
+        return updated_node
+
+    def _body(
+        self, originals: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement]
+    ) -> tuple[list[cst.BaseStatement], list[cst.EmptyLine]]:
+        """The new statements of a block, and the comments of removed trailing statements."""
+        out: list[cst.BaseStatement] = []
+        carried: list[cst.EmptyLine] = []  # blank lines and comments of removed statements
+        for original, new in zip(originals, updated):
+            inserted = list(self.edits.before.get(original, ()))
+            after = list(self.edits.after.get(original, ()))
+            if original in self.edits.removed or self._emptied_if(new):
+                carried = _merge(carried, original.leading_lines) + _trailing_comment(original)
+                if inserted or after:
+                    out.extend(_lead([*inserted, *after], carried))
+                    carried = []
+                continue
+            if inserted:
+                out.extend(_lead(inserted, _merge(carried, new.leading_lines)))
+                new = new.with_changes(leading_lines=[])
+            elif carried:
+                new = new.with_changes(leading_lines=_merge(carried, new.leading_lines))
+            carried = []
+            out.append(new)
+            out.extend(after)
+        return out, [line for line in carried if line.comment is not None]
+
+
+    def _emptied_if(self, stmt: cst.BaseStatement) -> bool:
+        """An ``if`` with a side-effect-free test whose whole body was removed (``if args.cuda: model.cuda()``)."""
+        return (
+            isinstance(stmt, cst.If)
+            and stmt.orelse is None
+            and isinstance(stmt.body, cst.IndentedBlock)
+            and len(stmt.body.body) == 1
+            and stmt.body.body[0] in self.emptied
+            and _pure(stmt.test)
+        )
+
+
+def _pure(expr: cst.BaseExpression) -> bool:
+    """Whether evaluating ``expr`` cannot have a side effect (names, attributes, not/and/or/compare)."""
+    if isinstance(expr, (cst.Name, cst.SimpleString, cst.Integer)):
+        return True
+    if isinstance(expr, cst.Attribute):
+        return _pure(expr.value)
+    if isinstance(expr, cst.UnaryOperation):
+        return _pure(expr.expression)
+    if isinstance(expr, cst.BooleanOperation):
+        return _pure(expr.left) and _pure(expr.right)
+    if isinstance(expr, cst.Comparison):
+        return _pure(expr.left) and all(_pure(c.comparator) for c in expr.comparisons)
+    return False
+
+
+def _trailing_comment(stmt: cst.BaseStatement) -> list[cst.EmptyLine]:
+    if isinstance(stmt, cst.SimpleStatementLine) and stmt.trailing_whitespace.comment is not None:
+        return [cst.EmptyLine(comment=stmt.trailing_whitespace.comment)]
+    return []
+
+
+def _merge(first: Sequence[cst.EmptyLine], second: Sequence[cst.EmptyLine]) -> list[cst.EmptyLine]:
+    """Leading lines for a statement that takes over ``first`` (from removed statements) before its own
+    ``second``: every comment kept, in order, and the larger run of leading blank lines."""
+    if not first:
+        return list(second)
+
+    def split(lines: Sequence[cst.EmptyLine]) -> tuple[list[cst.EmptyLine], list[cst.EmptyLine]]:
+        n = 0
+        while n < len(lines) and lines[n].comment is None:
+            n += 1
+        return list(lines[:n]), list(lines[n:])
+
+    blank_a, rest_a = split(first)
+    blank_b, rest_b = split(second)
+    return (blank_a if len(blank_a) > len(blank_b) else blank_b) + rest_a + rest_b
+
+
+def _lead(stmts: Iterable[cst.BaseStatement], lines: Sequence[cst.EmptyLine]) -> list[cst.BaseStatement]:
+    stmts = list(stmts)
+    if stmts and lines:
+        stmts[0] = stmts[0].with_changes(leading_lines=[*lines, *stmts[0].leading_lines])
+    return stmts
+
+
+def apply(module: cst.Module, edits: Edits) -> cst.Module:
+    """The module with every edit applied."""
+    if not edits:
+        return module
+    result = module.visit(_Applier(edits))
+    assert isinstance(result, cst.Module)
+    return result

@@ -1,0 +1,98 @@
+"""GatherForMetrics: in an evaluation loop over a prepared loader, gather the predictions and the
+targets from every process right after the forward pass, so sums and ``len(loader.dataset)`` stay right.
+
+Before::
+
+    with torch.no_grad():
+        for data, target in test_loader:
+            output = model(data)
+            correct += output.argmax(1).eq(target).sum().item()
+
+After::
+
+    with torch.no_grad():
+        for data, target in test_loader:
+            output = model(data)
+            output, target = accelerator.gather_for_metrics((output, target))
+            correct += output.argmax(1).eq(target).sum().item()
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import libcst as cst
+import libcst.matchers as m
+
+from accelify.codemods.analysis import target_names
+from accelify.codemods.context import Context
+from accelify.codemods.facts import Loop
+from accelify.codemods.rule import Rule
+
+
+class GatherForMetrics(Rule):
+    name = "evaluation"
+    description = "Gather predictions and targets across processes in evaluation loops."
+
+    def run(self, ctx: Context) -> None:
+        for loop in ctx.facts.loops:
+            accelerator = ctx.accelerator_in(loop.scope)
+            body = loop.node.body
+            if accelerator is None or not isinstance(body, cst.IndentedBlock) or not _is_evaluation(ctx, loop):
+                continue
+            for index, stmt in enumerate(body.body):
+                forward = _forward(ctx, loop, stmt)
+                if forward is not None:
+                    if not ctx.is_skipped(stmt):
+                        ctx.insert_after(stmt, [_gather(ctx, loop, forward, body.body[index + 1 :], accelerator)])
+                        ctx.change("gather predictions and targets for metrics")
+                    break
+
+
+def _is_evaluation(ctx: Context, loop: Loop) -> bool:
+    """A loop over a prepared loader, under ``no_grad``/``inference_mode``, that never calls backward."""
+    return (
+        loop.no_grad
+        and ctx.plan.loader_of(loop) is not None
+        and not any(ctx.plan.reaches_backward(site) for site in loop.calls)
+    )
+
+
+def _gather(
+    ctx: Context, loop: Loop, forward: tuple[str, set[str]], rest: Sequence[cst.BaseStatement], accelerator: str
+) -> str:
+    """``output, target = accelerator.gather_for_metrics((output, target))``: the output, then the batch
+    names used after the forward (targets first, then inputs that are used again)."""
+    output, inputs = forward
+    later = _names_used(rest)
+    batch = ctx.plan.batch_names(loop)
+    used = [name for name in target_names(loop.node.target) if name in batch and name in later]
+    gathered = [output] + [n for n in used if n not in inputs] + [n for n in used if n in inputs]
+    if len(gathered) == 1:
+        return f"{output} = {accelerator}.gather_for_metrics({output})"
+    names = ", ".join(gathered)
+    return f"{names} = {accelerator}.gather_for_metrics(({names}))"
+
+
+def _forward(ctx: Context, loop: Loop, stmt: cst.BaseStatement) -> tuple[str, set[str]] | None:
+    """``output = model(data)`` with a prepared model: (``"output"``, names passed in)."""
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
+        return None
+    assign = stmt.body[0]
+    if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
+        return None
+    call = assign.value
+    if not isinstance(call, cst.Call):
+        return None
+    found = ctx.plan.origin(loop.scope, call.func)
+    if found is None or found.role != "model" or not ctx.plan.is_prepared(found):
+        return None
+    inputs = {n.value for n in m.findall(call, m.Name()) if isinstance(n, cst.Name)}
+    return assign.targets[0].target.value, inputs
+
+
+def _names_used(stmts: Sequence[cst.BaseStatement]) -> set[str]:
+    names: set[str] = set()
+    for stmt in stmts:
+        names |= {n.value for n in m.findall(stmt, m.Name()) if isinstance(n, cst.Name)}
+    return names

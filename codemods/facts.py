@@ -1,0 +1,145 @@
+"""The records the analysis produces: scopes, bindings, calls, loops, and the ``Facts`` that hold them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import libcst as cst
+
+from accelify.codemods.names import ImportMap
+
+
+@dataclass(eq=False)
+class Scope:
+    """A module, function or class body."""
+
+    node: cst.Module | cst.FunctionDef | cst.ClassDef
+    kind: str  # "module" | "function" | "class"
+    parent: "Scope | None"
+    name: str
+    params: list[cst.Param] = field(default_factory=list)
+    bindings: dict[str, list["Binding"]] = field(default_factory=dict)
+    refs: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
+    calls: list["CallSite"] = field(default_factory=list)
+    loops: list["Loop"] = field(default_factory=list)
+    no_grad: bool = False
+
+    @property
+    def body(self) -> list[cst.BaseStatement]:
+        """The statements directly in this scope."""
+        if isinstance(self.node, cst.Module):
+            return list(self.node.body)
+        block = self.node.body
+        return list(block.body) if isinstance(block, cst.IndentedBlock) else []
+
+    @property
+    def param_names(self) -> list[str]:
+        return [p.name.value for p in self.params]
+
+    @property
+    def class_scope(self) -> "Scope | None":
+        """For a method (first parameter ``self``), the class that owns it."""
+        if self.kind == "function" and self.parent is not None and self.parent.kind == "class":
+            if self.params and self.params[0].name.value == "self":
+                return self.parent
+        return None
+
+    def binds(self, name: str) -> bool:
+        return name in self.bindings or name in self.param_names
+
+    def resolve(self, name: str) -> "Scope | None":
+        """The scope whose binding a load of ``name`` here sees (class bodies are skipped, as in Python)."""
+        scope: Scope | None = self
+        while scope is not None:
+            if (scope is self or scope.kind != "class") and scope.binds(name):
+                return scope
+            scope = scope.parent
+        return None
+
+
+@dataclass(eq=False)
+class Binding:
+    """One assignment of a name or ``obj.attr`` key."""
+
+    key: str
+    value: cst.BaseExpression | None
+    stmt: cst.BaseStatement
+    scope: Scope  # where the key lives (the class for ``self.x``)
+    where: Scope  # the function or module the statement is in
+    target: cst.BaseExpression
+    loop: "Loop | None"
+    role: str | None = None
+
+
+@dataclass(eq=False)
+class CallSite:
+    """A call, with what it resolves to and where it is."""
+
+    node: cst.Call
+    qualname: str | None
+    method: str | None  # ``x.method(...)``: "method"
+    stmt: cst.BaseStatement
+    scope: Scope
+    loop: "Loop | None"
+    no_grad: bool
+
+
+@dataclass(eq=False)
+class Loop:
+    """A ``for`` loop; ``calls`` holds every call inside it (nested loops included)."""
+
+    node: cst.For
+    scope: Scope
+    parent: "Loop | None"
+    no_grad: bool
+    targets: list[str]
+    calls: list[CallSite] = field(default_factory=list)
+    stmts: list[cst.BaseStatement] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Facts:
+    """Everything the collector found."""
+
+    module: cst.Module
+    imports: ImportMap
+    module_scope: Scope
+    scopes: list[Scope]
+    calls: list[CallSite]
+    loops: list[Loop]
+    parent_stmt: dict[cst.BaseStatement, cst.BaseStatement | None]
+    classes: dict[str, list[str]]  # class name -> base qualnames
+    skipped: set[cst.BaseStatement]
+    sites: dict[cst.Call, CallSite] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.sites = {site.node: site for site in self.calls}
+        self._functions = {(id(s.parent), s.name): s for s in self.scopes if s.kind == "function"}
+
+    def function(self, name: str, owner: Scope | None = None) -> Scope | None:
+        """A function defined in ``owner`` (default: the module) by name (the last definition wins)."""
+        return self._functions.get((id(owner or self.module_scope), name))
+
+    def bindings(self) -> Iterator[Binding]:
+        """Every binding in every scope."""
+        for scope in self.scopes:
+            for bindings in scope.bindings.values():
+                yield from bindings
+
+    def chain(self, stmt: cst.BaseStatement) -> list[cst.BaseStatement]:
+        """``stmt`` and the statements that contain it, innermost first."""
+        out: list[cst.BaseStatement] = []
+        node: cst.BaseStatement | None = stmt
+        while node is not None:
+            out.append(node)
+            node = self.parent_stmt.get(node)
+        return out
+
+    def top_stmt(self, stmt: cst.BaseStatement, scope: Scope) -> cst.BaseStatement | None:
+        """The statement directly in ``scope``'s body that contains ``stmt``."""
+        body = scope.body
+        for node in self.chain(stmt):
+            if node in body:
+                return node
+        return None

@@ -1,0 +1,81 @@
+"""LoadUnwrapped: loading weights into a prepared model goes through the unwrapped model, from CPU tensors.
+
+Before (after ``prepare``)::
+
+    model.load_state_dict(torch.load("net.pt"))
+
+After::
+
+    accelerator.unwrap_model(model).load_state_dict(torch.load("net.pt", map_location="cpu"))
+
+Loading before ``prepare`` needs nothing and is left alone.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.codemods.context import Context, unwrap
+from accelify.codemods.facts import CallSite
+from accelify.codemods.rule import Rule
+
+
+class LoadUnwrapped(Rule):
+    name = "load"
+    description = "Load state dicts into the unwrapped model, with map_location='cpu'."
+
+    def run(self, ctx: Context) -> None:
+        for site in ctx.facts.calls:
+            func = site.node.func
+            if site.method != "load_state_dict" or not isinstance(func, cst.Attribute):
+                continue
+            found = ctx.plan.origin(site.scope, func.value)
+            if found is None or not ctx.plan.is_prepared(found) or not self._after_prepare(ctx, site):
+                continue
+            accelerator = ctx.accelerator_in(site.scope)
+            if accelerator is None:
+                continue
+            if found.role == "model":
+                ctx.replace(func.value, site.stmt, lambda n, a=accelerator: unwrap(n, a))  # type: ignore[misc]
+                ctx.change("load into accelerator.unwrap_model(model)")
+            for load in self._loads_feeding(ctx, site):
+                ctx.replace(load.node, load.stmt, _map_to_cpu)
+                ctx.change('torch.load(..., map_location="cpu")')
+
+    def _after_prepare(self, ctx: Context, site: CallSite) -> bool:
+        builder = ctx.plan.builder
+        if site.scope is not builder:
+            return site.scope in ctx.accelerators or ctx.accelerator_in(site.scope) is not None
+        prepared = [ctx.facts.top_stmt(b.stmt, builder) for b in ctx.plan.prepared]
+        body = builder.body
+        top = ctx.facts.top_stmt(site.stmt, builder)
+        last = max((body.index(t) for t in prepared if t in body), default=len(body))
+        return top in body and body.index(top) > last
+
+    def _loads_feeding(self, ctx: Context, site: CallSite) -> list[CallSite]:
+        """``torch.load`` calls without ``map_location`` whose result this call loads (directly or via a name)."""
+        if not site.node.args:
+            return []
+        value = site.node.args[0].value
+        while isinstance(value, cst.Subscript):
+            value = value.value
+        if isinstance(value, cst.Name):
+            binding = ctx.plan.binding_of(site.scope, value.value)
+            value = binding.value if binding is not None and binding.value is not None else value
+        load = ctx.facts.sites.get(value) if isinstance(value, cst.Call) else None
+        if load is None or load.qualname != "torch.load" or load.node in ctx.handled:
+            return []
+        if any(a.keyword is not None and a.keyword.value == "map_location" for a in load.node.args) or len(load.node.args) > 1:
+            return []
+        ctx.handled.add(load.node)
+        return [load]
+
+
+def _map_to_cpu(node: cst.CSTNode) -> cst.CSTNode:
+    assert isinstance(node, cst.Call)
+    arg = cst.Arg(
+        cst.SimpleString('"cpu"'),
+        keyword=cst.Name("map_location"),
+        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+    )
+    return node.with_changes(args=[*node.args, arg])

@@ -1,0 +1,96 @@
+"""What a name or attribute chain refers to, resolved from the module's own import statements.
+
+Resolving aliases from the imports is cheap (no ScopeProvider) and is enough to match torch APIs
+by qualified name whatever the spelling: ``import torch.nn as nn``, ``from torch import nn``,
+``from torch.nn.utils import clip_grad_norm_ as clip`` all resolve to ``torch.nn...``.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+# Private module paths that torch re-exports under a public name.
+_CANONICAL: dict[str, str] = {
+    "torch.nn.utils.clip_grad.clip_grad_norm_": "torch.nn.utils.clip_grad_norm_",
+    "torch.nn.utils.clip_grad.clip_grad_value_": "torch.nn.utils.clip_grad_value_",
+    "torch.utils.data.dataloader.DataLoader": "torch.utils.data.DataLoader",
+    "torch.nn.parallel.distributed.DistributedDataParallel": "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.data_parallel.DataParallel": "torch.nn.parallel.DataParallel",
+    "torch.nn.DataParallel": "torch.nn.parallel.DataParallel",
+    "torch.cuda.amp.grad_scaler.GradScaler": "torch.cuda.amp.GradScaler",
+    "torch.utils.data.distributed.DistributedSampler": "torch.utils.data.DistributedSampler",
+    "tqdm.std.tqdm": "tqdm.tqdm",
+    "tqdm.auto.tqdm": "tqdm.tqdm",
+    "tqdm.notebook.tqdm": "tqdm.tqdm",
+    "tqdm.autonotebook.tqdm": "tqdm.tqdm",
+}
+
+
+def dotted(expr: cst.BaseExpression) -> str | None:
+    """``a.b.c`` for a chain of names and attributes, else None."""
+    parts: list[str] = []
+    while isinstance(expr, cst.Attribute):
+        parts.append(expr.attr.value)
+        expr = expr.value
+    if not isinstance(expr, cst.Name):
+        return None
+    parts.append(expr.value)
+    return ".".join(reversed(parts))
+
+
+def module_name(node: cst.BaseExpression | None) -> str | None:
+    """The dotted module of an import statement (``torch.nn``)."""
+    return None if node is None else dotted(node)
+
+
+class ImportMap:
+    """Local name -> fully qualified name, from every import statement in a module."""
+
+    def __init__(self) -> None:
+        self.aliases: dict[str, str] = {}
+        self.modules: set[str] = set()
+
+    def add(self, node: cst.Import | cst.ImportFrom) -> list[str]:
+        """Record one import statement; returns the local names it binds."""
+        bound: list[str] = []
+        if isinstance(node, cst.Import):
+            for alias in node.names:
+                full = dotted(alias.name) or ""
+                self.modules.add(full)
+                if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                    local = alias.asname.name.value
+                    self.aliases[local] = full
+                else:
+                    local = full.split(".")[0]
+                    self.aliases.setdefault(local, local)
+                bound.append(local)
+            return bound
+        if node.relative:
+            return bound
+        base = module_name(node.module) or ""
+        self.modules.add(base)
+        if isinstance(node.names, cst.ImportStar):
+            return bound
+        for alias in node.names:
+            name = dotted(alias.name) or ""
+            local = name
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                local = alias.asname.name.value
+            self.aliases[local] = f"{base}.{name}"
+            bound.append(local)
+        return bound
+
+    def qualname(self, expr: cst.BaseExpression) -> str | None:
+        """The qualified name of a name/attribute chain (``nn.Linear`` -> ``torch.nn.Linear``)."""
+        name = dotted(expr)
+        if name is None:
+            return None
+        head, _, rest = name.partition(".")
+        full = self.aliases.get(head)
+        if full is not None:
+            name = f"{full}.{rest}" if rest else full
+        return _CANONICAL.get(name, name)
+
+    def imports_any(self, *prefixes: str) -> bool:
+        """Whether some import statement names a module under one of ``prefixes``."""
+        return any(m == p or m.startswith(p + ".") for m in self.modules for p in prefixes)

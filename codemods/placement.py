@@ -1,0 +1,118 @@
+"""RemovePlacement: prepared models and batches from prepared loaders need no device placement.
+
+Before::
+
+    model = Net().to(device)
+    for data, target in train_loader:
+        data, target = data.to(device), target.to(device)
+
+After::
+
+    model = Net()
+    for data, target in train_loader:
+
+``model.cuda()`` statements, ``model = model.to(device)`` and ``if args.cuda: model.cuda()`` go away;
+``model(x.to(device))`` on a batch becomes ``model(x)``.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.codemods.context import Context
+from accelify.codemods.devices import device_arg
+from accelify.codemods.facts import CallSite, Loop
+from accelify.codemods.names import dotted
+from accelify.codemods.roles import PLACEMENT_METHODS, strip_placement
+from accelify.codemods.rule import Rule
+
+
+class RemovePlacement(Rule):
+    name = "placement"
+    description = "Drop .to(device)/.cuda() on prepared models and on batches of prepared loaders."
+
+    def run(self, ctx: Context) -> None:
+        plan = ctx.plan
+        for binding in plan.prepared:
+            if binding.role == "model" and binding.value is not None:
+                self._strip_value(ctx, binding.value, binding.stmt)
+        by_stmt: dict[cst.BaseStatement, list[CallSite]] = {}
+        for site in ctx.facts.calls:
+            if site.method in PLACEMENT_METHODS and site.node not in ctx.handled and self._placeable(ctx, site):
+                by_stmt.setdefault(site.stmt, []).append(site)
+        for stmt, sites in by_stmt.items():
+            if self._whole_statement(stmt, sites) and ctx.remove(stmt):
+                for site in sites:
+                    self._consume(ctx, site)
+                ctx.change("remove device placement of prepared objects and batches")
+                continue
+            for site in sites:
+                # a batch moved into a new name (`real = real_cpu.to(device)`) stays: on a prepared batch it is a no-op
+                if self._is_model(ctx, site) and ctx.replace(site.node, site.stmt, _receiver):
+                    self._consume(ctx, site)
+                    ctx.change("remove device placement of prepared objects and batches")
+
+    def _strip_value(self, ctx: Context, value: cst.BaseExpression, stmt: cst.BaseStatement) -> None:
+        """``Net().to(device).cuda()`` -> ``Net()`` when every call of the chain only places."""
+        sites: list[CallSite] = []
+        node = value
+        while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in PLACEMENT_METHODS:
+            site = ctx.facts.sites.get(node)
+            if site is None or device_arg(ctx.plan, site.scope, node) is None:
+                return
+            sites.append(site)
+            node = node.func.value
+        if sites and ctx.replace(value, stmt, strip_placement):  # type: ignore[arg-type]
+            for site in sites:
+                self._consume(ctx, site)
+            ctx.change("remove device placement of prepared objects and batches")
+
+    def _placeable(self, ctx: Context, site: CallSite) -> bool:
+        """A placement of a prepared model, or of a batch of a prepared loader, to the device."""
+        if device_arg(ctx.plan, site.scope, site.node) is None:
+            return False
+        receiver = site.node.func.value  # type: ignore[attr-defined]
+        return self._is_model(ctx, site) or (isinstance(receiver, cst.Name) and receiver.value in _batch_names(ctx, site.loop))
+
+    def _is_model(self, ctx: Context, site: CallSite) -> bool:
+        found = ctx.plan.origin(site.scope, site.node.func.value)  # type: ignore[attr-defined]
+        return found is not None and found.role == "model" and ctx.plan.is_prepared(found)
+
+    def _whole_statement(self, stmt: cst.BaseStatement, sites: list[CallSite]) -> bool:
+        """``model.cuda()``, ``x = x.to(device)`` or ``x, y = x.to(d), y.to(d)``: nothing left once placement goes."""
+        if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):
+            return False
+        small = stmt.body[0]
+        calls = {site.node for site in sites}
+        if isinstance(small, cst.Expr):
+            return small.value in calls
+        if not (isinstance(small, cst.Assign) and len(small.targets) == 1):
+            return False
+        target, value = small.targets[0].target, small.value
+        pairs: list[tuple[cst.BaseExpression, cst.BaseExpression]] = [(target, value)]
+        if isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)):
+            if len(target.elements) != len(value.elements):
+                return False
+            pairs = [(t.value, v.value) for t, v in zip(target.elements, value.elements)]
+        return all(
+            v in calls and dotted(t) is not None and dotted(t) == dotted(v.func.value)  # type: ignore[attr-defined]
+            for t, v in pairs
+        )
+
+    def _consume(self, ctx: Context, site: CallSite) -> None:
+        ctx.handled.add(site.node)
+        for arg in site.node.args:
+            ctx.consumed.add(arg.value)
+
+
+def _batch_names(ctx: Context, loop: Loop | None) -> set[str]:
+    names: set[str] = set()
+    while loop is not None:
+        names |= ctx.plan.batch_names(loop)
+        loop = loop.parent
+    return names
+
+
+def _receiver(node: cst.CSTNode) -> cst.CSTNode:
+    assert isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+    return node.func.value.with_changes(lpar=node.lpar, rpar=node.rpar) if node.lpar else node.func.value

@@ -1,0 +1,80 @@
+"""InsertPrepare: one ``accelerator.prepare(...)`` after the last model/optimizer/loader/scheduler is
+created, before the first training loop.
+
+Before::
+
+    model = Net()
+    optimizer = torch.optim.Adam(model.parameters())
+    scheduler = StepLR(optimizer, step_size=1)
+
+After::
+
+    model = Net()
+    optimizer = torch.optim.Adam(model.parameters())
+    scheduler = StepLR(optimizer, step_size=1)
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+
+Models, then optimizers, then data loaders, then schedulers, each in creation order; a long call is
+split over lines the way black would.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.codemods import codes
+from accelify.codemods.context import Context
+from accelify.codemods.rule import Rule
+
+LINE_LENGTH = 88
+
+
+class InsertPrepare(Rule):
+    name = "prepare"
+    description = "Prepare every model, optimizer, data loader and scheduler in one call."
+
+    def run(self, ctx: Context) -> None:
+        plan = ctx.plan
+        builder = plan.builder
+        if builder is None or builder not in ctx.accelerators:
+            return
+        accelerator = ctx.accelerators[builder]
+        objects = []
+        for binding in plan.prepared:
+            if binding.loop is not None:
+                ctx.warn(codes.BUILT_IN_LOOP, binding.stmt, name=binding.key)
+            else:
+                objects.append(binding)
+        if not objects:
+            return
+        body = builder.body
+        tops = [ctx.facts.top_stmt(b.stmt, builder) for b in objects]
+        last = max((t for t in tops if t is not None), key=body.index)
+        first_loop = next(
+            (i for i, s in enumerate(body) for loop in plan.training_loops(builder) if loop.node is s), None
+        )
+        if first_loop is not None and body.index(last) > first_loop:
+            culprit = objects[tops.index(last)]
+            ctx.abort(codes.CREATED_AFTER_LOOP, culprit.stmt, name=culprit.key)
+        names = [b.key for b in objects]
+        ctx.insert_after(last, [_prepare_code(names, accelerator, _depth(ctx, last) * _indent(ctx))])
+        ctx.change(f"prepare {', '.join(names)}")
+
+
+def _prepare_code(names: list[str], accelerator: str, indent: str) -> str:
+    joined = ", ".join(names)
+    head = f"{joined} = {accelerator}.prepare("
+    if len(indent) + len(head) + len(joined) + 1 <= LINE_LENGTH:
+        return f"{head}{joined})"
+    inner = indent + " " * 4
+    if len(inner) + len(joined) <= LINE_LENGTH:
+        return f"{head}\n    {joined}\n)"
+    return head + "\n" + "".join(f"    {name},\n" for name in names) + ")"
+
+
+def _depth(ctx: Context, stmt: cst.BaseStatement) -> int:
+    return len(ctx.facts.chain(stmt)) - 1
+
+
+def _indent(ctx: Context) -> str:
+    return ctx.facts.module.default_indent

@@ -1,0 +1,188 @@
+"""What kind of object an expression builds: model, optimizer, scheduler, data loader, device, scaler.
+
+Matching is by qualified name (``names.ImportMap``), so every import spelling and alias works.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from accelify.codemods.names import ImportMap
+
+LOADERS = {"torch.utils.data.DataLoader"}
+SCALERS = {"torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler"}
+AVAILABILITY = {
+    "torch.cuda.is_available",
+    "torch.accelerator.is_available",
+    "torch.backends.mps.is_available",
+    "torch.xpu.is_available",
+}
+CURRENT_ACCELERATOR = "torch.accelerator.current_accelerator"
+CLIPPING = {"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_value_"}
+_NOT_MODELS = {"torch.nn.Parameter", "torch.nn.Module", "torch.nn.ModuleList", "torch.nn.ModuleDict", "torch.nn.ParameterList"}
+_PARAMETERS = m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))
+PLACEMENT_METHODS = ("to", "cuda")
+
+
+def strip_placement(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """``Net().to(device).cuda()`` -> ``Net()``."""
+    while (
+        isinstance(expr, cst.Call)
+        and isinstance(expr.func, cst.Attribute)
+        and expr.func.attr.value in PLACEMENT_METHODS
+    ):
+        expr = expr.func.value
+    return expr
+
+
+def is_cuda_string(expr: cst.BaseExpression) -> bool:
+    """``"cuda"`` or ``"cuda:0"``."""
+    if not isinstance(expr, cst.SimpleString):
+        return False
+    text = expr.evaluated_value
+    return isinstance(text, str) and (text == "cuda" or text.startswith("cuda:"))
+
+
+def is_cpu_device(expr: cst.BaseExpression, imports: ImportMap) -> bool:
+    """``"cpu"`` or ``torch.device("cpu")``."""
+    if isinstance(expr, cst.Call) and imports.qualname(expr.func) == "torch.device" and expr.args:
+        expr = expr.args[0].value
+    return isinstance(expr, cst.SimpleString) and expr.evaluated_value == "cpu"
+
+
+def is_device_expr(expr: cst.BaseExpression, imports: ImportMap) -> bool:
+    """An expression that picks the accelerator device (possibly falling back to the CPU)."""
+    if isinstance(expr, cst.Attribute) and expr.attr.value == "type":
+        expr = expr.value  # torch.accelerator.current_accelerator().type
+    if isinstance(expr, cst.Call):
+        q = imports.qualname(expr.func)
+        if q == "torch.device":
+            return bool(expr.args) and is_device_expr(expr.args[0].value, imports)
+        return q == CURRENT_ACCELERATOR
+    if isinstance(expr, cst.IfExp):
+        if is_cpu_device(expr.body, imports):  # "cpu" if args.cpu or not torch.cuda.is_available() else "cuda"
+            return is_device_expr(expr.orelse, imports)
+        return is_device_expr(expr.body, imports) and (
+            is_cpu_device(expr.orelse, imports) or is_device_expr(expr.orelse, imports)
+        )
+    return is_cuda_string(expr)
+
+
+def cpu_flag(expr: cst.BaseExpression, imports: ImportMap) -> cst.BaseExpression | None:
+    """The ``cpu=`` argument a device expression implies: ``args.no_cuda`` for
+    ``"cuda" if torch.cuda.is_available() and not args.no_cuda else "cpu"``; None when only availability decides."""
+    if isinstance(expr, cst.Call) and imports.qualname(expr.func) == "torch.device" and expr.args:
+        expr = expr.args[0].value
+    if not isinstance(expr, cst.IfExp):
+        return None
+    if is_cpu_device(expr.body, imports):
+        return _cpu_terms(expr.test, imports)
+    return flags_from_test(expr.test, imports)
+
+
+def is_cuda_flag(value: cst.BaseExpression, imports: ImportMap) -> bool:
+    """``not args.no_cuda and torch.cuda.is_available()``: a condition that enables CUDA when available."""
+    if not isinstance(value, cst.BooleanOperation):
+        return False
+    return any(
+        isinstance(term, cst.Call) and imports.qualname(term.func) in AVAILABILITY for term in _split(value, cst.And)
+    )
+
+
+def _cpu_terms(test: cst.BaseExpression, imports: ImportMap) -> cst.BaseExpression | None:
+    """``args.cpu or not torch.cuda.is_available()`` -> ``args.cpu`` (the terms that force the CPU)."""
+    terms = _split(test, cst.Or)
+    kept = [
+        t.with_changes(lpar=[], rpar=[])
+        for t in terms
+        if not (
+            isinstance(t, cst.UnaryOperation)
+            and isinstance(t.operator, cst.Not)
+            and isinstance(t.expression, cst.Call)
+            and imports.qualname(t.expression.func) in AVAILABILITY
+        )
+    ]
+    return _join(kept)
+
+
+def _split(test: cst.BaseExpression, operator: type) -> list[cst.BaseExpression]:
+    terms: list[cst.BaseExpression] = []
+    pending: list[cst.BaseExpression] = [test]
+    while pending:
+        term = pending.pop(0)
+        if isinstance(term, cst.BooleanOperation) and isinstance(term.operator, operator) and not term.lpar:
+            pending[:0] = [term.left, term.right]
+        else:
+            terms.append(term)
+    return terms
+
+
+def _join(flags: list[cst.BaseExpression]) -> cst.BaseExpression | None:
+    if not flags:
+        return None
+    result = flags[0]
+    for flag in flags[1:]:
+        result = cst.BooleanOperation(result, cst.Or(), flag)
+    return result
+
+
+def flags_from_test(test: cst.BaseExpression, imports: ImportMap) -> cst.BaseExpression | None:
+    """``not args.no_cuda and torch.cuda.is_available()`` -> ``args.no_cuda`` (the condition that forces the CPU)."""
+    flags: list[cst.BaseExpression] = []
+    for term in _split(test, cst.And):
+        if isinstance(term, cst.Call) and imports.qualname(term.func) in AVAILABILITY:
+            continue
+        if isinstance(term, cst.UnaryOperation) and isinstance(term.operator, cst.Not):
+            flags.append(term.expression.with_changes(lpar=[], rpar=[]))
+        else:
+            flags.append(cst.UnaryOperation(cst.Not(), term.with_changes(lpar=[], rpar=[])))
+    return _join(flags)
+
+
+def is_module_class(name: str, classes: dict[str, list[str]], seen: frozenset[str] = frozenset()) -> bool:
+    """Whether the class ``name`` defined in this file subclasses ``nn.Module``."""
+    if name in seen or name not in classes:
+        return False
+    for base in classes[name]:
+        if base == "torch.nn.Module" or is_module_class(base, classes, seen | {name}):
+            return True
+    return False
+
+
+def classify(value: cst.BaseExpression | None, imports: ImportMap, classes: dict[str, list[str]]) -> str | None:
+    """The role of the object ``value`` builds, or None."""
+    if value is None:
+        return None
+    if is_device_expr(value, imports):
+        return "device"
+    core = strip_placement(value)
+    if not isinstance(core, cst.Call):
+        return None
+    q = imports.qualname(core.func) or ""
+    last = q.rsplit(".", 1)[-1]
+    if q in LOADERS:
+        return "loader"
+    if q in SCALERS:
+        return "scaler"
+    if q.startswith("torch.optim.lr_scheduler.") and last[:1].isupper():
+        return "scheduler"
+    if q.startswith("torch.optim.") and last[:1].isupper() and last != "Optimizer":
+        return "optimizer"
+    if q.startswith("torch.nn.") and q.count(".") == 2 and last[:1].isupper():
+        return None if last.endswith("Loss") or q in _NOT_MODELS else "model"
+    if q.startswith("torchvision.models.") or is_module_class(q, classes):
+        return "model"
+    if last[:1].isupper() and any(m.findall(arg.value, _PARAMETERS) for arg in core.args):
+        return "optimizer"
+    return None
+
+
+def parameter_owners(call: cst.Call) -> list[cst.BaseExpression]:
+    """The ``x`` of every ``x.parameters()`` passed to ``call`` (the models an optimizer trains)."""
+    owners: list[cst.BaseExpression] = []
+    for arg in call.args:
+        for found in m.findall(arg.value, _PARAMETERS):
+            assert isinstance(found, cst.Call) and isinstance(found.func, cst.Attribute)
+            owners.append(found.func.value)
+    return owners

@@ -1,0 +1,77 @@
+"""SaveOnMain: checkpoints are written once, from the unwrapped model, after every process is done.
+
+Before::
+
+    torch.save(model.state_dict(), "net.pt")
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+
+After::
+
+    accelerator.wait_for_everyone()
+    accelerator.save(accelerator.unwrap_model(model).state_dict(), "net.pt")
+    accelerator.save({"model": accelerator.unwrap_model(model).state_dict(), "optimizer": optimizer.state_dict()}, path)
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.codemods import codes
+from accelify.codemods.context import Context, expression, unwrap
+from accelify.codemods.facts import CallSite
+from accelify.codemods.rule import Rule
+
+
+class SaveOnMain(Rule):
+    name = "save"
+    description = "Save through the accelerator, from the unwrapped model, after wait_for_everyone()."
+
+    def run(self, ctx: Context) -> None:
+        waited: set[cst.BaseStatement] = set()
+        for site in ctx.facts.calls:
+            if site.qualname != "torch.save":
+                continue
+            accelerator = ctx.accelerator_in(site.scope)
+            if accelerator is None or not ctx.after_accelerator(site.scope, site.stmt):
+                if ctx.accelerators and accelerator is None and site.scope.kind == "function":
+                    ctx.warn(codes.NO_ACCELERATOR_HERE, site.node, name="torch.save")
+                continue
+            if not ctx.replace(site.node.func, site.stmt, lambda _, a=accelerator: expression(f"{a}.save")):  # type: ignore[misc]
+                continue
+            self._unwrap_models(ctx, site, accelerator)
+            if not _follows_save(ctx, site, waited):
+                ctx.insert_before(site.stmt, [f"{accelerator}.wait_for_everyone()"])
+            waited.add(site.stmt)
+            ctx.change("save with accelerator.save after wait_for_everyone()")
+
+    def _unwrap_models(self, ctx: Context, site: CallSite, accelerator: str) -> None:
+        """``model.state_dict()`` / ``model`` of a prepared model -> through ``accelerator.unwrap_model``."""
+        if not site.node.args:
+            return
+        pending: list[cst.BaseExpression] = [site.node.args[0].value]
+        while pending:
+            expr = pending.pop()
+            if isinstance(expr, cst.Dict):
+                pending.extend(e.value for e in expr.elements if isinstance(e, cst.DictElement))
+            elif isinstance(expr, (cst.Tuple, cst.List)):
+                pending.extend(e.value for e in expr.elements)
+            elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "state_dict":
+                if self._is_model(ctx, site, expr.func.value):
+                    ctx.replace(expr.func.value, site.stmt, lambda n, a=accelerator: unwrap(n, a))  # type: ignore[misc]
+            elif self._is_model(ctx, site, expr):
+                ctx.replace(expr, site.stmt, lambda n, a=accelerator: unwrap(n, a))  # type: ignore[misc]
+
+    def _is_model(self, ctx: Context, site: CallSite, expr: cst.BaseExpression) -> bool:
+        found = ctx.plan.origin(site.scope, expr)
+        return found is not None and found.role == "model" and ctx.plan.is_prepared(found)
+
+
+def _follows_save(ctx: Context, site: CallSite, waited: set[cst.BaseStatement]) -> bool:
+    """Whether the statement just before this save is another converted save (one wait is enough)."""
+    parent = ctx.facts.parent_stmt.get(site.stmt)
+    body = ctx.facts.module.body if parent is None else getattr(getattr(parent, "body", None), "body", ())
+    body = list(body)
+    if site.stmt not in body:
+        return False
+    index = body.index(site.stmt)
+    return index > 0 and body[index - 1] in waited

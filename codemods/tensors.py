@@ -1,0 +1,115 @@
+"""PlaceTensors: other tensors and modules sent to the GPU by hand go to ``accelerator.device``.
+
+Before::
+
+    mask = torch.ones(8).cuda()
+    noise = torch.randn(8).cuda()
+    teacher = Teacher().to("cuda")
+    zeros = torch.zeros(3, device="cuda")
+
+After::
+
+    mask = torch.ones(8, device=accelerator.device)
+    noise = torch.randn(8).to(accelerator.device)
+    teacher = Teacher().to(accelerator.device)
+    zeros = torch.zeros(3, device=accelerator.device)
+
+Random factories keep ``.to(...)``: drawing on the GPU would use another random stream than the
+original, which drew on the CPU and then moved the values.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.codemods import codes
+from accelify.codemods.context import Context, code_of, expression
+from accelify.codemods.facts import CallSite
+from accelify.codemods.roles import is_cuda_string
+from accelify.codemods.rule import Rule
+
+DETERMINISTIC_FACTORIES = {
+    f"torch.{name}"
+    for name in ("zeros", "ones", "empty", "full", "arange", "linspace", "logspace", "eye", "tensor", "as_tensor")
+}
+
+
+class PlaceTensors(Rule):
+    name = "tensors"
+    description = "Send other tensors to accelerator.device instead of CUDA."
+
+    def run(self, ctx: Context) -> None:
+        for site in ctx.facts.calls:
+            if site.node in ctx.handled:
+                continue
+            accelerator = ctx.accelerator_in(site.scope)
+            if accelerator is None or not ctx.after_accelerator(site.scope, site.stmt):
+                continue
+            device = expression(f"{accelerator}.device")
+            if site.method == "cuda":
+                self._cuda(ctx, site, device)
+            elif site.method == "to" and _cuda_target(ctx, site):
+                if ctx.replace(site.node, site.stmt, lambda c, d=device: _set_first_arg(c, d)):  # type: ignore[misc]
+                    ctx.handled.add(site.node)
+                    ctx.change("send other tensors to accelerator.device")
+            else:
+                for arg in site.node.args:
+                    if arg.keyword is not None and arg.keyword.value == "device" and is_cuda_string(arg.value):
+                        if ctx.replace(arg, site.stmt, lambda a, d=device: a.with_changes(value=d)):  # type: ignore[misc,attr-defined]
+                            ctx.change("send other tensors to accelerator.device")
+
+    def _cuda(self, ctx: Context, site: CallSite, device: cst.BaseExpression) -> None:
+        call = site.node
+        positional = [a for a in call.args if a.keyword is None]
+        if positional:
+            ctx.warn(codes.CUDA_INDEX, call, index=code_of(positional[0].value))
+            ctx.handled.add(call)
+            return
+        receiver = call.func.value  # type: ignore[attr-defined]
+        inner = ctx.facts.sites.get(receiver) if isinstance(receiver, cst.Call) else None
+        if inner is not None and inner.qualname in DETERMINISTIC_FACTORIES and not call.args and not _has_device(receiver):
+            ctx.replace(call, site.stmt, lambda c, d=device: _device_kwarg(c, d))  # type: ignore[misc]
+        else:
+            ctx.replace(call, site.stmt, lambda c, d=device: _to(c, d))  # type: ignore[misc]
+        ctx.handled.add(call)
+        ctx.change("send other tensors to accelerator.device")
+
+
+def _cuda_target(ctx: Context, site: CallSite) -> bool:
+    args = site.node.args
+    if not args or args[0].keyword is not None:
+        return False
+    value = args[0].value
+    if is_cuda_string(value):
+        return True
+    return (
+        isinstance(value, cst.Call)
+        and ctx.imports_map.qualname(value.func) == "torch.device"
+        and bool(value.args)
+        and is_cuda_string(value.args[0].value)
+    )
+
+
+def _has_device(call: cst.Call) -> bool:
+    return any(a.keyword is not None and a.keyword.value == "device" for a in call.args)
+
+
+def _set_first_arg(call: cst.CSTNode, device: cst.BaseExpression) -> cst.CSTNode:
+    assert isinstance(call, cst.Call)
+    return call.with_changes(args=[call.args[0].with_changes(value=device), *call.args[1:]])
+
+
+def _to(call: cst.CSTNode, device: cst.BaseExpression) -> cst.CSTNode:
+    assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+    return call.with_changes(
+        func=call.func.with_changes(attr=cst.Name("to")),
+        args=[cst.Arg(device), *call.args],
+    )
+
+
+def _device_kwarg(call: cst.CSTNode, device: cst.BaseExpression) -> cst.CSTNode:
+    assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+    factory = call.func.value
+    assert isinstance(factory, cst.Call)
+    keyword = cst.Arg(device, keyword=cst.Name("device"), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+    return factory.with_changes(args=[*factory.args, keyword], lpar=call.lpar, rpar=call.rpar)

@@ -1,0 +1,180 @@
+"""ThreadAccelerator: helper functions that need the accelerator get it as a parameter, and every
+call site passes it. A ``device`` parameter that is no longer used is replaced in place.
+
+Before::
+
+    def train(model, device, loader, optimizer):
+        for data, target in loader:
+            data, target = data.to(device), target.to(device)
+            ...
+            loss.backward()
+
+    train(model, device, train_loader, optimizer)
+
+After::
+
+    def train(model, accelerator, loader, optimizer):
+        for data, target in loader:
+            ...
+            accelerator.backward(loss)
+
+    train(model, accelerator, train_loader, optimizer)
+
+Only when the builder is a function: module-level scripts have a global ``accelerator``, and trainer
+classes use ``self.accelerator``.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.codemods import codes
+from accelify.codemods.context import Context
+from accelify.codemods.facts import Scope
+from accelify.codemods.roles import CLIPPING
+from accelify.codemods.rule import Rule
+
+
+class ThreadAccelerator(Rule):
+    name = "threading"
+    description = "Pass the accelerator to helper functions that need it."
+
+    def run(self, ctx: Context) -> None:
+        builder = ctx.plan.builder
+        if builder is None or builder.kind != "function" or builder.class_scope is not None:
+            return
+        if builder not in ctx.accelerators:
+            return
+        functions = [s for s in ctx.facts.scopes if s.kind == "function" and s is not builder and not _inside(s, builder)]
+        wanted = self._choose(ctx, builder, functions)
+        for function in wanted:
+            ctx.accelerators[function] = "accelerator"
+        plan = ctx.plan
+        done: set[Scope] = set()
+        while len(done) < len(wanted):  # callees first: their call sites consume the caller's `device`
+            pending = [f for f in functions if f in wanted and f not in done]
+            ready = [
+                f for f in pending if all(plan.callee(s) in done or plan.callee(s) not in wanted or plan.callee(s) is f for s in f.calls)
+            ] or pending[:1]
+            for function in ready:
+                self._thread(ctx, function)
+                done.add(function)
+
+    def _choose(self, ctx: Context, builder: Scope, functions: list[Scope]) -> set[Scope]:
+        """The helpers that need the accelerator (or call one that does) and can get it from every caller."""
+        plan = ctx.plan
+        wanted = {f for f in functions if self._needs(ctx, f)}
+        grown = True
+        while grown:  # callers of helpers that need it need it too, to pass it on
+            callers = {f for f in functions if f not in wanted and any(plan.callee(s) in wanted for s in f.calls)}
+            wanted |= callers
+            grown = bool(callers)
+        shrunk = True
+        while shrunk:  # a helper can only get it if every call site has it to pass (and passes plain arguments)
+            reachable = {builder} | wanted
+            bad = {
+                f
+                for f in wanted
+                if not plan.call_sites(f)
+                or any(_home(s.scope, reachable) is None or any(a.star for a in s.node.args) for s in plan.call_sites(f))
+            }
+            for f in bad:
+                for site in f.calls:
+                    if site.method == "backward":
+                        ctx.warn(codes.NO_ACCELERATOR_HERE, site.node, name=f.name)
+            wanted -= bad
+            shrunk = bool(bad)
+        return wanted
+
+    def _needs(self, ctx: Context, function: Scope) -> bool:
+        plan = ctx.plan
+        for site in function.calls:
+            if site.method == "backward" or site.qualname in CLIPPING or site.qualname == "torch.save":
+                return True
+        if any(plan.loader_of(loop) is not None for loop in function.loops):
+            return True
+        return self._device_param(ctx, function) is not None
+
+    def _device_param(self, ctx: Context, function: Scope) -> str | None:
+        """The name of a device parameter whose every use inside the helper has been removed."""
+        for name in function.param_names:
+            origin = ctx.plan.param_origin(function, name)
+            if origin is None or origin.role != "device" or name in function.bindings:
+                continue
+            if all(ref in ctx.consumed for ref in function.refs.get(name, [])):
+                return name
+        return None
+
+    def _thread(self, ctx: Context, function: Scope) -> None:
+        node = function.node
+        assert isinstance(node, cst.FunctionDef)
+        replaced = self._device_param(ctx, function)
+        sites = ctx.plan.call_sites(function)
+        if replaced is not None:
+            ctx.replace(node.params, node, lambda p: _rename_param(p, replaced))  # type: ignore[arg-type,return-value]
+            for site in sites:
+                arg = ctx.plan.arg_for(site, function, replaced)
+                if arg is None:
+                    continue
+                ctx.consumed.add(arg.value)
+                ctx.replace(arg, site.stmt, _pass_accelerator)
+        else:
+            params = node.params
+            keyword = bool(params.star_arg != cst.MaybeSentinel.DEFAULT or params.kwonly_params or params.star_kwarg) or any(
+                p.default is not None for p in params.params
+            )
+            ctx.replace(params, node, lambda p: _add_param(p, keyword))  # type: ignore[arg-type,return-value]
+            for site in sites:
+                use_keyword = keyword or any(a.keyword is not None for a in site.node.args)
+                ctx.replace(site.node, site.stmt, lambda c, k=use_keyword: _add_arg(c, k))  # type: ignore[misc]
+        ctx.change(f"pass the accelerator to {function.name}()")
+
+
+def _home(scope: Scope, reachable: set[Scope]) -> Scope | None:
+    """The scope in ``reachable`` that ``scope`` is (or is nested in), for closures."""
+    current: Scope | None = scope
+    while current is not None:
+        if current in reachable:
+            return current
+        current = current.parent if current.kind == "function" else None
+    return None
+
+
+def _inside(scope: Scope, outer: Scope) -> bool:
+    parent = scope.parent
+    while parent is not None:
+        if parent is outer:
+            return True
+        parent = parent.parent
+    return False
+
+
+def _rename_param(params: cst.Parameters, name: str) -> cst.Parameters:
+    def swap(group: tuple[cst.Param, ...] | list[cst.Param]) -> list[cst.Param]:
+        return [p.with_changes(name=cst.Name("accelerator"), annotation=None) if p.name.value == name else p for p in group]
+
+    return params.with_changes(
+        params=swap(params.params), posonly_params=swap(params.posonly_params), kwonly_params=swap(params.kwonly_params)
+    )
+
+
+def _pass_accelerator(arg: cst.CSTNode) -> cst.CSTNode:
+    assert isinstance(arg, cst.Arg)
+    keyword = cst.Name("accelerator") if arg.keyword is not None else None
+    return arg.with_changes(value=cst.Name("accelerator"), keyword=keyword)
+
+
+def _add_param(params: cst.Parameters, keyword: bool) -> cst.Parameters:
+    new = cst.Param(cst.Name("accelerator"))
+    if not keyword:
+        return params.with_changes(params=[*params.params, new])
+    star = params.star_arg if params.star_arg != cst.MaybeSentinel.DEFAULT else cst.ParamStar()
+    return params.with_changes(star_arg=star, kwonly_params=[*params.kwonly_params, new])
+
+
+def _add_arg(call: cst.CSTNode, keyword: bool) -> cst.CSTNode:
+    assert isinstance(call, cst.Call)
+    arg = cst.Arg(cst.Name("accelerator"), keyword=cst.Name("accelerator") if keyword else None)
+    if keyword:
+        arg = arg.with_changes(equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+    return call.with_changes(args=[*call.args, arg])

@@ -1,0 +1,92 @@
+"""MainProcessWrites: other file writes run on the main process only, so N processes do not race on
+the same file.
+
+Before::
+
+    with open("metrics.json", "w") as f:
+        json.dump(metrics, f)
+    plt.savefig("loss.png")
+
+After::
+
+    if accelerator.is_main_process:
+        with open("metrics.json", "w") as f:
+            json.dump(metrics, f)
+    if accelerator.is_main_process:
+        plt.savefig("loss.png")
+
+Only whole statements are wrapped; a write inside a bigger expression is left alone.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.codemods.context import Context, expression
+from accelify.codemods.facts import CallSite
+from accelify.codemods.rule import Rule
+
+WRITERS = {
+    "json.dump",
+    "pickle.dump",
+    "yaml.dump",
+    "yaml.safe_dump",
+    "numpy.save",
+    "numpy.savez",
+    "numpy.savetxt",
+    "matplotlib.pyplot.savefig",
+    "safetensors.torch.save_file",
+}
+WRITE_MODES = ("w", "a", "x")
+
+
+class MainProcessWrites(Rule):
+    name = "writes"
+    description = "Run other file writes (json, plots, open(..., 'w')) on the main process only."
+
+    def run(self, ctx: Context) -> None:
+        wrapped: set[cst.BaseStatement] = set()
+        for site in ctx.facts.calls:
+            if not (_writes(site) and ctx.after_accelerator(site.scope, site.stmt)):
+                continue
+            stmt = _outermost_write(ctx, site)
+            if stmt is None or stmt in wrapped or any(s in wrapped for s in ctx.facts.chain(stmt)):
+                continue
+            accelerator = ctx.accelerator_in(site.scope)
+            if ctx.replace(stmt, stmt, lambda s, a=accelerator: _guard(s, a)):  # type: ignore[misc]
+                wrapped.add(stmt)
+                ctx.change("write files on the main process only")
+
+
+def _writes(site: CallSite) -> bool:
+    if site.qualname in WRITERS or (site.method == "savefig"):
+        return True
+    if site.qualname != "open" or len(site.node.args) < 2 and not any(
+        a.keyword is not None and a.keyword.value == "mode" for a in site.node.args
+    ):
+        return False
+    mode = next((a.value for a in site.node.args if a.keyword is not None and a.keyword.value == "mode"), None)
+    if mode is None:
+        mode = site.node.args[1].value if site.node.args[1].keyword is None else None
+    return isinstance(mode, cst.SimpleString) and any(c in str(mode.evaluated_value) for c in WRITE_MODES)
+
+
+def _outermost_write(ctx: Context, site: CallSite) -> cst.BaseStatement | None:
+    """The statement to guard: ``with open(...)`` as a whole, or a call that is a statement of its own."""
+    stmt = site.stmt
+    if isinstance(stmt, cst.With) and any(item.item is site.node for item in stmt.items):
+        return stmt
+    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
+        small = stmt.body[0]
+        if isinstance(small, cst.Expr) and small.value is site.node:
+            return stmt
+    return None
+
+
+def _guard(stmt: cst.CSTNode, accelerator: str) -> cst.CSTNode:
+    assert isinstance(stmt, cst.BaseStatement)
+    return cst.If(
+        test=expression(f"{accelerator}.is_main_process"),
+        body=cst.IndentedBlock([stmt.with_changes(leading_lines=[])]),
+        leading_lines=stmt.leading_lines,
+    )

@@ -1,0 +1,130 @@
+"""CreateAccelerator and AddAcceleratorImport: where the accelerator and its import go, and its arguments."""
+
+from __future__ import annotations
+
+import pytest
+from _convert import assert_converts, assert_unchanged, converted, dedent
+
+from accelify.pipeline import convert_source
+
+TAIL_IN = """
+model = torch.nn.Linear(2, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+"""
+
+
+def main_with(lines: str) -> str:
+    body = "".join(f"    {line}\n" for line in dedent(lines).splitlines())
+    return "import argparse\nimport torch\n\n\ndef main():\n" + body
+
+
+FLAG_CASES = [
+    (
+        "--no-cuda inside the device expression",
+        'device = torch.device("cuda" if torch.cuda.is_available() and not args.no_cuda else "cpu")',
+        "cpu=args.no_cuda",
+    ),
+    ("use_cuda flag", "use_cuda = not args.no_cuda and torch.cuda.is_available()\ndevice = torch.device(\"cuda\" if use_cuda else \"cpu\")", "cpu=args.no_cuda"),
+    ("args.cuda flag", "args.cuda = not args.no_cuda and torch.cuda.is_available()", "cpu=args.no_cuda"),
+    ("--cpu, inverted ternary", 'device = "cpu" if args.cpu or not torch.cuda.is_available() else "cuda"', "cpu=args.cpu"),
+    ("a flag that is not derived", 'device = torch.device("cuda" if args.gpu else "cpu")', "cpu=not args.gpu"),
+    ("availability only", 'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")', ""),
+]
+
+
+@pytest.mark.parametrize(("lines", "arguments"), [c[1:] for c in FLAG_CASES], ids=[c[0] for c in FLAG_CASES])
+def test_cpu_argument_from_the_device_flags(lines: str, arguments: str) -> None:
+    before = main_with("parser = argparse.ArgumentParser()\nargs = parser.parse_args()\n" + lines + TAIL_IN)
+    out = converted(before)
+    assert f"accelerator = Accelerator({arguments})" in out
+    if arguments:  # right after the arguments it reads
+        assert f"    args = parser.parse_args()\n    accelerator = Accelerator({arguments})\n" in out
+    else:  # as early as possible
+        assert "def main():\n    accelerator = Accelerator()\n    parser" in out
+
+
+def test_module_script_gets_the_accelerator_after_the_imports() -> None:
+    assert_converts(
+        '''
+        """Docstring."""
+        import torch
+        from torch import nn
+
+        torch.manual_seed(0)
+        model = nn.Linear(2, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        ''',
+        '''
+        """Docstring."""
+        import torch
+        from torch import nn
+        from accelify.runtime import Accelerator
+
+        accelerator = Accelerator()
+        torch.manual_seed(0)
+        model = nn.Linear(2, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        model, opt = accelerator.prepare(model, opt)
+        accelerator.end_training()
+        ''',
+    )
+
+
+def test_target_accelerate_changes_only_the_import() -> None:
+    code = "import torch\nmodel = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    ours = convert_source(code).new
+    theirs = convert_source(code, target="accelerate").new
+    assert theirs == ours.replace("from accelify.runtime import", "from accelerate import")
+    assert convert_source(theirs).status == "unchanged"
+
+
+def test_import_goes_after_the_future_import_and_the_import_block() -> None:
+    out = converted(
+        """
+        from __future__ import annotations
+        import torch
+        try:
+            import tqdm
+        except ImportError:
+            tqdm = None
+        X = 1
+        model = torch.nn.Linear(2, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        """
+    )
+    assert out.startswith(
+        "from __future__ import annotations\nimport torch\ntry:\n    import tqdm\nexcept ImportError:\n    tqdm = None\n"
+        "from accelify.runtime import Accelerator\naccelerator = Accelerator()\nX = 1\n"
+    )
+
+
+def test_trainer_class_gets_self_accelerator_first_in_init() -> None:
+    out = converted(
+        """
+        import torch
+        class Trainer:
+            def __init__(self, lr):
+                self.lr = lr
+                self.model = torch.nn.Linear(2, 1)
+                self.opt = torch.optim.SGD(self.model.parameters(), lr=lr)
+            def fit(self, x):
+                for _ in range(3):
+                    self.model(x).sum().backward()
+        """
+    )
+    assert "    def __init__(self, lr):\n        self.accelerator = Accelerator()\n        self.lr = lr\n" in out
+    assert "self.model, self.opt = self.accelerator.prepare(self.model, self.opt)\n" in out
+    assert "            self.accelerator.backward(self.model(x).sum())\n        self.accelerator.end_training()\n" in out
+
+
+NEAR_MISSES = [
+    "import torch\nx = torch.ones(3)\nprint(x.sum())\n",  # no training objects
+    "import numpy as np\nmodel = Net()\n",  # not a torch script
+    "import torch\nfrom accelerate import Accelerator\nmodel = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters())\n",
+    "",  # empty file
+]
+
+
+@pytest.mark.parametrize("code", NEAR_MISSES)
+def test_nothing_to_create(code: str) -> None:
+    assert_unchanged(code)

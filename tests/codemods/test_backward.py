@@ -1,0 +1,96 @@
+"""SwapBackward: before/after cases and near-misses."""
+
+from __future__ import annotations
+
+import pytest
+from _convert import assert_converts, assert_unchanged, codes
+
+HEAD = """\
+import torch
+model = torch.nn.Linear(2, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+"""
+HEAD_OUT = """\
+import torch
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+model = torch.nn.Linear(2, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+model, opt = accelerator.prepare(model, opt)
+"""
+
+CASES = [
+    ("loss.backward()\n", "accelerator.backward(loss)\n"),
+    ("(loss / 4).backward(retain_graph=True)\n", "accelerator.backward(loss / 4, retain_graph=True)\n"),
+    ("model(x).sum().backward()\n", "accelerator.backward(model(x).sum())\n"),
+    ("if ok: loss.backward()  # keep\n", "if ok: accelerator.backward(loss)  # keep\n"),
+]
+
+
+@pytest.mark.parametrize(("before", "after"), CASES)
+def test_backward_is_swapped(before: str, after: str) -> None:
+    assert_converts(HEAD + before, HEAD_OUT + after + "accelerator.end_training()\n")
+
+
+def test_backward_in_a_helper_threads_the_accelerator() -> None:
+    assert_converts(
+        """
+        import torch
+        def step(model, opt, x):
+            loss = model(x).sum()
+            loss.backward()
+            opt.step()
+        def main():
+            model = torch.nn.Linear(2, 1)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            step(model, opt, torch.ones(2))
+        """,
+        """
+        import torch
+        from accelify.runtime import Accelerator
+        def step(model, opt, x, accelerator):
+            loss = model(x).sum()
+            accelerator.backward(loss)
+            opt.step()
+        def main():
+            accelerator = Accelerator()
+            model = torch.nn.Linear(2, 1)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            model, opt = accelerator.prepare(model, opt)
+            step(model, opt, torch.ones(2), accelerator)
+            accelerator.end_training()
+        """,
+    )
+
+
+NEAR_MISSES = [
+    # no optimizer: nothing is prepared, so nothing is converted (a warning says why)
+    "import torch\nloss = torch.ones(1, requires_grad=True).sum()\nloss.backward()\n",
+    # already converted
+    "import torch\nfrom accelify.runtime import Accelerator\naccelerator = Accelerator()\nloss.backward()\n",
+    # not a torch script
+    "loss.backward()\n",
+    # suppressed
+    HEAD + "loss.backward()  # accelify: skip\n# accelify: skip-file\n",
+]
+
+
+@pytest.mark.parametrize("code", NEAR_MISSES)
+def test_backward_near_misses(code: str) -> None:
+    assert_unchanged(code)
+
+
+def test_backward_without_optimizer_warns() -> None:
+    assert codes("import torch\nloss = torch.ones(1, requires_grad=True).sum()\nloss.backward()\n") == ["ACC012:3"]
+
+
+def test_backward_with_positional_gradient_warns_and_stays() -> None:
+    code = HEAD + "loss.backward(torch.ones(1))\n"
+    assert "loss.backward(torch.ones(1))" in __import__("_convert").converted(code)
+    assert codes(code) == ["ACC010:4"]
+
+
+def test_scaler_backward_is_left_to_the_amp_warning() -> None:
+    code = HEAD + "scaler = torch.cuda.amp.GradScaler()\nscaler.scale(loss).backward()\n"
+    assert "scaler.scale(loss).backward()" in __import__("_convert").converted(code)
+    assert "ACC005:4" in codes(code)

@@ -1,0 +1,58 @@
+"""GatherForMetrics: predictions and targets gathered after the forward in evaluation loops."""
+
+from __future__ import annotations
+
+import pytest
+from _convert import converted
+
+TEMPLATE = """\
+import torch
+def evaluate(model, loader):
+    model.eval()
+    correct = 0
+{loop}
+def main():
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = torch.utils.data.DataLoader(ds)
+    evaluate(model, loader)
+"""
+
+CASES = [
+    (
+        "    with torch.no_grad():\n        for data, target in loader:\n            output = model(data)\n"
+        "            correct += output.eq(target).sum().item()\n",
+        "            output = model(data)\n            output, target = accelerator.gather_for_metrics((output, target))\n",
+    ),
+    (
+        "    with torch.inference_mode():\n        for i, (x, y) in enumerate(loader):\n            logits = model(x)\n"
+        "            correct += (logits.argmax(1) == y).sum().item() + x.size(0)\n",
+        "            logits = model(x)\n            logits, y, x = accelerator.gather_for_metrics((logits, y, x))\n",
+    ),
+    (
+        "    with torch.no_grad():\n        for (x,) in loader:\n            out = model(x)\n            correct += out.sum().item()\n",
+        "            out = model(x)\n            out = accelerator.gather_for_metrics(out)\n",
+    ),
+]
+
+
+@pytest.mark.parametrize(("loop", "expected"), CASES)
+def test_gather_after_the_forward(loop: str, expected: str) -> None:
+    out = converted(TEMPLATE.format(loop=loop))
+    assert expected in out
+    assert "def evaluate(model, loader, accelerator):" in out
+
+
+NEAR_MISSES = [
+    # a training loop (backward) is not an evaluation loop
+    "    with torch.no_grad():\n        pass\n    for x, y in loader:\n        out = model(x)\n        out.sum().backward()\n",
+    # gradients enabled and no no_grad: not recognised as evaluation
+    "    for x, y in loader:\n        out = model(x)\n        correct += out.eq(y).sum().item()\n",
+    # not a prepared loader
+    "    with torch.no_grad():\n        for x, y in [(1, 2)]:\n            out = model(x)\n            correct += out.eq(y).sum()\n",
+]
+
+
+@pytest.mark.parametrize("loop", NEAR_MISSES)
+def test_no_gather(loop: str) -> None:
+    assert "gather_for_metrics" not in converted(TEMPLATE.format(loop=loop))

@@ -1,0 +1,242 @@
+"""RemovePlacement and ReplaceDevice: placement of prepared objects and batches goes; the device
+variable becomes accelerator.device or disappears."""
+
+from __future__ import annotations
+
+import pytest
+from _convert import assert_converts, assert_unchanged, codes, converted
+
+CASES = [
+    (
+        "constructor .to(device) stripped, batch placement removed, unused device removed",
+        """
+        import torch
+        from torch.utils.data import DataLoader
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        model = torch.nn.Linear(2, 1).to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        loader = DataLoader(data, batch_size=4)
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            x = x.to(device, non_blocking=True)
+            opt.step()
+        """,
+        """
+        import torch
+        from torch.utils.data import DataLoader
+        from accelify.runtime import Accelerator
+        accelerator = Accelerator()
+        model = torch.nn.Linear(2, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        loader = DataLoader(data, batch_size=4)
+        model, opt, loader = accelerator.prepare(model, opt, loader)
+        for x, y in loader:
+            opt.step()
+        accelerator.end_training()
+        """,
+    ),
+    (
+        ".cuda() statements, guarded blocks and model = model.to(device)",
+        """
+        import torch
+        import torch.nn as nn
+        use_cuda = torch.cuda.is_available()
+        model = nn.Linear(2, 1)
+        if use_cuda:
+            model.cuda()
+        model = model.to("cuda")
+        opt = torch.optim.Adam(model.parameters())
+        """,
+        """
+        import torch
+        import torch.nn as nn
+        from accelify.runtime import Accelerator
+        accelerator = Accelerator()
+        use_cuda = torch.cuda.is_available()
+        model = nn.Linear(2, 1)
+        opt = torch.optim.Adam(model.parameters())
+        model, opt = accelerator.prepare(model, opt)
+        accelerator.end_training()
+        """,
+    ),
+    (
+        "device still used: it becomes accelerator.device; new names keep their .to(device)",
+        """
+        import torch
+        from torch.utils.data import DataLoader as DL
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        model = torch.nn.Linear(2, 1)
+        model.to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        loader = DL(data)
+        for (batch,) in loader:
+            real = batch.to(device)
+            noise = torch.randn(3, device=device)
+        """,
+        """
+        import torch
+        from torch.utils.data import DataLoader as DL
+        from accelify.runtime import Accelerator
+        accelerator = Accelerator()
+        device = accelerator.device
+        model = torch.nn.Linear(2, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        loader = DL(data)
+        model, opt, loader = accelerator.prepare(model, opt, loader)
+        for (batch,) in loader:
+            real = batch.to(device)
+            noise = torch.randn(3, device=device)
+        accelerator.end_training()
+        """,
+    ),
+    (
+        "comments of removed statements are kept",
+        """
+        import torch
+        device = torch.device("cuda")  # the GPU
+        model = torch.nn.Linear(2, 1)
+        # move it
+        model.to(device)  # now
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        """,
+        """
+        import torch
+        from accelify.runtime import Accelerator
+        # the GPU
+        accelerator = Accelerator()
+        model = torch.nn.Linear(2, 1)
+        # move it
+        # now
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        model, opt = accelerator.prepare(model, opt)
+        accelerator.end_training()
+        """,
+    ),
+    (
+        "torch.accelerator.current_accelerator() device and torch.cuda.set_device",
+        """
+        import torch
+        torch.cuda.set_device(0)
+        device = torch.accelerator.current_accelerator()
+        model = torch.nn.Linear(2, 1).to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        print(device)
+        """,
+        """
+        import torch
+        from accelify.runtime import Accelerator
+        accelerator = Accelerator()
+        device = accelerator.device
+        model = torch.nn.Linear(2, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        model, opt = accelerator.prepare(model, opt)
+        accelerator.print(device)
+        accelerator.end_training()
+        """,
+    ),
+]
+
+
+@pytest.mark.parametrize(("before", "after"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_placement(before: str, after: str) -> None:
+    assert_converts(before, after)
+
+
+def test_args_device_and_a_helper_reading_it() -> None:
+    assert_converts(
+        """
+        import torch
+        def fit(args, model, loader, opt):
+            for x in loader:
+                x = x.to(args.device)
+                model(x).sum().backward()
+        def main(args):
+            args.device = torch.device("cuda" if args.cuda else "cpu")
+            model = torch.nn.Linear(2, 1).to(args.device)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            loader = torch.utils.data.DataLoader(data)
+            fit(args, model, loader, opt)
+        """,
+        """
+        import torch
+        from accelify.runtime import Accelerator
+        def fit(args, model, loader, opt, accelerator):
+            for x in loader:
+                accelerator.backward(model(x).sum())
+        def main(args):
+            accelerator = Accelerator(cpu=not args.cuda)
+            model = torch.nn.Linear(2, 1)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            loader = torch.utils.data.DataLoader(data)
+            model, opt, loader = accelerator.prepare(model, opt, loader)
+            fit(args, model, loader, opt, accelerator)
+            accelerator.end_training()
+        """,
+    )
+
+
+NEAR_MISSES = [
+    # placement with a dtype is not pure placement
+    """
+    import torch
+    x = torch.ones(2)
+    x = x.to(torch.float16)
+    """,
+    # a model without an optimizer is not prepared: its placement stays
+    """
+    import torch
+    device = torch.device("cuda")
+    model = torch.nn.Linear(2, 1).to(device)
+    """,
+]
+
+
+@pytest.mark.parametrize("code", NEAR_MISSES)
+def test_placement_near_misses(code: str) -> None:
+    assert_unchanged(code)
+
+
+def test_unprepared_batch_placement_with_an_unknown_device_is_reported() -> None:
+    code = """
+    import torch
+    def infer(model, batch, dev):
+        return model(batch.to(dev))
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    """
+    assert "batch.to(dev)" in converted(code)
+    assert codes(code) == ["ACC002:3"]
+
+
+def test_skip_comment_keeps_a_placement() -> None:
+    out = converted(
+        """
+        import torch
+        device = torch.device("cuda")
+        model = torch.nn.Linear(2, 1)
+        model.to(device)  # accelify: skip
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        """
+    )
+    assert "model.to(device)  # accelify: skip" in out
+    assert "device = accelerator.device" in out
+
+
+def test_device_used_in_a_lambda_or_comprehension_is_kept() -> None:
+    out = converted(
+        """
+        import torch
+        class T:
+            def __init__(self):
+                self.device = torch.device("cuda")
+                self.model = torch.nn.Linear(2, 1).to(self.device)
+                self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+                self.move = lambda t: t.to(self.device)
+            @staticmethod
+            def helper(x):
+                return x.cuda()
+        """
+    )
+    assert "        self.device = self.accelerator.device\n" in out
+    assert "lambda t: t.to(self.device)" in out
+    assert "        return x.cuda()\n" in out  # a static method has no self.accelerator

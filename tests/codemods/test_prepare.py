@@ -1,0 +1,156 @@
+"""InsertPrepare: one prepare() call, its order, its formatting, and when it cannot be placed."""
+
+from __future__ import annotations
+
+import pytest
+from _convert import assert_converts, codes, converted, dedent
+
+from accelify.pipeline import convert_source
+
+
+def test_short_prepare_stays_on_one_line() -> None:
+    out = converted("import torch\nmodel = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n")
+    assert "\nmodel, opt = accelerator.prepare(model, opt)\n" in out
+
+
+def test_gan_two_models_two_optimizers_loader_and_scheduler() -> None:
+    assert_converts(
+        """
+        import torch
+        from torch.optim.lr_scheduler import StepLR as Step
+        def main():
+            loader = torch.utils.data.DataLoader(ds)
+            netG = Generator()
+            netD = torch.nn.Linear(4, 1)
+            optG = torch.optim.Adam(netG.parameters())
+            optD = torch.optim.Adam(netD.parameters())
+            sched = Step(optG, 1)
+            for batch in loader:
+                pass
+        """,
+        """
+        import torch
+        from torch.optim.lr_scheduler import StepLR as Step
+        from accelify.runtime import Accelerator
+        def main():
+            accelerator = Accelerator()
+            loader = torch.utils.data.DataLoader(ds)
+            netG = Generator()
+            netD = torch.nn.Linear(4, 1)
+            optG = torch.optim.Adam(netG.parameters())
+            optD = torch.optim.Adam(netD.parameters())
+            sched = Step(optG, 1)
+            netG, netD, optG, optD, loader, sched = accelerator.prepare(
+                netG, netD, optG, optD, loader, sched
+            )
+            for batch in loader:
+                pass
+            accelerator.end_training()
+        """,
+    )
+
+
+def test_long_prepare_is_split_like_black() -> None:
+    out = converted(
+        """
+        import torch
+        def main():
+            generator_model = torch.nn.Linear(2, 2)
+            discriminator_model = torch.nn.Linear(2, 1)
+            generator_optimizer = torch.optim.Adam(generator_model.parameters())
+            discriminator_optimizer = torch.optim.Adam(discriminator_model.parameters())
+            training_data_loader = torch.utils.data.DataLoader(ds)
+        """
+    )
+    assert (
+        "    generator_model, discriminator_model, generator_optimizer, discriminator_optimizer, training_data_loader"
+        " = accelerator.prepare(\n"
+        "        generator_model,\n        discriminator_model,\n        generator_optimizer,\n"
+        "        discriminator_optimizer,\n        training_data_loader,\n    )\n"
+    ) in out
+
+
+def test_medium_prepare_uses_three_lines() -> None:
+    out = converted(
+        """
+        import torch
+        def main():
+            model = torch.nn.Linear(2, 2)
+            optimizer = torch.optim.Adam(model.parameters())
+            train_loader = torch.utils.data.DataLoader(ds)
+            test_loader = torch.utils.data.DataLoader(ds)
+        """
+    )
+    assert (
+        "    model, optimizer, train_loader, test_loader = accelerator.prepare(\n"
+        "        model, optimizer, train_loader, test_loader\n    )\n"
+    ) in out
+
+
+def test_model_found_through_the_optimizer_and_a_local_module_subclass() -> None:
+    out = converted(
+        """
+        import torch
+        from torch import nn
+        class Base(nn.Module):
+            pass
+        class Net(Base):
+            pass
+        net = Net()
+        other = build()
+        opt = torch.optim.SGD(list(net.parameters()) + list(other.parameters()), lr=0.1)
+        """
+    )
+    assert "net, other, opt = accelerator.prepare(net, other, opt)\n" in out
+
+
+def test_objects_created_after_the_training_loop_stop_the_conversion() -> None:
+    code = """
+    import torch
+    model = torch.nn.Linear(2, 1)
+    for step in range(3):
+        model(x).sum().backward()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    """
+    result = convert_source(dedent(code))
+    assert result.status == "unchanged" and result.new == dedent(code)
+    assert codes(code) == ["ACC008:5"]
+
+
+def test_model_built_inside_a_loop_is_not_prepared() -> None:
+    code = """
+    import torch
+    def main():
+        for fold in range(2):
+            model = torch.nn.Linear(2, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    """
+    assert "opt = accelerator.prepare(opt)" in converted(code)
+    assert codes(code) == ["ACC007:4"]
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import torch\nloss_fn = torch.nn.CrossEntropyLoss()\nopt = torch.optim.SGD(params, lr=0.1)\n",
+    ],
+)
+def test_losses_are_not_models(code: str) -> None:
+    out = converted(code)
+    assert "opt = accelerator.prepare(opt)" in out and "loss_fn, " not in out
+
+
+def test_objects_built_in_a_factory_and_trained_elsewhere_stop_the_conversion() -> None:
+    code = """
+    import torch
+    def build():
+        model = torch.nn.Linear(2, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        return model, opt
+    def main():
+        model, opt = build()
+        model(x).sum().backward()
+    """
+    result = convert_source(dedent(code))
+    assert result.status == "unchanged" and result.new == dedent(code)
+    assert codes(code) == ["ACC014:8"]

@@ -1,0 +1,95 @@
+"""SaveOnMain, LoadUnwrapped, EndTraining."""
+
+from __future__ import annotations
+
+import pytest
+from _convert import assert_converts, converted
+
+HEAD = "import torch\nmodel = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+PREPARED = "model, opt = accelerator.prepare(model, opt)\n"
+
+
+def test_checkpoint_saves_and_loads() -> None:
+    assert_converts(
+        """
+        import torch
+        def main():
+            model = torch.nn.Linear(2, 1)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            if resume:
+                ckpt = torch.load("ckpt.pt")
+                model.load_state_dict(ckpt["model"])
+                opt.load_state_dict(ckpt["opt"])
+            for epoch in range(2):
+                # checkpoint every epoch
+                torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "epoch": epoch}, "ckpt.pt")
+                torch.save(model, "whole.pt")
+
+            torch.save(model.state_dict(), "final.pt")
+            model.load_state_dict(torch.load("final.pt"))
+            return model
+        """,
+        """
+        import torch
+        from accelify.runtime import Accelerator
+        def main():
+            accelerator = Accelerator()
+            model = torch.nn.Linear(2, 1)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            model, opt = accelerator.prepare(model, opt)
+            if resume:
+                ckpt = torch.load("ckpt.pt", map_location="cpu")
+                accelerator.unwrap_model(model).load_state_dict(ckpt["model"])
+                opt.load_state_dict(ckpt["opt"])
+            for epoch in range(2):
+                # checkpoint every epoch
+                accelerator.wait_for_everyone()
+                accelerator.save({"model": accelerator.unwrap_model(model).state_dict(), "opt": opt.state_dict(), "epoch": epoch}, "ckpt.pt")
+                accelerator.save(accelerator.unwrap_model(model), "whole.pt")
+
+            accelerator.wait_for_everyone()
+            accelerator.save(accelerator.unwrap_model(model).state_dict(), "final.pt")
+            accelerator.unwrap_model(model).load_state_dict(torch.load("final.pt", map_location="cpu"))
+            accelerator.end_training()
+            return model
+        """,
+    )
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        # loading before prepare needs nothing
+        "import torch\nmodel = torch.nn.Linear(2, 1)\nmodel.load_state_dict(torch.load('w.pt'))\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+        # an explicit map_location is kept
+        HEAD + "model.load_state_dict(torch.load('w.pt', map_location='cuda:0'))\n",
+    ],
+)
+def test_load_near_misses(code: str) -> None:
+    out = converted(code)
+    assert "torch.load('w.pt'" in out and 'map_location="cpu"' not in out
+
+
+def test_end_training_goes_before_the_main_guard_of_a_module_script() -> None:
+    out = converted(HEAD + "\nif __name__ == '__main__':\n    print('done')\n")
+    assert out.endswith(PREPARED + "accelerator.end_training()\n\nif __name__ == '__main__':\n    accelerator.print('done')\n")
+
+
+def test_end_training_ends_the_method_that_drives_a_trainer() -> None:
+    out = converted(
+        """
+        import torch
+        class T:
+            def __init__(self):
+                self.model = torch.nn.Linear(2, 1)
+                self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+            def step(self, x):
+                self.model(x).sum().backward()
+            def fit(self, data):
+                for x in data:
+                    self.step(x)
+                return self
+        """
+    )
+    assert "            self.step(x)\n        self.accelerator.end_training()\n        return self\n" in out

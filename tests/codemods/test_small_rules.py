@@ -1,0 +1,71 @@
+"""SwapClipping, SwapPrint, DisableProgress: before/after tables and near-misses."""
+
+from __future__ import annotations
+
+import pytest
+from _convert import converted
+
+HEAD = "import torch\nmodel = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+
+CLIPPING = [
+    ("torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)", "accelerator.clip_grad_norm_(model.parameters(), 1.0)"),
+    ("nn.utils.clip_grad_value_(model.parameters(), 0.5)", "accelerator.clip_grad_value_(model.parameters(), 0.5)"),
+    ("clip(model.parameters(), max_norm=2)", "accelerator.clip_grad_norm_(model.parameters(), max_norm=2)"),
+    ("clip_grad.clip_grad_norm_(model.parameters(), 1)", "accelerator.clip_grad_norm_(model.parameters(), 1)"),
+]
+IMPORTS = (
+    "import torch.nn as nn\nfrom torch.nn.utils import clip_grad_norm_ as clip\nfrom torch.nn.utils import clip_grad\n"
+)
+
+
+@pytest.mark.parametrize(("before", "after"), CLIPPING)
+def test_clipping_any_import_spelling(before: str, after: str) -> None:
+    assert f"\n{after}\n" in converted(IMPORTS + HEAD + before + "\n")
+
+
+def test_clipping_near_miss_a_local_function() -> None:
+    code = HEAD + "def clip_grad_norm_(p, m):\n    return p\nclip_grad_norm_(model.parameters(), 1.0)\n"
+    assert "\nclip_grad_norm_(model.parameters(), 1.0)\n" in converted(code)
+
+
+PRINTS = [
+    ('print("loss", loss)', 'accelerator.print("loss", loss)'),
+    ('print(f"{x}", file=sys.stderr)', 'accelerator.print(f"{x}", file=sys.stderr)'),
+]
+
+
+@pytest.mark.parametrize(("before", "after"), PRINTS)
+def test_print_after_the_accelerator(before: str, after: str) -> None:
+    assert f"\n{after}\n" in converted(HEAD + before + "\n")
+
+
+def test_print_before_the_accelerator_or_shadowed_stays() -> None:
+    code = (
+        "import torch\ndef main():\n    print('start')\n    args = parser.parse_args()\n"
+        "    device = torch.device('cuda' if not args.cpu else 'cpu')\n"
+        "    model = torch.nn.Linear(2, 1)\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    print('built')\n"
+        "def other(print):\n    print('x')\n"
+    )
+    out = converted(code)
+    assert "    print('start')\n" in out and "    accelerator.print('built')\n" in out and "    print('x')\n" in out
+
+
+PROGRESS = [
+    ("for b in tqdm(loader):", "for b in tqdm(loader, disable=not accelerator.is_local_main_process):"),
+    ("bar = auto_tqdm(range(3), desc='x')", "bar = auto_tqdm(range(3), desc='x', disable=not accelerator.is_local_main_process)"),
+    ("for e in trange(3):", "for e in trange(3, disable=not accelerator.is_local_main_process):"),
+]
+
+
+@pytest.mark.parametrize(("before", "after"), PROGRESS)
+def test_progress_bars(before: str, after: str) -> None:
+    imports = "from tqdm import tqdm, trange\nfrom tqdm.auto import tqdm as auto_tqdm\n"
+    body = before + ("\n    pass\n" if before.endswith(":") else "\n")
+    assert f"\n{after}\n" in converted(imports + HEAD + body)
+
+
+@pytest.mark.parametrize("code", ["for b in tqdm(loader, disable=True):", "for b in tqdm(loader, **opts):"])
+def test_progress_near_misses(code: str) -> None:
+    out = converted("from tqdm import tqdm\n" + HEAD + code + "\n    pass\n")
+    assert f"\n{code}\n" in out

@@ -1,0 +1,52 @@
+"""PlaceTensors: other tensors sent to CUDA by hand go to accelerator.device."""
+
+from __future__ import annotations
+
+import pytest
+from _convert import codes, converted
+
+HEAD = "import torch\nmodel = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+
+CASES = [
+    ("mask = torch.ones(8).cuda()", "mask = torch.ones(8, device=accelerator.device)"),
+    ("steps = torch.arange(0, 8, dtype=torch.long).cuda()", "steps = torch.arange(0, 8, dtype=torch.long, device=accelerator.device)"),
+    # a random draw keeps the CPU stream of the original: drawn there, then moved
+    ("noise = torch.randn(8).cuda()", "noise = torch.randn(8).to(accelerator.device)"),
+    ("t = batch_stats.cuda(non_blocking=True)", "t = batch_stats.to(accelerator.device, non_blocking=True)"),
+    ("teacher = Teacher().to('cuda')", "teacher = Teacher().to(accelerator.device)"),
+    ('w = torch.tensor([1.0, 2.0]).to(torch.device("cuda:0"))', "w = torch.tensor([1.0, 2.0]).to(accelerator.device)"),
+    ('z = torch.zeros(3, device="cuda")', "z = torch.zeros(3, device=accelerator.device)"),
+]
+
+
+@pytest.mark.parametrize(("before", "after"), CASES)
+def test_other_tensors(before: str, after: str) -> None:
+    out = converted(HEAD + before + "\n")
+    assert f"\n{after}\n" in out
+
+
+NEAR_MISSES = [
+    "x = y.to(torch.float16)",
+    "z = torch.zeros(3, device='cpu')",
+    "x = y.to(other)",
+]
+
+
+@pytest.mark.parametrize("code", NEAR_MISSES)
+def test_other_tensors_near_misses(code: str) -> None:
+    assert f"\n{code}\n" in converted(HEAD + code + "\n")
+
+
+def test_cuda_with_a_device_index_is_left_and_warned() -> None:
+    code = HEAD + "x = y.cuda(1)\n"
+    assert "\nx = y.cuda(1)\n" in converted(code)
+    assert codes(code) == ["ACC013:4"]
+
+
+def test_cuda_where_there_is_no_accelerator_is_reported() -> None:
+    code = (
+        "import torch\ndef helper(x):\n    return x.cuda()\n"
+        "def main():\n    model = torch.nn.Linear(2, 1)\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    )
+    assert "return x.cuda()" in converted(code)
+    assert codes(code) == ["ACC001:3"]

@@ -1,0 +1,43 @@
+"""MainProcessWrites: other file writes are guarded by accelerator.is_main_process."""
+
+from __future__ import annotations
+
+import pytest
+from _convert import assert_converts, converted
+
+HEAD = "import json\nimport torch\nmodel = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+
+
+def test_writes_are_guarded() -> None:
+    assert_converts(
+        HEAD
+        + "# metrics\nwith open('m.json', 'w') as f:  # all of them\n    json.dump({}, f)\n"
+        + "for step in range(2):\n    plt.savefig(f'{step}.png')\n",
+        HEAD.replace("import torch\n", "import torch\nfrom accelify.runtime import Accelerator\naccelerator = Accelerator()\n")
+        + "model, opt = accelerator.prepare(model, opt)\n"
+        + "# metrics\nif accelerator.is_main_process:\n    with open('m.json', 'w') as f:  # all of them\n        json.dump({}, f)\n"
+        + "for step in range(2):\n    if accelerator.is_main_process:\n        plt.savefig(f'{step}.png')\n"
+        + "accelerator.end_training()\n",
+    )
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "with open('m.json') as f:\n    data = json.load(f)\n",  # a read
+        "with open('m.json', mode='r') as f:\n    data = json.load(f)\n",
+        "text = json.dumps({})\n",  # not a file write
+        "ok = json.dump({}, f) or True\n",  # part of a bigger expression
+    ],
+)
+def test_not_writes(code: str) -> None:
+    assert "is_main_process" not in converted(HEAD + code)
+
+
+def test_writes_before_the_accelerator_exist_are_left() -> None:
+    code = (
+        "import json\nimport torch\ndef main():\n    with open('cfg.json', 'w') as f:\n        json.dump({}, f)\n"
+        "    args = parser.parse_args()\n    device = torch.device('cuda' if args.gpu else 'cpu')\n"
+        "    model = torch.nn.Linear(2, 1)\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    )
+    assert "is_main_process" not in converted(code)
