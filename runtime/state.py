@@ -477,3 +477,28 @@ class GradientState:
             self.step += 1
             self.sync_gradients = self.step % self.num_steps == 0
         return self.sync_gradients
+
+    # Hugging Face's GradientState also describes the loader being iterated; read it from the loader.
+    @property
+    def active_dataloader(self) -> Any:
+        """The prepared data loader being iterated now (innermost), or None."""
+        from .data_loader import active_data_loader
+
+        return active_data_loader()
+
+    @property
+    def in_dataloader(self) -> bool:
+        """True while a prepared data loader is being iterated."""
+        return self.active_dataloader is not None
+
+    @property
+    def end_of_dataloader(self) -> bool:
+        """True while the active loader hands out its last batch of the epoch."""
+        loader = self.active_dataloader
+        return bool(loader is not None and loader.end_of_dataloader)
+
+    @property
+    def remainder(self) -> int:
+        """Samples the active loader duplicated to even out its last batch (-1 when unknown or none active)."""
+        loader = self.active_dataloader
+        return -1 if loader is None else loader.remainder

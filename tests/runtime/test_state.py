@@ -121,3 +121,18 @@ def test_broken_environment_fails_loudly(clean_env) -> None:  # type: ignore[no-
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "NO-MASTER-ERROR" in proc.stdout and "NO-PEER-ERROR" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_gradient_state_describes_the_active_loader() -> None:
+    """Hugging Face scripts read ``accelerator.gradient_state.end_of_dataloader``; it follows the loader."""
+    from torch.utils.data import DataLoader
+
+    from accelify.runtime import Accelerator
+
+    accelerator = Accelerator(cpu=True)
+    loader = accelerator.prepare(DataLoader(range(5), batch_size=2))
+    gs = accelerator.gradient_state
+    assert (gs.in_dataloader, gs.end_of_dataloader, gs.active_dataloader) == (False, False, None)
+    seen = [(b.tolist(), gs.in_dataloader, gs.end_of_dataloader, gs.remainder) for b in loader]
+    assert seen == [([0, 1], True, False, -1), ([2, 3], True, False, -1), ([4], True, True, 0)]
+    assert not gs.in_dataloader
