@@ -1,0 +1,137 @@
+"""``accelify config``: the questionnaire, ``config default`` and ``config show`` (thin: ask, build, write)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from accelify.cli.launch_support import config_file_option, exit_on_error
+
+
+def _target(config_file: str | None) -> Path:
+    """Where to write: --config-file, else ACCELIFY_CONFIG_FILE/ACCELERATE_CONFIG_FILE, else the user folder."""
+    import os
+
+    from accelify.runtime.config import CONFIG_FILE_VARS, default_config_path
+
+    if config_file:
+        return Path(config_file)
+    for var in CONFIG_FILE_VARS:
+        if os.environ.get(var):
+            return Path(os.environ[var])
+    return default_config_path()
+
+
+def _ask(gpu_count: int) -> dict[str, Any]:
+    """The questionnaire; every answer has a default (Enter accepts it) and is validated on entry."""
+    from rich.prompt import Confirm, IntPrompt, Prompt
+
+    from accelify.cli.render import console
+
+    out = console()
+    out.print(f"[bold]accelify config[/]: {gpu_count} GPU(s) visible here. Press Enter to accept a default.")
+    cpu = Confirm.ask("Run on CPU only?", default=gpu_count == 0, console=out)
+    gpu_ids = "all"
+    if not cpu:
+        if gpu_count == 0:
+            out.print("[yellow]No GPU is visible here: this config will only launch on a machine with GPUs.[/]")
+        gpu_ids = Prompt.ask('Which GPUs ("all" or ids such as 0,1)?', default="all", console=out)
+    machines = _int(IntPrompt, out, "How many machines?", 1, 1)
+    machine_rank, ip, port, rdzv = 0, None, None, "static"
+    if machines > 1:
+        machine_rank = _int(IntPrompt, out, "This machine's rank?", 0, 0, machines - 1)
+        ip = Prompt.ask("Address of machine 0 (main process IP)?", console=out)
+        port = _int(IntPrompt, out, "Port on machine 0?", 29500, 1, 65535)
+        rdzv = Prompt.ask("Rendezvous backend?", choices=["static", "c10d"], default="static", console=out)
+    per_machine = 1 if cpu else (len(gpu_ids.split(",")) if gpu_ids != "all" else max(gpu_count, 1))
+    total = _int(IntPrompt, out, "How many processes in total (over all machines)?", per_machine * machines, 1)
+    precisions = ["no", "bf16"] if cpu else ["no", "fp16", "bf16"]
+    precision = Prompt.ask("Mixed precision?", choices=precisions, default="no", console=out)
+    fsdp = Confirm.ask("Shard the model with FSDP?", default=False, console=out)
+    debug = Confirm.ask("Debug mode (check collective shapes, slower)?", default=False, console=out)
+    from accelify.runtime.config import make_config
+
+    return make_config(cpu=cpu, num_processes=total, num_machines=machines, machine_rank=machine_rank,
+                       main_process_ip=ip, main_process_port=port, gpu_ids=gpu_ids, mixed_precision=precision,
+                       use_fsdp=fsdp, debug=debug, rdzv_backend=rdzv)
+
+
+def _int(prompt: Any, out: Any, question: str, default: int, low: int, high: int | None = None) -> int:
+    while True:
+        value = prompt.ask(question, default=default, console=out)
+        if value >= low and (high is None or value <= high):
+            return value
+        out.print(f"[red]Please enter a number from {low}{f' to {high}' if high is not None else ' up'}.[/]")
+
+
+def _visible_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count()
+
+
+@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@config_file_option
+@click.pass_context
+def config(ctx: click.Context, config_file: str | None) -> None:
+    """Answer a few questions and write the launch configuration (YAML, Accelerate's keys).
+
+    The file goes to --config-file, else ACCELIFY_CONFIG_FILE/ACCELERATE_CONFIG_FILE, else
+    $XDG_CONFIG_HOME/accelify/config.yaml. Subcommands: `default` (no questions), `show`.
+    """
+    if ctx.invoked_subcommand is not None:
+        ctx.obj = config_file
+        return
+    from accelify.runtime.config import write_config
+
+    with exit_on_error():
+        try:
+            data = _ask(_visible_gpus())
+        except (EOFError, KeyboardInterrupt):
+            click.echo("\nerror: the questionnaire was interrupted; nothing was written. "
+                       "Use `accelify config default` to write a config without questions.", err=True)
+            sys.exit(1)
+        path = write_config(data, _target(config_file))
+    click.echo(f"Configuration written to {path}")
+
+
+@config.command("default")
+@config_file_option
+@click.option("--mixed-precision", "--mixed_precision", "mixed_precision", type=click.Choice(["no", "fp16", "bf16"]),
+              default="no", show_default=True)
+@click.option("--force", is_flag=True, help="Overwrite an existing file.")
+@click.pass_obj
+def default(parent_file: str | None, config_file: str | None, mixed_precision: str, force: bool) -> None:
+    """Write a config for this machine without questions: every GPU, else one CPU process."""
+    from accelify.runtime.config import basic_config, write_config
+
+    path = _target(config_file or parent_file)
+    if path.exists() and not force:
+        click.echo(f"error: {path} already exists; pass --force to overwrite it.", err=True)
+        sys.exit(2)
+    with exit_on_error():
+        written = write_config(basic_config(mixed_precision, _visible_gpus()), path)
+    click.echo(f"Configuration written to {written}")
+
+
+@config.command("show")
+@config_file_option
+@click.pass_obj
+def show(parent_file: str | None, config_file: str | None) -> None:
+    """Print the config file in use and its contents (after checking them)."""
+    from accelify.runtime.config import find_config_file, load_config
+
+    with exit_on_error():
+        path = find_config_file(config_file or parent_file)
+        if path is None:
+            click.echo("No config file in use: defaults apply (one process per GPU, else one CPU process).")
+            click.echo(f"Create one with `accelify config` (written to {_target(None)}).")
+            return
+        loaded = load_config(path)
+    for warning in loaded.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    click.echo(f"# {path}")
+    click.echo(path.read_text(encoding="utf-8").rstrip())

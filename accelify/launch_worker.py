@@ -1,0 +1,54 @@
+"""What each process of ``accelify launch`` runs: the user's script, plus failure recording.
+
+``python -m accelify.launch_worker script.py args...`` (or ``-m module args...``) runs the
+script as ``python script.py args...`` would: ``__name__ == "__main__"``, ``sys.argv`` and
+``sys.path[0]`` as usual. If it raises, the traceback is written to torch elastic's error file
+(``TORCHELASTIC_ERROR_FILE``) so that the launcher can say which rank failed first and show
+its last lines; the exception then propagates as usual (traceback on stderr, exit code 1).
+Nothing is imported before the script runs, so a launch costs what a plain run costs.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+
+
+def _record(exc: BaseException) -> None:
+    """Write ``exc`` to the elastic error file, when the launcher asked for one."""
+    if not os.environ.get("TORCHELASTIC_ERROR_FILE"):
+        return
+    try:
+        from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+
+        ErrorHandler().record_exception(exc)
+    except Exception:  # recording must never hide the user's own error
+        pass
+
+
+def main(argv: list[str]) -> None:
+    """Run ``argv`` (``[script, *args]`` or ``["-m", module, *args]``) as ``__main__``."""
+    if not argv or argv == ["-m"]:
+        raise SystemExit("usage: python -m accelify.launch_worker (script.py | -m module) [args...]")
+    as_module = argv[0] == "-m"
+    target, args = (argv[1], argv[2:]) if as_module else (argv[0], argv[1:])
+    try:
+        if as_module:
+            sys.argv = [target, *args]
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = [target, *args]
+            sys.path[0] = os.path.dirname(os.path.abspath(target))
+            runpy.run_path(target, run_name="__main__")
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            _record(exc)
+        raise
+    except BaseException as exc:
+        _record(exc)
+        raise
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,174 @@
+"""Run a :class:`~accelify.launch_plan.LaunchPlan` through ``torch.distributed.run``, in this process.
+
+The launcher writes the plan's :class:`~accelify.runtime.settings.Settings` to a small YAML file
+(the launch file), points ``ACCELIFY_LAUNCH_CONFIG`` at it in the workers' environment, and hands
+over to torch elastic (``torch.distributed.run.run``), which starts, monitors, restarts
+(``--max-restarts``) and, on failure or Ctrl-C, stops every worker. When a worker fails, the
+result names the rank that failed first, its exit code (which becomes the launcher's) and the
+last lines of its traceback, read from torch elastic's error file.
+
+This module imports torch only inside :func:`execute`, so ``accelify launch --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping
+
+from accelify.launch_plan import LaunchError, LaunchOptions, LaunchPlan, resolve_plan
+
+__all__ = ["LaunchError", "LaunchOptions", "LaunchPlan", "LaunchResult", "WorkerFailure",
+           "execute", "resolve_plan", "failure_from_error"]
+
+TRACEBACK_LINES = 12
+
+
+@dataclass(frozen=True)
+class WorkerFailure:
+    """The worker that failed first: its global rank, exit code, host and traceback tail."""
+
+    rank: int
+    exit_code: int
+    message: str
+    traceback_tail: tuple[str, ...]
+    other_ranks: tuple[int, ...] = ()
+
+    def describe(self) -> str:
+        """A few lines for the terminal: which rank, how, and the end of its traceback."""
+        if self.exit_code < 0:
+            try:
+                how = f"was killed by {signal.Signals(-self.exit_code).name}"
+            except ValueError:
+                how = f"was killed by signal {-self.exit_code}"
+        else:
+            how = f"exited with code {self.exit_code}"
+        lines = [f"accelify launch: rank {self.rank} failed first: it {how}."]
+        if self.traceback_tail:
+            lines.append(f"Last lines of rank {self.rank}'s traceback:")
+            lines += [f"  {line}" for line in self.traceback_tail]
+        elif self.message:
+            lines.append(f"  {self.message}")
+        if self.other_ranks:
+            lines.append(f"Also failed: rank {', '.join(map(str, self.other_ranks))}.")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    """How a launch ended: ``exit_code`` 0 on success, else the failing worker's (128+N for signal N)."""
+
+    exit_code: int
+    failure: WorkerFailure | None = None
+    interrupted_by: int | None = None  # signal number that stopped the launcher, if any
+
+
+def _exit_code(code: int) -> int:
+    return 128 - code if code < 0 else code
+
+
+def failure_from_error(error: Any) -> WorkerFailure:
+    """Summarise torch elastic's ``ChildFailedError`` (its ``failures``: rank -> ProcessFailure)."""
+    failures: Mapping[int, Any] = error.failures
+    stopped = {r for r, f in failures.items() if _stopped_by_agent(f)}
+    first = min(failures, key=lambda r: (r in stopped, failures[r].timestamp, r))
+    failure = failures[first]
+    data = failure.error_file_data or {}
+    message = data.get("message") if isinstance(data, dict) else None
+    if message == "<NONE>":  # torch elastic's placeholder when the worker wrote no error file
+        message = None
+    callstack = ""
+    if isinstance(message, dict):
+        callstack = str(message.get("extraInfo", {}).get("py_callstack", ""))
+        text = str(message.get("message", ""))
+    else:
+        text = str(message or failure.message or "")
+    if text.startswith("To enable traceback"):
+        text = "no traceback was recorded (the process died without a Python exception)"
+    tail = tuple(_user_frames(callstack.rstrip().splitlines())[-TRACEBACK_LINES:])
+    others = tuple(sorted(r for r in failures if r != first and r not in stopped))
+    return WorkerFailure(rank=first, exit_code=failure.exitcode, message=text, traceback_tail=tail,
+                         other_ranks=others)
+
+
+def _stopped_by_agent(failure: Any) -> bool:
+    """True for a worker the agent terminated after another failed (a signal, nothing recorded)."""
+    data = failure.error_file_data if isinstance(failure.error_file_data, dict) else {}
+    recorded = isinstance(data.get("message"), dict) or data.get("message") not in (None, "<NONE>")
+    return failure.exitcode == -signal.SIGTERM and not recorded
+
+
+def _user_frames(lines: list[str]) -> list[str]:
+    """Drop the traceback frames of the launch bootstrap and runpy: they are not the user's code."""
+    out: list[str] = []
+    skipping = False
+    for line in lines:
+        stripped = line.lstrip()
+        if stripped.startswith("File "):
+            skipping = "<frozen runpy>" in line or "accelify/launch_worker.py" in line.replace("\\", "/")
+        elif not line.startswith("    "):
+            skipping = False
+        if not skipping:
+            out.append(line)
+    return out
+
+
+@contextmanager
+def _launch_environment(plan: LaunchPlan) -> Iterator[None]:
+    """Write the launch file and set the workers' variables; undo both afterwards."""
+    import yaml
+
+    fd, path = tempfile.mkstemp(prefix="accelify-launch-", suffix=".yaml")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        yaml.safe_dump(plan.settings.to_dict(), fh, sort_keys=True)
+    added = plan.worker_env(path)
+    if plan.nproc_per_machine > 1:
+        added.setdefault("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
+    saved = {k: os.environ.get(k) for k in added}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        os.unlink(path)
+
+
+def execute(plan: LaunchPlan) -> LaunchResult:
+    """Start the plan's workers and wait for them; never raises for a worker's failure.
+
+    With two processes, every worker sees ``WORLD_SIZE=2``, ``RANK`` 0 or 1, and the plan's
+    settings through ``ACCELIFY_LAUNCH_CONFIG``; if rank 1 raises, the result is
+    ``LaunchResult(exit_code=1, failure=WorkerFailure(rank=1, ...))`` and rank 0 is stopped.
+    """
+    if not plan.module and not os.path.isfile(plan.script):
+        raise LaunchError(f"{plan.script}: no such script; check the path (or pass -m to run a module).")
+    from torch.distributed import run as torchrun
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed import DistStoreError
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
+
+    args = torchrun.parse_args(plan.torchrun_args())
+    with _launch_environment(plan):
+        try:
+            torchrun.run(args)
+        except ChildFailedError as error:
+            failure = failure_from_error(error)
+            return LaunchResult(exit_code=_exit_code(failure.exit_code) or 1, failure=failure)
+        except SignalException as exc:
+            return LaunchResult(exit_code=128 + int(exc.sigval), interrupted_by=int(exc.sigval))
+        except (RendezvousError, DistStoreError) as exc:
+            raise LaunchError(
+                f"the machines could not meet at {plan.main_process_ip}:{plan.main_process_port} ({exc}); check "
+                "that every machine uses the same --main-process-ip/--main-process-port and was started."
+            ) from exc
+        except KeyboardInterrupt:
+            return LaunchResult(exit_code=128 + signal.SIGINT, interrupted_by=int(signal.SIGINT))
+    return LaunchResult(exit_code=0)

@@ -1,0 +1,200 @@
+"""Launch a function on several local processes from Python: ``notebook_launcher`` and ``debug_launcher``.
+
+Both run ``function(*args)`` on N processes through torch elastic (``elastic_launch``), with the
+run settings handed over as ``accelify launch`` does (a launch file named by
+``ACCELIFY_LAUNCH_CONFIG``, see :mod:`accelify.runtime.settings`). The ``Accelerator`` must be
+created inside ``function``: the launchers refuse to start when this process already holds an
+``Accelerator``/``PartialState``, a process group, or (with the fork start method) an initialised
+CUDA context, because forked workers would inherit them broken.
+(``accelify launch`` itself is :mod:`accelify.launcher`, in the tool, not here.)
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import socket
+import sys
+import tempfile
+import uuid
+from typing import Any, Callable, Sequence
+
+from .errors import AccelifyRuntimeError, ConfigurationError
+from .settings import LAUNCH_CONFIG_VAR, MIXED_PRECISION_CHOICES, Settings
+
+_ELASTIC_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+
+
+class WorkerFailedError(AccelifyRuntimeError):
+    """A launched worker failed; ``rank`` is the first that did, the message ends with its traceback."""
+
+    def __init__(self, rank: int, exit_code: int, detail: str) -> None:
+        self.rank, self.exit_code = rank, exit_code
+        super().__init__(f"process {rank} failed (exit code {exit_code}); its error:\n{detail}")
+
+
+def _accelerator_exists() -> bool:
+    """Whether this process already created an Accelerator/PartialState (read from the state module)."""
+    state = sys.modules.get(f"{__package__}.state")
+    if state is None:  # never imported: nothing was created
+        return False
+    probe = getattr(state, "is_initialized", None)
+    if callable(probe):
+        return bool(probe())
+    partial = getattr(state, "PartialState", None)
+    return bool(getattr(partial, "_shared", None) or getattr(partial, "_shared_state", None))
+
+
+def _check_parent(start_method: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    if _accelerator_exists():
+        raise AccelifyRuntimeError(
+            "An Accelerator (or PartialState) was already created in this process. To launch several processes, "
+            "create the Accelerator only inside the function you pass to notebook_launcher; restart the notebook "
+            "(kernel) and make sure no cell creates one."
+        )
+    if dist.is_available() and dist.is_initialized():
+        raise AccelifyRuntimeError(
+            "A torch.distributed process group is already initialised in this process; restart the notebook "
+            "(kernel) and initialise it only inside the launched function."
+        )
+    if start_method == "fork" and torch.cuda.is_initialized():
+        raise AccelifyRuntimeError(
+            "CUDA was already initialised in this process, and forked workers cannot use it. Restart the notebook "
+            "(kernel) and make sure no cell runs anything on the GPU (torch.cuda, .cuda(), .to('cuda')) before "
+            "notebook_launcher; do that inside the launched function instead."
+        )
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _start_method() -> str:
+    # fork runs functions defined in a notebook (spawn would need to pickle them by module path).
+    return "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+
+
+def _write_launch_file(settings: Settings) -> str:
+    import yaml
+
+    fd, path = tempfile.mkstemp(prefix="accelify-launch-", suffix=".yaml")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        yaml.safe_dump(settings.to_dict(), fh)
+    return path
+
+
+def _summarise(error: Any) -> WorkerFailedError:
+    """The first worker that failed on its own (not one the agent stopped afterwards), with its traceback."""
+    failures = error.failures
+
+    def recorded(rank: int) -> dict | None:
+        data = failures[rank].error_file_data
+        message = data.get("message") if isinstance(data, dict) else None
+        return message if isinstance(message, dict) else None
+
+    rank = min(failures, key=lambda r: (recorded(r) is None, failures[r].timestamp, r))
+    message = recorded(rank)
+    if message is not None:
+        detail = str(message.get("extraInfo", {}).get("py_callstack") or message.get("message", ""))
+    else:
+        detail = str(failures[rank].message)
+    return WorkerFailedError(rank, failures[rank].exitcode, detail.rstrip())
+
+
+def _run(function: Callable[..., Any], args: Sequence[Any], num_processes: int, settings: Settings,
+         port: int, max_restarts: int, monitor_interval: float) -> dict[int, Any]:
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    start_method = _start_method()
+    _check_parent(start_method)
+    config = LaunchConfig(
+        min_nodes=1, max_nodes=1, nproc_per_node=num_processes, run_id=str(uuid.uuid4()),
+        rdzv_backend="static", rdzv_endpoint=f"127.0.0.1:{port}", rdzv_configs={"rank": 0},
+        max_restarts=max_restarts, monitor_interval=monitor_interval, start_method=start_method,
+    )
+    launch_file = _write_launch_file(settings)
+    saved_env = dict(os.environ)
+    saved_handlers = {name: signal.getsignal(getattr(signal, name))
+                      for name in _ELASTIC_SIGNALS if hasattr(signal, name)}
+    os.environ[LAUNCH_CONFIG_VAR] = launch_file
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    try:
+        return dict(elastic_launch(config, entrypoint=function)(*args))
+    except ChildFailedError as error:
+        raise _summarise(error) from None
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        for name, handler in saved_handlers.items():  # elastic installs its own; give the notebook back its own
+            if handler is not None:
+                signal.signal(getattr(signal, name), handler)
+        os.unlink(launch_file)
+
+
+def notebook_launcher(function: Callable[..., Any], args: Sequence[Any] = (), num_processes: int | None = None,
+                      mixed_precision: str = "no", use_port: str | int = "29500", master_addr: str = "127.0.0.1",
+                      max_restarts: int = 0, monitor_interval: float = 0.1) -> dict[int, Any] | Any:
+    """Run ``function(*args)`` on ``num_processes`` local processes (default: one per GPU, else one).
+
+    Create the ``Accelerator`` inside ``function``. With two processes,
+    ``notebook_launcher(train, (cfg,), num_processes=2)`` runs ``train(cfg)`` twice, as ranks 0
+    and 1 (on CPU with Gloo when there is no GPU), and returns ``{0: result0, 1: result1}``.
+    With one process the function runs here and its result is returned as it is. ``use_port``
+    ``0`` picks a free port. A failing worker raises :class:`WorkerFailedError` naming it.
+    """
+    import torch
+
+    precision = str(mixed_precision).lower()
+    if precision not in MIXED_PRECISION_CHOICES:
+        raise ConfigurationError(f"mixed_precision={mixed_precision!r} is not valid; use one of "
+                                 f"{', '.join(MIXED_PRECISION_CHOICES)}.")
+    gpus = torch.cuda.device_count()
+    count = num_processes if num_processes is not None else max(gpus, 1)
+    if count < 1:
+        raise ConfigurationError(f"num_processes={num_processes} is not valid; use 1 or more.")
+    if gpus and count > gpus:
+        raise ConfigurationError(f"num_processes={count} needs {count} GPUs, but {gpus} are visible; lower it.")
+    cpu = gpus == 0
+    if cpu and precision == "fp16":
+        raise ConfigurationError("mixed_precision='fp16' needs a GPU; no CUDA device is visible. Use 'bf16' or 'no'.")
+    if master_addr not in ("127.0.0.1", "localhost"):
+        raise ConfigurationError(f"master_addr={master_addr!r}: notebook_launcher runs on this machine only; "
+                                 "use `accelify launch --num-machines` for several machines.")
+    settings = Settings(mixed_precision=precision, cpu=True if cpu else None)
+    if count == 1:
+        return _run_here(function, args, settings)
+    port = int(use_port) or _free_port()
+    return _run(function, args, count, settings, port, max_restarts, monitor_interval)
+
+
+def _run_here(function: Callable[..., Any], args: Sequence[Any], settings: Settings) -> Any:
+    """One process: call the function in this process, with the settings in place for its Accelerator."""
+    launch_file = _write_launch_file(settings)
+    previous = os.environ.get(LAUNCH_CONFIG_VAR)
+    os.environ[LAUNCH_CONFIG_VAR] = launch_file
+    try:
+        return function(*args)
+    finally:
+        if previous is None:
+            os.environ.pop(LAUNCH_CONFIG_VAR, None)
+        else:
+            os.environ[LAUNCH_CONFIG_VAR] = previous
+        os.unlink(launch_file)
+
+
+def debug_launcher(function: Callable[..., Any], args: Sequence[Any] = (), num_processes: int = 2) -> dict[int, Any]:
+    """Run ``function(*args)`` on ``num_processes`` CPU processes (Gloo), for tests without GPUs.
+
+    With two processes, each call sees ``PartialState().num_processes == 2`` and a CPU device;
+    the result is ``{0: result0, 1: result1}``.
+    """
+    if num_processes < 1:
+        raise ConfigurationError(f"num_processes={num_processes} is not valid; use 1 or more.")
+    return _run(function, args, num_processes, Settings(cpu=True), _free_port(), 0, 0.1)

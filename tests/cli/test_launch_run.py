@@ -1,0 +1,77 @@
+"""Real `accelify launch` runs: two Gloo CPU processes, a failing rank, and Ctrl-C (no orphans)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+WORKER = Path(__file__).parent / "workers" / "launch_checks.py"
+ACCELIFY = [sys.executable, "-c", "from accelify.cli import main; main()"]
+
+pytestmark = pytest.mark.multiprocess
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie awaiting its reaper counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            return not any(line.startswith("State:") and "Z" in line.split()[1] for line in fh)
+    except FileNotFoundError:
+        return False
+
+
+def assert_no_orphans(out: Path, ranks: int = 2) -> None:
+    pids = [int((out / f"pid.{r}").read_text()) for r in range(ranks)]
+    deadline = time.monotonic() + 5
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in pids if alive(p)], "workers survived the launcher"
+
+
+def test_two_cpu_processes_get_settings_and_arguments(tmp_path: Path, clean_env) -> None:
+    cmd = [*ACCELIFY, "launch", "--cpu", "-n", "2", "--mixed-precision", "bf16",
+           "--gradient_accumulation_steps", "2", "--debug", str(WORKER), "ok", str(tmp_path),
+           "--lr", "0.5", "--debug", "-n", "5"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=clean_env(None), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "LAUNCH-OK rank 0" in proc.stdout and "LAUNCH-OK rank 1" in proc.stdout
+    assert proc.stderr.splitlines()[0] == (
+        "accelify launch: 2 processes x 1 machine, cpu (gloo), mixed precision bf16, gradient accumulation 2, debug")
+    launch_file = proc.stdout.split("LAUNCH-FILE ")[1].split()[0]
+    assert launch_file.endswith(".yaml") and not os.path.exists(launch_file)  # removed after the run
+
+
+def test_failing_rank_is_named_with_its_traceback_and_nothing_survives(tmp_path: Path, clean_env) -> None:
+    cmd = [*ACCELIFY, "launch", "--cpu", "-n", "2", "-q", str(WORKER), "fail", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=clean_env(None))
+    assert proc.returncode == 1, proc.stderr
+    summary = proc.stderr[proc.stderr.index("accelify launch: rank"):]
+    assert summary.startswith("accelify launch: rank 1 failed first: it exited with code 1.")
+    assert 'raise ValueError("boom from rank 1")' in summary and "ValueError: boom from rank 1" in summary
+    assert "launch_worker" not in summary and "Also failed" not in summary
+    assert_no_orphans(tmp_path)
+
+
+def test_ctrl_c_stops_every_worker(tmp_path: Path, clean_env) -> None:
+    cmd = [*ACCELIFY, "launch", "--cpu", "-n", "2", "-q", str(WORKER), "hang", str(tmp_path)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(None))
+    try:
+        deadline = time.monotonic() + 60
+        while not all((tmp_path / f"pid.{r}").exists() for r in range(2)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGINT, err
+    assert "stopped by signal 2" in err
+    assert_no_orphans(tmp_path)
+
