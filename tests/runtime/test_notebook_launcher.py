@@ -11,6 +11,17 @@ from accelify.runtime.errors import AccelifyRuntimeError, ConfigurationError
 from accelify.runtime.launch import WorkerFailedError
 
 
+@pytest.fixture(autouse=True)
+def fresh_process_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts as a fresh notebook kernel would: no Accelerator created yet.
+
+    Other test files create Accelerators in this pytest process; the launcher rightly refuses then.
+    """
+    from accelify.runtime import state
+
+    monkeypatch.setattr(state, "_SHARED", {})
+
+
 def report(tag: str) -> tuple:
     """Runs in each worker: an Accelerator created inside the function, as the card asks."""
     import torch
