@@ -21,7 +21,7 @@ _EXPORTS: dict[str, str] = {
     "PartialState": "state",
     "AcceleratorState": "state",
     "DistributedType": "state",
-    "ProcessInfo": "state",
+    "ProcessInfo": "process_group",
     "GradientState": "state",
     "UnusedParametersError": "errors",
     # data loading
@@ -63,6 +63,7 @@ _EXPORTS: dict[str, str] = {
     "ConfigurationError": "errors",
     "DistributedSetupError": "errors",
     "DistributedOperationException": "errors",
+    "CheckpointError": "errors",
 }
 
 __all__ = sorted(_EXPORTS)

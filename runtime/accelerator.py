@@ -2,7 +2,8 @@
 
 Each method delegates to a small module: process state (:mod:`.state`), data loading
 (:mod:`.data_loader`), collectives (:mod:`.ops`), precision (:mod:`.precision`), the optimizer and
-scheduler wrappers, model files (:mod:`.model_io`), checkpoints and trackers (the mixins).
+scheduler wrappers, model files (:mod:`.model_io`); ``prepare``, checkpoints and trackers live in
+the mixins it inherits (:mod:`.prepare`, :mod:`.checkpoint`, :mod:`.tracking`).
 """
 
 from __future__ import annotations
@@ -18,34 +19,21 @@ from torch.utils.data import DataLoader
 from . import model_io, precision
 from .checkpoint import CheckpointMixin, ProjectConfiguration
 from .data_loader import DataLoaderShard, active_data_loader
-from .data_loader import prepare_data_loader as _shard_loader
 from .data_loader import skip_first_batches as _skip_first_batches
 from .errors import ConfigurationError, UnusedParametersError
 from .kwargs import AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs, sort_handlers
 from .optimizer import AcceleratedOptimizer
 from .scheduler import AcceleratedScheduler
+from .prepare import PrepareMixin
 from .settings import load_settings
 from .state import AcceleratorState, DistributedType, GradientState, PartialState
-from .tracking import TrackingMixin
+from .tracking import TrackingMixin, filter_trackers
 
 # Hugging Face Accelerate constructor arguments accelify does not implement: an error, never ignored.
 _UNSUPPORTED = {
     "deepspeed_plugin", "deepspeed_plugins", "megatron_lm_plugin", "torch_tp_plugin", "parallelism_config",
     "dynamo_plugin", "dispatch_batches", "use_seedable_sampler", "fp8_recipe_handler",
 }
-_SCHEDULER_TYPES: tuple[type, ...] = (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
-
-
-class _DDP(DistributedDataParallel):
-    """DDP whose unused-parameter error names the parameters and the kwargs handler that fixes it."""
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return super().forward(*args, **kwargs)
-        except RuntimeError as exc:
-            if "Expected to have finished reduction" not in str(exc):
-                raise
-            raise UnusedParametersError(model_io.unused_parameters_message(self.module, str(exc))) from exc
 
 
 def _state_method(name: str) -> Callable[..., Any]:
@@ -59,7 +47,7 @@ def _state_method(name: str) -> Callable[..., Any]:
     return method
 
 
-class Accelerator(CheckpointMixin, TrackingMixin):
+class Accelerator(PrepareMixin, CheckpointMixin, TrackingMixin):
     """Runs a training loop on one process, or data-parallel on N, with one code path.
 
     Arguments left as ``None`` come from ``accelify launch`` (the launch file) or the
@@ -114,7 +102,7 @@ class Accelerator(CheckpointMixin, TrackingMixin):
         if fsdp_plugin is None and use_fsdp:
             from .fsdp import FullyShardedDataParallelPlugin
 
-            fsdp_plugin = FullyShardedDataParallelPlugin(**dict(settings.fsdp_config))
+            fsdp_plugin = FullyShardedDataParallelPlugin.from_config(settings.fsdp_config)  # HF `fsdp_*` keys too
         self.fsdp_plugin = fsdp_plugin
         self.state = AcceleratorState(_pick(cpu, settings.cpu, False), backend=pg.backend, timeout=pg.timeout)
         # FSDP shards across processes: with one process there is nothing to shard, models stay plain
@@ -150,7 +138,8 @@ class Accelerator(CheckpointMixin, TrackingMixin):
         elif project_dir is not None:
             project_config.set_directories(project_dir)
         self.project_configuration = project_config
-        self.log_with = log_with
+        # unknown tracker names, missing packages and a missing logging folder fail here, not at init_trackers
+        self.log_with = filter_trackers(log_with, project_config.logging_dir)
         self.flag_tensor: torch.Tensor | None = None
         self._models: list[torch.nn.Module] = []
         self._optimizers: list[AcceleratedOptimizer] = []
@@ -196,119 +185,6 @@ class Accelerator(CheckpointMixin, TrackingMixin):
     def optimizer_step_was_skipped(self) -> bool:
         """True when the last ``optimizer.step()`` was skipped because fp16 gradients overflowed."""
         return any(opt.step_was_skipped for opt in self._optimizers)
-
-    # -- prepare ----------------------------------------------------------------------------
-    def prepare(self, *args: Any, device_placement: Sequence[bool] | None = None) -> Any:
-        """Wrap models, optimizers, data loaders and schedulers for this process; return them in order.
-
-        Anything else (``None`` included) comes back unchanged, and preparing twice is harmless.
-        With two processes, ``model, opt, loader = accelerator.prepare(model, opt, loader)`` gives
-        a DDP model, an :class:`AcceleratedOptimizer` and a loader that yields half of each epoch.
-        """
-        if device_placement is None:
-            device_placement = [None] * len(args)  # type: ignore[list-item]
-        elif len(device_placement) != len(args):
-            raise ConfigurationError(f"device_placement has {len(device_placement)} entries for {len(args)} objects.")
-        raw_optimizers = [a for a in args if isinstance(a, torch.optim.Optimizer) and not isinstance(a, AcceleratedOptimizer)]
-        result = list(args)
-        for i, obj in enumerate(args):  # models first: optimizers may need rebinding to new parameters
-            if isinstance(obj, torch.nn.Module):
-                result[i] = self.prepare_model(obj, device_placement=device_placement[i], _optimizers=raw_optimizers)
-        for i, obj in enumerate(args):
-            if isinstance(obj, torch.optim.Optimizer):
-                result[i] = self.prepare_optimizer(obj, device_placement=device_placement[i])
-            elif isinstance(obj, DataLoader):
-                result[i] = self.prepare_data_loader(obj, device_placement=device_placement[i])
-        for i, obj in enumerate(args):
-            if isinstance(obj, _SCHEDULER_TYPES):
-                result[i] = self.prepare_scheduler(obj)
-        return result[0] if len(result) == 1 else tuple(result)
-
-    def prepare_model(
-        self,
-        model: torch.nn.Module,
-        device_placement: bool | None = None,
-        evaluation_mode: bool = False,
-        *,
-        _optimizers: Sequence[torch.optim.Optimizer] = (),
-    ) -> torch.nn.Module:
-        """Place ``model`` on the device, wrap it in DDP (FSDP2 with a plugin) and add mixed-precision autocast.
-
-        ``_optimizers``: optimizers of the same ``prepare`` call, rebound if wrapping replaces parameters.
-        """
-        if any(model is m for m in self._models):
-            return model
-        if isinstance(model, DistributedDataParallel):  # wrapped by the script itself: keep its DDP
-            precision.attach_autocast(model.module, self.mixed_precision, self.device)
-            self._models.append(model)
-            return model
-        place = self.device_placement if device_placement is None else device_placement
-        optimizers = [o.optimizer for o in self._optimizers] + list(_optimizers)
-        if self.use_fsdp and not evaluation_mode:
-            from . import fsdp
-
-            model = fsdp.wrap_model(model, self.fsdp_plugin, self.device, optimizers=optimizers)
-        else:
-            before = {name: p for name, p in model.named_parameters()}
-            if place:
-                model.to(self.device)
-            model_io.rebind_optimizers(before, model, optimizers)
-        precision.attach_autocast(model, self.mixed_precision, self.device)
-        if self.use_distributed and not self.use_fsdp and not evaluation_mode:
-            if any(p.requires_grad for p in model.parameters()):
-                options = self.ddp_handler.to_kwargs() if self.ddp_handler is not None else {}
-                if self.device.type == "cuda":
-                    options.update(device_ids=[self.device.index], output_device=self.device.index)
-                model = _DDP(model, **options)
-        self._models.append(model)
-        return model
-
-    def prepare_optimizer(self, optimizer: torch.optim.Optimizer, device_placement: bool | None = None) -> AcceleratedOptimizer:
-        """Wrap ``optimizer`` so that ``step``/``zero_grad`` follow accumulation and the fp16 scaler."""
-        if isinstance(optimizer, AcceleratedOptimizer):
-            if not any(optimizer is o for o in self._optimizers):
-                self._optimizers.append(optimizer)
-            return optimizer
-        place = self.device_placement if device_placement is None else device_placement
-        wrapped = AcceleratedOptimizer(optimizer, place, self.scaler, self.gradient_state)
-        self._optimizers.append(wrapped)
-        return wrapped
-
-    def prepare_data_loader(self, data_loader: DataLoader, device_placement: bool | None = None) -> DataLoaderShard:
-        """Shard ``data_loader``: with two processes each gets every other batch (see :mod:`.data_loader`)."""
-        if isinstance(data_loader, DataLoaderShard) and any(data_loader is d for d in self._dataloaders):
-            return data_loader
-        place = self.device_placement if device_placement is None else device_placement
-        loader = _shard_loader(
-            data_loader,
-            device=self.device,
-            num_processes=self.num_processes,
-            process_index=self.process_index,
-            split_batches=self.split_batches,
-            even_batches=self.even_batches,
-            put_on_device=place,
-            rng_types=self.rng_types,
-            dispatch_batches=self.dispatch_batches,
-        )
-        self._dataloaders.append(loader)
-        return loader
-
-    def prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
-        """Wrap ``scheduler`` so it steps only when its optimizer did (see :mod:`.scheduler`)."""
-        if isinstance(scheduler, AcceleratedScheduler):
-            return scheduler
-        raw = scheduler.optimizer
-        optimizers = [o for o in self._optimizers if o is raw or o.optimizer is raw] or [raw]
-        wrapped = AcceleratedScheduler(
-            scheduler,
-            optimizers,
-            gradient_state=self.gradient_state,
-            num_processes=self.num_processes,
-            step_with_optimizer=self.step_scheduler_with_optimizer,
-            split_batches=self.split_batches,
-        )
-        self._schedulers.append(wrapped)
-        return wrapped
 
     # -- the training step ------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:

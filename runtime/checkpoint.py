@@ -1,50 +1,58 @@
-"""save_state / load_state: atomic checkpoint folders, RNG states, safe (weights_only) loading.
+"""save_state / load_state: what a checkpoint holds, automatic naming, and the Accelerator mixin.
 
-Layout (Hugging Face Accelerate's file names): ``model.safetensors`` (``pytorch_model.bin`` without
-safetensors), ``model_<i>.*`` for later models, ``optimizer.bin``, ``scheduler.bin``, ``scaler.pt``,
-``dl_state_dict.bin``, ``custom_checkpoint_<i>.pkl`` and one ``random_states_<rank>.pkl`` per process.
+Which files a checkpoint folder holds and how each is (de)serialised: :mod:`.checkpoint_files`
+(Hugging Face Accelerate's layout; loading is ``torch.load(weights_only=True)``, nothing in a
+checkpoint can run code). How the folder is written atomically by every process: :mod:`.atomic`
+(a process killed at any point leaves the previous or the new checkpoint complete).
 
-Atomicity: every process writes into a hidden ``.<name>.tmp-<id>`` folder (the id is chosen by rank 0
-and broadcast), fsyncs its files and meets the others at a barrier; then rank 0 moves an existing
-``<name>`` aside to ``.<name>.old-<id>``, renames the temporary folder to ``<name>``, fsyncs the parent
-and deletes the old copy. A process killed at any point leaves either the old or the new checkpoint
-complete: a leftover ``.old-`` copy is found by ``load_state`` and put back by the next ``save_state``.
-Nodes that do not share rank 0's filesystem commit their own copy (their local main process).
-
-Loading uses ``torch.load(weights_only=True)``: nothing in a checkpoint can run code.
+Durability: by default every file is fsynced before the folder is renamed into place, and the
+rename is fsynced too (a checkpoint survives a power loss once ``save_state`` returns), as
+``torch.distributed.checkpoint``'s ``FileSystemWriter`` does. ``ProjectConfiguration(durable=False)``
+or the environment variable ``ACCELIFY_DURABLE_CHECKPOINTS=0`` skip the fsyncs (faster on slow
+disks); the rename stays atomic, so a crashed *process* still leaves a complete checkpoint, only an
+operating-system crash or power loss may lose the newest one.
 """
 
 from __future__ import annotations
 
 import os
-import pickle
-import random
 import re
 import shutil
 import sys
-import uuid
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
-import torch.distributed as dist
 
-from .errors import AccelifyRuntimeError, ConfigurationError
+from . import atomic
+from . import checkpoint_files as files
+from .checkpoint_files import (
+    CUSTOM_NAME,
+    DATALOADER_NAME,
+    OPTIMIZER_NAME,
+    RNG_STATE_NAME,
+    SCALER_NAME,
+    SCHEDULER_NAME,
+    indexed,
+    rng_states,
+    set_rng_states,
+)
+from .errors import CheckpointError, ConfigurationError
 
-SAFE_MODEL_NAME, MODEL_NAME, OPTIMIZER_NAME, SCHEDULER_NAME = "model", "pytorch_model", "optimizer", "scheduler"
-SCALER_NAME, RNG_STATE_NAME, DATALOADER_NAME, CUSTOM_NAME = "scaler.pt", "random_states", "dl_state_dict", "custom_checkpoint"
 _CHECKPOINT_RE = re.compile(r"^checkpoint_(\d+)$")
+DURABLE_ENV = "ACCELIFY_DURABLE_CHECKPOINTS"
 
 
-def _indexed(stem: str, index: int, ext: str = ".bin") -> str:
-    """HF's numbering: ``optimizer.bin``, ``optimizer_1.bin``, ..."""
-    return f"{stem}{ext}" if index == 0 else f"{stem}_{index}{ext}"
-
-
-class CheckpointError(AccelifyRuntimeError):
-    """A checkpoint cannot be written or read as asked; the message names the file and the fix."""
+def _durable_default() -> bool:
+    """``ACCELIFY_DURABLE_CHECKPOINTS`` (default on); only an explicit 0/false/no/off turns fsyncs off."""
+    value = os.environ.get(DURABLE_ENV, "").strip().lower()
+    if value in ("", "1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ConfigurationError(f"{DURABLE_ENV}={os.environ[DURABLE_ENV]!r} must be 1 or 0 (true/false, yes/no, on/off).")
 
 
 @dataclass
@@ -54,7 +62,8 @@ class ProjectConfiguration:
     ``automatic_checkpoint_naming=True`` makes ``save_state()`` write ``<project_dir>/checkpoints/
     checkpoint_<iteration>``, keep the newest ``total_limit`` of them, and ``load_state()`` resume the
     newest. ``logging_dir`` defaults to ``project_dir``. ``save_on_each_node`` writes the shared files
-    on every node (for nodes without a shared filesystem).
+    on every node (for nodes without a shared filesystem). ``durable`` (accelify only; default from
+    ``ACCELIFY_DURABLE_CHECKPOINTS``, else True) fsyncs checkpoints before ``save_state`` returns.
     """
 
     project_dir: str | None = None
@@ -63,10 +72,13 @@ class ProjectConfiguration:
     total_limit: int | None = None
     iteration: int = 0
     save_on_each_node: bool = False
+    durable: bool | None = None
 
     def __post_init__(self) -> None:
         if self.total_limit is not None and int(self.total_limit) < 1:
             raise ConfigurationError(f"total_limit={self.total_limit} must be >= 1 (or None to keep every checkpoint).")
+        if self.durable is None:
+            self.durable = _durable_default()
         self.set_directories(self.project_dir)
 
     def set_directories(self, project_dir: str | os.PathLike[str] | None = None) -> None:
@@ -76,205 +88,12 @@ class ProjectConfiguration:
             self.logging_dir = self.project_dir
 
 
-# ---------------------------------------------------------------- processes
-def _rank() -> int:
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-
-
-def _barrier() -> None:
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        dist.barrier()
-
-
-def _broadcast_str(value: str) -> str:
-    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
-        return value
-    box = [value]
-    dist.broadcast_object_list(box, src=0)
-    return str(box[0])
-
-
-def _all_ok(ok: bool) -> bool:
-    """True when every process reports ``ok`` (one all_gather_object; works on Gloo and NCCL)."""
-    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
-        return ok
-    flags: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(flags, bool(ok))
-    return all(flags)
-
-
-# ---------------------------------------------------------------- files
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # platforms that cannot open directories
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write(path: Path, obj: Any) -> Path:
-    """torch.save ``obj`` to ``path`` (durability comes from :class:`_DurableFiles`)."""
-    with open(path, "wb") as fh:
-        torch.save(obj, fh)
-    return path
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-class _DurableFiles:
-    """Collects written files and fsyncs each on a worker thread while the next one is serialised."""
-
-    def __init__(self) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accelify-fsync")
-        self._pending: list[Any] = []
-
-    def add(self, path: Path) -> None:
-        self._pending.append(self._pool.submit(_fsync_file, path))
-
-    def wait(self) -> None:
-        """Block until every added file is on disk; re-raise the first fsync error."""
-        for future in self._pending:
-            future.result()
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=True)
-
-
-def _safetensors_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("safetensors") is not None
-
-
-def _write_weights(directory: Path, index: int, state: dict[str, torch.Tensor], safe: bool) -> Path:
-    """Write one model's state dict; identical tied tensors are stored once and re-linked on load."""
-    if not (safe and _safetensors_available()):
-        return _write(directory / _indexed(MODEL_NAME, index), state)
-    import json
-
-    from safetensors.torch import save_file
-
-    tensors: dict[str, torch.Tensor] = {}
-    aliases: dict[str, str] = {}
-    seen: dict[tuple[Any, ...], str] = {}
-    storages: set[int] = set()
-    for name, tensor in state.items():
-        tensor = tensor.detach()
-        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tensor.stride(), tensor.dtype)
-        if tensor.numel() and key in seen:
-            aliases[name] = seen[key]
-            continue
-        seen[key] = name
-        shares = tensor.numel() > 0 and key[0] in storages
-        storages.add(key[0])
-        tensor = tensor.cpu()
-        tensors[name] = tensor.clone() if shares or not tensor.is_contiguous() else tensor
-    path = directory / _indexed(SAFE_MODEL_NAME, index, ".safetensors")
-    save_file(tensors, os.fspath(path), metadata={"format": "pt", "accelify_aliases": json.dumps(aliases)})
-    return path
-
-
-def _read(path: Path, what: str, map_location: Any = "cpu") -> Any:
-    """torch.load with ``weights_only=True``; an unsafe type becomes a CheckpointError saying how to allow it."""
-    if not path.is_file():
-        raise CheckpointError(f"{path} is missing ({what}); was this folder written by save_state with the same objects prepared?")
-    try:
-        return torch.load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as exc:
-        try:
-            names = torch.serialization.get_unsafe_globals_in_checkpoint(path)
-        except Exception:  # noqa: BLE001 - the names only improve the message
-            names = []
-        listed = ", ".join(names) or "see the cause below"
-        raise CheckpointError(
-            f"{path} ({what}) holds types that safe loading (torch.load weights_only=True) does not allow: {listed}. "
-            "If you trust this checkpoint, allow-list them before load_state with "
-            f"torch.serialization.add_safe_globals([{', '.join(n.rsplit('.', 1)[-1] for n in names) or '...'}])."
-        ) from exc
-
-
-def _read_weights(directory: Path, index: int) -> dict[str, torch.Tensor]:
-    safe_path = directory / _indexed(SAFE_MODEL_NAME, index, ".safetensors")
-    if not safe_path.is_file():
-        return _read(directory / _indexed(MODEL_NAME, index), f"weights of model {index}")
-    import json
-
-    from safetensors import safe_open
-
-    with safe_open(os.fspath(safe_path), framework="pt") as fh:
-        state = {name: fh.get_tensor(name) for name in fh.keys()}  # noqa: SIM118 - safe_open has no __iter__
-        aliases = json.loads((fh.metadata() or {}).get("accelify_aliases", "{}"))
-    for name, target in aliases.items():
-        state[name] = state[target]
-    return state
-
-
-# ---------------------------------------------------------------- RNG
-def rng_states() -> dict[str, Any]:
-    """This process's Python, NumPy, torch (and CUDA) RNG states, in weights_only-loadable types."""
-    version, internal, gauss = random.getstate()  # 625 ints: a tensor loads far faster than a pickled tuple
-    states: dict[str, Any] = {
-        "random_state": (version, torch.tensor(internal, dtype=torch.int64), gauss),
-        "torch_manual_seed": torch.get_rng_state(),
-    }
-    try:
-        import numpy as np
-
-        kind, keys, pos, has_gauss, gauss = np.random.get_state()
-        states["numpy_random_seed"] = (kind, torch.from_numpy(keys.astype("int64")), int(pos), int(has_gauss), float(gauss))
-    except ImportError:
-        pass
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        states["torch_cuda_manual_seed"] = torch.cuda.get_rng_state_all()
-    return states
-
-
-def set_rng_states(states: dict[str, Any]) -> None:
-    """Restore what :func:`rng_states` returned."""
-    version, internal, gauss = states["random_state"]
-    random.setstate((version, tuple(internal.tolist()), gauss))
-    torch.set_rng_state(states["torch_manual_seed"])
-    if "numpy_random_seed" in states:
-        import numpy as np
-
-        kind, keys, pos, has_gauss, gauss = states["numpy_random_seed"]
-        np.random.set_state((kind, keys.numpy().astype("uint32"), pos, has_gauss, gauss))
-    if "torch_cuda_manual_seed" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["torch_cuda_manual_seed"])
-
-
-# ---------------------------------------------------------------- atomic folders
 def readable_checkpoint(directory: str | os.PathLike[str]) -> Path:
     """The folder to read for ``directory``: itself, or the copy a save killed mid-swap left aside."""
-    path = Path(directory)
-    if path.is_dir():
-        return path
-    backups = sorted(path.parent.glob(f".{path.name}.old-*"), key=lambda p: p.stat().st_mtime) if path.parent.is_dir() else []
-    if backups:
-        return backups[-1]
-    raise CheckpointError(f"No checkpoint folder at {path}; pass the folder save_state wrote (or its parent's checkpoint_<i>).")
-
-
-def _recover(target: Path) -> None:
-    """Rank 0, before a save: put back a copy left aside by a killed save, drop stale temporary folders."""
-    if not target.parent.is_dir():
-        return
-    backups = sorted(target.parent.glob(f".{target.name}.old-*"), key=lambda p: p.stat().st_mtime)
-    if backups and not target.exists():
-        os.rename(backups.pop(), target)
-    for stale in [*backups, *target.parent.glob(f".{target.name}.tmp-*")]:
-        shutil.rmtree(stale, ignore_errors=True)
+    path = atomic.readable_folder(directory)
+    if path is None:
+        raise CheckpointError(f"No checkpoint folder at {directory}; pass the folder save_state wrote (or its parent's checkpoint_<i>).")
+    return path
 
 
 def save_checkpoint(
@@ -291,76 +110,43 @@ def save_checkpoint(
     local_process_index: int | None = None,
     save_on_each_node: bool = False,
     safe_serialization: bool = True,
+    durable: bool = True,
 ) -> Path:
     """Write a checkpoint folder atomically; every process must call it (it synchronises them).
 
     With two processes, both write ``random_states_<rank>.pkl``, rank 0 writes the shared files,
-    and both return only after rank 0 renamed the finished folder to ``directory``.
+    and both return only after rank 0 renamed the finished folder to ``directory``. ``durable``
+    fsyncs every file and the rename (see the module docstring).
     """
     target = Path(directory)
-    rank = _rank() if process_index is None else process_index
-    tmp_name, failure = "", None
-    if _rank() == 0:
-        try:
-            _recover(target)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp_name = f".{target.name}.tmp-{uuid.uuid4().hex[:12]}"
-            (target.parent / tmp_name).mkdir()
-        except OSError as exc:  # tell the others instead of leaving them waiting
-            tmp_name, failure = "", exc
-    tmp_name = _broadcast_str(tmp_name)
-    if not tmp_name:
-        if failure is not None:
-            raise failure
-        raise CheckpointError(f"Process 0 could not create a temporary folder next to {target}; see its error.")
-    tmp = target.parent / tmp_name
-    _barrier()
-    committer = _rank() == 0
-    local_rank = rank if local_process_index is None else local_process_index
-    if not committer and local_rank == 0 and not tmp.is_dir():  # this node does not see rank 0's files
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp.mkdir(exist_ok=True)
-        committer = True
-    _barrier()
-    ok = False
-    files = _DurableFiles()
+    rank = atomic.rank() if process_index is None else process_index
+    staged = atomic.stage_folder(target, local_process_index)
+    tmp, ok = staged.tmp, False
+    synced = atomic.DurableFiles(durable)
     try:
-        if _rank() == 0 or (committer and save_on_each_node):
+        if atomic.rank() == 0 or (staged.committer and save_on_each_node):
             for i, state in enumerate(model_states):
-                files.add(_write_weights(tmp, i, state, safe_serialization))
+                synced.add(files.write_weights(tmp, i, state, safe_serialization))
             for i, state in enumerate(optimizer_states):
-                files.add(_write(tmp / _indexed(OPTIMIZER_NAME, i), state))
+                synced.add(files.write_state(tmp / indexed(OPTIMIZER_NAME, i), state))
             for i, sched in enumerate(schedulers):
-                files.add(_write(tmp / _indexed(SCHEDULER_NAME, i), sched.state_dict()))
+                synced.add(files.write_state(tmp / indexed(SCHEDULER_NAME, i), sched.state_dict()))
             for i, loader in enumerate(dataloaders):
                 if callable(getattr(loader, "state_dict", None)):
-                    files.add(_write(tmp / _indexed(DATALOADER_NAME, i), loader.state_dict()))
+                    synced.add(files.write_state(tmp / indexed(DATALOADER_NAME, i), loader.state_dict()))
             if scaler is not None:
-                files.add(_write(tmp / SCALER_NAME, scaler.state_dict()))
+                synced.add(files.write_state(tmp / SCALER_NAME, scaler.state_dict()))
             for i, obj in enumerate(custom_objects):
-                files.add(_write(tmp / f"{CUSTOM_NAME}_{i}.pkl", obj.state_dict()))
-        files.add(_write(tmp / f"{RNG_STATE_NAME}_{rank}.pkl", {"step": int(step), **rng_states()}))
-        files.wait()
+                synced.add(files.write_state(tmp / files.custom_file_name(i), obj.state_dict()))
+        synced.add(files.write_state(tmp / files.rng_file_name(rank), {"step": int(step), **rng_states()}))
+        synced.wait()
         ok = True
     finally:
-        files.close()
-        all_ok = _all_ok(ok)  # every process finished writing (or failed): never leave one waiting
-        if not all_ok and committer:
-            shutil.rmtree(tmp, ignore_errors=True)
-    if not all_ok:
+        if not ok:
+            synced.wait_quietly()
+        committed = atomic.commit_folder(staged, ok, durable)
+    if not committed:
         raise CheckpointError(f"Another process failed while writing the checkpoint {target}; its previous content is kept.")
-    if committer:
-        # Each file was fsynced (ext4/XFS/btrfs then also persist a new file's entry); the rename is made
-        # durable by fsyncing the parent below.
-        backup = None
-        if target.exists():
-            backup = target.parent / f".{target.name}.old-{tmp_name.rsplit('-', 1)[-1]}"
-            os.rename(target, backup)
-        os.rename(tmp, target)
-        _fsync_dir(target.parent)
-        if backup is not None:
-            shutil.rmtree(backup, ignore_errors=True)
-    _barrier()
     return target
 
 
@@ -383,37 +169,38 @@ def load_checkpoint(
     With two processes, each restores its own ``random_states_<rank>.pkl``.
     """
     path = readable_checkpoint(directory)
-    found = sorted(f for f in os.listdir(path) if re.fullmatch(rf"{CUSTOM_NAME}_\d+\.pkl", f))
+    names = os.listdir(path)
+    found = [f for f in names if re.fullmatch(rf"{CUSTOM_NAME}_\d+\.pkl", f)]
     if len(found) != len(custom_objects):
         raise CheckpointError(
             f"{path} holds {len(found)} custom checkpoint(s) but {len(custom_objects)} object(s) are registered; "
             "register_for_checkpointing the same objects, in the same order, as when it was saved."
         )
     for i, loader in enumerate(model_loaders):
-        loader(_read_weights(path, i))
+        loader(files.read_weights(path, i))
     if scaler is not None:  # before the optimizers: FSDP2's optimizer loading may step a scaler-aware optimizer
-        scaler.load_state_dict(_read(path / SCALER_NAME, "the GradScaler"))
+        scaler.load_state_dict(files.read_state(path / SCALER_NAME, "the GradScaler"))
     for i, loader in enumerate(optimizer_loaders):
-        loader(_read(path / _indexed(OPTIMIZER_NAME, i), f"optimizer {i}", map_location))
+        loader(files.read_state(path / indexed(OPTIMIZER_NAME, i), f"optimizer {i}", map_location))
     for i, sched in enumerate(schedulers):
-        sched.load_state_dict(_read(path / _indexed(SCHEDULER_NAME, i), f"scheduler {i}"))
+        sched.load_state_dict(files.read_state(path / indexed(SCHEDULER_NAME, i), f"scheduler {i}"))
     for i, loader in enumerate(dataloaders):
-        file = path / _indexed(DATALOADER_NAME, i)
-        if callable(getattr(loader, "load_state_dict", None)) and file.is_file():
-            loader.load_state_dict(_read(file, f"data loader {i}"))
+        name = indexed(DATALOADER_NAME, i)
+        if callable(getattr(loader, "load_state_dict", None)) and name in names:
+            loader.load_state_dict(files.read_state(path / name, f"data loader {i}"))
     for i, obj in enumerate(custom_objects):
-        obj.load_state_dict(_read(path / f"{CUSTOM_NAME}_{i}.pkl", f"registered object {i} ({type(obj).__name__})"))
-    rank = _rank() if process_index is None else process_index
-    rng_file = path / f"{RNG_STATE_NAME}_{rank}.pkl"
-    if not rng_file.is_file() and any(path.glob(f"{RNG_STATE_NAME}_*.pkl")):
+        obj.load_state_dict(files.read_state(path / files.custom_file_name(i), f"registered object {i} ({type(obj).__name__})"))
+    rank = atomic.rank() if process_index is None else process_index
+    rng_name = files.rng_file_name(rank)
+    saved_rng = sorted(f for f in names if f.startswith(f"{RNG_STATE_NAME}_") and f.endswith(".pkl"))
+    if rng_name not in names and saved_rng:
         warnings.warn(
-            f"{path} has no {rng_file.name}: it was saved by fewer processes. Model, optimizer and data states "
+            f"{path} has no {rng_name}: it was saved by fewer processes. Model, optimizer and data states "
             "were loaded; this process keeps its current random states, so the run is not bit-for-bit reproducible.",
             stacklevel=3,
         )
-        rng_file = next(iter(sorted(path.glob(f"{RNG_STATE_NAME}_*.pkl"))))
-        return {"step": int(_read(rng_file, "RNG states").get("step", 0))}
-    states = _read(rng_file, f"RNG states of process {rank}")
+        return {"step": int(files.read_state(path / saved_rng[0], "RNG states").get("step", 0))}
+    states = files.read_state(path / rng_name, f"RNG states of process {rank}")
     set_rng_states(states)
     return {"step": int(states.get("step", 0))}
 
@@ -555,11 +342,12 @@ class CheckpointMixin:
             local_process_index=getattr(state, "local_process_index", None),
             save_on_each_node=config.save_on_each_node,
             safe_serialization=safe_serialization,
+            durable=config.durable is not False,
         )
         if automatic:
-            if _rank() == 0:
+            if atomic.rank() == 0:
                 prune_checkpoints(root, config.total_limit)
-            _barrier()
+            atomic.barrier()
             config.iteration += 1
         return path
 

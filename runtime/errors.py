@@ -22,3 +22,7 @@ class DistributedOperationException(AccelifyRuntimeError):
 
 class UnusedParametersError(AccelifyRuntimeError):
     """DDP found parameters that got no gradient; the message names them and the fix."""
+
+
+class CheckpointError(AccelifyRuntimeError):
+    """A checkpoint cannot be written or read as asked; the message names the file and the fix."""

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import tempfile
 from typing import Any, Mapping
 
 import torch
 
+from .atomic import atomic_write
 from .errors import ConfigurationError
 from .precision import detach_autocast
 
@@ -71,23 +70,6 @@ def unused_parameters_message(module: torch.nn.Module, error: str) -> str:
     )
 
 
-def _atomic_write(path: str, write: Any) -> None:
-    """Call ``write(tmp_path)`` for a temp file in ``path``'s folder, fsync it, then rename it over ``path``."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
-    os.close(fd)
-    try:
-        write(tmp)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def save_atomic(obj: Any, f: Any, safe_serialization: bool = False) -> None:
     """``torch.save(obj, f)`` (or safetensors for a dict of tensors), atomically when ``f`` is a path."""
     if safe_serialization:
@@ -96,10 +78,10 @@ def save_atomic(obj: Any, f: Any, safe_serialization: bool = False) -> None:
         if not isinstance(obj, Mapping) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
             raise ConfigurationError("save(..., safe_serialization=True) needs a dict of tensors (a state_dict).")
         tensors = {k: v.detach().contiguous() for k, v in obj.items()}
-        _atomic_write(os.fspath(f), lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}))
+        atomic_write(os.fspath(f), lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}))
         return
     if isinstance(f, (str, os.PathLike)):
-        _atomic_write(os.fspath(f), lambda tmp: torch.save(obj, tmp))
+        atomic_write(os.fspath(f), lambda tmp: torch.save(obj, tmp))
     else:
         torch.save(obj, f)  # a file object or buffer the caller owns
 
@@ -162,9 +144,9 @@ def save_model_files(
     for name, shard in zip(names, shards):
         path = os.path.join(directory, name)
         if safe:
-            _atomic_write(path, lambda tmp, s=shard: save_file(s, tmp, metadata={"format": "pt"}))
+            atomic_write(path, lambda tmp, s=shard: save_file(s, tmp, metadata={"format": "pt"}))
         else:
-            _atomic_write(path, lambda tmp, s=shard: torch.save(s, tmp))
+            atomic_write(path, lambda tmp, s=shard: torch.save(s, tmp))
     if len(shards) > 1:
         index = {
             "metadata": {"total_size": sum(t.numel() * t.element_size() for t in tensors.values() if isinstance(t, torch.Tensor))},
@@ -176,6 +158,6 @@ def save_model_files(
             with open(tmp, "w", encoding="utf-8") as fh:
                 fh.write(text)
 
-        _atomic_write(os.path.join(directory, f"{stem}.{ext}.index.json"), write_index)
+        atomic_write(os.path.join(directory, f"{stem}.{ext}.index.json"), write_index)
         names.append(f"{stem}.{ext}.index.json")
     return names

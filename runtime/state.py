@@ -1,7 +1,7 @@
-"""Who am I: the process description, the process group, and process-level coordination.
+"""Who am I: the shared process state and process-level coordination.
 
-Environment variables are read here and nowhere else: :class:`ProcessInfo` is built once from
-what ``torch.distributed.run`` (or ``srun`` / ``mpirun``) sets. With ``WORLD_SIZE > 1`` the first
+:class:`~.process_group.ProcessInfo` (the only reader of the launcher's environment variables) is
+built once, by the first :class:`PartialState`. With ``WORLD_SIZE > 1`` the first
 :class:`PartialState` initialises the process group (NCCL plus Gloo when CUDA is usable, Gloo
 otherwise) or raises :class:`DistributedSetupError`: a process never silently trains alone.
 (Hugging Face Accelerate 1.15 run by torchrun on a CPU-only machine reports one process per rank
@@ -14,14 +14,13 @@ import builtins
 import contextlib
 import enum
 import functools
-import os
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 import torch
 
 from .errors import ConfigurationError, DistributedSetupError
+from .process_group import ProcessInfo, cuda_usable, from_existing_group, init_process_group
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -35,79 +34,6 @@ class DistributedType(str, enum.Enum):
     FSDP = "FSDP"
 
 
-def _env_int(env: Mapping[str, str], names: tuple[str, ...], default: int | None) -> int | None:
-    for name in names:
-        raw = env.get(name)
-        if raw not in (None, ""):
-            try:
-                return int(raw)  # type: ignore[arg-type]
-            except ValueError:
-                raise ConfigurationError(f"{name}={raw!r} is not a whole number; fix or unset it.") from None
-    return default
-
-
-@dataclass(frozen=True)
-class ProcessInfo:
-    """This process's place in the job, as the launcher described it.
-
-    With two processes on one machine started by ``torchrun --nproc-per-node 2``, process 1 sees
-    ``ProcessInfo(rank=1, world_size=2, local_rank=1, local_world_size=2, node_rank=0, ...)``.
-    """
-
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-    local_world_size: int = 1
-    node_rank: int = 0
-    master_addr: str | None = None
-    master_port: int | None = None
-
-    @classmethod
-    def from_environ(cls, environ: Mapping[str, str] | None = None) -> "ProcessInfo":
-        """Read torchrun's variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``...), else srun's or mpirun's."""
-        env = os.environ if environ is None else environ
-        if "WORLD_SIZE" in env or "RANK" in env:
-            world = _env_int(env, ("WORLD_SIZE",), 1)
-            rank = _env_int(env, ("RANK",), None)
-            local_rank = _env_int(env, ("LOCAL_RANK",), rank)
-            local_world = _env_int(env, ("LOCAL_WORLD_SIZE",), world)
-            node = _env_int(env, ("GROUP_RANK", "NODE_RANK"), None)
-            source = "torchrun"
-        elif "SLURM_STEP_NUM_TASKS" in env:  # inside an `srun` step, not a bare sbatch script
-            world = _env_int(env, ("SLURM_STEP_NUM_TASKS",), 1)
-            rank = _env_int(env, ("SLURM_PROCID",), None)
-            local_rank = _env_int(env, ("SLURM_LOCALID",), 0)
-            local_world = _env_int(env, ("SLURM_STEP_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE"), None)
-            node = _env_int(env, ("SLURM_NODEID",), None)
-            source = "srun"
-        elif "OMPI_COMM_WORLD_SIZE" in env or "PMI_SIZE" in env:
-            world = _env_int(env, ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE"), 1)
-            rank = _env_int(env, ("OMPI_COMM_WORLD_RANK", "PMI_RANK"), None)
-            local_rank = _env_int(env, ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"), 0)
-            local_world = _env_int(env, ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"), None)
-            node = None
-            source = "mpirun"
-        else:
-            return cls()
-        assert world is not None  # defaults above are never None
-        if world < 1:
-            raise DistributedSetupError(f"{source} set a world size of {world}; it must be at least 1.")
-        if rank is None:
-            if world > 1:
-                raise DistributedSetupError(
-                    f"The world size is {world} but this process has no rank (RANK is unset); "
-                    "start the script with `accelify launch` or `torchrun`, which set both."
-                )
-            rank = 0
-        if not 0 <= rank < world:
-            raise DistributedSetupError(f"Rank {rank} is outside the world of {world} processes set by {source}.")
-        local_rank = rank if local_rank is None else local_rank
-        local_world = local_world or world
-        node = rank // local_world if node is None else node
-        port = _env_int(env, ("MASTER_PORT",), None)
-        return cls(rank, world, local_rank, local_world, node, env.get("MASTER_ADDR") or None, port)
-
-
 # The process-wide record every PartialState reads: the process group is process-global.
 # Keys: "info" (ProcessInfo), "cpu" (bool, the first creator's choice), "backend" (str | None),
 # "debug" (bool). Empty until the first PartialState; see is_initialized().
@@ -118,60 +44,6 @@ _CLOSED = "closed"  # the "backend" once destroy_process_group() ran
 def is_initialized() -> bool:
     """True once a ``PartialState`` or ``Accelerator`` has been created in this process."""
     return bool(_SHARED)
-
-
-def _cuda_usable(cpu: bool) -> bool:
-    return not cpu and torch.cuda.is_available()
-
-
-def _init_process_group(info: ProcessInfo, cpu: bool, backend: str | None, timeout: timedelta | None) -> str:
-    """Join the job's process group (or adopt one the script created) and return its backend."""
-    import torch.distributed as dist
-
-    if not dist.is_available():
-        raise DistributedSetupError(
-            f"WORLD_SIZE={info.world_size} but this torch build has no torch.distributed; install a build with it."
-        )
-    if dist.is_initialized():
-        if dist.get_world_size() != info.world_size or dist.get_rank() != info.rank:
-            raise DistributedSetupError(
-                f"A process group already exists with rank {dist.get_rank()} of {dist.get_world_size()}, but the "
-                f"environment says rank {info.rank} of {info.world_size}; create it from the same environment."
-            )
-        return str(dist.get_backend())
-    if not info.master_addr or info.master_port is None:
-        missing = [n for n, v in (("MASTER_ADDR", info.master_addr), ("MASTER_PORT", info.master_port)) if v in (None, "")]
-        raise DistributedSetupError(
-            f"WORLD_SIZE={info.world_size} asks for {info.world_size} processes, but {' and '.join(missing)} "
-            "is not set, so this process cannot find its peers. Start the script with `accelify launch -n N` "
-            "or `torchrun --nproc-per-node N`, or unset WORLD_SIZE to run one process."
-        )
-    if backend is None:
-        backend = "cpu:gloo,cuda:nccl" if _cuda_usable(cpu) else "gloo"
-    if _cuda_usable(cpu):
-        torch.cuda.set_device(info.local_rank)
-    kwargs: dict[str, Any] = {"backend": backend, "rank": info.rank, "world_size": info.world_size}
-    if timeout is not None:
-        kwargs["timeout"] = timeout
-    try:
-        dist.init_process_group(**kwargs)
-    except (RuntimeError, ValueError) as exc:  # DistStoreError / DistNetworkError are RuntimeErrors
-        raise DistributedSetupError(
-            f"Process {info.rank} of {info.world_size} could not join the process group at "
-            f"{info.master_addr}:{info.master_port} (backend {backend}): {str(exc).rstrip('.')}. Check that all "
-            f"{info.world_size} processes were started and can reach that address; it does not train alone."
-        ) from exc
-    return backend
-
-
-def _from_existing_group(info: ProcessInfo) -> ProcessInfo:
-    """A process group the script created itself without torchrun's variables (e.g. ``tcp://`` init)."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        rank, world = dist.get_rank(), dist.get_world_size()
-        return ProcessInfo(rank=rank, world_size=world, local_rank=rank, local_world_size=world)
-    return info
 
 
 class PartialState:
@@ -195,7 +67,7 @@ class PartialState:
             settings = load_settings()
             info = ProcessInfo.from_environ()
             if info.world_size == 1:
-                info = _from_existing_group(info)
+                info = from_existing_group(info)
             default_cpu = bool(settings.cpu) if cpu is None else cpu
             _SHARED.update(info=info, cpu=default_cpu, backend=None, debug=bool(settings.debug))
         self._cpu: bool = _SHARED["cpu"] if cpu is None else bool(cpu)
@@ -216,15 +88,15 @@ class PartialState:
         if backend == _CLOSED:
             return  # end_training() closed it; never silently rejoin (the peers may be gone)
         if backend is None:
-            _SHARED["backend"] = _init_process_group(self.info, self._cpu, *self._init_kwargs)
-        elif _cuda_usable(self._cpu) and "nccl" not in str(_SHARED["backend"]):
+            _SHARED["backend"] = init_process_group(self.info, self._cpu, *self._init_kwargs)
+        elif cuda_usable(self._cpu) and "nccl" not in str(_SHARED["backend"]):
             raise DistributedSetupError(
                 f"The process group was created for the CPU (backend {_SHARED['backend']}) by an earlier "
                 "Accelerator(cpu=True); this one wants the GPU. Use the same `cpu` setting for every Accelerator."
             )
 
     def _pick_device(self) -> torch.device:
-        if _cuda_usable(self._cpu):
+        if cuda_usable(self._cpu):
             count = torch.cuda.device_count()
             if self.info.local_rank >= count:
                 raise DistributedSetupError(

@@ -213,3 +213,48 @@ def test_optimizer_follows_parameters_that_placement_replaced() -> None:
     model(torch.ones(1, 2)).sum().backward()
     popt.step()
     assert not torch.equal(before, model.weight)
+
+
+def test_fsdp_plugin_from_launch_settings_accepts_hugging_face_keys(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A launch file's fsdp_config in HF's spelling (``fsdp_auto_wrap_policy``...) builds the plugin."""
+    _env(monkeypatch)
+    launch = tmp_path / "launch.yaml"
+    launch.write_text(
+        "use_fsdp: true\nfsdp_config:\n  fsdp_auto_wrap_policy: SIZE_BASED_WRAP\n  fsdp_min_num_params: 100\n"
+        "  fsdp_offload_params: 'false'\n  fsdp_sharding_strategy: SHARD_GRAD_OP\n  fsdp_backward_prefetch: BACKWARD_PRE\n"
+    )
+    monkeypatch.setenv("ACCELIFY_LAUNCH_CONFIG", str(launch))
+    plugin = Accelerator(cpu=True).fsdp_plugin
+    assert (plugin.auto_wrap_policy, plugin.min_num_params, plugin.cpu_offload) == ("size_based_wrap", 100, False)
+    assert plugin.reshard_after_forward is False and plugin.extra == {"backward_prefetch": "BACKWARD_PRE"}
+
+
+def test_unknown_tracker_fails_at_construction(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="log_with='wandbb' is not a known tracker; available here: .*jsonl"):
+        Accelerator(cpu=True, log_with="wandbb", project_dir=str(tmp_path))
+    with pytest.raises(ConfigurationError, match="needs a logging directory"):
+        Accelerator(cpu=True, log_with="jsonl")
+    assert Accelerator(cpu=True, log_with=["jsonl", "jsonl"], project_dir=str(tmp_path)).log_with == ["jsonl"]
+
+
+def test_prepare_without_fsdp_does_not_import_torch_fsdp() -> None:
+    """torch.distributed.fsdp costs ~0.8 s to import: only an FSDP run may load it.
+
+    No optimizer here: constructing any torch optimizer imports torch._dynamo, which imports
+    torch.distributed.fsdp itself (torch 2.13), whatever accelify does.
+    """
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\nfrom torch import nn\nfrom torch.utils.data import DataLoader\n"
+        "from accelify.runtime import Accelerator\n"
+        "acc = Accelerator(cpu=True)\n"
+        "model, loader = acc.prepare(nn.Linear(2, 2), DataLoader(list(range(4)), batch_size=2))\n"
+        "acc.backward(model(torch.ones(1, 2)).sum()); acc.clip_grad_norm_(model.parameters(), 1.0)\n"
+        "acc.get_state_dict(model); acc.unwrap_model(model)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('torch.distributed.fsdp')))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELIFY_", "ACCELERATE_"))}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

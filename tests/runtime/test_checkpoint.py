@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 import accelify.runtime.checkpoint as ckpt
+import accelify.runtime.checkpoint_files as ckpt_files
 from accelify.runtime.checkpoint import CheckpointError, CheckpointMixin, ProjectConfiguration
 from accelify.runtime.errors import ConfigurationError
 
@@ -238,14 +239,14 @@ def test_a_failing_write_keeps_the_previous_checkpoint(tmp_path: Path, monkeypat
     acc.save_state(tmp_path / "ck")
     before = acc.model[0].weight.detach().clone()
     acc.train(2)
-    real = ckpt._write
+    real = ckpt_files.write_state
 
     def flaky(path: Path, obj: Any) -> None:
         if path.name == "scheduler.bin":
             raise OSError(28, "No space left on device")
         real(path, obj)
 
-    monkeypatch.setattr(ckpt, "_write", flaky)
+    monkeypatch.setattr(ckpt_files, "write_state", flaky)
     with pytest.raises(OSError, match="No space left"):
         acc.save_state(tmp_path / "ck")
     assert os.listdir(tmp_path) == ["ck"]
@@ -278,8 +279,8 @@ def test_a_process_killed_mid_save_leaves_the_previous_checkpoint_loadable(tmp_p
         acc.train(1)
         acc._custom_objects[0].value = 2
         if kill_at == "mid_write":
-            real = ckpt._write
-            ckpt._write = lambda path, obj: os._exit(9) if path.name == "scheduler.bin" else real(path, obj)
+            real = ckpt_files.write_state
+            ckpt_files.write_state = lambda path, obj: os._exit(9) if path.name == "scheduler.bin" else real(path, obj)
         else:
             real_rename = os.rename
             os.rename = lambda a, b: (real_rename(a, b), os._exit(9)) if ".old-" in str(b) else real_rename(a, b)
@@ -295,6 +296,34 @@ def test_a_process_killed_mid_save_leaves_the_previous_checkpoint_loadable(tmp_p
     assert counter.value == 1 and torch.equal(fresh.model[0].weight, saved)
     fresh.save_state(tmp_path / "ck")  # the next save cleans up and puts the folder back in place
     assert os.listdir(tmp_path) == ["ck"]
+
+
+def test_durable_saves_fsync_every_file_and_the_rename_and_can_be_turned_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import accelify.runtime.atomic as atomic
+
+    synced: list[str] = []
+    real_file, real_dir = atomic.fsync_path, atomic.fsync_dir
+    monkeypatch.setattr(atomic, "fsync_path", lambda p: (synced.append(Path(p).name), real_file(p)))
+    monkeypatch.setattr(atomic, "fsync_dir", lambda p: (synced.append("<dir>"), real_dir(p)))
+    monkeypatch.delenv(ckpt.DURABLE_ENV, raising=False)
+    acc = FakeAccelerator()
+    assert acc.project_configuration.durable is True
+    acc.save_state(tmp_path / "ck")
+    assert sorted(synced) == sorted([*os.listdir(tmp_path / "ck"), "<dir>"]), synced
+    synced.clear()
+    monkeypatch.setenv(ckpt.DURABLE_ENV, "0")
+    fast = FakeAccelerator(seed=2)
+    assert fast.project_configuration.durable is False
+    fast.save_state(tmp_path / "ck")  # still atomic (replaces the folder), just not fsynced
+    assert synced == [] and os.listdir(tmp_path) == ["ck"]
+    acc.load_state(tmp_path / "ck")
+    assert torch.equal(acc.model[0].weight, fast.model[0].weight)
+    assert ProjectConfiguration(durable=True).durable is True  # an explicit value beats the variable
+    monkeypatch.setenv(ckpt.DURABLE_ENV, "maybe")
+    with pytest.raises(ConfigurationError, match="ACCELIFY_DURABLE_CHECKPOINTS='maybe' must be 1 or 0"):
+        ProjectConfiguration()
 
 
 def test_rng_states_round_trip() -> None:

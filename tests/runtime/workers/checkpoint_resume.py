@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-import accelify.runtime.checkpoint as ckpt
+import accelify.runtime.checkpoint_files as ckpt_files
 from accelify.runtime import Accelerator, ProjectConfiguration, set_seed
 from accelify.runtime.checkpoint import CheckpointError
 
@@ -126,7 +126,7 @@ def resume(directory: Path) -> None:
     x, y = next(stream)
     train_step(accelerator, model, optimizer, scheduler, counter, x, y)
     if rank == 1:
-        ckpt._write = lambda path, obj: (_ for _ in ()).throw(OSError(28, "No space left on device"))
+        ckpt_files.write_state = lambda path, obj: (_ for _ in ()).throw(OSError(28, "No space left on device"))
     try:
         accelerator.save_state(target)
     except (OSError, CheckpointError) as exc:

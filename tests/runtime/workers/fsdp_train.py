@@ -3,7 +3,8 @@
 An ``Accelerator(fsdp_plugin=...)`` trains a sharded model next to an unsharded reference that sees
 both processes' batches; losses, clipped norms, weights, ``save_model``, and a ``save_state`` /
 ``load_state`` round trip (optimizer moments included) must match. Then transformer-based wrapping
-with activation checkpointing must give the reference's gradients.
+with activation checkpointing must give the reference's gradients, and an optimizer prepared in a
+later ``prepare()`` call than its model must be rebound to the sharded parameters.
 """
 
 from __future__ import annotations
@@ -131,6 +132,18 @@ def main(directory: Path) -> None:
     if accelerator.is_main_process:
         for name, tensor in ref_net.state_dict().items():
             assert torch.allclose(full[name], tensor - 0.1 * dict(ref_net.named_parameters())[name].grad, **TOL), name
+
+    # an optimizer prepared in a later prepare() call than its model follows the sharded parameters
+    late_model = make_model()
+    late_opt = torch.optim.SGD(late_model.parameters(), lr=0.1)
+    late_model = accelerator.prepare(late_model)
+    assert not any(isinstance(p, DTensor) for p in late_opt.param_groups[0]["params"])
+    late_opt = accelerator.prepare(late_opt)
+    assert [id(p) for g in late_opt.param_groups for p in g["params"]] == [id(p) for p in late_model.parameters()]
+    before = late_model[0].weight.to_local().clone()
+    accelerator.backward(late_model(batch(9)[0]).pow(2).mean())
+    late_opt.step()
+    assert not torch.equal(before, late_model[0].weight.to_local()), "the rebound optimizer must update the shards"
 
     stepped = nn.Linear(2, 2)
     stepped_opt = torch.optim.Adam(stepped.parameters())

@@ -1,0 +1,146 @@
+"""Where this process sits in the job, and joining the job's process group.
+
+Environment variables are read here and nowhere else: :class:`ProcessInfo` is built from what
+``torch.distributed.run`` (or ``srun`` / ``mpirun``) sets. :func:`init_process_group` joins the
+group (NCCL plus Gloo when CUDA is usable, Gloo otherwise) or raises :class:`DistributedSetupError`
+saying what is missing: a process never silently trains alone. ``state.PartialState`` calls these once.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Mapping
+
+import torch
+
+from .errors import ConfigurationError, DistributedSetupError
+
+
+def _env_int(env: Mapping[str, str], names: tuple[str, ...], default: int | None) -> int | None:
+    for name in names:
+        raw = env.get(name)
+        if raw not in (None, ""):
+            try:
+                return int(raw)  # type: ignore[arg-type]
+            except ValueError:
+                raise ConfigurationError(f"{name}={raw!r} is not a whole number; fix or unset it.") from None
+    return default
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """This process's place in the job, as the launcher described it.
+
+    With two processes on one machine started by ``torchrun --nproc-per-node 2``, process 1 sees
+    ``ProcessInfo(rank=1, world_size=2, local_rank=1, local_world_size=2, node_rank=0, ...)``.
+    """
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+    node_rank: int = 0
+    master_addr: str | None = None
+    master_port: int | None = None
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> "ProcessInfo":
+        """Read torchrun's variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``...), else srun's or mpirun's."""
+        env = os.environ if environ is None else environ
+        if "WORLD_SIZE" in env or "RANK" in env:
+            world = _env_int(env, ("WORLD_SIZE",), 1)
+            rank = _env_int(env, ("RANK",), None)
+            local_rank = _env_int(env, ("LOCAL_RANK",), rank)
+            local_world = _env_int(env, ("LOCAL_WORLD_SIZE",), world)
+            node = _env_int(env, ("GROUP_RANK", "NODE_RANK"), None)
+            source = "torchrun"
+        elif "SLURM_STEP_NUM_TASKS" in env:  # inside an `srun` step, not a bare sbatch script
+            world = _env_int(env, ("SLURM_STEP_NUM_TASKS",), 1)
+            rank = _env_int(env, ("SLURM_PROCID",), None)
+            local_rank = _env_int(env, ("SLURM_LOCALID",), 0)
+            local_world = _env_int(env, ("SLURM_STEP_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE"), None)
+            node = _env_int(env, ("SLURM_NODEID",), None)
+            source = "srun"
+        elif "OMPI_COMM_WORLD_SIZE" in env or "PMI_SIZE" in env:
+            world = _env_int(env, ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE"), 1)
+            rank = _env_int(env, ("OMPI_COMM_WORLD_RANK", "PMI_RANK"), None)
+            local_rank = _env_int(env, ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"), 0)
+            local_world = _env_int(env, ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"), None)
+            node = None
+            source = "mpirun"
+        else:
+            return cls()
+        assert world is not None  # defaults above are never None
+        if world < 1:
+            raise DistributedSetupError(f"{source} set a world size of {world}; it must be at least 1.")
+        if rank is None:
+            if world > 1:
+                raise DistributedSetupError(
+                    f"The world size is {world} but this process has no rank (RANK is unset); "
+                    "start the script with `accelify launch` or `torchrun`, which set both."
+                )
+            rank = 0
+        if not 0 <= rank < world:
+            raise DistributedSetupError(f"Rank {rank} is outside the world of {world} processes set by {source}.")
+        local_rank = rank if local_rank is None else local_rank
+        local_world = local_world or world
+        node = rank // local_world if node is None else node
+        port = _env_int(env, ("MASTER_PORT",), None)
+        return cls(rank, world, local_rank, local_world, node, env.get("MASTER_ADDR") or None, port)
+
+
+def cuda_usable(cpu: bool) -> bool:
+    """True when this process should train on CUDA (available, and ``cpu`` not forced)."""
+    return not cpu and torch.cuda.is_available()
+
+
+def init_process_group(info: ProcessInfo, cpu: bool, backend: str | None, timeout: timedelta | None) -> str:
+    """Join the job's process group (or adopt one the script created) and return its backend."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        raise DistributedSetupError(
+            f"WORLD_SIZE={info.world_size} but this torch build has no torch.distributed; install a build with it."
+        )
+    if dist.is_initialized():
+        if dist.get_world_size() != info.world_size or dist.get_rank() != info.rank:
+            raise DistributedSetupError(
+                f"A process group already exists with rank {dist.get_rank()} of {dist.get_world_size()}, but the "
+                f"environment says rank {info.rank} of {info.world_size}; create it from the same environment."
+            )
+        return str(dist.get_backend())
+    if not info.master_addr or info.master_port is None:
+        missing = [n for n, v in (("MASTER_ADDR", info.master_addr), ("MASTER_PORT", info.master_port)) if v in (None, "")]
+        raise DistributedSetupError(
+            f"WORLD_SIZE={info.world_size} asks for {info.world_size} processes, but {' and '.join(missing)} "
+            "is not set, so this process cannot find its peers. Start the script with `accelify launch -n N` "
+            "or `torchrun --nproc-per-node N`, or unset WORLD_SIZE to run one process."
+        )
+    if backend is None:
+        backend = "cpu:gloo,cuda:nccl" if cuda_usable(cpu) else "gloo"
+    if cuda_usable(cpu):
+        torch.cuda.set_device(info.local_rank)
+    kwargs: dict[str, Any] = {"backend": backend, "rank": info.rank, "world_size": info.world_size}
+    if timeout is not None:
+        kwargs["timeout"] = timeout
+    try:
+        dist.init_process_group(**kwargs)
+    except (RuntimeError, ValueError) as exc:  # DistStoreError / DistNetworkError are RuntimeErrors
+        raise DistributedSetupError(
+            f"Process {info.rank} of {info.world_size} could not join the process group at "
+            f"{info.master_addr}:{info.master_port} (backend {backend}): {str(exc).rstrip('.')}. Check that all "
+            f"{info.world_size} processes were started and can reach that address; it does not train alone."
+        ) from exc
+    return backend
+
+
+def from_existing_group(info: ProcessInfo) -> ProcessInfo:
+    """A process group the script created itself without torchrun's variables (e.g. ``tcp://`` init)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        rank, world = dist.get_rank(), dist.get_world_size()
+        return ProcessInfo(rank=rank, world_size=world, local_rank=rank, local_world_size=world)
+    return info
