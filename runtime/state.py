@@ -86,7 +86,7 @@ class PartialState:
     def _ensure_group(self) -> None:
         backend = _SHARED.get("backend")
         if backend == _CLOSED:
-            return  # end_training() closed it; never silently rejoin (the peers may be gone)
+            return  # destroy_process_group() closed it; never silently rejoin (the peers may be gone)
         if backend is None:
             _SHARED["backend"] = init_process_group(self.info, self._cpu, *self._init_kwargs)
         elif cuda_usable(self._cpu) and "nccl" not in str(_SHARED["backend"]):
@@ -176,7 +176,7 @@ class PartialState:
 
         if _SHARED.get("backend") == _CLOSED:
             raise DistributedSetupError(
-                "wait_for_everyone() after end_training(): end_training closes the process group, so call it last."
+                "wait_for_everyone() after destroy_process_group(): the process group is closed; destroy it last."
             )
         if self.debug:
             from .ops import debug_checkpoint
@@ -188,7 +188,7 @@ class PartialState:
             dist.barrier()
 
     def destroy_process_group(self) -> None:
-        """Leave the process group for good (``end_training`` calls this, as in Hugging Face Accelerate)."""
+        """Leave the process group for good; delete prepared DDP models first (their destructors use the group)."""
         import torch.distributed as dist
 
         if self.use_distributed and dist.is_available() and dist.is_initialized():

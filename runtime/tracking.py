@@ -324,13 +324,13 @@ class TrackingMixin:
     def end_training(self) -> None:
         """Finish every tracker, then wait for every process; safe to call with no trackers.
 
-        With two processes, both return only once rank 0 has closed its tracker files. After the
-        barrier, the process group is destroyed, as in Hugging Face Accelerate: call it last.
+        With two processes, both return only once rank 0 has closed its tracker files. Unlike Hugging
+        Face Accelerate, the process group is left up: the prepared DDP models the script still holds
+        reference it, and destroying it under them made Gloo abort processes at exit (4 runs in 25).
+        It is torn down when the process exits; ``accelerator.state.destroy_process_group()`` closes
+        it explicitly once the models are gone.
         """
         for tracker in self.trackers:
             if self._runs_tracker(tracker):
                 tracker.finish()
         self.wait_for_everyone()  # type: ignore[attr-defined]
-        destroy = getattr(self.state, "destroy_process_group", None)  # type: ignore[attr-defined]
-        if callable(destroy):
-            destroy()

@@ -68,7 +68,7 @@ def test_jsonl_tracker_writes_one_object_per_log_and_the_config(tmp_path: Path) 
     assert records[0]["acc"] == 0.25 and records[0]["name"] == "x" and "_time" in records[0]
     config = json.loads((tmp_path / "run1" / "config.json").read_text())
     assert config == {"lr": 1e-3, "batch_size": 32, "path": str(tmp_path)}
-    assert acc.barriers == 1 and acc.state.destroyed == 1
+    assert acc.barriers == 1 and acc.state.destroyed == 0  # the group stays up for the DDP models
     tracker = acc.get_tracker("jsonl")
     assert isinstance(tracker, JSONLTracker) and tracker.tracker is None  # closed by end_training
 

@@ -21,7 +21,6 @@ from accelify.runtime import (
     AcceleratedScheduler,
     Accelerator,
     DataLoaderShard,
-    DistributedSetupError,
     DistributedType,
     InitProcessGroupKwargs,
     PartialState,
@@ -176,12 +175,6 @@ else:
     raise AssertionError("DDP's unused-parameter error was not raised")
 
 acc.end_training()
-assert not dist.is_initialized()
-assert PartialState().process_index == rank and not dist.is_initialized()  # no silent rejoin after end_training
-try:
-    acc.wait_for_everyone()
-except DistributedSetupError as exc:
-    assert "end_training" in str(exc), exc
-else:
-    raise AssertionError("wait_for_everyone after end_training did not fail")
+# end_training leaves the group up (prepared DDP models still use it) and collectives keep working.
+assert dist.is_initialized() and acc.reduce(torch.tensor([1.0]), reduction="sum").item() == 2.0
 print(f"ACCELERATOR-WORKER-OK {rank}", flush=True)
