@@ -41,8 +41,13 @@ def unified_diff(result: Result) -> str:
 
 
 def print_diff(console: Console, result: Result) -> None:
-    """Print ``result``'s diff, coloured line by line on a terminal."""
-    for line in unified_diff(result).splitlines(keepends=True):
+    """Print ``result``'s diff, coloured line by line on a terminal. Elsewhere the text is written as
+    is, so that ``accelify convert x.py > x.diff`` gives a patch that applies (rich would expand tabs)."""
+    diff = unified_diff(result)
+    if not console.is_terminal:
+        console.file.write(diff)
+        return
+    for line in diff.splitlines(keepends=True):
         style = next((s for prefix, s in _DIFF_STYLES if line.startswith(prefix)), "")
         console.print(Text(line, style=style), end="", markup=False)
 

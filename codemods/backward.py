@@ -11,6 +11,8 @@ After::
     accelerator.backward(loss / k, retain_graph=True)
 
 ``scaler.scale(loss).backward()`` is AMP (left to the AMP warning); positional arguments are warned about.
+``self.backward()``, ``super().backward(...)`` and ``torch.autograd.backward(...)`` are no tensor's
+``backward`` and stay as they are.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import libcst as cst
 
 from accelify.codemods import codes
 from accelify.codemods.context import Context, expression
+from accelify.codemods.names import dotted
 from accelify.codemods.rule import Rule
 
 
@@ -36,6 +39,8 @@ class SwapBackward(Rule):
             receiver = func.value
             if isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute) and receiver.func.attr.value == "scale":
                 continue
+            if _not_a_tensor(ctx, receiver):
+                continue
             accelerator = ctx.accelerator_in(site.scope)
             if accelerator is None:
                 ctx.warn(codes.NO_ACCELERATOR_HERE, site.node, name="backward")
@@ -46,6 +51,17 @@ class SwapBackward(Rule):
             if ctx.replace(site.node, site.stmt, lambda c, a=accelerator: _swap(c, a)):  # type: ignore[misc]
                 ctx.handled.add(site.node)
                 ctx.change("loss.backward() -> accelerator.backward(loss)")
+
+
+def _not_a_tensor(ctx: Context, receiver: cst.BaseExpression) -> bool:
+    """``self.backward()`` (a method of the class), ``super().backward(...)`` and
+    ``torch.autograd.backward(...)`` (a module function) call no tensor's backward."""
+    if isinstance(receiver, cst.Name) and receiver.value in ("self", "cls"):
+        return True
+    if isinstance(receiver, cst.Call):
+        return isinstance(receiver.func, cst.Name) and receiver.func.value == "super"
+    name = dotted(receiver)
+    return name is not None and name.split(".")[0] in ctx.imports_map.aliases
 
 
 def _swap(call: cst.CSTNode, accelerator: str) -> cst.CSTNode:

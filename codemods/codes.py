@@ -16,11 +16,12 @@ class Code:
 
 UNKNOWN_CUDA = Code("ACC001", "`.cuda()` on an object of unknown origin was left as is", "replace it with `.to(accelerator.device)`")
 UNKNOWN_TO_DEVICE = Code("ACC002", "`.to({device})` with a device of unknown origin was left as is", "use `accelerator.device`, or remove it if the object comes from a prepared data loader")
-MANUAL_DISTRIBUTED = Code("ACC003", "manual distributed code (`{name}`) is not converted", "remove it: `accelerator.prepare` wraps the model and shards the data loaders")
-DATA_PARALLEL = Code("ACC004", "`{name}` wrapping is not converted", "remove the wrapper: `accelerator.prepare(model)` wraps the model for the processes")
+MANUAL_DISTRIBUTED = Code("ACC003", "manual distributed code (`{name}`) is not converted, so the file was left unchanged", "{fix}; then convert again")
+DATA_PARALLEL = Code("ACC004", "`{name}` wrapping is not converted, so the file was left unchanged", "remove the wrapper: `accelerator.prepare(model)` wraps the model for the processes; then convert again")
 AMP = Code("ACC005", "automatic mixed precision (`{name}`) is not converted", "use `Accelerator(mixed_precision=\"fp16\")`, `with accelerator.autocast():` and `accelerator.backward(loss)`, and drop the GradScaler")
 ACCUMULATION = Code("ACC006", "gradient accumulation by hand is not converted", "use `Accelerator(gradient_accumulation_steps=k)` and `with accelerator.accumulate(model):` around the step")
 BUILT_IN_LOOP = Code("ACC007", "`{name}` is created inside a loop, so it cannot be prepared once", "create it before the loop, then pass it to `accelerator.prepare`")
+MODEL_IN_LOOP = Code("ACC007", "`{name}` is created inside a loop, so it cannot be prepared once and the file was left unchanged", "create it before the loop (one model and optimizer for the whole run), then convert again")
 CREATED_AFTER_LOOP = Code("ACC008", "`{name}` is created after the training loop starts, so `accelerator.prepare` has no place to go", "create the model, optimizer and data loaders before the first loop")
 NO_ACCELERATOR_HERE = Code("ACC009", "`{name}` needs the accelerator, but it is not available here", "pass the `accelerator` to this function and use it")
 BACKWARD_ARGS = Code("ACC010", "`backward` with positional arguments was left as is", "call `accelerator.backward(loss, gradient=...)` by hand")
@@ -28,5 +29,6 @@ DEVICE_NOT_REPLACED = Code("ACC011", "the device variable `{name}` could not be 
 NOTHING_TO_PREPARE = Code("ACC012", "`backward` is called but no optimizer was found to prepare", "create the optimizer with `torch.optim` in this file, or convert by hand")
 CUDA_INDEX = Code("ACC013", "`.cuda({index})` names a device index", "use `.to(accelerator.device)`; each process already has its own device")
 BUILT_ELSEWHERE = Code("ACC014", "the optimizer is created in `{builder}`, but training runs elsewhere", "create the Accelerator where training runs and prepare the objects there by hand")
+CUDA_KEYWORD = Code("ACC015", "`device=\"cuda\"` passed to `{name}`, which is not a torch function, was left as is", "pass `device=accelerator.device` if `{name}` puts tensors on that device")
 
 ALL: tuple[Code, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Code))

@@ -30,9 +30,10 @@ class Finding:
 class Abort(Exception):
     """Raised by a rule when the file cannot be converted safely; the finding explains why."""
 
-    def __init__(self, finding: Finding) -> None:
+    def __init__(self, finding: Finding, *more: Finding) -> None:
         super().__init__(finding.message)
         self.finding = finding
+        self.findings = (finding, *more)  # every place that stops the conversion
 
 
 @dataclass
@@ -76,16 +77,33 @@ class Context:
             current = current.parent
         return None
 
-    def after_accelerator(self, scope: Scope, stmt: cst.BaseStatement) -> bool:
-        """Whether ``stmt`` in ``scope`` runs after the accelerator exists."""
+    def after_accelerator(self, scope: Scope, stmt: cst.BaseStatement, seen: frozenset[int] = frozenset()) -> bool:
+        """Whether ``stmt`` in ``scope`` runs after the accelerator exists.
+
+        A function nested in the builder runs when it is called: it is after the accelerator when it
+        is defined after it, or when every call of it is (a ``log`` helper called before the
+        accelerator exists keeps its plain ``print``)."""
         if self.accelerator_in(scope) is None:
             return False
         builder = self.plan.builder
-        if scope is not builder or self.accelerator_stmt is None or builder is None:
+        if self.accelerator_stmt is None or builder is None:
             return True
+        nested = scope
+        while nested.parent is not None and nested.parent is not builder:
+            nested = nested.parent
+        if scope is builder:
+            return self._after_in_builder(stmt, builder)
+        if nested.parent is not builder or nested.kind != "function" or id(nested) in seen:
+            return True
+        if self._after_in_builder(nested.node, builder):  # type: ignore[arg-type]
+            return True
+        sites = self.plan.call_sites(nested)
+        return bool(sites) and all(self.after_accelerator(s.scope, s.stmt, seen | {id(nested)}) for s in sites)
+
+    def _after_in_builder(self, stmt: cst.BaseStatement, builder: Scope) -> bool:
         body = builder.body
         top = self.facts.top_stmt(stmt, builder)
-        return top is not None and body.index(top) >= body.index(self.accelerator_stmt)
+        return top is not None and body.index(top) >= body.index(self.accelerator_stmt)  # type: ignore[arg-type]
 
     # edits ------------------------------------------------------------------------------------
     def is_skipped(self, stmt: cst.BaseStatement) -> bool:

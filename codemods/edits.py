@@ -11,6 +11,8 @@ from typing import Callable, Iterable, Sequence
 
 import libcst as cst
 
+from accelify.codemods.names import dotted
+
 Replacement = Callable[[cst.CSTNode], cst.CSTNode]
 
 
@@ -124,7 +126,12 @@ def _pure(expr: cst.BaseExpression) -> bool:
         return _pure(expr.left) and _pure(expr.right)
     if isinstance(expr, cst.Comparison):
         return _pure(expr.left) and all(_pure(c.comparator) for c in expr.comparisons)
+    if isinstance(expr, cst.Call) and not expr.args:  # torch.cuda.is_available(), torch.cuda.device_count()
+        return (dotted(expr.func) or "").endswith(_QUERIES)
     return False
+
+
+_QUERIES = ("cuda.is_available", "mps.is_available", "accelerator.is_available", "cuda.device_count")
 
 
 def _trailing_comment(stmt: cst.BaseStatement) -> list[cst.EmptyLine]:

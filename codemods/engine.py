@@ -53,7 +53,9 @@ def transform(module: cst.Module, *, target: str = "accelify", disabled: frozens
             if rule.name not in disabled:
                 rule().run(ctx)
     except Abort as stop:
-        return Outcome("unchanged", module, (), _locate(module, [*ctx.findings, stop.finding]), stop.finding.message)
+        return Outcome("unchanged", module, (), _locate(module, [*ctx.findings, *stop.findings]), stop.finding.message)
+    if not ctx.accelerators:  # no builder (nothing trains here): any edit would be a half conversion
+        return Outcome("unchanged", module, (), _locate(module, ctx.findings))
     new = apply(module, ctx.edits)
     status = "converted" if ctx.edits else "unchanged"
     return Outcome(status, new, tuple(ctx.changes) if ctx.edits else (), _locate(module, ctx.findings))

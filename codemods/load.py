@@ -8,16 +8,18 @@ After::
 
     accelerator.unwrap_model(model).load_state_dict(torch.load("net.pt", map_location="cpu"))
 
-Loading before ``prepare`` needs nothing and is left alone.
+Loading before ``prepare`` needs nothing and is left alone. A load of a file this function saved
+earlier, with no ``wait_for_everyone()`` since, gets one first: only the main process writes it.
 """
 
 from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods.context import Context, unwrap
+from accelify.codemods.context import Context, code_of, unwrap
 from accelify.codemods.facts import CallSite
 from accelify.codemods.rule import Rule
+from accelify.codemods.save import follows_save
 
 
 class LoadUnwrapped(Rule):
@@ -25,6 +27,9 @@ class LoadUnwrapped(Rule):
     description = "Load state dicts into the unwrapped model, with map_location='cpu'."
 
     def run(self, ctx: Context) -> None:
+        order = {site.node: i for i, site in enumerate(ctx.facts.calls)}
+        saves = [s for s in ctx.facts.calls if s.qualname == "torch.save"]
+        waited: set[cst.BaseStatement] = set()
         for site in ctx.facts.calls:
             func = site.node.func
             if site.method != "load_state_dict" or not isinstance(func, cst.Attribute):
@@ -41,6 +46,10 @@ class LoadUnwrapped(Rule):
             for load in self._loads_feeding(ctx, site):
                 ctx.replace(load.node, load.stmt, _map_to_cpu)
                 ctx.change('torch.load(..., map_location="cpu")')
+                # only the main process writes: the others must not read the file before it is there
+                if _reads_unwaited_save(ctx, load, saves, order) and load.stmt not in waited and not ctx.is_skipped(load.stmt):
+                    ctx.insert_before(load.stmt, [f"{accelerator}.wait_for_everyone()"])
+                    waited.add(load.stmt)
 
     def _after_prepare(self, ctx: Context, site: CallSite) -> bool:
         builder = ctx.plan.builder
@@ -69,6 +78,29 @@ class LoadUnwrapped(Rule):
             return []
         ctx.handled.add(load.node)
         return [load]
+
+
+def _reads_unwaited_save(ctx: Context, load: CallSite, saves: list[CallSite], order: dict[cst.Call, int]) -> bool:
+    """Whether this load reads a file saved earlier in its function with no ``wait_for_everyone``
+    between: the save rule puts one before every save that does not directly follow another save."""
+    before = [s for s in saves if s.scope is load.scope and order[s.node] < order[load.node]]
+    if not load.node.args:
+        return False
+    source = code_of(load.node.args[0].value)
+    paths = [_path_arg(s.node, "f", 1) for s in before]
+    matching = [i for i, path in enumerate(paths) if path is None or code_of(path) == source]
+    if not matching:
+        return False
+    statements = {s.stmt for s in saves}
+    return not any(not follows_save(ctx, s, statements) for s in before[matching[-1] + 1 :])
+
+
+def _path_arg(call: cst.Call, keyword: str, position: int) -> cst.BaseExpression | None:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == keyword:
+            return arg.value
+    positional = [a for a in call.args if a.keyword is None]
+    return positional[position].value if len(positional) > position else None
 
 
 def _map_to_cpu(node: cst.CSTNode) -> cst.CSTNode:

@@ -10,8 +10,8 @@ import libcst as cst
 
 from accelify.codemods.analysis import target_names
 from accelify.codemods.facts import Binding, CallSite, Facts, Loop, Scope
-from accelify.codemods.names import dotted
-from accelify.codemods.roles import classify, parameter_owners
+from accelify.codemods.names import ImportMap, dotted
+from accelify.codemods.roles import classify, parameter_owners, strip_placement
 
 PREPARED_ROLES = ("model", "optimizer", "loader", "scheduler")
 ITERATION_WRAPPERS = {"enumerate", "iter", "tqdm.tqdm"}
@@ -37,8 +37,15 @@ class Plan:
 
     # roles ------------------------------------------------------------------------------------
     def _assign_roles(self) -> None:
+        stepped = {
+            dotted(site.node.func.value)
+            for site in self.facts.calls
+            if site.method in ("step", "zero_grad") and isinstance(site.node.func, cst.Attribute)
+        }
         for binding in self.facts.bindings():
             binding.role = classify(binding.value, self.imports, self.facts.classes)
+            if binding.role == "optimizer" and binding.key not in stepped and not _from_torch_optim(binding, self.imports):
+                binding.role = None  # ``OrderedSet(m.named_parameters())`` is no optimizer unless it steps
         for binding in self.facts.bindings():  # whatever an optimizer trains is a model
             if binding.role == "optimizer" and isinstance(binding.value, cst.Call):
                 for owner in parameter_owners(binding.value):
@@ -258,3 +265,9 @@ class Plan:
         if function is None or id(function) in seen:
             return False
         return any(self.reaches_backward(s, seen | {id(function)}) for s in function.calls)
+
+
+def _from_torch_optim(binding: Binding, imports: ImportMap) -> bool:
+    """Whether ``binding`` holds a ``torch.optim`` optimizer (not just a call that takes parameters)."""
+    core = strip_placement(binding.value) if binding.value is not None else None
+    return isinstance(core, cst.Call) and (imports.qualname(core.func) or "").startswith("torch.optim.")

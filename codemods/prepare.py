@@ -41,10 +41,13 @@ class InsertPrepare(Rule):
         accelerator = ctx.accelerators[builder]
         objects = []
         for binding in plan.prepared:
-            if binding.loop is not None:
-                ctx.warn(codes.BUILT_IN_LOOP, binding.stmt, name=binding.key)
-            else:
+            if binding.loop is None:
                 objects.append(binding)
+            elif binding.role in ("model", "optimizer"):
+                # an unprepared model or optimizer would train unsynchronised copies on N processes
+                ctx.abort(codes.MODEL_IN_LOOP, binding.stmt, name=binding.key)
+            else:
+                ctx.warn(codes.BUILT_IN_LOOP, binding.stmt, name=binding.key)
         if not objects:
             return
         body = builder.body

@@ -39,7 +39,7 @@ class SaveOnMain(Rule):
             if not ctx.replace(site.node.func, site.stmt, lambda _, a=accelerator: expression(f"{a}.save")):  # type: ignore[misc]
                 continue
             self._unwrap_models(ctx, site, accelerator)
-            if not _follows_save(ctx, site, waited):
+            if not follows_save(ctx, site, waited):
                 ctx.insert_before(site.stmt, [f"{accelerator}.wait_for_everyone()"])
             waited.add(site.stmt)
             ctx.change("save with accelerator.save after wait_for_everyone()")
@@ -66,7 +66,7 @@ class SaveOnMain(Rule):
         return found is not None and found.role == "model" and ctx.plan.is_prepared(found)
 
 
-def _follows_save(ctx: Context, site: CallSite, waited: set[cst.BaseStatement]) -> bool:
+def follows_save(ctx: Context, site: CallSite, waited: set[cst.BaseStatement]) -> bool:
     """Whether the statement just before this save is another converted save (one wait is enough)."""
     parent = ctx.facts.parent_stmt.get(site.stmt)
     body = ctx.facts.module.body if parent is None else getattr(getattr(parent, "body", None), "body", ())

@@ -14,7 +14,8 @@ After::
     teacher = Teacher().to(accelerator.device)
     zeros = torch.zeros(3, device=accelerator.device)
 
-Random factories keep ``.to(...)``: drawing on the GPU would use another random stream than the
+``device="cuda"`` passed to a function that is not torch's (``log(msg, device="cuda")``) stays, with
+ACC015: the string may be printed or compared. Random factories keep ``.to(...)``: drawing on the GPU would use another random stream than the
 original, which drew on the CPU and then moved the values.
 """
 
@@ -25,7 +26,8 @@ import libcst as cst
 from accelify.codemods import codes
 from accelify.codemods.context import Context, code_of, expression
 from accelify.codemods.facts import CallSite
-from accelify.codemods.roles import is_cuda_string
+from accelify.codemods.names import dotted
+from accelify.codemods.roles import is_cuda_string, is_module_class
 from accelify.codemods.rule import Rule
 
 DETERMINISTIC_FACTORIES = {
@@ -54,9 +56,12 @@ class PlaceTensors(Rule):
                     ctx.change("send other tensors to accelerator.device")
             else:
                 for arg in site.node.args:
-                    if arg.keyword is not None and arg.keyword.value == "device" and is_cuda_string(arg.value):
-                        if ctx.replace(arg, site.stmt, lambda a, d=device: a.with_changes(value=d)):  # type: ignore[misc,attr-defined]
-                            ctx.change("send other tensors to accelerator.device")
+                    if arg.keyword is None or arg.keyword.value != "device" or not is_cuda_string(arg.value):
+                        continue
+                    if not _places_tensors(ctx, site):
+                        ctx.warn(codes.CUDA_KEYWORD, arg, name=code_of(site.node.func))
+                    elif ctx.replace(arg, site.stmt, lambda a, d=device: a.with_changes(value=d)):  # type: ignore[misc,attr-defined]
+                        ctx.change("send other tensors to accelerator.device")
 
     def _cuda(self, ctx: Context, site: CallSite, device: cst.BaseExpression) -> None:
         call = site.node
@@ -73,6 +78,18 @@ class PlaceTensors(Rule):
             ctx.replace(call, site.stmt, lambda c, d=device: _to(c, d))  # type: ignore[misc]
         ctx.handled.add(call)
         ctx.change("send other tensors to accelerator.device")
+
+
+def _places_tensors(ctx: Context, site: CallSite) -> bool:
+    """Whether ``device=`` of this call places tensors: a torch function or class, a method of an
+    object that is no imported module (``x.new_zeros``), or an ``nn.Module`` class of this file.
+    ``log("done", device="cuda")`` is none of these: the string may be compared or printed."""
+    q = site.qualname or ""
+    if q.startswith("torch.") or is_module_class(q, ctx.facts.classes):
+        return True
+    receiver = site.node.func.value if isinstance(site.node.func, cst.Attribute) else None
+    head = (dotted(receiver) or "").split(".")[0] if receiver is not None else None
+    return receiver is not None and head not in ctx.imports_map.aliases
 
 
 def _cuda_target(ctx: Context, site: CallSite) -> bool:

@@ -181,3 +181,58 @@ def test_internal_error_is_reported_with_traceback_only_when_verbose(
     assert "Traceback" not in quiet.stderr and path.read_bytes() == SCRIPT
     loud = run("--verbose", "train.py")
     assert "Traceback" in loud.stderr
+
+
+def test_check_as_a_pre_commit_hook_over_several_files(project: Path) -> None:
+    """pre-commit passes every staged .py: only files that would change make it fail, and their diff shows."""
+    write(project, "train.py", SCRIPT)
+    write(project, "util.py", b"def f():\n    return 1\n")
+    result = run("--check", "train.py", "util.py")
+    assert result.exit_code == 1
+    assert "--- a/train.py\n" in result.stdout and "util.py" not in result.stdout
+    assert "1 file would be converted, 1 skipped" in result.stderr
+    assert run("--check", "util.py").exit_code == 0
+
+
+def test_check_with_json(project: Path) -> None:
+    write(project, "train.py", SCRIPT)
+    write(project, "util.py", b"x = 1\n")
+    result = run("--check", "--json", "train.py", "util.py")
+    assert result.exit_code == 1
+    entries = json.loads(result.stdout)
+    assert [(e["path"], e["status"]) for e in entries] == [("train.py", "converted"), ("util.py", "skipped")]
+    assert entries[0]["diff"].startswith("--- a/train.py\n") and entries[1]["diff"] == ""
+    clean = run("--check", "--json", "util.py")
+    assert clean.exit_code == 0 and json.loads(clean.stdout)[0]["status"] == "skipped"
+
+
+TABBED = b"import torch\nmodel = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor x in loader:\n\tloss = model(x).sum()\n\tloss.backward()\n"
+
+
+def test_piped_diff_is_plain_and_applies_as_a_patch(project: Path) -> None:
+    """Not a terminal: no colour codes, and tabs and `[markup]` stay as they are in the file."""
+    write(project, "train.py", TABBED + b"\tprint('[bold]x[/bold]')\n")
+    result = run("train.py")
+    assert "\x1b[" not in result.stdout
+    assert "\n-\tloss.backward()\n" in result.stdout and "\n+\taccelerator.backward(loss)\n" in result.stdout
+    assert "+\taccelerator.print('[bold]x[/bold]')\n" in result.stdout
+
+
+def test_diff_is_coloured_on_a_terminal_and_plain_elsewhere() -> None:
+    import io
+
+    from rich.console import Console
+
+    from accelify import console as view
+    from accelify.pipeline import convert_source
+
+    result = convert_source(TABBED.decode(), path="train.py")
+    terminal = io.StringIO()
+    view.print_diff(Console(file=terminal, force_terminal=True, color_system="standard", soft_wrap=True), result)
+    coloured = terminal.getvalue()
+    assert "\x1b[32m+\x1b[0m" not in coloured  # whole lines are styled, not single characters
+    assert "\x1b[32m+from accelify.runtime import Accelerator" in coloured
+    assert "\x1b[31m-" in coloured and "\x1b[1m--- a/train.py" in coloured and "\x1b[36m@@ " in coloured
+    plain = io.StringIO()
+    view.print_diff(Console(file=plain, force_terminal=False), result)
+    assert plain.getvalue() == view.unified_diff(result) and "\x1b" not in plain.getvalue()

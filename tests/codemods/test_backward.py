@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from _convert import assert_converts, assert_unchanged, codes
+from _convert import assert_converts, assert_unchanged, codes, converted, dedent
 
 HEAD = """\
 import torch
@@ -94,3 +94,61 @@ def test_scaler_backward_is_left_to_the_amp_warning() -> None:
     code = HEAD + "scaler = torch.cuda.amp.GradScaler()\nscaler.scale(loss).backward()\n"
     assert "scaler.scale(loss).backward()" in __import__("_convert").converted(code)
     assert "ACC005:4" in codes(code)
+
+
+LOOP_HEAD = HEAD + "for x in loader:\n"
+
+# Each ``_noop`` line is not a loss's backward: it stays exactly as written in the converted file.
+BACKWARD_NOOP = [
+    # a trainer's own `backward` method, and its parent's
+    "    self.backward()",
+    "    super().backward(x)",
+    # torch.autograd.backward is a module function, not `<tensor>.backward`
+    "    torch.autograd.backward(tensors=model(x).sum())",
+    # a gradient passed positionally: a non-scalar output, left with ACC010
+    "    out.backward(torch.ones_like(out))",
+]
+
+
+@pytest.mark.parametrize("line", BACKWARD_NOOP)
+def test_backward_noop(line: str) -> None:
+    out = converted(LOOP_HEAD + "    loss = model(x).sum()\n    loss.backward()\n" + line + "\n")
+    assert f"\n{line}\n" in out
+    assert "    accelerator.backward(loss)\n" in out
+
+
+def test_backward_method_definitions_and_calls_on_self_are_not_swapped() -> None:
+    code = dedent(
+        """
+        import torch
+        class Trainer:
+            def __init__(self):
+                self.model = torch.nn.Linear(2, 1)
+                self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+            def backward(self, loss):
+                loss.backward()
+            def fit(self, x):
+                self.backward(self.model(x).sum())
+        """
+    )
+    out = converted(code)
+    assert "    def backward(self, loss):\n        self.accelerator.backward(loss)\n" in out
+    assert "        self.backward(self.model(x).sum())\n" in out
+    assert codes(code) == []
+
+
+BACKWARD_CONVERTS = [
+    # a keyword gradient is passed on by accelerator.backward
+    ("    y.backward(gradient=torch.ones_like(y))", "    accelerator.backward(y, gradient=torch.ones_like(y))"),
+    # inside a lambda
+    ("    step = lambda: model(x).sum().backward()", "    step = lambda: accelerator.backward(model(x).sum())"),
+]
+
+
+@pytest.mark.parametrize(("before", "after"), BACKWARD_CONVERTS)
+def test_backward_in_keyword_and_lambda_forms(before: str, after: str) -> None:
+    assert f"\n{after}\n" in converted(LOOP_HEAD + before + "\n")
+
+
+def test_positional_gradient_is_warned() -> None:
+    assert codes(LOOP_HEAD + "    out = model(x)\n    out.backward(torch.ones_like(out))\n") == ["ACC010:6"]

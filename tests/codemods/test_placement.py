@@ -240,3 +240,61 @@ def test_device_used_in_a_lambda_or_comprehension_is_kept() -> None:
     assert "        self.device = self.accelerator.device\n" in out
     assert "lambda t: t.to(self.device)" in out
     assert "        return x.cuda()\n" in out  # a static method has no self.accelerator
+
+
+PLACEMENT_HEAD = """\
+import torch
+from torch.utils.data import DataLoader
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = torch.nn.Linear(2, 1).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(ds, batch_size=4)
+"""
+
+# Each line does more than place the object on the device, so it stays exactly as written.
+PLACEMENT_NOOP = [
+    "model = model.to(dtype=torch.float16)",
+    "model.to(memory_format=torch.channels_last)",
+    "    x = x.to(memory_format=torch.channels_last)",
+    "    x = x.to(device, dtype=torch.float16)",
+    "    x = x.to(torch.float16)",
+]
+
+
+@pytest.mark.parametrize("line", PLACEMENT_NOOP)
+def test_placement_noop(line: str) -> None:
+    loop = "for x in loader:\n" if line.startswith(" ") else ""
+    out = converted(PLACEMENT_HEAD + loop + line + "\n")
+    assert f"\n{line}\n" in out
+
+
+def test_non_blocking_batch_placement_is_removed() -> None:
+    out = converted(PLACEMENT_HEAD + "for x in loader:\n    x = x.to(device, non_blocking=True)\n    model(x).sum().backward()\n")
+    assert "x.to(" not in out and "    accelerator.backward(model(x).sum())\n" in out
+
+
+def test_placement_in_nested_functions_and_lambdas_keeps_the_device() -> None:
+    out = converted(
+        PLACEMENT_HEAD
+        + "def outer():\n    def inner(b):\n        return b.to(device)\n    f = lambda b: b.to(device)\n    return inner, f\n"
+        + "for x in loader:\n    model(x).sum().backward()\n"
+    )
+    assert "device = accelerator.device\n" in out
+    assert "        return b.to(device)\n" in out and "    f = lambda b: b.to(device)\n" in out
+
+
+def test_availability_guard_that_only_placed_batches_goes_away() -> None:
+    out = converted(
+        PLACEMENT_HEAD
+        + "for x, y in loader:\n    if torch.cuda.is_available():\n        x, y = x.cuda(), y.cuda()\n"
+        + "    model(x).sum().backward()\n"
+    )
+    assert "is_available():\n" not in out.split("loader = accelerator")[-1] and "pass" not in out
+    assert "for x, y in loader:\n    accelerator.backward(model(x).sum())\n" in out
+
+
+def test_guard_with_a_call_that_may_have_side_effects_stays() -> None:
+    out = converted(
+        PLACEMENT_HEAD + "for x in loader:\n    if ready():\n        x = x.cuda()\n    model(x).sum().backward()\n"
+    )
+    assert "    if ready():\n        pass\n" in out

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from _convert import assert_converts, codes, converted, dedent
+from _convert import assert_converts, assert_unchanged, codes, converted, dedent
 
 from accelify.pipeline import convert_source
 
@@ -117,16 +117,73 @@ def test_objects_created_after_the_training_loop_stop_the_conversion() -> None:
     assert codes(code) == ["ACC008:5"]
 
 
-def test_model_built_inside_a_loop_is_not_prepared() -> None:
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        (  # k-fold: the model is rebuilt per fold; an unprepared model would train unsynchronised copies
+            """
+            import torch
+            def main():
+                for fold in range(2):
+                    model = torch.nn.Linear(2, 1)
+                opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            """,
+            ["ACC007:4"],
+        ),
+        (  # found in torch/_inductor/fx_passes/numeric_utils.py: backward swapped, nothing prepared
+            """
+            import torch
+            def run_model(model, x, n=10):
+                for i in range(n):
+                    model(x)[0].sum().backward(retain_graph=True)
+                    opt = torch.optim.SGD([p for _, p in model.named_parameters()], lr=0.01)
+                    opt.step()
+            """,
+            ["ACC007:5"],
+        ),
+    ],
+)
+def test_model_or_optimizer_built_inside_a_loop_leaves_the_file_unchanged(code: str, expected: list[str]) -> None:
+    result = convert_source(dedent(code))
+    assert result.status == "unchanged" and result.new == dedent(code)
+    assert codes(code) == expected
+    assert all("the file was left unchanged" in w.message for w in result.warnings)
+
+
+def test_loader_built_inside_a_loop_is_warned_and_the_rest_prepared() -> None:
     code = """
     import torch
+    from torch.utils.data import DataLoader
     def main():
-        for fold in range(2):
-            model = torch.nn.Linear(2, 1)
+        model = torch.nn.Linear(2, 1)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(2):
+            loader = DataLoader(ds, batch_size=4)
+            for x in loader:
+                model(x).sum().backward()
     """
-    assert "opt = accelerator.prepare(opt)" in converted(code)
-    assert codes(code) == ["ACC007:4"]
+    assert "model, opt = accelerator.prepare(model, opt)" in converted(code)
+    assert codes(code) == ["ACC007:7"]
+
+
+def test_a_call_taking_named_parameters_is_no_optimizer_unless_it_steps() -> None:
+    # found in torch/_inductor/compile_fx.py: `OrderedSet([... mod.named_parameters()])` was "prepared"
+    code = """
+    import torch
+    def names(mod):
+        keys = OrderedSet([name for name, _ in mod.named_parameters()])
+        keys.update(x)
+    """
+    assert_unchanged(code)
+    stepped = converted(
+        """
+        import torch
+        model = torch.nn.Linear(2, 1)
+        opt = Lion(model.parameters(), lr=0.1)
+        opt.zero_grad()
+        """
+    )
+    assert "model, opt = accelerator.prepare(model, opt)" in stepped
 
 
 @pytest.mark.parametrize(

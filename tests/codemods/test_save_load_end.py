@@ -49,6 +49,7 @@ def test_checkpoint_saves_and_loads() -> None:
 
             accelerator.wait_for_everyone()
             accelerator.save(accelerator.unwrap_model(model).state_dict(), "final.pt")
+            accelerator.wait_for_everyone()
             accelerator.unwrap_model(model).load_state_dict(torch.load("final.pt", map_location="cpu"))
             accelerator.end_training()
             return model
@@ -93,3 +94,35 @@ def test_end_training_ends_the_method_that_drives_a_trainer() -> None:
         """
     )
     assert "            self.step(x)\n        self.accelerator.end_training()\n        return self\n" in out
+
+
+def test_saving_a_dict_of_metrics_goes_through_the_accelerator_without_unwrapping() -> None:
+    out = converted(HEAD + "metrics = {'loss': 1.0}\ntorch.save(metrics, 'metrics.pt')\n")
+    assert "\naccelerator.wait_for_everyone()\naccelerator.save(metrics, 'metrics.pt')\n" in out
+    assert "unwrap_model(metrics)" not in out
+
+
+def test_a_resume_load_before_any_save_gets_no_barrier() -> None:
+    out = converted(HEAD + "model.load_state_dict(torch.load('w.pt'))\ntorch.save(model.state_dict(), 'w.pt')\n")
+    assert "accelerator.wait_for_everyone()\naccelerator.unwrap_model(model).load_state_dict" not in out
+
+
+def test_loading_the_file_just_saved_waits_for_the_main_process() -> None:
+    out = converted(HEAD + "torch.save(model.state_dict(), 'w.pt')\nmodel.load_state_dict(torch.load('w.pt'))\n")
+    assert (
+        "\naccelerator.save(accelerator.unwrap_model(model).state_dict(), 'w.pt')\naccelerator.wait_for_everyone()\n"
+        "accelerator.unwrap_model(model).load_state_dict(torch.load('w.pt', map_location=\"cpu\"))\n"
+    ) in out
+    # two saves in a row share one barrier, before both: the load still needs its own
+    other = converted(
+        HEAD + "torch.save(model.state_dict(), 'w.pt')\ntorch.save(opt.state_dict(), 'o.pt')\n"
+        "model.load_state_dict(torch.load('w.pt'))\n"
+    )
+    assert other.count("accelerator.wait_for_everyone()") == 2
+    # a save with its own barrier after the one that wrote the file already waited for it
+    # (corpus/checkpoint: the best weights, then the epoch checkpoint, then loading the best)
+    waited = converted(
+        HEAD + "torch.save(model.state_dict(), 'w.pt')\nx = 1\ntorch.save(opt.state_dict(), 'o.pt')\n"
+        "model.load_state_dict(torch.load('w.pt'))\n"
+    )
+    assert waited.count("accelerator.wait_for_everyone()") == 2

@@ -69,3 +69,37 @@ def test_progress_bars(before: str, after: str) -> None:
 def test_progress_near_misses(code: str) -> None:
     out = converted("from tqdm import tqdm\n" + HEAD + code + "\n    pass\n")
     assert f"\n{code}\n" in out
+
+
+MAIN_HEAD = (
+    "import torch\ndef main():\n    args = parser.parse_args()\n"
+    "    device = torch.device('cuda' if not args.cpu else 'cpu')\n"
+    "    model = torch.nn.Linear(2, 1)\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+)
+
+# Each print stays as written: a local `print`, one before the accelerator exists, one in a
+# module-level helper that has no accelerator.
+PRINT_NOOP = [
+    ("def print(*a):\n    pass\n" + HEAD + "print('loss')\n", "\nprint('loss')\n"),
+    (MAIN_HEAD.replace("    args = ", "    print('parsing')\n    args = "), "\n    print('parsing')\n"),
+    (MAIN_HEAD + "def report(x):\n    print(x)\n", "\n    print(x)\n"),
+    ("from rich import print\n" + HEAD + "print('loss')\n", "\nprint('loss')\n"),
+    (HEAD + "print = logger.info\nprint('loss')\n", "\nprint('loss')\n"),
+]
+
+
+@pytest.mark.parametrize(("code", "kept"), PRINT_NOOP)
+def test_print_noop(code: str, kept: str) -> None:
+    assert kept in converted(code)
+
+
+def test_print_in_nested_functions_and_lambdas_after_the_accelerator() -> None:
+    out = converted(MAIN_HEAD + "    def report(x):\n        print(x)\n    show = lambda x: print(x)\n")
+    assert "        accelerator.print(x)\n" in out and "    show = lambda x: accelerator.print(x)\n" in out
+
+
+def test_nested_helper_called_before_the_accelerator_keeps_print() -> None:
+    # `accelerator.print` there would raise NameError: the helper runs before `accelerator = ...`
+    code = MAIN_HEAD.replace("    args = ", "    def log(m):\n        print(m)\n    log('parsing')\n    args = ")
+    out = converted(code + "    log('built')\n")
+    assert "        print(m)\n" in out

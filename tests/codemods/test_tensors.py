@@ -50,3 +50,30 @@ def test_cuda_where_there_is_no_accelerator_is_reported() -> None:
     )
     assert "return x.cuda()" in converted(code)
     assert codes(code) == ["ACC001:3"]
+
+
+TENSORS_HEAD = HEAD + "def log(msg, device='gpu0'):\n    pass\n"
+
+def test_device_keyword_of_a_function_that_is_not_torch_is_left_and_warned() -> None:
+    # `device="cuda"` may be a label to print or compare: it stays, with ACC015 so a function that
+    # does place tensors with it is not missed silently
+    code = TENSORS_HEAD + 'log("done", device="cuda")\n'
+    assert '\nlog("done", device="cuda")\n' in converted(code)
+    assert codes(code) == ["ACC015:6"]
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        # a tensor method and an nn.Module of torch place tensors with their `device=`
+        ('y = x.new_zeros(3, device="cuda")', "y = x.new_zeros(3, device=accelerator.device)"),
+        ('layer = torch.nn.Linear(2, 2, device="cuda")', "layer = torch.nn.Linear(2, 2, device=accelerator.device)"),
+        # guarded by availability: still the process's device
+        (
+            "if torch.cuda.is_available():\n    w = w.cuda()",
+            "if torch.cuda.is_available():\n    w = w.to(accelerator.device)",
+        ),
+    ],
+)
+def test_device_keyword_and_guarded_cuda(before: str, after: str) -> None:
+    assert f"\n{after}\n" in converted(TENSORS_HEAD + before + "\n")

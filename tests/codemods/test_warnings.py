@@ -28,6 +28,75 @@ def test_manual_distributed_code_stops_the_conversion(code: str, expected: list[
     assert codes(code) == expected
 
 
+MANUAL_DDP = """
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+
+def main():
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    model = DDP(torch.nn.Linear(2, 1), device_ids=[rank])
+    sampler = DistributedSampler(ds)
+    loader = DataLoader(ds, sampler=sampler)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            loss = model(x).sum()
+            loss.backward()
+            dist.all_reduce(loss)
+        dist.barrier()
+        if rank == 0:
+            print(loss)
+        if dist.get_rank() == 0:
+            torch.save(model.state_dict(), "m.pt")
+    model2 = torch.nn.DataParallel(torch.nn.Linear(2, 1))
+"""
+
+
+def test_every_place_of_manual_distributed_code_is_reported() -> None:
+    code = dedent(MANUAL_DDP)
+    result = convert_source(code, path="ddp.py")
+    assert result.status == "unchanged" and result.new == code
+    assert codes(code) == [
+        "ACC003:9",  # dist.init_process_group
+        "ACC003:10",  # dist.get_rank()
+        "ACC004:11",  # DDP(...)
+        "ACC003:12",  # DistributedSampler(...)
+        "ACC003:16",  # sampler.set_epoch
+        "ACC003:20",  # dist.all_reduce
+        "ACC003:21",  # dist.barrier()
+        "ACC003:22",  # if rank == 0:
+        "ACC003:24",  # if dist.get_rank() == 0: (once, not again for the call in the test)
+        "ACC004:26",  # nn.DataParallel(...)
+    ]
+    for warning in result.warnings:
+        assert "the file was left unchanged" in warning.message and "then convert again" in warning.fix
+    texts = [w.format() for w in result.warnings]
+    assert texts[0].startswith("ddp.py:9:5: ACC003 manual distributed code (`dist.init_process_group`)")
+    assert "`if rank == 0:`" in texts[7] and "accelerator.is_main_process" in texts[7]
+    assert "`DDP` wrapping" in texts[2] and "`torch.nn.DataParallel` wrapping" in texts[9]
+    assert "accelerator.wait_for_everyone()" in texts[6] and "accelerator.reduce" in texts[5]
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        # without a process group, DDP or DistributedSampler these mean something else: no ACC003
+        HEAD + "for epoch in range(2):\n    sampler.set_epoch(epoch)\n    loss = model(x).sum()\n    loss.backward()\n",
+        HEAD + "rank = 0\nif rank == 0:\n    loss = model(x).sum()\n    loss.backward()\n",
+    ],
+)
+def test_rank_tests_and_set_epoch_alone_do_not_stop_the_conversion(code: str) -> None:
+    result = convert_source(code)
+    assert result.status == "converted"
+    assert not [w for w in result.warnings if w.code in ("ACC003", "ACC004")]
+
+
 def test_amp_and_accumulation_are_converted_around_with_warnings() -> None:
     code = dedent(
         """
