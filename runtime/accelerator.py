@@ -332,10 +332,12 @@ class Accelerator(PrepareMixin, CheckpointMixin, TrackingMixin):
         loader = active_data_loader()
         if loader is None or not loader.end_of_dataloader or loader.remainder <= 0:
             return data
-        drop = loader.remainder
+        keep = _real_samples_in_last_round(loader)
         if use_gather_object:
-            return data[: len(data) - drop]
-        return ops._apply(lambda t: t[: max(len(t) - drop, 0)] if t.ndim else t, data, "gather_for_metrics")
+            return data[: len(data) - loader.remainder if keep is None else keep]
+        return ops._apply(
+            lambda t: t[: max(len(t) - loader.remainder, 0) if keep is None else keep] if t.ndim else t, data, "gather_for_metrics"
+        )
 
     # -- coordination -----------------------------------------------------------------------
     # wait_for_everyone, main_process_first, print, on_main_process, split_between_processes...:
@@ -401,6 +403,28 @@ def _pick(explicit: Any, configured: Any, default: Any) -> Any:
 def _same_params(params: list[torch.Tensor], model: torch.nn.Module) -> bool:
     ids = {id(p) for p in model.parameters()}
     return bool(params) and all(id(p) in ids for p in params)
+
+
+def _real_samples_in_last_round(loader: DataLoaderShard) -> int | None:
+    """Samples of the last round that are not duplicates (Hugging Face's ``remainder``); None if unknown.
+
+    Like Hugging Face Accelerate, ``gather_for_metrics`` keeps this many leading entries: a whole
+    round loses exactly its duplicates, and anything shorter (a per-batch loss gathered as one value
+    per process) is kept whole instead of being cut to nothing.
+    """
+    from .samplers import IterableDatasetShard, ShardedBatchSampler, UnbatchedSampler
+
+    per_process: int | None = loader.batch_size
+    if isinstance(loader.dataset, IterableDatasetShard):
+        per_process = loader.dataset.process_batch_size
+    elif isinstance(loader.sampler, UnbatchedSampler):
+        per_process = 1  # batch_size=None: one sample per step
+    elif per_process is None and isinstance(loader.sampler, ShardedBatchSampler):
+        per_process = loader.sampler.batch_size  # a batch sampler given as `sampler`
+    if per_process is None:
+        return None  # batches of varying size: only the tail can be dropped
+    keep = per_process * loader.num_processes - loader.remainder
+    return keep if keep >= 0 else None
 
 
 def _all_tensors(data: Any) -> bool:

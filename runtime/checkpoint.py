@@ -40,21 +40,9 @@ from .checkpoint_files import (
     set_rng_states,
 )
 from .errors import CheckpointError, ConfigurationError
+from .settings import DURABLE_ENV, durable_checkpoints
 
 _CHECKPOINT_RE = re.compile(r"^checkpoint_(\d+)$")
-DURABLE_ENV = "ACCELIFY_DURABLE_CHECKPOINTS"
-
-
-def _durable_default() -> bool:
-    """``ACCELIFY_DURABLE_CHECKPOINTS`` (default on); only an explicit 0/false/no/off turns fsyncs off."""
-    value = os.environ.get(DURABLE_ENV, "").strip().lower()
-    if value in ("", "1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise ConfigurationError(f"{DURABLE_ENV}={os.environ[DURABLE_ENV]!r} must be 1 or 0 (true/false, yes/no, on/off).")
-
-
 @dataclass
 class ProjectConfiguration:
     """Where a project writes checkpoints and logs (Hugging Face's ``ProjectConfiguration``).
@@ -78,7 +66,7 @@ class ProjectConfiguration:
         if self.total_limit is not None and int(self.total_limit) < 1:
             raise ConfigurationError(f"total_limit={self.total_limit} must be >= 1 (or None to keep every checkpoint).")
         if self.durable is None:
-            self.durable = _durable_default()
+            self.durable = durable_checkpoints()
         self.set_directories(self.project_dir)
 
     def set_directories(self, project_dir: str | os.PathLike[str] | None = None) -> None:

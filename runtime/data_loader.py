@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import inspect
-import os
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -20,6 +19,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, IterableDataset
 
 from .errors import ConfigurationError, DistributedSetupError
+from .process_group import declared_processes
 from .samplers import IterableDatasetShard, ShardedBatchSampler, UnbatchedSampler, check_rng_types, sync_rng_states
 
 # DataLoader arguments carried over unchanged (those this torch version knows).
@@ -290,10 +290,10 @@ def _resolve_processes(num_processes: int | None, process_index: int | None) -> 
         if dist.is_available() and dist.is_initialized():
             world, rank = dist.get_world_size(), dist.get_rank()
         else:
-            declared = int(os.environ.get("WORLD_SIZE", "1") or 1)
+            variable, declared, _ = declared_processes()  # torchrun's WORLD_SIZE, or srun's / mpirun's
             if declared > 1:
                 raise DistributedSetupError(
-                    f"WORLD_SIZE={declared} but torch.distributed is not initialised, so the loader cannot be "
+                    f"{variable}={declared} but torch.distributed is not initialised, so the loader cannot be "
                     "sharded. Create the Accelerator (or PartialState) before preparing data loaders, or pass "
                     "num_processes= and process_index= explicitly."
                 )

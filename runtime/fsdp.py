@@ -18,11 +18,11 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import torch
 from torch import nn
 
+from . import model_io
 from .errors import ConfigurationError
 
 WRAP_POLICIES = ("transformer_based_wrap", "size_based_wrap", "no_wrap")
 STATE_DICT_TYPES = ("FULL_STATE_DICT",)
-_UNSHARDED = "_accelify_unsharded_params"  # on a wrapped model: id(old parameter) -> (weakref, name)
 _DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
            "fp32": torch.float32, "float32": torch.float32, "no": None}
 
@@ -213,7 +213,7 @@ def wrap_model(
     for module in targets:
         fully_shard(module, **kwargs)
     fully_shard(model, **kwargs)
-    model.__dict__[_UNSHARDED] = old_params  # weak: the unsharded tensors are freed when nothing else holds them
+    model_io.remember_replaced(model, old_params)  # weak: the unsharded tensors are freed when nothing else holds them
     for opt in optimizers:
         rebind_optimizer(opt, [model])
     return model
@@ -226,28 +226,7 @@ def rebind_optimizer(optimizer: Any, models: Iterable[nn.Module]) -> int:
     later call; otherwise it would update tensors the model no longer uses. Returns how many
     parameters were replaced. Raises ``ConfigurationError`` if the optimizer already has state for them.
     """
-    optimizer = getattr(optimizer, "optimizer", optimizer)
-    lookup: dict[int, tuple[Any, str, dict[str, torch.Tensor]]] = {}
-    for model in models:
-        old = model.__dict__.get(_UNSHARDED)
-        if old:
-            new_params = {k.replace("_checkpoint_wrapped_module.", ""): v for k, v in model.named_parameters()}
-            lookup.update({key: (ref, name, new_params) for key, (ref, name) in old.items()})
-    replaced = 0
-    for group in optimizer.param_groups:
-        params = []
-        for param in group["params"]:
-            ref, name, new_params = lookup.get(id(param), (None, "", {}))
-            if ref is not None and ref() is param:
-                if optimizer.state.get(param):
-                    raise ConfigurationError(
-                        f"The optimizer already took a step for {name!r}; prepare the model and optimizer before training with FSDP."
-                    )
-                param = new_params[name.replace("_checkpoint_wrapped_module.", "")]
-                replaced += 1
-            params.append(param)
-        group["params"] = params
-    return replaced
+    return model_io.rebind_optimizer(optimizer, models, keep_state=False)
 
 
 def is_fsdp_module(module: Any) -> bool:

@@ -9,24 +9,23 @@ point at the caller's file and line. Nothing here adds handlers: configure outpu
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any, MutableMapping
 
 from .errors import ConfigurationError
 
-LEVEL_VARIABLES = ("ACCELIFY_LOG_LEVEL", "ACCELERATE_LOG_LEVEL")
-
-
 def _process() -> tuple[int, int]:
-    """(rank, number of processes that can synchronise) from the process group, else torchrun's RANK."""
+    """(rank, number of processes that can synchronise) from the process group, else the launcher's rank."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
+    from .process_group import declared_processes
+
     try:
-        return int(os.environ.get("RANK", "0") or 0), 1
-    except ValueError:
-        return 0, 1
+        rank = declared_processes()[2]
+    except ConfigurationError:  # a malformed variable: the Accelerator reports it; logging must not fail
+        rank = None
+    return rank or 0, 1
 
 
 def _wait_for_everyone() -> None:
@@ -103,10 +102,11 @@ def get_logger(name: str, log_level: str | int | None = None) -> MultiProcessAda
     """
     source = "log_level"
     if log_level is None:
-        for variable in LEVEL_VARIABLES:
-            if os.environ.get(variable):
-                log_level, source = os.environ[variable], variable
-                break
+        from .settings import log_level as level_from_environment
+
+        found = level_from_environment()  # read at each call, as Hugging Face does: a script may set it late
+        if found is not None:
+            log_level, source = found
     logger = logging.getLogger(name)
     if log_level is not None:
         level = log_level.upper() if isinstance(log_level, str) else log_level

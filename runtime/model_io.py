@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any, Mapping
+import weakref
+from typing import Any, Iterable, Mapping
 
 import torch
 
@@ -19,34 +20,82 @@ _UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2*
 def unwrap(model: torch.nn.Module, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True) -> torch.nn.Module:
     """The user's module inside DDP/DataParallel wrappers (and inside ``torch.compile`` unless kept)."""
     compiled = None
+    chain = [model]  # every layer: autocast may sit on any of them (on the compiled wrapper, typically)
     while True:
         if isinstance(model, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
             model = model.module
         elif hasattr(model, "_orig_mod") and isinstance(model._orig_mod, torch.nn.Module):
-            compiled = compiled or model
+            compiled = model if compiled is None else compiled
             model = model._orig_mod
         else:
             break
+        chain.append(model)
     if not keep_fp32_wrapper:
-        detach_autocast(model)
+        for layer in chain:
+            detach_autocast(layer)
     if keep_torch_compile and compiled is not None:
         return compiled
     return model
 
 
+REPLACED_PARAMETERS = "_accelify_replaced_params"  # on a prepared model: id(old parameter) -> (weakref, name)
+
+
+def remember_replaced(model: torch.nn.Module, old: Mapping[int, tuple[Any, str]]) -> None:
+    """Record, weakly, the parameters ``model`` had before preparing replaced them (``id -> (weakref, name)``).
+
+    An optimizer prepared in a later ``prepare`` call still holds those; :func:`rebind_optimizer` finds
+    them here. Weak: the old tensors are freed when nothing else holds them.
+    """
+    model.__dict__[REPLACED_PARAMETERS] = dict(old)
+
+
 def rebind_optimizers(before: Mapping[str, torch.nn.Parameter], model: torch.nn.Module, optimizers: list[Any]) -> None:
     """Point ``optimizers`` at ``model``'s parameters when placement replaced them (``before``: name -> old)."""
     after = dict(model.named_parameters())
-    mapping = {id(old): after[name] for name, old in before.items() if name in after and after[name] is not old}
-    if not mapping:
+    if all(after.get(name) is old for name, old in before.items()):
         return  # the usual case: Module.to() keeps the Parameter objects
-    state_key = {id(k) for opt in optimizers for k in opt.state}
+    remember_replaced(model, {id(old): (weakref.ref(old), name) for name, old in before.items() if after.get(name) is not old})
     for opt in optimizers:
-        for group in opt.param_groups:
-            group["params"] = [mapping.get(id(p), p) for p in group["params"]]
-        for old_id in state_key & mapping.keys():
-            old = next(k for k in opt.state if id(k) == old_id)
-            opt.state[mapping[old_id]] = opt.state.pop(old)
+        rebind_optimizer(opt, [model])
+
+
+def rebind_optimizer(optimizer: Any, models: Iterable[torch.nn.Module], *, keep_state: bool = True) -> int:
+    """Point ``optimizer`` at ``models``' new parameters where it still holds ones that preparing replaced.
+
+    For an optimizer built before its model was prepared but prepared in the same or a later call;
+    otherwise it would update tensors the model no longer uses. Its state follows each parameter;
+    with ``keep_state=False`` (FSDP, where old and new shapes differ) existing state is a
+    ``ConfigurationError``. Returns how many parameters were replaced.
+    """
+    optimizer = getattr(optimizer, "optimizer", optimizer)
+    lookup: dict[int, tuple[Any, str, dict[str, torch.Tensor]]] = {}
+    for model in models:
+        inner = model.module if isinstance(model, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)) else model
+        old = inner.__dict__.get(REPLACED_PARAMETERS)
+        if old:
+            new_params = {k.replace("_checkpoint_wrapped_module.", ""): v for k, v in inner.named_parameters()}
+            lookup.update({key: (ref, name, new_params) for key, (ref, name) in old.items()})
+    if not lookup:
+        return 0
+    replaced = 0
+    for group in optimizer.param_groups:
+        params = []
+        for param in group["params"]:
+            ref, name, new_params = lookup.get(id(param), (None, "", {}))
+            if ref is not None and ref() is param:
+                new = new_params[name.replace("_checkpoint_wrapped_module.", "")]
+                if param in optimizer.state:
+                    if not keep_state and optimizer.state.get(param):
+                        raise ConfigurationError(
+                            f"The optimizer already took a step for {name!r}; prepare the model and optimizer before training with FSDP."
+                        )
+                    optimizer.state[new] = optimizer.state.pop(param)
+                param = new
+                replaced += 1
+            params.append(param)
+        group["params"] = params
+    return replaced
 
 
 def unused_parameters_message(module: torch.nn.Module, error: str) -> str:

@@ -35,20 +35,36 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self._is_overflow = False
         self._unscaled = False
         self._zero_grad_takes_set_to_none = "set_to_none" in inspect.signature(optimizer.zero_grad).parameters
-        if scaler is not None:
-            self._step_called = False
-            self._original_step = optimizer.step
-            self._flagging_step = self._make_flagging_step(optimizer.step)
+        self._step_called = False
         if device_placement and optimizer.state:
             # load_state_dict casts each state tensor to its parameter's device and dtype
             optimizer.load_state_dict(optimizer.state_dict())
 
-    def _make_flagging_step(self, step: Callable[..., Any]) -> Callable[..., Any]:
+    def _scaler_step(self, closure: Callable[[], Any] | None) -> Any:
+        """``scaler.step`` with the wrapped ``optimizer.step`` flagged, to learn whether the scaler called it.
+
+        The optimizer's ``step`` is read now, not when wrapping: an LR scheduler created later patches
+        it (to check the call order) and that patch must survive.
+        """
+        optimizer = self.optimizer
+        had_own = "step" in vars(optimizer)
+        current = optimizer.step
+
         def flagging_step(*args: Any, **kwargs: Any) -> Any:
             self._step_called = True
-            return step(*args, **kwargs)
+            return current(*args, **kwargs)
 
-        return flagging_step
+        self._step_called = False
+        optimizer.step = flagging_step  # type: ignore[method-assign]
+        try:
+            if closure is not None:
+                return self.scaler.step(optimizer, closure)
+            return self.scaler.step(optimizer)
+        finally:
+            if had_own:
+                optimizer.step = current  # type: ignore[method-assign]
+            else:
+                del optimizer.step  # back to the class's method
 
     # -- transparent attributes ------------------------------------------------------------
     @property
@@ -121,13 +137,10 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
             return None
         if self.scaler is None:
             return self.optimizer.step(closure) if closure is not None else self.optimizer.step()
-        self._step_called = False
-        self.optimizer.step = self._flagging_step  # type: ignore[method-assign]
         try:
-            result = self.scaler.step(self.optimizer, closure) if closure is not None else self.scaler.step(self.optimizer)
+            result = self._scaler_step(closure)
             self.scaler.update()
         finally:
-            self.optimizer.step = self._original_step  # type: ignore[method-assign]
             self._unscaled = False
         self._is_overflow = not self._step_called
         return result
@@ -137,13 +150,10 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         """Whether the last ``step()`` was skipped because fp16 gradients overflowed."""
         return self._is_overflow
 
+    # torch.optim.Optimizer's own pickling keeps only defaults/state/param_groups and patches the
+    # class's ``step`` on unpickling; this wrapper's state is its attributes, the optimizer among them.
     def __getstate__(self) -> dict[str, Any]:
-        skip = {"_original_step", "_flagging_step", "_step_called"}
-        return {k: v for k, v in self.__dict__.items() if k not in skip}
+        return dict(self.__dict__)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        if self.scaler is not None:
-            self._step_called = False
-            self._original_step = self.optimizer.step
-            self._flagging_step = self._make_flagging_step(self.optimizer.step)

@@ -114,10 +114,13 @@ class PrepareMixin:
             if not any(optimizer is o for o in self._optimizers):
                 self._optimizers.append(optimizer)
             return optimizer
-        if self.use_fsdp:  # built before its model was sharded in an earlier prepare(): follow the new parameters
+        # built before its model was placed or sharded in an earlier prepare(): follow the new parameters
+        if self.use_fsdp:
             from . import fsdp
 
             fsdp.rebind_optimizer(optimizer, self._models)
+        else:
+            model_io.rebind_optimizer(optimizer, self._models)
         place = self.device_placement if device_placement is None else device_placement
         wrapped = AcceleratedOptimizer(optimizer, place, self.scaler, self.gradient_state)
         self._optimizers.append(wrapped)

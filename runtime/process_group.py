@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 import torch
 
@@ -49,30 +49,10 @@ class ProcessInfo:
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> "ProcessInfo":
         """Read torchrun's variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``...), else srun's or mpirun's."""
         env = os.environ if environ is None else environ
-        if "WORLD_SIZE" in env or "RANK" in env:
-            world = _env_int(env, ("WORLD_SIZE",), 1)
-            rank = _env_int(env, ("RANK",), None)
-            local_rank = _env_int(env, ("LOCAL_RANK",), rank)
-            local_world = _env_int(env, ("LOCAL_WORLD_SIZE",), world)
-            node = _env_int(env, ("GROUP_RANK", "NODE_RANK"), None)
-            source = "torchrun"
-        elif "SLURM_STEP_NUM_TASKS" in env:  # inside an `srun` step, not a bare sbatch script
-            world = _env_int(env, ("SLURM_STEP_NUM_TASKS",), 1)
-            rank = _env_int(env, ("SLURM_PROCID",), None)
-            local_rank = _env_int(env, ("SLURM_LOCALID",), 0)
-            local_world = _env_int(env, ("SLURM_STEP_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE"), None)
-            node = _env_int(env, ("SLURM_NODEID",), None)
-            source = "srun"
-        elif "OMPI_COMM_WORLD_SIZE" in env or "PMI_SIZE" in env:
-            world = _env_int(env, ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE"), 1)
-            rank = _env_int(env, ("OMPI_COMM_WORLD_RANK", "PMI_RANK"), None)
-            local_rank = _env_int(env, ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"), 0)
-            local_world = _env_int(env, ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"), None)
-            node = None
-            source = "mpirun"
-        else:
+        found = _launcher_values(env)
+        if found is None:
             return cls()
-        assert world is not None  # defaults above are never None
+        source, world, rank, local_rank, local_world, node = found
         if world < 1:
             raise DistributedSetupError(f"{source} set a world size of {world}; it must be at least 1.")
         if rank is None:
@@ -89,6 +69,54 @@ class ProcessInfo:
         node = rank // local_world if node is None else node
         port = _env_int(env, ("MASTER_PORT",), None)
         return cls(rank, world, local_rank, local_world, node, env.get("MASTER_ADDR") or None, port)
+
+
+def _world(env: Mapping[str, str], names: tuple[str, ...]) -> int:
+    value = _env_int(env, names, 1)
+    return 1 if value is None else value
+
+
+class _Declared(NamedTuple):
+    """What a launcher set, unvalidated (``None``: not set)."""
+
+    launcher: str
+    world_size: int
+    rank: int | None
+    local_rank: int | None
+    local_world_size: int | None
+    node_rank: int | None
+
+
+def _launcher_values(env: Mapping[str, str]) -> _Declared | None:
+    """The variables of torchrun, else srun, else mpirun, as set (no consistency checks); None without a launcher."""
+    if "WORLD_SIZE" in env or "RANK" in env:
+        world, rank = _world(env, ("WORLD_SIZE",)), _env_int(env, ("RANK",), None)
+        return _Declared("torchrun", world, rank, _env_int(env, ("LOCAL_RANK",), rank),
+                         _env_int(env, ("LOCAL_WORLD_SIZE",), world), _env_int(env, ("GROUP_RANK", "NODE_RANK"), None))
+    if "SLURM_STEP_NUM_TASKS" in env:  # inside an `srun` step, not a bare sbatch script
+        return _Declared("srun", _world(env, ("SLURM_STEP_NUM_TASKS",)), _env_int(env, ("SLURM_PROCID",), None),
+                         _env_int(env, ("SLURM_LOCALID",), 0),
+                         _env_int(env, ("SLURM_STEP_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE"), None),
+                         _env_int(env, ("SLURM_NODEID",), None))
+    if "OMPI_COMM_WORLD_SIZE" in env or "PMI_SIZE" in env:
+        return _Declared("mpirun", _world(env, ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")),
+                         _env_int(env, ("OMPI_COMM_WORLD_RANK", "PMI_RANK"), None),
+                         _env_int(env, ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"), 0),
+                         _env_int(env, ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"), None), None)
+    return None
+
+
+def declared_processes(environ: Mapping[str, str] | None = None) -> tuple[str, int, int | None]:
+    """(launcher variable, world size, rank) the launcher declared, before any validation.
+
+    For code that must not guess when no process group exists yet: with ``torchrun --nproc-per-node 2``
+    it is ``("WORLD_SIZE", 2, <rank>)``; without a launcher ``("WORLD_SIZE", 1, None)``.
+    """
+    found = _launcher_values(os.environ if environ is None else environ)
+    if found is None:
+        return "WORLD_SIZE", 1, None
+    variable = {"torchrun": "WORLD_SIZE", "srun": "SLURM_STEP_NUM_TASKS", "mpirun": "OMPI_COMM_WORLD_SIZE/PMI_SIZE"}
+    return variable[found.launcher], found.world_size, found.rank
 
 
 def cuda_usable(cpu: bool) -> bool:

@@ -9,11 +9,17 @@ Semantics (Hugging Face Accelerate's ``step_scheduler_with_optimizer=True``, mat
   times: every process sees its own batch, so one training step consumes ``num_processes``
   batches of data and a schedule written in batches for one process ends on time on N.
   With two processes, ``scheduler.step()`` moves a ``StepLR(step_size=4)`` two batches along.
+* ``ReduceLROnPlateau`` is driven by the metric it is given, not by batches: each
+  ``scheduler.step(metric)`` is one evaluation and steps it exactly once, whatever the step before
+  it was (Hugging Face Accelerate steps it ``num_processes`` times, so its patience runs out N
+  times too early, and ignores a call made after an accumulation step).
 """
 
 from __future__ import annotations
 
 from typing import Any, Sequence
+
+from torch.optim.lr_scheduler import ReduceLROnPlateau
 
 from .optimizer import AcceleratedOptimizer
 from .state import GradientState
@@ -41,11 +47,11 @@ class AcceleratedScheduler:
 
     def step(self, *args: Any, **kwargs: Any) -> None:
         """Advance the schedule if the optimizer stepped (``num_processes`` times unless batches are split)."""
-        if not self.step_with_optimizer:
+        if not self.step_with_optimizer or isinstance(self.scheduler, ReduceLROnPlateau):
             self.scheduler.step(*args, **kwargs)
             return
         if not self.gradient_state.sync_gradients:
-            if self.gradient_state.adjust_scheduler:
+            if self.gradient_state.adjust_scheduler and hasattr(self.scheduler, "_step_count"):
                 self.scheduler._step_count += 1
             return
         for opt in self.optimizers:

@@ -11,8 +11,11 @@ This module is the one documented channel from ``accelify launch`` to the traini
 
 Precedence, as tested: an explicit ``Accelerator(...)`` argument > the launch file (which already
 holds command line > config file) > ``ACCELIFY_*`` > ``ACCELERATE_*`` > the defaults.
-Process identity (rank, world size, ...) is not here: ``state.ProcessInfo`` reads what
-``torch.distributed.run`` sets.
+Process identity (rank, world size, ...) is not here: ``process_group.ProcessInfo`` reads what
+``torch.distributed.run`` sets. Two variables that are not launch settings are read here too, at the
+moment their user is created: ``ACCELIFY_LOG_LEVEL`` / ``ACCELERATE_LOG_LEVEL`` (:func:`log_level`,
+read by each ``get_logger`` call, as Hugging Face does) and ``ACCELIFY_DURABLE_CHECKPOINTS``
+(:func:`durable_checkpoints`, read by each ``ProjectConfiguration``).
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from typing import Any, Mapping
 from .errors import ConfigurationError
 
 LAUNCH_CONFIG_VAR = "ACCELIFY_LAUNCH_CONFIG"
+LOG_LEVEL_VARS = ("ACCELIFY_LOG_LEVEL", "ACCELERATE_LOG_LEVEL")
+DURABLE_ENV = "ACCELIFY_DURABLE_CHECKPOINTS"
 MIXED_PRECISION_CHOICES = ("no", "fp16", "bf16")
 
 # Settings field -> suffix of the environment variables that may set it.
@@ -126,3 +131,24 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     if path:
         values.update(_from_launch_file(path))
     return Settings(**values)
+
+
+def log_level(environ: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+    """``(level, variable)`` from ``ACCELIFY_LOG_LEVEL``, else ``ACCELERATE_LOG_LEVEL``; None when neither is set."""
+    env = os.environ if environ is None else environ
+    for variable in LOG_LEVEL_VARS:
+        if env.get(variable):
+            return env[variable], variable
+    return None
+
+
+def durable_checkpoints(environ: Mapping[str, str] | None = None) -> bool:
+    """``ACCELIFY_DURABLE_CHECKPOINTS`` (default on); only an explicit 0/false/no/off turns fsyncs off."""
+    env = os.environ if environ is None else environ
+    raw = env.get(DURABLE_ENV, "")
+    value = raw.strip().lower()
+    if value in ("", "1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ConfigurationError(f"{DURABLE_ENV}={raw!r} must be 1 or 0 (true/false, yes/no, on/off).")

@@ -26,12 +26,28 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class DistributedType(str, enum.Enum):
-    """How the processes train together (compare with ``accelerator.distributed_type``)."""
+    """How the processes train together (compare with ``accelerator.distributed_type``).
+
+    accelify reports ``NO``, ``MULTI_CPU``, ``MULTI_GPU`` or ``FSDP``. The other members are Hugging
+    Face Accelerate's, kept so that scripts comparing against them (``distributed_type in
+    (DistributedType.MULTI_GPU, DistributedType.MULTI_NPU)``) run; accelify never reports them.
+    """
 
     NO = "NO"
     MULTI_CPU = "MULTI_CPU"
     MULTI_GPU = "MULTI_GPU"
     FSDP = "FSDP"
+    # Hugging Face Accelerate's other kinds: never reported here
+    MULTI_NPU = "MULTI_NPU"
+    MULTI_MLU = "MULTI_MLU"
+    MULTI_SDAA = "MULTI_SDAA"
+    MULTI_MUSA = "MULTI_MUSA"
+    MULTI_XPU = "MULTI_XPU"
+    MULTI_HPU = "MULTI_HPU"
+    MULTI_NEURON = "MULTI_NEURON"
+    DEEPSPEED = "DEEPSPEED"
+    XLA = "XLA"
+    MEGATRON_LM = "MEGATRON_LM"
 
 
 # The process-wide record every PartialState reads: the process group is process-global.

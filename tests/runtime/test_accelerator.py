@@ -215,6 +215,31 @@ def test_optimizer_follows_parameters_that_placement_replaced() -> None:
     assert not torch.equal(before, model.weight)
 
 
+def test_optimizer_prepared_in_a_later_call_follows_replaced_parameters() -> None:
+    """prepare(model) then prepare(optimizer): the optimizer must not keep updating the replaced parameters."""
+    model = nn.Linear(2, 1)
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    model(torch.ones(1, 2)).sum().backward()
+    opt.step()
+    torch.__future__.set_overwrite_module_params_on_conversion(True)
+    try:
+        acc = Accelerator(cpu=True)
+        model = acc.prepare(model)
+    finally:
+        torch.__future__.set_overwrite_module_params_on_conversion(False)
+    popt = acc.prepare(opt)
+    new = list(model.parameters())
+    assert all(a is b for a, b in zip(popt.param_groups[0]["params"], new)) and all(p in popt.state for p in new)
+    before = model.weight.detach().clone()
+    popt.zero_grad()
+    model(torch.ones(1, 2)).sum().backward()
+    popt.step()
+    assert not torch.equal(before, model.weight)
+    other = torch.optim.SGD(nn.Linear(2, 1).parameters(), lr=0.1)  # unrelated parameters are left alone
+    kept = list(other.param_groups[0]["params"])
+    assert acc.prepare(other).param_groups[0]["params"] == kept
+
+
 def test_fsdp_plugin_from_launch_settings_accepts_hugging_face_keys(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A launch file's fsdp_config in HF's spelling (``fsdp_auto_wrap_policy``...) builds the plugin."""
     _env(monkeypatch)
@@ -258,3 +283,32 @@ def test_prepare_without_fsdp_does_not_import_torch_fsdp() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELIFY_", "ACCELERATE_"))}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_gather_for_metrics_on_the_last_batch_keeps_what_hugging_face_keeps() -> None:
+    # process 0 of 2 simulated; 10 samples in batches of 3: the last round holds 4 real samples and 2 duplicates
+    from accelify.runtime import prepare_data_loader
+
+    acc = Accelerator(cpu=True)
+    loader = prepare_data_loader(DataLoader(list(range(10)), batch_size=3), num_processes=2, process_index=0)
+    results = []
+    for _ in loader:
+        results.append((
+            acc.gather_for_metrics(torch.arange(6)).tolist(),  # a whole round, as gather returns it on two processes
+            acc.gather_for_metrics(torch.tensor(1.5)).tolist(),  # a per-batch scalar: never cut to nothing
+            acc.gather_for_metrics(list("abcdef")),
+        ))
+    assert results[0] == (list(range(6)), [1.5], list("abcdef"))  # not the last batch: everything
+    assert results[1] == ([0, 1, 2, 3], [1.5], list("abcd"))
+
+
+def test_unwrap_model_removes_autocast_through_torch_compile() -> None:
+    from accelify.runtime.precision import find_autocast
+
+    acc = Accelerator(cpu=True, mixed_precision="bf16")
+    inner = nn.Linear(2, 2)
+    compiled = acc.prepare(torch.compile(inner))
+    assert find_autocast(compiled) is not None or find_autocast(inner) is not None
+    assert acc.unwrap_model(compiled) is compiled and acc.unwrap_model(compiled, keep_torch_compile=False) is inner
+    assert acc.unwrap_model(compiled, keep_fp32_wrapper=False) is compiled
+    assert find_autocast(compiled) is None and find_autocast(inner) is None  # no bf16 left anywhere in the chain

@@ -98,6 +98,19 @@ def test_scheduler_steps_once_per_process() -> None:
     assert sched.last_epoch == 1 and sched.state_dict()["last_epoch"] == 1  # other attributes pass through
 
 
+def test_plateau_scheduler_steps_once_per_evaluation() -> None:
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    inner = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=2)
+    state = GradientState(num_steps=2)
+    sched = AcceleratedScheduler(inner, _Opt(skipped=True), num_processes=2, gradient_state=state)  # type: ignore[arg-type]
+    state.sync_gradients = False  # called after an accumulation step (and a skipped fp16 step): still one evaluation
+    lrs = []
+    for _ in range(4):
+        sched.step(1.0)
+        lrs.append(opt.param_groups[0]["lr"])
+    assert lrs == [1.0, 1.0, 1.0, 0.1]  # best, then three evaluations without improvement (patience=2)
+
+
 @pytest.mark.filterwarnings("ignore:Detected call of")
 def test_one_cycle_does_not_step_past_its_end() -> None:
     opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)

@@ -275,6 +275,11 @@ def test_errors_say_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(DistributedSetupError, match="WORLD_SIZE=2"):
         prepare_data_loader(loader)
+    monkeypatch.delenv("WORLD_SIZE")
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "2")  # inside `srun -n 2`: never a silent one-process loader either
+    monkeypatch.setenv("SLURM_PROCID", "1")
+    with pytest.raises(DistributedSetupError, match="SLURM_STEP_NUM_TASKS=2"):
+        prepare_data_loader(loader)
 
 
 def test_simulated_ranks_seeded_alike_share_one_permutation() -> None:

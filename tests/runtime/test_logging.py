@@ -48,6 +48,17 @@ def test_main_process_only_skips_other_ranks(monkeypatch: pytest.MonkeyPatch, ca
         logger.info("hidden")
         logger.info("shown", main_process_only=False)
     assert [r.getMessage() for r in caplog.records] == ["[RANK 1] shown"]
+    caplog.clear()
+    monkeypatch.delenv("RANK")
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "2")  # srun's rank is read the same way
+    monkeypatch.setenv("SLURM_PROCID", "1")
+    with caplog.at_level(logging.INFO, logger="accelify.tests.rank"):
+        logger.info("hidden")
+    assert caplog.records == []
+    monkeypatch.setenv("RANK", "one")  # malformed: logging still works (the Accelerator reports the variable)
+    with caplog.at_level(logging.INFO, logger="accelify.tests.rank"):
+        logger.info("main")
+    assert [r.getMessage() for r in caplog.records] == ["main"]
 
 
 def test_no_handlers_at_import_or_creation() -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import pickle
+import warnings
 
 import pytest
 import torch
@@ -35,6 +37,12 @@ def test_bf16_applies_on_cpu_and_returns_fp32() -> None:
     plain = acc.prepare(nn.Linear(4, 2))
     clone = pickle.loads(pickle.dumps(plain))
     assert clone(torch.randn(1, 4)).dtype == torch.float32 and precision.find_autocast(clone) is not None
+    for copied in (clone, copy.deepcopy(plain)):  # a copy has hooks of its own, still running the forward in bf16
+        assert precision.find_autocast(copied) not in (None, precision.find_autocast(plain))
+        during: list[bool] = []
+        copied.register_forward_pre_hook(lambda mod, args: during.append(torch.is_autocast_enabled("cpu")))
+        assert copied(torch.randn(1, 4)).dtype == torch.float32 and during == [True]
+        assert not torch.is_autocast_enabled("cpu")
     acc.prepare(model)  # preparing again adds no second set of hooks
     assert len(model._forward_pre_hooks) == 1
     acc.unwrap_model(prepared, keep_fp32_wrapper=False)
@@ -125,3 +133,27 @@ def test_to_fp32_keeps_structure() -> None:
     out = precision.to_fp32({"a": (half, [half]), "n": torch.ones(1, dtype=torch.int64), "s": "x"})
     assert out["a"][0].dtype == torch.float32 and out["a"][1][0].dtype == torch.float32
     assert out["n"].dtype == torch.int64 and out["s"] == "x"
+
+
+def test_fp16_step_keeps_a_patch_made_after_wrapping() -> None:
+    # an LR scheduler built on the raw optimizer after prepare() patches optimizer.step; the fp16 step must keep it
+    torch.manual_seed(0)
+    acc = Accelerator(cpu=True, mixed_precision="fp16", kwargs_handlers=[GradScalerKwargs(init_scale=1.0)])
+    model = nn.Linear(2, 1)
+    raw = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = acc.prepare(model, raw)
+    scheduler = torch.optim.lr_scheduler.StepLR(raw, 1, gamma=0.5)
+    before = model.weight.detach().clone()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "optimizer.step() has been overridden after ..." would fail here
+        acc.backward(model(torch.ones(1, 2)).sum())
+        optimizer.step()
+        scheduler.step()
+    assert hasattr(raw.step, "_wrapped_by_lr_sched") and not acc.optimizer_step_was_skipped
+    assert not torch.equal(model.weight, before) and scheduler.get_last_lr() == [0.05]
+    other = nn.Linear(2, 1)
+    plain = torch.optim.SGD(other.parameters(), lr=0.1)
+    other, wrapped = acc.prepare(other, plain)
+    acc.backward(other(torch.ones(1, 2)).sum())
+    wrapped.step()
+    assert "step" not in vars(plain)  # nothing left behind on an optimizer that had no patch of its own
