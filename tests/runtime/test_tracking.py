@@ -148,8 +148,10 @@ def test_all_means_every_available_tracker_plus_custom_ones(tmp_path: Path) -> N
     assert filter_trackers(None, None) == []
 
 
-@pytest.mark.skipif(importlib.util.find_spec("tensorboard") is not None, reason="tensorboard is installed")
-def test_tensorboard_without_the_package_says_how_to_install(tmp_path: Path) -> None:
+def test_tensorboard_without_the_package_says_how_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorboard" else real_find_spec(name, *a))
+    assert "tensorboard" not in available_trackers()
     with pytest.raises(ConfigurationError, match="pip install tensorboard"):
         filter_trackers("tensorboard", tmp_path)
 
