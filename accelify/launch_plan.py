@@ -87,6 +87,9 @@ class LaunchPlan:
         machines = f"{self.num_machines} machine{'s' if self.num_machines != 1 else ''}"
         where = f" (machine {self.machine_rank}, {self.world_size} in total)" if self.num_machines > 1 else ""
         device = self.device if self.gpu_ids is None else f"cuda:{','.join(map(str, self.gpu_ids))}"
+        backend = self.backend
+        if self.device == "cpu" and self.sources.get("cpu") == "default":
+            backend += ", no GPU visible"  # say why it runs on CPU when nobody asked for it
         extras = []
         if self.settings.gradient_accumulation_steps:
             extras.append(f"gradient accumulation {self.settings.gradient_accumulation_steps}")
@@ -97,7 +100,7 @@ class LaunchPlan:
         if self.max_restarts:
             extras.append(f"max restarts {self.max_restarts}")
         tail = "".join(f", {e}" for e in extras)
-        return (f"accelify launch: {procs} x {machines}{where}, {device} ({self.backend}), "
+        return (f"accelify launch: {procs} x {machines}{where}, {device} ({backend}), "
                 f"mixed precision {self.settings.mixed_precision or 'no'}{tail}")
 
     def torchrun_args(self) -> list[str]:
@@ -207,7 +210,8 @@ def resolve_plan(options: LaunchOptions, *, environ: Mapping[str, str] | None = 
     elif config.use_cpu is not None or config.distributed_type == "MULTI_GPU":
         use_cpu = c.pick("cpu", bool(config.use_cpu))
         c.sources["cpu"] = c.config_label
-        reason = "use_cpu: false" if config.use_cpu is False else "distributed_type: MULTI_GPU"
+        asked = "use_cpu: false" if config.use_cpu is False else "distributed_type: MULTI_GPU"
+        reason = f"{asked} ({c.config_label})"
     else:
         use_cpu = c.pick("cpu", None, "", "cpu", default=gpus == 0)
         reason = f"{LAUNCH_ENV_CPU} (environment)"

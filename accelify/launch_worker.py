@@ -4,7 +4,8 @@
 script as ``python script.py args...`` would: ``__name__ == "__main__"``, ``sys.argv`` and
 ``sys.path[0]`` as usual. If it raises, the traceback is written to torch elastic's error file
 (``TORCHELASTIC_ERROR_FILE``) so that the launcher can say which rank failed first and show
-its last lines; the exception then propagates as usual (traceback on stderr, exit code 1).
+its last lines; the traceback is then printed as ``python script.py`` would print it (without
+this bootstrap's and runpy's frames), with exit code 1.
 Nothing is imported before the script runs, so a launch costs what a plain run costs.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import os
 import runpy
 import sys
+from types import TracebackType
 
 
 def _record(exc: BaseException) -> None:
@@ -25,6 +27,15 @@ def _record(exc: BaseException) -> None:
         ErrorHandler().record_exception(exc)
     except Exception:  # recording must never hide the user's own error
         pass
+
+
+def _user_traceback(tb: TracebackType | None) -> TracebackType | None:
+    """``tb`` without its leading entries in this bootstrap and runpy: the traceback starts in the user's code."""
+    here = os.path.abspath(__file__)
+    while tb is not None and (tb.tb_frame.f_globals.get("__name__") == "runpy"
+                              or os.path.abspath(tb.tb_frame.f_code.co_filename) == here):
+        tb = tb.tb_next
+    return tb
 
 
 def main(argv: list[str]) -> None:
@@ -51,4 +62,9 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    try:
+        main(sys.argv[1:])
+    except Exception as error:  # as `python script.py` shows it: the user's frames only, exit code 1
+        trimmed = _user_traceback(error.__traceback__)  # None: nothing of the user's ran (module not found)
+        sys.excepthook(type(error), error.with_traceback(trimmed), trimmed)
+        sys.exit(1)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
@@ -22,9 +21,17 @@ from typing import Any, Iterator, Mapping
 from accelify.launch_plan import LaunchError, LaunchOptions, LaunchPlan, resolve_plan
 
 __all__ = ["LaunchError", "LaunchOptions", "LaunchPlan", "LaunchResult", "WorkerFailure",
-           "execute", "resolve_plan", "failure_from_error"]
+           "check_script", "execute", "signal_name", "resolve_plan", "failure_from_error"]
 
 TRACEBACK_LINES = 12
+
+
+def signal_name(number: int) -> str:
+    """``SIGKILL`` for 9; ``signal N`` for a number this platform does not name."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 @dataclass(frozen=True)
@@ -40,10 +47,7 @@ class WorkerFailure:
     def describe(self) -> str:
         """A few lines for the terminal: which rank, how, and the end of its traceback."""
         if self.exit_code < 0:
-            try:
-                how = f"was killed by {signal.Signals(-self.exit_code).name}"
-            except ValueError:
-                how = f"was killed by signal {-self.exit_code}"
+            how = f"was killed by {signal_name(-self.exit_code)}"
         else:
             how = f"exited with code {self.exit_code}"
         lines = [f"accelify launch: rank {self.rank} failed first: it {how}."]
@@ -72,9 +76,11 @@ def _exit_code(code: int) -> int:
 
 def failure_from_error(error: Any) -> WorkerFailure:
     """Summarise torch elastic's ``ChildFailedError`` (its ``failures``: rank -> ProcessFailure)."""
+    from accelify.runtime.launch import first_failed_rank, stopped_by_agent
+
     failures: Mapping[int, Any] = error.failures
-    stopped = {r for r, f in failures.items() if _stopped_by_agent(f)}
-    first = min(failures, key=lambda r: (r in stopped, failures[r].timestamp, r))
+    stopped = {r for r, f in failures.items() if stopped_by_agent(f)}
+    first = first_failed_rank(failures)
     failure = failures[first]
     data = failure.error_file_data or {}
     message = data.get("message") if isinstance(data, dict) else None
@@ -92,13 +98,6 @@ def failure_from_error(error: Any) -> WorkerFailure:
     others = tuple(sorted(r for r in failures if r != first and r not in stopped))
     return WorkerFailure(rank=first, exit_code=failure.exitcode, message=text, traceback_tail=tail,
                          other_ranks=others)
-
-
-def _stopped_by_agent(failure: Any) -> bool:
-    """True for a worker the agent terminated after another failed (a signal, nothing recorded)."""
-    data = failure.error_file_data if isinstance(failure.error_file_data, dict) else {}
-    recorded = isinstance(data.get("message"), dict) or data.get("message") not in (None, "<NONE>")
-    return failure.exitcode == -signal.SIGTERM and not recorded
 
 
 def _user_frames(lines: list[str]) -> list[str]:
@@ -119,11 +118,9 @@ def _user_frames(lines: list[str]) -> list[str]:
 @contextmanager
 def _launch_environment(plan: LaunchPlan) -> Iterator[None]:
     """Write the launch file and set the workers' variables; undo both afterwards."""
-    import yaml
+    from accelify.runtime.launch import write_launch_file
 
-    fd, path = tempfile.mkstemp(prefix="accelify-launch-", suffix=".yaml")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        yaml.safe_dump(plan.settings.to_dict(), fh, sort_keys=True)
+    path = write_launch_file(plan.settings)
     added = plan.worker_env(path)
     if plan.nproc_per_machine > 1:
         added.setdefault("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
@@ -140,6 +137,12 @@ def _launch_environment(plan: LaunchPlan) -> Iterator[None]:
         os.unlink(path)
 
 
+def check_script(plan: LaunchPlan) -> None:
+    """Raise :class:`LaunchError` when the plan's script file does not exist (``-m`` modules are not checked)."""
+    if not plan.module and not os.path.isfile(plan.script):
+        raise LaunchError(f"{plan.script}: no such script; check the path (or pass -m to run a module).")
+
+
 def execute(plan: LaunchPlan) -> LaunchResult:
     """Start the plan's workers and wait for them; never raises for a worker's failure.
 
@@ -147,8 +150,7 @@ def execute(plan: LaunchPlan) -> LaunchResult:
     settings through ``ACCELIFY_LAUNCH_CONFIG``; if rank 1 raises, the result is
     ``LaunchResult(exit_code=1, failure=WorkerFailure(rank=1, ...))`` and rank 0 is stopped.
     """
-    if not plan.module and not os.path.isfile(plan.script):
-        raise LaunchError(f"{plan.script}: no such script; check the path (or pass -m to run a module).")
+    check_script(plan)
     from torch.distributed import run as torchrun
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed import DistStoreError

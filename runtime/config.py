@@ -84,6 +84,22 @@ def default_config_path(environ: Mapping[str, str] | None = None) -> Path:
     return Path(base) / "accelify" / "config.yaml"
 
 
+def config_file_location(explicit: str | os.PathLike[str] | None = None,
+                         environ: Mapping[str, str] | None = None) -> tuple[str, Path]:
+    """Where the config file is read from and written to, as ``(source, path)``.
+
+    ``source`` is ``"--config-file"``, the environment variable's name, or ``"default"`` for the
+    user folder; the order is the module docstring's. Whether the file exists is not checked.
+    """
+    env = os.environ if environ is None else environ
+    if explicit is not None:
+        return "--config-file", Path(os.fspath(explicit))
+    for var in CONFIG_FILE_VARS:
+        if env.get(var):
+            return var, Path(env[var])
+    return "default", default_config_path(env)
+
+
 def find_config_file(explicit: str | os.PathLike[str] | None = None,
                      environ: Mapping[str, str] | None = None) -> Path | None:
     """The config file in use (see the module docstring), or ``None`` when there is none.
@@ -91,21 +107,15 @@ def find_config_file(explicit: str | os.PathLike[str] | None = None,
     A file named explicitly or by an environment variable must exist; otherwise this raises
     ``ConfigurationError`` rather than silently running without it.
     """
-    env = os.environ if environ is None else environ
-    named: list[tuple[str, str]] = []
-    if explicit is not None:
-        named.append(("--config-file", os.fspath(explicit)))
-    named += [(var, env[var]) for var in CONFIG_FILE_VARS if env.get(var)]
-    if named:
-        source, path = named[0]
-        if not os.path.isfile(path):
-            raise ConfigurationError(
-                f"{source} names {path}, which does not exist; create it with `accelify config` "
-                "(or `accelify config default`) or point to an existing file."
-            )
-        return Path(path)
-    default = default_config_path(env)
-    return default if default.is_file() else None
+    source, path = config_file_location(explicit, environ)
+    if source == "default":
+        return path if path.is_file() else None
+    if not path.is_file():
+        raise ConfigurationError(
+            f"{source} names {path}, which does not exist; create it with `accelify config` "
+            "(or `accelify config default`) or point to an existing file."
+        )
+    return path
 
 
 def _int(key: str, low: int, high: int | None = None) -> Callable[[Any, str], int]:

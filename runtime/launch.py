@@ -18,7 +18,7 @@ import socket
 import sys
 import tempfile
 import uuid
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .errors import AccelifyRuntimeError, ConfigurationError
 from .settings import LAUNCH_CONFIG_VAR, MIXED_PRECISION_CHOICES, Settings
@@ -80,7 +80,12 @@ def _start_method() -> str:
     return "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
 
 
-def _write_launch_file(settings: Settings) -> str:
+def write_launch_file(settings: Settings) -> str:
+    """Write ``settings`` as a launch file (a temporary YAML file) and return its path; the caller deletes it.
+
+    Point ``ACCELIFY_LAUNCH_CONFIG`` at it and the workers' ``Accelerator`` reads it (see
+    :mod:`accelify.runtime.settings`); ``accelify launch`` and both launchers here use it.
+    """
     import yaml
 
     fd, path = tempfile.mkstemp(prefix="accelify-launch-", suffix=".yaml")
@@ -89,18 +94,29 @@ def _write_launch_file(settings: Settings) -> str:
     return path
 
 
+def stopped_by_agent(failure: Any) -> bool:
+    """True for a worker torch elastic terminated after another failed (SIGTERM, nothing recorded)."""
+    data = failure.error_file_data if isinstance(failure.error_file_data, dict) else {}
+    recorded = isinstance(data.get("message"), dict) or data.get("message") not in (None, "<NONE>")
+    return failure.exitcode == -signal.SIGTERM and not recorded
+
+
+def first_failed_rank(failures: Mapping[int, Any]) -> int:
+    """The rank that failed first on its own, from torch elastic's ``ChildFailedError.failures``.
+
+    Workers the agent stopped afterwards come last, even when their timestamps are earlier; with two
+    processes, if rank 1 raised and rank 0 was then terminated, this is 1. ``accelify launch`` uses it too.
+    """
+    return min(failures, key=lambda r: (stopped_by_agent(failures[r]), failures[r].timestamp, r))
+
+
 def _summarise(error: Any) -> WorkerFailedError:
     """The first worker that failed on its own (not one the agent stopped afterwards), with its traceback."""
     failures = error.failures
-
-    def recorded(rank: int) -> dict | None:
-        data = failures[rank].error_file_data
-        message = data.get("message") if isinstance(data, dict) else None
-        return message if isinstance(message, dict) else None
-
-    rank = min(failures, key=lambda r: (recorded(r) is None, failures[r].timestamp, r))
-    message = recorded(rank)
-    if message is not None:
+    rank = first_failed_rank(failures)
+    data = failures[rank].error_file_data
+    message = data.get("message") if isinstance(data, dict) else None
+    if isinstance(message, dict):
         detail = str(message.get("extraInfo", {}).get("py_callstack") or message.get("message", ""))
     else:
         detail = str(failures[rank].message)
@@ -119,7 +135,7 @@ def _run(function: Callable[..., Any], args: Sequence[Any], num_processes: int, 
         rdzv_backend="static", rdzv_endpoint=f"127.0.0.1:{port}", rdzv_configs={"rank": 0},
         max_restarts=max_restarts, monitor_interval=monitor_interval, start_method=start_method,
     )
-    launch_file = _write_launch_file(settings)
+    launch_file = write_launch_file(settings)
     saved_env = dict(os.environ)
     saved_handlers = {name: signal.getsignal(getattr(signal, name))
                       for name in _ELASTIC_SIGNALS if hasattr(signal, name)}
@@ -176,7 +192,7 @@ def notebook_launcher(function: Callable[..., Any], args: Sequence[Any] = (), nu
 
 def _run_here(function: Callable[..., Any], args: Sequence[Any], settings: Settings) -> Any:
     """One process: call the function in this process, with the settings in place for its Accelerator."""
-    launch_file = _write_launch_file(settings)
+    launch_file = write_launch_file(settings)
     previous = os.environ.get(LAUNCH_CONFIG_VAR)
     os.environ[LAUNCH_CONFIG_VAR] = launch_file
     try:

@@ -13,16 +13,9 @@ from accelify.cli.launch_support import config_file_option, exit_on_error
 
 def _target(config_file: str | None) -> Path:
     """Where to write: --config-file, else ACCELIFY_CONFIG_FILE/ACCELERATE_CONFIG_FILE, else the user folder."""
-    import os
+    from accelify.runtime.config import config_file_location
 
-    from accelify.runtime.config import CONFIG_FILE_VARS, default_config_path
-
-    if config_file:
-        return Path(config_file)
-    for var in CONFIG_FILE_VARS:
-        if os.environ.get(var):
-            return Path(os.environ[var])
-    return default_config_path()
+    return config_file_location(config_file)[1]
 
 
 def _ask(gpu_count: int) -> dict[str, Any]:
@@ -38,12 +31,12 @@ def _ask(gpu_count: int) -> dict[str, Any]:
     if not cpu:
         if gpu_count == 0:
             out.print("[yellow]No GPU is visible here: this config will only launch on a machine with GPUs.[/]")
-        gpu_ids = Prompt.ask('Which GPUs ("all" or ids such as 0,1)?', default="all", console=out)
+        gpu_ids = _valid(Prompt, out, 'Which GPUs ("all" or ids such as 0,1)?', "gpu_ids", "all", gpu_count)
     machines = _int(IntPrompt, out, "How many machines?", 1, 1)
     machine_rank, ip, port, rdzv = 0, None, None, "static"
     if machines > 1:
         machine_rank = _int(IntPrompt, out, "This machine's rank?", 0, 0, machines - 1)
-        ip = Prompt.ask("Address of machine 0 (main process IP)?", console=out)
+        ip = _valid(Prompt, out, "Address of machine 0 (main process IP)?", "main_process_ip", None, gpu_count)
         port = _int(IntPrompt, out, "Port on machine 0?", 29500, 1, 65535)
         rdzv = Prompt.ask("Rendezvous backend?", choices=["static", "c10d"], default="static", console=out)
     per_machine = 1 if cpu else (len(gpu_ids.split(",")) if gpu_ids != "all" else max(gpu_count, 1))
@@ -57,6 +50,25 @@ def _ask(gpu_count: int) -> dict[str, Any]:
     return make_config(cpu=cpu, num_processes=total, num_machines=machines, machine_rank=machine_rank,
                        main_process_ip=ip, main_process_port=port, gpu_ids=gpu_ids, mixed_precision=precision,
                        use_fsdp=fsdp, debug=debug, rdzv_backend=rdzv)
+
+
+def _valid(prompt: Any, out: Any, question: str, key: str, default: str | None, gpu_count: int) -> str:
+    """Ask until the answer is a valid value of config key ``key`` (and, for gpu_ids, an existing GPU)."""
+    from accelify.runtime.config import parse_config
+    from accelify.runtime.errors import ConfigurationError
+
+    while True:
+        answer = prompt.ask(question, console=out, **({} if default is None else {"default": default}))
+        try:
+            value = getattr(parse_config({key: answer}, "answer"), key)
+            if value is None:
+                raise ConfigurationError(f"answer: {key}={answer!r} is not valid; an answer is needed.")
+        except ConfigurationError as exc:
+            out.print(f"[red]{exc}[/]")
+            continue
+        if key != "gpu_ids" or value == "all" or not gpu_count or all(int(i) < gpu_count for i in value.split(",")):
+            return value
+        out.print(f"[red]This machine has {gpu_count} GPU(s): use ids 0 to {gpu_count - 1}, or all.[/]")
 
 
 def _int(prompt: Any, out: Any, question: str, default: int, low: int, high: int | None = None) -> int:

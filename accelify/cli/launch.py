@@ -49,10 +49,11 @@ def launch(script: str, script_args: tuple[str, ...], quiet: bool, **flags: obje
     Every argument after SCRIPT belongs to the script. Precedence: command line > config file >
     environment > defaults. Hugging Face spellings (--num_processes, --multi_gpu, ...) work too.
     """
-    from accelify.launcher import LaunchOptions, execute, resolve_plan
+    from accelify.launcher import LaunchOptions, check_script, execute, resolve_plan
 
     with exit_on_error():
         plan = resolve_plan(LaunchOptions(script=script, script_args=script_args, **flags))  # type: ignore[arg-type]
+        check_script(plan)  # before the banner: a missing file must not look like a start
         for warning in plan.warnings:
             click.echo(f"warning: {warning}", err=True)
         if not quiet:
@@ -61,5 +62,9 @@ def launch(script: str, script_args: tuple[str, ...], quiet: bool, **flags: obje
     if result.failure is not None:
         click.echo(result.failure.describe(), err=True)
     elif result.interrupted_by is not None:
-        click.echo(f"accelify launch: stopped by signal {result.interrupted_by}; all workers were stopped.", err=True)
+        from accelify.launcher import signal_name
+
+        number = result.interrupted_by
+        click.echo(f"accelify launch: stopped by signal {number} ({signal_name(number)}); "
+                   "all workers were stopped.", err=True)
     sys.exit(result.exit_code)

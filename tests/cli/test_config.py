@@ -41,11 +41,14 @@ def test_questionnaire_defaults_write_a_cpu_config(home: Path) -> None:
 def test_questionnaire_validates_and_writes_multi_machine(home: Path, monkeypatch) -> None:
     monkeypatch.setattr(config_cli, "_visible_gpus", lambda: 2)
     target = home / "out.yaml"
-    # GPUs, ids 0,1, 2 machines, rank 5 (rejected) then 1, ip, port, c10d, 4 processes, "fp8" (rejected), bf16
-    answers = ["n", "0,1", "2", "5", "1", "10.0.0.2", "", "c10d", "4", "fp8", "bf16", "n", "y"]
+    # GPUs, ids "0,x" and "0,7" (rejected) then 0,1, 2 machines, rank 5 (rejected) then 1, ip "" (rejected) then
+    # 10.0.0.2, port, c10d, 4 processes, "fp8" (rejected), bf16
+    answers = ["n", "0,x", "0,7", "0,1", "2", "5", "1", "", "10.0.0.2", "", "c10d", "4", "fp8", "bf16", "n", "y"]
     result = run("--config-file", str(target), input="\n".join(answers) + "\n")
     assert result.exit_code == 0, result.output
     assert "Please enter a number from 0 to 1" in result.output
+    assert "gpu_ids='0,x' is not valid" in result.output and "This machine has 2 GPU(s)" in result.output
+    assert "main_process_ip='' is not valid" in result.output
     data = yaml.safe_load(target.read_text())
     assert data == {
         "compute_environment": "LOCAL_MACHINE", "distributed_type": "MULTI_GPU", "num_processes": 4,

@@ -43,6 +43,7 @@ def captured(monkeypatch: pytest.MonkeyPatch, env: Path, gpus) -> list:
         return launcher.LaunchResult(exit_code=0)
 
     monkeypatch.setattr(launcher, "execute", fake_execute)
+    monkeypatch.setattr(launcher, "check_script", lambda plan: None)  # the scripts named here need not exist
     return plans
 
 
@@ -87,9 +88,11 @@ def test_module_flag_and_fixed_port(captured: list) -> None:
 
 
 def test_defaults_no_gpu_one_cpu_process(captured: list) -> None:
-    assert invoke("s.py").exit_code == 0
+    result = invoke("s.py")
+    assert result.exit_code == 0
     plan = captured[0]
     assert (plan.nproc_per_machine, plan.device, plan.sources["num_processes"]) == (1, "cpu", "default")
+    assert "1 process x 1 machine, cpu (gloo, no GPU visible)" in result.stderr  # says why it is CPU
 
 
 def test_defaults_one_process_per_gpu(captured: list, gpus) -> None:
@@ -243,6 +246,7 @@ def test_launch_path_stays_light(tmp_path: Path) -> None:
         "from click.testing import CliRunner\n"
         "import accelify.launcher as L\n"
         "L.execute = lambda plan: L.LaunchResult(0)\n"
+        "L.check_script = lambda plan: None\n"
         "from accelify.cli import main\n"
         "r = CliRunner().invoke(main, ['launch', '--cpu', '-n', '2', 's.py'])\n"
         "assert r.exit_code == 0, r.output\n"
@@ -255,6 +259,12 @@ def test_launch_path_stays_light(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "accelify.launch_worker", str(script), "a", "--b"],
                          capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == f"TORCH False __main__ ['a', '--b'] {tmp_path}", out.stderr
+    script.write_text("def boom():\n    raise ValueError('boom')\nboom()\n")
+    out = subprocess.run([sys.executable, "-m", "accelify.launch_worker", str(script)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and out.stderr.endswith("ValueError: boom\n"), out.stderr
+    assert "launch_worker" not in out.stderr and "runpy" not in out.stderr  # as `python probe.py` shows it
+    assert f'File "{script}", line 2, in boom' in out.stderr
 
 
 def test_unknown_launcher_option_is_an_error_not_a_script(captured: list) -> None:
@@ -267,3 +277,11 @@ def test_unknown_launcher_option_is_an_error_not_a_script(captured: list) -> Non
 def test_missing_script_is_an_error_before_starting(env: Path, gpus, tmp_path: Path) -> None:
     result = invoke("--cpu", "-n", "2", str(tmp_path / "nope.py"))  # the real execute: it stops first
     assert result.exit_code == 2 and "nope.py: no such script" in result.stderr
+    assert "accelify launch:" not in result.stderr  # no banner: nothing started
+
+
+def test_a_gpu_config_without_gpus_names_the_file(captured: list, env: Path) -> None:
+    cfg = write(env / "gpu.yaml", {"distributed_type": "MULTI_GPU", "num_processes": 2, "use_cpu": False})
+    result = invoke("--config-file", str(cfg), "s.py")
+    assert result.exit_code == 2 and captured == []
+    assert f"use_cpu: false (config file {cfg}) asks for GPUs" in result.stderr and "--cpu" in result.stderr
