@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .errors import ConfigurationError
-from .settings import MIXED_PRECISION_CHOICES
+from .settings import MIXED_PRECISION_CHOICES, parse_bool
 
 CONFIG_FILE_VARS = ("ACCELIFY_CONFIG_FILE", "ACCELERATE_CONFIG_FILE")
 DISTRIBUTED_TYPES = ("NO", "MULTI_CPU", "MULTI_GPU", "FSDP")
@@ -48,8 +48,6 @@ _ACCEPTED_NO_EFFECT = frozenset(
         "use_mps_device", "num_cpu_threads_per_process",
     }
 )
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
 
 
 @dataclass(frozen=True)
@@ -132,12 +130,7 @@ def _int(key: str, low: int, high: int | None = None) -> Callable[[Any, str], in
 
 def _bool(key: str) -> Callable[[Any, str], bool]:
     def check(value: Any, where: str) -> bool:
-        if isinstance(value, bool):
-            return value
-        text = str(value).strip().lower()
-        if text in _TRUE or text in _FALSE:
-            return text in _TRUE
-        raise ConfigurationError(f"{where}: {key}={value!r} is not valid; allowed: true or false.")
+        return parse_bool(value, f"{where}: {key}")
     return check
 
 

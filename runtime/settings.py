@@ -39,8 +39,26 @@ _ENV_NAMES = {
     "cpu": "USE_CPU",
     "use_fsdp": "USE_FSDP",
 }
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def parse_bool(raw: Any, where: str, *, empty: bool | None = None) -> bool:
+    """``raw`` (a bool, or 1/0, true/false, yes/no, on/off in any case) as a bool.
+
+    ``empty`` is what an empty string means (environment variables set to ""); None makes it an
+    error, as in config files. ``where`` names the value in the error, e.g. ``"cfg.yaml: use_cpu"``.
+    """
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    if text == "" and empty is not None:
+        return empty
+    raise ConfigurationError(f"{where}={raw!r} is not valid; allowed: true or false (1/0, yes/no, on/off).")
 
 
 @dataclass(frozen=True)
@@ -86,14 +104,7 @@ def _parse(name: str, raw: Any, source: str) -> Any:
         if not isinstance(raw, Mapping):
             raise ConfigurationError(f"{source}: fsdp_config must be a mapping, got {type(raw).__name__}.")
         return dict(raw)
-    if isinstance(raw, bool):
-        return raw
-    text = str(raw).strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise ConfigurationError(f"{source}: {name}={raw!r} must be true or false (1/0, yes/no).")
+    return parse_bool(raw, f"{source}: {name}", empty=False)
 
 
 def _from_launch_file(path: str) -> dict[str, Any]:
@@ -145,10 +156,4 @@ def log_level(environ: Mapping[str, str] | None = None) -> tuple[str, str] | Non
 def durable_checkpoints(environ: Mapping[str, str] | None = None) -> bool:
     """``ACCELIFY_DURABLE_CHECKPOINTS`` (default on); only an explicit 0/false/no/off turns fsyncs off."""
     env = os.environ if environ is None else environ
-    raw = env.get(DURABLE_ENV, "")
-    value = raw.strip().lower()
-    if value in ("", "1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise ConfigurationError(f"{DURABLE_ENV}={raw!r} must be 1 or 0 (true/false, yes/no, on/off).")
+    return parse_bool(env.get(DURABLE_ENV, ""), DURABLE_ENV, empty=True)

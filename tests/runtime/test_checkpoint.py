@@ -322,7 +322,7 @@ def test_durable_saves_fsync_every_file_and_the_rename_and_can_be_turned_off(
     assert torch.equal(acc.model[0].weight, fast.model[0].weight)
     assert ProjectConfiguration(durable=True).durable is True  # an explicit value beats the variable
     monkeypatch.setenv(ckpt.DURABLE_ENV, "maybe")
-    with pytest.raises(ConfigurationError, match="ACCELIFY_DURABLE_CHECKPOINTS='maybe' must be 1 or 0"):
+    with pytest.raises(ConfigurationError, match="ACCELIFY_DURABLE_CHECKPOINTS='maybe' is not valid; allowed: true or false"):
         ProjectConfiguration()
 
 

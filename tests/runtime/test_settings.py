@@ -27,7 +27,7 @@ def test_log_level_and_durable_checkpoints_from_a_mapping() -> None:
     assert log_level({"ACCELERATE_LOG_LEVEL": "info"}) == ("info", "ACCELERATE_LOG_LEVEL")
     assert log_level({"ACCELERATE_LOG_LEVEL": "info", "ACCELIFY_LOG_LEVEL": "DEBUG"}) == ("DEBUG", "ACCELIFY_LOG_LEVEL")
     assert durable_checkpoints({}) is True and durable_checkpoints({DURABLE_ENV: " Off "}) is False
-    with pytest.raises(ConfigurationError, match="ACCELIFY_DURABLE_CHECKPOINTS='2' must be 1 or 0"):
+    with pytest.raises(ConfigurationError, match="ACCELIFY_DURABLE_CHECKPOINTS='2' is not valid; allowed: true or false"):
         durable_checkpoints({DURABLE_ENV: "2"})
 
 
