@@ -24,10 +24,6 @@ class Source:
     text: str
     encoding: str
 
-    @property
-    def bom(self) -> bool:
-        return self.encoding == "utf-8-sig"
-
 
 def decode(data: bytes, path: str = "<bytes>") -> Source:
     """Decode ``data`` per PEP 263 (coding cookie, BOM, UTF-8 default); refuse binary data."""
