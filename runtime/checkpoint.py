@@ -5,12 +5,13 @@ Which files a checkpoint folder holds and how each is (de)serialised: :mod:`.che
 checkpoint can run code). How the folder is written atomically by every process: :mod:`.atomic`
 (a process killed at any point leaves the previous or the new checkpoint complete).
 
-Durability: by default every file is fsynced before the folder is renamed into place, and the
-rename is fsynced too (a checkpoint survives a power loss once ``save_state`` returns), as
-``torch.distributed.checkpoint``'s ``FileSystemWriter`` does. ``ProjectConfiguration(durable=False)``
-or the environment variable ``ACCELIFY_DURABLE_CHECKPOINTS=0`` skip the fsyncs (faster on slow
-disks); the rename stays atomic, so a crashed *process* still leaves a complete checkpoint, only an
-operating-system crash or power loss may lose the newest one.
+Durability: ``save_state`` returns once every process has written and closed its files and the
+folder is renamed into place (a killed *process* always leaves a complete checkpoint). By default
+a background thread then fsyncs the new folder, and only after that deletes the copy it replaced
+and the checkpoints ``total_limit`` prunes, so one checkpoint that survives a power loss always
+exists; the next ``save_state`` and the end of the process wait for it (see
+:mod:`.atomic`). ``ProjectConfiguration(durable=False)`` or ``ACCELIFY_DURABLE_CHECKPOINTS=0`` skip
+the fsyncs (for filesystems where fsync is very slow).
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ class ProjectConfiguration:
     checkpoint_<iteration>``, keep the newest ``total_limit`` of them, and ``load_state()`` resume the
     newest. ``logging_dir`` defaults to ``project_dir``. ``save_on_each_node`` writes the shared files
     on every node (for nodes without a shared filesystem). ``durable`` (accelify only; default from
-    ``ACCELIFY_DURABLE_CHECKPOINTS``, else True) fsyncs checkpoints before ``save_state`` returns.
+    ``ACCELIFY_DURABLE_CHECKPOINTS``, else True) fsyncs checkpoints in the background before the
+    previous copy and pruned checkpoints are deleted.
     """
 
     project_dir: str | None = None
@@ -99,40 +101,37 @@ def save_checkpoint(
     save_on_each_node: bool = False,
     safe_serialization: bool = True,
     durable: bool = True,
+    then: Callable[[], Any] | None = None,
 ) -> Path:
     """Write a checkpoint folder atomically; every process must call it (it synchronises them).
 
     With two processes, both write ``random_states_<rank>.pkl``, rank 0 writes the shared files,
     and both return only after rank 0 renamed the finished folder to ``directory``. ``durable``
-    fsyncs every file and the rename (see the module docstring).
+    fsyncs it in the background; ``then`` runs on rank 0 after that (see :func:`.atomic.commit_folder`).
     """
     target = Path(directory)
     rank = atomic.rank() if process_index is None else process_index
     staged = atomic.stage_folder(target, local_process_index)
     tmp, ok = staged.tmp, False
-    synced = atomic.DurableFiles(durable)
     try:
         if atomic.rank() == 0 or (staged.committer and save_on_each_node):
             for i, state in enumerate(model_states):
-                synced.add(files.write_weights(tmp, i, state, safe_serialization))
+                files.write_weights(tmp, i, state, safe_serialization)
             for i, state in enumerate(optimizer_states):
-                synced.add(files.write_state(tmp / indexed(OPTIMIZER_NAME, i), state))
+                files.write_state(tmp / indexed(OPTIMIZER_NAME, i), state)
             for i, sched in enumerate(schedulers):
-                synced.add(files.write_state(tmp / indexed(SCHEDULER_NAME, i), sched.state_dict()))
+                files.write_state(tmp / indexed(SCHEDULER_NAME, i), sched.state_dict())
             for i, loader in enumerate(dataloaders):
                 if callable(getattr(loader, "state_dict", None)):
-                    synced.add(files.write_state(tmp / indexed(DATALOADER_NAME, i), loader.state_dict()))
+                    files.write_state(tmp / indexed(DATALOADER_NAME, i), loader.state_dict())
             if scaler is not None:
-                synced.add(files.write_state(tmp / SCALER_NAME, scaler.state_dict()))
+                files.write_state(tmp / SCALER_NAME, scaler.state_dict())
             for i, obj in enumerate(custom_objects):
-                synced.add(files.write_state(tmp / files.custom_file_name(i), obj.state_dict()))
-        synced.add(files.write_state(tmp / files.rng_file_name(rank), {"step": int(step), **rng_states()}))
-        synced.wait()
+                files.write_state(tmp / files.custom_file_name(i), obj.state_dict())
+        files.write_state(tmp / files.rng_file_name(rank), {"step": int(step), **rng_states()})
         ok = True
     finally:
-        if not ok:
-            synced.wait_quietly()
-        committed = atomic.commit_folder(staged, ok, durable)
+        committed = atomic.commit_folder(staged, ok, durable, then if atomic.rank() == 0 else None)
     if not committed:
         raise CheckpointError(f"Another process failed while writing the checkpoint {target}; its previous content is kept.")
     return target
@@ -331,11 +330,9 @@ class CheckpointMixin:
             save_on_each_node=config.save_on_each_node,
             safe_serialization=safe_serialization,
             durable=config.durable is not False,
+            then=(lambda: prune_checkpoints(root, config.total_limit)) if automatic else None,
         )
         if automatic:
-            if atomic.rank() == 0:
-                prune_checkpoints(root, config.total_limit)
-            atomic.barrier()
             config.iteration += 1
         return path
 

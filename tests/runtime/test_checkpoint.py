@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 import torch
 from torch import nn
 
+import accelify.runtime.atomic as atomic
 import accelify.runtime.checkpoint as ckpt
 import accelify.runtime.checkpoint_files as ckpt_files
 from accelify.runtime.checkpoint import CheckpointError, CheckpointMixin, ProjectConfiguration
@@ -211,6 +213,7 @@ def test_automatic_naming_prunes_and_resumes_the_newest(tmp_path: Path) -> None:
         acc.train(1)
         acc.save_state()
     root = tmp_path / "checkpoints"
+    atomic.wait_background()  # pruning runs after the newest checkpoint is on disk
     assert sorted(os.listdir(root)) == ["checkpoint_1", "checkpoint_2"]
     assert config.iteration == 3
     fresh_config = ProjectConfiguration(project_dir=str(tmp_path), automatic_checkpoint_naming=True, total_limit=2)
@@ -295,23 +298,24 @@ def test_a_process_killed_mid_save_leaves_the_previous_checkpoint_loadable(tmp_p
     fresh.load_state(tmp_path / "ck")
     assert counter.value == 1 and torch.equal(fresh.model[0].weight, saved)
     fresh.save_state(tmp_path / "ck")  # the next save cleans up and puts the folder back in place
+    atomic.wait_background()  # (the copy it replaces goes once the new one is on disk)
     assert os.listdir(tmp_path) == ["ck"]
 
 
 def test_durable_saves_fsync_every_file_and_the_rename_and_can_be_turned_off(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import accelify.runtime.atomic as atomic
-
     synced: list[str] = []
     real_file, real_dir = atomic.fsync_path, atomic.fsync_dir
     monkeypatch.setattr(atomic, "fsync_path", lambda p: (synced.append(Path(p).name), real_file(p)))
-    monkeypatch.setattr(atomic, "fsync_dir", lambda p: (synced.append("<dir>"), real_dir(p)))
+    monkeypatch.setattr(atomic, "fsync_dir", lambda p: (synced.append(Path(p).name), real_dir(p)))
     monkeypatch.delenv(ckpt.DURABLE_ENV, raising=False)
     acc = FakeAccelerator()
     assert acc.project_configuration.durable is True
     acc.save_state(tmp_path / "ck")
-    assert sorted(synced) == sorted([*os.listdir(tmp_path / "ck"), "<dir>"]), synced
+    atomic.wait_background()
+    # every file, then the folder itself, then its parent (which makes the rename durable)
+    assert sorted(synced[:-2]) == sorted(os.listdir(tmp_path / "ck")) and synced[-2:] == ["ck", tmp_path.name], synced
     synced.clear()
     monkeypatch.setenv(ckpt.DURABLE_ENV, "0")
     fast = FakeAccelerator(seed=2)
@@ -324,6 +328,56 @@ def test_durable_saves_fsync_every_file_and_the_rename_and_can_be_turned_off(
     monkeypatch.setenv(ckpt.DURABLE_ENV, "maybe")
     with pytest.raises(ConfigurationError, match="ACCELIFY_DURABLE_CHECKPOINTS='maybe' is not valid; allowed: true or false"):
         ProjectConfiguration()
+
+
+def test_older_copies_are_deleted_only_once_the_new_checkpoint_is_on_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = ProjectConfiguration(project_dir=str(tmp_path), automatic_checkpoint_naming=True, total_limit=1, durable=True)
+    acc = FakeAccelerator(config)
+    acc.save_state()
+    acc.save_state(tmp_path / "ck")
+    atomic.wait_background()
+    release = threading.Event()
+    real_file = atomic.fsync_path
+    monkeypatch.setattr(atomic, "fsync_path", lambda p: (release.wait(10), real_file(p)))
+    acc.train(1)
+    acc.save_state()  # returns while its fsyncs are held back
+    root = tmp_path / "checkpoints"
+    assert sorted(os.listdir(root)) == ["checkpoint_0", "checkpoint_1"]  # not pruned yet
+    release.set()
+    atomic.wait_background()
+    assert os.listdir(root) == ["checkpoint_1"]
+    release.clear()
+    acc.save_state(tmp_path / "ck")  # overwriting: the previous copy waits aside until the new one is durable
+    assert sorted(p.name.split("-")[0] for p in tmp_path.iterdir()) == [".ck.old", "checkpoints", "ck"]
+    release.set()
+    atomic.wait_background()
+    assert sorted(os.listdir(tmp_path)) == ["checkpoints", "ck"]
+
+
+def test_a_failed_background_fsync_is_raised_by_the_next_save(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = ProjectConfiguration(project_dir=str(tmp_path), automatic_checkpoint_naming=True, total_limit=1, durable=True)
+    acc = FakeAccelerator(config)
+    acc.save_state()
+    atomic.wait_background()
+
+    def broken(path: Any) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(atomic, "fsync_path", broken)
+    acc.train(1)
+    acc.save_state()
+    acc.load_state()  # loading does not wait for (or report) the background job: the files are readable
+    assert acc.step == 1
+    with pytest.raises(atomic.DurabilityError, match=r"checkpoint_1 could not be flushed to the disk \(\[Errno 5\]"):
+        acc.save_state()
+    root = tmp_path / "checkpoints"
+    assert sorted(os.listdir(root)) == ["checkpoint_0", "checkpoint_1"]  # the durable one was kept
+    monkeypatch.undo()
+    acc.save_state()  # reported once; the disk works again
+    atomic.wait_background()
+    assert os.listdir(root) == ["checkpoint_2"] and config.iteration == 3
 
 
 def test_rng_states_round_trip() -> None:

@@ -4,7 +4,8 @@
 logging to a JSONL tracker; records every loss and the final weights in DIR/expected_<rank>.pt.
 ``resume DIR``: a fresh process loads the newest checkpoint, skips the consumed batches and trains
 the remaining steps; losses and weights must equal the recorded ones bitwise. Then a save that fails
-on rank 1 must leave the previous checkpoint intact on both ranks.
+on rank 1 must leave the previous checkpoint intact on both ranks, and a background fsync that fails
+on rank 0 must fail the next save on both ranks.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+import accelify.runtime.atomic as atomic
 import accelify.runtime.checkpoint_files as ckpt_files
 from accelify.runtime import Accelerator, ProjectConfiguration, set_seed
 from accelify.runtime.checkpoint import CheckpointError
@@ -87,6 +89,8 @@ def first(directory: Path) -> None:
             path = accelerator.save_state()
             assert path.name == f"checkpoint_{counter.step - 1}", path
     root = directory / "checkpoints"
+    atomic.wait_background()  # rank 0 prunes once the newest checkpoint is on disk
+    accelerator.wait_for_everyone()
     assert sorted(os.listdir(root)) == ["checkpoint_1", "checkpoint_2"], os.listdir(root)
     files = sorted(os.listdir(root / "checkpoint_2"))
     assert files == [
@@ -125,6 +129,7 @@ def resume(directory: Path) -> None:
     saved = {k: v.clone() for k, v in accelerator.unwrap_model(model).state_dict().items()}
     x, y = next(stream)
     train_step(accelerator, model, optimizer, scheduler, counter, x, y)
+    real_write = ckpt_files.write_state
     if rank == 1:
         ckpt_files.write_state = lambda path, obj: (_ for _ in ()).throw(OSError(28, "No space left on device"))
     try:
@@ -133,11 +138,30 @@ def resume(directory: Path) -> None:
         assert ("No space left" in str(exc)) if rank == 1 else ("Another process failed" in str(exc)), exc
     else:
         raise AssertionError("the failed save did not raise")
+    ckpt_files.write_state = real_write
     accelerator.wait_for_everyone()
     assert sorted(p.name for p in directory.iterdir() if "explicit" in p.name) == ["explicit"]
     accelerator.load_state(target)
     for name, tensor in accelerator.unwrap_model(model).state_dict().items():
         assert torch.equal(tensor, saved[name]), name
+
+    # The background fsync fails on rank 0: save_state returned, the next save fails on both ranks.
+    real_fsync = atomic.fsync_path
+    if rank == 0:
+        atomic.fsync_path = lambda path: (_ for _ in ()).throw(OSError(5, "Input/output error"))
+    accelerator.save_state(target)
+    try:
+        accelerator.save_state(target)
+    except OSError as exc:
+        expected_text = "could not be flushed to the disk" if rank == 0 else "Process(es) 0 could not start saving"
+        assert expected_text in str(exc), exc
+    else:
+        raise AssertionError("the failed background fsync was not reported")
+    atomic.fsync_path = real_fsync
+    accelerator.save_state(target)  # the disk works again
+    atomic.wait_background()
+    accelerator.wait_for_everyone()
+    assert sorted(p.name for p in directory.iterdir() if "explicit" in p.name) == ["explicit"]
     accelerator.end_training()
     print(f"rank {rank}: RESUME OK", flush=True)
 
