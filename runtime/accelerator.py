@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
-from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
 from . import model_io, precision
+from .accumulation import Accumulate, no_sync
 from .checkpoint import CheckpointMixin, ProjectConfiguration
 from .data_loader import DataLoaderShard, active_data_loader
 from .data_loader import skip_first_batches as _skip_first_batches
@@ -232,31 +232,18 @@ class Accelerator(PrepareMixin, CheckpointMixin, TrackingMixin):
         self.unscale_gradients()
         torch.nn.utils.clip_grad_value_(parameters, clip_value)
 
-    @contextlib.contextmanager
-    def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
+    def accumulate(self, *models: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
         """One micro-batch of gradient accumulation: gradients sync (and the optimizer steps) every k-th time.
 
         With ``gradient_accumulation_steps=2`` and two processes, the first batch's backward skips
         the all-reduce (DDP ``no_sync``), the second synchronises and ``optimizer.step()`` updates.
         The last batch of the loader always synchronises.
         """
-        loader = active_data_loader()
-        sync = self.gradient_state.advance(loader is not None and loader.end_of_dataloader)
-        if sync or not models:
-            yield
-            return
-        with contextlib.ExitStack() as stack:
-            for model in models:
-                stack.enter_context(self.no_sync(model))
-            yield
+        return Accumulate(self.gradient_state, models)
 
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
         """Skip the gradient all-reduce in this block's backward passes (gradients accumulate locally)."""
-        if isinstance(model, DistributedDataParallel):
-            return model.no_sync()
-        if hasattr(model, "set_requires_gradient_sync"):  # FSDP2
-            return _fsdp_no_sync(model)
-        return contextlib.nullcontext()
+        return no_sync(model)
 
     def autocast(self, autocast_handler: AutocastKwargs | None = None) -> contextlib.AbstractContextManager[Any]:
         """Run extra code (e.g. a loss outside the model) under this accelerator's mixed precision."""
@@ -435,15 +422,6 @@ def _all_tensors(data: Any) -> bool:
     if isinstance(data, dict):
         return all(_all_tensors(v) for v in data.values())
     return False
-
-
-@contextlib.contextmanager
-def _fsdp_no_sync(model: Any) -> Iterator[None]:
-    model.set_requires_gradient_sync(False)
-    try:
-        yield
-    finally:
-        model.set_requires_gradient_sync(True)
 
 
 __all__ = ["Accelerator", "DistributedType", "UnusedParametersError"]

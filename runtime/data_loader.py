@@ -44,12 +44,14 @@ def send_to_device(data: Any, device: torch.device | str | None, non_blocking: b
     """``data`` (tensors in nested lists/tuples/dicts/namedtuples, or objects with ``.to``) moved to ``device``."""
     if device is None:
         return data
-    if isinstance(data, torch.Tensor):
-        return data.to(device, non_blocking=non_blocking)
+    if isinstance(data, torch.Tensor):  # (already there: kept as is, which is what .to would return)
+        return data if data.device == device else data.to(device, non_blocking=non_blocking)
     if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple
-        return type(data)(*(send_to_device(v, device, non_blocking) for v in data))
+        return type(data)(*[send_to_device(v, device, non_blocking) for v in data])
+    if isinstance(data, list) and type(data) is list:
+        return [send_to_device(v, device, non_blocking) for v in data]
     if isinstance(data, (list, tuple)):
-        return type(data)(send_to_device(v, device, non_blocking) for v in data)
+        return type(data)([send_to_device(v, device, non_blocking) for v in data])
     if isinstance(data, Mapping):
         moved = {k: send_to_device(v, device, non_blocking) for k, v in data.items()}
         try:

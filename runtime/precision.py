@@ -10,6 +10,7 @@ requested dtype is a :class:`ConfigurationError`, never a silent fp32 run.
 from __future__ import annotations
 
 import contextlib
+import types
 import warnings
 from typing import Any
 
@@ -77,62 +78,61 @@ def to_fp32(value: Any) -> Any:
     return value
 
 
-class AutocastHooks:
-    """Forward pre/post hooks that run a module's forward under autocast and return fp32 outputs.
+class AutocastForward:
+    """A prepared module's ``forward`` under mixed precision: the original forward under autocast,
+    with fp16/bf16 outputs cast to fp32 (what Hugging Face Accelerate does to ``model.forward``).
 
-    Hooks, rather than a replaced ``forward``: the module keeps its own ``forward``, pickles and
-    unwraps cleanly, and the autocast state is restored even when the forward raises.
+    It is set as the instance attribute ``forward``, so calling the module keeps torch's fast path
+    (no hooks). It pickles and deep-copies with its module (the copy gets its own), exposes the
+    original signature through ``__wrapped__``, and :func:`detach_autocast` removes it.
     """
 
-    def __init__(self, device_type: str, dtype: torch.dtype) -> None:
+    __slots__ = ("module", "original", "device_type", "dtype", "_call")
+
+    def __init__(self, module: torch.nn.Module, original: Any, device_type: str, dtype: torch.dtype) -> None:
+        self.module = module
+        self.original = original  # an instance-level forward it replaced (torch.compile's), or None: the class's
         self.device_type = device_type
         self.dtype = dtype
-        self._stack: list[Any] = []
-        self.handles: list[Any] = []
+        self._call = original if original is not None else types.MethodType(type(module).forward, module)
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {"device_type": self.device_type, "dtype": self.dtype}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["device_type"], state["dtype"])  # type: ignore[misc]
-
-    def pre(self, module: torch.nn.Module, args: Any) -> None:
-        ctx = torch.autocast(self.device_type, dtype=self.dtype)
-        ctx.__enter__()
-        self._stack.append(ctx)
-
-    def post(self, module: torch.nn.Module, args: Any, output: Any) -> Any:
-        if self._stack:
-            self._stack.pop().__exit__(None, None, None)
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with torch.autocast(self.device_type, dtype=self.dtype):
+            output = self._call(*args, **kwargs)
         return to_fp32(output)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (AutocastForward, (self.module, self.original, self.device_type, self.dtype))
+
+    @property
+    def __wrapped__(self) -> Any:  # inspect.signature(model.forward) shows the real arguments
+        return self._call
+
+    @property
+    def __name__(self) -> str:
+        return getattr(self._call, "__name__", "forward")
 
 
 def attach_autocast(module: torch.nn.Module, mixed_precision: str, device: torch.device) -> None:
     """Make ``module``'s forward run under autocast and return fp32 outputs (idempotent)."""
     if mixed_precision == "no" or find_autocast(module) is not None:
         return
-    hooks = AutocastHooks(device.type, DTYPES[mixed_precision])
-    hooks.handles = [
-        module.register_forward_pre_hook(hooks.pre),
-        module.register_forward_hook(hooks.post, always_call=True),
-    ]
+    original = vars(module).get("forward")
+    module.forward = AutocastForward(module, original, device.type, DTYPES[mixed_precision])  # type: ignore[method-assign]
 
 
-def find_autocast(module: torch.nn.Module) -> AutocastHooks | None:
-    """The :class:`AutocastHooks` attached to ``module``, if any."""
-    for hook in module._forward_pre_hooks.values():
-        owner = getattr(hook, "__self__", None)
-        if isinstance(owner, AutocastHooks):
-            return owner
-    return None
+def find_autocast(module: torch.nn.Module) -> AutocastForward | None:
+    """The :class:`AutocastForward` attached to ``module``, if any."""
+    forward = vars(module).get("forward")
+    return forward if isinstance(forward, AutocastForward) else None
 
 
 def detach_autocast(module: torch.nn.Module) -> None:
-    """Remove the autocast hooks :func:`attach_autocast` added (the module then runs in fp32)."""
-    hooks = find_autocast(module)
-    if hooks is None:
+    """Remove what :func:`attach_autocast` added (the module then runs in fp32)."""
+    forward = find_autocast(module)
+    if forward is None:
         return
-    for hook_dict in (module._forward_pre_hooks, module._forward_hooks):
-        for key in [k for k, h in hook_dict.items() if getattr(h, "__self__", None) is hooks]:
-            del hook_dict[key]
-            module._forward_hooks_always_called.pop(key, None)
+    if forward.original is None:
+        del module.forward
+    else:
+        module.forward = forward.original  # type: ignore[method-assign]

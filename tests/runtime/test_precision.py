@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import inspect
 import pickle
 import warnings
 
@@ -32,23 +33,29 @@ def test_bf16_applies_on_cpu_and_returns_fp32() -> None:
         assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
     with acc.autocast(AutocastKwargs(enabled=False)):
         assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
-    # the user's module keeps its own forward; it pickles and unwraps cleanly
-    assert acc.unwrap_model(prepared) is model and "forward" not in vars(model)
+    # forward is wrapped on the instance (the class is untouched); it pickles, copies and unwraps cleanly
+    assert acc.unwrap_model(prepared) is model and type(model) is nn.Sequential
+    assert isinstance(vars(model)["forward"], precision.AutocastForward)
+    assert str(inspect.signature(model.forward)) == "(input)"  # the real arguments stay visible
     plain = acc.prepare(nn.Linear(4, 2))
     clone = pickle.loads(pickle.dumps(plain))
     assert clone(torch.randn(1, 4)).dtype == torch.float32 and precision.find_autocast(clone) is not None
-    for copied in (clone, copy.deepcopy(plain)):  # a copy has hooks of its own, still running the forward in bf16
-        assert precision.find_autocast(copied) not in (None, precision.find_autocast(plain))
+    for copied in (clone, copy.deepcopy(plain)):  # a copy has a forward of its own, still running in bf16
+        wrapper = precision.find_autocast(copied)
+        assert wrapper not in (None, precision.find_autocast(plain)) and wrapper.module is copied
         during: list[bool] = []
         copied.register_forward_pre_hook(lambda mod, args: during.append(torch.is_autocast_enabled("cpu")))
-        assert copied(torch.randn(1, 4)).dtype == torch.float32 and during == [True]
+        assert copied(torch.randn(1, 4)).dtype == torch.float32 and during == [False]  # hooks run outside
         assert not torch.is_autocast_enabled("cpu")
-    acc.prepare(model)  # preparing again adds no second set of hooks
-    assert len(model._forward_pre_hooks) == 1
+        copied.weight.data.zero_()
+        assert torch.equal(copied(torch.ones(1, 4)), copied.bias.detach().float().reshape(1, 2).bfloat16().float())
+    wrapper = precision.find_autocast(model)
+    acc.prepare(model)  # preparing again wraps nothing twice
+    assert precision.find_autocast(model) is wrapper and wrapper._call.__func__ is nn.Sequential.forward
     acc.unwrap_model(prepared, keep_fp32_wrapper=False)
     seen.clear()
     model(torch.randn(1, 4))
-    assert seen == [torch.float32] and not model._forward_hooks_always_called
+    assert seen == [torch.float32] and "forward" not in vars(model)
 
 
 def test_autocast_is_restored_when_forward_raises() -> None:
