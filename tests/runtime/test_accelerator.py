@@ -34,6 +34,8 @@ def test_two_processes(run_distributed, tmp_path: Path) -> None:  # type: ignore
     proc = run_distributed(WORKERS / "accelerator_worker.py", str(tmp_path))
     assert proc.stdout.count("ACCELERATOR-WORKER-OK") == 2, proc.stdout + proc.stderr
     assert proc.stdout.count("PRINTED-ONCE") == 1, proc.stdout  # print: once per machine
+    # the group the runtime opened is closed at exit (after a gc pass), not left to the interpreter's teardown
+    assert proc.stdout.count("GROUP-OPEN-AT-EXIT False") == 2, proc.stdout
 
 
 def _env(monkeypatch: pytest.MonkeyPatch, **values: str) -> None:

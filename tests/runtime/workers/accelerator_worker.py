@@ -5,6 +5,7 @@ Usage: accelerator_worker.py OUT_DIR. Prints "ACCELERATOR-WORKER-OK <rank>" at t
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import time
@@ -29,6 +30,13 @@ from accelify.runtime import (
 )
 
 out = Path(sys.argv[1])
+
+
+@atexit.register  # registered before the Accelerator's own exit handler, so it runs after it
+def _group_closed_at_exit() -> None:
+    print(f"GROUP-OPEN-AT-EXIT {dist.is_initialized()}", flush=True)
+
+
 acc = Accelerator(kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=60))])  # cpu=False on purpose
 rank = acc.process_index
 
@@ -150,7 +158,8 @@ pm2 = bf.prepare(m2)
 y = pm2(torch.randn(3, 4))
 assert y.dtype == torch.float32 and inner_dtypes == [torch.bfloat16], (y.dtype, inner_dtypes)
 bf.backward(y.sum())
-assert type(bf.unwrap_model(pm2).forward).__name__ == "method" and bf.unwrap_model(pm2) is m2
+assert type(bf.unwrap_model(pm2).forward).__name__ == "AutocastForward" and bf.unwrap_model(pm2) is m2
+assert type(bf.unwrap_model(pm2, keep_fp32_wrapper=False).forward).__name__ == "method"
 
 # -- the unused-parameter error names the parameters and the fix -------------------------------
 class Branchy(nn.Module):

@@ -140,7 +140,9 @@ def resume(directory: Path) -> None:
         raise AssertionError("the failed save did not raise")
     ckpt_files.write_state = real_write
     accelerator.wait_for_everyone()
-    assert sorted(p.name for p in directory.iterdir() if "explicit" in p.name) == ["explicit"]
+    listing = sorted(p.name for p in directory.iterdir() if "explicit" in p.name)
+    assert listing == ["explicit"], listing
+    accelerator.wait_for_everyone()  # everyone looked before rank 0 stages the next save
     accelerator.load_state(target)
     for name, tensor in accelerator.unwrap_model(model).state_dict().items():
         assert torch.equal(tensor, saved[name]), name
@@ -161,7 +163,8 @@ def resume(directory: Path) -> None:
     accelerator.save_state(target)  # the disk works again
     atomic.wait_background()
     accelerator.wait_for_everyone()
-    assert sorted(p.name for p in directory.iterdir() if "explicit" in p.name) == ["explicit"]
+    listing = sorted(p.name for p in directory.iterdir() if "explicit" in p.name)
+    assert listing == ["explicit"], listing
     accelerator.end_training()
     print(f"rank {rank}: RESUME OK", flush=True)
 
