@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import types
 import warnings
+import weakref
 from typing import Any
 
 import torch
@@ -83,22 +84,34 @@ class AutocastForward:
     with fp16/bf16 outputs cast to fp32 (what Hugging Face Accelerate does to ``model.forward``).
 
     It is set as the instance attribute ``forward``, so calling the module keeps torch's fast path
-    (no hooks). It pickles and deep-copies with its module (the copy gets its own), exposes the
-    original signature through ``__wrapped__``, and :func:`detach_autocast` removes it.
+    (no hooks). It holds its module weakly (no reference cycle: ``del model`` frees the model at
+    once), pickles and deep-copies with its module (the copy gets its own), exposes the original
+    signature through ``__wrapped__``, and :func:`detach_autocast` removes it.
     """
 
-    __slots__ = ("module", "original", "device_type", "dtype", "_call")
+    __slots__ = ("_module", "original", "device_type", "dtype", "_function", "__weakref__")
 
     def __init__(self, module: torch.nn.Module, original: Any, device_type: str, dtype: torch.dtype) -> None:
-        self.module = module
+        self._module = weakref.ref(module)
         self.original = original  # an instance-level forward it replaced (torch.compile's), or None: the class's
         self.device_type = device_type
         self.dtype = dtype
-        self._call = original if original is not None else types.MethodType(type(module).forward, module)
+        self._function = type(module).forward if original is None else None
+
+    @property
+    def module(self) -> torch.nn.Module:
+        """The module whose forward this is."""
+        module = self._module()
+        if module is None:
+            raise ReferenceError("This forward belongs to a module that was deleted; call the module itself instead.")
+        return module
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         with torch.autocast(self.device_type, dtype=self.dtype):
-            output = self._call(*args, **kwargs)
+            if self._function is not None:
+                output = self._function(self.module, *args, **kwargs)
+            else:
+                output = self.original(*args, **kwargs)
         return to_fp32(output)
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -106,11 +119,11 @@ class AutocastForward:
 
     @property
     def __wrapped__(self) -> Any:  # inspect.signature(model.forward) shows the real arguments
-        return self._call
+        return self.original if self._function is None else types.MethodType(self._function, self.module)
 
     @property
     def __name__(self) -> str:
-        return getattr(self._call, "__name__", "forward")
+        return getattr(self.__wrapped__, "__name__", "forward")
 
 
 def attach_autocast(module: torch.nn.Module, mixed_precision: str, device: torch.device) -> None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import copy
+import gc
 import inspect
 import pickle
 import warnings
+import weakref
 
 import pytest
 import torch
@@ -51,7 +53,20 @@ def test_bf16_applies_on_cpu_and_returns_fp32() -> None:
         assert torch.equal(copied(torch.ones(1, 4)), copied.bias.detach().float().reshape(1, 2).bfloat16().float())
     wrapper = precision.find_autocast(model)
     acc.prepare(model)  # preparing again wraps nothing twice
-    assert precision.find_autocast(model) is wrapper and wrapper._call.__func__ is nn.Sequential.forward
+    assert precision.find_autocast(model) is wrapper and wrapper.__wrapped__.__func__ is nn.Sequential.forward
+    # the wrapper holds its module weakly: deleting the last reference frees the model without a gc pass
+    gc.disable()
+    try:
+        doomed = nn.Linear(4, 2)
+        precision.attach_autocast(doomed, "bf16", torch.device("cpu"))
+        alive = weakref.ref(doomed)
+        orphan = doomed.forward
+        del doomed
+        assert alive() is None
+        with pytest.raises(ReferenceError, match="module that was deleted"):
+            orphan(torch.randn(1, 4))
+    finally:
+        gc.enable()
     acc.unwrap_model(prepared, keep_fp32_wrapper=False)
     seen.clear()
     model(torch.randn(1, 4))
