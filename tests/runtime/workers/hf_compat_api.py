@@ -8,6 +8,7 @@ results so the test can compare the two libraries field by field. Only the impor
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 from pathlib import Path
 
@@ -169,4 +170,10 @@ results["acc_weights"] = final2.tolist()
 accelerator.wait_for_everyone()
 if accelerator.is_main_process:
     print(MARKER, json.dumps(results, sort_keys=True), flush=True)
+# Free the DDP models before the process group goes (Accelerate's end_training destroys it): a DDP model
+# outliving its Gloo group made torch 2.13 abort the process at exit now and then ("terminate called
+# without an active exception"), under Accelerate as under any script that leaves them to the teardown.
+del model, model2, optimizer, optimizer2, scheduler, scheduler2
+accelerator.free_memory()
+gc.collect()
 accelerator.end_training()
