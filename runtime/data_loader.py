@@ -48,7 +48,7 @@ def send_to_device(data: Any, device: torch.device | str | None, non_blocking: b
         return data if data.device == device else data.to(device, non_blocking=non_blocking)
     if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple
         return type(data)(*[send_to_device(v, device, non_blocking) for v in data])
-    if isinstance(data, list) and type(data) is list:
+    if type(data) is list:  # the common batch: no subclass to rebuild
         return [send_to_device(v, device, non_blocking) for v in data]
     if isinstance(data, (list, tuple)):
         return type(data)([send_to_device(v, device, non_blocking) for v in data])
