@@ -6,13 +6,12 @@ import fnmatch
 import io
 import os
 import re
-import stat
-import tempfile
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
 from accelify.errors import OutputError, SourceError
+from accelify.runtime.files import atomic_write
 
 MAX_BYTES = 20 * 1024 * 1024
 
@@ -67,28 +66,19 @@ def encode(text: str, encoding: str) -> bytes:
 def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
     """Replace ``path`` with ``data`` in one step: a temporary file in the same folder, then a rename.
 
-    A crash leaves either the old file or the new one, never half of it. The mode of an existing
-    file is kept.
+    A crash or Ctrl-C leaves either the old file or the new one, never half of it. An existing file
+    keeps its mode, a new one gets the mode ``open()`` would give it (umask applied), and a symbolic
+    link keeps pointing where it did: its target is rewritten.
     """
-    target = Path(os.fspath(path))
-    folder = target.parent
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else None
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-    except OSError as error:
-        raise OutputError(str(target), error.strerror or str(error)) from None
-    try:
-        with os.fdopen(fd, "wb") as handle:
+
+    def dump(tmp: str) -> None:
+        with open(tmp, "wb") as handle:
             handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, target)
+
+    try:
+        atomic_write(path, dump, durable=True)
     except OSError as error:
-        Path(tmp).unlink(missing_ok=True)
-        raise OutputError(str(target), error.strerror or str(error)) from None
+        raise OutputError(os.fspath(path), error.strerror or str(error)) from None
 
 
 _IMPORTS_TORCH = re.compile(rb"^[ \t]*(?:import[ \t]+torch\b|from[ \t]+torch\b)", re.MULTILINE)

@@ -28,7 +28,6 @@ import contextlib
 import os
 import shutil
 import sys
-import tempfile
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -36,6 +35,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch.distributed as dist
+
+from .files import atomic_write, fsync_path  # noqa: F401  (atomic single files live in files.py)
 
 # ---------------------------------------------------------------- processes
 
@@ -70,15 +71,6 @@ def all_ok(ok: bool) -> bool:
 
 
 # ---------------------------------------------------------------- fsync
-
-
-def fsync_path(path: str | os.PathLike[str]) -> None:
-    """Flush a written file's data to the disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
@@ -155,27 +147,6 @@ def _report_at_exit() -> None:
         wait_background()
     except DurabilityError as exc:
         print(f"accelify: {exc}", file=sys.stderr)
-
-
-def atomic_write(path: str | os.PathLike[str], write: Callable[[str], Any], durable: bool = True) -> None:
-    """Call ``write(tmp_path)`` for a temporary file in ``path``'s folder, then rename it over ``path``.
-
-    With ``durable``, the data is fsynced before the rename. On any error the temporary file is removed.
-    """
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
-    os.close(fd)
-    try:
-        write(tmp)
-        if durable:
-            fsync_path(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 # ---------------------------------------------------------------- folders written by every process

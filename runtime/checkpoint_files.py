@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from .errors import CheckpointError
+from .files import new_file_mode
 
 SAFE_MODEL_NAME, MODEL_NAME, OPTIMIZER_NAME, SCHEDULER_NAME = "model", "pytorch_model", "optimizer", "scheduler"
 SCALER_NAME, RNG_STATE_NAME, DATALOADER_NAME, CUSTOM_NAME = "scaler.pt", "random_states", "dl_state_dict", "custom_checkpoint"
@@ -80,6 +81,7 @@ def write_weights(directory: Path, index: int, state: dict[str, torch.Tensor], s
         tensors[name] = tensor.clone() if shares or not tensor.is_contiguous() else tensor  # safetensors needs both
     path = directory / indexed(SAFE_MODEL_NAME, index, ".safetensors")
     save_file(tensors, os.fspath(path), metadata={"format": "pt", "accelify_aliases": json.dumps(aliases)})
+    os.chmod(path, new_file_mode())  # safetensors creates its files 0600 whatever the umask
     return path
 
 

@@ -26,12 +26,12 @@ what is allowed.
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .errors import ConfigurationError
+from .files import atomic_write
 from .settings import MIXED_PRECISION_CHOICES, parse_bool
 
 CONFIG_FILE_VARS = ("ACCELIFY_CONFIG_FILE", "ACCELERATE_CONFIG_FILE")
@@ -276,15 +276,12 @@ def write_config(data: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
 
     parse_config(data, os.fspath(path))
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+
+    def dump(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as fh:
             yaml.safe_dump(dict(data), fh, sort_keys=False)
-        os.replace(tmp, target)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+
+    atomic_write(target, dump, durable=False)
     return target
 
 

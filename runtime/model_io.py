@@ -10,7 +10,7 @@ from typing import Any, Iterable, Mapping
 
 import torch
 
-from .atomic import atomic_write
+from .files import atomic_write
 from .errors import ConfigurationError
 from .precision import detach_autocast
 
