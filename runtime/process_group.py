@@ -146,6 +146,7 @@ def init_process_group(info: ProcessInfo, cpu: bool, backend: str | None, timeou
             "is not set, so this process cannot find its peers. Start the script with `accelify launch -n N` "
             "or `torchrun --nproc-per-node N`, or unset WORLD_SIZE to run one process."
         )
+    _require_numpy(info)
     if backend is None:
         backend = "cpu:gloo,cuda:nccl" if cuda_usable(cpu) else "gloo"
     if cuda_usable(cpu):
@@ -162,6 +163,19 @@ def init_process_group(info: ProcessInfo, cpu: bool, backend: str | None, timeou
             f"{info.world_size} processes were started and can reach that address; it does not train alone."
         ) from exc
     return backend
+
+
+def _require_numpy(info: ProcessInfo) -> None:
+    """torch.distributed sends Python objects as byte tensors that it turns back into bytes with numpy."""
+    try:
+        import numpy  # noqa: F401
+    except ImportError as exc:
+        raise DistributedSetupError(
+            f"Process {info.rank} of {info.world_size}: numpy is not installed, and torch.distributed needs it to "
+            "send Python objects between processes (broadcast_object_list / all_gather_object, which share the "
+            "data loaders' seeds, checkpoint folders and gather_object results). Install it: `pip install numpy` "
+            "(accelify declares it as a dependency; it is missing only after `pip install --no-deps`)."
+        ) from exc
 
 
 def from_existing_group(info: ProcessInfo) -> ProcessInfo:
