@@ -344,6 +344,9 @@ def prepare_data_loader(
         )
     n, r = _resolve_processes(num_processes, process_index)
     kwargs = {name: getattr(dataloader, name) for name in _CARRIED if hasattr(dataloader, name)}
+    if kwargs.get("pin_memory") and device is not None and torch.device(device).type == "cpu":
+        # Pinning only speeds up copies to a GPU; on a CPU run torch would warn about it every epoch.
+        kwargs["pin_memory"] = False
     common = dict(
         device=device if put_on_device else None,
         rng_types=check_rng_types(rng_types),

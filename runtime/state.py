@@ -82,7 +82,9 @@ def _close_at_exit() -> None:
     if ddp_type is not None:
         for obj in gc.get_objects():
             try:
-                if isinstance(obj, ddp_type) and "reducer" in vars(obj):
+                # type(), not isinstance(): isinstance reads obj.__class__, which runs the
+                # __getattribute__ of objects such as torch.distributed.reduce_op (a FutureWarning)
+                if issubclass(type(obj), ddp_type) and "reducer" in vars(obj):
                     del obj.reducer
             except Exception:  # an odd proxy object: not a DDP model
                 continue

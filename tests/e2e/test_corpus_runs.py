@@ -52,6 +52,8 @@ RUN_TIMEOUT = 180.0  # a whole launch; a script's own work takes well under a se
 ONE_PROCESS_TIMEOUT = 120.0
 WORKERS = 2
 LAUNCHED_CASE = "mnist_style"  # the case that also goes through `accelify launch`
+ACCELIFY = [sys.executable, "-c", "from accelify.cli import main; main()"]  # this interpreter's, not PATH's
+WARNING = re.compile(r"\b\w*Warning\b|^W\d{4} ")  # Python warnings, and torch's glog-style "W1123 ..." lines
 
 
 @dataclass(frozen=True)
@@ -330,19 +332,18 @@ def test_converted_runs_on_two_processes(corpus: Corpus, name: str) -> None:
     assert rank0, f"rank 0 printed no line matching {case.compare.pattern!r}:\n{out.stdout[0]}"
     assert not case.compared(out.stdout[1]), f"rank 1 printed compared lines (print once per machine):\n{out.stdout[1]}"
     _check_finite(rank0, f"corpus/{name} on 2 processes")
+    noise = [line for err in out.stderr for line in err.splitlines() if WARNING.search(line)]
+    assert not noise, f"the 2-process run printed warnings a user cannot act on:\n" + "\n".join(noise)
 
 
 @pytest.mark.multiprocess
 def test_accelify_launch_runs_a_converted_script(tmp_path: Path) -> None:
     """The real launcher path, once: convert, then ``accelify launch --cpu -n 2``; rank 0 prints, once."""
-    accelify = shutil.which("accelify")
-    if accelify is None:
-        pytest.skip("the accelify command is not installed (pip install -e .)")
     case = Case.load(CORPUS / LAUNCHED_CASE)
     script = tmp_path / "train.py"
     script.write_text(_pipeline().convert_source(case.source()).new, encoding="utf-8")
     proc = subprocess.run(
-        [accelify, "launch", "--cpu", "-n", "2", "--quiet", str(script), *case.runs[0]],
+        [*ACCELIFY, "launch", "--cpu", "-n", "2", "--quiet", str(script), *case.runs[0]],
         capture_output=True, text=True, cwd=tmp_path, env=child_env(), timeout=RUN_TIMEOUT,
     )
     assert proc.returncode == 0, f"accelify launch exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
@@ -350,4 +351,6 @@ def test_accelify_launch_runs_a_converted_script(tmp_path: Path) -> None:
     epochs = int(case.runs[0][case.runs[0].index("--epochs") + 1])
     assert len(lines) == 2 * epochs, f"expected one loss and one accuracy line per epoch, printed once:\n{proc.stdout}"
     _check_finite(lines, "accelify launch")
+    noise = [line for line in proc.stderr.splitlines() if WARNING.search(line)]
+    assert not noise, "accelify launch printed warnings a user cannot act on:\n" + "\n".join(noise)
     assert (tmp_path / "net.pt").is_file(), "the converted script's final save did not happen"

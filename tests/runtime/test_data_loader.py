@@ -305,3 +305,17 @@ def test_batch_sampler_loader_given_as_sampler() -> None:
 def test_two_processes(run_distributed) -> None:
     proc = run_distributed(WORKERS / "data_sharding.py")
     assert proc.stdout.count("DATA-SHARDING-OK") == 2, proc.stdout + proc.stderr
+
+
+def test_pin_memory_is_dropped_for_a_cpu_device_without_a_warning() -> None:
+    """Pinning only speeds up copies to a GPU; on a CPU run torch would warn on every epoch."""
+    import warnings
+
+    loader = DataLoader(torch.arange(8), batch_size=4, pin_memory=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        prepared = prepare_data_loader(loader, device=torch.device("cpu"), num_processes=1, process_index=0)
+        assert [b.tolist() for b in prepared] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert prepared.pin_memory is False
+    kept = prepare_data_loader(loader, num_processes=1, process_index=0, put_on_device=False)
+    assert kept.pin_memory is True  # no device to judge by: the user's setting stays
