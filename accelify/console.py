@@ -76,6 +76,28 @@ def print_written(console: Console, written: Sequence[tuple[Result, str]]) -> No
         console.print(Text(f"{result.status}: {result.path}{arrow}", style="green" if result.changed else ""), markup=False)
 
 
+def print_skipped(console: Console, results: Iterable[Result]) -> None:
+    """``path: skipped: reason`` for every file that was left alone on purpose."""
+    for result in results:
+        if result.status == "skipped":
+            console.print(Text(f"{result.path}: skipped: {result.reason}", style="yellow"), markup=False)
+
+
+def print_interrupted(console: Console, written: Sequence[tuple[Result, str]]) -> None:
+    """After Ctrl-C: which files were already written (each one whole); nothing else was touched."""
+    if not written:
+        console.print(Text("interrupted: nothing was written", style="bold red"), markup=False)
+        return
+    count = len(written)
+    console.print(
+        Text(f"interrupted: {count} file{'s' if count != 1 else ''} had been written (each one whole), "
+             "no other file was touched:", style="bold red"),
+        markup=False,
+    )
+    for _, destination in written:
+        console.print(Text(f"  {destination}"), markup=False)
+
+
 def summary_line(results: Sequence[Result], *, would: bool) -> str:
     """``2 files would be converted, 1 unchanged, 1 failed; 3 warnings``."""
     counts = Counter(r.status for r in results)

@@ -42,8 +42,8 @@ def convert_source(
     try:
         module = cst.parse_module(code)
     except cst.ParserSyntaxError as error:
-        line, col = _syntax_error_position(code, error)
-        return Result(path, "failed", code, code, error=f"{path}:{line}:{col}: syntax error", encoding=encoding)
+        line, col, message = _syntax_error(code, error)
+        return Result(path, "failed", code, code, error=f"{path}:{line}:{col}: syntax error: {message}", encoding=encoding)
     from accelify.codemods.engine import transform  # the rules load only when something is converted
 
     try:
@@ -79,6 +79,10 @@ def convert_path(
 ) -> Result:
     """Read one file (PEP 263 encoding, BOM kept, binary refused) and convert it; nothing is written."""
     name = os.fspath(path)
+    if name.endswith(".ipynb"):
+        reason = ("notebooks are not converted yet: export the notebook to a script "
+                  "(`jupyter nbconvert --to script`) and convert that")
+        return Result(name, "skipped", "", "", reason=reason)
     try:
         source = read_source(name)
     except SourceError as error:
@@ -86,16 +90,17 @@ def convert_path(
     return convert_source(source.text, path=name, target=target, disabled=disabled, encoding=source.encoding)
 
 
-def _syntax_error_position(code: str, error: cst.ParserSyntaxError) -> tuple[int, int]:
-    """Python's own parser points at the offending token; LibCST's often at the start of the line."""
+def _syntax_error(code: str, error: cst.ParserSyntaxError) -> tuple[int, int, str]:
+    """Line, column and message of a syntax error, from Python's own parser where it agrees: it
+    points at the offending token and says what is wrong ("Missing parentheses in call to 'print'")."""
     try:
         ast.parse(code)
     except SyntaxError as exact:
         if exact.lineno is not None:
-            return exact.lineno, exact.offset or 1
+            return exact.lineno, exact.offset or 1, exact.msg
     except (ValueError, RecursionError):
         pass
-    return error.raw_line, error.raw_column + 1
+    return error.raw_line, error.raw_column + 1, error.message
 
 
 class OutputCheckError(Exception):

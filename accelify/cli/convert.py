@@ -27,7 +27,7 @@ from accelify.source import candidates, encode, write_atomic
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--diff", "show_diff", is_flag=True, help="Print the unified diff and write nothing (the default).")
 @click.option("--in-place", "-i", is_flag=True, help="Rewrite the files (atomically).")
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write here instead: a file, or a folder for several inputs.")
+@click.option("-o", "--output", "output_arg", type=click.Path(), help="Write here instead: a file, or a folder (a trailing `/`, or several inputs).")
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if a file would change (for pre-commit).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of diffs.")
 @click.option("--target", type=click.Choice(TARGETS), default=None, help="Import Accelerator from accelify.runtime (default) or accelerate.")
@@ -36,40 +36,56 @@ def convert(
     paths: tuple[Path, ...],
     show_diff: bool,
     in_place: bool,
-    output: Path | None,
+    output_arg: str | None,
     check: bool,
     as_json: bool,
     target: str | None,
     verbose: bool,
 ) -> None:
     """Convert single-device PyTorch training scripts to distributed-ready ones."""
+    output = Path(output_arg) if output_arg is not None else None
     if in_place and output is not None:
         raise click.UsageError("--in-place and -o/--output are exclusive: write over the inputs, or elsewhere.")
     if (show_diff or check) and (in_place or output is not None):
         raise click.UsageError("--diff and --check only preview: drop --in-place/-o, or drop the preview flag.")
     out = view.make_console()
     err = view.make_console(stderr=True)
+    writing = in_place or output is not None
+    results: list[Result] = []
+    written: list[tuple[Result, str]] = []
     try:
         settings = load_settings(paths[0]).with_flags(target=target)
         jobs = _expand(paths, settings)
-        results = [convert_path(path, target=settings.target, disabled=settings.disable) for path, _ in jobs]
-        single = len(paths) == 1 and not paths[0].is_dir() and not output_is_folder(output)
-        written = _write(jobs, results, in_place=in_place, output=output, single=single)
+        single = len(paths) == 1 and not paths[0].is_dir() and not output_is_folder(output_arg)
+        destinations: set[Path] = set()
+        for path, relative in jobs:  # one file at a time: an interrupt leaves whole files only
+            result = convert_path(path, target=settings.target, disabled=settings.disable)
+            results.append(result)
+            destination = _destination(path, relative, result, in_place=in_place, output=output, single=single)
+            if destination is not None:
+                if destination in destinations:
+                    raise OutputError(str(destination), "two inputs would be written to the same file; convert them separately")
+                destinations.add(destination)
+                write_atomic(destination, encode(result.new, result.encoding))
+                written.append((result, str(destination)))
+            elif not (writing or as_json):
+                view.print_diff(out, result)
     except AccelifyError as error:
         err.print(f"error: {error}", markup=False)
         if verbose:
             raise
         sys.exit(error.exit_code)
+    except KeyboardInterrupt:
+        view.print_interrupted(err, written)
+        sys.exit(130)
     if as_json:
         view.print_json(sys.stdout, results)
     else:
-        if not (in_place or output is not None):
-            for result in results:
-                view.print_diff(out, result)
         view.print_warnings(err, results)
         view.print_written(out, written)
+        view.print_skipped(err, results)
         view.print_errors(err, results, verbose=verbose)
-        view.print_summary(err, results, would=not (in_place or output is not None))
+        view.print_summary(err, results, would=not writing)
     if any(r.status == "failed" for r in results):
         sys.exit(2)
     if check and any(r.changed for r in results):
@@ -88,32 +104,19 @@ def _expand(paths: tuple[Path, ...], settings: Settings) -> list[tuple[Path, Pat
     return jobs
 
 
-def _write(
-    jobs: list[tuple[Path, Path]], results: list[Result], *, in_place: bool, output: Path | None, single: bool
-) -> list[tuple[Result, str]]:
-    """Write the converted files; failed files are never written. ``single``: ``output`` names the one
-    output file, else a folder that mirrors the inputs. Returns ``(result, destination)``."""
-    if not in_place and output is None:
-        return []
-    written: list[tuple[Result, str]] = []
-    destinations: set[Path] = set()
-    for (path, relative), result in zip(jobs, results):
-        if result.status == "failed":
-            continue
-        if in_place:
-            if not result.changed:
-                continue
-            destination = path
-        else:
-            assert output is not None
-            destination = output if single else output / relative
-        if destination in destinations:
-            raise OutputError(str(destination), "two inputs would be written to the same file; convert them separately")
-        destinations.add(destination)
-        write_atomic(destination, encode(result.new, result.encoding))
-        written.append((result, str(destination)))
-    return written
+def _destination(
+    path: Path, relative: Path, result: Result, *, in_place: bool, output: Path | None, single: bool
+) -> Path | None:
+    """Where ``result`` is written, or None. Failed files are never written; ``--in-place`` writes only
+    changed files; ``-o`` names the one output file when ``single``, else a folder mirroring the inputs."""
+    if result.status == "failed" or not (in_place or output is not None):
+        return None
+    if in_place:
+        return path if result.changed else None
+    assert output is not None
+    return output if single else output / relative
 
 
-def output_is_folder(output: Path | None) -> bool:
-    return output is not None and (output.is_dir() or str(output).endswith(("/", "\\")))
+def output_is_folder(output: str | None) -> bool:
+    """``-o`` names a folder: an existing one, or a path written with a trailing separator."""
+    return output is not None and (Path(output).is_dir() or output.endswith(("/", "\\")))

@@ -236,3 +236,123 @@ def test_diff_is_coloured_on_a_terminal_and_plain_elsewhere() -> None:
     plain = io.StringIO()
     view.print_diff(Console(file=plain, force_terminal=False), result)
     assert plain.getvalue() == view.unified_diff(result) and "\x1b" not in plain.getvalue()
+
+
+# ---------------------------------------------------------------- what users expect of written files
+
+
+@pytest.fixture
+def umask():  # type: ignore[no-untyped-def]
+    """Set the process umask for one test, then restore it."""
+    import os
+
+    saved = os.umask(0o022)
+    yield lambda mask: os.umask(mask)
+    os.umask(saved)
+
+
+@pytest.mark.parametrize(("mask", "mode"), [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_output_files_get_the_mode_open_would_give(project: Path, umask, mask: int, mode: int) -> None:  # type: ignore[no-untyped-def]
+    write(project, "a.py", SCRIPT)
+    umask(mask)
+    assert run("a.py", "-o", "out.py").exit_code == 0
+    assert run("a.py", "-o", "outdir/").exit_code == 0
+    assert (project / "out.py").stat().st_mode & 0o777 == mode
+    assert (project / "outdir" / "a.py").stat().st_mode & 0o777 == mode
+
+
+def test_in_place_keeps_the_mode_of_the_file(project: Path, umask) -> None:  # type: ignore[no-untyped-def]
+    path = write(project, "train.py", SCRIPT)
+    path.chmod(0o750)
+    umask(0o077)
+    assert run("--in-place", "train.py").exit_code == 0
+    assert path.read_bytes().endswith(CONVERTED_TAIL)
+    assert path.stat().st_mode & 0o777 == 0o750
+
+
+def test_in_place_on_a_symlink_rewrites_its_target_and_keeps_the_link(project: Path) -> None:
+    real = write(project, "src/train.py", SCRIPT)
+    link = project / "train.py"
+    link.symlink_to(Path("src") / "train.py")
+    assert run("--in-place", "train.py").exit_code == 0
+    assert link.is_symlink() and link.readlink() == Path("src") / "train.py"
+    assert real.read_bytes().endswith(CONVERTED_TAIL)
+    assert sorted(p.name for p in (project / "src").iterdir()) == ["train.py"]  # no temporary file left
+
+
+def test_syntax_error_shows_pythons_own_message(project: Path) -> None:
+    path = write(project, "old.py", b"import torch\nprint 'hello'\n")
+    result = run("--in-place", "old.py")
+    assert result.exit_code == 2
+    assert "old.py:2:1: syntax error: Missing parentheses in call to 'print'" in result.stderr
+    assert path.read_bytes() == b"import torch\nprint 'hello'\n"
+
+
+def test_an_explicit_file_that_is_skipped_says_why(project: Path) -> None:
+    write(project, "util.py", b"import os\n")
+    write(project, "train.ipynb", b'{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}\n')
+    write(project, "legacy.py", b"# accelify: skip-file\n" + SCRIPT)
+    result = run("util.py", "train.ipynb", "legacy.py")
+    assert result.exit_code == 0
+    assert "util.py: skipped: does not import torch" in result.stderr
+    assert "train.ipynb: skipped: notebooks are" in result.stderr
+    assert "legacy.py: skipped: # accelify: skip-file" in result.stderr
+
+
+def test_ctrl_c_while_writing_leaves_whole_files_and_says_which(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C during the third write: the first two are whole, the third untouched, no temporary file."""
+    import accelify.runtime.files as files
+
+    for name in ("a.py", "b.py", "c.py", "d.py"):
+        write(project, name, SCRIPT)
+    real_fsync, calls = files.fsync_path, []
+
+    def interrupted_fsync(path: str) -> None:
+        calls.append(path)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        real_fsync(path)
+
+    monkeypatch.setattr(files, "fsync_path", interrupted_fsync)
+    result = CliRunner().invoke(main, ["convert", "--in-place", "a.py", "b.py", "c.py", "d.py"])
+    assert result.exit_code == 130
+    assert "interrupted: 2 files had been written" in result.stderr
+    assert "  a.py\n  b.py\n" in result.stderr
+    assert (project / "a.py").read_bytes().endswith(CONVERTED_TAIL)
+    assert (project / "b.py").read_bytes().endswith(CONVERTED_TAIL)
+    assert (project / "c.py").read_bytes() == SCRIPT and (project / "d.py").read_bytes() == SCRIPT
+    assert sorted(p.name for p in project.iterdir()) == ["a.py", "b.py", "c.py", "d.py", "pyproject.toml"]
+
+
+def test_sigint_exits_130_and_every_written_file_is_whole(project: Path) -> None:
+    """A real SIGINT to a real process, mid-run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    corpus = Path(__file__).resolve().parents[2] / "corpus" / "main_helpers"
+    data = (corpus / "input.py").read_bytes()
+    expected = (corpus / "expected.py").read_bytes()
+    names = [f"train_{i:03d}.py" for i in range(300)]
+    for name in names:
+        write(project / "src", name, data)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from accelify.cli import main; main()", "convert", "-o", "out/",
+         *[f"src/{n}" for n in names]],
+        cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    out = project / "out"
+    deadline = time.monotonic() + 60
+    while not (out.is_dir() and any(out.iterdir())) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    written = sorted(os.listdir(out))
+    assert 0 < len(written) < len(names), "the interrupt should land mid-run"
+    assert all((out / name).read_bytes() == expected for name in written)  # whole files, no temporaries
+    assert f"interrupted: {len(written)} file" in stderr
+    assert all(f"out/{name}" in stderr for name in written)
+    assert "Traceback" not in stderr

@@ -34,7 +34,7 @@ def test_statuses() -> None:
 def test_syntax_error_is_a_failed_result_with_its_position() -> None:
     result = convert_source("import torch\ndef f(:\n", path="bad.py")
     assert result.status == "failed" and result.new == result.old
-    assert result.error == "bad.py:2:7: syntax error"
+    assert result.error == "bad.py:2:7: syntax error: invalid syntax"
 
 
 def test_result_is_frozen_and_picklable() -> None:
