@@ -29,7 +29,36 @@ _SCHEDULER_TYPES: tuple[type, ...] = (torch.optim.lr_scheduler.LRScheduler, torc
 
 
 class _DDP(DistributedDataParallel):
-    """DDP whose unused-parameter error names the parameters and the kwargs handler that fixes it."""
+    """DDP whose unused-parameter error names the parameters and the kwargs handler that fixes it, and
+    that forwards attribute reads and writes it does not own to the wrapped module.
+
+    Scripts call their own methods and attributes on the model after ``prepare``
+    (``model.decode(z)``, ``model.saved_actions.append(a)``, ``model.rewards = []``); with one
+    process the prepared model is the module itself, so with N they must work too. Lightning
+    Fabric's wrapper does the same; Hugging Face Accelerate raises ``AttributeError``.
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)  # parameters, buffers and submodules of the wrapper itself
+        except AttributeError:
+            modules = self.__dict__.get("_modules")
+            if modules is None or "module" not in modules:
+                raise
+            return getattr(modules["module"], name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        modules = self.__dict__.get("_modules")
+        wrapped = modules.get("module") if modules is not None else None
+        if (
+            wrapped is not None
+            and name not in self.__dict__
+            and not hasattr(type(self), name)
+            and name in wrapped.__dict__
+        ):
+            setattr(wrapped, name, value)  # the module's own plain attribute: its methods read it there
+            return
+        super().__setattr__(name, value)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         try:

@@ -183,6 +183,40 @@ except UnusedParametersError as exc:
 else:
     raise AssertionError("DDP's unused-parameter error was not raised")
 
+# -- a prepared model forwards the attributes and methods it does not own to the module ----------
+class Policy(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Linear(2, 2)
+        self.saved_actions: list[int] = []
+        self.rewards: list[float] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+    def decode(self, z: torch.Tensor) -> torch.Tensor:
+        return self.body(z) * 2
+
+
+policy = Policy()
+pp = acc.prepare(policy)
+assert isinstance(pp, nn.parallel.DistributedDataParallel)
+assert torch.equal(pp.decode(torch.ones(1, 2)), policy.decode(torch.ones(1, 2)))
+pp.saved_actions.append(3)
+pp.rewards = [1.0]  # the module's own attribute: written there, where its methods read it
+assert policy.saved_actions == [3] and policy.rewards == [1.0] and "rewards" not in pp.__dict__
+assert pp.body is policy.body and pp.module is policy
+pp.train(False)
+assert pp.training is False and policy.training is False
+pp.note = "on the wrapper"  # a new attribute stays on the wrapper, as on any object
+assert pp.note == "on the wrapper" and not hasattr(policy, "note")
+try:
+    pp.no_such_attribute
+except AttributeError as exc:
+    assert "no_such_attribute" in str(exc)
+else:
+    raise AssertionError("a missing attribute did not raise AttributeError")
+
 acc.end_training()
 # end_training leaves the group up (prepared DDP models still use it) and collectives keep working.
 assert dist.is_initialized() and acc.reduce(torch.tensor([1.0]), reduction="sum").item() == 2.0
