@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from accelify.codemods import RULES
+from accelify.codemods.rules import RULES
 from accelify.codemods.analysis import collect
 from accelify.codemods.context import Abort, Context, Finding
 from accelify.codemods.edits import apply

@@ -11,7 +11,7 @@ import libcst as cst
 from accelify.codemods.analysis import target_names
 from accelify.codemods.facts import Binding, CallSite, Facts, Loop, Scope
 from accelify.codemods.names import ImportMap, dotted
-from accelify.codemods.roles import classify, parameter_owners, strip_placement
+from accelify.codemods.roles import classify, is_cuda_string, parameter_owners, strip_placement
 
 PREPARED_ROLES = ("model", "optimizer", "loader", "scheduler")
 ITERATION_WRAPPERS = {"enumerate", "iter", "tqdm.tqdm"}
@@ -141,6 +141,36 @@ class Plan:
 
     def is_prepared(self, binding: Binding | None) -> bool:
         return binding is not None and binding in self.prepared
+
+    # placement ----------------------------------------------------------------------------------
+    def placement_device(self, scope: Scope, call: cst.Call) -> cst.BaseExpression | None | bool:
+        """For a pure placement call (``x.to(device)``, ``x.cuda()``), the device expression it names
+        (``device``, ``"cuda"``), ``True`` for ``.cuda()``; ``None`` when the call does more than place
+        (a dtype, a tensor, a device index)."""
+        func = call.func
+        if not isinstance(func, cst.Attribute):
+            return None
+        positional = [a for a in call.args if a.keyword is None]
+        keywords = [a for a in call.args if a.keyword is not None]
+        if any(a.star for a in call.args) or any(a.keyword.value != "non_blocking" for a in keywords):  # type: ignore[union-attr]
+            only_device = len(call.args) == 1 and call.args[0].keyword is not None and call.args[0].keyword.value == "device"
+            if not (func.attr.value == "to" and only_device):
+                return None
+            positional = [call.args[0]]
+        if func.attr.value == "cuda":
+            return True if not positional else None
+        if func.attr.value != "to" or len(positional) != 1:
+            return None
+        value = positional[0].value
+        return value if self.is_device_like(scope, value) else None
+
+    def is_device_like(self, scope: Scope, value: cst.BaseExpression) -> bool:
+        """``device`` (a device variable, also through helper parameters), ``"cuda"``, ``torch.device("cuda")``."""
+        if is_cuda_string(value):
+            return True
+        if isinstance(value, cst.Call) and self.imports.qualname(value.func) == "torch.device":
+            return bool(value.args) and is_cuda_string(value.args[0].value)
+        return self.role(scope, value) == "device"
 
     # helpers and their call sites -------------------------------------------------------------
     def callee(self, site: CallSite) -> Scope | None:

@@ -1,20 +1,59 @@
-"""The base class of every codemod rule."""
+"""The base class of every codemod rule, and the executable examples each rule carries."""
 
 from __future__ import annotations
 
+import textwrap
+from dataclasses import dataclass
 from typing import ClassVar
 
 from accelify.codemods.context import Context
 
 
+@dataclass(frozen=True)
+class Example:
+    """A small whole script and its whole conversion (default target), run by the tests.
+
+    ``fires`` says whether the rule takes part: for a near miss (``fires=False``) converting with the
+    rule disabled gives the same ``after``. ``after=None`` means the file is left unchanged.
+    ``warnings`` are the reported warnings as ``"ACCnnn:line"``.
+    """
+
+    before: str
+    after: str | None = None
+    fires: bool = True
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def source(self) -> str:
+        return textwrap.dedent(self.before).lstrip("\n")
+
+    @property
+    def expected(self) -> str:
+        return self.source if self.after is None else textwrap.dedent(self.after).lstrip("\n")
+
+
 class Rule:
     """One conversion concern. ``run`` reads ``ctx.plan`` and proposes edits and warnings on ``ctx``.
 
-    ``name`` is what ``[tool.accelify] disable = [...]`` refers to.
+    ``name`` is the rule's module name in ``codemods/rules/`` and what ``[tool.accelify] disable = [...]``
+    refers to. ``examples`` (Fixit-style) are the rule's documentation and its tests: the class
+    docstring shows them, and ``tests/codemods/test_rule_examples.py`` runs every one.
     """
 
     name: ClassVar[str]
     description: ClassVar[str]
+    examples: ClassVar[tuple[Example, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        shown = [e for e in cls.examples if e.fires][:1] + [e for e in cls.examples if not e.fires][:1]
+        parts = [cls.__doc__ or cls.description]
+        for example in shown:
+            label = "Before" if example.fires else "Left alone (near miss)"
+            parts.append(f"{label}::\n\n{textwrap.indent(example.source, '    ')}")
+            if example.fires:
+                parts.append(f"After::\n\n{textwrap.indent(example.expected, '    ')}")
+        cls.__doc__ = "\n\n".join(p.rstrip() for p in parts)
 
     def run(self, ctx: Context) -> None:  # pragma: no cover - every rule overrides it
         raise TypeError(f"{type(self).__name__} must define run()")

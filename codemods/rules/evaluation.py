@@ -1,20 +1,5 @@
 """GatherForMetrics: in an evaluation loop over a prepared loader, gather the predictions and the
 targets from every process right after the forward pass, so sums and ``len(loader.dataset)`` stay right.
-
-Before::
-
-    with torch.no_grad():
-        for data, target in test_loader:
-            output = model(data)
-            correct += output.argmax(1).eq(target).sum().item()
-
-After::
-
-    with torch.no_grad():
-        for data, target in test_loader:
-            output = model(data)
-            output, target = accelerator.gather_for_metrics((output, target))
-            correct += output.argmax(1).eq(target).sum().item()
 """
 
 from __future__ import annotations
@@ -27,12 +12,82 @@ import libcst.matchers as m
 from accelify.codemods.analysis import target_names
 from accelify.codemods.context import Context
 from accelify.codemods.facts import Loop
-from accelify.codemods.rule import Rule
+from accelify.codemods.rule import Example, Rule
 
 
 class GatherForMetrics(Rule):
     name = "evaluation"
     description = "Gather predictions and targets across processes in evaluation loops."
+    examples = (
+        Example(
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    optimizer.step()
+correct = 0
+with torch.no_grad():
+    for x, y in loader:
+        output = model(x)
+        correct += (output.round() == y.round()).sum().item()
+print(correct / len(loader.dataset))
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for x, y in loader:
+    accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+    optimizer.step()
+correct = 0
+with torch.no_grad():
+    for x, y in loader:
+        output = model(x)
+        output, y = accelerator.gather_for_metrics((output, y))
+        correct += (output.round() == y.round()).sum().item()
+accelerator.print(correct / len(loader.dataset))
+accelerator.end_training()
+''',
+        ),
+        Example(
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    output = model(x)
+    torch.nn.functional.mse_loss(output, y).backward()
+    optimizer.step()
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for x, y in loader:
+    output = model(x)
+    accelerator.backward(torch.nn.functional.mse_loss(output, y))
+    optimizer.step()
+accelerator.end_training()
+''',
+            fires=False,
+        ),
+    )
 
     def run(self, ctx: Context) -> None:
         for loop in ctx.facts.loops:

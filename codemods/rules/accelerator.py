@@ -1,18 +1,6 @@
 """CreateAccelerator: ``accelerator = Accelerator(...)`` as early as possible in the builder, after
-the values its arguments depend on.
-
-Before::
-
-    args = parser.parse_args()
-    device = torch.device("cuda" if torch.cuda.is_available() and not args.no_cuda else "cpu")
-
-After::
-
-    args = parser.parse_args()
-    accelerator = Accelerator(cpu=args.no_cuda)
-    device = torch.device("cuda" if torch.cuda.is_available() and not args.no_cuda else "cpu")
-
-(the device rule then rewrites or removes ``device``). In a trainer class that builds its objects in
+the values its arguments depend on (``args = parser.parse_args()`` for ``cpu=args.no_cuda``); the
+device rule then rewrites or removes ``device``. In a trainer class that builds its objects in
 ``__init__`` the accelerator is ``self.accelerator``.
 """
 
@@ -27,7 +15,7 @@ from accelify.codemods.context import Context, code_of
 from accelify.codemods.facts import Binding, Scope
 from accelify.codemods.names import dotted
 from accelify.codemods.roles import cpu_flag, flags_from_test, is_cuda_flag
-from accelify.codemods.rule import Rule
+from accelify.codemods.rule import Example, Rule
 
 _REFS = m.Name() | m.Attribute(value=m.Name())
 
@@ -35,6 +23,52 @@ _REFS = m.Name() | m.Attribute(value=m.Name())
 class CreateAccelerator(Rule):
     name = "accelerator"
     description = "Create the Accelerator in the function (or module) that builds the model and optimizer."
+    examples = (
+        Example(
+            before='''\
+import argparse
+import torch
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--no-cuda", action="store_true")
+    args = parser.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() and not args.no_cuda else "cpu")
+    model = torch.nn.Linear(2, 1).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x in torch.ones(4, 2):
+        model(x.to(device)).sum().backward()
+        optimizer.step()
+''',
+            after='''\
+import argparse
+import torch
+from accelify.runtime import Accelerator
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--no-cuda", action="store_true")
+    args = parser.parse_args()
+    accelerator = Accelerator(cpu=args.no_cuda)
+    device = accelerator.device
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    for x in torch.ones(4, 2):
+        accelerator.backward(model(x.to(device)).sum())
+        optimizer.step()
+    accelerator.end_training()
+''',
+        ),
+        Example(
+            before='''\
+import torch
+model = torch.nn.Linear(2, 1)
+print(model(torch.ones(2)))
+''',
+            fires=False,
+        ),
+    )
 
     def run(self, ctx: Context) -> None:
         plan = ctx.plan

@@ -1,16 +1,5 @@
 """RemovePlacement: prepared models and batches from prepared loaders need no device placement.
 
-Before::
-
-    model = Net().to(device)
-    for data, target in train_loader:
-        data, target = data.to(device), target.to(device)
-
-After::
-
-    model = Net()
-    for data, target in train_loader:
-
 ``model.cuda()`` statements, ``model = model.to(device)`` and ``if args.cuda: model.cuda()`` go away;
 ``model(x.to(device))`` on a batch becomes ``model(x)``.
 """
@@ -20,16 +9,74 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods.context import Context
-from accelify.codemods.devices import device_arg
 from accelify.codemods.facts import CallSite, Loop
 from accelify.codemods.names import dotted
 from accelify.codemods.roles import PLACEMENT_METHODS, strip_placement
-from accelify.codemods.rule import Rule
+from accelify.codemods.rule import Example, Rule
 
 
 class RemovePlacement(Rule):
     name = "placement"
     description = "Drop .to(device)/.cuda() on prepared models and on batches of prepared loaders."
+    examples = (
+        Example(
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+model = torch.nn.Linear(2, 1).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for data, target in loader:
+    data, target = data.to(device), target.to(device)
+    torch.nn.functional.mse_loss(model(data), target).backward()
+    optimizer.step()
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for data, target in loader:
+    accelerator.backward(torch.nn.functional.mse_loss(model(data), target))
+    optimizer.step()
+accelerator.end_training()
+''',
+        ),
+        Example(
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for data, target in loader:
+    data = data.to(torch.float16).float()
+    torch.nn.functional.mse_loss(model(data), target).backward()
+    optimizer.step()
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for data, target in loader:
+    data = data.to(torch.float16).float()
+    accelerator.backward(torch.nn.functional.mse_loss(model(data), target))
+    optimizer.step()
+accelerator.end_training()
+''',
+            fires=False,
+        ),
+    )
 
     def run(self, ctx: Context) -> None:
         plan = ctx.plan
@@ -58,7 +105,7 @@ class RemovePlacement(Rule):
         node = value
         while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in PLACEMENT_METHODS:
             site = ctx.facts.sites.get(node)
-            if site is None or device_arg(ctx.plan, site.scope, node) is None:
+            if site is None or ctx.plan.placement_device(site.scope, node) is None:
                 return
             sites.append(site)
             node = node.func.value
@@ -69,7 +116,7 @@ class RemovePlacement(Rule):
 
     def _placeable(self, ctx: Context, site: CallSite) -> bool:
         """A placement of a prepared model, or of a batch of a prepared loader, to the device."""
-        if device_arg(ctx.plan, site.scope, site.node) is None:
+        if ctx.plan.placement_device(site.scope, site.node) is None:
             return False
         receiver = site.node.func.value  # type: ignore[attr-defined]
         return self._is_model(ctx, site) or (isinstance(receiver, cst.Name) and receiver.value in _batch_names(ctx, site.loop))

@@ -1,20 +1,6 @@
 """MainProcessWrites: other file writes run on the main process only, so N processes do not race on
 the same file.
 
-Before::
-
-    with open("metrics.json", "w") as f:
-        json.dump(metrics, f)
-    plt.savefig("loss.png")
-
-After::
-
-    if accelerator.is_main_process:
-        with open("metrics.json", "w") as f:
-            json.dump(metrics, f)
-    if accelerator.is_main_process:
-        plt.savefig("loss.png")
-
 Only whole statements are wrapped; a write inside a bigger expression is left alone.
 """
 
@@ -24,7 +10,7 @@ import libcst as cst
 
 from accelify.codemods.context import Context, expression
 from accelify.codemods.facts import CallSite
-from accelify.codemods.rule import Rule
+from accelify.codemods.rule import Example, Rule
 
 WRITERS = {
     "json.dump",
@@ -43,6 +29,66 @@ WRITE_MODES = ("w", "a", "x")
 class MainProcessWrites(Rule):
     name = "writes"
     description = "Run other file writes (json, plots, open(..., 'w')) on the main process only."
+    examples = (
+        Example(
+            before='''\
+import torch
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+import json
+for x in torch.ones(4, 2):
+    loss = model(x).sum()
+    loss.backward()
+    optimizer.step()
+with open("metrics.json", "w") as f:
+    json.dump({"loss": loss.item()}, f)
+''',
+            after='''\
+import torch
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+import json
+for x in torch.ones(4, 2):
+    loss = model(x).sum()
+    accelerator.backward(loss)
+    optimizer.step()
+if accelerator.is_main_process:
+    with open("metrics.json", "w") as f:
+        json.dump({"loss": loss.item()}, f)
+accelerator.end_training()
+''',
+        ),
+        Example(
+            before='''\
+import torch
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in torch.ones(4, 2):
+    model(x).sum().backward()
+    optimizer.step()
+with open("config.json") as f:
+    print(f.read())
+''',
+            after='''\
+import torch
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+for x in torch.ones(4, 2):
+    accelerator.backward(model(x).sum())
+    optimizer.step()
+with open("config.json") as f:
+    accelerator.print(f.read())
+accelerator.end_training()
+''',
+            fires=False,
+        ),
+    )
 
     def run(self, ctx: Context) -> None:
         wrapped: set[cst.BaseStatement] = set()

@@ -1,14 +1,6 @@
 """WarnUnsupported: patterns later rules will convert (AMP, gradient accumulation) get a warning;
 manual distributed code (process groups, DDP, DataParallel, DistributedSampler) stops the conversion,
 and every place of it is reported, so one pass shows all that must be removed by hand.
-
-Before::
-
-    dist.init_process_group("nccl")                       # ACC003 at each of these lines,
-    model = nn.parallel.DistributedDataParallel(model)   # ACC004, and the file is left unchanged
-    sampler.set_epoch(epoch)                              # ACC003
-    if rank == 0:                                         # ACC003
-    scaler = torch.cuda.amp.GradScaler()                  # converted around, with ACC005
 """
 
 from __future__ import annotations
@@ -19,7 +11,7 @@ import libcst.matchers as m
 from accelify.codemods import codes
 from accelify.codemods.context import Abort, Context, Finding, code_of
 from accelify.codemods.names import dotted
-from accelify.codemods.rule import Rule
+from accelify.codemods.rule import Example, Rule
 
 WRAPPERS = {"torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.DataParallel"}
 SAMPLERS = {"torch.utils.data.DistributedSampler"}
@@ -48,6 +40,81 @@ _RANK_TESTS = (cst.Equal, cst.NotEqual, cst.In, cst.NotIn)
 class WarnUnsupported(Rule):
     name = "unsupported"
     description = "Stop on manual distributed code (reporting every place of it); warn about AMP and hand-written accumulation."
+    examples = (
+        Example(
+            before='''\
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in torch.ones(4, 2):
+    model(x).sum().backward()
+    optimizer.step()
+if dist.get_rank() == 0:
+    torch.save(model.module.state_dict(), "net.pt")
+''',
+            warnings=('ACC003:3', 'ACC004:4', 'ACC003:9'),
+        ),
+        Example(
+            before='''\
+import torch
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.cuda.amp.GradScaler(enabled=False)
+for x in torch.ones(4, 2):
+    with torch.autocast("cpu", enabled=False):
+        loss = model(x).sum()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+''',
+            after='''\
+import torch
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+scaler = torch.cuda.amp.GradScaler(enabled=False)
+for x in torch.ones(4, 2):
+    with torch.autocast("cpu", enabled=False):
+        loss = model(x).sum()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+accelerator.end_training()
+''',
+            warnings=('ACC005:4', 'ACC005:6'),
+        ),
+        Example(
+            before='''\
+import torch
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step, x in enumerate(torch.ones(4, 2)):
+    model(x).sum().backward()
+    optimizer.step()
+    if step % 2 == 0:
+        print(step)
+''',
+            after='''\
+import torch
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+for step, x in enumerate(torch.ones(4, 2)):
+    accelerator.backward(model(x).sum())
+    optimizer.step()
+    if step % 2 == 0:
+        accelerator.print(step)
+accelerator.end_training()
+''',
+            fires=False,
+        ),
+    )
 
     def run(self, ctx: Context) -> None:
         stops = _distributed_code(ctx)

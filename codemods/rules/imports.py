@@ -1,14 +1,5 @@
 """AddAcceleratorImport: ``from accelify.runtime import Accelerator`` (or ``from accelerate import
 Accelerator`` with ``--target accelerate``) after the last top-level import, once an accelerator is created.
-
-Before::
-
-    from tqdm import tqdm
-
-After::
-
-    from tqdm import tqdm
-    from accelify.runtime import Accelerator
 """
 
 from __future__ import annotations
@@ -17,7 +8,7 @@ import libcst as cst
 
 from accelify.codemods.analysis import is_docstring, is_import
 from accelify.codemods.context import Context
-from accelify.codemods.rule import Rule
+from accelify.codemods.rule import Example, Rule
 
 
 def schedule_import(ctx: Context, module: str, name: str) -> None:
@@ -39,8 +30,43 @@ def schedule_import(ctx: Context, module: str, name: str) -> None:
 
 
 class AddAcceleratorImport(Rule):
-    name = "import"
+    name = "imports"
     description = "Import Accelerator from the target library."
+    examples = (
+        Example(
+            before='''\
+import torch
+from tqdm import tqdm
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in tqdm(torch.ones(4, 2)):
+    model(x).sum().backward()
+    optimizer.step()
+''',
+            after='''\
+import torch
+from tqdm import tqdm
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+for x in tqdm(torch.ones(4, 2), disable=not accelerator.is_local_main_process):
+    accelerator.backward(model(x).sum())
+    optimizer.step()
+accelerator.end_training()
+''',
+        ),
+        Example(
+            before='''\
+import torch
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+model = torch.nn.Linear(2, 1)
+''',
+            fires=False,
+        ),
+    )
 
     def run(self, ctx: Context) -> None:
         if ctx.accelerators:

@@ -1,16 +1,5 @@
 """ReplaceDevice: the device variable becomes ``accelerator.device``, or goes away when nothing uses it.
 
-Before::
-
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    torch.cuda.set_device(0)
-    mask = torch.ones(4).to(device)
-
-After::
-
-    device = accelerator.device
-    mask = torch.ones(4).to(device)
-
 ``args.device = ...`` and ``self.device = ...`` are handled the same way.
 """
 
@@ -21,12 +10,67 @@ import libcst as cst
 from accelify.codemods import codes
 from accelify.codemods.context import Context, expression
 from accelify.codemods.facts import Binding
-from accelify.codemods.rule import Rule
+from accelify.codemods.rule import Example, Rule
 
 
 class ReplaceDevice(Rule):
     name = "device"
     description = "Tie the device variable to accelerator.device (or drop it when unused)."
+    examples = (
+        Example(
+            before='''\
+import torch
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+torch.cuda.set_device(0)
+model = torch.nn.Linear(2, 1).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+mask = torch.ones(2).to(device)
+for x in torch.ones(4, 2):
+    model(x * mask).sum().backward()
+    optimizer.step()
+''',
+            after='''\
+import torch
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+device = accelerator.device
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+mask = torch.ones(2).to(device)
+for x in torch.ones(4, 2):
+    accelerator.backward(model(x * mask).sum())
+    optimizer.step()
+accelerator.end_training()
+''',
+        ),
+        Example(
+            before='''\
+import torch
+device = torch.device("cpu")
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in torch.ones(4, 2):
+    model(x.to(device)).sum().backward()
+    optimizer.step()
+''',
+            after='''\
+import torch
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+device = torch.device("cpu")
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+for x in torch.ones(4, 2):
+    accelerator.backward(model(x.to(device)).sum())
+    optimizer.step()
+accelerator.end_training()
+''',
+            fires=False,
+            warnings=('ACC002:6',),
+        ),
+    )
 
     def run(self, ctx: Context) -> None:
         if not ctx.accelerators:

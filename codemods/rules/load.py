@@ -1,13 +1,5 @@
 """LoadUnwrapped: loading weights into a prepared model goes through the unwrapped model, from CPU tensors.
 
-Before (after ``prepare``)::
-
-    model.load_state_dict(torch.load("net.pt"))
-
-After::
-
-    accelerator.unwrap_model(model).load_state_dict(torch.load("net.pt", map_location="cpu"))
-
 Loading before ``prepare`` needs nothing and is left alone. A load of a file this function saved
 earlier, with no ``wait_for_everyone()`` since, gets one first: only the main process writes it.
 """
@@ -18,13 +10,68 @@ import libcst as cst
 
 from accelify.codemods.context import Context, code_of, unwrap
 from accelify.codemods.facts import CallSite
-from accelify.codemods.rule import Rule
-from accelify.codemods.save import follows_save
+from accelify.codemods.rule import Example, Rule
+from accelify.codemods.rules.save import follows_save
 
 
 class LoadUnwrapped(Rule):
     name = "load"
     description = "Load state dicts into the unwrapped model, with map_location='cpu'."
+    examples = (
+        Example(
+            before='''\
+import torch
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in torch.ones(4, 2):
+    model(x).sum().backward()
+    optimizer.step()
+torch.save(model.state_dict(), "net.pt")
+model.load_state_dict(torch.load("net.pt"))
+''',
+            after='''\
+import torch
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+for x in torch.ones(4, 2):
+    accelerator.backward(model(x).sum())
+    optimizer.step()
+accelerator.wait_for_everyone()
+accelerator.save(accelerator.unwrap_model(model).state_dict(), "net.pt")
+accelerator.wait_for_everyone()
+accelerator.unwrap_model(model).load_state_dict(torch.load("net.pt", map_location="cpu"))
+accelerator.end_training()
+''',
+        ),
+        Example(
+            before='''\
+import torch
+model = torch.nn.Linear(2, 1)
+model.load_state_dict(torch.load("net.pt"))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in torch.ones(4, 2):
+    model(x).sum().backward()
+    optimizer.step()
+''',
+            after='''\
+import torch
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+model = torch.nn.Linear(2, 1)
+model.load_state_dict(torch.load("net.pt"))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+for x in torch.ones(4, 2):
+    accelerator.backward(model(x).sum())
+    optimizer.step()
+accelerator.end_training()
+''',
+            fires=False,
+        ),
+    )
 
     def run(self, ctx: Context) -> None:
         order = {site.node: i for i, site in enumerate(ctx.facts.calls)}

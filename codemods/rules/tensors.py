@@ -1,19 +1,5 @@
 """PlaceTensors: other tensors and modules sent to the GPU by hand go to ``accelerator.device``.
 
-Before::
-
-    mask = torch.ones(8).cuda()
-    noise = torch.randn(8).cuda()
-    teacher = Teacher().to("cuda")
-    zeros = torch.zeros(3, device="cuda")
-
-After::
-
-    mask = torch.ones(8, device=accelerator.device)
-    noise = torch.randn(8).to(accelerator.device)
-    teacher = Teacher().to(accelerator.device)
-    zeros = torch.zeros(3, device=accelerator.device)
-
 ``device="cuda"`` passed to a function that is not torch's (``log(msg, device="cuda")``) stays, with
 ACC015: the string may be printed or compared. Random factories keep ``.to(...)``: drawing on the GPU would use another random stream than the
 original, which drew on the CPU and then moved the values.
@@ -28,7 +14,7 @@ from accelify.codemods.context import Context, code_of, expression
 from accelify.codemods.facts import CallSite
 from accelify.codemods.names import dotted
 from accelify.codemods.roles import is_cuda_string, is_module_class
-from accelify.codemods.rule import Rule
+from accelify.codemods.rule import Example, Rule
 
 DETERMINISTIC_FACTORIES = {
     f"torch.{name}"
@@ -39,6 +25,90 @@ DETERMINISTIC_FACTORIES = {
 class PlaceTensors(Rule):
     name = "tensors"
     description = "Send other tensors to accelerator.device instead of CUDA."
+    examples = (
+        Example(
+            before='''\
+import torch
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+mask = torch.ones(2).cuda()
+noise = torch.randn(2).cuda()
+zeros = torch.zeros(2, device="cuda")
+for x in torch.ones(4, 2):
+    model(x * mask + noise + zeros).sum().backward()
+    optimizer.step()
+''',
+            after='''\
+import torch
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+mask = torch.ones(2, device=accelerator.device)
+noise = torch.randn(2).to(accelerator.device)
+zeros = torch.zeros(2, device=accelerator.device)
+for x in torch.ones(4, 2):
+    accelerator.backward(model(x * mask + noise + zeros).sum())
+    optimizer.step()
+accelerator.end_training()
+''',
+        ),
+        Example(
+            before='''\
+import torch
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+def log(message, device="cuda"):
+    return message
+log("start", device="cuda")
+for x in torch.ones(4, 2):
+    model(x).sum().backward()
+    optimizer.step()
+''',
+            after='''\
+import torch
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+def log(message, device="cuda"):
+    return message
+log("start", device="cuda")
+for x in torch.ones(4, 2):
+    accelerator.backward(model(x).sum())
+    optimizer.step()
+accelerator.end_training()
+''',
+            warnings=('ACC015:6',),
+        ),
+        Example(
+            before='''\
+import torch
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+mask = torch.ones(2, device="cpu")
+for x in torch.ones(4, 2):
+    model(x * mask).sum().backward()
+    optimizer.step()
+''',
+            after='''\
+import torch
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+mask = torch.ones(2, device="cpu")
+for x in torch.ones(4, 2):
+    accelerator.backward(model(x * mask).sum())
+    optimizer.step()
+accelerator.end_training()
+''',
+            fires=False,
+        ),
+    )
 
     def run(self, ctx: Context) -> None:
         for site in ctx.facts.calls:

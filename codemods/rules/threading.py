@@ -1,25 +1,6 @@
 """ThreadAccelerator: helper functions that need the accelerator get it as a parameter, and every
 call site passes it. A ``device`` parameter that is no longer used is replaced in place.
 
-Before::
-
-    def train(model, device, loader, optimizer):
-        for data, target in loader:
-            data, target = data.to(device), target.to(device)
-            ...
-            loss.backward()
-
-    train(model, device, train_loader, optimizer)
-
-After::
-
-    def train(model, accelerator, loader, optimizer):
-        for data, target in loader:
-            ...
-            accelerator.backward(loss)
-
-    train(model, accelerator, train_loader, optimizer)
-
 Only when the builder is a function: module-level scripts have a global ``accelerator``, and trainer
 classes use ``self.accelerator``.
 """
@@ -32,12 +13,91 @@ from accelify.codemods import codes
 from accelify.codemods.context import Context
 from accelify.codemods.facts import Scope
 from accelify.codemods.roles import CLIPPING
-from accelify.codemods.rule import Rule
+from accelify.codemods.rule import Example, Rule
 
 
 class ThreadAccelerator(Rule):
     name = "threading"
     description = "Pass the accelerator to helper functions that need it."
+    examples = (
+        Example(
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+def train(model, device, loader, optimizer):
+    for data, target in loader:
+        data, target = data.to(device), target.to(device)
+        loss = torch.nn.functional.mse_loss(model(data), target)
+        loss.backward()
+        optimizer.step()
+
+def main():
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+    model = torch.nn.Linear(2, 1).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    train(model, device, loader, optimizer)
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+
+def train(model, accelerator, loader, optimizer):
+    for data, target in loader:
+        loss = torch.nn.functional.mse_loss(model(data), target)
+        accelerator.backward(loss)
+        optimizer.step()
+
+def main():
+    accelerator = Accelerator()
+    loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    train(model, accelerator, loader, optimizer)
+    accelerator.end_training()
+''',
+        ),
+        Example(
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+def train(model, loader, optimizer):
+    for data, target in loader:
+        data, target = data.to(device), target.to(device)
+        torch.nn.functional.mse_loss(model(data), target).backward()
+        optimizer.step()
+
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+model = torch.nn.Linear(2, 1).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+train(model, loader, optimizer)
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+
+def train(model, loader, optimizer):
+    for data, target in loader:
+        accelerator.backward(torch.nn.functional.mse_loss(model(data), target))
+        optimizer.step()
+
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+train(model, loader, optimizer)
+accelerator.end_training()
+''',
+            fires=False,
+        ),
+    )
 
     def run(self, ctx: Context) -> None:
         builder = ctx.plan.builder

@@ -1,15 +1,5 @@
 """SwapBackward: ``loss.backward()`` -> ``accelerator.backward(loss)``.
 
-Before::
-
-    loss.backward()
-    (loss / k).backward(retain_graph=True)
-
-After::
-
-    accelerator.backward(loss)
-    accelerator.backward(loss / k, retain_graph=True)
-
 ``scaler.scale(loss).backward()`` is AMP (left to the AMP warning); positional arguments are warned about.
 ``self.backward()``, ``super().backward(...)`` and ``torch.autograd.backward(...)`` are no tensor's
 ``backward`` and stay as they are.
@@ -22,12 +12,69 @@ import libcst as cst
 from accelify.codemods import codes
 from accelify.codemods.context import Context, expression
 from accelify.codemods.names import dotted
-from accelify.codemods.rule import Rule
+from accelify.codemods.rule import Example, Rule
 
 
 class SwapBackward(Rule):
     name = "backward"
     description = "Run backward through the accelerator."
+    examples = (
+        Example(
+            before='''\
+import torch
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in torch.ones(4, 2):
+    loss = model(x).sum()
+    (loss / 4).backward(retain_graph=True)
+    optimizer.step()
+''',
+            after='''\
+import torch
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+for x in torch.ones(4, 2):
+    loss = model(x).sum()
+    accelerator.backward(loss / 4, retain_graph=True)
+    optimizer.step()
+accelerator.end_training()
+''',
+        ),
+        Example(
+            before='''\
+import torch
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+class Twice(torch.autograd.Function):
+    @staticmethod
+    def backward(ctx, grad):
+        return 2 * grad
+for x in torch.ones(4, 2):
+    torch.autograd.backward(model(x).sum())
+    optimizer.step()
+''',
+            after='''\
+import torch
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+class Twice(torch.autograd.Function):
+    @staticmethod
+    def backward(ctx, grad):
+        return 2 * grad
+for x in torch.ones(4, 2):
+    torch.autograd.backward(model(x).sum())
+    optimizer.step()
+accelerator.end_training()
+''',
+            fires=False,
+        ),
+    )
 
     def run(self, ctx: Context) -> None:
         if not ctx.accelerators:

@@ -1,19 +1,5 @@
 """EndTraining: ``accelerator.end_training()`` at the end of the builder, after the final saves.
 
-Before::
-
-    def main():
-        ...
-        torch.save(model.state_dict(), "net.pt")
-
-After::
-
-    def main():
-        ...
-        accelerator.wait_for_everyone()
-        accelerator.save(accelerator.unwrap_model(model).state_dict(), "net.pt")
-        accelerator.end_training()
-
 In a trainer class it ends the method that drives training (the one no other method calls).
 """
 
@@ -23,12 +9,58 @@ import libcst as cst
 
 from accelify.codemods.context import Context, code_of
 from accelify.codemods.facts import Scope
-from accelify.codemods.rule import Rule
+from accelify.codemods.rule import Example, Rule
 
 
 class EndTraining(Rule):
     name = "end"
     description = "End training (trackers, process group) at the end of the builder."
+    examples = (
+        Example(
+            before='''\
+import torch
+
+def main():
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x in torch.ones(4, 2):
+        model(x).sum().backward()
+        optimizer.step()
+    torch.save(model.state_dict(), "net.pt")
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''\
+import torch
+from accelify.runtime import Accelerator
+
+def main():
+    accelerator = Accelerator()
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    for x in torch.ones(4, 2):
+        accelerator.backward(model(x).sum())
+        optimizer.step()
+    accelerator.wait_for_everyone()
+    accelerator.save(accelerator.unwrap_model(model).state_dict(), "net.pt")
+    accelerator.end_training()
+
+if __name__ == "__main__":
+    main()
+''',
+        ),
+        Example(
+            before='''\
+import torch
+model = torch.nn.Linear(2, 1)
+model.load_state_dict(torch.load("net.pt"))
+print(model(torch.ones(2)))
+''',
+            fires=False,
+        ),
+    )
 
     def run(self, ctx: Context) -> None:
         builder = ctx.plan.builder

@@ -1,15 +1,4 @@
 """SaveOnMain: checkpoints are written once, from the unwrapped model, after every process is done.
-
-Before::
-
-    torch.save(model.state_dict(), "net.pt")
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
-
-After::
-
-    accelerator.wait_for_everyone()
-    accelerator.save(accelerator.unwrap_model(model).state_dict(), "net.pt")
-    accelerator.save({"model": accelerator.unwrap_model(model).state_dict(), "optimizer": optimizer.state_dict()}, path)
 """
 
 from __future__ import annotations
@@ -19,12 +8,66 @@ import libcst as cst
 from accelify.codemods import codes
 from accelify.codemods.context import Context, expression, unwrap
 from accelify.codemods.facts import CallSite
-from accelify.codemods.rule import Rule
+from accelify.codemods.rule import Example, Rule
 
 
 class SaveOnMain(Rule):
     name = "save"
     description = "Save through the accelerator, from the unwrapped model, after wait_for_everyone()."
+    examples = (
+        Example(
+            before='''\
+import torch
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in torch.ones(4, 2):
+    model(x).sum().backward()
+    optimizer.step()
+torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, "checkpoint.pt")
+''',
+            after='''\
+import torch
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+for x in torch.ones(4, 2):
+    accelerator.backward(model(x).sum())
+    optimizer.step()
+accelerator.wait_for_everyone()
+accelerator.save({"model": accelerator.unwrap_model(model).state_dict(), "optimizer": optimizer.state_dict()}, "checkpoint.pt")
+accelerator.end_training()
+''',
+        ),
+        Example(
+            before='''\
+import torch
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in torch.ones(4, 2):
+    model(x).sum().backward()
+    optimizer.step()
+stats = {"steps": 4}
+torch.save(stats, "stats.pt")  # accelify: skip
+''',
+            after='''\
+import torch
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+for x in torch.ones(4, 2):
+    accelerator.backward(model(x).sum())
+    optimizer.step()
+stats = {"steps": 4}
+torch.save(stats, "stats.pt")  # accelify: skip
+accelerator.end_training()
+''',
+            fires=False,
+        ),
+    )
 
     def run(self, ctx: Context) -> None:
         waited: set[cst.BaseStatement] = set()

@@ -1,19 +1,6 @@
 """InsertPrepare: one ``accelerator.prepare(...)`` after the last model/optimizer/loader/scheduler is
 created, before the first training loop.
 
-Before::
-
-    model = Net()
-    optimizer = torch.optim.Adam(model.parameters())
-    scheduler = StepLR(optimizer, step_size=1)
-
-After::
-
-    model = Net()
-    optimizer = torch.optim.Adam(model.parameters())
-    scheduler = StepLR(optimizer, step_size=1)
-    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
-
 Models, then optimizers, then data loaders, then schedulers, each in creation order; a long call is
 split over lines the way black would.
 """
@@ -24,7 +11,7 @@ import libcst as cst
 
 from accelify.codemods import codes
 from accelify.codemods.context import Context
-from accelify.codemods.rule import Rule
+from accelify.codemods.rule import Example, Rule
 
 LINE_LENGTH = 88
 
@@ -32,6 +19,45 @@ LINE_LENGTH = 88
 class InsertPrepare(Rule):
     name = "prepare"
     description = "Prepare every model, optimizer, data loader and scheduler in one call."
+    examples = (
+        Example(
+            before='''\
+import torch
+from torch.optim.lr_scheduler import StepLR
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.Adam(model.parameters())
+scheduler = StepLR(optimizer, step_size=1)
+for x in torch.ones(4, 2):
+    model(x).sum().backward()
+    optimizer.step()
+    scheduler.step()
+''',
+            after='''\
+import torch
+from torch.optim.lr_scheduler import StepLR
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.Adam(model.parameters())
+scheduler = StepLR(optimizer, step_size=1)
+model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+for x in torch.ones(4, 2):
+    accelerator.backward(model(x).sum())
+    optimizer.step()
+    scheduler.step()
+accelerator.end_training()
+''',
+        ),
+        Example(
+            before='''\
+import torch
+params = torch.nn.Linear(2, 1).parameters()
+ordered = list(params)
+print(len(ordered))
+''',
+            fires=False,
+        ),
+    )
 
     def run(self, ctx: Context) -> None:
         plan = ctx.plan

@@ -1,0 +1,99 @@
+"""ReportLeftovers: after every rule has run, any ``.cuda()`` or ``.to(device)`` no rule could convert
+is reported, so a miss is never silent.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.codemods import codes
+from accelify.codemods.context import Context, code_of
+from accelify.codemods.rule import Example, Rule
+
+
+class ReportLeftovers(Rule):
+    name = "leftovers"
+    description = "Warn about device placement no rule converted."
+    examples = (
+        Example(
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+def move(batch, dev):
+    return batch.to(dev)
+for x, y in loader:
+    torch.nn.functional.mse_loss(model(move(x, "cpu")), y).backward()
+    optimizer.step()
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+def move(batch, dev):
+    return batch.to(dev)
+for x, y in loader:
+    accelerator.backward(torch.nn.functional.mse_loss(model(move(x, "cpu")), y))
+    optimizer.step()
+accelerator.end_training()
+''',
+            warnings=('ACC002:7',),
+        ),
+        Example(
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    x = x.to(torch.float64).float()
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    optimizer.step()
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for x, y in loader:
+    x = x.to(torch.float64).float()
+    accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+    optimizer.step()
+accelerator.end_training()
+''',
+            fires=False,
+        ),
+    )
+
+    def run(self, ctx: Context) -> None:
+        for site in ctx.facts.calls:
+            if site.node in ctx.handled or ctx.is_skipped(site.stmt):
+                continue
+            if site.method == "cuda" and not site.node.args:
+                ctx.warn(codes.UNKNOWN_CUDA, site.node)
+            elif site.method == "to" and site.node.args and site.node.args[0].keyword is None:
+                value = site.node.args[0].value
+                if value in ctx.consumed or not _looks_like_device(value):
+                    continue
+                found = ctx.plan.origin(site.scope, value)
+                if found is not None and found.role == "device" and ctx.accelerators:
+                    continue
+                ctx.warn(codes.UNKNOWN_TO_DEVICE, site.node, device=code_of(value))
+
+
+def _looks_like_device(value: cst.BaseExpression) -> bool:
+    if isinstance(value, cst.Attribute):
+        value = value.attr
+    return isinstance(value, cst.Name) and ("device" in value.value.lower() or value.value in ("dev", "gpu"))

@@ -1,0 +1,90 @@
+"""SwapPrint: ``print(...)`` once the accelerator exists -> ``accelerator.print(...)`` (once per machine).
+
+Prints before the accelerator is created, and in functions that do not have it, stay as they are.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.codemods.context import Context, expression
+from accelify.codemods.rule import Example, Rule
+
+
+class SwapPrint(Rule):
+    name = "print"
+    description = "Print once per machine with accelerator.print."
+    examples = (
+        Example(
+            before='''\
+import torch
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch, x in enumerate(torch.ones(4, 2)):
+    loss = model(x).sum()
+    loss.backward()
+    optimizer.step()
+    print(f"epoch {epoch} loss {loss.item():.4f}")
+''',
+            after='''\
+import torch
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+for epoch, x in enumerate(torch.ones(4, 2)):
+    loss = model(x).sum()
+    accelerator.backward(loss)
+    optimizer.step()
+    accelerator.print(f"epoch {epoch} loss {loss.item():.4f}")
+accelerator.end_training()
+''',
+        ),
+        Example(
+            before='''\
+import torch
+
+def log(message):
+    print(message)
+
+def main():
+    log("building")
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x in torch.ones(4, 2):
+        model(x).sum().backward()
+        optimizer.step()
+''',
+            after='''\
+import torch
+from accelify.runtime import Accelerator
+
+def log(message):
+    print(message)
+
+def main():
+    accelerator = Accelerator()
+    log("building")
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    for x in torch.ones(4, 2):
+        accelerator.backward(model(x).sum())
+        optimizer.step()
+    accelerator.end_training()
+''',
+            fires=False,
+        ),
+    )
+
+    def run(self, ctx: Context) -> None:
+        for site in ctx.facts.calls:
+            if site.qualname != "print" or not isinstance(site.node.func, cst.Name):
+                continue
+            if site.scope.resolve("print") is not None or not ctx.after_accelerator(site.scope, site.stmt):
+                continue
+            accelerator = ctx.accelerator_in(site.scope)
+            func = expression(f"{accelerator}.print")
+            if ctx.replace(site.node.func, site.stmt, lambda _, f=func: f):  # type: ignore[misc]
+                ctx.change("print -> accelerator.print")
