@@ -13,6 +13,7 @@ from typing import Iterable, Sequence, TextIO
 from rich.console import Console
 from rich.text import Text
 
+from accelify.codemods.outcome import ATTENTION, CONVERTED, FAILED, SKIPPED, UNCHANGED
 from accelify.results import Result
 
 _DIFF_STYLES = (("+++", "bold"), ("---", "bold"), ("@@", "cyan"), ("+", "green"), ("-", "red"))
@@ -62,7 +63,7 @@ def print_warnings(console: Console, results: Iterable[Result]) -> None:
 def print_errors(console: Console, results: Iterable[Result], *, verbose: bool = False) -> None:
     """The error of every failed file (with its traceback when ``verbose`` and one was kept)."""
     for result in results:
-        if result.status != "failed":
+        if not result.failed:
             continue
         console.print(Text(f"error: {result.error}", style="bold red"), markup=False)
         if verbose and result.detail:
@@ -77,10 +78,17 @@ def print_written(console: Console, written: Sequence[tuple[Result, str]]) -> No
 
 
 def print_skipped(console: Console, results: Iterable[Result]) -> None:
-    """``path: skipped: reason`` for every file that was left alone on purpose."""
+    """``path: skipped: reason`` for every file that was left alone on purpose, and ``path: needs
+    attention: reason (not written)`` for every file the tool refused to convert."""
     for result in results:
-        if result.status == "skipped":
+        if result.status == SKIPPED:
             console.print(Text(f"{result.path}: skipped: {result.reason}", style="yellow"), markup=False)
+        elif result.needs_attention:
+            console.print(
+                Text(f"{result.path}: needs attention, not converted: {result.reason} (see the warnings above)",
+                     style="bold yellow"),
+                markup=False,
+            )
 
 
 def print_interrupted(console: Console, written: Sequence[tuple[Result, str]]) -> None:
@@ -99,11 +107,13 @@ def print_interrupted(console: Console, written: Sequence[tuple[Result, str]]) -
 
 
 def summary_line(results: Sequence[Result], *, would: bool) -> str:
-    """``2 files would be converted, 1 unchanged, 1 failed; 3 warnings``."""
+    """``2 files would be converted, 1 needs attention, 1 unchanged, 1 failed; 3 warnings``."""
     counts = Counter(r.status for r in results)
     verb = "would be converted" if would else "converted"
-    parts = [f"{counts['converted']} file{'s' if counts['converted'] != 1 else ''} {verb}"]
-    parts += [f"{counts[s]} {s}" for s in ("unchanged", "skipped", "failed") if counts[s]]
+    parts = [f"{counts[CONVERTED]} file{'s' if counts[CONVERTED] != 1 else ''} {verb}"]
+    if counts[ATTENTION]:
+        parts.append(f"{counts[ATTENTION]} need{'s' if counts[ATTENTION] == 1 else ''} attention")
+    parts += [f"{counts[s]} {s}" for s in (UNCHANGED, SKIPPED, FAILED) if counts[s]]
     warnings = sum(len(r.warnings) for r in results)
     text = ", ".join(parts)
     return f"{text}; {warnings} warning{'s' if warnings != 1 else ''}" if warnings else text

@@ -47,4 +47,6 @@ class UnknownTargetError(AccelifyError):
 
     def __init__(self, target: str) -> None:
         self.target = target
-        super().__init__(f"unknown target {target!r} (use 'accelify' or 'accelerate')")
+        from accelify.codemods.targets import TARGET_NAMES
+
+        super().__init__(f"unknown target {target!r} (use one of {', '.join(map(repr, TARGET_NAMES))})")

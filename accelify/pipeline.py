@@ -14,11 +14,12 @@ import traceback
 
 import libcst as cst
 
+from accelify.codemods.outcome import CONVERTED, FAILED, SKIPPED
+from accelify.codemods.targets import DEFAULT_TARGET, TARGETS
 from accelify.errors import SourceError, UnknownTargetError
-from accelify.results import ConversionWarning, Result
+from accelify.results import Result
 from accelify.source import read_source
 
-TARGETS = ("accelify", "accelerate")
 _SKIP_FILE = re.compile(r"^\s*#\s*accelify:\s*skip-file\b", re.MULTILINE)
 
 
@@ -26,7 +27,7 @@ def convert_source(
     code: str,
     *,
     path: str = "<string>",
-    target: str = "accelify",
+    target: str = DEFAULT_TARGET,
     disabled: frozenset[str] | set[str] = frozenset(),
     encoding: str = "utf-8",
 ) -> Result:
@@ -38,34 +39,30 @@ def convert_source(
     if target not in TARGETS:
         raise UnknownTargetError(target)
     if _SKIP_FILE.search(code):
-        return Result(path, "skipped", code, code, reason="# accelify: skip-file", encoding=encoding)
+        return Result(path, SKIPPED, code, code, reason="# accelify: skip-file", encoding=encoding)
     try:
         module = cst.parse_module(code)
     except cst.ParserSyntaxError as error:
         line, col, message = _syntax_error(code, error)
-        return Result(path, "failed", code, code, error=f"{path}:{line}:{col}: syntax error: {message}", encoding=encoding)
+        return Result(path, FAILED, code, code, error=f"{path}:{line}:{col}: syntax error: {message}", encoding=encoding)
     from accelify.codemods.engine import transform  # the rules load only when something is converted
 
     try:
         outcome = transform(module, target=target, disabled=frozenset(disabled))
-        new = outcome.module.code if outcome.status == "converted" else code
-        if outcome.status == "converted":
+        new = outcome.module.code if outcome.status == CONVERTED else code
+        if outcome.status == CONVERTED:
             _check_output(new, path)
     except Exception as error:  # a bug in a rule must not take the other files down
         detail = "".join(traceback.format_exception(error))
         message = f"{path}: internal error while converting: {type(error).__name__}: {error}"
-        return Result(path, "failed", code, code, error=message, detail=detail, encoding=encoding)
-    warnings = tuple(
-        ConversionWarning(path, d.line, d.col, d.code, d.message, d.fix) for d in outcome.diagnostics
-    )
-    status = outcome.status if (outcome.status != "converted" or new != code) else "unchanged"
+        return Result(path, FAILED, code, code, error=message, detail=detail, encoding=encoding)
     return Result(
         path,
-        status,
+        outcome.status,
         code,
         new,
         changes=outcome.changes,
-        warnings=warnings,
+        warnings=tuple(w.in_file(path) for w in outcome.warnings),
         reason=outcome.reason,
         encoding=encoding,
     )
@@ -74,7 +71,7 @@ def convert_source(
 def convert_path(
     path: str | os.PathLike[str],
     *,
-    target: str = "accelify",
+    target: str = DEFAULT_TARGET,
     disabled: frozenset[str] | set[str] = frozenset(),
 ) -> Result:
     """Read one file (PEP 263 encoding, BOM kept, binary refused) and convert it; nothing is written."""
@@ -82,11 +79,11 @@ def convert_path(
     if name.endswith(".ipynb"):
         reason = ("notebooks are not converted yet: export the notebook to a script "
                   "(`jupyter nbconvert --to script`) and convert that")
-        return Result(name, "skipped", "", "", reason=reason)
+        return Result(name, SKIPPED, "", "", reason=reason)
     try:
         source = read_source(name)
     except SourceError as error:
-        return Result(name, "failed", "", "", error=str(error))
+        return Result(name, FAILED, "", "", error=str(error))
     return convert_source(source.text, path=name, target=target, disabled=disabled, encoding=source.encoding)
 
 

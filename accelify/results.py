@@ -5,32 +5,20 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-STATUSES = ("converted", "unchanged", "skipped", "failed")
+from accelify.codemods.outcome import ATTENTION, CONVERTED, FAILED, STATUSES, ConversionWarning
 
-
-@dataclass(frozen=True)
-class ConversionWarning:
-    """Something the tool left for a human: where, which code, why, and the manual fix."""
-
-    path: str
-    line: int
-    col: int
-    code: str
-    message: str
-    fix: str
-
-    def format(self) -> str:
-        """``path:line:col: ACCnnn message (fix)``."""
-        return f"{self.path}:{self.line}:{self.col}: {self.code} {self.message} ({self.fix})"
+__all__ = ["STATUSES", "ConversionWarning", "Result"]
 
 
 @dataclass(frozen=True)
 class Result:
     """The outcome of converting one file.
 
-    ``status`` is ``converted`` (``new`` differs from ``old``), ``unchanged``, ``skipped`` (not a
-    candidate, or ``# accelify: skip-file``; ``reason`` says which) or ``failed`` (``error`` says why,
-    ``detail`` holds the traceback of an internal error; ``new == old``).
+    ``status`` is one of ``accelify.codemods.outcome.STATUSES``: ``converted`` (``new`` differs from
+    ``old``), ``unchanged``, ``attention`` (refused: converting it would train wrongly; the warnings
+    say what to fix, ``reason`` the first of them; ``new == old``), ``skipped`` (not a candidate, or
+    ``# accelify: skip-file``; ``reason`` says which) or ``failed`` (``error`` says why, ``detail``
+    holds the traceback of an internal error; ``new == old``).
     """
 
     path: str
@@ -46,7 +34,15 @@ class Result:
 
     @property
     def changed(self) -> bool:
-        return self.status == "converted"
+        return self.status == CONVERTED
+
+    @property
+    def needs_attention(self) -> bool:
+        return self.status == ATTENTION
+
+    @property
+    def failed(self) -> bool:
+        return self.status == FAILED
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (no source text, only what a report needs)."""

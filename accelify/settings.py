@@ -17,9 +17,9 @@ import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from accelify.codemods.targets import DEFAULT_TARGET, TARGET_NAMES
 from accelify.errors import ConfigError
 
-TARGETS = ("accelify", "accelerate")
 KEYS = ("target", "exclude", "disable")
 
 
@@ -27,7 +27,7 @@ KEYS = ("target", "exclude", "disable")
 class Settings:
     """The effective conversion settings; ``root`` is the folder of the pyproject.toml (for ``exclude``)."""
 
-    target: str = "accelify"
+    target: str = DEFAULT_TARGET
     exclude: tuple[str, ...] = ()
     disable: frozenset[str] = frozenset()
     root: Path | None = None
@@ -72,9 +72,9 @@ def parse_table(table: object, source: str) -> Settings:
     unknown = sorted(set(table) - set(KEYS))
     if unknown:
         raise ConfigError(source, f"unknown key(s) {', '.join(unknown)}; known keys: {', '.join(KEYS)}")
-    target = table.get("target", "accelify")
-    if target not in TARGETS:
-        raise ConfigError(source, f"target = {target!r}: use one of {', '.join(TARGETS)}")
+    target = table.get("target", DEFAULT_TARGET)
+    if target not in TARGET_NAMES:
+        raise ConfigError(source, f"target = {target!r}: use one of {', '.join(TARGET_NAMES)}")
     exclude = table.get("exclude", [])
     disable = table.get("disable", [])
     for key, value in (("exclude", exclude), ("disable", disable)):

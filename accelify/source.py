@@ -5,7 +5,6 @@ from __future__ import annotations
 import fnmatch
 import io
 import os
-import re
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,13 +80,18 @@ def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
         raise OutputError(os.fspath(path), error.strerror or str(error)) from None
 
 
-_IMPORTS_TORCH = re.compile(rb"^[ \t]*(?:import[ \t]+torch\b|from[ \t]+torch\b)", re.MULTILINE)
 _SKIPPED_DIRS = {".git", ".hg", ".svn", ".tox", ".nox", ".venv", "venv", "__pycache__", "node_modules", "build", "dist"}
 
 
-def imports_torch(data: bytes) -> bool:
-    """Cheap candidate test before parsing: some line imports torch."""
-    return _IMPORTS_TORCH.search(data) is not None
+def might_import_torch(data: bytes) -> bool:
+    """A cheap test before any parse, true for every file that imports torch (and for some that do not).
+
+    The one decision "does this file import torch" is the engine's, made on the parsed imports
+    (``import os, torch``, ``x = 1; import torch`` and ``import torch.nn as nn`` all count); this
+    test only lets folder discovery skip the files that cannot pass it without parsing them, so a
+    file named explicitly and the same file found in a folder always get the same status.
+    """
+    return b"torch" in data and b"import" in data
 
 
 def excluded(path: Path, patterns: tuple[str, ...], roots: tuple[Path, ...]) -> bool:
@@ -103,8 +107,9 @@ def excluded(path: Path, patterns: tuple[str, ...], roots: tuple[Path, ...]) -> 
 
 
 def candidates(folder: Path, exclude: tuple[str, ...] = (), root: Path | None = None) -> list[Path]:
-    """The ``*.py`` files under ``folder`` that import torch, minus ``exclude`` globs (relative to ``root``
-    and to ``folder``), skipping hidden, virtual-environment and build folders; sorted."""
+    """The ``*.py`` files under ``folder`` that may import torch (``might_import_torch``), minus ``exclude``
+    globs (relative to ``root`` and to ``folder``), skipping hidden, virtual-environment and build
+    folders; sorted. Converting one that does not import torch gives ``skipped``, as naming it would."""
     roots = (folder,) + ((root,) if root is not None else ())
     found: list[Path] = []
     for current, dirs, files in os.walk(folder):
@@ -114,7 +119,7 @@ def candidates(folder: Path, exclude: tuple[str, ...] = (), root: Path | None = 
             if not name.endswith(".py") or excluded(path, exclude, roots):
                 continue
             try:
-                if imports_torch(path.read_bytes()):
+                if might_import_torch(path.read_bytes()):
                     found.append(path)
             except OSError:
                 found.append(path)  # reported as unreadable when converted

@@ -12,28 +12,20 @@ from accelify.codemods.codes import Code
 from accelify.codemods.edits import Edits, Replacement
 from accelify.codemods.facts import Facts, Scope
 from accelify.codemods.names import ImportMap
+from accelify.codemods.outcome import ConversionWarning
 from accelify.codemods.plan import Plan
+from accelify.codemods.targets import DEFAULT_TARGET, import_module
 
-TARGETS = {"accelify": "accelify.runtime", "accelerate": "accelerate"}
-
-
-@dataclass(frozen=True)
-class Finding:
-    """A warning about one node; its position is resolved once, at the end."""
-
-    node: cst.CSTNode
-    code: str
-    message: str
-    fix: str
+# A warning about a node; the node's position is resolved once, at the end, by the engine.
+Located = tuple[cst.CSTNode, ConversionWarning]
 
 
 class Abort(Exception):
-    """Raised by a rule when the file cannot be converted safely; the finding explains why."""
+    """Raised by a rule when the file cannot be converted safely; the warnings explain why."""
 
-    def __init__(self, finding: Finding, *more: Finding) -> None:
-        super().__init__(finding.message)
-        self.finding = finding
-        self.findings = (finding, *more)  # every place that stops the conversion
+    def __init__(self, first: Located, *more: Located) -> None:
+        super().__init__(first[1].message)
+        self.warnings = (first, *more)  # every place that stops the conversion
 
 
 @dataclass
@@ -42,9 +34,9 @@ class Context:
 
     facts: Facts
     plan: Plan
-    target: str = "accelify"
+    target: str = DEFAULT_TARGET
     edits: Edits = field(init=False)
-    findings: list[Finding] = field(default_factory=list)
+    warnings: list[Located] = field(default_factory=list)
     changes: list[str] = field(default_factory=list)
     consumed: set[cst.CSTNode] = field(default_factory=set)  # loads that edits remove
     handled: set[cst.CSTNode] = field(default_factory=set)  # calls a rule already rewrote
@@ -60,7 +52,7 @@ class Context:
 
     @property
     def import_module(self) -> str:
-        return TARGETS[self.target]
+        return import_module(self.target)
 
     # where the accelerator is -----------------------------------------------------------------
     def accelerator_in(self, scope: Scope) -> str | None:
@@ -133,17 +125,18 @@ class Context:
             self.changes.append(description)
 
     # warnings ---------------------------------------------------------------------------------
-    def finding(self, code: Code, node: cst.CSTNode, **fields: str) -> Finding:
-        return Finding(node, code.code, code.message.format(**fields), code.fix.format(**fields))
+    def warning(self, code: Code, node: cst.CSTNode, **fields: str) -> Located:
+        """The warning ``code`` about ``node``, its message and fix filled from ``fields``."""
+        return node, ConversionWarning(code.code, code.message.format(**fields), code.fix.format(**fields))
 
     def warn(self, code: Code, node: cst.CSTNode, **fields: str) -> None:
-        finding = self.finding(code, node, **fields)
-        if all(f.node is not node or f.code != finding.code for f in self.findings):
-            self.findings.append(finding)
+        located = self.warning(code, node, **fields)
+        if all(n is not node or w.code != code.code for n, w in self.warnings):
+            self.warnings.append(located)
 
     def abort(self, code: Code, node: cst.CSTNode, **fields: str) -> None:
-        """Stop converting this file: it is left unchanged, with this warning."""
-        raise Abort(self.finding(code, node, **fields))
+        """Stop converting this file: it is refused (left unchanged, needing attention), with this warning."""
+        raise Abort(self.warning(code, node, **fields))
 
 
 @lru_cache(maxsize=512)

@@ -1,8 +1,9 @@
 """``accelify convert PATH...``: show, check or write the conversion of training scripts.
 
 Thin on purpose: collect the files, call ``accelify.pipeline.convert_path``, render with
-``accelify.console``, write with ``accelify.source.write_atomic``. Exit codes: 0 clean, 1 with
-``--check`` when a file would change, 2 when a file could not be converted (the others still are).
+``accelify.console``, write with ``accelify.source.write_atomic``. Exit codes: 0 clean; 1 when a
+file needs attention (refused: converting it would train wrongly; ``--exit-zero`` opts out) or, with
+``--check``, when a file would change; 2 when a file could not be read or parsed (the others still are).
 
 A directory argument converts the candidate ``*.py`` files in it (those that import torch), minus the
 ``[tool.accelify] exclude`` globs; ``accelify migrate`` does the same in parallel with a report.
@@ -19,7 +20,9 @@ from accelify import console as view
 from accelify.errors import AccelifyError, OutputError
 from accelify.pipeline import convert_path
 from accelify.results import Result
-from accelify.settings import TARGETS, Settings, load_settings
+from accelify.codemods.outcome import NOT_A_CANDIDATE
+from accelify.codemods.targets import TARGET_NAMES
+from accelify.settings import Settings, load_settings
 from accelify.source import candidates, encode, write_atomic
 
 
@@ -30,7 +33,8 @@ from accelify.source import candidates, encode, write_atomic
 @click.option("-o", "--output", "output_arg", type=click.Path(), help="Write here instead: a file, or a folder (a trailing `/`, or several inputs).")
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if a file would change (for pre-commit).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of diffs.")
-@click.option("--target", type=click.Choice(TARGETS), default=None, help="Import Accelerator from accelify.runtime (default) or accelerate.")
+@click.option("--exit-zero", is_flag=True, help="Exit 0 even when a file needs attention (it is still reported).")
+@click.option("--target", type=click.Choice(TARGET_NAMES), default=None, help="Import Accelerator from accelify.runtime (default) or accelerate.")
 @click.option("--verbose", "-v", is_flag=True, help="Show tracebacks for internal errors.")
 def convert(
     paths: tuple[Path, ...],
@@ -39,6 +43,7 @@ def convert(
     output_arg: str | None,
     check: bool,
     as_json: bool,
+    exit_zero: bool,
     target: str | None,
     verbose: bool,
 ) -> None:
@@ -58,8 +63,10 @@ def convert(
         jobs = _expand(paths, settings)
         single = len(paths) == 1 and not paths[0].is_dir() and not output_is_folder(output_arg)
         destinations: set[Path] = set()
-        for path, relative in jobs:  # one file at a time: an interrupt leaves whole files only
+        for path, relative, named in jobs:  # one file at a time: an interrupt leaves whole files only
             result = convert_path(path, target=settings.target, disabled=settings.disable)
+            if not named and result.reason == NOT_A_CANDIDATE:
+                continue  # found in a folder, and not a candidate after all: not something the user asked for
             results.append(result)
             destination = _destination(path, relative, result, in_place=in_place, output=output, single=single)
             if destination is not None:
@@ -86,21 +93,22 @@ def convert(
         view.print_skipped(err, results)
         view.print_errors(err, results, verbose=verbose)
         view.print_summary(err, results, would=not writing)
-    if any(r.status == "failed" for r in results):
+    if any(r.failed for r in results):
         sys.exit(2)
-    if check and any(r.changed for r in results):
+    if (check and any(r.changed for r in results)) or (not exit_zero and any(r.needs_attention for r in results)):
         sys.exit(1)
 
 
-def _expand(paths: tuple[Path, ...], settings: Settings) -> list[tuple[Path, Path]]:
-    """``(file, path relative to the output)`` for every file to convert; folders give their candidates."""
-    jobs: list[tuple[Path, Path]] = []
+def _expand(paths: tuple[Path, ...], settings: Settings) -> list[tuple[Path, Path, bool]]:
+    """``(file, path relative to the output, named explicitly)`` for every file to convert; folders give
+    their candidates."""
+    jobs: list[tuple[Path, Path, bool]] = []
     for path in paths:
         if path.is_dir():
             for found in candidates(path, settings.exclude, settings.root):
-                jobs.append((found, Path(path.resolve().name) / found.relative_to(path)))
+                jobs.append((found, Path(path.resolve().name) / found.relative_to(path), False))
         else:
-            jobs.append((path, Path(path.name)))
+            jobs.append((path, Path(path.name), True))
     return jobs
 
 
@@ -109,7 +117,7 @@ def _destination(
 ) -> Path | None:
     """Where ``result`` is written, or None. Failed files are never written; ``--in-place`` writes only
     changed files; ``-o`` names the one output file when ``single``, else a folder mirroring the inputs."""
-    if result.status == "failed" or not (in_place or output is not None):
+    if result.failed or result.needs_attention or not (in_place or output is not None):
         return None
     if in_place:
         return path if result.changed else None

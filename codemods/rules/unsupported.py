@@ -9,7 +9,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods import codes
-from accelify.codemods.context import Abort, Context, Finding, code_of
+from accelify.codemods.context import Abort, Context, Located, code_of
 from accelify.codemods.names import dotted
 from accelify.codemods.rule import Example, Rule
 
@@ -133,31 +133,31 @@ accelerator.end_training()
                         break
 
 
-def _distributed_code(ctx: Context) -> list[Finding]:
+def _distributed_code(ctx: Context) -> list[Located]:
     """Every place of hand-written distributed code, or nothing when the file has none.
 
     Process-group calls, DDP/DataParallel wraps and DistributedSampler make a file "manual
     distributed"; only then are ``.set_epoch(...)`` and ``if rank == 0:`` reported too (on their own
     they may mean something else)."""
-    found: list[Finding] = []
+    found: list[Located] = []
     for site in ctx.facts.calls:
         q = site.qualname or ""
         name = code_of(site.node.func)
         if q in WRAPPERS:
-            found.append(ctx.finding(codes.DATA_PARALLEL, site.node, name=name))
+            found.append(ctx.warning(codes.DATA_PARALLEL, site.node, name=name))
         elif q in SAMPLERS or (q.startswith("torch.distributed.") and not q.startswith("torch.distributed.run")):
             fix = _FIXES.get(q.rsplit(".", 1)[-1], _DEFAULT_FIX)
-            found.append(ctx.finding(codes.MANUAL_DISTRIBUTED, site.node, name=name, fix=fix))
+            found.append(ctx.warning(codes.MANUAL_DISTRIBUTED, site.node, name=name, fix=fix))
     if not found:
         return []
     rank_tests = [stmt for stmt in ctx.facts.parent_stmt if isinstance(stmt, cst.If) and _tests_rank(stmt.test)]
     inside_tests = {n for stmt in rank_tests for n in m.findall(stmt.test, m.Call())}
-    found = [f for f in found if f.node not in inside_tests]
+    found = [f for f in found if f[0] not in inside_tests]
     for stmt in rank_tests:
-        found.append(ctx.finding(codes.MANUAL_DISTRIBUTED, stmt, name=f"if {code_of(stmt.test)}:", fix=_FIXES["rank"]))
+        found.append(ctx.warning(codes.MANUAL_DISTRIBUTED, stmt, name=f"if {code_of(stmt.test)}:", fix=_FIXES["rank"]))
     for site in ctx.facts.calls:
         if site.method == "set_epoch":
-            found.append(ctx.finding(codes.MANUAL_DISTRIBUTED, site.node, name=code_of(site.node.func), fix=_FIXES["set_epoch"]))
+            found.append(ctx.warning(codes.MANUAL_DISTRIBUTED, site.node, name=code_of(site.node.func), fix=_FIXES["set_epoch"]))
     return found
 
 

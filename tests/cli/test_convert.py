@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from accelify.cli import main
+from accelify.source import candidates
 
 SCRIPT = b"import torch\nmodel = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nprint(1)\n"
 CONVERTED_TAIL = b"model, opt = accelerator.prepare(model, opt)\naccelerator.print(1)\naccelerator.end_training()\n"
@@ -345,7 +346,10 @@ def test_sigint_exits_130_and_every_written_file_is_whole(project: Path) -> None
     )
     out = project / "out"
     deadline = time.monotonic() + 60
-    while not (out.is_dir() and any(out.iterdir())) and proc.poll() is None and time.monotonic() < deadline:
+    def finished() -> bool:  # a whole output file exists (not only the temporary of the first one)
+        return out.is_dir() and any(p.name in names for p in out.iterdir())
+
+    while not finished() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=60)
@@ -356,3 +360,69 @@ def test_sigint_exits_130_and_every_written_file_is_whole(project: Path) -> None
     assert f"interrupted: {len(written)} file" in stderr
     assert all(f"out/{name}" in stderr for name in written)
     assert "Traceback" not in stderr
+
+
+REFUSED = b"""import torch
+model = torch.nn.DataParallel(torch.nn.Linear(2, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in torch.ones(4, 2):
+    model(x).sum().backward()
+    optimizer.step()
+"""
+
+
+def test_a_refused_file_needs_attention_exits_1_and_is_not_written(project: Path) -> None:
+    write(project, "dp.py", REFUSED)
+    result = run("dp.py", "-o", "out/")
+    assert result.exit_code == 1, result.stderr
+    assert "dp.py:2:9: ACC004" in result.stderr
+    assert "dp.py: needs attention, not converted:" in result.stderr
+    assert "0 files converted, 1 needs attention" in result.stderr
+    assert not (project / "out" / "dp.py").exists()
+    assert run("dp.py", "--exit-zero").exit_code == 0
+    assert (project / "dp.py").read_bytes() == REFUSED
+
+
+def test_json_reports_the_attention_status(project: Path) -> None:
+    import json
+
+    write(project, "dp.py", REFUSED)
+    result = run("dp.py", "--json")
+    assert result.exit_code == 1
+    [entry] = json.loads(result.stdout)
+    assert entry["status"] == "attention" and entry["warnings"][0]["code"] == "ACC004"
+
+
+CANDIDATE_SAMPLES = {
+    "plain.py": b"import torch\n",
+    "comma.py": b"import os, torch\n",
+    "semicolon.py": b"x = 1; import torch\n",
+    "nested.py": b"try:\n    import torch.nn as nn\nexcept ImportError:\n    nn = None\n",
+    "continued.py": b"import os, \\\n    torch\n",
+    "from_torch.py": b"from torch import nn\n",
+    "torchvision_only.py": b"import torchvision\n",
+    "mention.py": b"import os  # not torch\n",
+    "no_torch.py": b"import os\n",
+}
+
+
+def test_folder_discovery_and_a_named_file_decide_the_same_way(project: Path) -> None:
+    """One candidate test: a file found in a folder gets the status it gets when named on its own."""
+    from accelify.pipeline import convert_path
+
+    for name, data in CANDIDATE_SAMPLES.items():
+        write(project, f"pkg/{name}", data)
+    found = {p.name for p in candidates(project / "pkg")}
+    for name in CANDIDATE_SAMPLES:
+        named = convert_path(project / "pkg" / name)
+        imports = named.reason != "does not import torch"
+        assert not imports or name in found, f"{name} imports torch but folder discovery missed it"
+    assert {n for n in CANDIDATE_SAMPLES if convert_path(project / "pkg" / n).reason != "does not import torch"} == {
+        "plain.py", "comma.py", "semicolon.py", "nested.py", "continued.py", "from_torch.py",
+    }
+    result = run("pkg", "--json")
+    statuses = {Path(e["path"]).name: (e["status"], e["reason"]) for e in json.loads(result.stdout)}
+    assert set(statuses) == {"plain.py", "comma.py", "semicolon.py", "nested.py", "continued.py", "from_torch.py"}
+    for name, status in statuses.items():
+        named = convert_path(project / "pkg" / name)
+        assert status == (named.status, named.reason), name
