@@ -1,7 +1,6 @@
 """How much the whole conversion pipeline costs compared with a bare LibCST round trip.
 
-Takes the corpus inputs (``corpus/*/input.py``; ``/work/shared/examples/before.py`` if the corpus
-is empty), repeats them to about 5,000 lines, and times in the same process:
+Takes the corpus inputs (``corpus/*/input.py``), repeats them to about 5,000 lines, and times in the same process:
 
 - baseline: ``libcst.parse_module(code).code`` for every file;
 - pipeline: ``accelify.pipeline.convert_source(code)`` for every file (parse, analysis, rules,
@@ -23,12 +22,13 @@ import libcst
 from accelify.pipeline import convert_source
 
 ROOT = Path(__file__).resolve().parent.parent
-FALLBACK = Path("/work/shared/examples/before.py")
 
 
 def load_sources(lines: int) -> list[tuple[str, str]]:
     """``(path, code)`` pairs, the corpus inputs repeated until they hold about ``lines`` lines."""
-    files = sorted((ROOT / "corpus").glob("*/input.py")) or [FALLBACK]
+    files = sorted((ROOT / "corpus").glob("*/input.py"))
+    if not files:
+        raise SystemExit(f"no corpus inputs under {ROOT / 'corpus'}: run this from a checkout of the repository")
     sources = [(str(f), f.read_text(encoding="utf-8")) for f in files]
     out: list[tuple[str, str]] = []
     total = 0

@@ -8,15 +8,14 @@ rewrites ``expected.py`` from the current tool instead of comparing (review the 
 from __future__ import annotations
 
 import difflib
-import importlib
-import importlib.util
 import re
 import tomllib
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+
+from accelify.pipeline import convert_source
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "corpus"
@@ -26,13 +25,6 @@ IDS = [case.name for case in CASES]
 ACCELIFY_IMPORT = "from accelify.runtime import Accelerator"
 ACCELERATE_IMPORT = "from accelerate import Accelerator"
 WARNING_SPEC = re.compile(r"^ACC\d{3}:\d+$")
-
-
-def _pipeline() -> ModuleType:
-    """The conversion pipeline; skip (only) when the module does not exist yet."""
-    if importlib.util.find_spec("accelify.pipeline") is None:
-        pytest.skip("accelify.pipeline does not exist yet: the conversion pipeline has not landed")
-    return importlib.import_module("accelify.pipeline")
 
 
 def _config(case: Path) -> dict[str, Any]:
@@ -77,9 +69,8 @@ def test_case_layout(case: Path) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_input_converts_to_expected(case: Path, update_goldens: bool) -> None:
-    pipeline = _pipeline()
     source = (case / "input.py").read_text(encoding="utf-8")
-    result = pipeline.convert_source(source, path=str(case / "input.py"))
+    result = convert_source(source, path=str(case / "input.py"))
     assert result.error is None, f"conversion failed: {result.error}"
     if update_goldens:
         (case / "expected.py").write_text(result.new, encoding="utf-8")
@@ -92,8 +83,7 @@ def test_input_converts_to_expected(case: Path, update_goldens: bool) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_conversion_reports_the_listed_warnings(case: Path) -> None:
-    pipeline = _pipeline()
-    result = pipeline.convert_source((case / "input.py").read_text(encoding="utf-8"), path="input.py")
+    result = convert_source((case / "input.py").read_text(encoding="utf-8"), path="input.py")
     found = sorted(f"{w.code}:{w.line}" for w in result.warnings)
     listed = sorted(_config(case).get("warnings", []))
     assert found == listed, "warnings differ from run.toml:\n" + "\n".join(w.format() for w in result.warnings)
@@ -103,9 +93,8 @@ def test_conversion_reports_the_listed_warnings(case: Path) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_expected_converts_to_itself(case: Path) -> None:
-    pipeline = _pipeline()
     expected = (case / "expected.py").read_text(encoding="utf-8")
-    result = pipeline.convert_source(expected, path=str(case / "expected.py"))
+    result = convert_source(expected, path=str(case / "expected.py"))
     assert result.error is None, f"conversion failed: {result.error}"
     assert result.new == expected, "converting expected.py changed it:\n" + _diff(expected, result.new, case.name)
     refused = _config(case).get("status") == "attention"
@@ -114,9 +103,8 @@ def test_expected_converts_to_itself(case: Path) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_accelerate_target_differs_only_in_the_import(case: Path) -> None:
-    pipeline = _pipeline()
     source = (case / "input.py").read_text(encoding="utf-8")
     expected = (case / "expected.py").read_text(encoding="utf-8").replace(ACCELIFY_IMPORT, ACCELERATE_IMPORT)
-    result = pipeline.convert_source(source, path=str(case / "input.py"), target="accelerate")
+    result = convert_source(source, path=str(case / "input.py"), target="accelerate")
     assert result.error is None, f"conversion failed: {result.error}"
     assert result.new == expected, "accelerate target differs:\n" + _diff(expected, result.new, case.name)

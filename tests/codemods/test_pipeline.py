@@ -1,4 +1,4 @@
-"""The pipeline: statuses, encodings, suppression, the contract example, results that pickle."""
+"""The pipeline: statuses, encodings, suppression, results that pickle (the contract example is corpus/contract_example)."""
 
 from __future__ import annotations
 
@@ -10,17 +10,7 @@ import pytest
 from accelify.pipeline import convert_path, convert_source
 from accelify.results import Result
 
-EXAMPLES = Path("/work/shared/examples")
 SCRIPT = "import torch\nmodel = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-
-
-@pytest.mark.skipif(not EXAMPLES.is_dir(), reason="the shared contract example is not on this machine")
-def test_contract_example_before_converts_to_after() -> None:
-    result = convert_path(EXAMPLES / "before.py")
-    assert result.status == "converted"
-    assert result.new == (EXAMPLES / "after.py").read_text()
-    assert result.warnings == ()
-    assert convert_source(result.new).status == "unchanged"
 
 
 def test_statuses() -> None:
