@@ -88,9 +88,10 @@ def _statement_skipped(node: cst.BaseStatement) -> bool:
 
 
 class _Collector:
-    def __init__(self, module: cst.Module) -> None:
+    def __init__(self, module: cst.Module, unit: str) -> None:
         self.imports = ImportMap()
-        self.module_scope = Scope(module, "module", None, "<module>")
+        self.unit = unit
+        self.module_scope = Scope(module, "module", None, "<module>", unit=unit, imports=self.imports)
         self.scope = self.module_scope
         self.scopes = [self.module_scope]
         self.stmts: list[cst.BaseStatement] = []
@@ -104,6 +105,9 @@ class _Collector:
         self.not_loads: set[cst.CSTNode] = set()
         self.classes: dict[str, list[str]] = {}
         self.skipped: set[cst.BaseStatement] = set()
+        self.order: dict[cst.BaseStatement, tuple[int, int]] = {}  # pre-order index, index of the last statement inside
+        self.definitions: list[str] = []  # functions and classes defined at module level
+        self.count = 0
 
     # the walk -------------------------------------------------------------------------------------
     def walk(self, node: cst.CSTNode) -> None:
@@ -118,6 +122,8 @@ class _Collector:
             assert isinstance(node, cst.BaseStatement)
             self.parent_stmt[node] = self.stmts[-1] if self.stmts else None
             self.stmts.append(node)
+            start = self.count
+            self.count += 1
             if self.loops:
                 self.loops[-1].stmts.append(node)
             if _statement_skipped(node):
@@ -135,24 +141,43 @@ class _Collector:
             leave(self, node)
         if is_statement:
             self.stmts.pop()
+            self.order[node] = (start, self.count - 1)
 
     # scopes -----------------------------------------------------------------------------------
-    def _bind(self, key: str, value: cst.BaseExpression | None, target: cst.BaseExpression) -> None:
+    def _bind(
+        self,
+        key: str,
+        value: cst.BaseExpression | None,
+        target: cst.BaseExpression,
+        unpacked: tuple[cst.BaseExpression, int] | None = None,
+    ) -> None:
         where = self.scope
         scope = where
         if key.startswith("self.") and where.class_scope is not None:
             scope = where.class_scope
         binding = Binding(key, value, self.stmts[-1], scope, where, target, self.loops[-1] if self.loops else None)
+        binding.unpacked = unpacked
         scope.bindings.setdefault(key, []).append(binding)
 
-    def _bind_target(self, target: cst.BaseExpression, value: cst.BaseExpression | None) -> None:
+    def _bind_target(
+        self,
+        target: cst.BaseExpression,
+        value: cst.BaseExpression | None,
+        unpacked: tuple[cst.BaseExpression, int] | None = None,
+    ) -> None:
         if isinstance(target, (cst.Tuple, cst.List)):
             elements = [e.value for e in target.elements]
             values: list[cst.BaseExpression | None] = [None] * len(elements)
             if isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(elements):
                 values = [e.value for e in value.elements]
-            for element, element_value in zip(elements, values):
-                self._bind_target(element, element_value)
+                for element, element_value in zip(elements, values):
+                    self._bind_target(element, element_value)
+                return
+            starred = any(isinstance(e, cst.StarredElement) for e in elements)
+            for index, element in enumerate(elements):
+                # ``a, b = make()``: each name is element ``index`` of the call's result
+                source = (value, index) if value is not None and not starred else None
+                self._bind_target(element, None, source)
             return
         if isinstance(target, cst.StarredElement):
             self._bind_target(target.value, None)
@@ -160,9 +185,11 @@ class _Collector:
         key = dotted(target)
         if key is not None and key.count(".") <= 1:
             self.not_loads.add(target)
-            self._bind(key, value, target)
+            self._bind(key, value, target, unpacked)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if self.scope is self.module_scope:
+            self.definitions.append(node.name.value)
         self._bind(node.name.value, None, node.name)
         self.not_loads.add(node.name)
         params = [*node.params.posonly_params, *node.params.params, *node.params.kwonly_params]
@@ -175,7 +202,10 @@ class _Collector:
             self.imports.qualname(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator) in NO_GRAD
             for d in node.decorators
         )
-        scope = Scope(node, "function", self.scope, node.name.value, params=params, no_grad=decorated_no_grad)
+        scope = Scope(
+            node, "function", self.scope, node.name.value, params=params, no_grad=decorated_no_grad,
+            unit=self.unit, imports=self.imports,
+        )
         self.scopes.append(scope)
         self.scope = scope
         self.saved_loops.append(self.loops)
@@ -194,10 +224,12 @@ class _Collector:
             self.not_loads.add(param.name)
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        if self.scope is self.module_scope:
+            self.definitions.append(node.name.value)
         self._bind(node.name.value, None, node.name)
         self.not_loads.add(node.name)
         self.classes[node.name.value] = [self.imports.qualname(b.value) or "" for b in node.bases]
-        scope = Scope(node, "class", self.scope, node.name.value)
+        scope = Scope(node, "class", self.scope, node.name.value, unit=self.unit, imports=self.imports)
         self.scopes.append(scope)
         self.scope = scope
 
@@ -248,6 +280,9 @@ class _Collector:
     def leave_For(self, original_node: cst.For) -> None:
         self.loops.pop()
 
+    def visit_Return(self, node: cst.Return) -> None:
+        self.scope.returns.append(node)
+
     # loads and calls --------------------------------------------------------------------------
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self.not_loads.add(node.attr)
@@ -280,10 +315,17 @@ class _Collector:
             loop.calls.append(site)
 
 
-def collect(module: cst.Module) -> Facts:
-    """Walk ``module`` once and return the facts the rules read."""
-    collector = _Collector(module)
+def collect(module: cst.Module, unit: str = "__main__") -> Facts:
+    """Walk ``module`` once and return the facts the rules read; ``unit`` names the module in a program
+    (``__main__`` for the script, the import name for a local module it uses)."""
+    collector = _Collector(module, unit)
     collector.walk(module)
+    collector.imports.define(unit, collector.definitions)
+    qualify = collector.imports.qualname
+    classes = {
+        qualify(cst.Name(name)) or name: [qualify(cst.Name(b)) or b if b in collector.definitions else b for b in bases]
+        for name, bases in collector.classes.items()
+    }
     return Facts(
         module=module,
         imports=collector.imports,
@@ -292,6 +334,8 @@ def collect(module: cst.Module) -> Facts:
         calls=collector.calls,
         loops=collector.all_loops,
         parent_stmt=collector.parent_stmt,
-        classes=collector.classes,
+        classes=classes,
         skipped=collector.skipped,
+        order=collector.order,
+        unit=unit,
     )

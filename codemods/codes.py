@@ -28,7 +28,7 @@ BACKWARD_ARGS = Code("ACC010", "`backward` with positional arguments was left as
 DEVICE_NOT_REPLACED = Code("ACC011", "the device variable `{name}` could not be tied to the accelerator", "set it to `accelerator.device` after the accelerator is created")
 NOTHING_TO_PREPARE = Code("ACC012", "`backward` is called but no optimizer was found to prepare", "create the optimizer with `torch.optim` in this file, or convert by hand")
 CUDA_INDEX = Code("ACC013", "`.cuda({index})` names a device index", "use `.to(accelerator.device)`; each process already has its own device")
-BUILT_ELSEWHERE = Code("ACC014", "the optimizer is created in `{builder}`, but training runs elsewhere", "create the Accelerator where training runs and prepare the objects there by hand")
+BUILT_ELSEWHERE = Code("ACC014", "`{name}` cannot be followed to a place that holds the model, optimizer and data loaders together, so `accelerator.prepare` has no place to go and the file was left unchanged", "build them in one function, or pass them to the one that trains (as arguments or return values), then convert again")
 CUDA_KEYWORD = Code("ACC015", "`device=\"cuda\"` passed to `{name}`, which is not a torch function, was left as is", "pass `device=accelerator.device` if `{name}` puts tensors on that device")
 
 ALL: tuple[Code, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Code))

@@ -41,7 +41,8 @@ class Context:
     consumed: set[cst.CSTNode] = field(default_factory=set)  # loads that edits remove
     handled: set[cst.CSTNode] = field(default_factory=set)  # calls a rule already rewrote
     accelerators: dict[Scope, str] = field(default_factory=dict)  # scope -> "accelerator" / "self.accelerator"
-    accelerator_stmt: cst.BaseStatement | None = None  # the builder statement the accelerator is created before
+    # where the accelerator is created: (statement, True) right after it, (statement, False) right before it
+    accelerator_at: tuple[cst.BaseStatement, bool] | None = None
 
     def __post_init__(self) -> None:
         self.edits = Edits(self.facts.parent_stmt)
@@ -72,30 +73,32 @@ class Context:
     def after_accelerator(self, scope: Scope, stmt: cst.BaseStatement, seen: frozenset[int] = frozenset()) -> bool:
         """Whether ``stmt`` in ``scope`` runs after the accelerator exists.
 
-        A function nested in the builder runs when it is called: it is after the accelerator when it
-        is defined after it, or when every call of it is (a ``log`` helper called before the
-        accelerator exists keeps its plain ``print``)."""
+        In the home scope, by position. A function nested in the home runs when it is called: it is
+        after the accelerator when it is defined after it, or when every call of it is (a ``log``
+        helper called before the accelerator exists keeps its plain ``print``). Other scopes that
+        have the accelerator (helpers it is passed to, methods of a trainer) run after it exists."""
         if self.accelerator_in(scope) is None:
             return False
-        builder = self.plan.builder
-        if self.accelerator_stmt is None or builder is None:
+        home = self.plan.home
+        if self.accelerator_at is None or home is None:
             return True
+        if scope is home:
+            return self._after_creation(stmt)
         nested = scope
-        while nested.parent is not None and nested.parent is not builder:
+        while nested.parent is not None and nested.parent is not home:
             nested = nested.parent
-        if scope is builder:
-            return self._after_in_builder(stmt, builder)
-        if nested.parent is not builder or nested.kind != "function" or id(nested) in seen:
+        if nested.parent is not home or nested.kind != "function" or id(nested) in seen or home.kind == "class":
             return True
-        if self._after_in_builder(nested.node, builder):  # type: ignore[arg-type]
+        if self._after_creation(nested.node):  # type: ignore[arg-type]
             return True
         sites = self.plan.call_sites(nested)
         return bool(sites) and all(self.after_accelerator(s.scope, s.stmt, seen | {id(nested)}) for s in sites)
 
-    def _after_in_builder(self, stmt: cst.BaseStatement, builder: Scope) -> bool:
-        body = builder.body
-        top = self.facts.top_stmt(stmt, builder)
-        return top is not None and body.index(top) >= body.index(self.accelerator_stmt)  # type: ignore[arg-type]
+    def _after_creation(self, stmt: cst.BaseStatement) -> bool:
+        assert self.accelerator_at is not None
+        anchor, after = self.accelerator_at
+        order = self.facts.order
+        return order[stmt][0] > order[anchor][1] if after else order[stmt][0] >= order[anchor][0]
 
     # edits ------------------------------------------------------------------------------------
     def is_skipped(self, stmt: cst.BaseStatement) -> bool:

@@ -24,6 +24,9 @@ class Scope:
     calls: list["CallSite"] = field(default_factory=list)
     loops: list["Loop"] = field(default_factory=list)
     no_grad: bool = False
+    unit: str = "__main__"  # the module of the program this scope is in
+    imports: ImportMap = field(default_factory=ImportMap)  # that module's imports
+    returns: list[cst.Return] = field(default_factory=list)
 
     @property
     def body(self) -> list[cst.BaseStatement]:
@@ -70,6 +73,8 @@ class Binding:
     target: cst.BaseExpression
     loop: "Loop | None"
     role: str | None = None
+    unpacked: tuple[cst.BaseExpression, int] | None = None  # ``a, b = f()``: (the call, this name's index)
+    made: "tuple[Scope, cst.BaseExpression] | None" = None  # ``opt = make_opt(m)``: where and by what it was built
 
 
 @dataclass(eq=False)
@@ -109,13 +114,48 @@ class Facts:
     calls: list[CallSite]
     loops: list[Loop]
     parent_stmt: dict[cst.BaseStatement, cst.BaseStatement | None]
-    classes: dict[str, list[str]]  # class name -> base qualnames
+    classes: dict[str, list[str]]  # class qualname -> base qualnames
     skipped: set[cst.BaseStatement]
+    order: dict[cst.BaseStatement, tuple[int, int]] = field(default_factory=dict)  # (first, last) pre-order index
+    unit: str = "__main__"
+    units: dict[str, "Facts"] = field(default_factory=dict)  # every module of the program, by unit name
     sites: dict[cst.Call, CallSite] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.sites = {site.node: site for site in self.calls}
         self._functions = {(id(s.parent), s.name): s for s in self.scopes if s.kind == "function"}
+        self._classes = {(id(s.parent), s.name): s for s in self.scopes if s.kind == "class"}
+        if not self.units:
+            self.units = {self.unit: self}
+
+    @classmethod
+    def program(cls, main: "Facts", others: list["Facts"]) -> "Facts":
+        """One view over the script (``main``) and the local modules it uses: scopes, calls, loops and
+        statements of every module (nodes are distinct objects, so one table serves them all), with
+        ``module``, ``imports`` and ``module_scope`` those of the script."""
+        every = [main, *others]
+        merged = cls(
+            module=main.module,
+            imports=main.imports,
+            module_scope=main.module_scope,
+            scopes=[s for f in every for s in f.scopes],
+            calls=[c for f in every for c in f.calls],
+            loops=[lp for f in every for lp in f.loops],
+            parent_stmt={k: v for f in every for k, v in f.parent_stmt.items()},
+            classes={k: v for f in reversed(every) for k, v in f.classes.items()},
+            skipped={s for f in every for s in f.skipped},
+            order={k: v for f in every for k, v in f.order.items()},
+            unit=main.unit,
+            units={f.unit: f for f in every},
+        )
+        return merged
+
+    def class_scope(self, name: str, owner: Scope | None = None) -> Scope | None:
+        """A class defined in ``owner`` (default: the module) by name."""
+        return self._classes.get((id(owner or self.module_scope), name))
+
+    def unit_of(self, scope: Scope) -> "Facts":
+        return self.units[scope.unit]
 
     def function(self, name: str, owner: Scope | None = None) -> Scope | None:
         """A function defined in ``owner`` (default: the module) by name (the last definition wins)."""
@@ -138,8 +178,15 @@ class Facts:
 
     def top_stmt(self, stmt: cst.BaseStatement, scope: Scope) -> cst.BaseStatement | None:
         """The statement directly in ``scope``'s body that contains ``stmt``."""
-        body = scope.body
+        return self.top_in(stmt, scope.body)
+
+    def top_in(self, stmt: cst.BaseStatement, block: list[cst.BaseStatement]) -> cst.BaseStatement | None:
+        """The statement of ``block`` that is ``stmt`` or contains it."""
         for node in self.chain(stmt):
-            if node in body:
+            if node in block:
                 return node
         return None
+
+    def after(self, stmt: cst.BaseStatement, anchor: cst.BaseStatement) -> bool:
+        """Whether ``stmt`` comes after ``anchor`` and everything inside it, in source order."""
+        return self.order[stmt][0] > self.order[anchor][1]

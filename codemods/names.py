@@ -49,6 +49,16 @@ class ImportMap:
     def __init__(self) -> None:
         self.aliases: dict[str, str] = {}
         self.modules: set[str] = set()
+        self.unit = "__main__"
+        self.definitions: frozenset[str] = frozenset()
+
+    def define(self, unit: str, names: list[str]) -> None:
+        """This module is ``unit`` of a program; ``names`` are the functions and classes it defines.
+
+        In a local module other than the script (``__main__``), a definition's qualified name is
+        ``unit.name``, as the modules that import it see it (``from loops import fit`` -> ``loops.fit``)."""
+        self.unit = unit
+        self.definitions = frozenset(names)
 
     def add(self, node: cst.Import | cst.ImportFrom) -> list[str]:
         """Record one import statement; returns the local names it binds."""
@@ -89,6 +99,8 @@ class ImportMap:
         full = self.aliases.get(head)
         if full is not None:
             name = f"{full}.{rest}" if rest else full
+        elif head in self.definitions and self.unit != "__main__":
+            name = f"{self.unit}.{name}"
         return _CANONICAL.get(name, name)
 
     def imports_any(self, *prefixes: str) -> bool:

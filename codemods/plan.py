@@ -1,146 +1,329 @@
-"""Roles from the collected facts: which names are models, optimizers, loaders, schedulers and
-devices, where they come from (through helper parameters), and which function builds them.
+"""What to prepare and where: roles, the objects training needs prepared, the one place ``prepare``
+goes, the place the ``Accelerator`` is created, and which uses see the prepared objects.
 
-Rules read the plan; none of them walks the tree again.
+Rules read the plan; none of them walks the tree again. The decisions, in order:
+
+1. roles: every binding that creates a model, optimizer, scheduler, data loader or device;
+2. objects: the optimizers, the models they train, their schedulers and every iterated data loader
+   (``Flow.origin`` follows them through calls, returns, attributes and local modules);
+3. the prepare site: the scope closest to the entry point that holds all of them as names (a
+   parameter, a local, ``self.x``), in the innermost block that binds them all, right after the last;
+4. the home: where ``accelerator = Accelerator(...)`` goes: the prepare scope, or the caller that
+   built some of the objects and passed them in (``main`` calling ``train_model(model, device)``);
+5. prepared uses: a use sees a prepared object when it runs after ``prepare`` in the prepare scope,
+   or receives it from there (parameters, ``self.x``, module globals).
+
+Whatever cannot be followed is recorded in ``problems`` for the rules to refuse the file with.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import libcst as cst
 
+from accelify.codemods import codes
 from accelify.codemods.analysis import target_names
+from accelify.codemods.codes import Code
 from accelify.codemods.facts import Binding, CallSite, Facts, Loop, Scope
-from accelify.codemods.names import ImportMap, dotted
+from accelify.codemods.flow import Flow
+from accelify.codemods.names import dotted
 from accelify.codemods.roles import classify, is_cuda_string, parameter_owners, strip_placement
 
 PREPARED_ROLES = ("model", "optimizer", "loader", "scheduler")
 ITERATION_WRAPPERS = {"enumerate", "iter", "tqdm.tqdm"}
+_BLOCKS = (cst.If, cst.With, cst.Try, cst.Else, cst.Finally, cst.ExceptHandler)
 
 
-class Plan:
-    """The roles of names and the builder, derived once from ``Facts``."""
+@dataclass(frozen=True)
+class Alias:
+    """A name through which a scope holds a prepared object: a binding, or a parameter (``stmt`` None)."""
+
+    key: str
+    obj: Binding
+    stmt: cst.BaseStatement | None
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something the plan could not settle: a code, the node to point at, the message fields, and
+    whether it stops the conversion (``refuse``) or only warns."""
+
+    code: Code
+    node: cst.CSTNode
+    fields: tuple[tuple[str, str], ...]
+    refuse: bool = True
+
+
+class Plan(Flow):
+    """The roles of names, the prepare site and the home of the accelerator, derived once from ``Facts``."""
 
     def __init__(self, facts: Facts) -> None:
-        self.facts = facts
+        super().__init__(facts)
         self.imports = facts.imports
-        self._param_cache: dict[tuple[int, str], Binding | None] = {}
-        self._callees: dict[CallSite, Scope | None] = {}
-        self._sites: dict[Scope, list[CallSite]] = {}
-        for site in facts.calls:
-            function = self._resolve_callee(site)
-            self._callees[site] = function
-            if function is not None:
-                self._sites.setdefault(function, []).append(site)
+        self.problems: list[Problem] = []
         self._assign_roles()
-        self.builder = self._find_builder()
-        self.prepared: list[Binding] = self._find_prepared() if self.builder is not None else []
+        self.objects: list[Binding] = self._find_objects()
+        self.prepare_scope: Scope | None = None
+        self.prepare_block: list[cst.BaseStatement] = []
+        self.prepare_after: cst.BaseStatement | None = None  # prepare goes right after this statement
+        self.aliases: list[Alias] = []  # what prepare passes and rebinds, in order
+        self.home: Scope | None = None
+        self.home_block: list[cst.BaseStatement] = []
+        self.home_call: CallSite | None = None  # the call in the home that leads to the prepare scope
+        self._prepared_memo: dict[tuple[int, str, int], bool] = {}
+        if self.objects and not any(p.refuse for p in self.problems):
+            self._choose_prepare_site()
+        if self.prepare_scope is not None:
+            self._choose_home()
 
-    # roles ------------------------------------------------------------------------------------
+    @property
+    def builder(self) -> Scope | None:
+        """The scope the objects are prepared in (kept for the rules that think in those terms)."""
+        return self.prepare_scope
+
+    # roles --------------------------------------------------------------------------------------
     def _assign_roles(self) -> None:
-        stepped = {
-            dotted(site.node.func.value)
-            for site in self.facts.calls
-            if site.method in ("step", "zero_grad") and isinstance(site.node.func, cst.Attribute)
-        }
         for binding in self.facts.bindings():
-            binding.role = classify(binding.value, self.imports, self.facts.classes)
-            if binding.role == "optimizer" and binding.key not in stepped and not _from_torch_optim(binding, self.imports):
+            binding.role = classify(binding.value, binding.where.imports, self.facts.classes)
+        for binding in self.facts.bindings():
+            if binding.role is None and binding.value is not None:
+                self._made_by_helper(binding)
+        stepped = set()
+        for site in self.facts.calls:
+            if site.method in ("step", "zero_grad") and isinstance(site.node.func, cst.Attribute):
+                stepped.add(dotted(site.node.func.value))
+        for binding in self.facts.bindings():
+            if binding.role == "optimizer" and binding.key not in stepped and not _from_torch_optim(binding):
                 binding.role = None  # ``OrderedSet(m.named_parameters())`` is no optimizer unless it steps
         for binding in self.facts.bindings():  # whatever an optimizer trains is a model
-            if binding.role == "optimizer" and isinstance(binding.value, cst.Call):
-                for owner in parameter_owners(binding.value):
-                    found = self.origin(binding.where, owner)
+            if binding.role == "optimizer":
+                where, call = _maker(binding)
+                for owner in parameter_owners(call):
+                    found = self.origin(where, owner)
                     if found is not None and found.role is None and found.value is not None:
                         found.role = "model"
+        self._origins.clear()
+        self._params.clear()
+
+    def _made_by_helper(self, binding: Binding) -> None:
+        """``opt = make_optimizer(model, **cfg)`` where the helper returns ``torch.optim.AdamW(...)``
+        directly: the binding takes the role of what every ``return`` builds."""
+        value = strip_placement(binding.value)  # type: ignore[arg-type]
+        if not isinstance(value, cst.Call) or not self._local_call(value):
+            return
+        function = self.callee(self.facts.sites[value])
+        assert function is not None
+        returned = [strip_placement(r.value) for r in function.returns if r.value is not None]
+        if not returned or len(returned) != len(function.returns) or not all(isinstance(e, cst.Call) for e in returned):
+            return
+        roles = {classify(e, function.imports, self.facts.classes) for e in returned}
+        if len(roles) == 1 and None not in roles:
+            binding.role = roles.pop()
+            binding.made = (function, returned[0])
 
     def bindings_with_role(self, role: str) -> list[Binding]:
         return [b for b in self.facts.bindings() if b.role == role]
 
-    def _find_builder(self) -> Scope | None:
+    # the objects to prepare ---------------------------------------------------------------------
+    def _find_objects(self) -> list[Binding]:
         optimizers = self.bindings_with_role("optimizer")
-        return optimizers[0].where if optimizers else None
-
-    def _find_prepared(self) -> list[Binding]:
-        assert self.builder is not None
-        chosen: dict[str, Binding] = {}
-        for b in self.facts.bindings():
-            if b.where is self.builder and b.role in PREPARED_ROLES and b.key not in chosen:
-                chosen[b.key] = b
-        body = self.builder.body
-        order = {role: i for i, role in enumerate(PREPARED_ROLES)}
-
-        def position(b: Binding) -> tuple[int, int]:
-            top = self.facts.top_stmt(b.stmt, self.builder)  # type: ignore[arg-type]
-            return order[b.role or ""], body.index(top) if top in body else len(body)
-
-        return sorted(chosen.values(), key=position)
-
-    # origins ----------------------------------------------------------------------------------
-    def binding_of(self, scope: Scope, key: str) -> Binding | None:
-        """The binding a load of ``key`` (``name`` or ``obj.attr``) in ``scope`` sees, without parameters."""
-        head = key.split(".")[0]
-        if head == "self" and scope.class_scope is not None:
-            owner: Scope | None = scope.class_scope
-        else:
-            owner = scope.resolve(head)
-        if owner is None:
-            return None
-        bindings = owner.bindings.get(key)
-        if not bindings:
-            return None
-        return next((b for b in bindings if b.role is not None), bindings[0])
-
-    def origin(self, scope: Scope, expr: cst.BaseExpression) -> Binding | None:
-        """Where the object ``expr`` (a name, ``self.x`` or ``args.x``) was created, following helper
-        parameters back to their call sites when every call site agrees."""
-        key = dotted(expr)
-        if key is None or key.count(".") > 1:
-            return None
-        head, _, attr = key.partition(".")
-        if head == "self" or (attr and scope.resolve(head) is not None and key in scope.resolve(head).bindings):  # type: ignore[union-attr]
-            return self.binding_of(scope, key)
-        owner = scope.resolve(head)
-        if owner is None or owner.kind != "function" or head not in owner.param_names or head in owner.bindings:
-            return self.binding_of(scope, key)
-        if not attr:
-            return self.param_origin(owner, head)
-        home = self._attr_home(owner, head)
-        if home is None:
-            return None
-        home_scope, name = home
-        bindings = home_scope.bindings.get(f"{name}.{attr}")
-        if not bindings:
-            return None
-        return next((b for b in bindings if b.role is not None), bindings[0])
-
-    def _attr_home(self, owner: Scope, name: str) -> tuple[Scope, str] | None:
-        """Where ``name.attr`` is stored when ``name`` is a parameter: follow the call sites back while
-        every one passes the same outer name (``fit(args, ...)`` called with ``main``'s ``args``)."""
-        seen: set[int] = set()
-        while owner.kind == "function" and name in owner.param_names and name not in owner.bindings:
-            if id(owner) in seen:
-                return None
-            seen.add(id(owner))
-            homes = set()
-            for site in self.call_sites(owner):
-                arg = self.arg_for(site, owner, name)
-                if arg is None or not isinstance(arg.value, cst.Name):
-                    return None
-                outer = site.scope.resolve(arg.value.value)
-                if outer is None:
-                    return None
-                homes.add((outer, arg.value.value))
-            if len(homes) != 1:
-                return (owner, name) if not homes else None
-            owner, name = homes.pop()
-        return owner, name
-
-    def role(self, scope: Scope, expr: cst.BaseExpression) -> str | None:
-        found = self.origin(scope, expr)
-        return found.role if found is not None else None
+        objects: list[Binding] = []
+        for optimizer in optimizers:
+            if optimizer.loop is not None:
+                self._problem(codes.MODEL_IN_LOOP, optimizer.stmt, name=optimizer.key)
+            objects.append(optimizer)
+            where, call = _maker(optimizer)
+            for owner in parameter_owners(call):
+                model = self.origin(where, owner)
+                if model is not None and model.role == "model" and model not in objects:
+                    if model.loop is not None:
+                        self._problem(codes.MODEL_IN_LOOP, model.stmt, name=model.key)
+                    objects.append(model)
+        if not optimizers:
+            return []
+        for scheduler in self.bindings_with_role("scheduler"):
+            core = strip_placement(scheduler.value)  # type: ignore[arg-type]
+            first = core.args[0].value if isinstance(core, cst.Call) and core.args else None
+            if first is not None and self.origin(scheduler.where, first) in objects:
+                objects.append(scheduler)
+        iterated = {id(found) for loop in self.facts.loops if (found := self.origin(loop.scope, self.loop_source(loop)))}
+        self._optional: set[int] = set()
+        for loader in self.bindings_with_role("loader"):
+            objects.append(loader)
+            if id(loader) not in iterated:  # prepared where the others are, if it is in hand there
+                self._optional.add(id(loader))
+        kept = []
+        for obj in objects:
+            if obj.loop is not None and obj.role in ("loader", "scheduler"):
+                self._problem(codes.BUILT_IN_LOOP, obj.stmt, refuse=False, name=obj.key)
+            else:
+                kept.append(obj)
+        return kept
 
     def is_prepared(self, binding: Binding | None) -> bool:
-        return binding is not None and binding in self.prepared
+        """Whether ``binding`` creates an object that ``prepare`` receives."""
+        return binding is not None and binding in self.objects
+
+    def _problem(self, code: Code, node: cst.CSTNode, *, refuse: bool = True, **fields: str) -> None:
+        self.problems.append(Problem(code, node, tuple(fields.items()), refuse))
+
+    # the prepare site ---------------------------------------------------------------------------
+    def _choose_prepare_site(self) -> None:
+        by_scope: dict[Scope, dict[int, Alias]] = {}
+        for binding in self.facts.bindings():
+            if binding.role == "device" or binding.loop is not None:
+                continue
+            held = self.holds(binding)
+            if held is not None and held in self.objects:
+                aliases = by_scope.setdefault(binding.where, {})
+                previous = aliases.get(id(held))
+                if previous is None or previous.stmt is None or self.facts.order[previous.stmt] < self.facts.order[binding.stmt]:
+                    aliases[id(held)] = Alias(binding.key, held, binding.stmt)
+        for scope in self.facts.scopes:
+            if scope.kind != "function":
+                continue
+            for name in scope.param_names:
+                if name in scope.bindings:
+                    continue
+                held = self.param_origin(scope, name)
+                if held is not None and held in self.objects:
+                    by_scope.setdefault(scope, {}).setdefault(id(held), Alias(name, held, None))
+        required = [o for o in self.objects if id(o) not in self._optional]
+        candidates = [s for s, aliases in by_scope.items() if all(id(o) in aliases for o in required)]
+        if not candidates:
+            first = required[0]
+            missing = [o for o in required if all(id(o) not in a for a in by_scope.values() if id(first) in a)]
+            culprit = (missing or required)[0]
+            self._problem(codes.BUILT_ELSEWHERE, culprit.stmt, name=culprit.key)
+            return
+        scope = self._shallowest(candidates)
+        aliases = list(by_scope[scope].values())
+        held = {id(a.obj) for a in aliases}
+        self.objects = [o for o in self.objects if id(o) in held]  # loaders no one iterates, out of reach: left alone
+        self._place_prepare(scope, aliases)
+
+    def _shallowest(self, candidates: list[Scope]) -> Scope:
+        """The candidate no other candidate calls (directly or not): prepare runs once, near the entry."""
+        def callers(scope: Scope, seen: set[int]) -> set[int]:
+            out: set[int] = set()
+            for site in self.call_sites(scope):
+                caller = site.scope
+                if id(caller) not in seen:
+                    seen.add(id(caller))
+                    out |= {id(caller)} | callers(caller, seen)
+            return out
+
+        ids = {id(c) for c in candidates}
+        roots = [c for c in candidates if not (callers(c, set()) & ids)]
+        return (roots or candidates)[0]
+
+    def _place_prepare(self, scope: Scope, aliases: list[Alias]) -> None:
+        stmts = [a.stmt for a in aliases if a.stmt is not None]
+        block = _common_block(self.facts, scope, stmts)
+        order = {role: i for i, role in enumerate(PREPARED_ROLES)}
+        tops = [self.facts.top_in(s, block) for s in stmts]
+        last = max((t for t in tops if t is not None), key=block.index, default=None)
+        aliases.sort(key=lambda a: (order[a.obj.role or ""], self.facts.order[a.stmt][0] if a.stmt is not None else -1))
+        if last is not None:
+            for index, stmt in enumerate(block[: block.index(last)]):
+                if self._drives_training(scope, stmt):
+                    culprit = next(a for a, t in zip((a for a in aliases if a.stmt is not None), tops) if t is last)
+                    self._problem(codes.CREATED_AFTER_LOOP, culprit.stmt, name=culprit.key)  # type: ignore[arg-type]
+                    return
+        self.prepare_scope, self.prepare_block, self.prepare_after, self.aliases = scope, block, last, aliases
+
+    def _drives_training(self, scope: Scope, stmt: cst.BaseStatement) -> bool:
+        """Whether ``stmt`` runs a training step (a ``backward``, directly or through a call)."""
+        first, last = self.facts.order[stmt]
+        return any(
+            first <= self.facts.order[site.stmt][0] <= last and self.reaches_backward(site)
+            for site in self.facts.calls
+            if site.scope is scope  # a function defined here runs only when it is called
+        )
+
+    # the home of the accelerator ----------------------------------------------------------------
+    def _choose_home(self) -> None:
+        scope = self.prepare_scope
+        assert scope is not None
+        via: CallSite | None = None
+        if scope.class_scope is None:
+            while True:
+                sites = self.call_sites(scope)
+                if len(sites) != 1 or sites[0].scope.kind == "class":
+                    break
+                caller = sites[0].scope
+                if not self._feeds(caller, sites[0], scope):
+                    break
+                scope, via = caller, sites[0]
+        self.home, self.home_call = scope, via
+        self.home_block = self.prepare_block if via is None else _common_block(self.facts, scope, [via.stmt])
+
+    def _feeds(self, caller: Scope, site: CallSite, callee: Scope) -> bool:
+        """Whether ``caller`` builds one of the prepared objects or the device it passes to ``callee``."""
+        for arg in site.node.args:
+            found = self.origin(caller, arg.value)
+            if found is not None and found.where is caller and (found in self.objects or found.role == "device"):
+                return True
+        return False
+
+    # prepared uses ------------------------------------------------------------------------------
+    def prepared(self, scope: Scope, expr: cst.BaseExpression, at: cst.BaseStatement | None = None) -> Binding | None:
+        """The prepared object ``expr`` holds in ``scope`` at statement ``at``, or None when it holds
+        none, or holds the object as it was before ``prepare`` (raw)."""
+        found = self.origin(scope, expr)
+        if found is None or found not in self.objects:
+            return None
+        key = dotted(strip_placement(expr))
+        if key is None:
+            return found
+        return found if self._sees_prepared(scope, key, at, frozenset()) else None
+
+    def _sees_prepared(self, scope: Scope, key: str, at: cst.BaseStatement | None, seen: frozenset[int]) -> bool:
+        memo = (id(scope), key, id(at))
+        if memo in self._prepared_memo:
+            return self._prepared_memo[memo]
+        if id(scope) in seen:
+            return False
+        result = self._sees(scope, key, at, seen | {id(scope)})
+        self._prepared_memo[memo] = result
+        return result
+
+    def _sees(self, scope: Scope, key: str, at: cst.BaseStatement | None, seen: frozenset[int]) -> bool:
+        target = self.prepare_scope
+        names = {a.key for a in self.aliases}
+        if target is None:
+            return False
+        head = key.split(".")[0]
+        if key in names and (scope is target or _nested_in(scope, target)):
+            anchor = self.prepare_after
+            if scope is not target or at is None or anchor is None:
+                return True
+            return self.facts.after(at, anchor)
+        if head == "self" and key in names and target.class_scope is not None and scope.class_scope is target.class_scope:
+            return True  # another method of the class: it runs after __init__ prepared it
+        if key in names and target.kind == "module" and scope.resolve(head) is target:
+            return True  # a module global, read by a function that runs after the prepare
+        owner = scope.resolve(head) if head != "self" else scope
+        if owner is not None and owner.kind == "function" and head in owner.param_names and head not in owner.bindings:
+            if "." in key:
+                return False
+            sites = self.call_sites(owner)
+            args = [self.arg_for(site, owner, head) for site in sites]
+            return bool(sites) and all(
+                arg is not None and self._sees_expr(site.scope, arg.value, site.stmt, seen) for site, arg in zip(sites, args)
+            )
+        binding = self.binding_of(scope, key)
+        if binding is not None and binding.value is not None:
+            value = strip_placement(binding.value)
+            inner = dotted(value)
+            if inner is not None and inner != key:
+                return self._sees_expr(binding.where, value, binding.stmt, seen)
+        return False
+
+    def _sees_expr(self, scope: Scope, expr: cst.BaseExpression, at: cst.BaseStatement, seen: frozenset[int]) -> bool:
+        key = dotted(strip_placement(expr))
+        return key is not None and self._sees_prepared(scope, key, at, seen)
 
     # placement ----------------------------------------------------------------------------------
     def placement_device(self, scope: Scope, call: cst.Call) -> cst.BaseExpression | None | bool:
@@ -168,92 +351,27 @@ class Plan:
         """``device`` (a device variable, also through helper parameters), ``"cuda"``, ``torch.device("cuda")``."""
         if is_cuda_string(value):
             return True
-        if isinstance(value, cst.Call) and self.imports.qualname(value.func) == "torch.device":
+        if isinstance(value, cst.Call) and scope.imports.qualname(value.func) == "torch.device":
             return bool(value.args) and is_cuda_string(value.args[0].value)
         return self.role(scope, value) == "device"
 
-    # helpers and their call sites -------------------------------------------------------------
-    def callee(self, site: CallSite) -> Scope | None:
-        """The function defined in this file that ``site`` calls (a module function or ``self.method``)."""
-        return self._callees.get(site)
-
-    def _resolve_callee(self, site: CallSite) -> Scope | None:
-        func = site.node.func
-        if isinstance(func, cst.Name):
-            owner = site.scope.resolve(func.value)
-            if owner is None:
-                return None
-            return self.facts.function(func.value, owner)
-        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
-            cls = site.scope.class_scope
-            return self.facts.function(func.attr.value, cls) if cls is not None else None
-        return None
-
-    def call_sites(self, function: Scope) -> list[CallSite]:
-        return self._sites.get(function, [])
-
-    def arg_for(self, site: CallSite, function: Scope, param: str) -> cst.Arg | None:
-        """The argument ``site`` passes for ``function``'s parameter ``param``."""
-        node = function.node
-        assert isinstance(node, cst.FunctionDef)
-        positional = [p.name.value for p in (*node.params.posonly_params, *node.params.params)]
-        if site.scope.class_scope is not None and positional and positional[0] == "self" and isinstance(site.node.func, cst.Attribute):
-            positional = positional[1:]
-        index = 0
-        for arg in site.node.args:
-            if arg.star:
-                return None
-            if arg.keyword is not None:
-                if arg.keyword.value == param:
-                    return arg
-                continue
-            if index < len(positional) and positional[index] == param:
-                return arg
-            index += 1
-        return None
-
-    def param_origin(self, function: Scope, param: str) -> Binding | None:
-        cache_key = (id(function), param)
-        if cache_key in self._param_cache:
-            return self._param_cache[cache_key]
-        self._param_cache[cache_key] = None  # recursion guard
-        found: set[int] = set()
-        result: Binding | None = None
-        sites = self.call_sites(function)
-        for site in sites:
-            arg = self.arg_for(site, function, param)
-            origin = self.origin(site.scope, arg.value) if arg is not None else None
-            if origin is None:
-                result = None
-                found.add(0)
-                break
-            found.add(id(origin))
-            result = origin
-        if len(found) != 1 or 0 in found:
-            result = None
-        self._param_cache[cache_key] = result
-        return result
-
-    # loops ------------------------------------------------------------------------------------
+    # loops --------------------------------------------------------------------------------------
     def loop_source(self, loop: Loop) -> cst.BaseExpression:
         """The iterable a loop walks, under ``enumerate``/``tqdm``/``iter``."""
+        imports = loop.scope.imports
         expr = loop.node.iter
         if isinstance(expr, cst.Name):  # progress = tqdm(loader); for batch in progress
             bound = self.binding_of(loop.scope, expr.value)
-            if (
-                bound is not None
-                and isinstance(bound.value, cst.Call)
-                and self.imports.qualname(bound.value.func) in ITERATION_WRAPPERS
-            ):
+            if bound is not None and isinstance(bound.value, cst.Call) and imports.qualname(bound.value.func) in ITERATION_WRAPPERS:
                 expr = bound.value
-        while isinstance(expr, cst.Call) and self.imports.qualname(expr.func) in ITERATION_WRAPPERS and expr.args:
+        while isinstance(expr, cst.Call) and imports.qualname(expr.func) in ITERATION_WRAPPERS and expr.args:
             expr = expr.args[0].value
         return expr
 
     def loader_of(self, loop: Loop) -> Binding | None:
-        """The prepared data loader a loop walks, if any."""
-        found = self.origin(loop.scope, self.loop_source(loop))
-        return found if found is not None and found.role == "loader" and self.is_prepared(found) else None
+        """The prepared data loader a loop walks, if it walks one as prepared."""
+        found = self.prepared(loop.scope, self.loop_source(loop), loop.node)
+        return found if found is not None and found.role == "loader" else None
 
     def batch_names(self, loop: Loop) -> set[str]:
         """Names bound to batches of a prepared loader in this loop (loop targets and their unpacking)."""
@@ -263,7 +381,7 @@ class Plan:
         iterable = loop.node.iter
         if (
             isinstance(iterable, cst.Call)
-            and self.imports.qualname(iterable.func) == "enumerate"
+            and loop.scope.imports.qualname(iterable.func) == "enumerate"
             and isinstance(target, cst.Tuple)
             and len(target.elements) == 2
         ):
@@ -288,16 +406,46 @@ class Plan:
         scopes = [s for s in self.facts.scopes if s.parent is owner] if owner is not None else [builder]
         return any(self.reaches_backward(site) for scope in scopes for site in scope.calls)
 
-    def reaches_backward(self, site: CallSite, seen: frozenset[int] = frozenset()) -> bool:
-        if site.method == "backward":
-            return True
-        function = self.callee(site)
-        if function is None or id(function) in seen:
-            return False
-        return any(self.reaches_backward(s, seen | {id(function)}) for s in function.calls)
+
+def _maker(binding: Binding) -> tuple[Scope, cst.Call]:
+    """The scope and the call that built ``binding``'s object (in a helper that returned it, or here)."""
+    where, value = binding.made or (binding.where, strip_placement(binding.value))  # type: ignore[arg-type]
+    return where, value if isinstance(value, cst.Call) else cst.Call(cst.Name("_"))
 
 
-def _from_torch_optim(binding: Binding, imports: ImportMap) -> bool:
+def _from_torch_optim(binding: Binding) -> bool:
     """Whether ``binding`` holds a ``torch.optim`` optimizer (not just a call that takes parameters)."""
-    core = strip_placement(binding.value) if binding.value is not None else None
-    return isinstance(core, cst.Call) and (imports.qualname(core.func) or "").startswith("torch.optim.")
+    where, core = _maker(binding)
+    return (where.imports.qualname(core.func) or "").startswith("torch.optim.")
+
+
+def _nested_in(scope: Scope, outer: Scope) -> bool:
+    parent = scope.parent
+    while parent is not None:
+        if parent is outer:
+            return True
+        parent = parent.parent
+    return False
+
+
+def block_of(stmt: cst.BaseStatement) -> list[cst.BaseStatement] | None:
+    """The statements of a compound statement's first block (``if``/``with``/``try`` bodies), or None."""
+    body = getattr(stmt, "body", None)
+    return list(body.body) if isinstance(body, cst.IndentedBlock) else None
+
+
+def _common_block(facts: Facts, scope: Scope, stmts: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    """The innermost block of ``scope`` (its body, or the body of an ``if``/``with``/``try`` in it, never
+    a loop's) that contains every statement of ``stmts``; ``scope.body`` when there are none."""
+    block = scope.body
+    if not stmts:
+        return block
+    while True:
+        tops = {id(facts.top_in(s, block)) for s in stmts}
+        if len(tops) != 1 or None in tops:
+            return block
+        top = facts.top_in(stmts[0], block)
+        inner = block_of(top) if isinstance(top, (cst.If, cst.With, cst.Try)) else None  # type: ignore[arg-type]
+        if inner is None or any(facts.top_in(s, inner) is None for s in stmts):
+            return block
+        block = inner

@@ -11,7 +11,7 @@ import libcst.matchers as m
 
 from accelify.codemods import codes
 from accelify.codemods.analysis import is_docstring, is_import
-from accelify.codemods.context import Context, code_of
+from accelify.codemods.context import Abort, Context, code_of
 from accelify.codemods.facts import Binding, Scope
 from accelify.codemods.names import dotted
 from accelify.codemods.roles import cpu_flag, flags_from_test, is_cuda_flag
@@ -72,35 +72,39 @@ print(model(torch.ones(2)))
 
     def run(self, ctx: Context) -> None:
         plan = ctx.plan
-        builder = plan.builder
+        refusals = [p for p in plan.problems if p.refuse]
+        if refusals:
+            raise Abort(*(ctx.warning(p.code, p.node, **dict(p.fields)) for p in refusals))
+        for problem in plan.problems:
+            ctx.warn(problem.code, problem.node, **dict(problem.fields))
+        home = plan.home
         backward = next((s for s in ctx.facts.calls if s.method == "backward"), None)
-        if builder is None:
+        if home is None:
             if backward is not None:
                 ctx.warn(codes.NOTHING_TO_PREPARE, backward.node)
             return
-        if backward is not None and not plan.trains(builder):
-            ctx.abort(codes.BUILT_ELSEWHERE, backward.node, builder=builder.name)
-        in_class = builder.class_scope is not None and any(b.key.startswith("self.") for b in plan.prepared)
+        in_class = home.class_scope is not None and any(a.key.startswith("self.") for a in plan.aliases)
         name = "self.accelerator" if in_class else "accelerator"
-        flag = self._cpu_flag(ctx, builder)
+        flag = self._cpu_flag(ctx, home)
         arguments = f"cpu={code_of(flag)}" if flag is not None else ""
-        body = builder.body
-        index, after = self._position(ctx, builder, flag)
+        block = plan.home_block
+        index, after = self._position(ctx, home, block, flag)
         code = [f"{name} = Accelerator({arguments})"]
         if after:
-            ctx.insert_after(body[index - 1], code)
+            ctx.insert_after(block[index - 1], code)
+            ctx.accelerator_at = (block[index - 1], True)
         else:
-            ctx.insert_before(body[index], code)
-        ctx.accelerator_stmt = body[index]
-        ctx.accelerators[builder] = name
-        if in_class and builder.class_scope is not None:
-            ctx.accelerators[builder.class_scope] = name
-        ctx.change(f"create the Accelerator in {builder.name}")
+            ctx.insert_before(block[index], code)
+            ctx.accelerator_at = (block[index], False)
+        ctx.accelerators[home] = name
+        if in_class and home.class_scope is not None:
+            ctx.accelerators[home.class_scope] = name
+        ctx.change(f"create the Accelerator in {home.name}")
 
-    def _cpu_flag(self, ctx: Context, builder: Scope) -> cst.BaseExpression | None:
+    def _cpu_flag(self, ctx: Context, home: Scope) -> cst.BaseExpression | None:
         """``cpu=...`` from the device expression, following ``use_cuda``/``args.cuda`` style flags."""
-        imports = ctx.imports_map
-        devices = [b for b in _bindings(builder) if b.role == "device" and b.value is not None]
+        imports = home.imports
+        devices = [b for b in _bindings(home) if b.role == "device" and b.value is not None]
         flag = None
         for device in devices:
             flag = cpu_flag(device.value, imports)  # type: ignore[arg-type]
@@ -108,24 +112,29 @@ print(model(torch.ones(2)))
                 break
         if flag is None:
             # a `args.cuda = not args.no_cuda and torch.cuda.is_available()` flag with no device variable
-            for b in _bindings(builder):
+            for b in _bindings(home):
                 if b.value is not None and is_cuda_flag(b.value, imports):
                     flag = flags_from_test(b.value, imports)
                     break
             return flag
-        return _expand(ctx, builder, flag)
+        return _expand(ctx, home, flag)
 
-    def _position(self, ctx: Context, builder: Scope, flag: cst.BaseExpression | None) -> tuple[int, bool]:
-        """Where the accelerator goes, as early as possible: ``(index, True)`` right after ``body[index - 1]``,
-        the last statement its arguments depend on (``args = parser.parse_args()``), else ``(index, False)``:
-        before ``body[index]``, the first statement of the builder that is not an import or a docstring."""
-        body = builder.body
+    def _position(
+        self, ctx: Context, home: Scope, block: list[cst.BaseStatement], flag: cst.BaseExpression | None
+    ) -> tuple[int, bool]:
+        """Where the accelerator goes in ``block``, as early as possible: ``(index, True)`` right after
+        ``block[index - 1]``, the last statement its arguments depend on (``args = parser.parse_args()``),
+        else ``(index, False)``: before ``block[index]``, the first statement that is not an import or a
+        docstring."""
         plan = ctx.plan
-        tops = [ctx.facts.top_stmt(b.stmt, builder) for b in plan.prepared]
-        first_use = min((body.index(t) for t in tops if t in body), default=len(body) - 1)
-        start = 1 if body and is_docstring(body[0]) else 0
-        if builder.kind == "module":
-            for i, stmt in enumerate(body[:first_use]):
+        uses = [a.stmt for a in plan.aliases if a.stmt is not None and plan.prepare_scope is home]
+        if plan.home_call is not None:
+            uses.append(plan.home_call.stmt)
+        tops = [ctx.facts.top_in(stmt, block) for stmt in uses]
+        first_use = min((block.index(t) for t in tops if t is not None), default=len(block) - 1)
+        start = 1 if block and is_docstring(block[0]) else 0
+        if home.kind == "module":
+            for i, stmt in enumerate(block[:first_use]):
                 if is_import(stmt):
                     start = i + 1
         after = False
@@ -135,11 +144,11 @@ print(model(torch.ones(2)))
                 key = dotted(ref)  # type: ignore[arg-type]
                 if key:
                     keys.update((key, key.split(".")[0]))
-        for b in _bindings(builder):
+        for b in _bindings(home):
             if b.key in keys:
-                top = ctx.facts.top_stmt(b.stmt, builder)
-                if top in body and start <= body.index(top) < first_use:
-                    start, after = body.index(top) + 1, True
+                top = ctx.facts.top_in(b.stmt, block)
+                if top is not None and start <= block.index(top) < first_use:
+                    start, after = block.index(top) + 1, True
         return start, after
 
 
@@ -155,8 +164,8 @@ def _expand(ctx: Context, builder: Scope, flag: cst.BaseExpression) -> cst.BaseE
         key = dotted(flag.expression)
         if key is not None:
             found = ctx.plan.binding_of(builder, key)
-            if found is not None and found.value is not None and is_cuda_flag(found.value, ctx.imports_map):
-                expanded = flags_from_test(found.value, ctx.imports_map)
+            if found is not None and found.value is not None and is_cuda_flag(found.value, builder.imports):
+                expanded = flags_from_test(found.value, builder.imports)
                 if expanded is not None:
                     return expanded
     return flag

@@ -63,14 +63,14 @@ print(model(torch.ones(2)))
     )
 
     def run(self, ctx: Context) -> None:
-        builder = ctx.plan.builder
-        if builder is None or builder not in ctx.accelerators:
+        home = ctx.plan.home
+        if home is None or home not in ctx.accelerators:
             return
-        accelerator = ctx.accelerators[builder]
-        scope = self._driver(ctx, builder) if builder.class_scope is not None and accelerator.startswith("self.") else builder
+        accelerator = ctx.accelerators[home]
+        scope = self._driver(ctx, home) if home.class_scope is not None and accelerator.startswith("self.") else home
         if scope is None or not scope.body:
             return
-        body = scope.body
+        body = ctx.plan.home_block if scope is home and home.kind == "module" else scope.body
         last = body[-1]
         code = [f"{accelerator}.end_training()"]
         if scope.kind == "module":

@@ -139,8 +139,8 @@ def _forward(ctx: Context, loop: Loop, stmt: cst.BaseStatement) -> tuple[str, se
     call = assign.value
     if not isinstance(call, cst.Call):
         return None
-    found = ctx.plan.origin(loop.scope, call.func)
-    if found is None or found.role != "model" or not ctx.plan.is_prepared(found):
+    found = ctx.plan.prepared(loop.scope, call.func, stmt)
+    if found is None or found.role != "model":
         return None
     inputs = {n.value for n in m.findall(call, m.Name()) if isinstance(n, cst.Name)}
     return assign.targets[0].target.value, inputs

@@ -81,8 +81,8 @@ accelerator.end_training()
             func = site.node.func
             if site.method != "load_state_dict" or not isinstance(func, cst.Attribute):
                 continue
-            found = ctx.plan.origin(site.scope, func.value)
-            if found is None or not ctx.plan.is_prepared(found) or not self._after_prepare(ctx, site):
+            found = ctx.plan.prepared(site.scope, func.value, site.stmt)
+            if found is None:
                 continue
             accelerator = ctx.accelerator_in(site.scope)
             if accelerator is None:
@@ -97,16 +97,6 @@ accelerator.end_training()
                 if _reads_unwaited_save(ctx, load, saves, order) and load.stmt not in waited and not ctx.is_skipped(load.stmt):
                     ctx.insert_before(load.stmt, [f"{accelerator}.wait_for_everyone()"])
                     waited.add(load.stmt)
-
-    def _after_prepare(self, ctx: Context, site: CallSite) -> bool:
-        builder = ctx.plan.builder
-        if site.scope is not builder:
-            return site.scope in ctx.accelerators or ctx.accelerator_in(site.scope) is not None
-        prepared = [ctx.facts.top_stmt(b.stmt, builder) for b in ctx.plan.prepared]
-        body = builder.body
-        top = ctx.facts.top_stmt(site.stmt, builder)
-        last = max((body.index(t) for t in prepared if t in body), default=len(body))
-        return top in body and body.index(top) > last
 
     def _loads_feeding(self, ctx: Context, site: CallSite) -> list[CallSite]:
         """``torch.load`` calls without ``map_location`` whose result this call loads (directly or via a name)."""

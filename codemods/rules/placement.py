@@ -80,7 +80,7 @@ accelerator.end_training()
 
     def run(self, ctx: Context) -> None:
         plan = ctx.plan
-        for binding in plan.prepared:
+        for binding in plan.objects:
             if binding.role == "model" and binding.value is not None:
                 self._strip_value(ctx, binding.value, binding.stmt)
         by_stmt: dict[cst.BaseStatement, list[CallSite]] = {}
@@ -122,6 +122,7 @@ accelerator.end_training()
         return self._is_model(ctx, site) or (isinstance(receiver, cst.Name) and receiver.value in _batch_names(ctx, site.loop))
 
     def _is_model(self, ctx: Context, site: CallSite) -> bool:
+        """A prepared model placed before or after ``prepare`` (placing the raw model is dropped too)."""
         found = ctx.plan.origin(site.scope, site.node.func.value)  # type: ignore[attr-defined]
         return found is not None and found.role == "model" and ctx.plan.is_prepared(found)
 

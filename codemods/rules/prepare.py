@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods import codes
+from accelify.codemods.analysis import is_docstring
 from accelify.codemods.context import Context
+from accelify.codemods.facts import Scope
 from accelify.codemods.rule import Example, Rule
 
 LINE_LENGTH = 88
@@ -61,32 +62,18 @@ print(len(ordered))
 
     def run(self, ctx: Context) -> None:
         plan = ctx.plan
-        builder = plan.builder
-        if builder is None or builder not in ctx.accelerators:
+        scope = plan.prepare_scope
+        accelerator = ctx.accelerator_in(scope) if scope is not None else None
+        if scope is None or accelerator is None or not plan.aliases:
             return
-        accelerator = ctx.accelerators[builder]
-        objects = []
-        for binding in plan.prepared:
-            if binding.loop is None:
-                objects.append(binding)
-            elif binding.role in ("model", "optimizer"):
-                # an unprepared model or optimizer would train unsynchronised copies on N processes
-                ctx.abort(codes.MODEL_IN_LOOP, binding.stmt, name=binding.key)
-            else:
-                ctx.warn(codes.BUILT_IN_LOOP, binding.stmt, name=binding.key)
-        if not objects:
-            return
-        body = builder.body
-        tops = [ctx.facts.top_stmt(b.stmt, builder) for b in objects]
-        last = max((t for t in tops if t is not None), key=body.index)
-        first_loop = next(
-            (i for i, s in enumerate(body) for loop in plan.training_loops(builder) if loop.node is s), None
-        )
-        if first_loop is not None and body.index(last) > first_loop:
-            culprit = objects[tops.index(last)]
-            ctx.abort(codes.CREATED_AFTER_LOOP, culprit.stmt, name=culprit.key)
-        names = [b.key for b in objects]
-        ctx.insert_after(last, [_prepare_code(names, accelerator, _depth(ctx, last) * _indent(ctx))])
+        names = [a.key for a in plan.aliases]
+        code = _prepare_code(names, accelerator, _depth(ctx, plan.prepare_block) * _indent(ctx, scope))
+        if plan.prepare_after is not None:
+            ctx.insert_after(plan.prepare_after, [code])
+        else:  # every object arrives as a parameter: prepare them first thing
+            block = plan.prepare_block
+            first = 1 if len(block) > 1 and is_docstring(block[0]) else 0
+            ctx.insert_before(block[first], [code])  # after an accelerator created there too (it is inserted first)
         ctx.change(f"prepare {', '.join(names)}")
 
 
@@ -101,9 +88,9 @@ def _prepare_code(names: list[str], accelerator: str, indent: str) -> str:
     return head + "\n" + "".join(f"    {name},\n" for name in names) + ")"
 
 
-def _depth(ctx: Context, stmt: cst.BaseStatement) -> int:
-    return len(ctx.facts.chain(stmt)) - 1
+def _depth(ctx: Context, block: list[cst.BaseStatement]) -> int:
+    return len(ctx.facts.chain(block[0])) - 1 if block else 0
 
 
-def _indent(ctx: Context) -> str:
-    return ctx.facts.module.default_indent
+def _indent(ctx: Context, scope: Scope) -> str:
+    return ctx.facts.unit_of(scope).module.default_indent

@@ -105,8 +105,8 @@ accelerator.end_training()
                 ctx.replace(expr, site.stmt, lambda n, a=accelerator: unwrap(n, a))  # type: ignore[misc]
 
     def _is_model(self, ctx: Context, site: CallSite, expr: cst.BaseExpression) -> bool:
-        found = ctx.plan.origin(site.scope, expr)
-        return found is not None and found.role == "model" and ctx.plan.is_prepared(found)
+        found = ctx.plan.prepared(site.scope, expr, site.stmt)
+        return found is not None and found.role == "model"
 
 
 def follows_save(ctx: Context, site: CallSite, waited: set[cst.BaseStatement]) -> bool:

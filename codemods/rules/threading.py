@@ -10,7 +10,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods import codes
-from accelify.codemods.context import Context
+from accelify.codemods.context import Context, expression
 from accelify.codemods.facts import Scope
 from accelify.codemods.roles import CLIPPING
 from accelify.codemods.rule import Example, Rule
@@ -100,13 +100,14 @@ accelerator.end_training()
     )
 
     def run(self, ctx: Context) -> None:
-        builder = ctx.plan.builder
-        if builder is None or builder.kind != "function" or builder.class_scope is not None:
+        home = ctx.plan.home
+        if home is None or home not in ctx.accelerators:
             return
-        if builder not in ctx.accelerators:
-            return
-        functions = [s for s in ctx.facts.scopes if s.kind == "function" and s is not builder and not _inside(s, builder)]
-        wanted = self._choose(ctx, builder, functions)
+        functions = [
+            s for s in ctx.facts.scopes
+            if s.kind == "function" and s is not home and not _inside(s, home) and ctx.accelerator_in(s) is None
+        ]
+        wanted = self._choose(ctx, home, functions)
         for function in wanted:
             ctx.accelerators[function] = "accelerator"
         plan = ctx.plan
@@ -120,7 +121,7 @@ accelerator.end_training()
                 self._thread(ctx, function)
                 done.add(function)
 
-    def _choose(self, ctx: Context, builder: Scope, functions: list[Scope]) -> set[Scope]:
+    def _choose(self, ctx: Context, home: Scope, functions: list[Scope]) -> set[Scope]:
         """The helpers that need the accelerator (or call one that does) and can get it from every caller."""
         plan = ctx.plan
         wanted = {f for f in functions if self._needs(ctx, f)}
@@ -131,12 +132,14 @@ accelerator.end_training()
             grown = bool(callers)
         shrunk = True
         while shrunk:  # a helper can only get it if every call site has it to pass (and passes plain arguments)
-            reachable = {builder} | wanted
             bad = {
                 f
                 for f in wanted
                 if not plan.call_sites(f)
-                or any(_home(s.scope, reachable) is None or any(a.star for a in s.node.args) for s in plan.call_sites(f))
+                or any(
+                    (ctx.accelerator_in(s.scope) is None and _home(s.scope, wanted) is None) or any(a.star for a in s.node.args)
+                    for s in plan.call_sites(f)
+                )
             }
             for f in bad:
                 for site in f.calls:
@@ -177,7 +180,8 @@ accelerator.end_training()
                 if arg is None:
                     continue
                 ctx.consumed.add(arg.value)
-                ctx.replace(arg, site.stmt, _pass_accelerator)
+                value = _passed(ctx, site.scope)
+                ctx.replace(arg, site.stmt, lambda a, v=value: _pass_accelerator(a, v))  # type: ignore[misc]
         else:
             params = node.params
             keyword = bool(params.star_arg != cst.MaybeSentinel.DEFAULT or params.kwonly_params or params.star_kwarg) or any(
@@ -186,7 +190,8 @@ accelerator.end_training()
             ctx.replace(params, node, lambda p: _add_param(p, keyword))  # type: ignore[arg-type,return-value]
             for site in sites:
                 use_keyword = keyword or any(a.keyword is not None for a in site.node.args)
-                ctx.replace(site.node, site.stmt, lambda c, k=use_keyword: _add_arg(c, k))  # type: ignore[misc]
+                value = _passed(ctx, site.scope)
+                ctx.replace(site.node, site.stmt, lambda c, k=use_keyword, v=value: _add_arg(c, k, v))  # type: ignore[misc]
         ctx.change(f"pass the accelerator to {function.name}()")
 
 
@@ -218,10 +223,15 @@ def _rename_param(params: cst.Parameters, name: str) -> cst.Parameters:
     )
 
 
-def _pass_accelerator(arg: cst.CSTNode) -> cst.CSTNode:
+def _passed(ctx: Context, scope: Scope) -> str:
+    """What a call site in ``scope`` passes: its accelerator (``self.accelerator`` in a trainer's method)."""
+    return ctx.accelerator_in(scope) or "accelerator"
+
+
+def _pass_accelerator(arg: cst.CSTNode, value: str) -> cst.CSTNode:
     assert isinstance(arg, cst.Arg)
     keyword = cst.Name("accelerator") if arg.keyword is not None else None
-    return arg.with_changes(value=cst.Name("accelerator"), keyword=keyword)
+    return arg.with_changes(value=expression(value), keyword=keyword)
 
 
 def _add_param(params: cst.Parameters, keyword: bool) -> cst.Parameters:
@@ -232,9 +242,9 @@ def _add_param(params: cst.Parameters, keyword: bool) -> cst.Parameters:
     return params.with_changes(star_arg=star, kwonly_params=[*params.kwonly_params, new])
 
 
-def _add_arg(call: cst.CSTNode, keyword: bool) -> cst.CSTNode:
+def _add_arg(call: cst.CSTNode, keyword: bool, value: str) -> cst.CSTNode:
     assert isinstance(call, cst.Call)
-    arg = cst.Arg(cst.Name("accelerator"), keyword=cst.Name("accelerator") if keyword else None)
+    arg = cst.Arg(expression(value), keyword=cst.Name("accelerator") if keyword else None)
     if keyword:
         arg = arg.with_changes(equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
     return call.with_changes(args=[*call.args, arg])

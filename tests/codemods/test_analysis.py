@@ -51,7 +51,7 @@ def test_roles() -> None:
         "loader": "loader",
         "scaler": "scaler",
     }
-    assert [b.key for b in plan.prepared] == ["net", "head", "opt", "loader", "sched"]
+    assert [a.key for a in plan.aliases] == ["net", "head", "opt", "loader", "sched"]
 
 
 def test_origin_follows_helper_parameters_only_when_call_sites_agree() -> None:

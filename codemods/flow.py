@@ -1,0 +1,261 @@
+"""Where values come from, across functions and modules: the call graph, and the origin of a name.
+
+``Flow`` answers two questions the plan and the rules ask about an expression at some place:
+
+- ``callee(site)``: the function of the program a call runs (a function in scope, ``self.method``, a
+  class's ``__init__`` for ``Trainer(...)``, a function of a local module: ``loops.fit``, ``from
+  data import make_loaders``), and the reverse, ``call_sites(function)``;
+- ``origin(scope, expr)``: the binding that created the object ``expr`` holds, following plain
+  aliases (``net = model``), placement (``model = model.to(device)``), helper parameters back to
+  their call sites (when every call site agrees), ``self.x`` attributes, and return values
+  (``train_dl, test_dl = make_loaders()``, ``return model``).
+
+Roles (``Binding.role``) must be assigned before origins are asked for (``Plan`` does it).
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.codemods.facts import Binding, CallSite, Facts, Scope
+from accelify.codemods.names import dotted
+from accelify.codemods.roles import strip_placement
+
+_MISSING = object()
+
+
+class Flow:
+    """The call graph and the origin of values over one program (``Facts.program``)."""
+
+    def __init__(self, facts: Facts) -> None:
+        self.facts = facts
+        self._units = {unit: f.module_scope for unit, f in facts.units.items()}
+        self._callees: dict[CallSite, Scope | None] = {}
+        self._sites: dict[Scope, list[CallSite]] = {}
+        self._origins: dict[tuple[int, str], Binding | None] = {}
+        self._params: dict[tuple[int, str], Binding | None] = {}
+        for site in facts.calls:
+            function = self._resolve_callee(site)
+            self._callees[site] = function
+            if function is not None:
+                self._sites.setdefault(function, []).append(site)
+
+    # the call graph -----------------------------------------------------------------------------
+    def callee(self, site: CallSite) -> Scope | None:
+        """The function of the program that ``site`` runs, or None (a library call, or unknown)."""
+        return self._callees.get(site)
+
+    def call_sites(self, function: Scope) -> list[CallSite]:
+        """Every call of ``function`` in the program."""
+        return self._sites.get(function, [])
+
+    def _resolve_callee(self, site: CallSite) -> Scope | None:
+        func = site.node.func
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+            cls = site.scope.class_scope
+            return self.facts.function(func.attr.value, cls) if cls is not None else None
+        if isinstance(func, cst.Name):
+            owner = site.scope.resolve(func.value)
+            if owner is not None and owner.unit == site.scope.unit:
+                found = self.facts.function(func.value, owner) or self._init(self.facts.class_scope(func.value, owner))
+                if found is not None:
+                    return found
+        return self._imported(site.qualname)
+
+    def _imported(self, qualname: str | None) -> Scope | None:
+        """``loops.fit`` -> the function ``fit`` of the local module ``loops`` (or a class's ``__init__``)."""
+        if not qualname or "." not in qualname:
+            return None
+        unit, _, name = qualname.rpartition(".")
+        module = self._units.get(unit)
+        if module is None or unit == "__main__":
+            return None
+        return self.facts.function(name, module) or self._init(self.facts.class_scope(name, module))
+
+    def _init(self, cls: Scope | None) -> Scope | None:
+        return self.facts.function("__init__", cls) if cls is not None else None
+
+    def arg_for(self, site: CallSite, function: Scope, param: str) -> cst.Arg | None:
+        """The argument ``site`` passes for ``function``'s parameter ``param``."""
+        node = function.node
+        assert isinstance(node, cst.FunctionDef)
+        positional = [p.name.value for p in (*node.params.posonly_params, *node.params.params)]
+        bound = isinstance(site.node.func, cst.Attribute) or node.name.value == "__init__"
+        if function.parent is not None and function.parent.kind == "class" and bound and positional[:1] in (["self"], ["cls"]):
+            positional = positional[1:]
+        index = 0
+        for arg in site.node.args:
+            if arg.star:
+                return None
+            if arg.keyword is not None:
+                if arg.keyword.value == param:
+                    return arg
+                continue
+            if index < len(positional) and positional[index] == param:
+                return arg
+            index += 1
+        return None
+
+    # origins ------------------------------------------------------------------------------------
+    def binding_of(self, scope: Scope, key: str) -> Binding | None:
+        """The binding a load of ``key`` (``name`` or ``obj.attr``) in ``scope`` sees, without parameters:
+        the one that creates an object with a role if there is one, else the first."""
+        head = key.split(".")[0]
+        if head == "self" and scope.class_scope is not None:
+            owner: Scope | None = scope.class_scope
+        else:
+            owner = scope.resolve(head)
+        if owner is None:
+            return None
+        bindings = owner.bindings.get(key)
+        if not bindings:
+            return None
+        return next((b for b in bindings if b.role is not None), bindings[0])
+
+    def origin(self, scope: Scope, expr: cst.BaseExpression) -> Binding | None:
+        """Where the object ``expr`` (a name, ``self.x``, ``args.x``, or a call of a local function)
+        was created; None when it cannot be followed."""
+        expr = strip_placement(expr)
+        if isinstance(expr, cst.Call):
+            return self._returned(scope, expr, None)
+        key = dotted(expr)
+        if key is None or key.count(".") > 1:
+            return None
+        cache_key = (id(scope), key)
+        cached = self._origins.get(cache_key, _MISSING)
+        if cached is not _MISSING:
+            return cached  # type: ignore[return-value]
+        self._origins[cache_key] = None  # recursion guard
+        found = self._origin(scope, key)
+        self._origins[cache_key] = found
+        return found
+
+    def _origin(self, scope: Scope, key: str) -> Binding | None:
+        head, _, attr = key.partition(".")
+        owner = scope.resolve(head)
+        if head != "self" and owner is not None and owner.kind == "function" and head in owner.param_names and head not in owner.bindings:
+            if not attr:
+                return self.param_origin(owner, head)
+            home = self._attr_home(owner, head)
+            if home is None:
+                return None
+            bindings = home[0].bindings.get(f"{home[1]}.{attr}")
+            binding = next((b for b in bindings if b.role is not None), bindings[0]) if bindings else None
+        else:
+            binding = self.binding_of(scope, key)
+        return self.holds(binding) if binding is not None else None
+
+    def holds(self, binding: Binding) -> Binding | None:
+        """The creation binding of the object ``binding`` stores: itself when it creates one, else
+        what its value (an alias, a placement, a call of a local function) holds."""
+        if binding.role is not None:
+            return binding
+        if binding.unpacked is not None:
+            call, index = binding.unpacked
+            if not isinstance(call, cst.Call):
+                return None
+            return self._returned(binding.where, call, index) if self._local_call(call) else binding
+        if binding.value is None:
+            return None
+        value = strip_placement(binding.value)
+        if isinstance(value, cst.Call):
+            # a call of a function of the program gives what it returns; any other call creates the object here
+            return self._returned(binding.where, value, None) if self._local_call(value) else binding
+        key = dotted(value)
+        if key is None:
+            return None
+        if key != binding.key:
+            return self.origin(binding.where, value)
+        # ``model = model.to(device)``: what the name held before this statement
+        owner = binding.scope
+        earlier = [b for b in owner.bindings.get(key, []) if b is not binding and self.facts.order[b.stmt] < self.facts.order[binding.stmt]]
+        if earlier:
+            return self.holds(earlier[-1])
+        function = binding.where
+        if function.kind == "function" and key in function.param_names:
+            return self.param_origin(function, key)
+        return None
+
+    def _local_call(self, call: cst.Call) -> bool:
+        """Whether ``call`` runs a function of the program that returns something (not a constructor)."""
+        site = self.facts.sites.get(call)
+        function = self.callee(site) if site is not None else None
+        return function is not None and function.node.name.value != "__init__"  # type: ignore[union-attr]
+
+    def _returned(self, scope: Scope, call: cst.Call, index: int | None) -> Binding | None:
+        """What a call of a local function returns (element ``index`` of a returned tuple), when every
+        ``return`` of it agrees."""
+        site = self.facts.sites.get(call)
+        function = self.callee(site) if site is not None else None
+        if function is None or function.node.name.value == "__init__" or not function.returns:  # type: ignore[union-attr]
+            return None
+        found: set[int] = set()
+        result: Binding | None = None
+        for ret in function.returns:
+            value = ret.value
+            if index is not None:
+                if not isinstance(value, (cst.Tuple, cst.List)) or index >= len(value.elements):
+                    return None
+                value = value.elements[index].value
+            origin = self.origin(function, value) if value is not None else None
+            if origin is None:
+                return None
+            found.add(id(origin))
+            result = origin
+        return result if len(found) == 1 else None
+
+    def _attr_home(self, owner: Scope, name: str) -> tuple[Scope, str] | None:
+        """Where ``name.attr`` is stored when ``name`` is a parameter: follow the call sites back while
+        every one passes the same outer name (``fit(args, ...)`` called with ``main``'s ``args``)."""
+        seen: set[int] = set()
+        while owner.kind == "function" and name in owner.param_names and name not in owner.bindings:
+            if id(owner) in seen:
+                return None
+            seen.add(id(owner))
+            homes = set()
+            for site in self.call_sites(owner):
+                arg = self.arg_for(site, owner, name)
+                if arg is None or not isinstance(arg.value, cst.Name):
+                    return None
+                outer = site.scope.resolve(arg.value.value)
+                if outer is None:
+                    return None
+                homes.add((outer, arg.value.value))
+            if len(homes) != 1:
+                return (owner, name) if not homes else None
+            owner, name = homes.pop()
+        return owner, name
+
+    def param_origin(self, function: Scope, param: str) -> Binding | None:
+        """The creation binding every call site passes for ``param``, or None if they differ."""
+        cache_key = (id(function), param)
+        if cache_key in self._params:
+            return self._params[cache_key]
+        self._params[cache_key] = None  # recursion guard
+        found: set[int] = set()
+        result: Binding | None = None
+        for site in self.call_sites(function):
+            arg = self.arg_for(site, function, param)
+            origin = self.origin(site.scope, arg.value) if arg is not None else None
+            if origin is None:
+                found.add(0)
+                break
+            found.add(id(origin))
+            result = origin
+        if len(found) != 1 or 0 in found:
+            result = None
+        self._params[cache_key] = result
+        return result
+
+    def role(self, scope: Scope, expr: cst.BaseExpression) -> str | None:
+        found = self.origin(scope, expr)
+        return found.role if found is not None else None
+
+    def reaches_backward(self, site: CallSite, seen: frozenset[int] = frozenset()) -> bool:
+        """Whether ``site`` is a ``backward`` call or calls (through the program) a function that makes one."""
+        if site.method == "backward":
+            return True
+        function = self.callee(site)
+        if function is None or id(function) in seen:
+            return False
+        return any(self.reaches_backward(s, seen | {id(function)}) for s in function.calls)
