@@ -54,10 +54,12 @@ def print_diff(console: Console, result: Result) -> None:
 
 
 def print_warnings(console: Console, results: Iterable[Result]) -> None:
-    """One ``path:line:col: ACCnnn message (fix)`` line per warning."""
+    """One ``path:line:col: ACCnnn message (fix)`` line per warning (local modules converted with a
+    script included)."""
     for result in results:
-        for warning in result.warnings:
-            console.print(Text(warning.format(), style="yellow"), markup=False)
+        for part in (result, *result.companions):
+            for warning in part.warnings:
+                console.print(Text(warning.format(), style="yellow"), markup=False)
 
 
 def print_errors(console: Console, results: Iterable[Result], *, verbose: bool = False) -> None:

@@ -11,16 +11,22 @@ import ast
 import os
 import re
 import traceback
+from typing import TYPE_CHECKING, Sequence
 
 import libcst as cst
 
-from accelify.codemods.outcome import CONVERTED, FAILED, SKIPPED
+from accelify.codemods.outcome import CONVERTED, FAILED, SKIPPED, UNCHANGED
 from accelify.codemods.targets import DEFAULT_TARGET, TARGETS
 from accelify.errors import SourceError, UnknownTargetError
+from accelify.program import ModuleText, local_modules
 from accelify.results import Result
 from accelify.source import read_source
 
+if TYPE_CHECKING:
+    from accelify.codemods.engine import Outcome
+
 _SKIP_FILE = re.compile(r"^\s*#\s*accelify:\s*skip-file\b", re.MULTILINE)
+_IMPORTS_LOCAL = re.compile(r"^\s*(?:import|from)\s+(?!torch\b|\.)", re.MULTILINE)  # worth looking for local modules
 
 
 def convert_source(
@@ -30,8 +36,11 @@ def convert_source(
     target: str = DEFAULT_TARGET,
     disabled: frozenset[str] | set[str] = frozenset(),
     encoding: str = "utf-8",
+    modules: Sequence[ModuleText] | None = None,
 ) -> Result:
-    """Convert the source text of one script.
+    """Convert the source text of one script; ``modules`` are the local modules it imports (their
+    conversions, when they change, are the result's ``companions``); None looks for them beside
+    ``path`` (no module when the source has no file).
 
     >>> convert_source("x = 1\\n").status
     'skipped'
@@ -47,11 +56,15 @@ def convert_source(
         return Result(path, FAILED, code, code, error=f"{path}:{line}:{col}: syntax error: {message}", encoding=encoding)
     from accelify.codemods.engine import transform  # the rules load only when something is converted
 
+    if modules is None:
+        modules = local_modules(path, module) if os.path.isfile(path) and _IMPORTS_LOCAL.search(code) else []
     try:
-        outcome = transform(module, target=target, disabled=frozenset(disabled))
+        parsed = _parse_modules(modules)
+        outcome = transform(module, target=target, disabled=frozenset(disabled), modules=parsed)
         new = outcome.module.code if outcome.status == CONVERTED else code
         if outcome.status == CONVERTED:
-            _check_output(new, path)
+            _check_output(new, path, entry=True)
+        companions = _companions(outcome, modules)
     except Exception as error:  # a bug in a rule must not take the other files down
         detail = "".join(traceback.format_exception(error))
         message = f"{path}: internal error while converting: {type(error).__name__}: {error}"
@@ -65,7 +78,36 @@ def convert_source(
         warnings=tuple(w.in_file(path) for w in outcome.warnings),
         reason=outcome.reason,
         encoding=encoding,
+        companions=companions,
     )
+
+
+def _parse_modules(modules: Sequence[ModuleText]) -> dict[str, cst.Module]:
+    parsed: dict[str, cst.Module] = {}
+    for local in modules:
+        try:
+            parsed[local.unit] = cst.parse_module(local.text)
+        except cst.ParserSyntaxError:
+            continue  # what comes from it is unknown to the conversion
+    return parsed
+
+
+def _companions(outcome: "Outcome", modules: Sequence[ModuleText]) -> tuple[Result, ...]:
+    """A result per local module the conversion changed or warns about."""
+    by_unit = {local.unit: local for local in modules}
+    out = []
+    for companion in outcome.companions:
+        local = by_unit[companion.unit]
+        new = companion.module.code if outcome.status == CONVERTED else local.text
+        if new != local.text:
+            _check_output(new, local.path, entry=False)
+        status = CONVERTED if new != local.text else outcome.status if outcome.status != CONVERTED else UNCHANGED
+        out.append(Result(
+            local.path, status, local.text, new,
+            warnings=tuple(w.in_file(local.path) for w in companion.warnings),
+            encoding=local.encoding,
+        ))
+    return tuple(out)
 
 
 def convert_path(
@@ -104,10 +146,11 @@ class OutputCheckError(Exception):
     """The converted code does not parse or would be converted again (a bug in a rule)."""
 
 
-def _check_output(new: str, path: str) -> None:
+def _check_output(new: str, path: str, *, entry: bool) -> None:
+    """The converted code parses, and the script creates an Accelerator (so a second run changes nothing)."""
     try:
         tree = ast.parse(new, filename=path)
     except SyntaxError as error:
-        raise OutputCheckError(f"the converted code does not parse: line {error.lineno}: {error.msg}") from None
-    if not any(isinstance(node, ast.Name) and node.id == "Accelerator" for node in ast.walk(tree)):
+        raise OutputCheckError(f"{path}: the converted code does not parse: line {error.lineno}: {error.msg}") from None
+    if entry and not any(isinstance(node, ast.Name) and node.id == "Accelerator" for node in ast.walk(tree)):
         raise OutputCheckError("the converted code creates no Accelerator, so a second run would convert it again")

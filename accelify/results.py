@@ -31,6 +31,7 @@ class Result:
     reason: str | None = None
     detail: str | None = None  # the traceback of an internal error, for ``--verbose``
     encoding: str = "utf-8"
+    companions: tuple["Result", ...] = ()  # local modules converted with this script (written together)
 
     @property
     def changed(self) -> bool:
@@ -47,8 +48,9 @@ class Result:
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (no source text, only what a report needs)."""
         data = asdict(self)
-        for key in ("old", "new", "detail"):
+        for key in ("old", "new", "detail", "companions"):
             data.pop(key)
         data["changes"] = list(self.changes)
         data["warnings"] = [asdict(w) | {"text": w.format()} for w in self.warnings]
+        data["companions"] = [c.to_json() for c in self.companions]
         return data

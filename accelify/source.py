@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import io
 import os
+import stat
+import tempfile
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
 from accelify.errors import OutputError, SourceError
-from accelify.runtime.files import atomic_write
+from accelify.runtime.files import atomic_write, fsync_path, new_file_mode, write_destination
 
 MAX_BYTES = 20 * 1024 * 1024
 
@@ -78,6 +81,41 @@ def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
         atomic_write(path, dump, durable=True)
     except OSError as error:
         raise OutputError(os.fspath(path), error.strerror or str(error)) from None
+
+
+def write_together(files: list[tuple[str | os.PathLike[str], bytes]]) -> None:
+    """Write several files as one change: every temporary file is written and flushed first, then all
+    are renamed into place, so an error or Ctrl-C while writing leaves every file as it was (a script
+    and the local module its conversion edits never disagree). Modes and symbolic links are kept as
+    ``write_atomic`` keeps them."""
+    if len(files) == 1:
+        write_atomic(*files[0])
+        return
+    staged: list[tuple[str, str]] = []
+    try:
+        for path, data in files:
+            target = write_destination(path)
+            folder = os.path.dirname(os.path.abspath(target))
+            os.makedirs(folder, exist_ok=True)
+            try:
+                mode = stat.S_IMODE(os.stat(target).st_mode)
+            except FileNotFoundError:
+                mode = new_file_mode()
+            fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=folder)
+            staged.append((tmp, target))
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.chmod(tmp, mode)
+            fsync_path(tmp)
+    except BaseException as error:
+        for tmp, _ in staged:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        if isinstance(error, OSError):
+            raise OutputError(os.fspath(files[len(staged) - 1][0] if staged else files[0][0]), error.strerror or str(error)) from None
+        raise
+    for tmp, target in staged:
+        os.replace(tmp, target)
 
 
 _SKIPPED_DIRS = {".git", ".hg", ".svn", ".tox", ".nox", ".venv", "venv", "__pycache__", "node_modules", "build", "dist"}

@@ -255,6 +255,16 @@ class _Collector:
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         self._bind_target(node.target, node.value)
 
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        key = dotted(node.target)
+        if key is not None and key.count(".") <= 1:
+            self.not_loads.discard(node.target)  # ``total += n`` reads ``total`` too
+            where = self.scope
+            scope = where.class_scope if key.startswith("self.") and where.class_scope is not None else where
+            binding = Binding(key, node.value, self.stmts[-1], scope, where, node.target, self.loops[-1] if self.loops else None)
+            binding.aug = True
+            scope.bindings.setdefault(key, []).append(binding)
+
     def visit_With(self, node: cst.With) -> None:
         flag = False
         for item in node.items:

@@ -31,4 +31,6 @@ CUDA_INDEX = Code("ACC013", "`.cuda({index})` names a device index", "use `.to(a
 BUILT_ELSEWHERE = Code("ACC014", "`{name}` cannot be followed to a place that holds the model, optimizer and data loaders together, so `accelerator.prepare` has no place to go and the file was left unchanged", "build them in one function, or pass them to the one that trains (as arguments or return values), then convert again")
 CUDA_KEYWORD = Code("ACC015", "`device=\"cuda\"` passed to `{name}`, which is not a torch function, was left as is", "pass `device=accelerator.device` if `{name}` puts tensors on that device")
 
+LOCAL_METRIC = Code("ACC016", "the evaluation output here could not be gathered, so the metric stays each process's own", "name the forward's output (`output = model(x)`) and gather it: `output, target = accelerator.gather_for_metrics((output, target))`")
+
 ALL: tuple[Code, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Code))

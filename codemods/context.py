@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import libcst as cst
 
@@ -15,6 +15,9 @@ from accelify.codemods.names import ImportMap
 from accelify.codemods.outcome import ConversionWarning
 from accelify.codemods.plan import Plan
 from accelify.codemods.targets import DEFAULT_TARGET, import_module
+
+if TYPE_CHECKING:
+    from accelify.codemods.agreement import Agreement
 
 # A warning about a node; the node's position is resolved once, at the end, by the engine.
 Located = tuple[cst.CSTNode, ConversionWarning]
@@ -43,17 +46,34 @@ class Context:
     accelerators: dict[Scope, str] = field(default_factory=dict)  # scope -> "accelerator" / "self.accelerator"
     # where the accelerator is created: (statement, True) right after it, (statement, False) right before it
     accelerator_at: tuple[cst.BaseStatement, bool] | None = None
+    # what the evaluation rule made global: names gathered right after a statement (or right before one
+    # in ``gathered_before``), and forward calls replaced by a gathered name
+    gathered_stmts: dict[cst.BaseStatement, set[str]] = field(default_factory=dict)
+    gathered_before: set[cst.BaseStatement] = field(default_factory=set)
+    gathered_nodes: set[cst.CSTNode] = field(default_factory=set)
+    _agreement: "Agreement | None" = None
 
     def __post_init__(self) -> None:
         self.edits = Edits(self.facts.parent_stmt)
 
     @property
     def imports_map(self) -> ImportMap:
+        """The script's imports (a rule looking at a call uses ``site.scope.imports``: its own module's)."""
         return self.facts.imports
 
     @property
     def import_module(self) -> str:
         return import_module(self.target)
+
+    @property
+    def agreement(self) -> "Agreement":
+        """Which values and branches agree between processes (built on first use, after the evaluation
+        rule has recorded what it gathers)."""
+        if self._agreement is None:
+            from accelify.codemods.agreement import Agreement
+
+            self._agreement = Agreement(self)
+        return self._agreement
 
     # where the accelerator is -----------------------------------------------------------------
     def accelerator_in(self, scope: Scope) -> str | None:

@@ -1,8 +1,10 @@
-"""Run the ordered rules over one parsed module: one analysis, one batched transform, one status."""
+"""Run the ordered rules over one program (a script and the local modules it uses): one analysis per
+module, one plan, one batched transform per module, one status."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 import libcst as cst
 
@@ -18,15 +20,26 @@ from accelify.codemods.targets import DEFAULT_TARGET, TARGETS
 
 
 @dataclass(frozen=True)
+class Companion:
+    """A local module the conversion of the script edits too (a helper that gains the accelerator)."""
+
+    unit: str
+    module: cst.Module
+    warnings: tuple[ConversionWarning, ...]
+
+
+@dataclass(frozen=True)
 class Outcome:
-    """What the rules did to a module. ``status`` is final: converted (the code changed), unchanged,
-    attention (refused: see the warnings) or skipped (``reason`` says why)."""
+    """What the rules did to a script. ``status`` is final: converted (the code changed), unchanged,
+    attention (refused: see the warnings) or skipped (``reason`` says why). ``companions`` are the
+    local modules whose code changed with it (converted together, written together)."""
 
     status: str
     module: cst.Module
     changes: tuple[str, ...]
     warnings: tuple[ConversionWarning, ...]
     reason: str | None = None
+    companions: tuple[Companion, ...] = ()
 
 
 def _uses_accelerator(facts: Facts) -> bool:
@@ -36,30 +49,81 @@ def _uses_accelerator(facts: Facts) -> bool:
     )
 
 
-def transform(module: cst.Module, *, target: str = DEFAULT_TARGET, disabled: frozenset[str] = frozenset()) -> Outcome:
-    """Convert ``module``; never raises for a pattern it does not understand (it warns or refuses instead)."""
+def transform(
+    module: cst.Module,
+    *,
+    target: str = DEFAULT_TARGET,
+    disabled: frozenset[str] = frozenset(),
+    modules: Mapping[str, cst.Module] | None = None,
+) -> Outcome:
+    """Convert the script ``module``; ``modules`` are the local modules it imports, by import name
+    (``{"loops": ...}``), analysed with it. Never raises for a pattern it does not understand (it
+    warns or refuses instead)."""
     facts = collect(module)
     if _uses_accelerator(facts):
         return Outcome(UNCHANGED, module, (), (), "already uses an Accelerator")
     if not facts.imports.imports_any("torch"):
         return Outcome(SKIPPED, module, (), (), NOT_A_CANDIDATE)
-    ctx = Context(facts, Plan(facts), target=target)
+    others = [collect(m, unit) for unit, m in (modules or {}).items() if unit != "__main__"]
+    others = [f for f in others if not _uses_accelerator(f)]  # an already converted helper is left as it is
+    program = Facts.program(facts, others) if others else facts
+    ctx = Context(program, Plan(program), target=target)
     try:
         for rule in RULES:
             if rule.name not in disabled:
                 rule().run(ctx)
     except Abort as stop:
-        warnings = _locate(module, [*ctx.warnings, *stop.warnings])
-        return Outcome(ATTENTION, module, (), warnings, stop.warnings[0][1].message)
-    if not ctx.accelerators:  # no builder (nothing trains here): any edit would be a half conversion
-        return Outcome(UNCHANGED, module, (), _locate(module, ctx.warnings))
+        warnings = _locate(program, [*ctx.warnings, *stop.warnings])
+        return Outcome(ATTENTION, module, (), warnings["__main__"], stop.warnings[0][1].message, _noted(program, warnings))
+    warnings = _locate(program, ctx.warnings)
+    if not ctx.accelerators:  # nothing trains here: any edit would be a half conversion
+        return Outcome(UNCHANGED, module, (), warnings["__main__"], None, _noted(program, warnings))
     new = apply(module, ctx.edits)
-    if not ctx.edits or new.code == module.code:
-        return Outcome(UNCHANGED, module, (), _locate(module, ctx.warnings))
-    return Outcome(CONVERTED, new, tuple(ctx.changes), _locate(module, ctx.warnings))
+    companions = []
+    for unit, unit_facts in program.units.items():
+        if unit == "__main__":
+            continue
+        edited = apply(unit_facts.module, ctx.edits)
+        if edited.code != unit_facts.module.code or warnings.get(unit):
+            companions.append(Companion(unit, edited, warnings.get(unit, ())))
+    if new.code == module.code and not any(c.module.code != program.units[c.unit].module.code for c in companions):
+        return Outcome(UNCHANGED, module, (), warnings["__main__"], None, tuple(companions))
+    return Outcome(CONVERTED, new, tuple(ctx.changes), warnings["__main__"], None, tuple(companions))
 
 
-def _locate(module: cst.Module, warnings: list[Located]) -> tuple[ConversionWarning, ...]:
-    where = locate(module, [node for node, _ in warnings])
-    out = [warning.at(*where.get(node, (1, 1))) for node, warning in warnings]
-    return tuple(sorted(out, key=lambda w: (w.line, w.col, w.code)))
+def _noted(program: Facts, warnings: dict[str, tuple[ConversionWarning, ...]]) -> tuple[Companion, ...]:
+    """Local modules left unchanged but with warnings of their own."""
+    return tuple(
+        Companion(unit, program.units[unit].module, found) for unit, found in warnings.items() if unit != "__main__" and found
+    )
+
+
+def _locate(program: Facts, warnings: list[Located]) -> dict[str, tuple[ConversionWarning, ...]]:
+    """Each module's warnings, with line and column, in order (one position pass per module)."""
+    by_unit: dict[str, list[Located]] = {unit: [] for unit in program.units}
+    owner = {}
+    for unit, facts in program.units.items():
+        for stmt in facts.order:
+            owner[stmt] = unit
+    for node, warning in warnings:
+        by_unit[_unit_of(program, node, owner)].append((node, warning))
+    out: dict[str, tuple[ConversionWarning, ...]] = {}
+    for unit, located in by_unit.items():
+        where = locate(program.units[unit].module, [node for node, _ in located])
+        found = [warning.at(*where.get(node, (1, 1))) for node, warning in located]
+        out[unit] = tuple(sorted(found, key=lambda w: (w.line, w.col, w.code)))
+    return out
+
+
+def _unit_of(program: Facts, node: cst.CSTNode, owner: dict[cst.BaseStatement, str]) -> str:
+    if len(program.units) == 1:
+        return "__main__"
+    if node in owner:
+        return owner[node]  # type: ignore[index]
+    site = program.sites.get(node)  # type: ignore[arg-type]
+    if site is not None:
+        return site.scope.unit
+    for unit, facts in program.units.items():  # an expression: find the module that holds it (rare: a few warnings)
+        if locate(facts.module, [node]):
+            return unit
+    return "__main__"

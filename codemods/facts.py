@@ -75,6 +75,7 @@ class Binding:
     role: str | None = None
     unpacked: tuple[cst.BaseExpression, int] | None = None  # ``a, b = f()``: (the call, this name's index)
     made: "tuple[Scope, cst.BaseExpression] | None" = None  # ``opt = make_opt(m)``: where and by what it was built
+    aug: bool = False  # ``total += n``: the new value depends on the old one too
 
 
 @dataclass(eq=False)

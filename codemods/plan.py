@@ -28,7 +28,7 @@ from accelify.codemods.codes import Code
 from accelify.codemods.facts import Binding, CallSite, Facts, Loop, Scope
 from accelify.codemods.flow import Flow
 from accelify.codemods.names import dotted
-from accelify.codemods.roles import classify, is_cuda_string, parameter_owners, strip_placement
+from accelify.codemods.roles import classify, is_cuda_string, names_a_device, parameter_owners, strip_placement
 
 PREPARED_ROLES = ("model", "optimizer", "loader", "scheduler")
 ITERATION_WRAPPERS = {"enumerate", "iter", "tqdm.tqdm"}
@@ -86,35 +86,76 @@ class Plan(Flow):
     def _assign_roles(self) -> None:
         for binding in self.facts.bindings():
             binding.role = classify(binding.value, binding.where.imports, self.facts.classes)
+        for scope in self.facts.scopes:  # every assignment of a device variable is one (the else branches too)
+            for bindings in scope.bindings.values():
+                if any(b.role == "device" for b in bindings):
+                    for b in bindings:
+                        if b.role is None and b.value is not None and names_a_device(b.value, b.where.imports):
+                            b.role = "device"
         for binding in self.facts.bindings():
-            if binding.role is None and binding.value is not None:
+            if binding.role is None and (binding.value is not None or binding.unpacked is not None):
                 self._made_by_helper(binding)
-        stepped = set()
+        stepped: set[str | None] = set()
+        zeroed: set[str | None] = set()
         for site in self.facts.calls:
             if site.method in ("step", "zero_grad") and isinstance(site.node.func, cst.Attribute):
-                stepped.add(dotted(site.node.func.value))
+                (stepped if site.method == "step" else zeroed).add(dotted(site.node.func.value))
         for binding in self.facts.bindings():
-            if binding.role == "optimizer" and binding.key not in stepped and not _from_torch_optim(binding):
+            if binding.role == "optimizer" and binding.key not in stepped | zeroed and not _from_torch_optim(binding):
                 binding.role = None  # ``OrderedSet(m.named_parameters())`` is no optimizer unless it steps
+            elif binding.role is None and binding.key in stepped & zeroed and self._model_arguments(binding):
+                # ``optimizer = make_optimizer(model, **cfg)`` (however it builds it): stepped and zeroed, fed a model
+                binding.role = "optimizer"
         for binding in self.facts.bindings():  # whatever an optimizer trains is a model
             if binding.role == "optimizer":
-                where, call = _maker(binding)
-                for owner in parameter_owners(call):
+                for where, owner in self.trained_by(binding):
                     found = self.origin(where, owner)
                     if found is not None and found.role is None and found.value is not None:
                         found.role = "model"
         self._origins.clear()
         self._params.clear()
 
+    def trained_by(self, optimizer: Binding) -> list[tuple[Scope, cst.BaseExpression]]:
+        """The models ``optimizer`` trains, as (scope, expression): the owners of the ``.parameters()``
+        passed to its constructor, else the model arguments of the helper that made it."""
+        where, call = _maker(optimizer)
+        owners = parameter_owners(call)
+        if owners:
+            return [(where, owner) for owner in owners]
+        return [(optimizer.where, arg) for arg in self._model_arguments(optimizer)]
+
+    def _model_arguments(self, binding: Binding) -> list[cst.BaseExpression]:
+        """Arguments of ``binding``'s call that hold an ``nn.Module`` built here (``make_optimizer(model)``)."""
+        value = strip_placement(binding.value) if binding.value is not None else None
+        if not isinstance(value, cst.Call):
+            return []
+        out = []
+        for arg in value.args:
+            found = self.origin(binding.where, arg.value) if not arg.star else None
+            if found is not None and found.role == "model":
+                out.append(arg.value)
+        return out
+
     def _made_by_helper(self, binding: Binding) -> None:
         """``opt = make_optimizer(model, **cfg)`` where the helper returns ``torch.optim.AdamW(...)``
-        directly: the binding takes the role of what every ``return`` builds."""
-        value = strip_placement(binding.value)  # type: ignore[arg-type]
+        directly, or ``train_dl, test_dl = make_loaders()`` returning ``DataLoader(...), DataLoader(...)``:
+        the binding takes the role of what every ``return`` builds (element ``index`` of a tuple)."""
+        index = None
+        if binding.unpacked is not None:
+            value, index = binding.unpacked
+        else:
+            value = strip_placement(binding.value)  # type: ignore[arg-type]
         if not isinstance(value, cst.Call) or not self._local_call(value):
             return
         function = self.callee(self.facts.sites[value])
         assert function is not None
-        returned = [strip_placement(r.value) for r in function.returns if r.value is not None]
+        returned = []
+        for ret in function.returns:
+            expr = ret.value
+            if index is not None:
+                expr = expr.elements[index].value if isinstance(expr, (cst.Tuple, cst.List)) and index < len(expr.elements) else None
+            if expr is not None:
+                returned.append(strip_placement(expr))
         if not returned or len(returned) != len(function.returns) or not all(isinstance(e, cst.Call) for e in returned):
             return
         roles = {classify(e, function.imports, self.facts.classes) for e in returned}
@@ -133,8 +174,7 @@ class Plan(Flow):
             if optimizer.loop is not None:
                 self._problem(codes.MODEL_IN_LOOP, optimizer.stmt, name=optimizer.key)
             objects.append(optimizer)
-            where, call = _maker(optimizer)
-            for owner in parameter_owners(call):
+            for where, owner in self.trained_by(optimizer):
                 model = self.origin(where, owner)
                 if model is not None and model.role == "model" and model not in objects:
                     if model.loop is not None:
@@ -227,13 +267,13 @@ class Plan(Flow):
         aliases.sort(key=lambda a: (order[a.obj.role or ""], self.facts.order[a.stmt][0] if a.stmt is not None else -1))
         if last is not None:
             for index, stmt in enumerate(block[: block.index(last)]):
-                if self._drives_training(scope, stmt):
+                if self.drives_training(scope, stmt):
                     culprit = next(a for a, t in zip((a for a in aliases if a.stmt is not None), tops) if t is last)
                     self._problem(codes.CREATED_AFTER_LOOP, culprit.stmt, name=culprit.key)  # type: ignore[arg-type]
                     return
         self.prepare_scope, self.prepare_block, self.prepare_after, self.aliases = scope, block, last, aliases
 
-    def _drives_training(self, scope: Scope, stmt: cst.BaseStatement) -> bool:
+    def drives_training(self, scope: Scope, stmt: cst.BaseStatement) -> bool:
         """Whether ``stmt`` runs a training step (a ``backward``, directly or through a call)."""
         first, last = self.facts.order[stmt]
         return any(

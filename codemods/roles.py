@@ -69,6 +69,22 @@ def is_device_expr(expr: cst.BaseExpression, imports: ImportMap) -> bool:
     return is_cuda_string(expr)
 
 
+_DEVICE_NAMES = ("cpu", "cuda", "mps", "xpu", "npu", "hpu", "meta")
+
+
+def names_a_device(expr: cst.BaseExpression, imports: ImportMap) -> bool:
+    """``torch.device(...)`` or a device string (``"cpu"``, ``"mps"``, ``"cuda:0"``), or a choice between
+    them: any value a device variable takes in one branch or another."""
+    if isinstance(expr, cst.Call):
+        return imports.qualname(expr.func) == "torch.device"
+    if isinstance(expr, cst.IfExp):
+        return names_a_device(expr.body, imports) and names_a_device(expr.orelse, imports)
+    if isinstance(expr, cst.SimpleString):
+        text = expr.evaluated_value
+        return isinstance(text, str) and text.split(":")[0] in _DEVICE_NAMES
+    return False
+
+
 def cpu_flag(expr: cst.BaseExpression, imports: ImportMap) -> cst.BaseExpression | None:
     """The ``cpu=`` argument a device expression implies: ``args.no_cuda`` for
     ``"cuda" if torch.cuda.is_available() and not args.no_cuda else "cpu"``; None when only availability decides."""

@@ -23,7 +23,7 @@ from accelify.results import Result
 from accelify.codemods.outcome import NOT_A_CANDIDATE
 from accelify.codemods.targets import TARGET_NAMES
 from accelify.settings import Settings, load_settings
-from accelify.source import candidates, encode, write_atomic
+from accelify.source import candidates, encode, write_together
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -62,21 +62,30 @@ def convert(
         settings = load_settings(paths[0]).with_flags(target=target)
         jobs = _expand(paths, settings)
         single = len(paths) == 1 and not paths[0].is_dir() and not output_is_folder(output_arg)
-        destinations: set[Path] = set()
-        for path, relative, named in jobs:  # one file at a time: an interrupt leaves whole files only
+        destinations: dict[Path, bytes] = {}
+        for path, relative, named in jobs:  # one script at a time: an interrupt leaves whole files only
             result = convert_path(path, target=settings.target, disabled=settings.disable)
             if not named and result.reason == NOT_A_CANDIDATE:
                 continue  # found in a folder, and not a candidate after all: not something the user asked for
             results.append(result)
             destination = _destination(path, relative, result, in_place=in_place, output=output, single=single)
             if destination is not None:
-                if destination in destinations:
-                    raise OutputError(str(destination), "two inputs would be written to the same file; convert them separately")
-                destinations.add(destination)
-                write_atomic(destination, encode(result.new, result.encoding))
-                written.append((result, str(destination)))
+                group = [(destination, result)] + [
+                    (destination.parent / Path(c.path).relative_to(path.parent), c) for c in result.companions if c.changed
+                ]
+                files = []
+                for where, part in group:
+                    data = encode(part.new, part.encoding)
+                    if destinations.get(where, data) != data:
+                        raise OutputError(str(where), "two conversions would write it differently; convert them separately")
+                    destinations[where] = data
+                    files.append((where, data))
+                write_together(files)
+                written.extend((part, str(where)) for where, part in group)
             elif not (writing or as_json):
                 view.print_diff(out, result)
+                for companion in result.companions:
+                    view.print_diff(out, companion)
     except AccelifyError as error:
         err.print(f"error: {error}", markup=False)
         if verbose:
@@ -120,7 +129,7 @@ def _destination(
     if result.failed or result.needs_attention or not (in_place or output is not None):
         return None
     if in_place:
-        return path if result.changed else None
+        return path if result.changed else None  # a script whose own code is unchanged has no companions
     assert output is not None
     return output if single else output / relative
 

@@ -86,7 +86,7 @@ accelerator.end_training()
             receiver = func.value
             if isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute) and receiver.func.attr.value == "scale":
                 continue
-            if _not_a_tensor(ctx, receiver):
+            if _not_a_tensor(site.scope.imports.aliases, receiver):
                 continue
             accelerator = ctx.accelerator_in(site.scope)
             if accelerator is None:
@@ -100,7 +100,7 @@ accelerator.end_training()
                 ctx.change("loss.backward() -> accelerator.backward(loss)")
 
 
-def _not_a_tensor(ctx: Context, receiver: cst.BaseExpression) -> bool:
+def _not_a_tensor(aliases: dict[str, str], receiver: cst.BaseExpression) -> bool:
     """``self.backward()`` (a method of the class), ``super().backward(...)`` and
     ``torch.autograd.backward(...)`` (a module function) call no tensor's backward."""
     if isinstance(receiver, cst.Name) and receiver.value in ("self", "cls"):
@@ -108,7 +108,7 @@ def _not_a_tensor(ctx: Context, receiver: cst.BaseExpression) -> bool:
     if isinstance(receiver, cst.Call):
         return isinstance(receiver.func, cst.Name) and receiver.func.value == "super"
     name = dotted(receiver)
-    return name is not None and name.split(".")[0] in ctx.imports_map.aliases
+    return name is not None and name.split(".")[0] in aliases
 
 
 def _swap(call: cst.CSTNode, accelerator: str) -> cst.CSTNode:

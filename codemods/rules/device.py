@@ -79,22 +79,30 @@ accelerator.end_training()
             if site.qualname == "torch.cuda.set_device" and _alone(site.stmt, site.node) and ctx.remove(site.stmt):
                 ctx.handled.add(site.node)
                 ctx.change("remove torch.cuda.set_device")
+        groups: dict[tuple[int, str], list[Binding]] = {}
         for binding in ctx.plan.bindings_with_role("device"):
-            if binding.loop is not None:
-                continue
-            refs = self._refs(ctx, binding)
-            stmt = binding.stmt
+            if binding.loop is None:  # every assignment of one variable (if/elif/else branches) goes together
+                groups.setdefault((id(binding.scope), binding.key), []).append(binding)
+        for group in groups.values():
+            refs = [ref for binding in group for ref in self._refs(ctx, binding)]
             if all(ref in ctx.consumed for ref in refs):
-                if _single_assign(stmt) and ctx.remove(stmt):
-                    ctx.change("remove the unused device variable")
+                for binding in group:
+                    if _single_assign(binding.stmt) and ctx.remove(binding.stmt):
+                        ctx.change("remove the unused device variable")
                 continue
-            accelerator = ctx.accelerator_in(binding.where)
-            if accelerator is None or not ctx.after_accelerator(binding.where, stmt) or not _single_assign(stmt):
-                ctx.warn(codes.DEVICE_NOT_REPLACED, stmt, name=binding.key)
-                continue
-            assert binding.value is not None
-            if ctx.replace(binding.value, stmt, lambda _, a=accelerator: expression(f"{a}.device")):  # type: ignore[misc]
-                ctx.change("use accelerator.device")
+            for binding in group:
+                self._tie(ctx, binding)
+
+    def _tie(self, ctx: Context, binding: Binding) -> None:
+        """``device = ...`` -> ``device = accelerator.device`` (or a warning when that cannot be done)."""
+        stmt = binding.stmt
+        accelerator = ctx.accelerator_in(binding.where)
+        if accelerator is None or not ctx.after_accelerator(binding.where, stmt) or not _single_assign(stmt):
+            ctx.warn(codes.DEVICE_NOT_REPLACED, stmt, name=binding.key)
+            return
+        assert binding.value is not None
+        if ctx.replace(binding.value, stmt, lambda _, a=accelerator: expression(f"{a}.device")):  # type: ignore[misc]
+            ctx.change("use accelerator.device")
 
     def _refs(self, ctx: Context, binding: Binding) -> list[cst.BaseExpression]:
         """Every load, in any scope, that may see ``binding`` (through helper parameters too)."""

@@ -9,6 +9,7 @@ import libcst as cst
 
 from accelify.codemods.context import Context, code_of
 from accelify.codemods.facts import Scope
+from accelify.codemods.plan import block_of
 from accelify.codemods.rule import Example, Rule
 
 
@@ -75,6 +76,10 @@ print(model(torch.ones(2)))
         code = [f"{accelerator}.end_training()"]
         if scope.kind == "module":
             while len(body) > 1 and _is_main_guard(last):
+                inner = block_of(last)
+                if inner and any(ctx.plan.drives_training(scope, stmt) for stmt in inner):
+                    body, last = inner, inner[-1]  # training runs in the guard: end it there
+                    break
                 body = body[:-1]
                 last = body[-1]
         if isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], (cst.Return, cst.Raise)):

@@ -10,7 +10,8 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods.analysis import target_names
-from accelify.codemods.context import Context
+from accelify.codemods import codes
+from accelify.codemods.context import Context, code_of
 from accelify.codemods.facts import Loop
 from accelify.codemods.rule import Example, Rule
 
@@ -96,12 +97,31 @@ accelerator.end_training()
             if accelerator is None or not isinstance(body, cst.IndentedBlock) or not _is_evaluation(ctx, loop):
                 continue
             for index, stmt in enumerate(body.body):
-                forward = _forward(ctx, loop, stmt)
-                if forward is not None:
-                    if not ctx.is_skipped(stmt):
-                        ctx.insert_after(stmt, [_gather(ctx, loop, forward, body.body[index + 1 :], accelerator)])
-                        ctx.change("gather predictions and targets for metrics")
+                call = _model_call(ctx, loop, stmt)
+                if call is None:
+                    continue
+                if ctx.is_skipped(stmt):
                     break
+                rest = body.body[index + 1 :]
+                named = _named_output(stmt, call)
+                if named is not None:
+                    gather, names = _gather(ctx, loop, named, _inputs(call), _names_used(rest), accelerator)
+                    ctx.insert_after(stmt, [gather])
+                    ctx.gathered_stmts[stmt] = names
+                elif _extractable(stmt):
+                    name = _fresh_name(loop, "output")
+                    later = _names_used([stmt, *rest]) - (_inputs(call) - _names_outside(stmt, call))
+                    gather, names = _gather(ctx, loop, [name], _inputs(call), later, accelerator)
+                    ctx.insert_before(stmt, [f"{name} = {code_of(call)}", gather])
+                    ctx.replace(call, stmt, lambda _, n=name: cst.Name(n))  # type: ignore[misc]
+                    ctx.gathered_stmts[stmt] = names
+                    ctx.gathered_before.add(stmt)
+                    ctx.gathered_nodes.add(call)
+                else:
+                    ctx.warn(codes.LOCAL_METRIC, call)
+                    break
+                ctx.change("gather predictions and targets for metrics")
+                break
 
 
 def _is_evaluation(ctx: Context, loop: Loop) -> bool:
@@ -113,37 +133,95 @@ def _is_evaluation(ctx: Context, loop: Loop) -> bool:
     )
 
 
-def _gather(
-    ctx: Context, loop: Loop, forward: tuple[str, set[str]], rest: Sequence[cst.BaseStatement], accelerator: str
-) -> str:
-    """``output, target = accelerator.gather_for_metrics((output, target))``: the output, then the batch
-    names used after the forward (targets first, then inputs that are used again)."""
-    output, inputs = forward
-    later = _names_used(rest)
-    batch = ctx.plan.batch_names(loop)
-    used = [name for name in target_names(loop.node.target) if name in batch and name in later]
-    gathered = [output] + [n for n in used if n not in inputs] + [n for n in used if n in inputs]
-    if len(gathered) == 1:
-        return f"{output} = {accelerator}.gather_for_metrics({output})"
-    names = ", ".join(gathered)
-    return f"{names} = {accelerator}.gather_for_metrics(({names}))"
+def _model_call(ctx: Context, loop: Loop, stmt: cst.BaseStatement) -> cst.Call | None:
+    """The first call of a prepared model in ``stmt`` (the forward pass), or None."""
+    first, last = ctx.facts.order[stmt]
+    for site in loop.calls:
+        if site.stmt in ctx.facts.order and first <= ctx.facts.order[site.stmt][0] <= last:
+            found = ctx.plan.prepared(loop.scope, site.node.func, site.stmt)
+            if found is not None and found.role == "model":
+                return site.node
+    return None
 
 
-def _forward(ctx: Context, loop: Loop, stmt: cst.BaseStatement) -> tuple[str, set[str]] | None:
-    """``output = model(data)`` with a prepared model: (``"output"``, names passed in)."""
+# Tensor methods that keep one row per sample: gathering their result gathers the predictions.
+_PER_SAMPLE = {"argmax", "argmin", "softmax", "log_softmax", "sigmoid", "exp", "float", "double", "detach", "cpu", "round"}
+
+
+def _named_output(stmt: cst.BaseStatement, call: cst.Call) -> list[str] | None:
+    """``out = model(x)``, ``pred = model(x).argmax(1)`` or ``recon, mu, logvar = model(x)``: the names
+    that hold one row per sample."""
     if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
         return None
     assign = stmt.body[0]
-    if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
+    if len(assign.targets) != 1:
         return None
-    call = assign.value
-    if not isinstance(call, cst.Call):
+    target = assign.targets[0].target
+    if isinstance(target, cst.Tuple) and assign.value is call and all(isinstance(e.value, cst.Name) for e in target.elements):
+        return [e.value.value for e in target.elements]  # type: ignore[attr-defined]
+    if not isinstance(target, cst.Name):
         return None
-    found = ctx.plan.prepared(loop.scope, call.func, stmt)
-    if found is None or found.role != "model":
-        return None
-    inputs = {n.value for n in m.findall(call, m.Name()) if isinstance(n, cst.Name)}
-    return assign.targets[0].target.value, inputs
+    value = assign.value
+    while value is not call:
+        if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)):
+            return None
+        method = value.func.attr.value
+        if method not in _PER_SAMPLE or _reduces_batch(value):
+            return None
+        value = value.func.value
+    return [target.value]
+
+
+def _reduces_batch(call: cst.Call) -> bool:
+    """``x.argmax()`` (over everything) or ``x.softmax(0)``: a result that is no longer one row per sample."""
+    if call.func.attr.value in ("argmax", "argmin", "softmax", "log_softmax") and not call.args:  # type: ignore[attr-defined]
+        return call.func.attr.value in ("argmax", "argmin")  # type: ignore[attr-defined]
+    for arg in call.args:
+        if (arg.keyword is None or arg.keyword.value == "dim") and isinstance(arg.value, cst.Integer):
+            return arg.value.evaluated_value == 0
+        if arg.keyword is None or arg.keyword.value == "dim":
+            return isinstance(arg.value, cst.UnaryOperation)  # dim=-1 style is per sample; other shapes: unknown
+    return False
+
+
+def _extractable(stmt: cst.BaseStatement) -> bool:
+    """A simple statement the forward can be taken out of (``loss += f(model(x), y).item()``)."""
+    return isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(
+        stmt.body[0], (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.Expr)
+    )
+
+
+def _inputs(call: cst.Call) -> set[str]:
+    return {n.value for n in m.findall(call, m.Name()) if isinstance(n, cst.Name)}
+
+
+def _fresh_name(loop: Loop, base: str) -> str:
+    """``output``, or ``output_`` ... when the function already uses that name."""
+    used = set(loop.scope.refs) | set(loop.scope.bindings) | set(loop.scope.param_names)
+    name = base
+    while name in used:
+        name += "_"
+    return name
+
+
+def _gather(
+    ctx: Context, loop: Loop, outputs: list[str], inputs: set[str], later: set[str], accelerator: str
+) -> tuple[str, set[str]]:
+    """``output, target = accelerator.gather_for_metrics((output, target))`` and the names it makes global:
+    the outputs, then the batch names used after the forward (targets first, then inputs used again)."""
+    batch = ctx.plan.batch_names(loop)
+    used = [name for name in target_names(loop.node.target) if name in batch and name in later and name not in outputs]
+    gathered = outputs + [n for n in used if n not in inputs] + [n for n in used if n in inputs]
+    if len(gathered) == 1:
+        return f"{gathered[0]} = {accelerator}.gather_for_metrics({gathered[0]})", set(gathered)
+    names = ", ".join(gathered)
+    return f"{names} = {accelerator}.gather_for_metrics(({names}))", set(gathered)
+
+
+def _names_outside(stmt: cst.BaseStatement, call: cst.Call) -> set[str]:
+    """Names ``stmt`` uses outside ``call``."""
+    inside = {id(n) for n in m.findall(call, m.Name())}
+    return {n.value for n in m.findall(stmt, m.Name()) if isinstance(n, cst.Name) and id(n) not in inside}
 
 
 def _names_used(stmts: Sequence[cst.BaseStatement]) -> set[str]:

@@ -13,7 +13,8 @@ from accelify.codemods.rule import Example, Rule
 
 def schedule_import(ctx: Context, module: str, name: str) -> None:
     """The one way rules add an import: a ``from module import name`` after the top import block."""
-    body = ctx.facts.module.body
+    home = ctx.plan.home
+    body = (ctx.facts.unit_of(home) if home is not None else ctx.facts).module.body
     new = cst.SimpleStatementLine(
         [cst.ImportFrom(module=cst.parse_expression(module), names=[cst.ImportAlias(cst.Name(name))])]  # type: ignore[arg-type]
     )

@@ -82,27 +82,35 @@ accelerator.end_training()
             if not ctx.replace(site.node.func, site.stmt, lambda _, a=accelerator: expression(f"{a}.save")):  # type: ignore[misc]
                 continue
             self._unwrap_models(ctx, site, accelerator)
-            if not follows_save(ctx, site, waited):
+            # the barrier is a collective: only where every process gets (a branch on a local value would hang)
+            if not follows_save(ctx, site, waited) and ctx.agreement.agreed(site.stmt, site.scope):
                 ctx.insert_before(site.stmt, [f"{accelerator}.wait_for_everyone()"])
             waited.add(site.stmt)
             ctx.change("save with accelerator.save after wait_for_everyone()")
 
     def _unwrap_models(self, ctx: Context, site: CallSite, accelerator: str) -> None:
-        """``model.state_dict()`` / ``model`` of a prepared model -> through ``accelerator.unwrap_model``."""
+        """``model.state_dict()`` / ``model`` of a prepared model -> through ``accelerator.unwrap_model``, in
+        the saved value or in the dict a name saved here was built as (``state = {"model": ...}``)."""
         if not site.node.args:
             return
-        pending: list[cst.BaseExpression] = [site.node.args[0].value]
+        pending: list[tuple[cst.BaseExpression, cst.BaseStatement]] = [(site.node.args[0].value, site.stmt)]
+        followed: set[int] = set()
         while pending:
-            expr = pending.pop()
+            expr, stmt = pending.pop()
             if isinstance(expr, cst.Dict):
-                pending.extend(e.value for e in expr.elements if isinstance(e, cst.DictElement))
+                pending.extend((e.value, stmt) for e in expr.elements if isinstance(e, cst.DictElement))
             elif isinstance(expr, (cst.Tuple, cst.List)):
-                pending.extend(e.value for e in expr.elements)
+                pending.extend((e.value, stmt) for e in expr.elements)
             elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "state_dict":
                 if self._is_model(ctx, site, expr.func.value):
-                    ctx.replace(expr.func.value, site.stmt, lambda n, a=accelerator: unwrap(n, a))  # type: ignore[misc]
+                    ctx.replace(expr.func.value, stmt, lambda n, a=accelerator: unwrap(n, a))  # type: ignore[misc]
             elif self._is_model(ctx, site, expr):
-                ctx.replace(expr, site.stmt, lambda n, a=accelerator: unwrap(n, a))  # type: ignore[misc]
+                ctx.replace(expr, stmt, lambda n, a=accelerator: unwrap(n, a))  # type: ignore[misc]
+            elif isinstance(expr, cst.Name) and id(expr) not in followed:
+                followed.add(id(expr))
+                binding = ctx.plan.binding_of(site.scope, expr.value)
+                if binding is not None and isinstance(binding.value, (cst.Dict, cst.Tuple, cst.List)) and binding.where is site.scope:
+                    pending.append((binding.value, binding.stmt))
 
     def _is_model(self, ctx: Context, site: CallSite, expr: cst.BaseExpression) -> bool:
         found = ctx.plan.prepared(site.scope, expr, site.stmt)
@@ -112,7 +120,7 @@ accelerator.end_training()
 def follows_save(ctx: Context, site: CallSite, waited: set[cst.BaseStatement]) -> bool:
     """Whether the statement just before this save is another converted save (one wait is enough)."""
     parent = ctx.facts.parent_stmt.get(site.stmt)
-    body = ctx.facts.module.body if parent is None else getattr(getattr(parent, "body", None), "body", ())
+    body = ctx.facts.unit_of(site.scope).module.body if parent is None else getattr(getattr(parent, "body", None), "body", ())
     body = list(body)
     if site.stmt not in body:
         return False

@@ -159,7 +159,7 @@ def _places_tensors(ctx: Context, site: CallSite) -> bool:
         return True
     receiver = site.node.func.value if isinstance(site.node.func, cst.Attribute) else None
     head = (dotted(receiver) or "").split(".")[0] if receiver is not None else None
-    return receiver is not None and head not in ctx.imports_map.aliases
+    return receiver is not None and head not in site.scope.imports.aliases
 
 
 def _cuda_target(ctx: Context, site: CallSite) -> bool:
@@ -171,7 +171,7 @@ def _cuda_target(ctx: Context, site: CallSite) -> bool:
         return True
     return (
         isinstance(value, cst.Call)
-        and ctx.imports_map.qualname(value.func) == "torch.device"
+        and site.scope.imports.qualname(value.func) == "torch.device"
         and bool(value.args)
         and is_cuda_string(value.args[0].value)
     )

@@ -1,8 +1,11 @@
 """Corpus goldens: every ``corpus/<name>/input.py`` converts to its hand-written ``expected.py``.
 
-Also: converting ``expected.py`` again changes nothing (idempotence), ``--target accelerate`` differs only in the
-import line, and the conversion reports exactly the warnings ``run.toml`` lists. ``pytest --update-goldens``
-rewrites ``expected.py`` from the current tool instead of comparing (review the diff before committing it).
+A multi-file case converts as a program: ``input.py`` with its local modules (``input_modules/``), each module
+expected as in ``expected_modules/`` (absent: unchanged). Also: converting the expected files again changes nothing
+(idempotence), ``--target accelerate`` gives ``expected_accelerate.py`` where the case has one (else
+``expected.py`` with the import line swapped), and the conversion reports exactly the warnings ``run.toml`` lists.
+``pytest --update-goldens`` rewrites the expected files from the current tool instead of comparing (review the
+diff before committing it).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from typing import Any
 import pytest
 
 from accelify.pipeline import convert_source
+from accelify.program import ModuleText
+from accelify.results import Result
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "corpus"
@@ -24,7 +29,7 @@ IDS = [case.name for case in CASES]
 
 ACCELIFY_IMPORT = "from accelify.runtime import Accelerator"
 ACCELERATE_IMPORT = "from accelerate import Accelerator"
-WARNING_SPEC = re.compile(r"^ACC\d{3}:\d+$")
+WARNING_SPEC = re.compile(r"^(?:[\w/]+\.py:)?ACC\d{3}:\d+$")
 
 
 def _config(case: Path) -> dict[str, Any]:
@@ -39,6 +44,33 @@ def _diff(expected: str, actual: str, name: str) -> str:
         tofile="converted",
     )
     return "".join(lines)
+
+
+def _modules(case: Path, *folders: str) -> list[ModuleText]:
+    """The case's local modules, each taken from the first of ``folders`` that has it."""
+    names = sorted(p.name for p in (case / "input_modules").glob("*.py"))
+    out = []
+    for name in names:
+        source = next(case / folder / name for folder in (*folders, "input_modules") if (case / folder / name).is_file())
+        out.append(ModuleText(name[:-3], f"{name}", source.read_text(encoding="utf-8")))
+    return out
+
+
+def _convert(case: Path, script: str, folders: tuple[str, ...], target: str = "accelify") -> Result:
+    code = (case / script).read_text(encoding="utf-8")
+    return convert_source(code, path="input.py", target=target, modules=_modules(case, *folders))
+
+
+def _module_outputs(case: Path, result: Result, folders: tuple[str, ...]) -> dict[str, tuple[str, str]]:
+    """For each local module: (what the conversion left in it, what the case expects)."""
+    converted = {c.path: c.new for c in result.companions}
+    expected = {m.path: m.text for m in _modules(case, *folders)}
+    original = {m.path: m.text for m in _modules(case)}
+    return {name: (converted.get(name, original[name]), expected[name]) for name in original}
+
+
+def _swap(text: str) -> str:
+    return text.replace(ACCELIFY_IMPORT, ACCELERATE_IMPORT)
 
 
 def test_corpus_has_the_listed_scenarios() -> None:
@@ -69,42 +101,63 @@ def test_case_layout(case: Path) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_input_converts_to_expected(case: Path, update_goldens: bool) -> None:
-    source = (case / "input.py").read_text(encoding="utf-8")
-    result = convert_source(source, path=str(case / "input.py"))
+    result = _convert(case, "input.py", ())
     assert result.error is None, f"conversion failed: {result.error}"
     if update_goldens:
         (case / "expected.py").write_text(result.new, encoding="utf-8")
+        for companion in result.companions:
+            if companion.changed:
+                (case / "expected_modules").mkdir(exist_ok=True)
+                (case / "expected_modules" / companion.path).write_text(companion.new, encoding="utf-8")
         return
     expected = (case / "expected.py").read_text(encoding="utf-8")
     assert result.new == expected, "conversion differs from the golden:\n" + _diff(expected, result.new, case.name)
+    for name, (got, want) in _module_outputs(case, result, ("expected_modules",)).items():
+        assert got == want, f"local module {name} differs from the golden:\n" + _diff(want, got, f"{case.name}/{name}")
+    source = (case / "input.py").read_text(encoding="utf-8")
     default = "unchanged" if expected == source else "converted"
     assert result.status == _config(case).get("status", default), result.reason
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_conversion_reports_the_listed_warnings(case: Path) -> None:
-    result = convert_source((case / "input.py").read_text(encoding="utf-8"), path="input.py")
+    result = _convert(case, "input.py", ())
     found = sorted(f"{w.code}:{w.line}" for w in result.warnings)
+    found += sorted(f"{c.path}:{w.code}:{w.line}" for c in result.companions for w in c.warnings)
     listed = sorted(_config(case).get("warnings", []))
-    assert found == listed, "warnings differ from run.toml:\n" + "\n".join(w.format() for w in result.warnings)
+    every = [w for part in (result, *result.companions) for w in part.warnings]
+    assert found == listed, "warnings differ from run.toml:\n" + "\n".join(w.format() for w in every)
     for warning in result.warnings:
         assert warning.format().startswith(f"input.py:{warning.line}:{warning.col}: {warning.code} ")
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_expected_converts_to_itself(case: Path) -> None:
+    result = _convert(case, "expected.py", ("expected_modules",))
     expected = (case / "expected.py").read_text(encoding="utf-8")
-    result = convert_source(expected, path=str(case / "expected.py"))
     assert result.error is None, f"conversion failed: {result.error}"
     assert result.new == expected, "converting expected.py changed it:\n" + _diff(expected, result.new, case.name)
+    assert all(not c.changed for c in result.companions), "converting the expected modules again changed them"
     refused = _config(case).get("status") == "attention"
     assert result.status == ("attention" if refused else "unchanged")
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_accelerate_target_differs_only_in_the_import(case: Path) -> None:
-    source = (case / "input.py").read_text(encoding="utf-8")
-    expected = (case / "expected.py").read_text(encoding="utf-8").replace(ACCELIFY_IMPORT, ACCELERATE_IMPORT)
-    result = convert_source(source, path=str(case / "input.py"), target="accelerate")
+def test_accelerate_target(case: Path, update_goldens: bool) -> None:
+    """``--target accelerate``: ``expected_accelerate.py`` where the case has one, else the import line swapped."""
+    result = _convert(case, "input.py", (), target="accelerate")
     assert result.error is None, f"conversion failed: {result.error}"
+    own = case / "expected_accelerate.py"
+    if update_goldens:
+        swapped = _swap((case / "expected.py").read_text(encoding="utf-8"))
+        if result.new != swapped:
+            own.write_text(result.new, encoding="utf-8")
+        elif own.is_file():
+            own.unlink()
+        return
+    expected = own.read_text(encoding="utf-8") if own.is_file() else _swap((case / "expected.py").read_text(encoding="utf-8"))
     assert result.new == expected, "accelerate target differs:\n" + _diff(expected, result.new, case.name)
+    folders = ("expected_accelerate_modules", "expected_modules")
+    for name, (got, want) in _module_outputs(case, result, folders).items():
+        want = want if (case / "expected_accelerate_modules" / name).is_file() else _swap(want)
+        assert got == want, f"local module {name} (accelerate) differs:\n" + _diff(want, got, f"{case.name}/{name}")

@@ -1,0 +1,92 @@
+"""The local modules a script imports, found the way Python would find them when it runs the script.
+
+``python train.py`` puts the script's folder first on ``sys.path``, so ``import data`` and ``from
+loops import fit`` load ``data.py`` and ``loops.py`` beside it (or ``data/__init__.py``). Those are the
+modules the conversion of a script follows objects into; everything else (torch, installed packages)
+is a library. Modules are read once, in the order they are first imported, up to ``LIMIT`` of them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import libcst as cst
+import libcst.matchers as m
+
+from accelify.errors import SourceError
+from accelify.source import read_source
+
+LIMIT = 64  # local modules followed from one script; a bigger tree is a package, for `accelify migrate`
+
+
+@dataclass(frozen=True)
+class ModuleText:
+    """A local module of a program: its import name, where it is, its text and encoding."""
+
+    unit: str
+    path: str
+    text: str
+    encoding: str = "utf-8"
+
+
+def imported_names(module: cst.Module) -> list[str]:
+    """Absolute module names a module imports, in order (``from a.b import c`` gives ``a.b`` and ``a.b.c``:
+    ``c`` may be a module). Relative imports are left out: a script run as a file has no package."""
+    names: list[str] = []
+    for node in m.findall(module, m.Import() | m.ImportFrom()):
+        if isinstance(node, cst.Import):
+            for alias in node.names:
+                names.append(_dotted(alias.name))
+        elif isinstance(node, cst.ImportFrom) and not node.relative and node.module is not None:
+            base = _dotted(node.module)
+            names.append(base)
+            if not isinstance(node.names, cst.ImportStar):
+                names.extend(f"{base}.{_dotted(alias.name)}" for alias in node.names)
+    return [n for n in dict.fromkeys(names) if n]
+
+
+def _dotted(node: cst.BaseExpression) -> str:
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        head = _dotted(node.value)
+        return f"{head}.{node.attr.value}" if head else ""
+    return ""
+
+
+def find_local(name: str, folder: Path) -> Path | None:
+    """``folder/a/b.py`` or ``folder/a/b/__init__.py`` for ``a.b``, if it exists."""
+    base = folder.joinpath(*name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def local_modules(script: str | os.PathLike[str], module: cst.Module) -> list[ModuleText]:
+    """The local modules ``script`` (already parsed as ``module``) uses, directly or through each other.
+
+    A local module that cannot be read or parsed is left out: the script's own conversion then treats
+    what comes from it as unknown, and warns where that matters."""
+    entry = Path(script).resolve()
+    folder = entry.parent
+    shown = Path(os.path.dirname(os.fspath(script)))  # paths as the user wrote the script's
+    found: list[ModuleText] = []
+    seen = {entry}
+    pending = [(name, module) for name in imported_names(module)]
+    while pending and len(found) < LIMIT:
+        name, _ = pending.pop(0)
+        path = find_local(name, folder)
+        if path is None or path.resolve() in seen:
+            continue
+        seen.add(path.resolve())
+        try:
+            source = read_source(path)
+            parsed = cst.parse_module(source.text)
+        except (SourceError, cst.ParserSyntaxError):
+            continue
+        found.append(ModuleText(name, str(shown / path.relative_to(folder)), source.text, source.encoding))
+        pending.extend((inner, parsed) for inner in imported_names(parsed))
+    return found

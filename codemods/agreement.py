@@ -1,0 +1,244 @@
+"""Which values are the same on every process, and which branches every process takes the same way.
+
+A collective (``wait_for_everyone``, ``gather*``, ``reduce``, ``check_trigger``, a DDP backward) must
+be reached by every process the same number of times, so it may only sit under conditions that agree.
+A value is *local* (it may differ between processes) when it comes from a process's own data: a batch
+of a prepared loader, a prepared model's output on it, a loss, a random draw, the process's rank or
+the clock; and everything computed from such a value is local too. A value is *global* again once it
+went through ``gather_for_metrics``/``gather``/``reduce`` (the evaluation rule inserts those and
+records them in ``Context.gathered``). Everything else (constants, arguments, epochs, parameters of a
+prepared model, ``len(loader.dataset)``) agrees.
+
+The analysis is per function, in source order: a use sees the last assignment before it on its path
+(and, inside a loop, the assignments later in the loop body, from the previous iteration); a
+parameter is local when a call site passes a local value; a function's result is local when a
+``return`` returns one; ``self.x`` and module globals are local when any assignment of them is.
+It errs towards "local": a branch it cannot prove agrees is treated as one that may not.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from accelify.codemods.facts import Binding, CallSite, Facts, Loop, Scope
+from accelify.codemods.names import dotted
+
+if TYPE_CHECKING:
+    from accelify.codemods.context import Context
+
+_RANDOM = ("torch.rand", "torch.randn", "torch.randint", "torch.randperm", "torch.bernoulli", "torch.multinomial",
+           "torch.normal", "random.", "numpy.random.", "np.random.")
+_CLOCK = ("time.time", "time.perf_counter", "time.monotonic", "datetime.")
+_RANK_ATTRS = ("process_index", "local_process_index", "is_main_process", "is_local_main_process", "is_last_process")
+_GLOBAL_METHODS = ("gather_for_metrics", "gather", "reduce", "check_trigger", "pad_across_processes")
+
+
+class Agreement:
+    """Answers ``uniform(scope, expr, at)`` and ``agreed(stmt, scope)`` for one conversion."""
+
+    def __init__(self, ctx: "Context") -> None:
+        self.ctx = ctx
+        self.facts = ctx.facts
+        self.plan = ctx.plan
+        self._local_binding: dict[int, bool] = {}
+        self._params: dict[tuple[int, str], bool] = {}
+        self._returns: dict[int, bool] = {}
+        self._contexts: dict[int, bool] = {}
+        self._batch_loops: dict[int, bool] = {}
+
+    # values -------------------------------------------------------------------------------------
+    def uniform(self, scope: Scope, expr: cst.BaseExpression, at: cst.BaseStatement) -> bool:
+        """Whether ``expr``, evaluated in ``scope`` at statement ``at``, has the same value on every process."""
+        return not self._local(scope, expr, at, frozenset())
+
+    def _local(self, scope: Scope, expr: cst.BaseExpression, at: cst.BaseStatement, seen: frozenset) -> bool:
+        if expr in self.ctx.gathered_nodes:
+            return False
+        if isinstance(expr, (cst.Name, cst.Attribute)) and dotted(expr) is not None:
+            key = dotted(expr)
+            assert key is not None
+            if key.rsplit(".", 1)[-1] in _RANK_ATTRS:
+                return True
+            if self.plan.origin(scope, expr) in self.plan.objects:
+                return False  # a prepared model, optimizer or loader: a handle, the same object everywhere
+            if key.count(".") <= 1 and (scope.resolve(key.split(".")[0]) is not None or key.startswith("self.")):
+                return self._key_local(scope, key, at, seen)
+            return isinstance(expr, cst.Attribute) and self._local(scope, expr.value, at, seen)
+        if isinstance(expr, cst.Call):
+            return self._call_local(scope, expr, at, seen)
+        return any(self._local(scope, e, at, seen) for e in _subexpressions(expr))
+
+    def _call_local(self, scope: Scope, call: cst.Call, at: cst.BaseStatement, seen: frozenset) -> bool:
+        site = self.facts.sites.get(call)
+        qualname = (site.qualname if site is not None else None) or ""
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value in _GLOBAL_METHODS:
+            return False
+        if qualname.startswith(_CLOCK):
+            return True
+        if qualname.startswith(_RANDOM):  # a draw from a generator seeded here agrees; the process's own RNG may not
+            generator = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "generator"), None)
+            return generator is None or self._local(scope, generator, at, seen)
+        if qualname in ("len", "builtins.len") and call.args:
+            return self._len_local(scope, call.args[0].value, at, seen)
+        if self.plan.prepared(scope, call.func, at) is not None:
+            return True  # a forward pass on this process's batch
+        function = self.plan.callee(site) if site is not None else None
+        if function is not None:  # a function of the program: what it returns (its parameters are followed there)
+            return self._returns_local(function, seen)
+        parts = [a.value for a in call.args]
+        if isinstance(call.func, cst.Attribute):
+            parts.append(call.func.value)
+        return any(self._local(scope, p, at, seen) for p in parts)
+
+    def _len_local(self, scope: Scope, arg: cst.BaseExpression, at: cst.BaseStatement, seen: frozenset) -> bool:
+        """``len(loader)`` of a prepared loader is the same everywhere (even batches), as is ``len(ds)``."""
+        base = arg.value if isinstance(arg, cst.Attribute) and arg.attr.value == "dataset" else arg
+        found = self.plan.origin(scope, base)
+        if found is not None and found.role == "loader":
+            return False
+        return self._local(scope, arg, at, seen)
+
+    def _key_local(self, scope: Scope, key: str, at: cst.BaseStatement, seen: frozenset) -> bool:
+        head = key.split(".")[0]
+        owner = scope.class_scope if head == "self" else scope.resolve(head)
+        if owner is None:
+            return False
+        if owner.kind == "function" and head in owner.param_names and head not in owner.bindings:
+            return "." not in key and self._param_local(owner, head, seen)
+        bindings = [b for b in owner.bindings.get(key, []) if b.stmt not in self.ctx.edits.removed]
+        if owner is not scope or owner.kind != "function":  # self.x, a module global, a closure's variable
+            return any(self._binding_local(b, seen) for b in bindings)
+        return any(self._binding_local(b, seen) for b in self._reaching(key, bindings, at))
+
+    def _reaching(self, key: str, bindings: list[Binding], at: cst.BaseStatement) -> list[Binding]:
+        """The assignments a use at ``at`` may see: back to the last one on its path (a gather of the
+        name counts as one that makes it global), and the ones later in an enclosing loop (from the
+        previous iteration)."""
+        order = self.facts.order
+        chain = set(self.facts.chain(at))
+        events: list[tuple[float, cst.BaseStatement, Binding | None]] = [(order[b.stmt][0], b.stmt, b) for b in bindings]
+        for stmt, names in self.ctx.gathered_stmts.items():
+            if key in names:
+                where = order[stmt][0] - 0.5 if stmt in self.ctx.gathered_before else order[stmt][1] + 0.5
+                events.append((where, stmt, None))
+        here = order[at][0]
+        out: list[Binding] = []
+        for position, stmt, binding in sorted((e for e in events if e[0] < here), key=lambda e: e[0], reverse=True):
+            if binding is not None:
+                out.append(binding)
+            parent = self.facts.parent_stmt.get(stmt)
+            on_path = stmt in chain if binding is not None and isinstance(stmt, (cst.For, cst.While)) else (
+                parent is None or parent in chain
+            )
+            if on_path and (binding is None or not binding.aug):
+                break  # unconditional on the way to ``at``: nothing earlier reaches it
+        for loop_stmt in chain:
+            if isinstance(loop_stmt, (cst.For, cst.While)):
+                last = order[loop_stmt][1]
+                out.extend(b for b in bindings if here < order[b.stmt][0] <= last)
+        return out
+
+    def _binding_local(self, binding: Binding, seen: frozenset) -> bool:
+        if id(binding) in self._local_binding:
+            return self._local_binding[id(binding)]
+        if id(binding) in seen:
+            return False
+        self._local_binding[id(binding)] = False  # recursion guard: assume agreed, revisit below
+        if isinstance(binding.stmt, cst.For):  # a loop target: a batch when the loop walks a prepared loader
+            found = next((lp for lp in binding.where.loops if lp.node is binding.stmt), None)
+            result = found is not None and self._over_prepared(found) and binding.key in self.plan.batch_names(found)
+        elif binding.value is None:
+            result = binding.unpacked is not None and self._local(binding.where, binding.unpacked[0], binding.stmt, seen | {id(binding)})
+        else:
+            result = self._local(binding.where, binding.value, binding.stmt, seen | {id(binding)})
+            if binding.aug and not result:
+                result = self._key_local(binding.where, binding.key, binding.stmt, seen | {id(binding)})
+        self._local_binding[id(binding)] = result
+        return result
+
+    def _over_prepared(self, loop: Loop) -> bool:
+        if id(loop) not in self._batch_loops:
+            self._batch_loops[id(loop)] = self.plan.loader_of(loop) is not None
+        return self._batch_loops[id(loop)]
+
+    def _param_local(self, function: Scope, param: str, seen: frozenset) -> bool:
+        key = (id(function), param)
+        if key in self._params:
+            return self._params[key]
+        if id(function) in seen:
+            return False
+        self._params[key] = False
+        result = False
+        for site in self.plan.call_sites(function):
+            arg = self.plan.arg_for(site, function, param)
+            if arg is not None and self._local(site.scope, arg.value, site.stmt, seen | {id(function)}):
+                result = True
+                break
+        self._params[key] = result
+        return result
+
+    def _returns_local(self, function: Scope, seen: frozenset) -> bool:
+        if id(function) in self._returns:
+            return self._returns[id(function)]
+        if id(function) in seen:
+            return False
+        self._returns[id(function)] = False
+        result = False
+        for ret in function.returns:
+            stmt = _statement_of(self.facts, ret)
+            if ret.value is not None and stmt is not None and self._local(function, ret.value, stmt, seen | {id(function)}):
+                result = True
+                break
+        self._returns[id(function)] = result
+        return result
+
+    # places -------------------------------------------------------------------------------------
+    def agreed(self, stmt: cst.BaseStatement, scope: Scope) -> bool:
+        """Whether every process reaches ``stmt`` the same number of times: every ``if``/``while`` test
+        around it agrees, every loop around it walks the same number of items, and so does every call
+        of its function."""
+        for outer in self.facts.chain(stmt)[1:]:
+            if isinstance(outer, (cst.If, cst.While)) and not self.uniform(scope, outer.test, outer):
+                return False
+            if isinstance(outer, cst.For) and not self._loop_agrees(scope, outer):
+                return False
+        return self._function_agreed(scope)
+
+    def _loop_agrees(self, scope: Scope, loop: cst.For) -> bool:
+        found = next((lp for lp in scope.loops if lp.node is loop), None)
+        if found is not None and self._over_prepared(found):
+            return True  # prepared loaders hand every process the same number of batches
+        return self.uniform(scope, loop.iter, loop)
+
+    def _function_agreed(self, scope: Scope) -> bool:
+        if scope.kind != "function":
+            return True
+        if id(scope) in self._contexts:
+            return self._contexts[id(scope)]
+        self._contexts[id(scope)] = True  # recursion guard
+        sites: list[CallSite] = self.plan.call_sites(scope)
+        result = all(self.agreed(site.stmt, site.scope) for site in sites)
+        self._contexts[id(scope)] = result
+        return result
+
+
+def _subexpressions(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The expressions directly inside ``expr`` (through elements, arguments, slices, f-string parts)."""
+    out: list[cst.BaseExpression] = []
+    pending: list[cst.CSTNode] = list(expr.children)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, cst.BaseExpression):
+            out.append(node)
+        elif not isinstance(node, (cst.BaseStatement, cst.BaseSuite)):
+            pending.extend(node.children)
+    return out
+
+
+def _statement_of(facts: "Facts", node: cst.CSTNode) -> cst.BaseStatement | None:
+    for stmt in facts.order:
+        if isinstance(stmt, cst.SimpleStatementLine) and node in stmt.body:
+            return stmt
+    return None
