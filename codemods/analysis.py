@@ -298,6 +298,8 @@ class _Collector:
         self.not_loads.add(node.attr)
         if isinstance(node.value, cst.Name) and node not in self.not_loads:
             self.scope.refs.setdefault(f"{node.value.value}.{node.attr.value}", []).append(node)
+        if isinstance(node.value, (cst.Name, cst.Attribute)) and self.stmts:
+            self.scope.attributes.append((node, self.stmts[-1]))
 
     def visit_Name(self, node: cst.Name) -> None:
         if node not in self.not_loads:

@@ -33,4 +33,8 @@ CUDA_KEYWORD = Code("ACC015", "`device=\"cuda\"` passed to `{name}`, which is no
 
 LOCAL_METRIC = Code("ACC016", "the evaluation output here could not be gathered, so the metric stays each process's own", "name the forward's output (`output = model(x)`) and gather it: `output, target = accelerator.gather_for_metrics((output, target))`")
 
+LOCAL_EXIT = Code("ACC017", "a `{what}` out of a training loop on a value each process computes alone would leave the other processes waiting, and it cannot be moved, so the file was left unchanged", "decide on a value every process shares (`accelerator.reduce(...)`, gathered metrics), or use `accelerator.set_trigger()` where it stops and `if accelerator.check_trigger(): break` at the end of the loop body; then convert again")
+
+STARTUP_RACE = Code("ACC018", "`{name}` runs on every process, which may race to create the same files, and it was left as is", "create the folder with `os.makedirs(path, exist_ok=True)`, or run this under `with accelerator.main_process_first():` once the accelerator exists")
+
 ALL: tuple[Code, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Code))

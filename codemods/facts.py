@@ -27,6 +27,7 @@ class Scope:
     unit: str = "__main__"  # the module of the program this scope is in
     imports: ImportMap = field(default_factory=ImportMap)  # that module's imports
     returns: list[cst.Return] = field(default_factory=list)
+    attributes: list[tuple[cst.Attribute, cst.BaseStatement]] = field(default_factory=list)  # ``x.y`` / ``a.x.y`` and where
 
     @property
     def body(self) -> list[cst.BaseStatement]:

@@ -11,7 +11,7 @@ from accelify.codemods.context import Context
 
 @dataclass(frozen=True)
 class Example:
-    """A small whole script and its whole conversion (default target), run by the tests.
+    """A small whole script and its whole conversion (for ``target``), run by the tests.
 
     ``fires`` says whether the rule takes part: for a near miss (``fires=False``) converting with the
     rule disabled gives the same ``after``. ``after=None`` means the file is left unchanged.
@@ -22,6 +22,7 @@ class Example:
     after: str | None = None
     fires: bool = True
     warnings: tuple[str, ...] = ()
+    target: str = "accelify"
 
     @property
     def source(self) -> str:

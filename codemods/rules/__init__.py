@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from accelify.codemods.rule import Rule
 from accelify.codemods.rules.accelerator import CreateAccelerator
+from accelify.codemods.rules.attributes import UnwrapAttributes
 from accelify.codemods.rules.backward import SwapBackward
 from accelify.codemods.rules.clipping import SwapClipping
 from accelify.codemods.rules.device import ReplaceDevice
@@ -23,8 +24,10 @@ from accelify.codemods.rules.prepare import InsertPrepare
 from accelify.codemods.rules.print import SwapPrint
 from accelify.codemods.rules.progress import DisableProgress
 from accelify.codemods.rules.save import SaveOnMain
+from accelify.codemods.rules.startup import SafeStartup
 from accelify.codemods.rules.tensors import PlaceTensors
 from accelify.codemods.rules.threading import ThreadAccelerator
+from accelify.codemods.rules.trigger import StopTogether
 from accelify.codemods.rules.unsupported import WarnUnsupported
 from accelify.codemods.rules.writes import MainProcessWrites
 
@@ -40,11 +43,14 @@ RULES: tuple[type[Rule], ...] = (
     SwapBackward,
     SwapClipping,
     GatherForMetrics,
+    StopTogether,
     SwapPrint,
     DisableProgress,
     SaveOnMain,
     MainProcessWrites,
+    SafeStartup,
     LoadUnwrapped,
+    UnwrapAttributes,
     EndTraining,
     ReportLeftovers,
 )

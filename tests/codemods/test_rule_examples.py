@@ -23,18 +23,18 @@ def _warnings(result) -> list[str]:  # noqa: ANN001
 
 @pytest.mark.parametrize(("rule", "example"), CASES, ids=IDS)
 def test_example_converts_as_shown(rule: type[Rule], example: Example) -> None:
-    result = convert_source(example.source)
+    result = convert_source(example.source, target=example.target)
     assert result.error is None, result.error
     assert result.new == example.expected, f"{rule.name}: the conversion differs from the example:\n{result.new}"
     assert _warnings(result) == sorted(example.warnings)
-    again = convert_source(result.new)
+    again = convert_source(result.new, target=example.target)
     assert again.new == result.new, f"{rule.name}: converting the example's output again changed it"
 
 
 @pytest.mark.parametrize(("rule", "example"), CASES, ids=IDS)
 def test_example_shows_the_rule_at_work(rule: type[Rule], example: Example) -> None:
-    whole = convert_source(example.source)
-    without = convert_source(example.source, disabled={rule.name})
+    whole = convert_source(example.source, target=example.target)
+    without = convert_source(example.source, disabled={rule.name}, target=example.target)
     differs = whole.new != without.new or _warnings(whole) != _warnings(without)
     if example.fires:
         assert differs, f"{rule.name}: the example converts the same with the rule disabled: it shows nothing"

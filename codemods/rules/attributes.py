@@ -1,0 +1,153 @@
+"""UnwrapAttributes (``--target accelerate`` only): the script's own methods and attributes of a prepared
+model go through ``accelerator.unwrap_model(model)``.
+
+On N processes Hugging Face Accelerate's prepared model is a ``DistributedDataParallel`` wrapper, which
+has ``nn.Module``'s methods but not the model's own (``model.decode(z)``, ``policy.saved_log_probs``,
+``model.generate(...)``, ``model.fc``): they raise ``AttributeError``. ``accelify.runtime``'s prepared
+model forwards them to the module, so the default target leaves them as they are.
+"""
+
+from __future__ import annotations
+
+from accelify.codemods.context import Context, unwrap
+from accelify.codemods.rule import Example, Rule
+
+# What a DistributedDataParallel wrapper has too: nn.Module's public API (torch 2.x) and its instance attributes.
+MODULE_API = frozenset({
+    "T_destination", "add_module", "apply", "bfloat16", "buffers", "call_super_init", "children", "compile", "cpu",
+    "cuda", "double", "dump_patches", "eval", "extra_repr", "float", "forward", "get_buffer", "get_extra_state",
+    "get_parameter", "get_submodule", "half", "ipu", "load_state_dict", "modules", "mtia", "named_buffers",
+    "named_children", "named_modules", "named_parameters", "parameters", "register_backward_hook", "register_buffer",
+    "register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook",
+    "register_full_backward_pre_hook", "register_load_state_dict_post_hook", "register_load_state_dict_pre_hook",
+    "register_module", "register_parameter", "register_state_dict_post_hook", "register_state_dict_pre_hook",
+    "requires_grad_", "set_extra_state", "set_submodule", "share_memory", "state_dict", "to", "to_empty", "train",
+    "type", "xpu", "zero_grad", "training", "module", "no_sync",
+})
+
+
+class UnwrapAttributes(Rule):
+    name = "attributes"
+    description = "With --target accelerate, reach a prepared model's own methods and attributes through unwrap_model."
+    examples = (
+        Example(
+            before='''\
+import torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(2, 1)
+
+    def forward(self, x):
+        return self.fc(x)
+
+    def score(self, x):
+        return self(x).sigmoid()
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in torch.ones(4, 2):
+    model(x).sum().backward()
+    optimizer.step()
+print(model.score(torch.ones(2)))
+''',
+            after='''\
+import torch
+from accelerate import Accelerator
+
+
+accelerator = Accelerator()
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(2, 1)
+
+    def forward(self, x):
+        return self.fc(x)
+
+    def score(self, x):
+        return self(x).sigmoid()
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+for x in torch.ones(4, 2):
+    accelerator.backward(model(x).sum())
+    optimizer.step()
+accelerator.print(accelerator.unwrap_model(model).score(torch.ones(2)))
+accelerator.end_training()
+''',
+            target="accelerate",
+        ),
+        Example(
+            before='''\
+import torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(2, 1)
+
+    def forward(self, x):
+        return self.fc(x)
+
+    def score(self, x):
+        return self(x).sigmoid()
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in torch.ones(4, 2):
+    model(x).sum().backward()
+    optimizer.step()
+print(model.score(torch.ones(2)))
+''',
+            after='''\
+import torch
+from accelify.runtime import Accelerator
+
+
+accelerator = Accelerator()
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(2, 1)
+
+    def forward(self, x):
+        return self.fc(x)
+
+    def score(self, x):
+        return self(x).sigmoid()
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+for x in torch.ones(4, 2):
+    accelerator.backward(model(x).sum())
+    optimizer.step()
+accelerator.print(model.score(torch.ones(2)))
+accelerator.end_training()
+''',
+            fires=False,  # the default target: the runtime's prepared model forwards `score`
+        ),
+    )
+
+    def run(self, ctx: Context) -> None:
+        if ctx.target != "accelerate":
+            return
+        for scope in ctx.facts.scopes:
+            for node, stmt in scope.attributes:
+                if node.attr.value in MODULE_API or node.attr.value.startswith("__"):
+                    continue
+                accelerator = ctx.accelerator_in(scope)
+                found = ctx.plan.prepared(scope, node.value, stmt) if accelerator is not None else None
+                if found is None or found.role != "model":
+                    continue
+                if ctx.replace(node.value, stmt, lambda n, a=accelerator: unwrap(n, a)):  # type: ignore[misc]
+                    ctx.change("reach the model's own methods through accelerator.unwrap_model(model)")

@@ -1,0 +1,200 @@
+"""SafeStartup: folders and downloads made at start-up do not race between processes.
+
+Every process runs the start-up code. Two processes that both find a folder missing both create it,
+and the second ``os.makedirs`` raises ``FileExistsError``. So:
+
+- ``os.makedirs(d)`` (and ``Path(d).mkdir()``) gains ``exist_ok=True``: behind an existence check
+  that is exactly what one process did; a bare one no longer fails when the folder already exists
+  (the only difference, and only where the original would have stopped with an error);
+- ``os.mkdir(d)`` behind an existence check goes under ``with accelerator.main_process_first():``,
+  so the main process creates it and the others then find it; a bare one runs on the main process
+  only, followed by ``accelerator.wait_for_everyone()``;
+- a dataset built with ``download=True`` is built under ``with accelerator.main_process_first():``
+  (the main process downloads, the others then read the files).
+
+Where the accelerator does not exist yet (``os.mkdir`` or a download before it is created), the
+statement is left as it is, with ACC018.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from accelify.codemods import codes
+from accelify.codemods.context import Context, code_of, expression, statement
+from accelify.codemods.facts import CallSite
+from accelify.codemods.rule import Example, Rule
+
+_CHECKS = ("os.path.exists", "os.path.isdir", "os.path.lexists")
+
+
+class SafeStartup(Rule):
+    name = "startup"
+    description = "Create folders and download data at start-up without races between processes."
+    examples = (
+        Example(
+            before='''\
+import os
+import torch
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+if not os.path.exists("out"):
+    os.makedirs("out")
+if not os.path.isdir("out/samples"):
+    os.mkdir("out/samples")
+for x in torch.ones(4, 2):
+    model(x).sum().backward()
+    optimizer.step()
+''',
+            after='''\
+import os
+import torch
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+if not os.path.exists("out"):
+    os.makedirs("out", exist_ok=True)
+with accelerator.main_process_first():
+    if not os.path.isdir("out/samples"):
+        os.mkdir("out/samples")
+for x in torch.ones(4, 2):
+    accelerator.backward(model(x).sum())
+    optimizer.step()
+accelerator.end_training()
+''',
+        ),
+        Example(
+            before='''\
+import os
+import torch
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+os.makedirs("out", exist_ok=True)
+for x in torch.ones(4, 2):
+    model(x).sum().backward()
+    optimizer.step()
+''',
+            after='''\
+import os
+import torch
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+os.makedirs("out", exist_ok=True)
+for x in torch.ones(4, 2):
+    accelerator.backward(model(x).sum())
+    optimizer.step()
+accelerator.end_training()
+''',
+            fires=False,
+        ),
+    )
+
+    def run(self, ctx: Context) -> None:
+        if not ctx.accelerators:
+            return
+        wrapped: set[cst.BaseStatement] = set()
+        for site in ctx.facts.calls:
+            q = site.qualname or ""
+            if q == "os.makedirs" or (site.method == "mkdir" and q != "os.mkdir" and _is_path_mkdir(site)):
+                if not _has_keyword(site.node, "exist_ok") and ctx.replace(site.node, site.stmt, _exist_ok):
+                    ctx.change("create folders with exist_ok=True")
+            elif q == "os.mkdir":
+                self._mkdir(ctx, site, wrapped)
+            elif any(a.keyword is not None and a.keyword.value == "download" and _true(a.value) for a in site.node.args):
+                self._first(ctx, site, _alone(site), wrapped)
+
+    def _mkdir(self, ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) -> None:
+        guard = _guard(ctx, site)
+        if guard is not None:
+            self._first(ctx, site, guard, wrapped)
+            return
+        stmt = _alone(site)
+        accelerator = ctx.accelerator_in(site.scope)
+        if stmt is None or accelerator is None or not ctx.after_accelerator(site.scope, stmt):
+            ctx.warn(codes.STARTUP_RACE, site.node, name=code_of(site.node.func))
+            return
+        if ctx.replace(stmt, stmt, lambda s, a=accelerator: _under(s, f"if {a}.is_main_process:")):  # type: ignore[misc]
+            if ctx.agreement.agreed(stmt, site.scope):
+                ctx.insert_after(stmt, [f"{accelerator}.wait_for_everyone()"])
+            ctx.change("create folders on the main process only")
+
+    def _first(self, ctx: Context, site: CallSite, stmt: cst.BaseStatement | None, wrapped: set[cst.BaseStatement]) -> None:
+        """``with accelerator.main_process_first():`` around ``stmt``."""
+        accelerator = ctx.accelerator_in(site.scope)
+        if stmt is None or accelerator is None or not ctx.after_accelerator(site.scope, stmt):
+            ctx.warn(codes.STARTUP_RACE, site.node, name=code_of(site.node.func))
+            return
+        if stmt in wrapped:
+            return
+        if not ctx.agreement.agreed(stmt, site.scope):  # main_process_first waits for the others: not in a local branch
+            ctx.warn(codes.STARTUP_RACE, site.node, name=code_of(site.node.func))
+            return
+        if ctx.replace(stmt, stmt, lambda s, a=accelerator: _under(s, f"with {a}.main_process_first():")):  # type: ignore[misc]
+            wrapped.add(stmt)
+            ctx.change("create folders and download data on the main process first")
+
+
+def _guard(ctx: Context, site: CallSite) -> cst.If | None:
+    """The ``if not os.path.exists(d):`` around a call on ``d`` (its first argument), if any."""
+    if not site.node.args:
+        return None
+    path = code_of(site.node.args[0].value)
+    for outer in ctx.facts.chain(site.stmt)[1:]:
+        if isinstance(outer, cst.If):
+            for check in m.findall(outer.test, m.Call()):
+                assert isinstance(check, cst.Call)
+                if site.scope.imports.qualname(check.func) in _CHECKS and check.args and code_of(check.args[0].value) == path:
+                    return outer
+    return None
+
+
+def _alone(site: CallSite) -> cst.BaseStatement | None:
+    """The statement that is this call (``os.mkdir(d)``) or assigns it (``ds = MNIST(..., download=True)``)."""
+    stmt = site.stmt
+    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
+        small = stmt.body[0]
+        if isinstance(small, (cst.Expr, cst.Assign, cst.AnnAssign)) and small.value is site.node:
+            return stmt
+    return None
+
+
+def _is_path_mkdir(site: CallSite) -> bool:
+    """``Path(d).mkdir(...)`` or ``out_dir.mkdir(...)``: a pathlib mkdir (not ``os.mkdir``)."""
+    return isinstance(site.node.func, cst.Attribute) and not any(a.keyword is None for a in site.node.args[:1])
+
+
+def _has_keyword(call: cst.Call, name: str) -> bool:
+    return any(a.keyword is not None and a.keyword.value == name for a in call.args)
+
+
+def _true(value: cst.BaseExpression) -> bool:
+    return isinstance(value, cst.Name) and value.value == "True"
+
+
+def _exist_ok(call: cst.CSTNode) -> cst.CSTNode:
+    assert isinstance(call, cst.Call)
+    arg = cst.Arg(
+        expression("True"), keyword=cst.Name("exist_ok"),
+        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+    )
+    args = list(call.args)
+    if args and args[-1].comma != cst.MaybeSentinel.DEFAULT:
+        arg = arg.with_changes(comma=args[-1].comma)
+        args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    return call.with_changes(args=[*args, arg])
+
+
+def _under(stmt: cst.CSTNode, header: str) -> cst.CSTNode:
+    """``stmt`` indented under ``header`` (an ``if ...:`` or ``with ...:`` line)."""
+    assert isinstance(stmt, cst.BaseStatement)
+    shell = statement(f"{header}\n    pass\n")
+    assert isinstance(shell, (cst.If, cst.With))
+    return shell.with_changes(
+        body=cst.IndentedBlock([stmt.with_changes(leading_lines=[])]), leading_lines=stmt.leading_lines
+    )

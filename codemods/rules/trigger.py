@@ -1,0 +1,201 @@
+"""StopTogether: an early stop on a value a process computed alone stops every process at the same point.
+
+A ``break`` out of a training loop under a condition on a local value (a training loss, a local
+metric) lets one process leave the loop while the others wait for it in the next backward: the run
+hangs. ``break`` becomes ``accelerator.set_trigger()``, and right after the loop-body statement that
+holds it, ``if accelerator.check_trigger(): break`` stops every process together as soon as any one of
+them would have. On one process that is the original control flow. A ``break`` that is not the last
+thing its statement runs, and a ``return`` out of a training loop on a local value, cannot be moved
+like this: the file is refused with the reason.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.codemods import codes
+from accelify.codemods.context import Context, statement
+from accelify.codemods.facts import Loop, Scope
+from accelify.codemods.rule import Example, Rule
+
+
+class StopTogether(Rule):
+    name = "trigger"
+    description = "Stop every process together when one of them breaks out of training on a local value."
+    examples = (
+        Example(
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+loader = DataLoader(TensorDataset(torch.randn(64, 2), torch.randn(64, 1)), batch_size=8)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(10):
+    total = 0.0
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        total += loss.item()
+    if total < 0.5:
+        break
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+loader = DataLoader(TensorDataset(torch.randn(64, 2), torch.randn(64, 1)), batch_size=8)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for epoch in range(10):
+    total = 0.0
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        accelerator.backward(loss)
+        optimizer.step()
+        total += loss.item()
+    if total < 0.5:
+        accelerator.set_trigger()
+    if accelerator.check_trigger():
+        break
+accelerator.end_training()
+''',
+        ),
+        Example(
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+loader = DataLoader(TensorDataset(torch.randn(64, 2), torch.randn(64, 1)), batch_size=8)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(10):
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    if epoch == 3:
+        break
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+loader = DataLoader(TensorDataset(torch.randn(64, 2), torch.randn(64, 1)), batch_size=8)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for epoch in range(10):
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        accelerator.backward(loss)
+        optimizer.step()
+    if epoch == 3:
+        break
+accelerator.end_training()
+''',
+            fires=False,
+        ),
+    )
+
+    def run(self, ctx: Context) -> None:
+        for loop in ctx.facts.loops:
+            accelerator = ctx.accelerator_in(loop.scope)
+            if accelerator is None or not self._trains(ctx, loop) or not isinstance(loop.node.body, cst.IndentedBlock):
+                continue
+            for top in loop.node.body.body:
+                checked = False
+                for exit_stmt, kind in _exits(top):
+                    if ctx.is_skipped(exit_stmt) or _agrees(ctx, loop.scope, exit_stmt, top):
+                        continue
+                    if kind == "return" or not _last_to_run(ctx, exit_stmt, top):
+                        ctx.abort(codes.LOCAL_EXIT, exit_stmt, what=kind)
+                    ctx.replace(exit_stmt, exit_stmt, lambda s, a=accelerator: _set_trigger(s, a))  # type: ignore[misc]
+                    if not checked:
+                        ctx.insert_after(top, [f"if {accelerator}.check_trigger():\n    break\n"])
+                        checked = True
+                    ctx.change("stop every process together: set_trigger() / check_trigger()")
+
+    def _trains(self, ctx: Context, loop: Loop) -> bool:
+        """A loop whose iterations reach a collective: a backward (DDP syncs gradients), or a gather."""
+        return any(ctx.plan.reaches_backward(site) for site in loop.calls) or any(
+            stmt in ctx.gathered_stmts for stmt in loop.stmts
+        )
+
+
+def _exits(top: cst.BaseStatement) -> list[tuple[cst.SimpleStatementLine, str]]:
+    """The ``break``/``return`` statements in ``top`` that leave the loop ``top`` is in: its breaks (not
+    those of a loop nested in it) and every return (not those of a function defined in it)."""
+    found: list[tuple[cst.SimpleStatementLine, str]] = []
+    pending: list[tuple[cst.CSTNode, bool]] = [(top, False)]
+    while pending:
+        node, inner = pending.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        if isinstance(node, cst.SimpleStatementLine):
+            for small in node.body:
+                if isinstance(small, cst.Break) and not inner:
+                    found.append((node, "break"))
+                elif isinstance(small, cst.Return):
+                    found.append((node, "return"))
+            continue
+        nested = inner or isinstance(node, (cst.For, cst.While))
+        pending.extend((child, nested) for child in node.children)
+    return found
+
+
+def _agrees(ctx: Context, scope: Scope, exit_stmt: cst.BaseStatement, top: cst.BaseStatement) -> bool:
+    """Whether every test between ``exit_stmt`` and ``top`` (included) agrees between processes."""
+    for outer in ctx.facts.chain(exit_stmt)[1:]:
+        if isinstance(outer, (cst.If, cst.While)) and not ctx.agreement.uniform(scope, outer.test, outer):
+            return False
+        if outer is top:
+            break
+    return True
+
+
+def _last_to_run(ctx: Context, exit_stmt: cst.BaseStatement, top: cst.BaseStatement) -> bool:
+    """Whether nothing in ``top`` runs after ``exit_stmt`` (so replacing it by ``set_trigger()`` and
+    breaking right after ``top`` runs the same statements)."""
+    node = exit_stmt
+    for outer in ctx.facts.chain(exit_stmt)[1:]:
+        block = _block_holding(outer, node)
+        if block is None or block[-1] is not node:
+            return False
+        if isinstance(outer, (cst.For, cst.While, cst.Try)):
+            return False  # a loop's else, or a finally, would run in between
+        if outer is top:
+            return True
+        node = outer
+    return False
+
+
+def _block_holding(outer: cst.BaseStatement, node: cst.BaseStatement) -> list[cst.BaseStatement] | None:
+    """The list of statements in ``outer`` (a body, an ``else``/``elif`` branch) that holds ``node``."""
+    blocks: list[cst.BaseSuite] = []
+    if isinstance(outer, (cst.If, cst.With, cst.For, cst.While, cst.Try)):
+        blocks.append(outer.body)
+    if isinstance(outer, cst.If) and outer.orelse is not None:
+        orelse = outer.orelse
+        blocks.append(orelse.body if isinstance(orelse, cst.Else) else cst.IndentedBlock([orelse]))
+    for block in blocks:
+        if isinstance(block, cst.IndentedBlock) and node in block.body:
+            return list(block.body)
+    if isinstance(outer, cst.If) and isinstance(outer.orelse, cst.If) and outer.orelse is node:
+        return [node]
+    return None
+
+
+def _set_trigger(stmt: cst.CSTNode, accelerator: str) -> cst.CSTNode:
+    assert isinstance(stmt, cst.SimpleStatementLine)
+    call = statement(f"{accelerator}.set_trigger()")
+    assert isinstance(call, cst.SimpleStatementLine)
+    body = [call.body[0] if isinstance(small, cst.Break) else small for small in stmt.body]
+    return stmt.with_changes(body=body)
+
