@@ -37,4 +37,6 @@ LOCAL_EXIT = Code("ACC017", "a `{what}` out of a training loop on a value each p
 
 STARTUP_RACE = Code("ACC018", "`{name}` runs on every process, which may race to create the same files, and it was left as is", "create the folder with `os.makedirs(path, exist_ok=True)`, or run this under `with accelerator.main_process_first():` once the accelerator exists")
 
+RETRY = Code("ACC019", "this handler trains again after an error; on N processes an error one process raises alone (out of memory) leaves the others waiting in the first attempt", "make the retry decision shared (catch the error, then `accelerator.reduce` a flag every process contributes to), or remove the retry")
+
 ALL: tuple[Code, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Code))

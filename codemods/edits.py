@@ -91,7 +91,11 @@ class _Applier(cst.CSTTransformer):
                     out.extend(_lead([*inserted, *after], carried))
                     carried = []
                 continue
-            if inserted:
+            if inserted and isinstance(new, (cst.FunctionDef, cst.ClassDef)):
+                # a definition keeps its blank lines and comments (PEP 8); the inserted code gets the blank lines too
+                blank = [line for line in new.leading_lines if line.comment is None][:2]
+                out.extend(_lead(inserted, _merge(carried, blank)))
+            elif inserted:
                 out.extend(_lead(inserted, _merge(carried, new.leading_lines)))
                 new = new.with_changes(leading_lines=[])
             elif carried:
@@ -110,22 +114,22 @@ class _Applier(cst.CSTTransformer):
             and isinstance(stmt.body, cst.IndentedBlock)
             and len(stmt.body.body) == 1
             and stmt.body.body[0] in self.emptied
-            and _pure(stmt.test)
+            and is_pure(stmt.test)
         )
 
 
-def _pure(expr: cst.BaseExpression) -> bool:
+def is_pure(expr: cst.BaseExpression) -> bool:
     """Whether evaluating ``expr`` cannot have a side effect (names, attributes, not/and/or/compare)."""
     if isinstance(expr, (cst.Name, cst.SimpleString, cst.Integer)):
         return True
     if isinstance(expr, cst.Attribute):
-        return _pure(expr.value)
+        return is_pure(expr.value)
     if isinstance(expr, cst.UnaryOperation):
-        return _pure(expr.expression)
+        return is_pure(expr.expression)
     if isinstance(expr, cst.BooleanOperation):
-        return _pure(expr.left) and _pure(expr.right)
+        return is_pure(expr.left) and is_pure(expr.right)
     if isinstance(expr, cst.Comparison):
-        return _pure(expr.left) and all(_pure(c.comparator) for c in expr.comparisons)
+        return is_pure(expr.left) and all(is_pure(c.comparator) for c in expr.comparisons)
     if isinstance(expr, cst.Call) and not expr.args:  # torch.cuda.is_available(), torch.cuda.device_count()
         return (dotted(expr.func) or "").endswith(_QUERIES)
     return False

@@ -54,6 +54,10 @@ class Flow:
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
             cls = site.scope.class_scope
             return self.facts.function(func.attr.value, cls) if cls is not None else None
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
+            method = self._instance_method(site.scope, func.value.value, func.attr.value)
+            if method is not None:
+                return method
         if isinstance(func, cst.Name):
             owner = site.scope.resolve(func.value)
             if owner is not None and owner.unit == site.scope.unit:
@@ -61,6 +65,24 @@ class Flow:
                 if found is not None:
                     return found
         return self._imported(site.qualname)
+
+    def _instance_method(self, scope: Scope, name: str, method: str) -> Scope | None:
+        """``trainer.fit(...)`` where ``trainer = Trainer(...)``, a class of the program: ``Trainer.fit``."""
+        owner = scope.resolve(name)
+        bindings = owner.bindings.get(name, []) if owner is not None else []
+        if len(bindings) != 1 or not isinstance(bindings[0].value, cst.Call):
+            return None
+        func = bindings[0].value.func
+        cls = None
+        if isinstance(func, cst.Name):
+            where = scope.resolve(func.value)
+            cls = self.facts.class_scope(func.value, where) if where is not None and where.unit == scope.unit else None
+        if cls is None:
+            qualname = scope.imports.qualname(func) or ""
+            unit, _, cls_name = qualname.rpartition(".")
+            module = self._units.get(unit)
+            cls = self.facts.class_scope(cls_name, module) if module is not None and unit != "__main__" else None
+        return self.facts.function(method, cls) if cls is not None else None
 
     def _imported(self, qualname: str | None) -> Scope | None:
         """``loops.fit`` -> the function ``fit`` of the local module ``loops`` (or a class's ``__init__``)."""
@@ -142,8 +164,23 @@ class Flow:
             bindings = home[0].bindings.get(f"{home[1]}.{attr}")
             binding = next((b for b in bindings if b.role is not None), bindings[0]) if bindings else None
         else:
-            binding = self.binding_of(scope, key)
+            binding = self.binding_of(scope, key) or (self.instance_attr(scope, key) if attr else None)
         return self.holds(binding) if binding is not None else None
+
+    def instance_attr(self, scope: Scope, key: str) -> Binding | None:
+        """``trainer.G`` where ``trainer = Trainer(...)`` and the class sets ``self.G``: that binding."""
+        head, _, attr = key.partition(".")
+        if not attr or "." in attr or head == "self":
+            return None
+        bound = self.binding_of(scope, head)
+        if bound is None or not isinstance(bound.value, cst.Call):
+            return None
+        site = self.facts.sites.get(bound.value)
+        init = self.callee(site) if site is not None else None
+        if init is None or init.node.name.value != "__init__" or init.class_scope is None:  # type: ignore[union-attr]
+            return None
+        bindings = init.class_scope.bindings.get(f"self.{attr}")
+        return next((b for b in bindings if b.role is not None), bindings[0]) if bindings else None
 
     def holds(self, binding: Binding) -> Binding | None:
         """The creation binding of the object ``binding`` stores: itself when it creates one, else
@@ -154,13 +191,14 @@ class Flow:
             call, index = binding.unpacked
             if not isinstance(call, cst.Call):
                 return None
-            return self._returned(binding.where, call, index) if self._local_call(call) else binding
+            # what a function of the program returns, or, when that cannot be followed, an object made here
+            return (self._returned(binding.where, call, index) or binding) if self._local_call(call) else binding
         if binding.value is None:
             return None
         value = strip_placement(binding.value)
         if isinstance(value, cst.Call):
             # a call of a function of the program gives what it returns; any other call creates the object here
-            return self._returned(binding.where, value, None) if self._local_call(value) else binding
+            return (self._returned(binding.where, value, None) or binding) if self._local_call(value) else binding
         key = dotted(value)
         if key is None:
             return None

@@ -218,7 +218,9 @@ class Plan(Flow):
             if held is not None and held in self.objects:
                 aliases = by_scope.setdefault(binding.where, {})
                 previous = aliases.get(id(held))
-                if previous is None or previous.stmt is None or self.facts.order[previous.stmt] < self.facts.order[binding.stmt]:
+                # the first name that holds it (``model``, not a later ``model_without_ddp = model``), bound last
+                later = previous is not None and previous.stmt is not None and self.facts.order[previous.stmt] < self.facts.order[binding.stmt]
+                if previous is None or previous.stmt is None or (later and previous.key == binding.key):
                     aliases[id(held)] = Alias(binding.key, held, binding.stmt)
         for scope in self.facts.scopes:
             if scope.kind != "function":
@@ -286,22 +288,25 @@ class Plan(Flow):
     def _choose_home(self) -> None:
         scope = self.prepare_scope
         assert scope is not None
-        via: CallSite | None = None
+        via: list[CallSite] = []
         if scope.class_scope is None:
             while True:
                 sites = self.call_sites(scope)
-                if len(sites) != 1 or sites[0].scope.kind == "class":
-                    break
+                callers = {id(site.scope) for site in sites}
+                if not sites or len(callers) != 1 or sites[0].scope.kind == "class":
+                    break  # called from several places (or none): the accelerator is made where prepare is
                 caller = sites[0].scope
-                if not self._feeds(caller, sites[0], scope):
+                if not all(self._feeds(caller, site, scope) for site in sites):
                     break
-                scope, via = caller, sites[0]
-        self.home, self.home_call = scope, via
-        self.home_block = self.prepare_block if via is None else _common_block(self.facts, scope, [via.stmt])
+                scope, via = caller, sites  # ``train_model(model, device)``, and its retry after an OOM
+        self.home, self.home_call = scope, (via[0] if via else None)
+        self.home_block = self.prepare_block if not via else _common_block(self.facts, scope, [s.stmt for s in via])
 
     def _feeds(self, caller: Scope, site: CallSite, callee: Scope) -> bool:
         """Whether ``caller`` builds one of the prepared objects or the device it passes to ``callee``."""
         for arg in site.node.args:
+            if arg.star:
+                continue
             found = self.origin(caller, arg.value)
             if found is not None and found.where is caller and (found in self.objects or found.role == "device"):
                 return True
@@ -319,17 +324,17 @@ class Plan(Flow):
             return found
         return found if self._sees_prepared(scope, key, at, frozenset()) else None
 
-    def _sees_prepared(self, scope: Scope, key: str, at: cst.BaseStatement | None, seen: frozenset[int]) -> bool:
+    def _sees_prepared(self, scope: Scope, key: str, at: cst.BaseStatement | None, seen: frozenset) -> bool:
         memo = (id(scope), key, id(at))
         if memo in self._prepared_memo:
             return self._prepared_memo[memo]
-        if id(scope) in seen:
+        if (id(scope), key) in seen:
             return False
-        result = self._sees(scope, key, at, seen | {id(scope)})
+        result = self._sees(scope, key, at, seen | {(id(scope), key)})
         self._prepared_memo[memo] = result
         return result
 
-    def _sees(self, scope: Scope, key: str, at: cst.BaseStatement | None, seen: frozenset[int]) -> bool:
+    def _sees(self, scope: Scope, key: str, at: cst.BaseStatement | None, seen: frozenset) -> bool:
         target = self.prepare_scope
         names = {a.key for a in self.aliases}
         if target is None:
@@ -353,15 +358,15 @@ class Plan(Flow):
             return bool(sites) and all(
                 arg is not None and self._sees_expr(site.scope, arg.value, site.stmt, seen) for site, arg in zip(sites, args)
             )
-        binding = self.binding_of(scope, key)
+        binding = self.binding_of(scope, key) or self.instance_attr(scope, key)
         if binding is not None and binding.value is not None:
             value = strip_placement(binding.value)
             inner = dotted(value)
-            if inner is not None and inner != key:
+            if inner is not None and (inner != key or binding.where is not scope):
                 return self._sees_expr(binding.where, value, binding.stmt, seen)
         return False
 
-    def _sees_expr(self, scope: Scope, expr: cst.BaseExpression, at: cst.BaseStatement, seen: frozenset[int]) -> bool:
+    def _sees_expr(self, scope: Scope, expr: cst.BaseExpression, at: cst.BaseStatement, seen: frozenset) -> bool:
         key = dotted(strip_placement(expr))
         return key is not None and self._sees_prepared(scope, key, at, seen)
 
@@ -434,6 +439,28 @@ class Plan(Flow):
                     for t in small.targets:
                         names |= set(target_names(t.target))
         return names
+
+    def is_batch(self, scope: Scope, name: str, loop: Loop | None, seen: frozenset[int] = frozenset()) -> bool:
+        """Whether ``name`` holds (part of) a batch of a prepared loader: a target of an enclosing loop over
+        one, or a parameter every call site passes such a batch (``self.step(data[0])``)."""
+        inner = loop
+        while inner is not None:
+            if name in self.batch_names(inner):
+                return True
+            inner = inner.parent
+        if scope.kind != "function" or name not in scope.param_names or id(scope) in seen:
+            return False
+        if any(dotted(strip_placement(b.value)) != name for b in scope.bindings.get(name, []) if b.value is not None):
+            return False  # rebound to something else than itself placed on a device
+        sites = self.call_sites(scope)
+        for site in sites:
+            arg = self.arg_for(site, scope, name)
+            root = arg.value if arg is not None else None
+            while isinstance(root, (cst.Subscript, cst.Attribute)):
+                root = root.value
+            if not isinstance(root, cst.Name) or not self.is_batch(site.scope, root.value, site.loop, seen | {id(scope)}):
+                return False
+        return bool(sites)
 
     def training_loops(self, scope: Scope) -> list[Loop]:
         """Loops of ``scope`` that call ``backward`` (directly or through a helper)."""

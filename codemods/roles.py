@@ -8,7 +8,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from accelify.codemods.names import ImportMap
+from accelify.codemods.names import ImportMap, dotted
 
 LOADERS = {"torch.utils.data.DataLoader"}
 SCALERS = {"torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler"}
@@ -58,7 +58,8 @@ def is_device_expr(expr: cst.BaseExpression, imports: ImportMap) -> bool:
     if isinstance(expr, cst.Call):
         q = imports.qualname(expr.func)
         if q == "torch.device":
-            return bool(expr.args) and is_device_expr(expr.args[0].value, imports)
+            # torch.device("cuda" if ...), or torch.device(args.device): the device the user chose on the command line
+            return bool(expr.args) and (is_device_expr(expr.args[0].value, imports) or dotted(expr.args[0].value) is not None)
         return q == CURRENT_ACCELERATOR
     if isinstance(expr, cst.IfExp):
         if is_cpu_device(expr.body, imports):  # "cpu" if args.cpu or not torch.cuda.is_available() else "cuda"
@@ -90,6 +91,8 @@ def cpu_flag(expr: cst.BaseExpression, imports: ImportMap) -> cst.BaseExpression
     ``"cuda" if torch.cuda.is_available() and not args.no_cuda else "cpu"``; None when only availability decides."""
     if isinstance(expr, cst.Call) and imports.qualname(expr.func) == "torch.device" and expr.args:
         expr = expr.args[0].value
+        if dotted(expr) is not None:  # torch.device(args.device): the CPU when the user asks for it
+            return cst.Comparison(expr, [cst.ComparisonTarget(cst.Equal(), cst.SimpleString('"cpu"'))])
     if not isinstance(expr, cst.IfExp):
         return None
     if is_cpu_device(expr.body, imports):

@@ -24,6 +24,8 @@ from accelify.codemods.rules.prepare import InsertPrepare
 from accelify.codemods.rules.print import SwapPrint
 from accelify.codemods.rules.progress import DisableProgress
 from accelify.codemods.rules.save import SaveOnMain
+from accelify.codemods.rules.retry import WarnRetry
+from accelify.codemods.rules.seeds import SeedPerProcess
 from accelify.codemods.rules.startup import SafeStartup
 from accelify.codemods.rules.tensors import PlaceTensors
 from accelify.codemods.rules.threading import ThreadAccelerator
@@ -44,11 +46,13 @@ RULES: tuple[type[Rule], ...] = (
     SwapClipping,
     GatherForMetrics,
     StopTogether,
+    WarnRetry,
     SwapPrint,
     DisableProgress,
     SaveOnMain,
     MainProcessWrites,
     SafeStartup,
+    SeedPerProcess,
     LoadUnwrapped,
     UnwrapAttributes,
     EndTraining,

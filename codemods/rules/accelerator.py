@@ -87,6 +87,10 @@ print(model(torch.ones(2)))
         name = "self.accelerator" if in_class else "accelerator"
         flag = self._cpu_flag(ctx, home)
         arguments = f"cpu={code_of(flag)}" if flag is not None else ""
+        if flag is None and not _names_a_device(ctx) and not feeds_training(ctx):
+            # the script never chooses a device and makes its own data: it runs on the CPU (tensors it creates
+            # stay there), with the CPU's random stream; so does the conversion
+            arguments = "cpu=True"
         block = plan.home_block
         index, after = self._position(ctx, home, block, flag)
         code = [f"{name} = Accelerator({arguments})"]
@@ -140,7 +144,10 @@ print(model(torch.ones(2)))
         after = False
         keys: set[str] = set()
         if flag is not None:
+            names_of_attributes = {id(a.attr) for a in m.findall(flag, m.Attribute()) if isinstance(a, cst.Attribute)}
             for ref in m.findall(flag, _REFS):
+                if id(ref) in names_of_attributes:
+                    continue  # the `device` of `args.device` is no variable
                 key = dotted(ref)  # type: ignore[arg-type]
                 if key:
                     keys.update((key, key.split(".")[0]))
@@ -150,6 +157,29 @@ print(model(torch.ones(2)))
                 if top is not None and start <= block.index(top) < first_use:
                     start, after = block.index(top) + 1, True
         return start, after
+
+
+def feeds_training(ctx: Context) -> bool:
+    """Whether a training loop walks a prepared loader (whose batches the runtime places on the device)."""
+    plan = ctx.plan
+    return any(
+        plan.loader_of(loop) is not None for loop in ctx.facts.loops if any(plan.reaches_backward(s) for s in loop.calls)
+    )
+
+
+def _names_a_device(ctx: Context) -> bool:
+    """Whether the program places anything on a device: a device variable, ``.cuda()``, ``.to(<device>)``,
+    ``device="cuda"``, or a ``torch.cuda``/``torch.accelerator`` call."""
+    if ctx.plan.bindings_with_role("device"):
+        return True
+    for site in ctx.facts.calls:
+        if site.method == "cuda" or (site.qualname or "").startswith(("torch.cuda.", "torch.accelerator.", "torch.backends.mps")):
+            return True
+        if site.method == "to" and ctx.plan.placement_device(site.scope, site.node) is not None:
+            return True
+        if any(a.keyword is not None and a.keyword.value == "device" for a in site.node.args):
+            return True
+    return False
 
 
 def _bindings(scope: Scope) -> list[Binding]:

@@ -59,7 +59,9 @@ import torch
 from accelerate import Accelerator
 
 
-accelerator = Accelerator()
+accelerator = Accelerator(cpu=True)
+
+
 class Net(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -112,7 +114,9 @@ import torch
 from accelify.runtime import Accelerator
 
 
-accelerator = Accelerator()
+accelerator = Accelerator(cpu=True)
+
+
 class Net(torch.nn.Module):
     def __init__(self):
         super().__init__()

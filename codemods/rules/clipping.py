@@ -28,7 +28,7 @@ for x in torch.ones(4, 2):
             after='''\
 import torch
 from accelify.runtime import Accelerator
-accelerator = Accelerator()
+accelerator = Accelerator(cpu=True)
 model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 model, optimizer = accelerator.prepare(model, optimizer)
@@ -56,7 +56,7 @@ for x in torch.ones(4, 2):
             after='''\
 import torch
 from accelify.runtime import Accelerator
-accelerator = Accelerator()
+accelerator = Accelerator(cpu=True)
 model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 model, optimizer = accelerator.prepare(model, optimizer)

@@ -57,7 +57,7 @@ for x in torch.ones(4, 2):
             after='''\
 import torch
 from accelify.runtime import Accelerator
-accelerator = Accelerator()
+accelerator = Accelerator(cpu=True)
 device = torch.device("cpu")
 model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

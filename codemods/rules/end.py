@@ -37,7 +37,7 @@ import torch
 from accelify.runtime import Accelerator
 
 def main():
-    accelerator = Accelerator()
+    accelerator = Accelerator(cpu=True)
     model = torch.nn.Linear(2, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     model, optimizer = accelerator.prepare(model, optimizer)

@@ -48,7 +48,7 @@ for x in tqdm(torch.ones(4, 2)):
 import torch
 from tqdm import tqdm
 from accelify.runtime import Accelerator
-accelerator = Accelerator()
+accelerator = Accelerator(cpu=True)
 model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 model, optimizer = accelerator.prepare(model, optimizer)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods.context import Context
-from accelify.codemods.facts import CallSite, Loop
+from accelify.codemods.facts import CallSite
 from accelify.codemods.names import dotted
 from accelify.codemods.roles import PLACEMENT_METHODS, strip_placement
 from accelify.codemods.rule import Example, Rule
@@ -85,8 +85,14 @@ accelerator.end_training()
                 self._strip_value(ctx, binding.value, binding.stmt)
         by_stmt: dict[cst.BaseStatement, list[CallSite]] = {}
         for site in ctx.facts.calls:
-            if site.method in PLACEMENT_METHODS and site.node not in ctx.handled and self._placeable(ctx, site):
-                by_stmt.setdefault(site.stmt, []).append(site)
+            if site.method in PLACEMENT_METHODS and site.node not in ctx.handled:
+                if self._placeable(ctx, site):
+                    by_stmt.setdefault(site.stmt, []).append(site)
+                elif self._places_and_converts(ctx, site):
+                    # `x.to(device=device, dtype=torch.float32)`: the dtype (or memory format) stays, the device goes
+                    ctx.replace(site.node, site.stmt, _without_device)
+                    self._consume(ctx, site, only_device=True)
+                    ctx.change("remove device placement of prepared objects and batches")
         for stmt, sites in by_stmt.items():
             if self._whole_statement(stmt, sites) and ctx.remove(stmt):
                 for site in sites:
@@ -119,7 +125,17 @@ accelerator.end_training()
         if ctx.plan.placement_device(site.scope, site.node) is None:
             return False
         receiver = site.node.func.value  # type: ignore[attr-defined]
-        return self._is_model(ctx, site) or (isinstance(receiver, cst.Name) and receiver.value in _batch_names(ctx, site.loop))
+        return self._is_model(ctx, site) or (isinstance(receiver, cst.Name) and ctx.plan.is_batch(site.scope, receiver.value, site.loop))
+
+    def _places_and_converts(self, ctx: Context, site: CallSite) -> bool:
+        """``x.to(device=d, dtype=...)`` (device as a keyword, with other keywords) on a batch or a model."""
+        device = _device_keyword(site.node)
+        if site.method != "to" or device is None or site.node.args[0].keyword is None:
+            return False
+        if not ctx.plan.is_device_like(site.scope, device.value):
+            return False
+        receiver = site.node.func.value  # type: ignore[attr-defined]
+        return self._is_model(ctx, site) or (isinstance(receiver, cst.Name) and ctx.plan.is_batch(site.scope, receiver.value, site.loop))
 
     def _is_model(self, ctx: Context, site: CallSite) -> bool:
         """A prepared model placed before or after ``prepare`` (placing the raw model is dropped too)."""
@@ -147,18 +163,23 @@ accelerator.end_training()
             for t, v in pairs
         )
 
-    def _consume(self, ctx: Context, site: CallSite) -> None:
+    def _consume(self, ctx: Context, site: CallSite, *, only_device: bool = False) -> None:
         ctx.handled.add(site.node)
         for arg in site.node.args:
-            ctx.consumed.add(arg.value)
+            if not only_device or (arg.keyword is not None and arg.keyword.value == "device"):
+                ctx.consumed.add(arg.value)
 
 
-def _batch_names(ctx: Context, loop: Loop | None) -> set[str]:
-    names: set[str] = set()
-    while loop is not None:
-        names |= ctx.plan.batch_names(loop)
-        loop = loop.parent
-    return names
+def _device_keyword(call: cst.Call) -> cst.Arg | None:
+    return next((a for a in call.args if a.keyword is not None and a.keyword.value == "device"), None)
+
+
+def _without_device(node: cst.CSTNode) -> cst.CSTNode:
+    assert isinstance(node, cst.Call)
+    args = [a for a in node.args if not (a.keyword is not None and a.keyword.value == "device")]
+    if args:
+        args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return node.with_changes(args=args)
 
 
 def _receiver(node: cst.CSTNode) -> cst.CSTNode:

@@ -37,7 +37,7 @@ for x in torch.ones(4, 2):
 import torch
 from torch.optim.lr_scheduler import StepLR
 from accelify.runtime import Accelerator
-accelerator = Accelerator()
+accelerator = Accelerator(cpu=True)
 model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.Adam(model.parameters())
 scheduler = StepLR(optimizer, step_size=1)

@@ -29,7 +29,7 @@ for epoch, x in enumerate(torch.ones(4, 2)):
             after='''\
 import torch
 from accelify.runtime import Accelerator
-accelerator = Accelerator()
+accelerator = Accelerator(cpu=True)
 model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 model, optimizer = accelerator.prepare(model, optimizer)
@@ -64,7 +64,7 @@ def log(message):
     print(message)
 
 def main():
-    accelerator = Accelerator()
+    accelerator = Accelerator(cpu=True)
     log("building")
     model = torch.nn.Linear(2, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

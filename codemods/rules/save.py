@@ -28,7 +28,7 @@ torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, "
             after='''\
 import torch
 from accelify.runtime import Accelerator
-accelerator = Accelerator()
+accelerator = Accelerator(cpu=True)
 model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 model, optimizer = accelerator.prepare(model, optimizer)
@@ -54,7 +54,7 @@ torch.save(stats, "stats.pt")  # accelify: skip
             after='''\
 import torch
 from accelify.runtime import Accelerator
-accelerator = Accelerator()
+accelerator = Accelerator(cpu=True)
 model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 model, optimizer = accelerator.prepare(model, optimizer)
@@ -109,7 +109,7 @@ accelerator.end_training()
             elif isinstance(expr, cst.Name) and id(expr) not in followed:
                 followed.add(id(expr))
                 binding = ctx.plan.binding_of(site.scope, expr.value)
-                if binding is not None and isinstance(binding.value, (cst.Dict, cst.Tuple, cst.List)) and binding.where is site.scope:
+                if binding is not None and isinstance(binding.value, (cst.Dict, cst.Tuple, cst.List, cst.Call)) and binding.where is site.scope:
                     pending.append((binding.value, binding.stmt))
 
     def _is_model(self, ctx: Context, site: CallSite, expr: cst.BaseExpression) -> bool:

@@ -11,6 +11,7 @@ import libcst as cst
 
 from accelify.codemods import codes
 from accelify.codemods.context import Context, code_of, expression
+from accelify.codemods.edits import is_pure
 from accelify.codemods.facts import CallSite
 from accelify.codemods.names import dotted
 from accelify.codemods.roles import is_cuda_string, is_module_class
@@ -148,6 +149,30 @@ accelerator.end_training()
             ctx.replace(call, site.stmt, lambda c, d=device: _to(c, d))  # type: ignore[misc]
         ctx.handled.add(call)
         ctx.change("send other tensors to accelerator.device")
+        guard = ctx.facts.parent_stmt.get(site.stmt)
+        if _only_placement_guard(guard, site.stmt) and ctx.replace(guard, guard, _unguard):  # type: ignore[arg-type]
+            # `if use_cuda: x = x.cuda()`: the models are on accelerator.device whatever the flag, so x goes there too
+            ctx.change("send other tensors to accelerator.device")
+
+
+def _only_placement_guard(guard: cst.BaseStatement | None, stmt: cst.BaseStatement) -> bool:
+    """``if <flag>: x = x.cuda()`` (no else, a test without side effects, that one statement)."""
+    return (
+        isinstance(guard, cst.If)
+        and guard.orelse is None
+        and isinstance(guard.body, cst.IndentedBlock)
+        and list(guard.body.body) == [stmt]
+        and is_pure(guard.test)
+        and isinstance(stmt, cst.SimpleStatementLine)
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], cst.Assign)
+    )
+
+
+def _unguard(node: cst.CSTNode) -> cst.CSTNode:
+    assert isinstance(node, cst.If) and isinstance(node.body, cst.IndentedBlock)
+    inner = node.body.body[0]
+    return inner.with_changes(leading_lines=[*node.leading_lines, *inner.leading_lines])
 
 
 def _places_tensors(ctx: Context, site: CallSite) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods import codes
+from accelify.codemods.analysis import is_docstring
 from accelify.codemods.context import Context, expression
 from accelify.codemods.facts import Scope
 from accelify.codemods.roles import CLIPPING
@@ -105,11 +106,27 @@ accelerator.end_training()
             return
         functions = [
             s for s in ctx.facts.scopes
-            if s.kind == "function" and s is not home and not _inside(s, home) and ctx.accelerator_in(s) is None
+            if s.kind == "function" and s is not home and (home.kind == "module" or not _inside(s, home))
+            # a helper without the accelerator; or one that sees the module's but takes `device` as a parameter
+            and (ctx.accelerator_in(s) is None or (s.class_scope is None and self._device_params(ctx, s)))
         ]
-        wanted = self._choose(ctx, home, functions)
+        self.global_seen = {s for s in functions if ctx.accelerator_in(s) is not None}
+        classes: list[tuple[Scope, Scope]] = []
+        wanted = self._choose(ctx, home, functions, classes)
         for function in wanted:
             ctx.accelerators[function] = "accelerator"
+        for cls, init in classes:  # methods reach it as self.accelerator, set in __init__
+            ctx.accelerators[cls] = "self.accelerator"
+        for cls, init in classes:
+            self._thread(ctx, init)
+            body = init.body
+            index = 1 if body and is_docstring(body[0]) else 0
+            while index < len(body) - 1 and _calls_super_init(body[index]):
+                index += 1  # an attribute set before super().__init__() fails on nn.Module subclasses
+            if index < len(body) and _calls_super_init(body[index]):
+                ctx.insert_after(body[index], ["self.accelerator = accelerator"])
+            else:
+                ctx.insert_before(body[index], ["self.accelerator = accelerator"])
         plan = ctx.plan
         done: set[Scope] = set()
         while len(done) < len(wanted):  # callees first: their call sites consume the caller's `device`
@@ -121,8 +138,11 @@ accelerator.end_training()
                 self._thread(ctx, function)
                 done.add(function)
 
-    def _choose(self, ctx: Context, home: Scope, functions: list[Scope]) -> set[Scope]:
-        """The helpers that need the accelerator (or call one that does) and can get it from every caller."""
+    def _choose(
+        self, ctx: Context, home: Scope, functions: list[Scope], classes: list[tuple[Scope, Scope]]
+    ) -> set[Scope]:
+        """The helpers that need the accelerator (or call one that does) and can get it from every caller;
+        ``classes`` receives the classes whose methods need it and whose ``__init__`` can take it."""
         plan = ctx.plan
         wanted = {f for f in functions if self._needs(ctx, f)}
         grown = True
@@ -130,6 +150,15 @@ accelerator.end_training()
             callers = {f for f in functions if f not in wanted and any(plan.callee(s) in wanted for s in f.calls)}
             wanted |= callers
             grown = bool(callers)
+        for cls in {f.class_scope for f in wanted if f.class_scope is not None}:
+            assert cls is not None
+            init = ctx.facts.function("__init__", cls)
+            sites = plan.call_sites(init) if init is not None else []
+            if init is not None and sites and all(
+                ctx.accelerator_in(s.scope) is not None and not any(a.star for a in s.node.args) for s in sites
+            ):
+                wanted -= {f for f in wanted if f.class_scope is cls}
+                classes.append((cls, init))
         shrunk = True
         while shrunk:  # a helper can only get it if every call site has it to pass (and passes plain arguments)
             bad = {
@@ -158,6 +187,14 @@ accelerator.end_training()
             return True
         return self._device_param(ctx, function) is not None
 
+    def _device_params(self, ctx: Context, function: Scope) -> list[str]:
+        """Parameters every call site passes the device variable to."""
+        return [
+            name for name in function.param_names
+            if name not in function.bindings and (origin := ctx.plan.param_origin(function, name)) is not None
+            and origin.role == "device"
+        ]
+
     def _device_param(self, ctx: Context, function: Scope) -> str | None:
         """The name of a device parameter whose every use inside the helper has been removed."""
         for name in function.param_names:
@@ -172,6 +209,8 @@ accelerator.end_training()
         node = function.node
         assert isinstance(node, cst.FunctionDef)
         replaced = self._device_param(ctx, function)
+        if replaced is None and function in self.global_seen:
+            return  # it has the module's accelerator, and still uses its `device` for something else
         sites = ctx.plan.call_sites(function)
         if replaced is not None:
             ctx.replace(node.params, node, lambda p: _rename_param(p, replaced))  # type: ignore[arg-type,return-value]
@@ -193,6 +232,14 @@ accelerator.end_training()
                 value = _passed(ctx, site.scope)
                 ctx.replace(site.node, site.stmt, lambda c, k=use_keyword, v=value: _add_arg(c, k, v))  # type: ignore[misc]
         ctx.change(f"pass the accelerator to {function.name}()")
+
+
+def _calls_super_init(stmt: cst.BaseStatement) -> bool:
+    """``super().__init__(...)`` (or ``Base.__init__(self, ...)``) as a statement."""
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr)):
+        return False
+    call = stmt.body[0].value
+    return isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and call.func.attr.value == "__init__"
 
 
 def _home(scope: Scope, reachable: set[Scope]) -> Scope | None:

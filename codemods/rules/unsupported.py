@@ -101,7 +101,7 @@ for step, x in enumerate(torch.ones(4, 2)):
             after='''\
 import torch
 from accelify.runtime import Accelerator
-accelerator = Accelerator()
+accelerator = Accelerator(cpu=True)
 model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 model, optimizer = accelerator.prepare(model, optimizer)

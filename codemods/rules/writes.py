@@ -46,7 +46,7 @@ with open("metrics.json", "w") as f:
             after='''\
 import torch
 from accelify.runtime import Accelerator
-accelerator = Accelerator()
+accelerator = Accelerator(cpu=True)
 model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 model, optimizer = accelerator.prepare(model, optimizer)
@@ -75,7 +75,7 @@ with open("config.json") as f:
             after='''\
 import torch
 from accelify.runtime import Accelerator
-accelerator = Accelerator()
+accelerator = Accelerator(cpu=True)
 model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 model, optimizer = accelerator.prepare(model, optimizer)
@@ -105,15 +105,19 @@ accelerator.end_training()
 
 
 def _writes(site: CallSite) -> bool:
-    if site.qualname in WRITERS or (site.method == "savefig"):
+    """``open(p, "w")``, ``Path(p).open("a")``, ``p.write_text(...)``, ``json.dump``-style writers, ``savefig``."""
+    if site.qualname in WRITERS or site.method in ("savefig", "write_text", "write_bytes"):
         return True
-    if site.qualname != "open" or len(site.node.args) < 2 and not any(
-        a.keyword is not None and a.keyword.value == "mode" for a in site.node.args
-    ):
+    if site.qualname == "open":
+        mode_position = 1
+    elif site.method == "open" and not (site.qualname or "").startswith(("os.", "io.", "gzip.", "bz2.", "lzma.")):
+        mode_position = 0  # pathlib: Path.open(mode)
+    else:
         return False
     mode = next((a.value for a in site.node.args if a.keyword is not None and a.keyword.value == "mode"), None)
-    if mode is None:
-        mode = site.node.args[1].value if site.node.args[1].keyword is None else None
+    positional = [a for a in site.node.args if a.keyword is None]
+    if mode is None and len(positional) > mode_position:
+        mode = positional[mode_position].value
     return isinstance(mode, cst.SimpleString) and any(c in str(mode.evaluated_value) for c in WRITE_MODES)
 
 

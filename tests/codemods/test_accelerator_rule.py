@@ -60,7 +60,7 @@ def test_module_script_gets_the_accelerator_after_the_imports() -> None:
         from torch import nn
         from accelify.runtime import Accelerator
 
-        accelerator = Accelerator()
+        accelerator = Accelerator(cpu=True)
         torch.manual_seed(0)
         model = nn.Linear(2, 1)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -94,7 +94,7 @@ def test_import_goes_after_the_future_import_and_the_import_block() -> None:
     )
     assert out.startswith(
         "from __future__ import annotations\nimport torch\ntry:\n    import tqdm\nexcept ImportError:\n    tqdm = None\n"
-        "from accelify.runtime import Accelerator\naccelerator = Accelerator()\nX = 1\n"
+        "from accelify.runtime import Accelerator\naccelerator = Accelerator(cpu=True)\nX = 1\n"
     )
 
 
@@ -112,7 +112,7 @@ def test_trainer_class_gets_self_accelerator_first_in_init() -> None:
                     self.model(x).sum().backward()
         """
     )
-    assert "    def __init__(self, lr):\n        self.accelerator = Accelerator()\n        self.lr = lr\n" in out
+    assert "    def __init__(self, lr):\n        self.accelerator = Accelerator(cpu=True)\n        self.lr = lr\n" in out
     assert "self.model, self.opt = self.accelerator.prepare(self.model, self.opt)\n" in out
     assert "            self.accelerator.backward(self.model(x).sum())\n        self.accelerator.end_training()\n" in out
 

@@ -13,7 +13,7 @@ opt = torch.optim.SGD(model.parameters(), lr=0.1)
 HEAD_OUT = """\
 import torch
 from accelify.runtime import Accelerator
-accelerator = Accelerator()
+accelerator = Accelerator(cpu=True)
 model = torch.nn.Linear(2, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 model, opt = accelerator.prepare(model, opt)
@@ -53,7 +53,7 @@ def test_backward_in_a_helper_threads_the_accelerator() -> None:
             accelerator.backward(loss)
             opt.step()
         def main():
-            accelerator = Accelerator()
+            accelerator = Accelerator(cpu=True)
             model = torch.nn.Linear(2, 1)
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
             model, opt = accelerator.prepare(model, opt)
@@ -67,7 +67,7 @@ NEAR_MISSES = [
     # no optimizer: nothing is prepared, so nothing is converted (a warning says why)
     "import torch\nloss = torch.ones(1, requires_grad=True).sum()\nloss.backward()\n",
     # already converted
-    "import torch\nfrom accelify.runtime import Accelerator\naccelerator = Accelerator()\nloss.backward()\n",
+    "import torch\nfrom accelify.runtime import Accelerator\naccelerator = Accelerator(cpu=True)\nloss.backward()\n",
     # not a torch script
     "loss.backward()\n",
     # suppressed

@@ -33,7 +33,7 @@ def test_gan_two_models_two_optimizers_loader_and_scheduler() -> None:
         from torch.optim.lr_scheduler import StepLR as Step
         from accelify.runtime import Accelerator
         def main():
-            accelerator = Accelerator()
+            accelerator = Accelerator(cpu=True)
             loader = torch.utils.data.DataLoader(ds)
             netG = Generator()
             netD = torch.nn.Linear(4, 1)
@@ -217,7 +217,7 @@ def test_objects_returned_by_a_factory_are_prepared_where_they_arrive() -> None:
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
             return model, opt
         def main():
-            accelerator = Accelerator()
+            accelerator = Accelerator(cpu=True)
             model, opt = build()
             model, opt = accelerator.prepare(model, opt)
             accelerator.backward(model(x).sum())

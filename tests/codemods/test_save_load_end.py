@@ -33,7 +33,7 @@ def test_checkpoint_saves_and_loads() -> None:
         import torch
         from accelify.runtime import Accelerator
         def main():
-            accelerator = Accelerator()
+            accelerator = Accelerator(cpu=True)
             model = torch.nn.Linear(2, 1)
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
             model, opt = accelerator.prepare(model, opt)

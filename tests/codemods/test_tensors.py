@@ -71,7 +71,7 @@ def test_device_keyword_of_a_function_that_is_not_torch_is_left_and_warned() -> 
         # guarded by availability: still the process's device
         (
             "if torch.cuda.is_available():\n    w = w.cuda()",
-            "if torch.cuda.is_available():\n    w = w.to(accelerator.device)",
+            "w = w.to(accelerator.device)",
         ),
     ],
 )

@@ -13,7 +13,7 @@ def test_writes_are_guarded() -> None:
         HEAD
         + "# metrics\nwith open('m.json', 'w') as f:  # all of them\n    json.dump({}, f)\n"
         + "for step in range(2):\n    plt.savefig(f'{step}.png')\n",
-        HEAD.replace("import torch\n", "import torch\nfrom accelify.runtime import Accelerator\naccelerator = Accelerator()\n")
+        HEAD.replace("import torch\n", "import torch\nfrom accelify.runtime import Accelerator\naccelerator = Accelerator(cpu=True)\n")
         + "model, opt = accelerator.prepare(model, opt)\n"
         + "# metrics\nif accelerator.is_main_process:\n    with open('m.json', 'w') as f:  # all of them\n        json.dump({}, f)\n"
         + "for step in range(2):\n    if accelerator.is_main_process:\n        plt.savefig(f'{step}.png')\n"

@@ -1,0 +1,113 @@
+"""SeedPerProcess: without a prepared data loader, each process draws its own data.
+
+When no training loop walks a prepared loader (a reinforcement-learning loop playing episodes, batches
+drawn at random offsets of a tensor), every process would draw exactly the same data from the same
+seed: N processes computing one gradient N times. The seeds the script sets after the accelerator
+exists get ``+ accelerator.process_index``: process 0 keeps the script's seed (so one process computes
+what the original did), the others draw their own. The initial weights still agree: ``prepare``
+broadcasts process 0's.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.codemods.context import Context, code_of, expression
+from accelify.codemods.facts import CallSite
+from accelify.codemods.rule import Example, Rule
+from accelify.codemods.rules.accelerator import feeds_training
+
+SEEDERS = {
+    "torch.manual_seed", "torch.cuda.manual_seed", "torch.cuda.manual_seed_all", "random.seed",
+    "numpy.random.seed", "np.random.seed",
+}
+
+
+class SeedPerProcess(Rule):
+    name = "seeds"
+    description = "Give each process its own seed when no prepared data loader splits the data."
+    examples = (
+        Example(
+            before='''\
+import torch
+torch.manual_seed(0)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(4):
+    x = torch.randn(8, 2)
+    model(x).sum().backward()
+    optimizer.step()
+''',
+            after='''\
+import torch
+from accelify.runtime import Accelerator
+accelerator = Accelerator(cpu=True)
+torch.manual_seed(0 + accelerator.process_index)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+for step in range(4):
+    x = torch.randn(8, 2)
+    accelerator.backward(model(x).sum())
+    optimizer.step()
+accelerator.end_training()
+''',
+        ),
+        Example(
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+torch.manual_seed(0)
+loader = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for (x,) in loader:
+    model(x).sum().backward()
+    optimizer.step()
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+torch.manual_seed(0)
+loader = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for (x,) in loader:
+    accelerator.backward(model(x).sum())
+    optimizer.step()
+accelerator.end_training()
+''',
+            fires=False,
+        ),
+    )
+
+    def run(self, ctx: Context) -> None:
+        if not ctx.accelerators or feeds_training(ctx) or not any(s.method == "backward" for s in ctx.facts.calls):
+            return
+        for site in ctx.facts.calls:
+            seed = _seed_argument(site)
+            accelerator = ctx.accelerator_in(site.scope)
+            if seed is None or accelerator is None or not ctx.after_accelerator(site.scope, site.stmt):
+                continue
+            if "process_index" in code_of(seed) or "rank" in code_of(seed):
+                continue
+            if ctx.replace(seed, site.stmt, lambda n, a=accelerator: _offset(n, a)):  # type: ignore[misc]
+                ctx.change("seed each process on its own: seed + accelerator.process_index")
+
+
+def _seed_argument(site: CallSite) -> cst.BaseExpression | None:
+    """The seed a call sets: ``torch.manual_seed(s)``, ``random.seed(s)``, ``env.seed(s)``, ``env.reset(seed=s)``."""
+    for arg in site.node.args:
+        if arg.keyword is not None and arg.keyword.value == "seed" and site.method in ("reset", "seed"):
+            return arg.value
+    if (site.qualname in SEEDERS or site.method == "seed") and site.node.args and site.node.args[0].keyword is None:
+        return site.node.args[0].value
+    return None
+
+
+def _offset(seed: cst.CSTNode, accelerator: str) -> cst.CSTNode:
+    assert isinstance(seed, cst.BaseExpression)
+    return expression(f"{code_of(seed)} + {accelerator}.process_index")
