@@ -68,7 +68,8 @@ class _Applier(cst.CSTTransformer):
         for fn in self.edits.replacements.get(original_node, ()):
             updated_node = fn(updated_node)
         if isinstance(updated_node, (cst.IndentedBlock, cst.Module)) and type(original_node) is type(updated_node):
-            body, leftover = self._body(original_node.body, updated_node.body)  # type: ignore[attr-defined]
+            indented = isinstance(updated_node, cst.IndentedBlock)
+            body, leftover = self._body(original_node.body, updated_node.body, indented)  # type: ignore[attr-defined]
             if not body:
                 body = [cst.SimpleStatementLine([cst.Pass()], leading_lines=leftover)]
                 leftover = []
@@ -77,15 +78,23 @@ class _Applier(cst.CSTTransformer):
         return updated_node
 
     def _body(
-        self, originals: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement]
+        self, originals: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement], indented: bool = True
     ) -> tuple[list[cst.BaseStatement], list[cst.EmptyLine]]:
-        """The new statements of a block, and the comments of removed trailing statements."""
+        """The new statements of a block, and the comments of removed trailing statements. An indented block
+        whose first statements were removed does not start with the blank lines that followed them."""
         out: list[cst.BaseStatement] = []
         carried: list[cst.EmptyLine] = []  # blank lines and comments of removed statements
+        removed_first = False
         for original, new in zip(originals, updated):
+            if indented and not out and removed_first and not carried and new.leading_lines:
+                lines = list(new.leading_lines)
+                while lines and lines[0].comment is None:
+                    lines.pop(0)
+                new = new.with_changes(leading_lines=lines)
             inserted = list(self.edits.before.get(original, ()))
             after = list(self.edits.after.get(original, ()))
             if original in self.edits.removed or self._emptied_if(new):
+                removed_first = removed_first or not out
                 carried = _merge(carried, original.leading_lines) + _trailing_comment(original)
                 if inserted or after:
                     out.extend(_lead([*inserted, *after], carried))

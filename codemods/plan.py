@@ -349,7 +349,7 @@ class Plan(Flow):
             return True  # another method of the class: it runs after __init__ prepared it
         if key in names and target.kind == "module" and scope.resolve(head) is target:
             return True  # a module global, read by a function that runs after the prepare
-        owner = scope.resolve(head) if head != "self" else scope
+        owner = scope.resolve(head) if head != "self" else None
         if owner is not None and owner.kind == "function" and head in owner.param_names and head not in owner.bindings:
             if "." in key:
                 return False

@@ -84,7 +84,31 @@ def main():
                 continue
             if site.scope.resolve("print") is not None or not ctx.after_accelerator(site.scope, site.stmt):
                 continue
+            if _before_exit(ctx, site.stmt):
+                continue  # the message of the process that stops (rank 1's would be hidden by accelerator.print)
             accelerator = ctx.accelerator_in(site.scope)
             func = expression(f"{accelerator}.print")
             if ctx.replace(site.node.func, site.stmt, lambda _, f=func: f):  # type: ignore[misc]
                 ctx.change("print -> accelerator.print")
+
+
+_EXITS = ("sys.exit", "exit", "quit", "os._exit")
+
+
+def _before_exit(ctx: Context, stmt: cst.BaseStatement) -> bool:
+    """Whether a later statement of ``stmt``'s block ends the process (``sys.exit(1)``, ``raise``)."""
+    parent = ctx.facts.parent_stmt.get(stmt)
+    body = getattr(getattr(parent, "body", None), "body", None)
+    if not body or stmt not in body:
+        return False
+    for later in body[list(body).index(stmt) + 1 :]:
+        if not isinstance(later, cst.SimpleStatementLine):
+            continue
+        for small in later.body:
+            if isinstance(small, cst.Raise):
+                return True
+            if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+                site = ctx.facts.sites.get(small.value)
+                if site is not None and site.qualname in _EXITS:
+                    return True
+    return False

@@ -59,7 +59,6 @@ def train(dataloader, model, loss_fn, optimizer):
     size = len(dataloader.dataset)
     model.train()
     for batch, (X, y) in enumerate(dataloader):
-
         # Compute prediction error
         pred = model(X)
         loss = loss_fn(pred, y)
