@@ -36,6 +36,7 @@ from typing import Any, Callable
 
 import torch.distributed as dist
 
+from .errors import FolderError
 from .files import atomic_write, fsync_path  # noqa: F401  (atomic single files live in files.py)
 
 # ---------------------------------------------------------------- processes
@@ -150,10 +151,6 @@ def _report_at_exit() -> None:
 
 
 # ---------------------------------------------------------------- folders written by every process
-
-
-class FolderError(OSError):
-    """Process 0 could not prepare the temporary folder; the others learn it instead of waiting forever."""
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from .checkpoint_files import (
     rng_states,
     set_rng_states,
 )
-from .errors import CheckpointError, ConfigurationError
+from .errors import CheckpointError, CheckpointPeerError, ConfigurationError
 from .settings import DURABLE_ENV, durable_checkpoints
 
 _CHECKPOINT_RE = re.compile(r"^checkpoint_(\d+)$")
@@ -133,7 +133,9 @@ def save_checkpoint(
     finally:
         committed = atomic.commit_folder(staged, ok, durable, then if atomic.rank() == 0 else None)
     if not committed:
-        raise CheckpointError(f"Another process failed while writing the checkpoint {target}; its previous content is kept.")
+        raise CheckpointPeerError(
+            f"Another process failed while writing the checkpoint {target} (see its error); its previous content is kept."
+        )
     return target
 
 
