@@ -25,7 +25,8 @@ from accelify.launch_plan import LaunchError, LaunchOptions, LaunchPlan, resolve
 __all__ = ["LaunchError", "LaunchOptions", "LaunchPlan", "LaunchResult", "WorkerFailure",
            "check_script", "execute", "signal_name", "resolve_plan", "failure_from_error"]
 
-TRACEBACK_LINES = 12
+TRACEBACK_LINES = 12  # of frames, in the failure summary
+EXCEPTION_LINES = 20  # of the final exception's text
 
 
 def signal_name(number: int) -> str:
@@ -98,12 +99,21 @@ def failure_from_error(error: Any) -> WorkerFailure:
         text = "no traceback was recorded: a process killed by a signal cannot report one (see its output above)"
     else:
         text = "no traceback was recorded (the process exited without a Python exception)"
-    tail = tuple(_user_frames(first.callstack.rstrip().splitlines())[-TRACEBACK_LINES:])
+    tail = _traceback_tail(_user_frames(first.callstack.rstrip().splitlines()))
     others = tuple(sorted(r.rank for r in rest if r.kind in ("cause", "abort")))
     consequences = tuple(sorted(r.rank for r in rest if r.kind == "consequence"))
     return WorkerFailure(rank=first.rank, exit_code=first.exit_code, message=text, traceback_tail=tail,
                          other_ranks=others, consequence_ranks=consequences,
                          consequence=first.kind == "consequence")
+
+
+def _traceback_tail(lines: list[str]) -> tuple[str, ...]:
+    """The last frames and the whole final exception text (up to a bound): a long message keeps its frames."""
+    headers = [i for i, line in enumerate(lines) if line.startswith('  File "')]
+    end = headers[-1] + 1 if headers else 0
+    while end < len(lines) and lines[end].startswith("    "):  # the frame's code line and its carets
+        end += 1
+    return tuple(lines[:end][-TRACEBACK_LINES:] + lines[end:][:EXCEPTION_LINES])
 
 
 def _user_frames(lines: list[str]) -> list[str]:
