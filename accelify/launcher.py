@@ -4,8 +4,10 @@ The launcher writes the plan's :class:`~accelify.runtime.settings.Settings` to a
 (the launch file), points ``ACCELIFY_LAUNCH_CONFIG`` at it in the workers' environment, and hands
 over to torch elastic (``torch.distributed.run.run``), which starts, monitors, restarts
 (``--max-restarts``) and, on failure or Ctrl-C, stops every worker. When a worker fails, the
-result names the rank that failed first, its exit code (which becomes the launcher's) and the
-last lines of its traceback, read from torch elastic's error file.
+result names the rank that failed first by cause (a signal, or an error of its own rather than a
+lost connection to a process that left: see :mod:`accelify.runtime.failure_report`), how it
+ended (its exit code becomes the launcher's, 128 + N for signal N) and the last lines of its
+traceback, read from torch elastic's error file.
 
 This module imports torch only inside :func:`execute`, so ``accelify launch --help`` stays fast.
 """
@@ -16,48 +18,60 @@ import os
 import signal
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator
 
 from accelify.launch_plan import LaunchError, LaunchOptions, LaunchPlan, resolve_plan
 
 __all__ = ["LaunchError", "LaunchOptions", "LaunchPlan", "LaunchResult", "WorkerFailure",
            "check_script", "execute", "signal_name", "resolve_plan", "failure_from_error"]
 
-TRACEBACK_LINES = 12
+TRACEBACK_LINES = 12  # of frames, in the failure summary
+EXCEPTION_LINES = 20  # of the final exception's text
 
 
 def signal_name(number: int) -> str:
     """``SIGKILL`` for 9; ``signal N`` for a number this platform does not name."""
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
+    from accelify.runtime.failure_report import signal_name as name
+
+    return name(number)
 
 
 @dataclass(frozen=True)
 class WorkerFailure:
-    """The worker that failed first: its global rank, exit code, host and traceback tail."""
+    """The worker that failed first: its global rank, exit code, error line and traceback tail.
+
+    ``other_ranks`` failed on their own too (later); ``consequence_ranks`` failed because a process
+    left (a lost connection, a peer that failed mid-save); ``consequence`` says the first one did too.
+    """
 
     rank: int
     exit_code: int
     message: str
     traceback_tail: tuple[str, ...]
     other_ranks: tuple[int, ...] = ()
+    consequence_ranks: tuple[int, ...] = ()
+    consequence: bool = False
 
     def describe(self) -> str:
         """A few lines for the terminal: which rank, how, and the end of its traceback."""
-        if self.exit_code < 0:
-            how = f"was killed by {signal_name(-self.exit_code)}"
-        else:
-            how = f"exited with code {self.exit_code}"
-        lines = [f"accelify launch: rank {self.rank} failed first: it {how}."]
+        from accelify.runtime.failure_report import how_it_ended
+
+        lines = [f"accelify launch: rank {self.rank} failed first: it {how_it_ended(self.exit_code)}."]
         if self.traceback_tail:
             lines.append(f"Last lines of rank {self.rank}'s traceback:")
             lines += [f"  {line}" for line in self.traceback_tail]
         elif self.message:
             lines.append(f"  {self.message}")
+        if self.consequence:
+            lines.append(f"Rank {self.rank}'s error is how it saw another process leave; no process reported a failure "
+                         "of its own. One may have exited early (a collective that only some processes call?) or been "
+                         "stopped from outside.")
         if self.other_ranks:
             lines.append(f"Also failed: rank {', '.join(map(str, self.other_ranks))}.")
+        if self.consequence_ranks:
+            ranks = ", ".join(map(str, self.consequence_ranks))
+            lines.append(f"Also failed the same way: rank {ranks}." if self.consequence
+                         else f"Failed because rank {self.rank} did: rank {ranks}.")
         return "\n".join(lines)
 
 
@@ -76,28 +90,30 @@ def _exit_code(code: int) -> int:
 
 def failure_from_error(error: Any) -> WorkerFailure:
     """Summarise torch elastic's ``ChildFailedError`` (its ``failures``: rank -> ProcessFailure)."""
-    from accelify.runtime.launch import first_failed_rank, stopped_by_agent
+    from accelify.runtime.failure_report import order_reports
 
-    failures: Mapping[int, Any] = error.failures
-    stopped = {r for r, f in failures.items() if stopped_by_agent(f)}
-    first = first_failed_rank(failures)
-    failure = failures[first]
-    data = failure.error_file_data or {}
-    message = data.get("message") if isinstance(data, dict) else None
-    if message == "<NONE>":  # torch elastic's placeholder when the worker wrote no error file
-        message = None
-    callstack = ""
-    if isinstance(message, dict):
-        callstack = str(message.get("extraInfo", {}).get("py_callstack", ""))
-        text = str(message.get("message", ""))
+    first, *rest = order_reports(error.failures)
+    if first.message:
+        text = first.message
+    elif first.exit_code < 0:
+        text = "no traceback was recorded: a process killed by a signal cannot report one (see its output above)"
     else:
-        text = str(message or failure.message or "")
-    if text.startswith("To enable traceback"):
-        text = "no traceback was recorded (the process died without a Python exception)"
-    tail = tuple(_user_frames(callstack.rstrip().splitlines())[-TRACEBACK_LINES:])
-    others = tuple(sorted(r for r in failures if r != first and r not in stopped))
-    return WorkerFailure(rank=first, exit_code=failure.exitcode, message=text, traceback_tail=tail,
-                         other_ranks=others)
+        text = "no traceback was recorded (the process exited without a Python exception)"
+    tail = _traceback_tail(_user_frames(first.callstack.rstrip().splitlines()))
+    others = tuple(sorted(r.rank for r in rest if r.kind in ("cause", "abort")))
+    consequences = tuple(sorted(r.rank for r in rest if r.kind == "consequence"))
+    return WorkerFailure(rank=first.rank, exit_code=first.exit_code, message=text, traceback_tail=tail,
+                         other_ranks=others, consequence_ranks=consequences,
+                         consequence=first.kind == "consequence")
+
+
+def _traceback_tail(lines: list[str]) -> tuple[str, ...]:
+    """The last frames and the whole final exception text (up to a bound): a long message keeps its frames."""
+    headers = [i for i, line in enumerate(lines) if line.startswith('  File "')]
+    end = headers[-1] + 1 if headers else 0
+    while end < len(lines) and lines[end].startswith("    "):  # the frame's code line and its carets
+        end += 1
+    return tuple(lines[:end][-TRACEBACK_LINES:] + lines[end:][:EXCEPTION_LINES])
 
 
 def _user_frames(lines: list[str]) -> list[str]:

@@ -36,12 +36,14 @@ from typing import Any, Callable
 
 import torch.distributed as dist
 
+from .errors import FolderError
 from .files import atomic_write, fsync_path  # noqa: F401  (atomic single files live in files.py)
 
 # ---------------------------------------------------------------- processes
 
 
-def _group_size() -> int:
+def world_size() -> int:
+    """How many processes the default group has (1 without one)."""
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
@@ -52,15 +54,15 @@ def rank() -> int:
 
 def barrier() -> None:
     """Wait for every process of the default group; nothing to wait for with one process."""
-    if _group_size() > 1:
+    if world_size() > 1:
         dist.barrier()
 
 
 def all_gather(value: Any) -> list[Any]:
     """Every process's ``value``, in rank order (``[value]`` with one process)."""
-    if _group_size() == 1:
+    if world_size() == 1:
         return [value]
-    gathered: list[Any] = [None] * _group_size()
+    gathered: list[Any] = [None] * world_size()
     dist.all_gather_object(gathered, value)
     return gathered
 
@@ -152,10 +154,6 @@ def _report_at_exit() -> None:
 # ---------------------------------------------------------------- folders written by every process
 
 
-class FolderError(OSError):
-    """Process 0 could not prepare the temporary folder; the others learn it instead of waiting forever."""
-
-
 @dataclass(frozen=True)
 class StagedFolder:
     """A temporary folder every process writes into before :func:`commit_folder` renames it to ``target``."""
@@ -219,7 +217,7 @@ def stage_folder(target: str | os.PathLike[str], local_rank: int | None = None) 
         raise FolderError(f"Process(es) {', '.join(map(str, failed))} could not start saving {target}; see their error.")
     tmp = target.parent / reports[0][0]
     committer = rank() == 0
-    if _group_size() > 1:
+    if world_size() > 1:
         if not committer and (rank() if local_rank is None else local_rank) == 0 and not tmp.is_dir():
             target.parent.mkdir(parents=True, exist_ok=True)  # this node does not see rank 0's files
             tmp.mkdir(exist_ok=True)

@@ -17,10 +17,8 @@ the fsyncs (for filesystems where fsync is very slow).
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import sys
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -29,21 +27,26 @@ import torch
 
 from . import atomic
 from . import checkpoint_files as files
-from .checkpoint_files import (
-    CUSTOM_NAME,
+from .checkpoint_files import (  # noqa: F401  (set_rng_states, load_checkpoint: this module's documented names)
     DATALOADER_NAME,
     OPTIMIZER_NAME,
-    RNG_STATE_NAME,
     SCALER_NAME,
     SCHEDULER_NAME,
     indexed,
     rng_states,
     set_rng_states,
 )
-from .errors import CheckpointError, ConfigurationError
-from .settings import DURABLE_ENV, durable_checkpoints
+from .checkpoint_load import (
+    check_model_state,
+    check_optimizer_state,
+    list_checkpoints,
+    load_checkpoint,
+    readable_checkpoint,
+)
+from .errors import CheckpointError, CheckpointPeerError, ConfigurationError
+from .settings import DURABLE_ENV, durable_checkpoints  # noqa: F401  (DURABLE_ENV: the switch's name, for callers)
 
-_CHECKPOINT_RE = re.compile(r"^checkpoint_(\d+)$")
+
 @dataclass
 class ProjectConfiguration:
     """Where a project writes checkpoints and logs (Hugging Face's ``ProjectConfiguration``).
@@ -76,14 +79,6 @@ class ProjectConfiguration:
         self.project_dir = None if project_dir is None else os.fspath(project_dir)
         if self.logging_dir is None:
             self.logging_dir = self.project_dir
-
-
-def readable_checkpoint(directory: str | os.PathLike[str]) -> Path:
-    """The folder to read for ``directory``: itself, or the copy a save killed mid-swap left aside."""
-    path = atomic.readable_folder(directory)
-    if path is None:
-        raise CheckpointError(f"No checkpoint folder at {directory}; pass the folder save_state wrote (or its parent's checkpoint_<i>).")
-    return path
 
 
 def save_checkpoint(
@@ -128,80 +123,20 @@ def save_checkpoint(
                 files.write_state(tmp / SCALER_NAME, scaler.state_dict())
             for i, obj in enumerate(custom_objects):
                 files.write_state(tmp / files.custom_file_name(i), obj.state_dict())
-        files.write_state(tmp / files.rng_file_name(rank), {"step": int(step), **rng_states()})
+        # how many processes saved it: a missing random_states_<rank>.pkl is then damage, not a smaller run
+        files.write_state(tmp / files.rng_file_name(rank), {"step": int(step), "num_processes": atomic.world_size(),
+                                                            **rng_states()})
         ok = True
     finally:
         committed = atomic.commit_folder(staged, ok, durable, then if atomic.rank() == 0 else None)
     if not committed:
-        raise CheckpointError(f"Another process failed while writing the checkpoint {target}; its previous content is kept.")
+        raise CheckpointPeerError(
+            f"Another process failed while writing the checkpoint {target} (see its error); its previous content is kept."
+        )
     return target
 
 
-def load_checkpoint(
-    directory: str | os.PathLike[str],
-    *,
-    model_loaders: Sequence[Callable[[dict[str, torch.Tensor]], Any]] = (),
-    optimizer_loaders: Sequence[Callable[[dict[str, Any]], Any]] = (),
-    schedulers: Sequence[Any] = (),
-    dataloaders: Sequence[Any] = (),
-    scaler: Any = None,
-    custom_objects: Sequence[Any] = (),
-    process_index: int | None = None,
-    map_location: Any = "cpu",
-) -> dict[str, Any]:
-    """Restore what :func:`save_checkpoint` wrote; returns ``{"step": int}``.
-
-    ``model_loaders[i]`` / ``optimizer_loaders[i]`` receive model i's / optimizer i's state dict
-    (so the caller decides how: plain ``load_state_dict``, or FSDP's full-state loading).
-    With two processes, each restores its own ``random_states_<rank>.pkl``.
-    """
-    path = readable_checkpoint(directory)
-    names = os.listdir(path)
-    found = [f for f in names if re.fullmatch(rf"{CUSTOM_NAME}_\d+\.pkl", f)]
-    if len(found) != len(custom_objects):
-        raise CheckpointError(
-            f"{path} holds {len(found)} custom checkpoint(s) but {len(custom_objects)} object(s) are registered; "
-            "register_for_checkpointing the same objects, in the same order, as when it was saved."
-        )
-    for i, loader in enumerate(model_loaders):
-        loader(files.read_weights(path, i))
-    if scaler is not None:  # before the optimizers: FSDP2's optimizer loading may step a scaler-aware optimizer
-        scaler.load_state_dict(files.read_state(path / SCALER_NAME, "the GradScaler"))
-    for i, loader in enumerate(optimizer_loaders):
-        loader(files.read_state(path / indexed(OPTIMIZER_NAME, i), f"optimizer {i}", map_location))
-    for i, sched in enumerate(schedulers):
-        sched.load_state_dict(files.read_state(path / indexed(SCHEDULER_NAME, i), f"scheduler {i}"))
-    for i, loader in enumerate(dataloaders):
-        name = indexed(DATALOADER_NAME, i)
-        if callable(getattr(loader, "load_state_dict", None)) and name in names:
-            loader.load_state_dict(files.read_state(path / name, f"data loader {i}"))
-    for i, obj in enumerate(custom_objects):
-        obj.load_state_dict(files.read_state(path / files.custom_file_name(i), f"registered object {i} ({type(obj).__name__})"))
-    rank = atomic.rank() if process_index is None else process_index
-    rng_name = files.rng_file_name(rank)
-    saved_rng = sorted(f for f in names if f.startswith(f"{RNG_STATE_NAME}_") and f.endswith(".pkl"))
-    if rng_name not in names and saved_rng:
-        warnings.warn(
-            f"{path} has no {rng_name}: it was saved by fewer processes. Model, optimizer and data states "
-            "were loaded; this process keeps its current random states, so the run is not bit-for-bit reproducible.",
-            stacklevel=3,
-        )
-        return {"step": int(files.read_state(path / saved_rng[0], "RNG states").get("step", 0))}
-    states = files.read_state(path / rng_name, f"RNG states of process {rank}")
-    set_rng_states(states)
-    return {"step": int(states.get("step", 0))}
-
-
 # ---------------------------------------------------------------- automatic naming
-def list_checkpoints(root: str | os.PathLike[str]) -> list[tuple[int, Path]]:
-    """``(iteration, path)`` of every ``checkpoint_<i>`` folder under ``root``, oldest first."""
-    root = Path(root)
-    if not root.is_dir():
-        return []
-    found = [(int(m.group(1)), root / name) for name in os.listdir(root) if (m := _CHECKPOINT_RE.match(name))]
-    return sorted(found)
-
-
 def prune_checkpoints(root: str | os.PathLike[str], total_limit: int | None) -> list[Path]:
     """Delete all but the newest ``total_limit`` ``checkpoint_<i>`` folders; returns what was deleted."""
     if total_limit is None:
@@ -379,10 +314,14 @@ class CheckpointMixin:
 
             return lambda sd: fsdp.load_full_optimizer_state_dict(owner, getattr(opt, "optimizer", opt), sd)
 
+        models, optimizers = list(getattr(self, "_models", [])), list(getattr(self, "_optimizers", []))
         result = load_checkpoint(
             path,
-            model_loaders=[model_loader(m) for m in getattr(self, "_models", [])],
-            optimizer_loaders=[optimizer_loader(o) for o in getattr(self, "_optimizers", [])],
+            model_loaders=[model_loader(m) for m in models],
+            optimizer_loaders=[optimizer_loader(o) for o in optimizers],
+            model_checks=[lambda sd, m=m: check_model_state(unwrap(m), sd, strict) for m in models],
+            optimizer_checks=[None if self._fsdp_owner(o) is not None else (lambda sd, o=o: check_optimizer_state(o, sd))
+                              for o in optimizers],
             schedulers=list(getattr(self, "_schedulers", [])),
             dataloaders=list(getattr(self, "_dataloaders", [])),
             scaler=getattr(self, "scaler", None),

@@ -85,15 +85,35 @@ def write_weights(directory: Path, index: int, state: dict[str, torch.Tensor], s
     return path
 
 
+def unreadable(path: Path, what: str, exc: BaseException) -> CheckpointError:
+    """The error for a file that exists but cannot be read back (truncated, damaged, not a checkpoint file)."""
+    text = str(exc).strip() or ("the file ends too early" if isinstance(exc, EOFError) else "no detail")
+    if len(text) > 120:  # torch's zip reader adds a paragraph of advice after its first sentence
+        text = text.split(". ")[0]
+    detail = f"{type(exc).__name__}: {text}"
+    return CheckpointError(f"{path} ({what}) cannot be read ({detail}): it is truncated, damaged or unreadable.")
+
+
+def _missing(shown: str, what: str) -> CheckpointError:
+    return CheckpointError(
+        f"{shown} ({what}) is missing; was this folder written by save_state with the same objects prepared?"
+    )
+
+
 def read_state(path: Path, what: str, map_location: Any = "cpu") -> Any:
-    """torch.load with ``weights_only=True``; an unsafe type becomes a CheckpointError saying how to allow it."""
+    """torch.load with ``weights_only=True``, or a CheckpointError naming the file and what is wrong with it.
+
+    A missing file, a damaged one (truncated by a full disk or an interrupted copy: torch raises
+    ``OSError: [Errno 22] Invalid argument``, ``EOFError`` or a zip-reader ``RuntimeError``), and one
+    holding types that safe loading refuses (the message says how to allow them) are told apart.
+    """
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except FileNotFoundError:
-        raise CheckpointError(
-            f"{path} is missing ({what}); was this folder written by save_state with the same objects prepared?"
-        ) from None
+        raise _missing(str(path), what) from None
     except pickle.UnpicklingError as exc:
+        if "weights only load failed" not in str(exc).lower():
+            raise unreadable(path, what, exc) from exc
         try:
             names = torch.serialization.get_unsafe_globals_in_checkpoint(path)
         except Exception:  # noqa: BLE001 - the names only improve the message
@@ -104,20 +124,29 @@ def read_state(path: Path, what: str, map_location: Any = "cpu") -> Any:
             "If you trust this checkpoint, allow-list them before load_state with "
             f"torch.serialization.add_safe_globals([{', '.join(n.rsplit('.', 1)[-1] for n in names) or '...'}])."
         ) from exc
+    except (OSError, EOFError, RuntimeError, ValueError, KeyError, IndexError) as exc:
+        raise unreadable(path, what, exc) from exc
 
 
 def read_weights(directory: Path, index: int) -> dict[str, torch.Tensor]:
     """Model ``index``'s state dict as :func:`write_weights` wrote it (either format)."""
     safe_path = directory / indexed(SAFE_MODEL_NAME, index, ".safetensors")
+    what = f"weights of model {index}"
     if not safe_path.is_file():
-        return read_state(directory / indexed(MODEL_NAME, index), f"weights of model {index}")
+        bin_path = directory / indexed(MODEL_NAME, index)
+        if not bin_path.exists():
+            raise _missing(f"{safe_path} (or {bin_path.name})", what)
+        return read_state(bin_path, what)
     from safetensors import safe_open
 
-    with safe_open(os.fspath(safe_path), framework="pt") as fh:
-        state = {name: fh.get_tensor(name) for name in fh.keys()}  # noqa: SIM118 - safe_open has no __iter__
-        aliases = json.loads((fh.metadata() or {}).get("accelify_aliases", "{}"))
-    for name, target in aliases.items():
-        state[name] = state[target]
+    try:
+        with safe_open(os.fspath(safe_path), framework="pt") as fh:
+            state = {name: fh.get_tensor(name) for name in fh.keys()}  # noqa: SIM118 - safe_open has no __iter__
+            aliases = json.loads((fh.metadata() or {}).get("accelify_aliases", "{}"))
+        for name, target in aliases.items():
+            state[name] = state[target]
+    except Exception as exc:  # noqa: BLE001 - safetensors' SafetensorError, json and key errors: all "damaged"
+        raise unreadable(safe_path, what, exc) from exc
     return state
 
 

@@ -7,8 +7,9 @@ In debug mode (``Accelerator(debug=True)``, ``ACCELIFY_DEBUG_MODE=1`` / ``ACCELE
 * processes in different collectives (process 0 in ``gather``, process 1 in ``wait_for_everyone``)
   -> an error listing each process's operation and call site;
 * shapes that the operation cannot combine -> Hugging Face Accelerate's message, one line per process;
-* a process that never arrives within the process-group timeout -> an error naming the missing
-  processes (every process that did arrive raises it, so none hangs).
+* a process that exits while others wait for it -> at once, an error naming it and the collective
+  the others wait in (``file:line``); one that never arrives -> the same after the process-group
+  timeout (every process that did arrive raises it, so none hangs). How: :mod:`.debug_exchange`.
 
 Outside debug mode, ``gather``/``reduce``/``broadcast`` still compare a 2-number signature of their
 inputs (one tiny collective) so a shape mismatch is an error instead of a crash inside Gloo/NCCL.
@@ -19,19 +20,17 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
-import pickle
 import sys
 import zlib
-from datetime import timedelta
 from typing import Any, Iterator, Mapping
 
 import torch
 
+from . import debug_exchange
 from .errors import DistributedOperationException
 
 _RUNTIME_DIR = os.path.dirname(os.path.abspath(__file__))
 _OPERATION: contextvars.ContextVar[str | None] = contextvars.ContextVar("accelify_operation", default=None)
-_EXCHANGE = {"store": None, "seq": 0}  # per-process counter of debug exchanges on the current store
 
 
 def debug_enabled() -> bool:
@@ -171,49 +170,6 @@ def _verdict(descriptors: list[dict[str, Any]]) -> str | None:
     return None
 
 
-def _store() -> Any:
-    try:
-        from torch.distributed import distributed_c10d
-
-        return distributed_c10d._get_default_store()
-    except (ImportError, AttributeError, RuntimeError, ValueError):
-        return None
-
-
-def _exchange_via_store(store: Any, descriptor: dict[str, Any], rank: int, world: int) -> list[dict[str, Any]]:
-    if _EXCHANGE["store"] is not store:
-        _EXCHANGE["store"], _EXCHANGE["seq"] = store, 0
-    seq = _EXCHANGE["seq"] = _EXCHANGE["seq"] + 1
-    keys = [f"accelify_debug/{seq}/{r}" for r in range(world)]
-    store.set(keys[rank], pickle.dumps(descriptor))
-    timeout = getattr(store, "timeout", None) or timedelta(minutes=30)
-    try:
-        store.wait(keys, timeout)
-    except Exception as exc:  # the store raises its own timeout/connection errors
-        missing = []
-        for r, key in enumerate(keys):
-            try:
-                present = store.check([key])
-            except Exception:  # the store itself is gone: report what we know
-                present = r == rank
-            if not present:
-                missing.append(r)
-        arrived = [r for r in range(world) if r not in missing]
-        raise DistributedOperationException(
-            f"Process(es) {', '.join(map(str, missing)) or '?'} never reached `{descriptor['op']}` "
-            f"(called by process {rank} at {descriptor['site']}) within the process-group timeout of {timeout}.\n"
-            f"Processes that arrived: {', '.join(map(str, arrived))}.\n"
-            "A process that never arrives has exited, is stuck, or skipped this collective (e.g. inside "
-            "`if accelerator.is_main_process:`). Raise the timeout with InitProcessGroupKwargs(timeout=...) "
-            "if it is only slow."
-        ) from exc
-    descriptors = [pickle.loads(store.get(key)) for key in keys]
-    if seq > 1:  # every process has read the previous round once it wrote this one
-        with contextlib.suppress(Exception):
-            store.delete_key(f"accelify_debug/{seq - 1}/{rank}")
-    return descriptors
-
-
 def check_collective(operation: str, data: Any = None, *, rule: str = "same") -> None:
     """In debug mode with several processes, agree on ``operation`` and ``data``'s shapes or raise.
 
@@ -235,9 +191,8 @@ def check_collective(operation: str, data: Any = None, *, rule: str = "same") ->
         "shapes": shape_tree(data) if rule != "none" else None,
         "dtypes": dtype_tree(data) if rule != "none" else None,
     }
-    store = _store()
-    if store is not None:
-        descriptors = _exchange_via_store(store, descriptor, rank, world)
+    if debug_exchange.store_available():
+        descriptors = debug_exchange.exchange(descriptor, rank, world)
     else:
         descriptors = [None] * world
         dist.all_gather_object(descriptors, descriptor)

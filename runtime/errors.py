@@ -26,3 +26,34 @@ class UnusedParametersError(AccelifyRuntimeError):
 
 class CheckpointError(AccelifyRuntimeError):
     """A checkpoint cannot be written or read as asked; the message names the file and the fix."""
+
+
+class PeerFailureError(AccelifyRuntimeError):
+    """Raised on this process because another process failed, left or never arrived: the cause is elsewhere.
+
+    ``accelify launch`` and ``notebook_launcher`` report a process that failed on its own before
+    one that raised this (see :mod:`.failure_report`). Every subclass is defined in this module,
+    so the launcher knows them all by importing it.
+    """
+
+
+class ProcessMissingError(PeerFailureError, DistributedOperationException):
+    """Debug mode: a process exited or never arrived while the others waited for it in a collective."""
+
+
+class CheckpointPeerError(PeerFailureError, CheckpointError):
+    """Another process failed to write or read its part of a checkpoint; nothing was changed here."""
+
+
+class FolderError(PeerFailureError, OSError):
+    """Process 0 could not prepare a checkpoint's temporary folder; the others learn it instead of waiting."""
+
+
+def peer_failure_names() -> frozenset[str]:
+    """The class names of :class:`PeerFailureError` and its subclasses (as an error file records them)."""
+    names, todo = set(), [PeerFailureError]
+    while todo:
+        cls = todo.pop()
+        names.add(cls.__name__)
+        todo.extend(cls.__subclasses__())
+    return frozenset(names)

@@ -18,9 +18,10 @@ import socket
 import sys
 import tempfile
 import uuid
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 from .errors import AccelifyRuntimeError, ConfigurationError
+from .failure_report import how_it_ended, order_reports
 from .settings import LAUNCH_CONFIG_VAR, MIXED_PRECISION_CHOICES, Settings
 
 _ELASTIC_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
@@ -31,7 +32,8 @@ class WorkerFailedError(AccelifyRuntimeError):
 
     def __init__(self, rank: int, exit_code: int, detail: str) -> None:
         self.rank, self.exit_code = rank, exit_code
-        super().__init__(f"process {rank} failed (exit code {exit_code}); its error:\n{detail}")
+        how = f" (exit code {exit_code})" if exit_code >= 0 else f": it {how_it_ended(exit_code)}"
+        super().__init__(f"process {rank} failed{how}; its error:\n{detail}")
 
 
 def _accelerator_exists() -> bool:
@@ -94,33 +96,11 @@ def write_launch_file(settings: Settings) -> str:
     return path
 
 
-def stopped_by_agent(failure: Any) -> bool:
-    """True for a worker torch elastic terminated after another failed (SIGTERM, nothing recorded)."""
-    data = failure.error_file_data if isinstance(failure.error_file_data, dict) else {}
-    recorded = isinstance(data.get("message"), dict) or data.get("message") not in (None, "<NONE>")
-    return failure.exitcode == -signal.SIGTERM and not recorded
-
-
-def first_failed_rank(failures: Mapping[int, Any]) -> int:
-    """The rank that failed first on its own, from torch elastic's ``ChildFailedError.failures``.
-
-    Workers the agent stopped afterwards come last, even when their timestamps are earlier; with two
-    processes, if rank 1 raised and rank 0 was then terminated, this is 1. ``accelify launch`` uses it too.
-    """
-    return min(failures, key=lambda r: (stopped_by_agent(failures[r]), failures[r].timestamp, r))
-
-
 def _summarise(error: Any) -> WorkerFailedError:
-    """The first worker that failed on its own (not one the agent stopped afterwards), with its traceback."""
-    failures = error.failures
-    rank = first_failed_rank(failures)
-    data = failures[rank].error_file_data
-    message = data.get("message") if isinstance(data, dict) else None
-    if isinstance(message, dict):
-        detail = str(message.get("extraInfo", {}).get("py_callstack") or message.get("message", ""))
-    else:
-        detail = str(failures[rank].message)
-    return WorkerFailedError(rank, failures[rank].exitcode, detail.rstrip())
+    """The worker that failed first by cause (see :mod:`.failure_report`), with its traceback."""
+    first = order_reports(error.failures)[0]
+    detail = first.callstack or first.message or "no traceback was recorded (the process died without a Python exception)"
+    return WorkerFailedError(first.rank, first.exit_code, detail.rstrip())
 
 
 def _run(function: Callable[..., Any], args: Sequence[Any], num_processes: int, settings: Settings,

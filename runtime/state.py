@@ -146,6 +146,10 @@ class PartialState:
             _SHARED["backend"] = init_process_group(self.info, self._cpu, *self._init_kwargs)
             if not adopted:
                 atexit.register(_close_at_exit)
+            if _SHARED.get("debug"):
+                from .debug_exchange import watch_exits
+
+                watch_exits()  # after _close_at_exit: atexit runs it first, while the group is still up
         elif cuda_usable(self._cpu) and "nccl" not in str(_SHARED["backend"]):
             raise DistributedSetupError(
                 f"The process group was created for the CPU (backend {_SHARED['backend']}) by an earlier "
@@ -202,6 +206,10 @@ class PartialState:
     @debug.setter
     def debug(self, value: bool) -> None:
         _SHARED["debug"] = bool(value)
+        if value and self.use_distributed and _SHARED.get("backend") not in (None, _CLOSED):
+            from .debug_exchange import watch_exits
+
+            watch_exits()  # a process leaving early is then named to the others at once
 
     @property
     def is_main_process(self) -> bool:

@@ -53,10 +53,41 @@ def test_failing_rank_is_named_with_its_traceback_and_nothing_survives(tmp_path:
     cmd = [*ACCELIFY, "launch", "--cpu", "-n", "2", "-q", str(WORKER), "fail", str(tmp_path)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=clean_env(None))
     assert proc.returncode == 1, proc.stderr
-    summary = proc.stderr[proc.stderr.index("accelify launch: rank"):]
+    summary = failure_summary(proc.stderr)
     assert summary.startswith("accelify launch: rank 1 failed first: it exited with code 1.")
     assert 'raise ValueError("boom from rank 1")' in summary and "ValueError: boom from rank 1" in summary
     assert "launch_worker" not in summary and "Also failed" not in summary
+    assert_no_orphans(tmp_path)
+
+
+def failure_summary(stderr: str) -> str:
+    """The launcher's own report: from its failure line to the end."""
+    return stderr[stderr.index("accelify launch: rank"):]
+
+
+@pytest.mark.parametrize("victim", [1, 0])
+def test_a_sigkilled_rank_is_named_with_its_signal_and_exit_code(tmp_path: Path, clean_env, victim: int) -> None:
+    # The other rank's all-reduce fails with Gloo's "Connection reset by peer" (often recorded before the
+    # launcher's SIGTERM reaches it): that is a consequence, and must not be named as the first failure.
+    cmd = [*ACCELIFY, "launch", "--cpu", "-n", "2", "-q", str(WORKER), "kill", str(tmp_path), str(victim)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=clean_env(None))
+    assert proc.returncode == 128 + signal.SIGKILL, proc.stderr
+    summary = failure_summary(proc.stderr)
+    assert summary.startswith(f"accelify launch: rank {victim} failed first: it was killed by SIGKILL (likely out of "
+                              "memory: the kernel's out-of-memory killer sends SIGKILL; check `dmesg`"), summary
+    assert "no traceback was recorded: a process killed by a signal cannot report one" in summary
+    assert "Also failed" not in summary and "Connection reset" not in summary, summary
+    assert_no_orphans(tmp_path)
+
+
+def test_a_full_disk_during_save_state_names_the_rank_whose_disk_was_full(tmp_path: Path, clean_env) -> None:
+    cmd = [*ACCELIFY, "launch", "--cpu", "-n", "2", "-q", str(WORKER), "disk-full", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=clean_env(None))
+    assert proc.returncode == 1, proc.stderr
+    summary = failure_summary(proc.stderr)
+    assert summary.startswith("accelify launch: rank 1 failed first: it exited with code 1."), summary
+    assert "OSError: [Errno 28] No space left on device" in summary, summary
+    assert "Also failed" not in summary and "CheckpointPeerError" not in summary.split("Failed because")[0], summary
     assert_no_orphans(tmp_path)
 
 

@@ -401,6 +401,12 @@ def test_two_process_resume_in_a_fresh_launch_is_bitwise_identical(run_distribut
     assert resumed.stdout.count("RESUME OK") == 2, resumed.stdout + resumed.stderr
 
 
+@pytest.mark.multiprocess
+def test_two_processes_refuse_a_damaged_checkpoint_together_and_change_nothing(run_distributed: Any, tmp_path: Path) -> None:
+    proc = run_distributed(Path(__file__).parent / "workers" / "checkpoint_faults.py", str(tmp_path))
+    assert proc.stdout.count("CHECKPOINT-FAULTS OK (13 cases)") == 2, proc.stdout + proc.stderr
+
+
 def test_resuming_on_more_processes_warns_and_keeps_the_rest(tmp_path: Path) -> None:
     model = nn.Linear(2, 2)
     ckpt.save_checkpoint(tmp_path / "ck", model_states=[model.state_dict()], step=5, process_index=0)
@@ -457,3 +463,124 @@ def test_through_the_real_accelerator(tmp_path: Path) -> None:
     assert optimizer2.state_dict()["state"][0]["step"] == 1
     resumed = [batch[0] for batch in accelerator.skip_first_batches(loader2, 1)]
     assert len(resumed) == 2 and all(torch.equal(a, b) for a, b in zip(resumed, expected))
+
+
+def _everything(acc: FakeAccelerator) -> dict[str, Any]:
+    """Every state load_state restores, copied: models, optimizer, scheduler, scaler, loader, object, RNGs."""
+    import copy
+
+    return copy.deepcopy({
+        "model": acc.model.state_dict(), "optimizer": acc.optimizer.state_dict(),
+        "scheduler": acc.scheduler.state_dict(), "scaler": acc.scaler.state_dict(), "loader": acc.loader.state_dict(),
+        "custom": [obj.state_dict() for obj in acc._custom_objects], "step": acc.step,
+        "torch_rng": torch.get_rng_state(), "python_rng": random.getstate(), "numpy_rng": np.random.get_state()[1],
+    })
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor) or isinstance(a, np.ndarray):
+        return bool((a == b).all())
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+CHECKPOINT_FILES = ["model.safetensors", "pytorch_model.bin", "optimizer.bin", "scheduler.bin", "scaler.pt",
+                    "dl_state_dict.bin", "custom_checkpoint_0.pkl", "random_states_0.pkl"]
+
+
+# a checkpoint without dl_state_dict.bin loads (Hugging Face writes none by default): see the test after this one
+DAMAGES = [(name, damage) for name in CHECKPOINT_FILES for damage in ("truncated", "emptied", "missing")
+           if (name, damage) != ("dl_state_dict.bin", "missing")]
+
+
+@pytest.mark.parametrize(("name", "damage"), DAMAGES)
+def test_a_damaged_or_missing_file_is_named_and_nothing_is_loaded(tmp_path: Path, name: str, damage: str) -> None:
+    config = ProjectConfiguration(project_dir=str(tmp_path), automatic_checkpoint_naming=True, durable=False)
+    acc = FakeAccelerator(config)
+    acc.register_for_checkpointing(Counter(1))
+    safe = name != "pytorch_model.bin"
+    for value in (2, 3):
+        acc.train(1)
+        acc._custom_objects[0].value = value
+        acc.save_state(safe_serialization=safe)
+    damaged = tmp_path / "checkpoints" / "checkpoint_1" / name
+    if damage == "missing":
+        damaged.unlink()
+    else:  # an interrupted copy or a full disk: torch reads "OSError: [Errno 22] Invalid argument", EOFError, ...
+        os.truncate(damaged, 0 if damage == "emptied" else damaged.stat().st_size - 10)
+
+    fresh = FakeAccelerator(ProjectConfiguration(project_dir=str(tmp_path), automatic_checkpoint_naming=True), seed=9)
+    fresh.register_for_checkpointing(Counter(0))
+    fresh.train(2)
+    before = _everything(fresh)
+    with pytest.raises(CheckpointError) as info:
+        fresh.load_state()  # the newest: checkpoint_1
+    message = str(info.value)
+    shown = str(damaged)
+    if damage == "missing" and name.endswith(("model.safetensors", "model.bin")):
+        shown = f"{damaged.parent / 'model.safetensors'} (or pytorch_model.bin)"
+    elif damage == "missing" and name.startswith("custom"):
+        shown = f"{damaged.parent} holds 0 custom checkpoint(s) (custom_checkpoint_0.pkl missing)"
+    assert shown in message, message
+    assert ("cannot be read" in message) if damage != "missing" else ("missing" in message), message
+    assert f"Checkpoint folder: {damaged.parent}. Nothing was loaded" in message, message
+    assert f"Load the previous checkpoint instead: accelerator.load_state('{tmp_path / 'checkpoints' / 'checkpoint_0'}')" in message
+    assert _same(_everything(fresh), before), "a failed load_state changed some state"
+    fresh.load_state(tmp_path / "checkpoints" / "checkpoint_0")  # the advice works
+    assert fresh._custom_objects[0].value == 2 and fresh.step == 1
+
+
+def test_a_checkpoint_without_data_loader_state_loads_the_rest(tmp_path: Path) -> None:
+    acc = FakeAccelerator()
+    acc.train(2)
+    acc.save_state(tmp_path / "ck")
+    (tmp_path / "ck" / "dl_state_dict.bin").unlink()
+    fresh = FakeAccelerator(seed=4)
+    fresh.load_state(tmp_path / "ck")
+    assert fresh.step == 2 and torch.equal(fresh.model[0].weight, acc.model[0].weight)
+    assert fresh.loader.position == {"epoch": 0, "batch": 0}  # kept as it was
+
+
+def test_a_checkpoint_that_does_not_fit_changes_nothing(tmp_path: Path) -> None:
+    acc = FakeAccelerator()
+    acc.save_state(tmp_path / "ck")
+    (tmp_path / "other").mkdir()  # not a checkpoint: never offered as the previous one
+
+    wider = FakeAccelerator(seed=1)
+    wider.model[2] = nn.Linear(8, 3)  # the last layer changed since the save
+    wider.optimizer = torch.optim.AdamW(wider.model.parameters(), lr=0.05)
+    wider._models, wider._optimizers = [wider.model], [wider.optimizer]
+    before = _everything(wider)
+    with pytest.raises(CheckpointError) as info:
+        wider.load_state(tmp_path / "ck")
+    assert "The weights of model 0 in" in str(info.value) and "2.weight is [2, 8] in the checkpoint, [3, 8] in the model" in str(
+        info.value)
+    assert "No earlier checkpoint was found next to it" in str(info.value)
+    assert _same(_everything(wider), before)
+
+    grouped = FakeAccelerator(seed=2)  # same model, but the optimizer has two parameter groups now
+    grouped.optimizer = torch.optim.AdamW([{"params": grouped.model[0].parameters()},
+                                           {"params": grouped.model[2].parameters()}], lr=0.05)
+    grouped._optimizers = [grouped.optimizer]
+    before = _everything(grouped)
+    with pytest.raises(CheckpointError, match=r"optimizer.bin \(optimizer 0\) does not fit: its parameter groups hold "
+                                              r"\[4\] parameters, the optimizer's \[2, 2\]"):
+        grouped.load_state(tmp_path / "ck")
+    assert _same(_everything(grouped), before)
+
+    class Fussy(Counter):
+        def load_state_dict(self, state: dict[str, Any]) -> None:
+            raise ValueError("refuses")
+
+    acc.register_for_checkpointing(Counter(5))
+    acc.save_state(tmp_path / "ck")
+    fussy = FakeAccelerator(seed=3)
+    fussy.register_for_checkpointing(Fussy())
+    before = _everything(fussy)
+    with pytest.raises(CheckpointError, match=r"registered object 0 \(Fussy\) raised in load_state_dict") as info:
+        fussy.load_state(tmp_path / "ck")
+    assert "models, optimizers, schedulers and random states are unchanged" in str(info.value)
+    assert _same(_everything(fussy), before)

@@ -1,11 +1,15 @@
 """Launched by tests/cli/test_launch_run.py with `accelify launch --cpu -n 2 ...`: asserts inside each worker.
 
 Modes (first argument): ``ok`` checks what a worker sees; ``fail`` makes rank 1 raise while rank 0
-waits; ``hang`` makes both wait (the test interrupts the launcher). Each worker writes its pid to
-``<dir>/pid.<rank>`` so the test can check that none survives the launcher.
+waits; ``hang`` makes both wait (the test interrupts the launcher); ``kill`` trains a DDP model and
+SIGKILLs rank ``argv[3]`` mid-training, as the out-of-memory killer does (the other rank's Gloo
+all-reduce then fails with "Connection reset by peer"); ``disk-full`` makes rank 1's writes fail
+with ENOSPC during ``save_state``. Each worker writes its pid to ``<dir>/pid.<rank>`` so the test
+can check that none survives the launcher.
 """
 
 import os
+import signal
 import sys
 import time
 
@@ -45,4 +49,29 @@ elif mode == "fail":
 elif mode == "hang":
     dist.barrier()
     time.sleep(120)
+elif mode in ("kill", "disk-full"):
+    from torch import nn
+
+    from accelify.runtime import Accelerator
+
+    acc = Accelerator(cpu=True)
+    net = nn.Linear(8, 8)
+    model, optimizer = acc.prepare(net, torch.optim.SGD(net.parameters(), lr=0.1))
+    if mode == "disk-full":
+        import accelify.runtime.checkpoint_files as files
+
+        if rank == 1:
+            def full_disk(path, obj):
+                raise OSError(28, "No space left on device", str(path))
+
+            files.write_state = full_disk
+        acc.save_state(os.path.join(out_dir, "ck"))
+    victim = int(sys.argv[3]) if mode == "kill" else -1
+    for step in range(1000):
+        acc.backward(model(torch.randn(4, 8)).pow(2).mean())
+        optimizer.step()
+        optimizer.zero_grad()
+        if step == 3 and rank == victim:
+            os.kill(os.getpid(), signal.SIGKILL)
+    raise AssertionError("the surviving rank should have been stopped")
 dist.destroy_process_group()
