@@ -39,4 +39,7 @@ STARTUP_RACE = Code("ACC018", "`{name}` runs on every process, which may race to
 
 RETRY = Code("ACC019", "this handler trains again after an error; on N processes an error one process raises alone (out of memory) leaves the others waiting in the first attempt", "make the retry decision shared (catch the error, then `accelerator.reduce` a flag every process contributes to), or remove the retry")
 
+UNSHARDED = Code("ACC020", "the training loop walks `{name}` as it was before `accelerator.prepare`, so every process would train on all of its data and the file was left unchanged", "pass the prepared loader to where it is iterated (prepare it where the model and optimizer are prepared), then convert again")
+UNKNOWN_DATA = Code("ACC021", "the training loop walks `{name}`, which could not be followed to where it is built: if it is a DataLoader, every process sees all of it", "build the DataLoader where the model and optimizer are built, or pass it to `accelerator.prepare` by hand")
+
 ALL: tuple[Code, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Code))

@@ -32,6 +32,7 @@ from accelify.codemods.roles import classify, is_cuda_string, names_a_device, pa
 
 PREPARED_ROLES = ("model", "optimizer", "loader", "scheduler")
 ITERATION_WRAPPERS = {"enumerate", "iter", "tqdm.tqdm"}
+_BUILTIN_DATA = {"range", "list", "zip", "enumerate", "iter", "tuple", "sorted", "reversed", "map", "filter", "itertools.count"}
 _BLOCKS = (cst.If, cst.With, cst.Try, cst.Else, cst.Finally, cst.ExceptHandler)
 
 
@@ -62,6 +63,7 @@ class Plan(Flow):
         super().__init__(facts)
         self.imports = facts.imports
         self.problems: list[Problem] = []
+        self.in_place: list[Binding] = []  # loaders built inside a loop: each prepared right after it is built
         self._assign_roles()
         self.objects: list[Binding] = self._find_objects()
         self.prepare_scope: Scope | None = None
@@ -76,6 +78,7 @@ class Plan(Flow):
             self._choose_prepare_site()
         if self.prepare_scope is not None:
             self._choose_home()
+            self._check_training_data()
 
     @property
     def builder(self) -> Scope | None:
@@ -195,7 +198,10 @@ class Plan(Flow):
                 self._optional.add(id(loader))
         kept = []
         for obj in objects:
-            if obj.loop is not None and obj.role in ("loader", "scheduler"):
+            if obj.loop is not None and obj.role == "loader":
+                self.in_place.append(obj)  # a loader rebuilt every epoch: prepared right where it is built
+                kept.append(obj)
+            elif obj.loop is not None and obj.role == "scheduler":
                 self._problem(codes.BUILT_IN_LOOP, obj.stmt, refuse=False, name=obj.key)
             else:
                 kept.append(obj)
@@ -231,7 +237,7 @@ class Plan(Flow):
                 held = self.param_origin(scope, name)
                 if held is not None and held in self.objects:
                     by_scope.setdefault(scope, {}).setdefault(id(held), Alias(name, held, None))
-        required = [o for o in self.objects if id(o) not in self._optional]
+        required = [o for o in self.objects if id(o) not in self._optional and o not in self.in_place]
         candidates = [s for s, aliases in by_scope.items() if all(id(o) in aliases for o in required)]
         if not candidates:
             first = required[0]
@@ -241,7 +247,8 @@ class Plan(Flow):
             return
         scope = self._shallowest(candidates)
         aliases = list(by_scope[scope].values())
-        held = {id(a.obj) for a in aliases}
+        aliases = [a for a in aliases if a.obj not in self.in_place]
+        held = {id(a.obj) for a in aliases} | {id(o) for o in self.in_place}
         self.objects = [o for o in self.objects if id(o) in held]  # loaders no one iterates, out of reach: left alone
         self._place_prepare(scope, aliases)
 
@@ -283,6 +290,48 @@ class Plan(Flow):
             for site in self.facts.calls
             if site.scope is scope  # a function defined here runs only when it is called
         )
+
+    # never a silent partial conversion ------------------------------------------------------------
+    def _check_training_data(self) -> None:
+        """Every loop that trains walks a prepared loader as prepared, or data that is not a loader. A
+        loader it walks raw (built elsewhere, or used where prepare's result does not reach) would feed
+        every process the whole data set: the file is refused, naming it. Data that cannot be followed at
+        all is reported."""
+        for loop in self.facts.loops:
+            if not any(self.reaches_backward(site) for site in loop.calls):
+                continue
+            source = self.loop_source(loop)
+            found = self.origin(loop.scope, source)
+            if found is not None and found.role == "loader":
+                if self.loader_of(loop) is None:
+                    self._problem(codes.UNSHARDED, loop.node.iter, name=dotted(source) or "the loader", line=found.key)
+            elif dotted(source) is not None and self._unknown_data(loop.scope, source, found):
+                self._problem(codes.UNKNOWN_DATA, loop.node.iter, refuse=False, name=dotted(source) or "")
+
+    def _unknown_data(self, scope: Scope, source: cst.BaseExpression, found: Binding | None) -> bool:
+        """Training data that may be a DataLoader nobody can see being built: made by a call of a library
+        function (``loader = build_loader(cfg)``), or not followed at all. Tensors, ranges and lists are data
+        the script makes itself."""
+        if found is None:
+            return self._bound(scope, dotted(source) or "")
+        value = strip_placement(found.value) if found.value is not None else None
+        if found.unpacked is not None:
+            value = found.unpacked[0]
+        if not isinstance(value, cst.Call):
+            return False
+        qualname = found.where.imports.qualname(value.func) or ""
+        local = self.facts.sites.get(value) is not None and self.callee(self.facts.sites[value]) is not None
+        return not local and not qualname.startswith(("torch.", "numpy.", "np.")) and qualname not in _BUILTIN_DATA
+
+    def _bound(self, scope: Scope, key: str) -> bool:
+        """Whether ``key`` is assigned in the program (or is a parameter something is passed to)."""
+        head = key.split(".")[0]
+        owner = scope.resolve(head)
+        if owner is None:
+            return False
+        if owner.kind == "function" and head in owner.param_names and head not in owner.bindings:
+            return bool(self.call_sites(owner))
+        return self.binding_of(scope, key) is not None
 
     # the home of the accelerator ----------------------------------------------------------------
     def _choose_home(self) -> None:
@@ -340,6 +389,9 @@ class Plan(Flow):
         if target is None:
             return False
         head = key.split(".")[0]
+        for obj in self.in_place:
+            if obj.key == key and obj.where is scope:
+                return at is None or self.facts.after(at, obj.stmt)
         if key in names and (scope is target or _nested_in(scope, target)):
             anchor = self.prepare_after
             if scope is not target or at is None or anchor is None:

@@ -62,6 +62,11 @@ print(len(ordered))
 
     def run(self, ctx: Context) -> None:
         plan = ctx.plan
+        for loader in plan.in_place:  # rebuilt every epoch: prepared every time, right where it is built
+            accelerator = ctx.accelerator_in(loader.where)
+            if accelerator is not None and isinstance(loader.stmt, cst.SimpleStatementLine):
+                ctx.insert_after(loader.stmt, [f"{loader.key} = {accelerator}.prepare({loader.key})"])
+                ctx.change(f"prepare {loader.key} where it is built")
         scope = plan.prepare_scope
         accelerator = ctx.accelerator_in(scope) if scope is not None else None
         if scope is None or accelerator is None or not plan.aliases:
