@@ -236,11 +236,25 @@ def main() -> None:
     parser.add_argument("cases", nargs="+")
     parser.add_argument("--skip", default="", help="comma-separated variants to skip: orig,exp1,acc1,exp2")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folders")
-    parser.add_argument("--seed-env", default="", help="NAME=VALUE passed to every run (e.g. a seed for deadlock checks)")
+    parser.add_argument("--seed-env", default="", help="NAME=VALUE passed to every run")
+    parser.add_argument("--seeds", default="", help="deadlock check: run exp2 again once per seed, with `--seed N` appended to every run")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="runcase-"))
     seed_env = dict([args.seed_env.split("=", 1)]) if args.seed_env else {}
     results = [check(CORPUS / name.rstrip("/").split("/")[-1], set(filter(None, args.skip.split(","))), args.keep, root, seed_env) for name in args.cases]
+    for seed in filter(None, args.seeds.split(",")):
+        for name in args.cases:
+            case = CORPUS / name.rstrip("/").split("/")[-1]
+            cfg = load(case)
+            runs = [list(run) + ["--seed", seed] for run in cfg["runs"]]
+            folder = layout(case, "exp2", root)
+            code, outs, errs, secs = run(folder, runs, 2, shim=False, extra_env=seed_env)
+            rank0, rank1 = picked(cfg["compare"], outs[0]), picked(cfg["compare"], outs[1])
+            good = code == 0 and rank0 and not rank1
+            results.append(bool(good))
+            print(f"=== {case.name} seed {seed} on 2 processes: exit {code}, {secs:.1f}s, rank0 {len(rank0)} lines: {'OK' if good else 'FAILED'}")
+            if not good:
+                print(outs[0][-1500:], errs[0][-3000:], errs[1][-1500:], sep="\n")
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
     sys.exit(0 if all(results) else 1)
