@@ -8,7 +8,9 @@ For each case it lays out (in a temporary folder per variant) `train.py` plus th
 - exp1: `expected.py` + `input_modules/` overlaid by `expected_modules/`, one process;
 - acc1: `expected_accelerate.py` (or `expected.py` with the import swapped) + `expected_accelerate_modules/` (or the
   exp1 modules with the import swapped), one process, under Hugging Face Accelerate;
-- exp2: the exp1 layout on 2 processes (`torch.distributed.run --standalone --nproc-per-node=2`).
+- exp2: the exp1 layout on 2 processes (`torch.distributed.run --standalone --nproc-per-node=2`);
+- acc2: the acc1 layout on 2 processes under Hugging Face Accelerate (`ACCELERATE_USE_CPU=1`, without which Accelerate
+  runs each CPU process alone), only for cases with an `expected_accelerate.py`.
 
 Then it checks: the compared lines (and the `metric` lines) of exp1 and acc1 equal the original's; exp2 exits 0, rank 0
 prints the compared lines with finite numbers, rank 1 none, and its metric lines equal the original's. exp1/acc1/exp2
@@ -72,7 +74,7 @@ if os.environ.get("SHIM_ACCELERATE"):
     _patch(_acc.Accelerator)
 _orig_iter = DataLoader.__iter__
 def _iter(self):
-    if type(self) is DataLoader and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if type(self) is DataLoader and int(os.environ.get("WORLD_SIZE", "1")) > 1 and not os.environ.get("SHIM_ACCELERATE"):
         raw_iterated.append(f"{type(self.dataset).__name__}(len={len(self.dataset)})")
     return _orig_iter(self)
 DataLoader.__iter__ = _iter
@@ -166,14 +168,18 @@ def check(case: Path, skip: set[str], keep: bool, root: Path, seed_env: dict[str
     ok = True
     results = {}
     print(f"=== {case.name}: {cfg['scenario']}")
-    for variant in ("orig", "exp1", "acc1", "exp2"):
-        if variant in skip or (variant == "exp2" and not cfg.get("distributed", True)):
+    for variant in ("orig", "exp1", "acc1", "exp2", "acc2"):
+        if variant in skip or (variant in ("exp2", "acc2") and not cfg.get("distributed", True)):
             continue
-        folder = layout(case, variant, root)
-        nproc = 2 if variant == "exp2" else 1
+        if variant == "acc2" and not (case / "expected_accelerate.py").exists():
+            continue
+        folder = layout(case, "acc1" if variant == "acc2" else variant, root)
+        nproc = 2 if variant in ("exp2", "acc2") else 1
         extra = dict(seed_env)
-        if variant == "acc1":
+        if variant in ("acc1", "acc2"):
             extra["SHIM_ACCELERATE"] = "1"
+        if variant == "acc2":
+            extra["ACCELERATE_USE_CPU"] = "1"
         code, outs, errs, secs = run(folder, cfg["runs"], nproc, shim=variant != "orig", extra_env=extra)
         results[variant] = (code, outs, errs)
         lines = picked(cfg["compare"], outs[0])
@@ -208,6 +214,14 @@ def check(case: Path, skip: set[str], keep: bool, root: Path, seed_env: dict[str
                         if a != b:
                             print(f"       orig: {a}\n       {variant}: {b}")
                             break
+        if "acc2" in results and results["acc2"][0] == 0:
+            rank0 = picked(cfg["compare"], results["acc2"][1][0])
+            metric2 = picked(cfg.get("metric"), results["acc2"][1][0])
+            if not rank0 or (cfg.get("metric") and metric2 != base_metric):
+                ok = False
+                print(f"    !! acc2: rank0 printed {len(rank0)} compared lines; metric {metric2} vs {base_metric}")
+            else:
+                print(f"    acc2 (Accelerate, 2 processes): {len(rank0)} compared lines, metric lines equal")
         if "exp2" in results and results["exp2"][0] == 0:
             rank0 = picked(cfg["compare"], results["exp2"][1][0])
             rank1 = picked(cfg["compare"], results["exp2"][1][1])
