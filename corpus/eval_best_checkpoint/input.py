@@ -1,0 +1,93 @@
+"""Validation accuracy from `model(x).argmax(1)`, counted with `total += y.size(0)`, and a best-checkpoint branch.
+
+Imitates the classification scripts derived from kuangliu/pytorch-cifar and the PyTorch transfer-learning tutorial:
+`pred = model(inputs).argmax(1)` (no named output), `correct += (pred == targets).sum().item()`,
+`acc = 100. * correct / total`, and `if acc > best_acc:` saving a checkpoint dict.
+"""
+import argparse
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class ConvNet(nn.Module):
+    def __init__(self, num_classes=5):
+        super().__init__()
+        self.conv = nn.Conv1d(1, 6, kernel_size=5, padding=2)
+        self.fc = nn.Linear(6 * 8, num_classes)
+
+    def forward(self, x):
+        x = F.max_pool1d(F.relu(self.conv(x.unsqueeze(1))), 2)
+        return self.fc(x.flatten(1))
+
+
+def make_signals(n, seed, num_classes=5):
+    """1-D signals of length 16 whose class is the frequency of a sine, plus noise."""
+    g = torch.Generator().manual_seed(seed)
+    labels = torch.randint(0, num_classes, (n,), generator=g)
+    t = torch.linspace(0, 1, 16)
+    phase = torch.rand(n, 1, generator=g) * 6.28
+    x = torch.sin(6.28 * (labels[:, None] + 1) * t + phase) + 0.4 * torch.randn(n, 16, generator=g)
+    return TensorDataset(x, labels)
+
+
+def train(model, loader, optimizer, device):
+    model.train()
+    train_loss = 0.0
+    for inputs, targets in loader:
+        inputs, targets = inputs.to(device), targets.to(device)
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        train_loss += loss.item()
+    return train_loss / len(loader)
+
+
+def test(model, loader, device):
+    model.eval()
+    correct = 0
+    total = 0
+    with torch.no_grad():
+        for inputs, targets in loader:
+            inputs, targets = inputs.to(device), targets.to(device)
+            pred = model(inputs).argmax(1)
+            correct += (pred == targets).sum().item()
+            total += targets.size(0)
+    return 100.0 * correct / total
+
+
+def main():
+    parser = argparse.ArgumentParser(description="best-checkpoint classifier")
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    torch.manual_seed(args.seed)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    trainloader = DataLoader(make_signals(600, seed=11), batch_size=32, shuffle=True)
+    testloader = DataLoader(make_signals(230, seed=12), batch_size=64, shuffle=False)
+    model = ConvNet().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=5e-4)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs)
+
+    best_acc = test(model, testloader, device)
+    print(f"Accuracy before training: {best_acc:.3f}%")
+    for epoch in range(args.epochs):
+        train_loss = train(model, trainloader, optimizer, device)
+        acc = test(model, testloader, device)
+        scheduler.step()
+        print(f"Epoch {epoch}: train loss {train_loss:.4f} | test acc {acc:.3f}%")
+        if acc > best_acc:
+            print("Saving..")
+            state = {"model": model.state_dict(), "acc": acc, "epoch": epoch}
+            torch.save(state, "ckpt.pth")
+            best_acc = acc
+    print(f"Best accuracy: {best_acc:.3f}%")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""The entry script of a three-file project: loaders come from `data.py`, the loops from `loops.py`.
+
+Imitates the layout of small research repositories (train.py + data.py + engine/loops.py): the entry script parses
+the arguments, builds the model and optimizer, gets the loaders from a sibling module and hands everything to a
+`fit()` that lives in another module, passing `device` along.
+"""
+import argparse
+
+import torch
+import torch.nn as nn
+
+import data
+from loops import evaluate, fit
+
+
+class SmallCNN(nn.Module):
+    def __init__(self, num_classes):
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
+        self.classifier = nn.Linear(8 * 4 * 4, num_classes)
+
+    def forward(self, x):
+        return self.classifier(torch.flatten(self.features(x), 1))
+
+
+def main():
+    parser = argparse.ArgumentParser(description="three-file project")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=25)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    torch.manual_seed(args.seed)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    train_dl, test_dl, classes = data.make_loaders(args.batch_size)
+    model = SmallCNN(len(classes)).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.8)
+
+    val_loss, val_acc = evaluate(model, test_dl, device)
+    print(f"before training val_loss {val_loss:.5f} val_acc {val_acc:.4f}")
+    acc = fit(model, train_dl, test_dl, optimizer, scheduler, args.epochs, device)
+    print(f"final val_acc {acc:.4f} over {len(classes)} classes")
+    torch.save(model.state_dict(), "small_cnn.pt")
+
+
+if __name__ == "__main__":
+    main()
