@@ -39,8 +39,8 @@ class Discriminator(nn.Module):
 
 
 class Trainer():
-    def __init__(self, generator, discriminator, gen_optimizer, dis_optimizer, accelerator,
-                 critic_iterations=5, weight_clip=0.05, print_every=4, use_cuda=False):
+    def __init__(self, generator, discriminator, gen_optimizer, dis_optimizer,
+                 critic_iterations=5, weight_clip=0.05, print_every=4, use_cuda=False, *, accelerator):
         self.accelerator = accelerator
         self.G = generator
         self.G_opt = gen_optimizer
@@ -144,8 +144,8 @@ def main():
     )
 
     # Train model
-    trainer = Trainer(generator, discriminator, G_optimizer, D_optimizer, accelerator,
-                      critic_iterations=5, use_cuda=torch.cuda.is_available())
+    trainer = Trainer(generator, discriminator, G_optimizer, D_optimizer,
+                      critic_iterations=5, use_cuda=torch.cuda.is_available(), accelerator=accelerator)
     trainer.train(data_loader, args.epochs)
 
     # Save models

@@ -43,7 +43,11 @@ class Trainer:
             self.optimizer, lambda step: min(1.0, (step + 1) / config.warmup_steps)
         )
         self.model, self.optimizer, self.train_loader, self.val_loader, self.scheduler = self.accelerator.prepare(
-            self.model, self.optimizer, self.train_loader, self.val_loader, self.scheduler
+            self.model,
+            self.optimizer,
+            self.train_loader,
+            self.val_loader,
+            self.scheduler,
         )
         self.iter_num = 0
 

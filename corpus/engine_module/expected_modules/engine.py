@@ -66,7 +66,7 @@ def evaluate(data_loader, model, accelerator):
     for images, target in data_loader:
         # compute output
         output = model(images)
-        output, images, target = accelerator.gather_for_metrics((output, images, target))
+        output, target, images = accelerator.gather_for_metrics((output, target, images))
         loss = criterion(output, target)
 
         acc1, acc5 = accuracy(output, target, topk=(1, 5))
