@@ -18,6 +18,7 @@ from accelify.codemods.targets import DEFAULT_TARGET, import_module
 
 if TYPE_CHECKING:
     from accelify.codemods.agreement import Agreement
+    from accelify.codemods.amp import Amp
 
 # A warning about a node; the node's position is resolved once, at the end, by the engine.
 Located = tuple[cst.CSTNode, ConversionWarning]
@@ -52,6 +53,7 @@ class Context:
     gathered_before: set[cst.BaseStatement] = field(default_factory=set)
     gathered_nodes: set[cst.CSTNode] = field(default_factory=set)
     _agreement: "Agreement | None" = None
+    amp: "Amp | None" = None  # the script's hand-written mixed precision (found by the accelerator rule)
 
     def __post_init__(self) -> None:
         self.edits = Edits(self.facts.parent_stmt)

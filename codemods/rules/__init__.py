@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from accelify.codemods.rule import Rule
 from accelify.codemods.rules.accelerator import CreateAccelerator
+from accelify.codemods.rules.amp import ConvertAmp
 from accelify.codemods.rules.attributes import UnwrapAttributes
 from accelify.codemods.rules.backward import SwapBackward
 from accelify.codemods.rules.clipping import SwapClipping
@@ -43,6 +44,7 @@ RULES: tuple[type[Rule], ...] = (
     PlaceTensors,
     InsertPrepare,
     SwapBackward,
+    ConvertAmp,
     SwapClipping,
     GatherForMetrics,
     StopTogether,

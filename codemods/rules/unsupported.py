@@ -1,4 +1,4 @@
-"""WarnUnsupported: patterns later rules will convert (AMP, gradient accumulation) get a warning;
+"""WarnUnsupported: patterns later rules will convert (gradient accumulation) get a warning;
 manual distributed code (process groups, DDP, DataParallel, DistributedSampler) stops the conversion,
 and every place of it is reported, so one pass shows all that must be removed by hand.
 """
@@ -15,8 +15,6 @@ from accelify.codemods.rule import Example, Rule
 
 WRAPPERS = {"torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.DataParallel"}
 SAMPLERS = {"torch.utils.data.DistributedSampler"}
-AUTOCAST = {"torch.autocast", "torch.cuda.amp.autocast", "torch.amp.autocast", "torch.cpu.amp.autocast"}
-SCALERS = {"torch.cuda.amp.GradScaler", "torch.amp.GradScaler"}
 _MODULO = m.BinaryOperation(operator=m.Modulo())
 
 # What replaces each piece of hand-written distributed code (by the called name's last part).
@@ -61,37 +59,6 @@ if dist.get_rank() == 0:
 import torch
 model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-scaler = torch.cuda.amp.GradScaler(enabled=False)
-for x in torch.ones(4, 2):
-    with torch.autocast("cpu", enabled=False):
-        loss = model(x).sum()
-    scaler.scale(loss).backward()
-    scaler.step(optimizer)
-    scaler.update()
-''',
-            after='''\
-import torch
-from accelify.runtime import Accelerator
-accelerator = Accelerator()
-model = torch.nn.Linear(2, 1)
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-model, optimizer = accelerator.prepare(model, optimizer)
-scaler = torch.cuda.amp.GradScaler(enabled=False)
-for x in torch.ones(4, 2):
-    with torch.autocast("cpu", enabled=False):
-        loss = model(x).sum()
-    scaler.scale(loss).backward()
-    scaler.step(optimizer)
-    scaler.update()
-accelerator.end_training()
-''',
-            warnings=('ACC005:4', 'ACC005:6'),
-        ),
-        Example(
-            before='''\
-import torch
-model = torch.nn.Linear(2, 1)
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 for step, x in enumerate(torch.ones(4, 2)):
     model(x).sum().backward()
     optimizer.step()
@@ -121,10 +88,7 @@ accelerator.end_training()
         if stops:
             raise Abort(*stops)
         for site in ctx.facts.calls:
-            q = site.qualname or ""
-            if q in AUTOCAST or q in SCALERS:
-                ctx.warn(codes.AMP, site.node, name=q.rsplit(".", 1)[-1])
-            elif site.method == "step" and isinstance(site.node.func, cst.Attribute):
+            if site.method == "step" and isinstance(site.node.func, cst.Attribute):
                 if ctx.plan.role(site.scope, site.node.func.value) != "optimizer":
                     continue
                 for stmt in ctx.facts.chain(site.stmt):

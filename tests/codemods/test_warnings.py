@@ -97,7 +97,7 @@ def test_rank_tests_and_set_epoch_alone_do_not_stop_the_conversion(code: str) ->
     assert not [w for w in result.warnings if w.code in ("ACC003", "ACC004")]
 
 
-def test_amp_and_accumulation_are_converted_around_with_warnings() -> None:
+def test_accumulation_by_hand_is_converted_around_with_a_warning() -> None:
     code = dedent(
         """
         import torch
@@ -114,8 +114,8 @@ def test_amp_and_accumulation_are_converted_around_with_warnings() -> None:
         """
     )
     out = converted(code)
-    assert "accelerator.backward(loss)" in out
-    assert codes(code) == ["ACC005:5", "ACC005:7", "ACC006:10"]
+    assert "accelerator.backward(loss)" in out and "with accelerator.autocast():" in out
+    assert codes(code) == ["ACC006:10"]
 
 
 def test_warning_format() -> None:

@@ -16,11 +16,11 @@ def make_data(n, seed):
 
 
 def main():
-    accelerator = Accelerator()
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--amp", action="store_true", help="float16 autocast with loss scaling (CUDA only)")
     args = parser.parse_args()
+    accelerator = Accelerator(mixed_precision="fp16" if args.amp and torch.cuda.is_available() else "no")
 
     torch.manual_seed(0)
     device = accelerator.device
@@ -30,16 +30,14 @@ def main():
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
 
     for epoch in range(args.epochs):
         for x, y in loader:
             optimizer.zero_grad()
-            with torch.autocast(device_type=device.type, dtype=torch.float16, enabled=use_amp):
+            with accelerator.autocast():
                 loss = F.cross_entropy(model(x), y)
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
+            accelerator.backward(loss)
+            optimizer.step()
         accelerator.print(f"epoch {epoch} loss {loss.item():.6f}")
     accelerator.end_training()
 
