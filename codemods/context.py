@@ -18,6 +18,7 @@ from accelify.codemods.targets import DEFAULT_TARGET, import_module
 
 if TYPE_CHECKING:
     from accelify.codemods.agreement import Agreement
+    from accelify.codemods.accumulation import Accumulation
     from accelify.codemods.amp import Amp
 
 # A warning about a node; the node's position is resolved once, at the end, by the engine.
@@ -54,6 +55,8 @@ class Context:
     gathered_nodes: set[cst.CSTNode] = field(default_factory=set)
     _agreement: "Agreement | None" = None
     amp: "Amp | None" = None  # the script's hand-written mixed precision (found by the accelerator rule)
+    accumulations: "list[Accumulation]" = field(default_factory=list)  # hand-written accumulation (idem)
+    unconverted_accumulation: list[cst.If] = field(default_factory=list)  # accumulation in a shape left alone
 
     def __post_init__(self) -> None:
         self.edits = Edits(self.facts.parent_stmt)

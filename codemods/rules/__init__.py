@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from accelify.codemods.rule import Rule
 from accelify.codemods.rules.accelerator import CreateAccelerator
+from accelify.codemods.rules.accumulation import AccumulateGradients
 from accelify.codemods.rules.amp import ConvertAmp
 from accelify.codemods.rules.attributes import UnwrapAttributes
 from accelify.codemods.rules.backward import SwapBackward
@@ -46,6 +47,7 @@ RULES: tuple[type[Rule], ...] = (
     SwapBackward,
     ConvertAmp,
     SwapClipping,
+    AccumulateGradients,
     GatherForMetrics,
     StopTogether,
     WarnRetry,

@@ -10,6 +10,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods import codes
+from accelify.codemods.accumulation import find_accumulation
 from accelify.codemods.amp import find_amp
 from accelify.codemods.analysis import is_docstring, is_import
 from accelify.codemods.context import Abort, Context, code_of
@@ -97,6 +98,13 @@ print(model(torch.ones(2)))
         if ctx.amp is not None and ctx.amp.argument() is not None:
             arguments.append(ctx.amp.argument())  # type: ignore[arg-type]
             depends += [e for e in (ctx.amp.precision, ctx.amp.enabled) if e is not None]
+        ctx.accumulations = find_accumulation(ctx.facts, plan, home, ctx.unconverted_accumulation)
+        steps = {code_of(a.steps) for a in ctx.accumulations}
+        if len(steps) == 1:
+            arguments.append(f"gradient_accumulation_steps={steps.pop()}")
+            depends.append(ctx.accumulations[0].steps)
+        elif steps:  # loops accumulating over different counts: one accelerator cannot do both
+            ctx.accumulations = []
         block = plan.home_block
         index, after = self._position(ctx, home, block, depends)
         code = [_constructor(name, arguments, len(ctx.facts.chain(block[0])) - 1, ctx.facts.unit_of(home).module.default_indent)]

@@ -1,5 +1,4 @@
-"""WarnUnsupported: patterns later rules will convert (gradient accumulation) get a warning;
-manual distributed code (process groups, DDP, DataParallel, DistributedSampler) stops the conversion,
+"""WarnUnsupported: manual distributed code (process groups, DDP, DataParallel, DistributedSampler) stops the conversion,
 and every place of it is reported, so one pass shows all that must be removed by hand.
 """
 
@@ -87,14 +86,6 @@ accelerator.end_training()
         stops = _distributed_code(ctx)
         if stops:
             raise Abort(*stops)
-        for site in ctx.facts.calls:
-            if site.method == "step" and isinstance(site.node.func, cst.Attribute):
-                if ctx.plan.role(site.scope, site.node.func.value) != "optimizer":
-                    continue
-                for stmt in ctx.facts.chain(site.stmt):
-                    if isinstance(stmt, cst.If) and m.findall(stmt.test, _MODULO):
-                        ctx.warn(codes.ACCUMULATION, stmt)
-                        break
 
 
 def _distributed_code(ctx: Context) -> list[Located]:

@@ -97,7 +97,7 @@ def test_rank_tests_and_set_epoch_alone_do_not_stop_the_conversion(code: str) ->
     assert not [w for w in result.warnings if w.code in ("ACC003", "ACC004")]
 
 
-def test_accumulation_by_hand_is_converted_around_with_a_warning() -> None:
+def test_accumulation_without_the_division_is_converted_with_amp() -> None:
     code = dedent(
         """
         import torch
@@ -115,7 +115,27 @@ def test_accumulation_by_hand_is_converted_around_with_a_warning() -> None:
     )
     out = converted(code)
     assert "accelerator.backward(loss)" in out and "with accelerator.autocast():" in out
-    assert codes(code) == ["ACC006:10"]
+    assert "gradient_accumulation_steps=4" in out and "with accelerator.accumulate(model):" in out
+    assert codes(code) == []
+
+
+def test_accumulation_with_an_else_is_left_with_a_warning() -> None:
+    code = dedent(
+        """
+        import torch
+        model = torch.nn.Linear(2, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for i, (x, y) in enumerate(loader):
+            loss = model(x).sum() / 4
+            loss.backward()
+            if (i + 1) % 4 == 0:
+                opt.step()
+            else:
+                print("accumulating")
+        """
+    )
+    assert "accelerator.accumulate" not in converted(code)
+    assert codes(code) == ["ACC006:7"]
 
 
 def test_warning_format() -> None:

@@ -8,7 +8,7 @@ ACCUMULATION_STEPS = 4
 
 
 def main():
-    accelerator = Accelerator()
+    accelerator = Accelerator(gradient_accumulation_steps=ACCUMULATION_STEPS)
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(1)
     x = torch.randn(640, 10, generator=g)
@@ -23,13 +23,12 @@ def main():
     for epoch in range(3):
         optimizer.zero_grad()
         for i, (inputs, targets) in enumerate(loader):
-            loss = criterion(model(inputs), targets)
-            loss = loss / ACCUMULATION_STEPS
-            accelerator.backward(loss)
-            if (i + 1) % ACCUMULATION_STEPS == 0:
+            with accelerator.accumulate(model):
+                loss = criterion(model(inputs), targets)
+                accelerator.backward(loss)
                 optimizer.step()
                 optimizer.zero_grad()
-        accelerator.print(f"epoch {epoch} loss {loss.item() * ACCUMULATION_STEPS:.6f}")
+        accelerator.print(f"epoch {epoch} loss {(loss / ACCUMULATION_STEPS).item() * ACCUMULATION_STEPS:.6f}")
     accelerator.end_training()
 
 
