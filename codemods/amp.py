@@ -78,7 +78,9 @@ def find_amp(facts: Facts, plan: Plan) -> Amp | None:
     enabled: cst.BaseExpression | None = None
     if found is not None:
         inlined, where = _inline(plan, found[1], found[0], amp)
+        inlined = _dtype_tests(plan, inlined, where, amp)
         enabled, _ = _cuda_tests(plan, inlined, where, amp)
+        enabled = enabled.with_changes(lpar=[], rpar=[]) if hasattr(enabled, "lpar") else enabled
     if cuda_only and (enabled is None or "cuda" not in code_of(enabled)):
         available = expression("torch.cuda.is_available()")
         enabled = available if enabled is None else cst.BooleanOperation(_paren(enabled), cst.And(), available)
@@ -196,6 +198,52 @@ def _inline(plan: Plan, expr: cst.BaseExpression, scope: Scope, amp: Amp, depth:
         if len(bindings) == 1 and bindings[0].value is not None and bindings[0].role is None:
             return _inline(plan, bindings[0].value, bindings[0].where, amp, depth + 1)
     return expr, scope
+
+
+def _dtype_tests(plan: Plan, expr: cst.BaseExpression, scope: Scope, amp: Amp) -> cst.BaseExpression:
+    """``ptdtype == torch.bfloat16`` where ``ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]``
+    -> ``args.dtype == "bfloat16"`` (the script's own flag, readable before the accelerator exists)."""
+
+    class Swap(cst.CSTTransformer):
+        def leave_Comparison(self, original: cst.Comparison, updated: cst.Comparison) -> cst.BaseExpression:
+            if len(updated.comparisons) != 1 or not isinstance(updated.comparisons[0].operator, (cst.Equal, cst.NotEqual)):
+                return updated
+            left, right = updated.left, updated.comparisons[0].comparator
+            key = dotted(left)
+            wanted = scope.imports.qualname(right) or ""
+            binding = _value_binding(plan, scope, key) if key is not None else None
+            value = binding.value if binding is not None else None
+            if not (isinstance(value, cst.Subscript) and isinstance(value.value, cst.Dict) and len(value.slice) == 1):
+                return updated
+            index = value.slice[0].slice
+            keys = [
+                e.key for e in value.value.elements
+                if isinstance(e, cst.DictElement) and (scope.imports.qualname(e.value) or "") == wanted
+            ]
+            if len(keys) != 1 or not isinstance(index, cst.Index):
+                return updated
+            amp.depends |= {n.value for n in m.findall(index.value, m.Name()) if isinstance(n, cst.Name)}
+            return updated.with_changes(left=index.value, comparisons=[updated.comparisons[0].with_changes(comparator=keys[0])])
+
+    return expr.visit(Swap())  # type: ignore[return-value]
+
+
+def _value_binding(plan: Plan, scope: Scope, key: str) -> Binding | None:
+    """The assignment ``key`` holds in ``scope``, following a parameter back to its call sites while they all
+    pass the same name (``evaluate(model, loader, ptdtype)`` -> ``main``'s ``ptdtype = ...``)."""
+    seen: set[int] = set()
+    while scope.kind == "function" and key in scope.param_names and key not in scope.bindings and id(scope) not in seen:
+        seen.add(id(scope))
+        outer = set()
+        for site in plan.call_sites(scope):
+            arg = plan.arg_for(site, scope, key)
+            if arg is None or not isinstance(arg.value, cst.Name):
+                return None
+            outer.add((id(site.scope), arg.value.value, site.scope))
+        if len({(a, b) for a, b, _ in outer}) != 1:
+            return None
+        _, key, scope = outer.pop()
+    return plan.binding_of(scope, key)
 
 
 def _cuda_tests(plan: Plan, expr: cst.BaseExpression, scope: Scope, amp: Amp) -> tuple[cst.BaseExpression, Scope]:

@@ -22,7 +22,7 @@ import libcst.matchers as m
 
 from accelify.codemods import codes
 from accelify.codemods.context import Context, code_of, expression
-from accelify.codemods.facts import Binding, CallSite
+from accelify.codemods.facts import Binding, CallSite, Scope
 from accelify.codemods.rule import Example, Rule
 
 
@@ -106,10 +106,12 @@ accelerator.end_training()
         amp = ctx.amp
         if amp is None or not ctx.accelerators:
             return
+        # runs before threading: the accelerator's name in each scope is read when the edits are applied,
+        # and the uses of `device` inside a replaced autocast no longer keep a `device` parameter alive
         for site in amp.autocasts:
-            accelerator = ctx.accelerator_in(site.scope)
-            if accelerator is not None and ctx.replace(site.node, site.stmt, lambda _, a=accelerator: expression(f"{a}.autocast()")):  # type: ignore[misc]
+            if ctx.replace(site.node, site.stmt, lambda _, s=site.scope: expression(f"{_name(ctx, s)}.autocast()")):  # type: ignore[misc]
                 ctx.handled.add(site.node)
+                ctx.consumed.update(m.findall(site.node, m.Name()))
                 ctx.change("autocast -> accelerator.autocast()")
         for context in amp.contexts:
             self._context(ctx, context)
@@ -125,11 +127,8 @@ accelerator.end_training()
             ctx.warn(codes.AMP, context.stmt, name=context.key)
             return
         for scope, ref in refs:
-            accelerator = ctx.accelerator_in(scope)
-            if accelerator is None:
-                ctx.warn(codes.AMP, ref, name=context.key)
-                return
-            ctx.replace(ref, withs[id(ref)], lambda _, a=accelerator: expression(f"{a}.autocast()"))  # type: ignore[misc]
+            ctx.replace(ref, withs[id(ref)], lambda _, s=scope: expression(f"{_name(ctx, s)}.autocast()"))  # type: ignore[misc]
+        ctx.consumed.update(m.findall(context.stmt, m.Name()))
         ctx.remove(context.stmt)
         ctx.change("autocast -> accelerator.autocast()")
 
@@ -138,11 +137,8 @@ accelerator.end_training()
         skipped = {id(s.node) for s in uses}
         gets = [s for s in uses if s.method == "get_scale"]
         for site in uses:
-            accelerator = ctx.accelerator_in(site.scope)
-            if accelerator is None:
-                ctx.warn(codes.AMP, site.node, name=scaler.key)
-                continue
-            if site.method == "scale" and self._scaled_backward(ctx, site, accelerator):
+            scope = site.scope
+            if site.method == "scale" and self._scaled_backward(ctx, site, scope):
                 continue
             if site.method in ("unscale_", "update") and _alone(site):
                 ctx.remove(site.stmt)
@@ -154,7 +150,7 @@ accelerator.end_training()
             elif site.method == "load_state_dict" and _alone(site):
                 ctx.remove(site.stmt)
             elif site.method == "get_scale":
-                if not self._skip_idiom(ctx, site, gets, accelerator):
+                if not self._skip_idiom(ctx, site, gets, scope):
                     ctx.warn(codes.AMP, site.node, name=f"{scaler.key}.get_scale()")
             else:
                 ctx.warn(codes.AMP, site.node, name=code_of(site.node.func))
@@ -164,7 +160,7 @@ accelerator.end_training()
             ctx.remove(scaler.stmt)
             ctx.change("GradScaler -> the accelerator's mixed precision")
 
-    def _scaled_backward(self, ctx: Context, site: CallSite, accelerator: str) -> bool:
+    def _scaled_backward(self, ctx: Context, site: CallSite, scope: Scope) -> bool:
         """``scaler.scale(loss).backward(...)`` -> ``accelerator.backward(loss, ...)``."""
         outer = next((s for s in ctx.facts.calls if s.method == "backward" and isinstance(s.node.func, cst.Attribute)
                       and s.node.func.value is site.node), None)
@@ -175,7 +171,7 @@ accelerator.end_training()
 
         def swap(call: cst.CSTNode) -> cst.CSTNode:
             assert isinstance(call, cst.Call)
-            return call.with_changes(func=expression(f"{accelerator}.backward"), args=[cst.Arg(loss), *call.args])
+            return call.with_changes(func=expression(f"{_name(ctx, scope)}.backward"), args=[cst.Arg(loss), *call.args])
 
         ctx.replace(outer.node, outer.stmt, swap)
         ctx.handled.update({outer.node, site.node})
@@ -191,7 +187,7 @@ accelerator.end_training()
                     return True
         return False
 
-    def _skip_idiom(self, ctx: Context, site: CallSite, gets: list[CallSite], accelerator: str) -> bool:
+    def _skip_idiom(self, ctx: Context, site: CallSite, gets: list[CallSite], scope: Scope) -> bool:
         """``scale = scaler.get_scale(); scaler.update(); skipped = scale > scaler.get_scale()``."""
         stmt = site.stmt
         if isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], cst.Assign):
@@ -200,9 +196,14 @@ accelerator.end_training()
                 return ctx.remove(stmt)  # the first read; the comparison below replaces both
             comparison = assign.value
             if isinstance(comparison, cst.Comparison) and site.node in (comparison.left, comparison.comparisons[0].comparator):
-                ctx.replace(comparison, stmt, lambda _, a=accelerator: expression(f"{a}.optimizer_step_was_skipped"))  # type: ignore[misc]
+                ctx.replace(comparison, stmt, lambda _: expression(f"{_name(ctx, scope)}.optimizer_step_was_skipped"))
                 return True
         return False
+
+
+def _name(ctx: Context, scope: Scope) -> str:
+    """The accelerator in ``scope`` once every rule has run (threading gives one to helpers that use AMP)."""
+    return ctx.accelerator_in(scope) or "accelerator"
 
 
 def _receiver_is(site: CallSite, key: str) -> bool:
