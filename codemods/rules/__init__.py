@@ -15,6 +15,7 @@ from accelify.codemods.rules.amp import ConvertAmp
 from accelify.codemods.rules.attributes import UnwrapAttributes
 from accelify.codemods.rules.backward import SwapBackward
 from accelify.codemods.rules.clipping import SwapClipping
+from accelify.codemods.rules.closure import ReduceClosureLoss
 from accelify.codemods.rules.device import ReplaceDevice
 from accelify.codemods.rules.end import EndTraining
 from accelify.codemods.rules.evaluation import GatherForMetrics
@@ -48,6 +49,7 @@ RULES: tuple[type[Rule], ...] = (
     SwapBackward,
     SwapClipping,
     AccumulateGradients,
+    ReduceClosureLoss,
     GatherForMetrics,
     StopTogether,
     WarnRetry,

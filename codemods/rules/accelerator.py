@@ -89,9 +89,9 @@ print(model(torch.ones(2)))
         name = "self.accelerator" if in_class else "accelerator"
         flag = self._cpu_flag(ctx, home)
         arguments = [f"cpu={code_of(flag)}"] if flag is not None else []
-        if flag is None and not _names_a_device(ctx) and not feeds_training(ctx):
-            # the script never chooses a device and makes its own data: it runs on the CPU (tensors it creates
-            # stay there), with the CPU's random stream; so does the conversion
+        if flag is None and not _names_a_device(ctx):
+            # the script never chooses a device: it runs on the CPU (tensors it makes stay there), with the
+            # CPU's random stream; so does the conversion (cpu=True: a GPU would need the script to place them)
             arguments = ["cpu=True"]
         ctx.amp = find_amp(ctx.facts, plan)
         depends: list[cst.BaseExpression] = [flag] if flag is not None else []
