@@ -11,7 +11,7 @@ import libcst as cst
 from accelify.codemods.codes import Code
 from accelify.codemods.edits import Edits, Replacement
 from accelify.codemods.facts import Facts, Scope
-from accelify.codemods.names import ImportMap
+from accelify.codemods.names import ImportMap, code_of  # noqa: F401 - rules import code_of from here
 from accelify.codemods.outcome import ConversionWarning
 from accelify.codemods.plan import Plan
 from accelify.codemods.targets import DEFAULT_TARGET, import_module
@@ -182,8 +182,3 @@ def statement(code: str) -> cst.BaseStatement:
 def unwrap(node: cst.CSTNode, accelerator: str) -> cst.Call:
     """``accelerator.unwrap_model(<node>)``."""
     return cst.Call(func=expression(f"{accelerator}.unwrap_model"), args=[cst.Arg(node)])  # type: ignore[arg-type]
-
-
-def code_of(node: cst.CSTNode) -> str:
-    """Source text of a node (for messages and for building new statements)."""
-    return cst.Module(body=[]).code_for_node(node)

@@ -27,7 +27,7 @@ from accelify.codemods.analysis import target_names
 from accelify.codemods.codes import Code
 from accelify.codemods.facts import Binding, CallSite, Facts, Loop, Scope
 from accelify.codemods.flow import Flow
-from accelify.codemods.names import dotted
+from accelify.codemods.names import code_of, dotted
 from accelify.codemods.roles import classify, element_call, is_cuda_string, names_a_device, parameter_owners, strip_placement
 
 PREPARED_ROLES = ("model", "optimizer", "loader", "scheduler")
@@ -217,7 +217,12 @@ class Plan(Flow):
                         self._problem(codes.MODEL_IN_LOOP, model.stmt, name=model.key)
                     objects.append(model)
         if not optimizers:
-            return []
+            # no optimizer: parameters updated by hand (`for p in model.parameters(): p.data.add_(p.grad, ...)`)
+            for model in self._updated_by_hand():
+                if model not in objects:
+                    objects.append(model)
+            if not objects:
+                return []
         for scheduler in self.bindings_with_role("scheduler"):
             core = strip_placement(scheduler.value)  # type: ignore[arg-type]
             first = core.args[0].value if isinstance(core, cst.Call) and core.args else None
@@ -239,6 +244,25 @@ class Plan(Flow):
             else:
                 kept.append(obj)
         return kept
+
+    def _updated_by_hand(self) -> list[Binding]:
+        """Models whose parameters a loop updates from their gradients (SGD written by hand)."""
+        found: list[Binding] = []
+        for loop in self.facts.loops:
+            source = loop.node.iter
+            if not (isinstance(source, cst.Call) and isinstance(source.func, cst.Attribute) and source.func.attr.value == "parameters"):
+                continue
+            if len(loop.targets) != 1 or not any(
+                site.method in ("add_", "sub_", "copy_", "mul_") and loop.targets[0] in code_of(site.node.func)
+                for site in loop.calls
+            ) and not any(isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], cst.AugAssign) for s in loop.stmts):
+                continue
+            model = self.origin(loop.scope, source.func.value)
+            if model is not None and model.value is not None:
+                model.role = model.role or "model"
+                if model.role == "model" and model not in found:
+                    found.append(model)
+        return found
 
     def is_prepared(self, binding: Binding | None) -> bool:
         """Whether ``binding`` creates an object that ``prepare`` receives."""

@@ -85,7 +85,7 @@ accelerator.end_training()
     )
 
     def run(self, ctx: Context) -> None:
-        if not ctx.accelerators or feeds_training(ctx) or not any(s.method == "backward" for s in ctx.facts.calls):
+        if not ctx.accelerators or feeds_training(ctx) or not _draws_while_training(ctx):
             return
         for site in ctx.facts.calls:
             seed = _seed_argument(site)
@@ -96,6 +96,30 @@ accelerator.end_training()
                 continue
             if ctx.replace(seed, site.stmt, lambda n, a=accelerator: _offset(n, a)):  # type: ignore[misc]
                 ctx.change("seed each process on its own: seed + accelerator.process_index")
+
+
+_DRAWS = ("torch.rand", "torch.randn", "torch.randint", "torch.randperm", "torch.multinomial", "torch.normal",
+          "torch.bernoulli", "random.", "numpy.random.", "np.random.")
+
+
+def _draws_while_training(ctx: Context) -> bool:
+    """Whether a training loop draws its data at random as it goes (offsets, episodes, samples): then each
+    process must draw its own. Data made once before training is the same on every process, as it should be."""
+    plan = ctx.plan
+    seen: set[int] = set()
+
+    def draws(sites: list[CallSite]) -> bool:
+        for site in sites:
+            if (site.qualname or "").startswith(_DRAWS) or site.method in ("sample", "rsample"):
+                return True
+            function = plan.callee(site)
+            if function is not None and id(function) not in seen:
+                seen.add(id(function))
+                if draws(function.calls):
+                    return True
+        return False
+
+    return any(draws(loop.calls) for loop in ctx.facts.loops if any(plan.reaches_backward(s) for s in loop.calls))
 
 
 def _seed_argument(site: CallSite) -> cst.BaseExpression | None:
