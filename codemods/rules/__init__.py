@@ -16,6 +16,7 @@ from accelify.codemods.rules.attributes import UnwrapAttributes
 from accelify.codemods.rules.backward import SwapBackward
 from accelify.codemods.rules.clipping import SwapClipping
 from accelify.codemods.rules.closure import ReduceClosureLoss
+from accelify.codemods.rules.data_parallel import RemoveDataParallel
 from accelify.codemods.rules.device import ReplaceDevice
 from accelify.codemods.rules.end import EndTraining
 from accelify.codemods.rules.evaluation import GatherForMetrics
@@ -41,6 +42,7 @@ RULES: tuple[type[Rule], ...] = (
     CreateAccelerator,
     AddAcceleratorImport,
     RemovePlacement,
+    RemoveDataParallel,
     ConvertAmp,
     ThreadAccelerator,
     ReplaceDevice,

@@ -18,6 +18,7 @@ from accelify.codemods.facts import Binding, Scope
 from accelify.codemods.names import dotted
 from accelify.codemods.roles import cpu_flag, flags_from_test, is_cuda_flag
 from accelify.codemods.rule import Example, Rule
+from accelify.codemods.rules.data_parallel import data_parallel_sites
 
 _REFS = m.Name() | m.Attribute(value=m.Name())
 
@@ -93,6 +94,8 @@ print(model(torch.ones(2)))
             # the script never chooses a device: it runs on the CPU (tensors it makes stay there), with the
             # CPU's random stream; so does the conversion (cpu=True: a GPU would need the script to place them)
             arguments = ["cpu=True"]
+        if data_parallel_sites(ctx):
+            arguments.append("split_batches=True")  # DataParallel split each batch over the GPUs: so do the processes
         ctx.amp = find_amp(ctx.facts, plan)
         depends: list[cst.BaseExpression] = [flag] if flag is not None else []
         if ctx.amp is not None and ctx.amp.argument() is not None:

@@ -1,6 +1,7 @@
 """LoadUnwrapped: loading weights into a prepared model goes through the unwrapped model, from CPU tensors.
 
-Loading before ``prepare`` needs nothing and is left alone. A load of a file this function saved
+Loading before ``prepare`` reads onto the CPU too (every process reads the file); an explicit
+``map_location`` is kept. A load of a file this function saved
 earlier, with no ``wait_for_everyone()`` since, gets one first: only the main process writes it.
 """
 
@@ -50,7 +51,7 @@ accelerator.end_training()
             before='''\
 import torch
 model = torch.nn.Linear(2, 1)
-model.load_state_dict(torch.load("net.pt"))
+model.load_state_dict(torch.load("net.pt", map_location="cuda:0"))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 for x in torch.ones(4, 2):
     model(x).sum().backward()
@@ -61,7 +62,7 @@ import torch
 from accelify.runtime import Accelerator
 accelerator = Accelerator(cpu=True)
 model = torch.nn.Linear(2, 1)
-model.load_state_dict(torch.load("net.pt"))
+model.load_state_dict(torch.load("net.pt", map_location="cuda:0"))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 model, optimizer = accelerator.prepare(model, optimizer)
 for x in torch.ones(4, 2):
@@ -82,10 +83,17 @@ accelerator.end_training()
             if site.method != "load_state_dict" or not isinstance(func, cst.Attribute):
                 continue
             found = ctx.plan.prepared(site.scope, func.value, site.stmt)
-            if found is None:
-                continue
             accelerator = ctx.accelerator_in(site.scope)
             if accelerator is None:
+                continue
+            if found is None:
+                raw = ctx.plan.origin(site.scope, func.value)
+                if raw is not None and ctx.plan.is_prepared(raw) and ctx.after_accelerator(site.scope, site.stmt):
+                    # loaded into the model before prepare: only the file's tensors go to the CPU first (every
+                    # process reads it; as saved they would all land on the GPU that wrote it)
+                    for load in self._loads_feeding(ctx, site):
+                        ctx.replace(load.node, load.stmt, _map_to_cpu)
+                        ctx.change('torch.load(..., map_location="cpu")')
                 continue
             if found.role == "model":
                 ctx.replace(func.value, site.stmt, lambda n, a=accelerator: unwrap(n, a))  # type: ignore[misc]

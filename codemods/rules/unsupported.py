@@ -12,7 +12,7 @@ from accelify.codemods.context import Abort, Context, Located, code_of
 from accelify.codemods.names import dotted
 from accelify.codemods.rule import Example, Rule
 
-WRAPPERS = {"torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.DataParallel"}
+WRAPPERS = {"torch.nn.parallel.DistributedDataParallel"}  # DataParallel is converted (rules/data_parallel.py)
 SAMPLERS = {"torch.utils.data.DistributedSampler"}
 _MODULO = m.BinaryOperation(operator=m.Modulo())
 

@@ -15,7 +15,6 @@ HEAD = "import torch\nmodel = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model
     [
         ("import torch.distributed as dist\ndist.init_process_group('nccl')\n" + HEAD, ["ACC003:2"]),
         ("from torch.nn.parallel import DistributedDataParallel as DDP\n" + HEAD + "model = DDP(model)\n", ["ACC004:5"]),
-        (HEAD + "model = torch.nn.DataParallel(model)\n", ["ACC004:4"]),
         (
             "from torch.utils.data.distributed import DistributedSampler\n" + HEAD + "s = DistributedSampler(ds)\n",
             ["ACC003:5"],
@@ -54,7 +53,6 @@ def main():
             print(loss)
         if dist.get_rank() == 0:
             torch.save(model.state_dict(), "m.pt")
-    model2 = torch.nn.DataParallel(torch.nn.Linear(2, 1))
 """
 
 
@@ -72,14 +70,13 @@ def test_every_place_of_manual_distributed_code_is_reported() -> None:
         "ACC003:21",  # dist.barrier()
         "ACC003:22",  # if rank == 0:
         "ACC003:24",  # if dist.get_rank() == 0: (once, not again for the call in the test)
-        "ACC004:26",  # nn.DataParallel(...)
     ]
     for warning in result.warnings:
         assert "the file was left unchanged" in warning.message and "then convert again" in warning.fix
     texts = [w.format() for w in result.warnings]
     assert texts[0].startswith("ddp.py:9:5: ACC003 manual distributed code (`dist.init_process_group`)")
     assert "`if rank == 0:`" in texts[7] and "accelerator.is_main_process" in texts[7]
-    assert "`DDP` wrapping" in texts[2] and "`torch.nn.DataParallel` wrapping" in texts[9]
+    assert "`DDP` wrapping" in texts[2]
     assert "accelerator.wait_for_everyone()" in texts[6] and "accelerator.reduce" in texts[5]
 
 
