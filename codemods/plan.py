@@ -465,7 +465,7 @@ class Plan(Flow):
             anchor = self.prepare_after
             if scope is not target or at is None or anchor is None:
                 return True
-            return self.facts.after(at, anchor)
+            return self.facts.after(at, anchor) and not self._rebound(scope, key, anchor, at)
         if head == "self" and key in names and target.class_scope is not None and scope.class_scope is target.class_scope:
             return True  # another method of the class: it runs after __init__ prepared it
         if key in names and target.kind == "module" and scope.resolve(head) is target:
@@ -486,6 +486,15 @@ class Plan(Flow):
             if inner is not None and (inner != key or binding.where is not scope):
                 return self._sees_expr(binding.where, value, binding.stmt, seen)
         return False
+
+    def _rebound(self, scope: Scope, key: str, anchor: cst.BaseStatement, at: cst.BaseStatement) -> bool:
+        """Whether ``key`` is assigned again between ``prepare`` (after ``anchor``) and ``at``
+        (``model = torch.load(f)`` after training: that model is not the prepared one)."""
+        order = self.facts.order
+        owner = scope.class_scope if key.startswith("self.") and scope.class_scope is not None else scope
+        return any(
+            order[anchor][1] < order[b.stmt][0] < order[at][0] for b in owner.bindings.get(key, [])
+        )
 
     def _sees_expr(self, scope: Scope, expr: cst.BaseExpression, at: cst.BaseStatement, seen: frozenset) -> bool:
         key = dotted(strip_placement(expr))
