@@ -45,34 +45,25 @@ def max_difference(candidate: Sequence[float], reference: Sequence[float]) -> fl
 
 @dataclass(frozen=True)
 class ParameterDifference:
-    """The first parameter of a step that differs between two records, and by how much."""
+    """The first parameter of a step that differs between two records: ``what`` it is, and by ``how`` much."""
 
-    index: int
-    parameter: Parameter
-    difference: float
-    reason: str  # "values", "sum", "shape" or "count"
-
-    def describe(self) -> str:
-        if self.reason == "count":
-            return f"the optimizer holds {self.index} parameters in one run and {self.parameter.numel} in the other"
-        if self.reason == "shape":
-            return f"{self.parameter.describe(self.index)} has a different shape"
-        what = "values" if self.reason == "values" else "sum"
-        return f"{self.parameter.describe(self.index)} differs by up to {self.difference:.3g} ({what})"
+    what: str  # "parameter 2 (64x20)", or "the number of parameters"
+    how: str  # "by up to 0.0123", "in its sum by 4.5", "in shape", "(3 against 4)"
 
 
 def step_difference(candidate: Step, reference: Step, rtol: float, atol: float) -> ParameterDifference | None:
     """The first parameter of ``candidate`` not close to ``reference``'s, or None when all are."""
     if len(candidate.params) != len(reference.params):
-        placeholder = Parameter((), len(reference.params), 0.0, (), False, False, None)
-        return ParameterDifference(len(candidate.params), placeholder, float("nan"), "count")
+        counts = f"({len(candidate.params)} against {len(reference.params)})"
+        return ParameterDifference("the number of parameters", counts)
     for index, (mine, theirs) in enumerate(zip(candidate.params, reference.params)):
+        what = mine.describe(index)
         if mine.shape != theirs.shape or mine.sampled != theirs.sampled:
-            return ParameterDifference(index, mine, float("nan"), "shape")
+            return ParameterDifference(what, "in shape")
         if not allclose(mine.values, theirs.values, rtol, atol):
-            return ParameterDifference(index, mine, max_difference(mine.values, theirs.values), "values")
+            return ParameterDifference(what, f"by up to {max_difference(mine.values, theirs.values):.3g}")
         if mine.sampled and not allclose([mine.total], [theirs.total], rtol, atol * max(1, mine.numel)):
-            return ParameterDifference(index, mine, abs(mine.total - theirs.total), "sum")
+            return ParameterDifference(what, f"in its sum by {abs(mine.total - theirs.total):.3g}")
     return None
 
 

@@ -66,9 +66,8 @@ def _finished(run: RunOutcome, ordered: list[ProcessRecord | None], options: Ver
         return CheckResult(name, stage, FAILED, f"the run failed (exit {run.exit_code}): " + "; ".join(described),
                            f"the converted script fails on {options.processes} processes")
     steps = [len(r.steps) for r in ordered if r is not None]
-    how = "stopped at the step limit" if all(r is not None and r.stopped for r in ordered) else "ran to the end"
-    return CheckResult(name, stage, PASSED, f"{options.processes} processes {how} after {max(steps, default=0)} "
-                                            f"optimizer steps ({run.seconds:.1f} s)")
+    how = "stopped at the limit" if all(r is not None and r.stopped for r in ordered) else "ran to the end"
+    return CheckResult(name, stage, PASSED, f"{how} after {max(steps, default=0)} steps ({run.seconds:.1f} s)")
 
 
 def _last_line(stderr: tuple[str, ...], rank: int) -> str:
@@ -100,7 +99,7 @@ def _group(ordered: list[ProcessRecord | None], n: int) -> CheckResult:
         return CheckResult(name, stage, FAILED, f"the processes have ranks {ranks}",
                            "two processes took the same rank: they did not form one group")
     backend = ordered[0].steps[0].group.backend if ordered[0] is not None else "?"
-    return CheckResult(name, stage, PASSED, f"{n} processes, ranks 0-{n - 1}, backend {backend}")
+    return CheckResult(name, stage, PASSED, f"ranks 0-{n - 1} of {n}, backend {backend}")
 
 
 def _wrapped(records: list[ProcessRecord], n: int) -> CheckResult:
@@ -133,8 +132,8 @@ def _wrapped(records: list[ProcessRecord], n: int) -> CheckResult:
             calls += sum(w.forward_calls for w in record.steps[-1].wrappers)
     if not any(record.steps for record in records):
         return CheckResult(name, stage, SKIPPED, "no optimizer step was recorded")
-    return CheckResult(name, stage, PASSED, "every trained parameter is in a DistributedDataParallel (or FSDP) "
-                                            f"wrapper whose forward ran ({calls} forward calls in all)")
+    return CheckResult(name, stage, PASSED, f"every trained parameter in DDP (or FSDP); {calls} forward calls "
+                                            "through the wrappers")
 
 
 def _samples(loader: Loader) -> int | None:
@@ -170,7 +169,7 @@ def _sharded(records: list[ProcessRecord], one: ProcessRecord | None, n: int) ->
             if record.rank == 0:
                 judged.append(f"{loader.site}: {mine} of {alone} samples per epoch")
     if judged:
-        return CheckResult(name, stage, PASSED, "process 0 draws " + "; ".join(judged))
+        return CheckResult(name, stage, PASSED, "; ".join(judged) + " (process 0)")
     if unknown:
         return CheckResult(name, stage, SKIPPED, f"the loader iterated at {unknown[0]} has no length and no epoch "
                                                  "ended within the steps: its share cannot be measured")
@@ -208,10 +207,9 @@ def _agree(records: list[ProcessRecord], n: int, options: VerifyOptions) -> Chec
         difference = step_difference(record.steps[last - 1], reference, options.rtol, options.atol)
         if difference is not None:
             return CheckResult(name, stage, FAILED,
-                               f"after step {reference.n}, process {record.rank}'s {difference.describe()} from "
-                               f"process {records[0].rank}'s ({tolerance})",
+                               f"after step {reference.n}, process {record.rank}'s {difference.what} differs from "
+                               f"process {records[0].rank}'s {difference.how} ({tolerance})",
                                "the processes' models drifted apart: something changes the weights on one process "
                                "only (a random draw seeded per process, an update outside the optimizer, a model "
                                "that is not wrapped)")
-    return CheckResult(name, stage, PASSED,
-                       f"after step {reference.n}, every parameter is the same on all {n} processes ({tolerance})")
+    return CheckResult(name, stage, PASSED, f"equal on all {n} processes after step {reference.n} ({tolerance})")

@@ -69,9 +69,8 @@ def _runs(label: str, run: RunOutcome, options: VerifyOptions) -> CheckResult:
         return CheckResult(name, STAGE, FAILED, f"{script} finished without calling backward",
                            "nothing trains, so there is nothing to compare: verify needs a script that calls "
                            "loss.backward()")
-    how = "stopped at the step limit" if record.stopped else "ran to its end"
-    return CheckResult(name, STAGE, PASSED, f"{steps} optimizer steps, {backwards} backward calls, {how} "
-                                            f"({run.seconds:.1f} s)")
+    how = "stopped at the limit" if record.stopped else "ran to its end"
+    return CheckResult(name, STAGE, PASSED, f"{steps} steps, {backwards} backward calls, {how} ({run.seconds:.1f} s)")
 
 
 def _error(record: ProcessRecord | None, stderr: str) -> str:
@@ -123,7 +122,8 @@ def _same_parameters(original: ProcessRecord, converted: ProcessRecord, options:
                                "the conversion changed the order in which the optimizers step")
         difference = step_difference(theirs, mine, options.rtol, options.atol)
         if difference is not None:
-            detail = f"after step {mine.n} (optimizer {mine.optimizer}): {difference.describe()} ({tolerance})"
+            detail = (f"after step {mine.n} (optimizer {mine.optimizer}), {difference.what} differs from the "
+                      f"original's {difference.how} ({tolerance})")
             return CheckResult(name, STAGE, FAILED, detail,
                                "on one process the converted script updates the weights differently from the "
                                "original (the optimizer, the learning rate, clipping or the gradients changed)")
@@ -132,5 +132,5 @@ def _same_parameters(original: ProcessRecord, converted: ProcessRecord, options:
         return CheckResult(name, STAGE, FAILED, detail, "the conversion changed when or how often the optimizer steps")
     values = sum(len(p.values) for step in original.steps for p in step.params)
     return CheckResult(name, STAGE, PASSED,
-                       f"after each of {len(original.steps)} steps, every parameter equal ({values} values, {tolerance})")
+                       f"{values} values equal over {len(original.steps)} steps ({tolerance})")
 

@@ -74,7 +74,7 @@ class RunSummary:
 
 @dataclass(frozen=True)
 class VerifyReport:
-    """The verdict on one script: its conversion, every check, and the runs (see :func:`accelify.verify.verify_script`)."""
+    """The verdict on one script: its conversion, every check, and the runs behind them (see ``verify_script``)."""
 
     script: str
     converted: str  # where the converted script came from: a path, or "accelify convert"
@@ -109,7 +109,7 @@ class VerifyReport:
 
     @property
     def verdict(self) -> str:
-        """One line: what the first failing check found and what it means; or why nothing failed but nothing was proved."""
+        """One line: what the first failing check found and what it means, or why nothing was proved."""
         failure = self.first_failure
         if failure is not None:
             text = f"{failure.name}: {failure.detail}"
@@ -121,7 +121,7 @@ class VerifyReport:
                 f"{self.options.processes} processes")
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict: options, verdict, every check and every run (outputs cut to their last 4000 characters)."""
+        """A JSON-ready dict: options, verdict, every check and every run (outputs cut to their last 4000 chars)."""
         runs = []
         for run in self.runs:
             data = asdict(run)

@@ -68,8 +68,8 @@ def verify_files(
             conversion = _conversion_check(result.status, result.error or result.reason, len(result.changes),
                                            [w.format() for w in result.warnings])
         else:
-            source, status = converted_label or "given", "given"
-            conversion = CheckResult("conversion", CONVERT_STAGE, PASSED, f"given: {source}")
+            source, status = converted_label or converted.name, "given"
+            conversion = CheckResult("conversion", CONVERT_STAGE, PASSED, f"the converted script was given: {source}")
         checks.append(conversion)
         if conversion.status != PASSED:
             reason = "nothing was converted" if conversion.status == SKIPPED else "the conversion failed"
