@@ -22,10 +22,10 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
 
 from accelify.verify.forkserver import ForkServer
 from accelify.verify.hook import HOOK_DIR
@@ -169,14 +169,20 @@ class ForkServerLauncher(Launcher):
                 return server
         return self._free.get()
 
-    def _one(self, spec: RunSpec) -> tuple[int | None, bool]:
+    @contextmanager
+    def borrow(self) -> Iterator[ForkServer]:
+        """A fork server for this thread's use (also for runs without the recorder: pass no ``hook_dir``)."""
         server = self._server()
         try:
+            yield server
+        finally:
+            self._free.put(server)
+
+    def _one(self, spec: RunSpec) -> tuple[int | None, bool]:
+        with self.borrow() as server:
             reply = server.run(target=spec.target, args=spec.args, cwd=spec.folder, env=run_environment(spec),
                                stdout=spec.logs / "stdout.txt", stderr=spec.logs / "stderr.txt",
                                timeout=spec.timeout, module=spec.module, hook_dir=HOOK_DIR)
-        finally:
-            self._free.put(server)
         return reply["returncode"], bool(reply["timed_out"])
 
     def close(self) -> None:

@@ -1,0 +1,45 @@
+"""CI measures the tool through ``accelify verify``: every corpus case, converted by the tool, must verify.
+
+Each case runs once in the session's pool (``tests/verification_pool.py``): the original and the conversion on one
+process, the conversion on 2 Gloo processes, each to the end of the script with the case's first ``run.toml``
+arguments. A conversion that regresses fails here with verify's verdict and table. Cases the tool leaves unchanged
+on purpose (``distributed = false``) must come back unchanged, with every check skipped for that reason.
+"""
+
+from __future__ import annotations
+
+import pytest
+from corpus_cases import CORPUS, IDS, Case
+from verification_pool import VerificationPool
+
+from accelify.verify import VerifyReport
+from accelify.verify.report import SKIPPED
+
+pytestmark = pytest.mark.multiprocess
+
+
+def table(report: VerifyReport) -> str:
+    """The report as the terminal would show it, for a failure message."""
+    from accelify.console import make_console
+    from accelify.verify_view import print_verify_report
+    import io
+
+    buffer = io.StringIO()
+    print_verify_report(make_console(buffer), report)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("name", IDS)
+def test_corpus_case_verifies(verification_pool: VerificationPool, name: str) -> None:
+    case = Case.load(CORPUS / name)
+    report = verification_pool.corpus(name)
+    if not case.distributed:
+        assert report.conversion == "unchanged", table(report)
+        assert all(check.status == SKIPPED for check in report.checks), table(report)
+        assert not report.runs
+        return
+    assert report.passed, f"accelify verify corpus/{name}: {report.verdict}\n{table(report)}"
+    one_process = report.run("converted")
+    assert one_process is not None and one_process.steps and one_process.steps[0] > 0
+    distributed = report.run("distributed")
+    assert distributed is not None and distributed.steps[0] == distributed.steps[1] > 0
