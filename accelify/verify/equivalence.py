@@ -90,7 +90,7 @@ def _same_losses(original: ProcessRecord, converted: ProcessRecord, options: Ver
         if not allclose([theirs.loss], [mine.loss], options.rtol, options.atol):
             detail = (f"backward {mine.n}: the converted script's loss is {theirs.loss:.6g}, the original's "
                       f"{mine.loss:.6g} ({tolerance})")
-            return CheckResult(name, STAGE, FAILED, detail, _loss_meaning(pairs[index:]))
+            return CheckResult(name, STAGE, FAILED, detail, _loss_meaning(pairs[index:] if index == 0 else []))
     if len(original.backwards) != len(converted.backwards):
         detail = (f"the converted script called backward {len(converted.backwards)} times, the original "
                   f"{len(original.backwards)}")
@@ -101,10 +101,10 @@ def _same_losses(original: ProcessRecord, converted: ProcessRecord, options: Ver
 
 
 def _loss_meaning(pairs: list[tuple[Backward, Backward]]) -> str:
-    """Why the losses differ, in words: a constant ratio is a scaling of the loss."""
+    """Why the losses differ, in words: a constant ratio from the first backward on is a scaling of the loss."""
     ratios = [b.loss / a.loss for a, b in pairs[:4]
               if a.loss and b.loss is not None and math.isfinite(a.loss) and math.isfinite(b.loss)]
-    if ratios and all(abs(r - ratios[0]) <= 1e-3 * abs(ratios[0]) for r in ratios) and abs(ratios[0] - 1) > 1e-3:
+    if len(ratios) >= 2 and all(abs(r - ratios[0]) <= 1e-3 * abs(ratios[0]) for r in ratios) and abs(ratios[0] - 1) > 1e-3:
         return (f"the conversion scales the loss handed to backward by {ratios[0]:.4g}: it is divided differently "
                 "than in the original (accelerator.backward already divides by gradient_accumulation_steps), so "
                 "the gradients and every update differ")

@@ -62,6 +62,11 @@ class RunSpec:
     def record_prefix(self) -> Path:
         return self.logs / "record"
 
+    @property
+    def program(self) -> str:
+        """What python runs: the script's absolute path (so stacks and loop sites name its file), or the module."""
+        return self.target if self.module else str(self.folder.resolve() / self.target)
+
 
 @dataclass(frozen=True)
 class RunOutcome:
@@ -124,14 +129,14 @@ class Launcher:
         """Release what the launcher holds (nothing here)."""
 
     def _one(self, spec: RunSpec) -> tuple[int | None, bool]:
-        command = [sys.executable, *(["-m"] if spec.module else []), spec.target, *spec.args]
+        command = [sys.executable, *(["-m"] if spec.module else []), spec.program, *spec.args]
         return self._popen(spec, command, spec.logs / "stdout.txt", spec.logs / "stderr.txt")
 
     def _many(self, spec: RunSpec) -> tuple[int | None, bool]:
         command = [
             sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={spec.processes}",
             "--log-dir", str(spec.logs / "workers"), "--redirects", "3",
-            *(["-m"] if spec.module else []), spec.target, *spec.args,
+            *(["-m"] if spec.module else []), spec.program, *spec.args,
         ]
         return self._popen(spec, command, spec.logs / "launcher.txt", None)
 
@@ -180,7 +185,7 @@ class ForkServerLauncher(Launcher):
 
     def _one(self, spec: RunSpec) -> tuple[int | None, bool]:
         with self.borrow() as server:
-            reply = server.run(target=spec.target, args=spec.args, cwd=spec.folder, env=run_environment(spec),
+            reply = server.run(target=spec.program, args=spec.args, cwd=spec.folder, env=run_environment(spec),
                                stdout=spec.logs / "stdout.txt", stderr=spec.logs / "stderr.txt",
                                timeout=spec.timeout, module=spec.module, hook_dir=HOOK_DIR)
         return reply["returncode"], bool(reply["timed_out"])
