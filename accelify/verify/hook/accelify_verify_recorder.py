@@ -29,8 +29,9 @@ The record is one JSON object per line, written as it happens:
 ``stop``      the step limit was reached: the process ends with exit code 0 right after writing it
 ``exit``      the interpreter is exiting normally
 
-All processes of a data-parallel run step in lockstep, so they all reach the limit at the same step: the last
-collective before it (the gradient all-reduce of that step) has completed everywhere when any of them ends.
+All processes of a data-parallel run step in lockstep, so they all reach the limit at the same step; each waits
+there until all have arrived (through the group's store, not a collective), so none leaves while another may still
+be reading the last gradient all-reduce from it.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ ENV_ROOT = "ACCELIFY_VERIFY_ROOT"
 STACK_SIGNAL = signal.SIGUSR1
 VALUES_PER_TENSOR = 4096  # fingerprint budget per parameter tensor ...
 VALUES_PER_STEP = 1 << 18  # ... and per step, shared between the tensors of a large model
+PEER_WAIT = 30.0  # seconds a process at the step limit waits for the others of its group
 
 _recorder: "_Recorder | None" = None
 
@@ -186,14 +188,34 @@ class _Recorder:
             self._file.write(json.dumps(event) + "\n")
 
     def stop(self) -> None:
-        """End the process at the step limit: flush everything, exit 0 without running the script further."""
+        """End the process at the step limit: flush everything, wait for the other processes of the group to get
+        there too, exit 0 without running the script further."""
         self.write({"event": "stop", "steps": self.steps})
+        self._meet_peers()
         for stream in (self._file, sys.stdout, sys.stderr):
             try:
                 stream.flush()
             except Exception:
                 pass
         os._exit(0)
+
+    def _meet_peers(self) -> None:
+        """Wait (at most ``PEER_WAIT`` s) until every process of the group stopped, on the group's store (the
+        launcher's TCP store, not a collective): no process leaves while another may still read the last
+        all-reduce from its sockets."""
+        dist = self.torch.distributed
+        try:
+            if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+                return
+            from datetime import timedelta
+
+            store = dist.distributed_c10d._get_default_store()
+            key = f"accelify_verify/stop/{self.steps}"
+            if int(store.add(key, 1)) >= dist.get_world_size():
+                store.set(key + "/all", "1")
+            store.wait([key + "/all"], timedelta(seconds=PEER_WAIT))
+        except Exception:  # a peer that never stops (it hangs elsewhere), or a store we cannot reach: leave
+            pass
 
     # -- seeding and patching ----------------------------------------------------------------------------------
     def _seed_numpy(self, numpy: ModuleType) -> None:
