@@ -4,7 +4,8 @@ It records what the training does and never changes what it computes: it reads l
 calls, and, at the step limit, ends the process. It is activated by ``sitecustomize.py`` in this folder (the
 folder is first on ``PYTHONPATH``) or, in a process forked from the verify fork server, by a direct call to
 :func:`install_from_environment`; either way before the script's first line. torch is patched when it is
-imported (at once if it already is). The runner configures it through these variables:
+imported (at once if it already is), by ``accelify_verify_patches.py`` next to this file. The runner configures it
+through these variables:
 
 ``ACCELIFY_VERIFY_RECORD``     path prefix of this process's files: ``<prefix>.rank<R>.pid<P>.jsonl`` (the record)
                                and ``<prefix>.rank<R>.pid<P>.stack`` (Python stacks dumped on SIGUSR1)
@@ -38,10 +39,7 @@ from __future__ import annotations
 
 import atexit
 import faulthandler
-import functools
-import importlib.abc
 import json
-import math
 import os
 import random
 import signal
@@ -84,38 +82,6 @@ def install_from_environment() -> bool:
     return True
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs a callback right after a top-level package finished importing (torch, numpy), once."""
-
-    def __init__(self, callbacks: dict[str, Callable[[ModuleType], None]]) -> None:
-        self.callbacks = callbacks
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        callback = self.callbacks.get(name)
-        if callback is None:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        del self.callbacks[name]
-        original = loader.exec_module
-
-        def exec_module(module: ModuleType) -> None:
-            original(module)
-            callback(module)
-
-        loader.exec_module = exec_module  # this spec's loader only
-        return spec
-
-
 class _Recorder:
     """The per-process recording state; all torch patches call into the one instance."""
 
@@ -129,7 +95,6 @@ class _Recorder:
         self.lock = threading.RLock()
         self.backwards = 0
         self.steps = 0
-        self.depth = threading.local()
         self.loaders: dict[str, dict[str, Any]] = {}
         self.last_loader: str | None = None
         self._paths: dict[str, str | None] = {}
@@ -159,7 +124,9 @@ class _Recorder:
             else:
                 waiting[name] = callback
         if waiting:
-            sys.meta_path.insert(0, _AfterImport(waiting))
+            from accelify_verify_patches import AfterImport  # see _patch_torch
+
+            sys.meta_path.insert(0, AfterImport(waiting))
 
     def _reporting(self, callback: Callable[[ModuleType], None]) -> Callable[[ModuleType], None]:
         """``callback`` that records its own failure instead of breaking the script's imports."""
@@ -225,12 +192,10 @@ class _Recorder:
             pass
 
     def _patch_torch(self, torch: ModuleType) -> None:
-        import torch.autograd
-        from torch.nn.parallel import DistributedDataParallel
-        from torch.utils.data import DataLoader
-        from torch.optim.optimizer import register_optimizer_step_post_hook
-        from torch.utils.data.dataloader import _BaseDataLoaderIter
         from torch.utils.weak import WeakIdKeyDictionary
+
+        # this module's folder is on sys.path in the script's process (PYTHONPATH, or the fork server's child)
+        from accelify_verify_patches import batches_per_epoch, leading_size, patch_torch
 
         torch.manual_seed(self.seed)
         self.torch = torch
@@ -238,68 +203,8 @@ class _Recorder:
         self.wrappers: Any = WeakIdKeyDictionary()  # DDP wrapper -> {"index", "forward_calls", "module"}
         self.optimizers: Any = WeakIdKeyDictionary()  # optimizer -> index, in order of first step
         self.site_objects: dict[str, Any] = {}  # iteration site -> WeakIdKeyDictionary(loader -> ordinal)
-        recorder = self
-
-        backward = torch.autograd.backward
-
-        @functools.wraps(backward)
-        def recording_backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-            if not recorder.active or getattr(recorder.depth, "value", 0):
-                return backward(tensors, *args, **kwargs)
-            recorder.depth.value = 1
-            try:
-                recorder.on_backward(tensors)
-                return backward(tensors, *args, **kwargs)
-            finally:
-                recorder.depth.value = 0
-
-        torch.autograd.backward = recording_backward
-        register_optimizer_step_post_hook(self.on_step)
-
-        ddp_init, ddp_forward = DistributedDataParallel.__init__, DistributedDataParallel.forward
-
-        @functools.wraps(ddp_init)
-        def init(module: Any, *args: Any, **kwargs: Any) -> None:
-            ddp_init(module, *args, **kwargs)
-            recorder.on_wrap(module)
-
-        @functools.wraps(ddp_forward)
-        def forward(module: Any, *args: Any, **kwargs: Any) -> Any:
-            info = recorder.wrappers.get(module)
-            if info is not None:
-                info["forward_calls"] += 1
-            return ddp_forward(module, *args, **kwargs)
-
-        DistributedDataParallel.__init__ = init
-        DistributedDataParallel.forward = forward
-
-        loader_iter, iter_next = DataLoader.__iter__, _BaseDataLoaderIter.__next__
-
-        @functools.wraps(loader_iter)
-        def iterate(loader: Any) -> Any:
-            iterator = loader_iter(loader)
-            if recorder.active:
-                try:
-                    iterator._accelify_verify_key = recorder.on_iter(loader)
-                except AttributeError:  # an iterator type that takes no attributes: not counted
-                    pass
-            return iterator
-
-        @functools.wraps(iter_next)
-        def draw(iterator: Any) -> Any:
-            key = iterator.__dict__.get("_accelify_verify_key")
-            if key is None:
-                return iter_next(iterator)
-            try:
-                batch = iter_next(iterator)
-            except StopIteration:
-                recorder.on_epoch_end(key)
-                raise
-            recorder.on_draw(key, batch)
-            return batch
-
-        DataLoader.__iter__ = iterate
-        _BaseDataLoaderIter.__next__ = draw
+        self.batches_per_epoch, self.leading_size = batches_per_epoch, leading_size
+        patch_torch(torch, self)
 
     # -- events ------------------------------------------------------------------------------------------------
     def on_backward(self, tensors: Any) -> None:
@@ -321,6 +226,11 @@ class _Recorder:
                      "loader": self.last_loader, "after_step": self.steps}
         self.write(event)
 
+    def on_wrapper_forward(self, module: Any) -> None:
+        info = self.wrappers.get(module)
+        if info is not None:
+            info["forward_calls"] += 1
+
     def on_wrap(self, module: Any) -> None:
         with self.lock:
             index = len(self.wrappers)
@@ -329,8 +239,9 @@ class _Recorder:
             for parameter in inner.parameters():
                 self.owner[parameter] = index
 
-    def on_iter(self, loader: Any) -> str:
-        site = self._site(sys._getframe(2))
+    def on_iter(self, loader: Any, caller: Any) -> str:
+        """The key of ``loader`` iterated from frame ``caller``: ``file:line#k``, the k-th loader seen there."""
+        site = self._site(caller)
         with self.lock:
             objects = self.site_objects.get(site)
             if objects is None:
@@ -347,7 +258,7 @@ class _Recorder:
                                             "batch": None, "training": False}
             info["iterations"] += 1
             info["current"] = 0
-            info["len"] = _batches_per_epoch(loader)
+            info["len"] = self.batches_per_epoch(loader)
         return key
 
     def on_draw(self, key: str, batch: Any) -> None:
@@ -357,7 +268,7 @@ class _Recorder:
                 info["draws"] += 1
                 info["current"] += 1
                 if info["batch"] is None:
-                    info["batch"] = _leading_size(batch, self.torch.Tensor)
+                    info["batch"] = self.leading_size(batch, self.torch.Tensor)
             self.last_loader = key
 
     def on_epoch_end(self, key: str) -> None:
@@ -435,32 +346,3 @@ class _Recorder:
                 return f"{relative}:{frame.f_lineno}"
             frame = frame.f_back
         return "<outside the script>"
-
-
-def _leading_size(batch: Any, tensor_type: type, depth: int = 0) -> int | None:
-    """Samples in a batch: the first dimension of its first tensor (in nested tuples, lists and dicts)."""
-    if isinstance(batch, tensor_type):
-        return int(batch.shape[0]) if batch.dim() > 0 else None
-    if depth < 4:
-        items = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
-        for item in items:
-            size = _leading_size(item, tensor_type, depth + 1)
-            if size is not None:
-                return size
-    return None
-
-
-def _batches_per_epoch(loader: Any) -> int | None:
-    """``len(loader)`` without tripping torch's length warning for iterable datasets; None when unknown."""
-    from torch.utils.data import DataLoader
-
-    try:
-        if getattr(loader, "_dataset_kind", 0) == 1 and type(loader).__len__ is DataLoader.__len__:
-            samples = len(loader.dataset)
-            if loader.batch_size is None:
-                return samples
-            per_batch = loader.batch_size
-            return samples // per_batch if loader.drop_last else math.ceil(samples / per_batch)
-        return len(loader)
-    except TypeError:
-        return None
