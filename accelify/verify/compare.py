@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from accelify.verify.records import Parameter, Step
+from accelify.verify.records import Step
 
 _FRAME = re.compile(r'^\s*File "(?P<path>.+)", line (?P<line>\d+) in (?P<func>.+)$')
 

@@ -98,8 +98,8 @@ def _conversion_check(status: str, why: str | None, changes: int, warnings: list
         return CheckResult("conversion", CONVERT_STAGE, FAILED, f"the conversion failed: {why}",
                            "nothing to verify: the tool could not convert the script")
     reason = f" ({why})" if why else ""
-    return CheckResult("conversion", CONVERT_STAGE, SKIPPED,
-                       f"the conversion left the script {status}{reason}{noted}")
+    what = "the tool skipped the script" if status == "skipped" else "the conversion left the script unchanged"
+    return CheckResult("conversion", CONVERT_STAGE, SKIPPED, f"{what}{reason}{noted}")
 
 
 def _run_all(workdir: Path, original: ScriptFiles, converted: ScriptFiles, options: VerifyOptions,

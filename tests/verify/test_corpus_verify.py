@@ -8,22 +8,22 @@ on purpose (``distributed = false``) must come back unchanged, with every check 
 
 from __future__ import annotations
 
+import io
+
 import pytest
 from corpus_cases import CORPUS, IDS, Case
 from verification_pool import VerificationPool
 
+from accelify.console import make_console
 from accelify.verify import VerifyReport
 from accelify.verify.report import SKIPPED
+from accelify.verify_view import print_verify_report
 
 pytestmark = pytest.mark.multiprocess
 
 
 def table(report: VerifyReport) -> str:
     """The report as the terminal would show it, for a failure message."""
-    from accelify.console import make_console
-    from accelify.verify_view import print_verify_report
-    import io
-
     buffer = io.StringIO()
     print_verify_report(make_console(buffer), report)
     return buffer.getvalue()
