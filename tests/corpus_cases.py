@@ -34,6 +34,7 @@ class Case:
     runs: tuple[tuple[str, ...], ...]
     compare: re.Pattern[str]
     distributed: bool
+    status: str | None  # the conversion's status when run.toml names it ("attention" for a refused file)
 
     @classmethod
     def load(cls, directory: Path) -> "Case":
@@ -45,6 +46,7 @@ class Case:
             runs=tuple(tuple(run) for run in runs),
             compare=re.compile(cfg["compare"]),
             distributed=bool(cfg.get("distributed", True)),
+            status=cfg.get("status"),
         )
 
     def source(self) -> str:

@@ -98,7 +98,9 @@ def _conversion_check(status: str, why: str | None, changes: int, warnings: list
         return CheckResult("conversion", CONVERT_STAGE, FAILED, f"the conversion failed: {why}",
                            "nothing to verify: the tool could not convert the script")
     reason = f" ({why})" if why else ""
-    what = "the tool skipped the script" if status == "skipped" else "the conversion left the script unchanged"
+    what = {"skipped": "the tool skipped the script",
+            "attention": "the tool refused to convert the script (it needs attention)"}.get(
+        status, "the conversion left the script unchanged")
     return CheckResult("conversion", CONVERT_STAGE, SKIPPED, f"{what}{reason}{noted}")
 
 
