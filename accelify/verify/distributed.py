@@ -83,10 +83,10 @@ def _group(ordered: list[ProcessRecord | None], n: int) -> CheckResult:
         if record is None:
             return CheckResult(name, stage, FAILED, f"process {rank} recorded nothing",
                                f"only {sum(r is not None for r in ordered)} of {n} processes ran the script")
-        if not record.steps:
-            return CheckResult(name, stage, FAILED, f"process {rank} took no optimizer step",
+        group = record.group
+        if group is None:
+            return CheckResult(name, stage, FAILED, f"process {rank} called no backward",
                                "nothing shows which process group it trained in")
-        group = record.steps[0].group
         if not group.initialized:
             return CheckResult(name, stage, FAILED, f"process {rank} never joined a process group",
                                f"each of the {n} processes trained alone on its own copy: the script does not join "
@@ -98,7 +98,8 @@ def _group(ordered: list[ProcessRecord | None], n: int) -> CheckResult:
     if sorted(ranks) != list(range(n)):
         return CheckResult(name, stage, FAILED, f"the processes have ranks {ranks}",
                            "two processes took the same rank: they did not form one group")
-    backend = ordered[0].steps[0].group.backend if ordered[0] is not None else "?"
+    first = ordered[0].group if ordered[0] is not None else None
+    backend = first.backend if first is not None else "?"
     return CheckResult(name, stage, PASSED, f"ranks 0-{n - 1} of {n}, backend {backend}")
 
 
@@ -131,7 +132,8 @@ def _wrapped(records: list[ProcessRecord], n: int) -> CheckResult:
         if record.steps:
             calls += sum(w.forward_calls for w in record.steps[-1].wrappers)
     if not any(record.steps for record in records):
-        return CheckResult(name, stage, SKIPPED, "no optimizer step was recorded")
+        return CheckResult(name, stage, SKIPPED, "no torch.optim optimizer step was recorded: which parameters "
+                                                 "train is unknown (a hand-written update?)")
     return CheckResult(name, stage, PASSED, f"every trained parameter in DDP (or FSDP); {calls} forward calls "
                                             "through the wrappers")
 

@@ -26,6 +26,7 @@ class Backward:
     shape: tuple[int, ...] | None
     loader: str | None  # key of the data loader that yielded the last batch before it
     after_step: int  # optimizer steps taken before it
+    group: "Group | None" = None  # the process group joined at that moment
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,13 @@ class ProcessRecord:
         return self.stopped or (self.exited and self.error is None)
 
     @property
+    def group(self) -> Group | None:
+        """The process group as first recorded (at the first optimizer step, else at the first backward)."""
+        if self.steps:
+            return self.steps[0].group
+        return next((b.group for b in self.backwards if b.group is not None), None)
+
+    @property
     def loaders(self) -> Mapping[str, Loader]:
         """The data loaders as of the last step (empty before any step)."""
         return self.steps[-1].loaders if self.steps else {}
@@ -151,8 +159,9 @@ def _read(path: Path, rank: int, pid: int) -> ProcessRecord:
             fields["ppid"] = int(event.get("ppid", 0))
         elif kind == "backward":
             shape = event.get("shape")
+            group = Group(**event["group"]) if event.get("group") else None
             backwards.append(Backward(int(event["n"]), event.get("loss"), tuple(shape) if shape is not None else None,
-                                      event.get("loader"), int(event.get("after_step", 0))))
+                                      event.get("loader"), int(event.get("after_step", 0)), group))
         elif kind == "step":
             steps.append(_step(event))
         elif kind == "stop":

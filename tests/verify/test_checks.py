@@ -227,3 +227,17 @@ def test_options_refuse_what_cannot_be_verified() -> None:
             assert str(error)
         else:
             raise AssertionError(f"VerifyOptions({bad}) was accepted")
+
+
+def test_a_hand_written_update_without_an_optimizer_is_not_passed_on_parameters() -> None:
+    joined = Group(True, 2, 0, "gloo")
+    backwards = (Backward(1, 1.0, (), None, 0, joined), Backward(2, 0.9, (), None, 0, joined))
+    alone = outcome("original", [ProcessRecord(0, 100, 1, backwards=backwards, exited=True)])
+    one = by_name(one_process_checks(alone, alone, OPTIONS))
+    assert one["same losses"].status == PASSED
+    assert one["same parameters"].status == SKIPPED and "hand-written update" in one["same parameters"].detail
+    records = [ProcessRecord(r, 100 + r, 1, backwards=tuple(Backward(b.n, b.loss, (), None, 0, Group(True, 2, r, "gloo"))
+                                                            for b in backwards), exited=True) for r in (0, 1)]
+    checks = by_name(distributed_checks(outcome("distributed", records), reference(), OPTIONS))
+    assert checks["one process group"].status == PASSED  # known from the backward calls
+    assert checks["model wrapped"].status == SKIPPED and checks["parameters agree"].status == SKIPPED

@@ -19,7 +19,7 @@ The record is one JSON object per line, written as it happens:
 
 ``start``     pid, parent pid, rank
 ``backward``  the value of the loss handed to ``torch.autograd.backward`` (``loss.backward()``,
-              ``accelerator.backward(loss)``), and the data loader that yielded the last batch
+              ``accelerator.backward(loss)``), the data loader that yielded the last batch, the process group
 ``step``      after each optimizer step (a global step post-hook): a fingerprint of every parameter of that
               optimizer (all values up to a per-tensor budget, evenly spaced ones beyond, and the exact sum),
               whether each is owned by a DistributedDataParallel wrapper or sharded (DTensor), the wrappers and
@@ -223,7 +223,7 @@ class _Recorder:
             if self.last_loader is not None:
                 self.loaders[self.last_loader]["training"] = True
             event = {"event": "backward", "n": self.backwards, "loss": value, "shape": shape,
-                     "loader": self.last_loader, "after_step": self.steps}
+                     "loader": self.last_loader, "after_step": self.steps, "group": self._group()}
         self.write(event)
 
     def on_wrapper_forward(self, module: Any) -> None:
