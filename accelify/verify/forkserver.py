@@ -64,18 +64,16 @@ def _child(job: Mapping[str, Any]) -> None:
         os.dup2(null, 0)
         os.close(null)
         sys.stdin = open(0, closefd=False)
-        if job.get("hook_dir"):
-            sys.path.insert(1, job["hook_dir"])  # where PYTHONPATH puts it in a fresh run
-            if job["env"].get("ACCELIFY_VERIFY_RECORD"):
-                importlib.import_module("accelify_verify_recorder").install_from_environment()
+        # sys.path as a fresh `python script.py` (or `-m`) has it: the script's folder first, then PYTHONPATH's hook
+        first = job["cwd"] if job.get("module") else os.path.dirname(os.path.abspath(job["target"]))
+        sys.path[:0] = [first, *([job["hook_dir"]] if job.get("hook_dir") else [])]
+        if job.get("hook_dir") and job["env"].get("ACCELIFY_VERIFY_RECORD"):
+            importlib.import_module("accelify_verify_recorder").install_from_environment()
+        sys.argv = [job["target"], *job["args"]]
         try:
             if job.get("module"):
-                sys.argv = [job["target"], *job["args"]]
-                sys.path[0] = job["cwd"]
                 runpy.run_module(job["target"], run_name="__main__", alter_sys=True)
             else:
-                sys.argv = [job["target"], *job["args"]]
-                sys.path[0] = os.path.dirname(os.path.abspath(job["target"]))
                 runpy.run_path(job["target"], run_name="__main__")
             code = 0
         except SystemExit as exc:

@@ -148,3 +148,12 @@ def test_a_hung_run_is_ended_at_the_timeout_with_its_stack(tmp_path: Path, forke
         assert f'File "{folder}/train.py", line 5 in wait' in stack and "line 7 in <module>" in stack
         pid = outcome.records[0].pid
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+
+
+def test_a_forked_run_sees_the_interpreter_a_fresh_run_sees(tmp_path: Path, forked: ForkServerLauncher) -> None:
+    script = "import json, sys\nprint(json.dumps([sys.path[:6], sys.argv, __name__]))\n"
+    folder = folder_with(tmp_path, "same", {"train.py": script})
+    fresh, child = run(Launcher(), folder, args=("--x", "1")), run(forked, folder, args=("--x", "1"))
+    assert fresh.ok and child.ok, (fresh.stderr, child.stderr)
+    assert child.stdout[0] == fresh.stdout[0]
+    assert f'"{folder.resolve()}"' in fresh.stdout[0] and '"__main__"' in fresh.stdout[0]
