@@ -6,8 +6,11 @@ level each value came from. Impossible requests raise :class:`LaunchError` here,
 starts. Nothing here starts a process; :mod:`accelify.launcher` runs the plan.
 
 Defaults (no config, no flags): one process per visible GPU, else one process on CPU. There is
-no silent fallback: ``--multi-gpu``/``--gpu-ids`` without GPUs, more processes than GPUs, and fp16
-on CPU are errors. ``num_processes`` counts processes over all machines, as in Accelerate.
+no silent fallback: ``--multi-gpu``/``--gpu-ids`` without GPUs and more processes than GPUs are
+errors. The device rules and the mixed-precision rule are the runtime's
+(:mod:`accelify.runtime.settings`: ``default_device``, ``default_process_count``, ``processes_fit``,
+``check_mixed_precision``), the same ones ``notebook_launcher``, ``accelify config`` and the
+``Accelerator`` apply. ``num_processes`` counts processes over all machines, as in Accelerate.
 """
 
 from __future__ import annotations
@@ -18,7 +21,15 @@ from typing import Any, Mapping
 
 from accelify.errors import AccelifyError
 from accelify.runtime.config import UserConfig, find_config_file, load_config
-from accelify.runtime.settings import LAUNCH_CONFIG_VAR, Settings, load_settings
+from accelify.runtime.settings import (
+    LAUNCH_CONFIG_VAR,
+    Settings,
+    check_mixed_precision,
+    default_device,
+    default_process_count,
+    load_settings,
+    processes_fit,
+)
 
 DEFAULT_PORT = 29500
 LAUNCH_ENV_CPU = "ACCELIFY_USE_CPU/ACCELERATE_USE_CPU=0"
@@ -213,7 +224,7 @@ def resolve_plan(options: LaunchOptions, *, environ: Mapping[str, str] | None = 
         asked = "use_cpu: false" if config.use_cpu is False else "distributed_type: MULTI_GPU"
         reason = f"{asked} ({c.config_label})"
     else:
-        use_cpu = c.pick("cpu", None, "", "cpu", default=gpus == 0)
+        use_cpu = c.pick("cpu", None, "", "cpu", default=default_device(gpus) == "cpu")
         reason = f"{LAUNCH_ENV_CPU} (environment)"
     if not use_cpu and gpus == 0:
         raise LaunchError(f"{reason} asks for GPUs, but no CUDA device is visible here; "
@@ -233,21 +244,19 @@ def resolve_plan(options: LaunchOptions, *, environ: Mapping[str, str] | None = 
     if not 0 <= machine_rank < machines:
         raise LaunchError(f"machine rank {machine_rank} ({c.sources['machine_rank']}) is not valid with "
                           f"{machines} machine(s); use 0 to {machines - 1}.")
-    default_total = (available if device == "cuda" else 1) * machines
+    default_total = default_process_count(device, available) * machines
     total = c.pick("num_processes", options.num_processes, default=default_total)
     if total < 1 or total % machines:
         raise LaunchError(f"num_processes={total} ({c.sources['num_processes']}) must be a positive multiple of "
                           f"num_machines={machines}: it counts processes over all machines.")
     per_machine = total // machines
-    if device == "cuda" and per_machine > available:
+    if not processes_fit(per_machine, device, available):
         raise LaunchError(f"{per_machine} processes per machine need {per_machine} GPUs, but only {available} "
                           f"{'are selected by gpu_ids' if gpu_ids is not None else 'are visible'}; "
                           "lower --num-processes or use --cpu.")
 
     precision = c.pick("mixed_precision", options.mixed_precision, env_key="mixed_precision", default="no")
-    if device == "cpu" and precision == "fp16":
-        raise LaunchError(f"mixed precision fp16 ({c.sources['mixed_precision']}) needs a GPU; on CPU use "
-                          "--mixed-precision bf16 or no.")
+    precision = check_mixed_precision(precision, device, where=c.sources["mixed_precision"])
 
     rdzv = c.pick("rdzv_backend", options.rdzv_backend, default="static")
     if rdzv not in ("static", "c10d"):

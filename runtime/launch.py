@@ -22,7 +22,14 @@ from typing import Any, Callable, Sequence
 
 from .errors import AccelifyRuntimeError, ConfigurationError
 from .failure_report import how_it_ended, order_reports
-from .settings import LAUNCH_CONFIG_VAR, MIXED_PRECISION_CHOICES, Settings
+from .settings import (
+    LAUNCH_CONFIG_VAR,
+    Settings,
+    check_mixed_precision,
+    default_device,
+    default_process_count,
+    processes_fit,
+)
 
 _ELASTIC_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
 
@@ -147,19 +154,15 @@ def notebook_launcher(function: Callable[..., Any], args: Sequence[Any] = (), nu
     """
     import torch
 
-    precision = str(mixed_precision).lower()
-    if precision not in MIXED_PRECISION_CHOICES:
-        raise ConfigurationError(f"mixed_precision={mixed_precision!r} is not valid; use one of "
-                                 f"{', '.join(MIXED_PRECISION_CHOICES)}.")
     gpus = torch.cuda.device_count()
-    count = num_processes if num_processes is not None else max(gpus, 1)
+    device = default_device(gpus)  # the GPUs when there are any (like `accelify launch` without --cpu)
+    precision = check_mixed_precision(mixed_precision, device, where="notebook_launcher")
+    count = num_processes if num_processes is not None else default_process_count(device, gpus)
     if count < 1:
         raise ConfigurationError(f"num_processes={num_processes} is not valid; use 1 or more.")
-    if gpus and count > gpus:
+    if not processes_fit(count, device, gpus):
         raise ConfigurationError(f"num_processes={count} needs {count} GPUs, but {gpus} are visible; lower it.")
-    cpu = gpus == 0
-    if cpu and precision == "fp16":
-        raise ConfigurationError("mixed_precision='fp16' needs a GPU; no CUDA device is visible. Use 'bf16' or 'no'.")
+    cpu = device == "cpu"
     if master_addr not in ("127.0.0.1", "localhost"):
         raise ConfigurationError(f"master_addr={master_addr!r}: notebook_launcher runs on this machine only; "
                                  "use `accelify launch --num-machines` for several machines.")

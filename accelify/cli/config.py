@@ -9,6 +9,12 @@ from typing import Any
 import click
 
 from accelify.cli.launch_support import config_file_option, exit_on_error
+from accelify.runtime.settings import (
+    MIXED_PRECISION_CHOICES,
+    default_device,
+    default_process_count,
+    mixed_precision_choices,
+)
 
 
 def _target(config_file: str | None) -> Path:
@@ -26,7 +32,7 @@ def _ask(gpu_count: int) -> dict[str, Any]:
 
     out = console()
     out.print(f"[bold]accelify config[/]: {gpu_count} GPU(s) visible here. Press Enter to accept a default.")
-    cpu = Confirm.ask("Run on CPU only?", default=gpu_count == 0, console=out)
+    cpu = Confirm.ask("Run on CPU only?", default=default_device(gpu_count) == "cpu", console=out)
     gpu_ids = "all"
     if not cpu:
         if gpu_count == 0:
@@ -39,9 +45,10 @@ def _ask(gpu_count: int) -> dict[str, Any]:
         ip = _valid(Prompt, out, "Address of machine 0 (main process IP)?", "main_process_ip", None, gpu_count)
         port = _int(IntPrompt, out, "Port on machine 0?", 29500, 1, 65535)
         rdzv = Prompt.ask("Rendezvous backend?", choices=["static", "c10d"], default="static", console=out)
-    per_machine = 1 if cpu else (len(gpu_ids.split(",")) if gpu_ids != "all" else max(gpu_count, 1))
+    selected = len(gpu_ids.split(",")) if gpu_ids != "all" else gpu_count
+    per_machine = default_process_count("cpu" if cpu else "cuda", selected)
     total = _int(IntPrompt, out, "How many processes in total (over all machines)?", per_machine * machines, 1)
-    precisions = ["no", "bf16"] if cpu else ["no", "fp16", "bf16"]
+    precisions = list(mixed_precision_choices("cpu") if cpu else MIXED_PRECISION_CHOICES)
     precision = Prompt.ask("Mixed precision?", choices=precisions, default="no", console=out)
     fsdp = Confirm.ask("Shard the model with FSDP?", default=False, console=out)
     debug = Confirm.ask("Debug mode (check collective shapes, slower)?", default=False, console=out)
@@ -112,7 +119,7 @@ def config(ctx: click.Context, config_file: str | None) -> None:
 
 @config.command("default")
 @config_file_option
-@click.option("--mixed-precision", "--mixed_precision", "mixed_precision", type=click.Choice(["no", "fp16", "bf16"]),
+@click.option("--mixed-precision", "--mixed_precision", "mixed_precision", type=click.Choice(MIXED_PRECISION_CHOICES),
               default="no", show_default=True)
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
 @click.pass_obj

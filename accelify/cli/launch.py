@@ -7,6 +7,7 @@ import sys
 import click
 
 from accelify.cli.launch_support import config_file_option, exit_on_error
+from accelify.runtime.settings import MIXED_PRECISION_CHOICES
 
 CONTEXT = {"allow_interspersed_args": False,
            "help_option_names": ["-h", "--help"]}
@@ -25,7 +26,7 @@ CONTEXT = {"allow_interspersed_args": False,
               help="Distributed on GPUs (an error without GPUs).")
 @click.option("--gpu-ids", "--gpu_ids", "gpu_ids", help='GPUs to use: "all" or indices such as 0,1.')
 @click.option("--mixed-precision", "--mixed_precision", "mixed_precision",
-              type=click.Choice(["no", "fp16", "bf16"]), help="Mixed precision for the Accelerator.")
+              type=click.Choice(MIXED_PRECISION_CHOICES), help="Mixed precision for the Accelerator.")
 @click.option("--gradient-accumulation-steps", "--gradient_accumulation_steps", "gradient_accumulation_steps",
               type=int, help="Gradient accumulation steps for the Accelerator.")
 @click.option("--debug", "debug", is_flag=True, default=None, help="Debug mode: check collective shapes.")
