@@ -136,12 +136,13 @@ class LaunchPlan:
             args.append("-m")
         return [*args, self.script, *self.script_args]
 
-    def worker_env(self, launch_file: str) -> dict[str, str]:
+    def worker_env(self, launch_file: str | None = None) -> dict[str, str]:
         """Variables set for the launch (the launcher's torch elastic agent and, through it, the workers).
 
-        The launch file is the one settings channel; the others are for torch itself.
+        The launch file is the one settings channel (omitted when ``launch_file`` is None: the launch
+        session sets it); the others are for torch itself.
         """
-        env = {LAUNCH_CONFIG_VAR: launch_file}
+        env = {LAUNCH_CONFIG_VAR: launch_file} if launch_file is not None else {}
         if self.visible_devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.visible_devices
         if self.max_restarts:

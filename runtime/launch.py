@@ -1,38 +1,34 @@
 """Launch a function on several local processes from Python: ``notebook_launcher`` and ``debug_launcher``.
 
 Both run ``function(*args)`` on N processes through torch elastic (``elastic_launch``), with the
-run settings handed over as ``accelify launch`` does (a launch file named by
-``ACCELIFY_LAUNCH_CONFIG``, see :mod:`accelify.runtime.settings`). The ``Accelerator`` must be
+run settings handed over as ``accelify launch`` does, by the same helper
+(:func:`.launch_session.launch_session`: a launch file named by ``ACCELIFY_LAUNCH_CONFIG``, the parent's
+environment and signal handlers restored afterwards), and a failure summarised by the same reader
+(:func:`.failure_report.summarise_failure`). The ``Accelerator`` must be
 created inside ``function``: the launchers refuse to start when this process already holds an
 ``Accelerator``/``PartialState``, a process group, or (with the fork start method) an initialised
 CUDA context, because forked workers would inherit them broken.
-(``accelify launch`` itself is :mod:`accelify.launcher`, in the tool, not here.)
+(``accelify launch`` itself is in the tool, not here.)
 """
 
 from __future__ import annotations
 
 import multiprocessing
-import os
-import signal
 import socket
 import sys
-import tempfile
 import uuid
 from typing import Any, Callable, Sequence
 
 from .errors import AccelifyRuntimeError, ConfigurationError
-from .failure_report import how_it_ended, order_reports
+from .failure_report import how_it_ended, summarise_failure
+from .launch_session import launch_session, write_launch_file  # noqa: F401  (write_launch_file: its old home)
 from .settings import (
-    LAUNCH_CONFIG_VAR,
     Settings,
     check_mixed_precision,
     default_device,
     default_process_count,
     processes_fit,
 )
-
-_ELASTIC_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
-
 
 class WorkerFailedError(AccelifyRuntimeError):
     """A launched worker failed; ``rank`` is the first that did, the message ends with its traceback."""
@@ -89,25 +85,10 @@ def _start_method() -> str:
     return "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
 
 
-def write_launch_file(settings: Settings) -> str:
-    """Write ``settings`` as a launch file (a temporary YAML file) and return its path; the caller deletes it.
-
-    Point ``ACCELIFY_LAUNCH_CONFIG`` at it and the workers' ``Accelerator`` reads it (see
-    :mod:`accelify.runtime.settings`); ``accelify launch`` and both launchers here use it.
-    """
-    import yaml
-
-    fd, path = tempfile.mkstemp(prefix="accelify-launch-", suffix=".yaml")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        yaml.safe_dump(settings.to_dict(), fh)
-    return path
-
-
 def _summarise(error: Any) -> WorkerFailedError:
-    """The worker that failed first by cause (see :mod:`.failure_report`), with its traceback."""
-    first = order_reports(error.failures)[0]
-    detail = first.callstack or first.message or "no traceback was recorded (the process died without a Python exception)"
-    return WorkerFailedError(first.rank, first.exit_code, detail.rstrip())
+    """The worker that failed first by cause (see :mod:`.failure_report`), with its whole traceback."""
+    first = summarise_failure(error.failures)
+    return WorkerFailedError(first.rank, first.exit_code, (first.callstack or first.message).rstrip())
 
 
 def _run(function: Callable[..., Any], args: Sequence[Any], num_processes: int, settings: Settings,
@@ -122,23 +103,11 @@ def _run(function: Callable[..., Any], args: Sequence[Any], num_processes: int, 
         rdzv_backend="static", rdzv_endpoint=f"127.0.0.1:{port}", rdzv_configs={"rank": 0},
         max_restarts=max_restarts, monitor_interval=monitor_interval, start_method=start_method,
     )
-    launch_file = write_launch_file(settings)
-    saved_env = dict(os.environ)
-    saved_handlers = {name: signal.getsignal(getattr(signal, name))
-                      for name in _ELASTIC_SIGNALS if hasattr(signal, name)}
-    os.environ[LAUNCH_CONFIG_VAR] = launch_file
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:
-        return dict(elastic_launch(config, entrypoint=function)(*args))
+        with launch_session(settings, processes=num_processes):
+            return dict(elastic_launch(config, entrypoint=function)(*args))
     except ChildFailedError as error:
         raise _summarise(error) from None
-    finally:
-        os.environ.clear()
-        os.environ.update(saved_env)
-        for name, handler in saved_handlers.items():  # elastic installs its own; give the notebook back its own
-            if handler is not None:
-                signal.signal(getattr(signal, name), handler)
-        os.unlink(launch_file)
 
 
 def notebook_launcher(function: Callable[..., Any], args: Sequence[Any] = (), num_processes: int | None = None,
@@ -175,17 +144,8 @@ def notebook_launcher(function: Callable[..., Any], args: Sequence[Any] = (), nu
 
 def _run_here(function: Callable[..., Any], args: Sequence[Any], settings: Settings) -> Any:
     """One process: call the function in this process, with the settings in place for its Accelerator."""
-    launch_file = write_launch_file(settings)
-    previous = os.environ.get(LAUNCH_CONFIG_VAR)
-    os.environ[LAUNCH_CONFIG_VAR] = launch_file
-    try:
+    with launch_session(settings, restore_all=False):  # variables the function sets stay, as after a call
         return function(*args)
-    finally:
-        if previous is None:
-            os.environ.pop(LAUNCH_CONFIG_VAR, None)
-        else:
-            os.environ[LAUNCH_CONFIG_VAR] = previous
-        os.unlink(launch_file)
 
 
 def debug_launcher(function: Callable[..., Any], args: Sequence[Any] = (), num_processes: int = 2) -> dict[int, Any]:
