@@ -6,7 +6,6 @@ import os
 import random
 import threading
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -17,8 +16,9 @@ from torch import nn
 import accelify.runtime.atomic as atomic
 import accelify.runtime.checkpoint as ckpt
 import accelify.runtime.checkpoint_files as ckpt_files
-from accelify.runtime.checkpoint import CheckpointError, CheckpointMixin, ProjectConfiguration
+from accelify.runtime.checkpoint import CheckpointError, ProjectConfiguration
 from accelify.runtime.errors import ConfigurationError
+from accelify.runtime.prepared import PreparedObjects
 
 
 class Point:
@@ -52,8 +52,16 @@ class Loader:
         self.position = dict(state)
 
 
-class FakeAccelerator(CheckpointMixin):
-    """The attributes CheckpointMixin reads from Accelerator (docs/INTERNALS.md)."""
+def _listed(name: str) -> property:
+    return property(lambda self: getattr(self.prepared, name), lambda self, value: setattr(self.prepared, name, value))
+
+
+class FakeAccelerator:
+    """Plain objects in a PreparedObjects record, saved and loaded through checkpoint.py as Accelerator does
+    (what it passes: docs/INTERNALS.md); ``_models`` and the like are views of the record, as on Accelerator."""
+
+    _models, _optimizers, _schedulers = _listed("models"), _listed("optimizers"), _listed("schedulers")
+    _dataloaders, _custom_objects = _listed("dataloaders"), _listed("custom_objects")
 
     def __init__(self, config: ProjectConfiguration | None = None, seed: int = 0, scaler: bool = True) -> None:
         torch.manual_seed(seed)
@@ -61,18 +69,23 @@ class FakeAccelerator(CheckpointMixin):
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=0.05)
         self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=2, gamma=0.5)
         self.loader = Loader()
-        self._models, self._optimizers = [self.model], [self.optimizer]
-        self._schedulers, self._dataloaders = [self.scheduler], [self.loader]
+        self.prepared = PreparedObjects(models=[self.model], optimizers=[self.optimizer],
+                                        schedulers=[self.scheduler], dataloaders=[self.loader])
         self.scaler = torch.amp.GradScaler("cpu", init_scale=1024.0) if scaler else None
         self.project_configuration = config or ProjectConfiguration()
-        self.state = SimpleNamespace(process_index=0, device=torch.device("cpu"))
         self.step = 0
 
-    def unwrap_model(self, model: nn.Module) -> nn.Module:
-        return model
+    def register_for_checkpointing(self, *objects: Any) -> None:
+        ckpt.register_for_checkpointing(self.prepared, objects)
 
-    def get_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
-        return model.state_dict()
+    def save_state(self, output_dir: Any = None, safe_serialization: bool = True) -> Path:
+        return ckpt.save_state(self.prepared, self.project_configuration, output_dir,
+                               safe_serialization=safe_serialization, scaler=self.scaler, step=self.step,
+                               process_index=0, model_state=lambda model: model.state_dict())
+
+    def load_state(self, input_dir: Any = None, **kwargs: Any) -> None:
+        self.step = ckpt.load_state(self.prepared, self.project_configuration, input_dir, scaler=self.scaler,
+                                    device=torch.device("cpu"), process_index=0, **kwargs)
 
     def train(self, steps: int) -> list[float]:
         losses = []
