@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from accelify.cli.launch_support import config_file_option, exit_on_error
+from accelify.cli.exit_codes import exit_on_error
+from accelify.cli.options import config_file_option
 from accelify.runtime.settings import MIXED_PRECISION_CHOICES
 
 CONTEXT = {"allow_interspersed_args": False,
@@ -50,20 +51,22 @@ def launch(script: str, script_args: tuple[str, ...], quiet: bool, **flags: obje
     Every argument after SCRIPT belongs to the script. Precedence: command line > config file >
     environment > defaults. Hugging Face spellings (--num_processes, --multi_gpu, ...) work too.
     """
-    from accelify.launcher import LaunchOptions, check_script, execute, resolve_plan
+    from accelify.launch import plan as planning
+    from accelify.launch import run
 
     with exit_on_error():
-        plan = resolve_plan(LaunchOptions(script=script, script_args=script_args, **flags))  # type: ignore[arg-type]
-        check_script(plan)  # before the banner: a missing file must not look like a start
+        options = planning.LaunchOptions(script=script, script_args=script_args, **flags)  # type: ignore[arg-type]
+        plan = planning.resolve_plan(options)
+        run.check_script(plan)  # before the banner: a missing file must not look like a start
         for warning in plan.warnings:
             click.echo(f"warning: {warning}", err=True)
         if not quiet:
             click.echo(plan.banner(), err=True)
-        result = execute(plan)
+        result = run.execute(plan)
     if result.failure is not None:
         click.echo(result.failure.describe(), err=True)
     elif result.interrupted_by is not None:
-        from accelify.launcher import signal_name
+        from accelify.launch.run import signal_name
 
         number = result.interrupted_by
         click.echo(f"accelify launch: stopped by signal {number} ({signal_name(number)}); "

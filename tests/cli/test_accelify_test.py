@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import accelify.selftest as selftest
+import accelify.launch.selftest as selftest
 from accelify.cli import main
-from accelify.launcher import LaunchResult, WorkerFailure
+from accelify.launch.run import LaunchResult, WorkerFailure
 from accelify.runtime.config import make_config, write_config
 
 ACCELIFY = [sys.executable, "-c", "from accelify.cli import main; main()"]

@@ -18,11 +18,11 @@ import yaml
 from click.testing import CliRunner
 
 import accelify.cli.config as config_cli
-import accelify.launch_plan as launch_plan
-import accelify.launcher as launcher
+import accelify.launch.plan as launch_plan
+import accelify.launch.run as launcher
+import accelify.launch.selftest as selftest
 import accelify.runtime.launch as notebook
 import accelify.runtime.settings as settings
-import accelify.selftest as selftest
 from accelify.cli import main
 from accelify.runtime import Accelerator
 from accelify.runtime.config import basic_config, load_config, write_config

@@ -1,4 +1,4 @@
-"""Run a :class:`~accelify.launch_plan.LaunchPlan` through ``torch.distributed.run``, in this process.
+"""Run a :class:`~accelify.launch.plan.LaunchPlan` through ``torch.distributed.run``, in this process.
 
 The launcher writes the plan's :class:`~accelify.runtime.settings.Settings` to a small YAML file
 (the launch file), points ``ACCELIFY_LAUNCH_CONFIG`` at it in the workers' environment, and hands
@@ -19,13 +19,13 @@ import signal
 from dataclasses import dataclass
 from typing import Any
 
-from accelify.launch_plan import LaunchError, LaunchOptions, LaunchPlan, resolve_plan
+from accelify.errors import LaunchError
+from accelify.launch.plan import WORKER_MODULE, LaunchOptions, LaunchPlan, resolve_plan
 from accelify.runtime.failure_report import WorkerFailure, signal_name, summarise_failure
 
 __all__ = ["LaunchError", "LaunchOptions", "LaunchPlan", "LaunchResult", "WorkerFailure",
            "check_script", "execute", "signal_name", "resolve_plan", "failure_from_error"]
 
-WORKER_MODULE = "accelify.launch_worker"  # what each process runs (python -m), around the user's script
 WORKER_FILE = WORKER_MODULE.replace(".", "/") + ".py"  # its frames are left out of a failure's traceback
 
 

@@ -3,7 +3,7 @@
 Precedence for every value: command line > config file > environment (``ACCELIFY_*`` then
 ``ACCELERATE_*``, see :mod:`accelify.runtime.settings`) > defaults. ``plan.sources`` says which
 level each value came from. Impossible requests raise :class:`LaunchError` here, before anything
-starts. Nothing here starts a process; :mod:`accelify.launcher` runs the plan.
+starts. Nothing here starts a process; :mod:`accelify.launch.run` runs the plan.
 
 Defaults (no config, no flags): one process per visible GPU, else one process on CPU. There is
 no silent fallback: ``--multi-gpu``/``--gpu-ids`` without GPUs and more processes than GPUs are
@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from accelify.errors import AccelifyError
+from accelify.errors import LaunchError
 from accelify.runtime.config import UserConfig, find_config_file, load_config
 from accelify.runtime.settings import (
     LAUNCH_CONFIG_VAR,
@@ -32,11 +32,8 @@ from accelify.runtime.settings import (
 )
 
 DEFAULT_PORT = 29500
+WORKER_MODULE = "accelify.launch.worker"  # what each process runs (python -m), around the user's script
 LAUNCH_ENV_CPU = "ACCELIFY_USE_CPU/ACCELERATE_USE_CPU=0"
-
-
-class LaunchError(AccelifyError):
-    """A launch request that cannot run as asked; the message says why and what to do."""
 
 
 @dataclass(frozen=True)
@@ -129,9 +126,9 @@ class LaunchPlan:
         args.append(f"--max-restarts={self.max_restarts}")
         if self.monitor_interval is not None:
             args.append(f"--monitor-interval={self.monitor_interval}")
-        # Each worker runs through accelify.launch_worker, which records a failing rank's traceback
+        # Each worker runs through accelify.launch.worker, which records a failing rank's traceback
         # in torch elastic's error file so the launcher can name the rank and show it.
-        args += ["--module", "accelify.launch_worker"]
+        args += ["--module", WORKER_MODULE]
         if self.module:
             args.append("-m")
         return [*args, self.script, *self.script_args]
