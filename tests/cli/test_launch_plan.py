@@ -236,6 +236,7 @@ def test_restarts_use_c10d_with_a_fresh_store(env: Path, gpus) -> None:
     assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in plain.worker_env("f")
 
 
+@pytest.mark.multiprocess
 def test_launch_path_stays_light(tmp_path: Path) -> None:
     """`accelify launch` loads no rich/libcst; the worker bootstrap loads nothing before the script."""
     import subprocess

@@ -155,11 +155,20 @@ def test_layout_uses_hugging_face_file_names(tmp_path: Path) -> None:
 
 def test_every_file_loads_with_weights_only(tmp_path: Path) -> None:
     acc = FakeAccelerator()
+    acc.register_for_checkpointing(Counter(7))
     acc.train(2)
     acc.save_state(tmp_path / "ck")
-    for name in os.listdir(tmp_path / "ck"):
-        if not name.endswith(".safetensors"):
-            torch.load(tmp_path / "ck" / name, weights_only=True)
+    acc.save_state(tmp_path / "bin", safe_serialization=False)
+    loaded = {}
+    for folder in ("ck", "bin"):
+        for name in os.listdir(tmp_path / folder):
+            if not name.endswith(".safetensors"):
+                loaded[name] = torch.load(tmp_path / folder / name, weights_only=True)
+    assert sorted(loaded) == ["custom_checkpoint_0.pkl", "dl_state_dict.bin", "optimizer.bin", "pytorch_model.bin",
+                              "random_states_0.pkl", "scaler.pt", "scheduler.bin"]  # every pickle, none skipped
+    assert loaded["custom_checkpoint_0.pkl"] == {"value": 7} and loaded["dl_state_dict.bin"]["batch"] == 2
+    assert loaded["random_states_0.pkl"]["step"] == 2 and loaded["optimizer.bin"]["state"]
+    assert torch.equal(loaded["pytorch_model.bin"]["0.weight"], acc.model[0].weight)
 
 
 def test_tied_weights_survive_safetensors(tmp_path: Path) -> None:
@@ -283,6 +292,7 @@ def _die_in_child(action: Any) -> None:
     assert os.WEXITSTATUS(status) == 9, "the child should have been 'killed' mid-save"
 
 
+@pytest.mark.multiprocess
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 @pytest.mark.parametrize("kill_at", ["mid_write", "between_renames"])
 def test_a_process_killed_mid_save_leaves_the_previous_checkpoint_loadable(tmp_path: Path, kill_at: str) -> None:
