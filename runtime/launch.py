@@ -30,6 +30,7 @@ from .settings import (
     processes_fit,
 )
 
+
 class WorkerFailedError(AccelifyRuntimeError):
     """A launched worker failed; ``rank`` is the first that did, the message ends with its traceback."""
 
