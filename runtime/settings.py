@@ -194,15 +194,13 @@ def check_mixed_precision(value: Any, device: Any, where: str = "") -> str:
     source in the error (``"command line"``, a config file, an environment variable).
     """
     text = parse_mixed_precision(value, where)
-    if text == "no":
-        return text
+    if text == "no" or (isinstance(device, str) and device != "cpu"):
+        return text  # a launcher does not touch the GPUs: each process checks its own when it starts
     import torch  # only when a precision is asked for: this module stays torch-free otherwise
 
     prefix = f"{where}: " if where else ""
     device_type = device if isinstance(device, str) else device.type
     if device_type == "cuda" and text == "bf16":
-        if isinstance(device, str):
-            return text  # the launcher does not touch the GPUs; each process checks its own
         if not torch.cuda.is_bf16_supported():
             raise ConfigurationError(
                 f"{prefix}mixed_precision='bf16' needs a GPU with bfloat16 support; "

@@ -132,3 +132,12 @@ def test_the_choices_have_one_owner() -> None:
     option = next(p for p in launch.params if p.name == "mixed_precision")
     assert tuple(option.type.choices) == settings.MIXED_PRECISION_CHOICES
     assert settings.mixed_precision_choices("cpu") == settings.MIXED_PRECISION_CHOICES  # torch >= 2.4 runs all
+
+
+def test_a_launcher_leaves_the_gpu_checks_to_each_process(env: Path) -> None:
+    """With GPUs the plan takes fp16 and bf16 without touching them (no CUDA here: nothing is probed);
+    each process's Accelerator checks its own GPU (bf16 support) when it starts."""
+    for precision in settings.MIXED_PRECISION_CHOICES:
+        plan = launch_plan.resolve_plan(launch_plan.LaunchOptions(script="s.py", mixed_precision=precision), gpu_count=2)
+        assert (plan.device, plan.settings.mixed_precision) == ("cuda", precision)
+    assert settings.mixed_precision_choices("cuda") == settings.MIXED_PRECISION_CHOICES
