@@ -19,7 +19,7 @@ from verification_pool import VerificationPool
 from accelify.console import make_console
 from accelify.verify import VerifyReport
 from accelify.verify.report import SKIPPED
-from accelify.verify_view import print_verify_report
+from accelify.console.verify import print_verify_report
 
 pytestmark = pytest.mark.multiprocess
 
