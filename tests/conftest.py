@@ -38,13 +38,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-# Where a test that starts a process must say so (tests/e2e is being rewritten elsewhere; codemods start none).
-_MARKED_DIRS = ("tests/runtime/", "tests/cli/")
+# Where a test that starts a process must say so: everywhere (codemods start none, and must not).
+_MARKED_DIRS = ("tests/",)
 
 
 @pytest.fixture(autouse=True)
 def _starting_a_process_needs_the_marker(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fail a test under tests/runtime or tests/cli that starts a Python process, a multiprocessing process
+    """Fail a test that starts a Python process, a multiprocessing process
     or a fork without ``@pytest.mark.multiprocess``: ``pytest -m "not multiprocess"`` must stay the fast loop."""
     node = request.node
     if node.get_closest_marker("multiprocess") or not node.nodeid.startswith(_MARKED_DIRS):

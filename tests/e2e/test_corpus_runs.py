@@ -45,6 +45,8 @@ from verification_pool import VerificationPool
 from accelify.verify import RunSummary, ScriptFiles, convert_files
 from accelify.verify.runner import RunSpec
 
+pytestmark = pytest.mark.multiprocess  # every test here runs scripts
+
 HAS_ACCELERATE = importlib.util.find_spec("accelerate") is not None
 RANK_PREFIX = re.compile(r"^\[default(\d+)\]:(.*)$")
 NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\bnan\b|\binf\b)", re.IGNORECASE)
@@ -242,7 +244,6 @@ def test_accelerate_target_prints_the_same_under_hf_accelerate(corpus: Corpus, n
     assert corpus.cases[name].compared(out.stdout[0]) == expected
 
 
-@pytest.mark.multiprocess
 @pytest.mark.parametrize("name", IDS)
 def test_converted_runs_on_two_processes(corpus: Corpus, name: str) -> None:
     case = corpus.cases[name]
@@ -258,7 +259,6 @@ def test_converted_runs_on_two_processes(corpus: Corpus, name: str) -> None:
     assert not noise, "the 2-process run printed warnings a user cannot act on:\n" + "\n".join(noise)
 
 
-@pytest.mark.multiprocess
 @pytest.mark.parametrize("name", METRIC_IDS)
 def test_metric_before_training_is_the_whole_evaluation(corpus: Corpus, name: str) -> None:
     case = corpus.cases[name]
@@ -275,7 +275,6 @@ def test_metric_before_training_is_the_whole_evaluation(corpus: Corpus, name: st
     )
 
 
-@pytest.mark.multiprocess
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("name", DEADLOCK_IDS)
 def test_deadlock_prone_case_finishes_with_each_seed(corpus: Corpus, name: str, seed: int) -> None:
@@ -283,7 +282,6 @@ def test_deadlock_prone_case_finishes_with_each_seed(corpus: Corpus, name: str, 
     assert out.ok, out.explain(f"converted corpus/{name} on 2 processes with --seed {seed}")
 
 
-@pytest.mark.multiprocess
 def test_accelify_launch_runs_a_converted_script(tmp_path: Path) -> None:
     """The real launcher path, once: convert, then ``accelify launch --cpu -n 2``; rank 0 prints, once."""
     case = Case.load(CORPUS / LAUNCHED_CASE)
