@@ -200,8 +200,11 @@ def summarise_failure(failures: Mapping[int, Any], hidden_file: str | None = Non
         text = "no traceback was recorded (the process exited without a Python exception)"
     lines = first.callstack.rstrip().splitlines()
     tail = _traceback_tail(_user_frames(lines, hidden_file) if hidden_file else lines)
+    # A worker that recorded its exception was ending with it (exit code 1, as python's); the agent's SIGTERM,
+    # sent once another worker had exited, only cut its shutdown short: the launch ends as the exception would.
+    code = 1 if first.message and first.exit_code == -signal.SIGTERM else first.exit_code
     return WorkerFailure(
-        rank=first.rank, exit_code=first.exit_code, message=text, traceback_tail=tail,
+        rank=first.rank, exit_code=code, message=text, traceback_tail=tail,
         other_ranks=tuple(sorted(r.rank for r in rest if r.kind in ("cause", "abort"))),
         consequence_ranks=tuple(sorted(r.rank for r in rest if r.kind == "consequence")),
         consequence=first.kind == "consequence", callstack=first.callstack,

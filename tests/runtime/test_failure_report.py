@@ -56,6 +56,9 @@ def test_an_error_of_its_own_beats_an_error_caused_by_a_peer(tmp_path: Path) -> 
                            when=5),
                 1: failure(tmp_path, 1, -15, full, when=6)}  # recorded its own error, then was stopped
     assert [(r.rank, r.kind) for r in fr.order_reports(failures)] == [(1, "cause"), (0, "consequence")]
+    summary = fr.summarise_failure(failures)  # its exception ended it: exit code 1, not the SIGTERM that cut it short
+    assert summary.exit_code == 1 and summary.describe().startswith("accelify launch: rank 1 failed first: it exited "
+                                                                    "with code 1.")
 
 
 def test_the_agents_sigterm_comes_last_and_abort_after_causes(tmp_path: Path) -> None:
