@@ -22,6 +22,7 @@ from accelify.codemods.rules.end import EndTraining
 from accelify.codemods.rules.evaluation import GatherForMetrics
 from accelify.codemods.rules.imports import AddAcceleratorImport
 from accelify.codemods.rules.leftovers import ReportLeftovers
+from accelify.codemods.rules.model_parallel import RefuseModelParallel
 from accelify.codemods.rules.load import LoadUnwrapped
 from accelify.codemods.rules.placement import RemovePlacement
 from accelify.codemods.rules.prepare import InsertPrepare
@@ -39,6 +40,7 @@ from accelify.codemods.rules.writes import MainProcessWrites
 
 RULES: tuple[type[Rule], ...] = (
     WarnUnsupported,
+    RefuseModelParallel,
     CreateAccelerator,
     AddAcceleratorImport,
     RemovePlacement,
