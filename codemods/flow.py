@@ -19,7 +19,7 @@ import libcst as cst
 
 from accelify.codemods.facts import Binding, CallSite, Facts, Scope
 from accelify.codemods.names import dotted
-from accelify.codemods.roles import strip_placement
+from accelify.codemods.roles import strip_placement, strip_wrapper
 
 _MISSING = object()
 
@@ -70,6 +70,9 @@ class Flow:
         """``trainer.fit(...)`` where ``trainer = Trainer(...)``, a class of the program: ``Trainer.fit``."""
         owner = scope.resolve(name)
         bindings = owner.bindings.get(name, []) if owner is not None else []
+        if len(bindings) > 1:  # ``model = GPT(...)``, then ``model = torch.compile(model)``: the instance is GPT's
+            bindings = [b for b in bindings if isinstance(b.value, cst.Call) and isinstance(b.value.func, cst.Name)
+                        and self.facts.class_scope(b.value.func.value, scope.resolve(b.value.func.value)) is not None]
         if len(bindings) != 1 or not isinstance(bindings[0].value, cst.Call):
             return None
         func = bindings[0].value.func
@@ -195,7 +198,7 @@ class Flow:
             return (self._returned(binding.where, call, index) or binding) if self._local_call(call) else binding
         if binding.value is None:
             return None
-        value = strip_placement(binding.value)
+        value = strip_placement(strip_wrapper(binding.value, binding.where.imports))
         if isinstance(value, cst.Call):
             # a call of a function of the program gives what it returns; any other call creates the object here
             return (self._returned(binding.where, value, None) or binding) if self._local_call(value) else binding

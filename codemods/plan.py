@@ -25,6 +25,7 @@ import libcst as cst
 from accelify.codemods import codes
 from accelify.codemods.analysis import target_names
 from accelify.codemods.codes import Code
+from accelify.codemods.distributed import find_distributed
 from accelify.codemods.facts import Binding, CallSite, Facts, Loop, Scope
 from accelify.codemods.flow import Flow
 from accelify.codemods.names import code_of, dotted
@@ -69,6 +70,7 @@ class Plan(Flow):
         self.imports = facts.imports
         self.problems: list[Problem] = []
         self.in_place: list[Binding] = []  # loaders built inside a loop: each prepared right after it is built
+        self.distributed = find_distributed(facts, self)  # hand-written distributed code (rank tests, device indexes)
         self._assign_roles()
         self.objects: list[Binding] = self._find_objects()
         self.prepare_scope: Scope | None = None
@@ -95,6 +97,8 @@ class Plan(Flow):
         for binding in self.facts.bindings():
             binding.role = classify(binding.value, binding.where.imports, self.facts.classes)
             binding.many = binding.role is not None and element_call(binding.value) is not None
+            if binding.role == "device" and self.distributed.follows_device(binding.value):
+                binding.role = None  # ``device_type = 'cuda' if 'cuda' in device else 'cpu'``: it follows the device
         for scope in self.facts.scopes:  # every assignment of a device variable is one (the else branches too)
             for bindings in scope.bindings.values():
                 if any(b.role == "device" for b in bindings):
@@ -166,6 +170,9 @@ class Plan(Flow):
         if not isinstance(value, cst.Call):
             return []
         out = []
+        if isinstance(value.func, cst.Attribute) and (found := self.origin(binding.where, value.func.value)) is not None:
+            if found.role == "model":  # ``optimizer = model.configure_optimizers(...)``
+                out.append(value.func.value)
         for arg in value.args:
             found = self.origin(binding.where, arg.value) if not arg.star else None
             if found is not None and found.role == "model":
@@ -228,9 +235,14 @@ class Plan(Flow):
             first = core.args[0].value if isinstance(core, cst.Call) and core.args else None
             if first is not None and self.origin(scheduler.where, first) in objects:
                 objects.append(scheduler)
-        iterated = {id(found) for loop in self.facts.loops if (found := self.origin(loop.scope, self.loop_source(loop)))}
+        iterated = {id(found) for loop in self.facts.loops if (found := self.origin(loop.scope, self.loop_source(loop)))
+                    and not self.distributed.main_only(self.facts, loop.node, loop.scope)}
+        by_main = {id(found) for loop in self.facts.loops if (found := self.origin(loop.scope, self.loop_source(loop)))
+                   and self.distributed.main_only(self.facts, loop.node, loop.scope)}
         self._optional: set[int] = set()
         for loader in self.bindings_with_role("loader"):
+            if id(loader) in by_main - iterated:
+                continue  # walked only by code the main process runs alone: all of it, unprepared
             objects.append(loader)
             if id(loader) not in iterated:  # prepared where the others are, if it is in hand there
                 self._optional.add(id(loader))
@@ -515,12 +527,13 @@ class Plan(Flow):
             if not (func.attr.value == "to" and only_device):
                 return None
             positional = [call.args[0]]
+        own = len(positional) == 1 and dotted(positional[0].value) in self.distributed.device_indexes
         if func.attr.value == "cuda":
-            return True if not positional else None
+            return True if not positional or own else None  # ``.cuda(args.gpu)``: this process's own device
         if func.attr.value != "to" or len(positional) != 1:
             return None
         value = positional[0].value
-        return value if self.is_device_like(scope, value) else None
+        return value if own or self.is_device_like(scope, value) else None
 
     def is_device_like(self, scope: Scope, value: cst.BaseExpression) -> bool:
         """``device`` (a device variable, also through helper parameters), ``"cuda"``, ``torch.device("cuda")``."""

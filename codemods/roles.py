@@ -23,6 +23,8 @@ CLIPPING = {"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_value_"}
 _NOT_MODELS = {"torch.nn.Parameter", "torch.nn.Module", "torch.nn.ModuleList", "torch.nn.ModuleDict", "torch.nn.ParameterList"}
 _PARAMETERS = m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))
 PLACEMENT_METHODS = ("to", "cuda")
+# Calls that return the module they receive, wrapped: the object is still the model (prepare wraps it instead).
+WRAPPERS = {"torch.compile", "torch.nn.parallel.DistributedDataParallel"}
 
 
 def strip_placement(expr: cst.BaseExpression) -> cst.BaseExpression:
@@ -33,6 +35,14 @@ def strip_placement(expr: cst.BaseExpression) -> cst.BaseExpression:
         and expr.func.attr.value in PLACEMENT_METHODS
     ):
         expr = expr.func.value
+    return expr
+
+
+def strip_wrapper(expr: cst.BaseExpression, imports: ImportMap) -> cst.BaseExpression:
+    """``torch.compile(model)`` / ``DistributedDataParallel(model, ...)`` -> ``model``."""
+    core = strip_placement(expr)
+    if isinstance(core, cst.Call) and core.args and core.args[0].keyword is None and imports.qualname(core.func) in WRAPPERS:
+        return core.args[0].value
     return expr
 
 

@@ -137,6 +137,10 @@ print(model(torch.ones(2)))
                 if b.value is not None and is_cuda_flag(b.value, imports):
                     flag = flags_from_test(b.value, imports)
                     break
+            # nanoGPT: `device = args.device` ("cpu", "cuda", "cuda:1"), the device hand-written DDP sets up
+            for b in _bindings(home):
+                if flag is None and b.key in ctx.plan.distributed.device_indexes and b.value is not None and dotted(b.value):
+                    flag = cst.Comparison(cst.Name(b.key), [cst.ComparisonTarget(cst.Equal(), cst.SimpleString('"cpu"'))])
             return flag
         return _expand(ctx, home, flag)
 
@@ -151,9 +155,12 @@ print(model(torch.ones(2)))
         uses = [a.stmt for a in plan.aliases if a.stmt is not None and plan.prepare_scope is home]
         if plan.home_call is not None:
             uses.append(plan.home_call.stmt)
+        uses += plan.distributed.uses  # ``ddp = int(os.environ.get("RANK", -1)) != -1`` reads the accelerator once converted
         tops = [ctx.facts.top_in(stmt, block) for stmt in uses]
         first_use = min((block.index(t) for t in tops if t is not None), default=len(block) - 1)
         start = 1 if block and is_docstring(block[0]) else 0
+        while start < first_use and _declares(block[start]):
+            start += 1  # ``global best_acc1`` stays the first statement of the function
         if home.kind == "module":
             for i, stmt in enumerate(block[:first_use]):
                 if is_import(stmt):
@@ -174,6 +181,11 @@ print(model(torch.ones(2)))
                 if top is not None and start <= block.index(top) < first_use:
                     start, after = block.index(top) + 1, True
         return start, after
+
+
+def _declares(stmt: cst.BaseStatement) -> bool:
+    """``global x`` / ``nonlocal x``."""
+    return isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, (cst.Global, cst.Nonlocal)) for s in stmt.body)
 
 
 def _constructor(name: str, arguments: list[str], depth: int, indent: str) -> str:
