@@ -73,7 +73,7 @@ def find_amp(facts: Facts, plan: Plan) -> Amp | None:
         if binding is not None and binding not in amp.contexts:
             amp.contexts.append(binding)
     if not (amp.scalers or amp.autocasts or amp.contexts):
-        return None
+        return _apex(facts)
     calls = [s.node for s in amp.autocasts] + [_autocast_in(b.value) for b in amp.contexts]  # type: ignore[arg-type]
     scopes = [s.scope for s in amp.autocasts] + [b.where for b in amp.contexts]
     amp.precision = _precision(plan, calls, scopes, bool(amp.scalers), amp)
@@ -93,6 +93,16 @@ def find_amp(facts: Facts, plan: Plan) -> Amp | None:
         enabled = None
     amp.enabled = enabled
     return amp
+
+
+def _apex(facts: Facts) -> Amp | None:
+    """NVIDIA apex: ``amp.initialize(...)`` is float16 mixed precision, on when the ``if`` around it says so."""
+    for site in facts.calls:
+        if site.qualname == "apex.amp.initialize":
+            guard = facts.parent_stmt.get(site.stmt)
+            enabled = guard.test if isinstance(guard, cst.If) and site.stmt in getattr(guard.body, "body", ()) else None
+            return Amp(precision=expression('"fp16"'), enabled=enabled)
+    return None
 
 
 def _context_binding(site: CallSite) -> Binding | None:

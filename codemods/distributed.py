@@ -87,9 +87,42 @@ class Distributed:
     uses: set[cst.BaseStatement] = field(default_factory=set)  # statements that will read the accelerator
     main_only_stmts: dict[cst.BaseStatement, str] = field(default_factory=dict)  # ``if``s only the main runs -> its test
     main_only_scopes: dict[int, str] = field(default_factory=dict)  # functions only such code calls (ids) -> the test
+    scopes: dict[int, Scope] = field(default_factory=dict)  # the scope of each statement, by the statement's id
 
     def __bool__(self) -> bool:
         return bool(self.setup or self.wrappers or self.samplers or self.spawns or self.barriers or self.reductions)
+
+    def global_batch(self, facts: Facts, data_parallel: bool) -> bool:
+        """Whether the script's batch size is the batch of all its GPUs together (``split_batches=True``): with
+        DataParallel and no distributed code of its own (DataParallel splits it), or when its distributed path
+        divides it among the processes (ImageNet's ``args.batch_size = int(args.batch_size / ngpus_per_node)``);
+        not when that path gives each process its own (run_glue's per-GPU batch, nanoGPT)."""
+        if not self:
+            return data_parallel
+        keys = {dotted(a.value) for s in facts.calls if s.qualname == "torch.utils.data.DataLoader"
+                for a in s.node.args if a.keyword is not None and a.keyword.value == "batch_size"}
+        for binding in facts.bindings():
+            in_setup = any(isinstance(s, cst.If) and dotted(s.test) in self.modes for s in facts.chain(binding.stmt)[1:])
+            if binding.key in keys and binding.value is not None and in_setup:
+                if binding.aug and isinstance(binding.stmt, cst.SimpleStatementLine) and isinstance(
+                    binding.stmt.body[0], cst.AugAssign
+                ) and isinstance(binding.stmt.body[0].operator, (cst.DivideAssign, cst.FloorDivideAssign)):
+                    return True
+                if m.findall(binding.value, m.BinaryOperation(operator=m.Divide() | m.FloorDivide())):
+                    return True
+        return False
+
+    def keeps_save(self, facts: Facts, site: CallSite) -> bool:
+        """Whether a ``torch.save`` stays as it is: only the main process of each machine runs it (a per-machine
+        cache: ``accelerator.save`` writes on the global main process only), or it is in a helper only the main
+        process calls (it saves what the caller hands it; the caller's models are unwrapped there)."""
+        if id(site.scope) in self.main_only_scopes:
+            return True
+        return self.main_only(facts, site.stmt, site.scope) == MAIN_TESTS[1]
+
+    def scope_of(self, stmt: cst.BaseStatement) -> Scope | None:
+        """The function, class or module ``stmt`` is in."""
+        return self.scopes.get(id(stmt))
 
     def follows_device(self, value: cst.BaseExpression | None) -> bool:
         """``'cuda' if 'cuda' in device else 'cpu'`` where ``device`` names this process's device: a value derived
@@ -132,6 +165,7 @@ def find_distributed(facts: Facts, flow: "Flow") -> Distributed:
             found.refusals.append((site.node, name, "it has no counterpart in the accelerator (use `accelerator.gather`, `reduce` or `wait_for_everyone`)"))
     if not found:
         return found
+    found.scopes = scopes_of(facts)
     _find_keys(facts, found)
     _find_device_indexes(facts, found)
     _find_modes(facts, found)
@@ -353,6 +387,9 @@ def main_test(test: cst.BaseExpression, scope: Scope, found: Distributed, facts:
     several: the accelerator's test it amounts to (one of ``MAIN_TESTS``), else None."""
     if depth > 4:
         return None
+    whole = mode_test(test, scope, found)  # ``not args.distributed or args.rank % n == 0``
+    if whole is not None:
+        return whole if whole in MAIN_TESTS else None
     if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
         return main_test(test.left, scope, found, facts, depth + 1) or main_test(test.right, scope, found, facts, depth + 1)
     if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.Or):  # ``alone or rank == 0``
@@ -375,7 +412,7 @@ def main_test(test: cst.BaseExpression, scope: Scope, found: Distributed, facts:
 
 
 def _find_main_only(facts: Facts, flow: "Flow", found: Distributed) -> None:
-    scopes = _scopes(facts)
+    scopes = found.scopes
     for stmt in facts.order:
         if isinstance(stmt, cst.If) and id(stmt) in scopes:
             test = main_test(stmt.test, scopes[id(stmt)], found, facts)
@@ -388,6 +425,8 @@ def _find_main_only(facts: Facts, flow: "Flow", found: Distributed) -> None:
             if scope.kind != "function" or id(scope) in found.main_only_scopes:
                 continue
             sites = flow.call_sites(scope)
+            if not sites and scope.class_scope is not None:  # ``model_to_save.save_pretrained(d)``: by the method's name
+                sites = [s for s in facts.calls if s.method == scope.name and flow.callee(s) is None]
             tests = {found.main_only(facts, s.stmt, s.scope) for s in sites}
             if sites and None not in tests:
                 found.main_only_scopes[id(scope)] = MAIN_TESTS[1] if MAIN_TESTS[1] in tests else MAIN_TESTS[0]
@@ -395,7 +434,7 @@ def _find_main_only(facts: Facts, flow: "Flow", found: Distributed) -> None:
 
 
 # helpers --------------------------------------------------------------------------------------------
-def _scopes(facts: Facts) -> dict[int, Scope]:
+def scopes_of(facts: Facts) -> dict[int, Scope]:
     """The scope (function, class or module) each statement is in, by the statement's id."""
     by_node = {id(s.node): s for s in facts.scopes}
     tops = {id(stmt): f.module_scope for f in facts.units.values() for stmt in f.module.body}

@@ -19,7 +19,7 @@ import libcst as cst
 
 from accelify.codemods.facts import Binding, CallSite, Facts, Scope
 from accelify.codemods.names import dotted
-from accelify.codemods.roles import strip_placement, strip_wrapper
+from accelify.codemods.roles import PASS_THROUGH, strip_placement, strip_wrapper
 
 _MISSING = object()
 
@@ -194,6 +194,9 @@ class Flow:
             call, index = binding.unpacked
             if not isinstance(call, cst.Call):
                 return None
+            if binding.where.imports.qualname(call.func) in PASS_THROUGH and index < len(call.args):
+                passed = call.args[index].value  # ``model, optimizer = amp.initialize(model, optimizer)``
+                return self._held_before(binding) if dotted(passed) == binding.key else self.origin(binding.where, passed)
             # what a function of the program returns, or, when that cannot be followed, an object made here
             return (self._returned(binding.where, call, index) or binding) if self._local_call(call) else binding
         if binding.value is None:
@@ -207,7 +210,11 @@ class Flow:
             return None
         if key != binding.key:
             return self.origin(binding.where, value)
-        # ``model = model.to(device)``: what the name held before this statement
+        return self._held_before(binding)
+
+    def _held_before(self, binding: Binding) -> Binding | None:
+        """``model = model.to(device)``: what the name held before this statement."""
+        key = binding.key
         owner = binding.scope
         earlier = [b for b in owner.bindings.get(key, []) if b is not binding and self.facts.order[b.stmt] < self.facts.order[binding.stmt]]
         if earlier:
