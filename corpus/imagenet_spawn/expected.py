@@ -205,7 +205,7 @@ def validate(val_loader, model, criterion, args, accelerator):
         for i, (images, target) in enumerate(val_loader):
             # compute output
             output = model(images)
-            output, images, target = accelerator.gather_for_metrics((output, images, target))
+            output, target, images = accelerator.gather_for_metrics((output, target, images))
             loss = criterion(output, target)
 
             # measure accuracy and record loss
