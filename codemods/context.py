@@ -46,6 +46,7 @@ class Context:
     consumed: set[cst.CSTNode] = field(default_factory=set)  # loads that edits remove
     handled: set[cst.CSTNode] = field(default_factory=set)  # calls a rule already rewrote
     needs: set[Scope] = field(default_factory=set)  # functions a rule rewrote to read the accelerator (threading gives it)
+    runtime_imports: list[str] = field(default_factory=list)  # names imported with Accelerator (DistributedDataParallelKwargs)
     accelerators: dict[Scope, str] = field(default_factory=dict)  # scope -> "accelerator" / "self.accelerator"
     # where the accelerator is created: (statement, True) right after it, (statement, False) right before it
     accelerator_at: tuple[cst.BaseStatement, bool] | None = None

@@ -48,6 +48,9 @@ WRAPPER = "torch.nn.parallel.DistributedDataParallel"
 SAMPLER = "torch.utils.data.DistributedSampler"
 SPAWN = {"torch.multiprocessing.spawn", "torch.multiprocessing.spawn.spawn"}
 SET_DEVICE = "torch.cuda.set_device"
+DDP_OPTIONS = ("dim", "broadcast_buffers", "bucket_cap_mb", "find_unused_parameters", "check_reduction",
+               "gradient_as_bucket_view", "static_graph")  # what DistributedDataParallelKwargs carries
+DDP_PLACEMENT = ("device_ids", "output_device")  # this process's device: prepare places the model there
 REDUCTIONS = {"SUM": None, "AVG": '"mean"'}  # ReduceOp -> accelerator.reduce's reduction (None: its default, "sum")
 
 # What each launcher variable and query is, in the accelerator's terms.
@@ -82,6 +85,7 @@ class Distributed:
     keys: dict[str, Rank] = field(default_factory=dict)  # names and ``args.x`` holding a launcher value
     modes: set[str] = field(default_factory=set)  # mode flags
     device_indexes: set[str] = field(default_factory=set)  # keys naming this process's device
+    spawn_indexes: set[str] = field(default_factory=set)  # the index mp.spawn gives its worker (None when not spawned)
     refusals: list[tuple[cst.CSTNode, str, str]] = field(default_factory=list)  # (node, code shown, manual fix)
     local_nodes: set[cst.CSTNode] = field(default_factory=set)  # expressions whose value differs by process
     uses: set[cst.BaseStatement] = field(default_factory=set)  # statements that will read the accelerator
@@ -91,6 +95,15 @@ class Distributed:
 
     def __bool__(self) -> bool:
         return bool(self.setup or self.wrappers or self.samplers or self.spawns or self.barriers or self.reductions)
+
+    def ddp_options(self) -> list[cst.Arg]:
+        """The options the script gave ``DistributedDataParallel`` that the accelerator takes through
+        ``DistributedDataParallelKwargs`` (``find_unused_parameters=True``), from the first wrap that has any."""
+        for site in self.wrappers:
+            options = [a for a in site.node.args if a.keyword is not None and a.keyword.value in DDP_OPTIONS]
+            if options:
+                return options
+        return []
 
     def global_batch(self, facts: Facts, data_parallel: bool) -> bool:
         """Whether the script's batch size is the batch of all its GPUs together (``split_batches=True``): with
@@ -167,6 +180,7 @@ def find_distributed(facts: Facts, flow: "Flow") -> Distributed:
         return found
     found.scopes = scopes_of(facts)
     _find_keys(facts, found)
+    _find_spawn_indexes(facts, flow, found)
     _find_device_indexes(facts, found)
     _find_modes(facts, found)
     _find_local(facts, found)
@@ -237,6 +251,21 @@ def _find_keys(facts: Facts, found: Distributed) -> None:
                     for key in scope.refs:
                         if key.endswith(".local_rank") and key.count(".") == 1:
                             found.keys[key] = Rank("local_process_index", sentinel=True)
+
+
+def _find_spawn_indexes(facts: Facts, flow: "Flow", found: Distributed) -> None:
+    """The spawned worker's first parameter (``gpu`` of ``main_worker(gpu, ngpus_per_node, args)``) and what it is
+    stored in (``args.gpu = gpu``): the process's index on its machine when spawned, else what the script passed."""
+    for site in found.spawns:
+        function = site.node.args[0].value if site.node.args else None
+        owner = site.scope.resolve(function.value) if isinstance(function, cst.Name) else None
+        worker = facts.function(function.value, owner) if owner is not None and isinstance(function, cst.Name) else None
+        if worker is None or not worker.param_names:
+            continue
+        index = worker.param_names[0]
+        found.spawn_indexes.add(index)
+        for bindings in worker.bindings.values():
+            found.spawn_indexes |= {b.key for b in bindings if b.value is not None and dotted(b.value) == index}
 
 
 def _find_device_indexes(facts: Facts, found: Distributed) -> None:
@@ -353,6 +382,23 @@ def rank_test(node: cst.BaseExpression, scope: Scope, found: Distributed) -> str
     return None
 
 
+def spawn_test(node: cst.BaseExpression, found: Distributed) -> str | None:
+    """``args.gpu is None or args.gpu == 0`` on the spawned worker's index: not spawned, or its first process:
+    ``{a}.is_local_main_process``."""
+    if not (isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.Or)):
+        return None
+    kinds = set()
+    for side in (node.left, node.right):
+        if not (isinstance(side, cst.Comparison) and len(side.comparisons) == 1 and dotted(side.left) in found.spawn_indexes):
+            return None
+        operator, value = side.comparisons[0].operator, _constant(side.comparisons[0].comparator)
+        if isinstance(operator, cst.Is) and value is None:
+            kinds.add("alone")
+        elif isinstance(operator, cst.Equal) and value == 0:
+            kinds.add("first")
+    return MAIN_TESTS[1] if kinds == {"alone", "first"} else None
+
+
 def mode_test(node: cst.BaseExpression, scope: Scope, found: Distributed) -> str | None:
     """``not args.multiprocessing_distributed or (args.multiprocessing_distributed and args.rank % n == 0)``: a
     boolean test made only of mode flags and one kind of rank test says what that rank test says."""
@@ -387,7 +433,7 @@ def main_test(test: cst.BaseExpression, scope: Scope, found: Distributed, facts:
     several: the accelerator's test it amounts to (one of ``MAIN_TESTS``), else None."""
     if depth > 4:
         return None
-    whole = mode_test(test, scope, found)  # ``not args.distributed or args.rank % n == 0``
+    whole = mode_test(test, scope, found) or spawn_test(test, found)  # ``not args.distributed or args.rank % n == 0``
     if whole is not None:
         return whole if whole in MAIN_TESTS else None
     if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):

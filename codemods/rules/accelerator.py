@@ -96,8 +96,10 @@ print(model(torch.ones(2)))
             arguments = ["cpu=True"]
         if plan.distributed.global_batch(ctx.facts, bool(data_parallel_sites(ctx))):
             arguments.append("split_batches=True")  # DataParallel split each batch over the GPUs: so do the processes
+        options = plan.distributed.ddp_options()  # DistributedDataParallel(model, find_unused_parameters=True)
         ctx.amp = find_amp(ctx.facts, plan)
         depends: list[cst.BaseExpression] = [flag] if flag is not None else []
+        depends += [a.value for a in options]
         if ctx.amp is not None and ctx.amp.argument() is not None:
             arguments.append(ctx.amp.argument())  # type: ignore[arg-type]
             depends += [e for e in (ctx.amp.precision, ctx.amp.enabled) if e is not None]
@@ -110,6 +112,10 @@ print(model(torch.ones(2)))
             depends.append(counts[0])
         elif steps:  # loops accumulating over different counts: one accelerator cannot do both
             ctx.accumulations, ctx.micro_steps = [], []
+        if options:  # the accelerator wraps the model in DDP with the script's options
+            handler = ", ".join(f"{a.keyword.value}={code_of(a.value)}" for a in options)  # type: ignore[union-attr]
+            arguments.append(f"kwargs_handlers=[DistributedDataParallelKwargs({handler})]")
+            ctx.runtime_imports.append("DistributedDataParallelKwargs")
         block = plan.home_block
         if any(ctx.facts.top_stmt(u, home) is not None and ctx.facts.top_in(u, block) is None for u in plan.distributed.uses):
             block = home.body  # a rank read outside the block that calls training reads the accelerator too

@@ -2,7 +2,9 @@
 
 - ``model = DDP(model, device_ids=[local_rank])`` goes (alone, or under ``if ddp:``): the model it wraps is
   the one prepared, and ``prepare`` wraps it for this process's device; ``DDP(...)`` used inline becomes the
-  module it wraps;
+  module it wraps; its options (``find_unused_parameters=True``, ...) go to
+  ``Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(...)])`` (the accelerator rule), and a wrap with
+  any other argument (``process_group=``), or options that differ between wraps, is refused (ACC004);
 - the unwrapping idioms become ``accelerator.unwrap_model(model)``: ``model.module if ddp else model``,
   ``model.module if hasattr(model, "module") else model``, ``getattr(model, "module", model)``
   (``model.module`` alone is the DataParallel rule's);
@@ -14,7 +16,9 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from accelify.codemods import codes
 from accelify.codemods.context import Context, code_of, expression, unwrap
+from accelify.codemods.distributed import DDP_OPTIONS, DDP_PLACEMENT
 from accelify.codemods.facts import CallSite, Scope
 from accelify.codemods.names import dotted
 from accelify.codemods.rule import Example, Rule
@@ -100,8 +104,12 @@ accelerator.end_training()
     def _wrapper(self, ctx: Context, site: CallSite) -> None:
         stmt = site.stmt
         inner = site.node.args[0].value if site.node.args and site.node.args[0].keyword is None else None
-        if inner is None:
-            return
+        options = ctx.plan.distributed.ddp_options()
+        unknown = [a for a in site.node.args[1:] if a.keyword is None or a.keyword.value not in (*DDP_OPTIONS, *DDP_PLACEMENT)]
+        differs = [a for a in site.node.args if a.keyword is not None and a.keyword.value in DDP_OPTIONS
+                   and code_of(a) not in {code_of(o) for o in options}]
+        if inner is None or unknown or differs:
+            ctx.abort(codes.DATA_PARALLEL, site.node, name=code_of(site.node.func))
         small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
         if isinstance(small, cst.Assign) and small.value is site.node and len(small.targets) == 1 and (
             code_of(small.targets[0].target) == code_of(inner)

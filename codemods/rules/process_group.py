@@ -155,11 +155,14 @@ accelerator.end_training()
             ctx.remove(leaf)
             ctx.consumed.update(m.findall(leaf, m.Name() | m.Attribute()))  # type: ignore[arg-type]
         orelse = stmt.orelse
-        if isinstance(orelse, cst.Else) and side is _body(stmt) and isinstance(orelse.body, cst.IndentedBlock):
-            kept = [s for s in orelse.body.body if any(leaf not in ctx.edits.removed for leaf in _leaves(s))]
+        if isinstance(orelse, cst.Else) and isinstance(orelse.body, cst.IndentedBlock):
+            in_body = side == _body(stmt)
+            other = _body(stmt) if not in_body else list(orelse.body.body)
+            kept = [s for s in other if any(leaf not in ctx.edits.removed for leaf in _leaves(s))]
             parent = ctx.facts.parent_stmt.get(stmt)
             if kept and not (isinstance(parent, cst.If) and parent.orelse is stmt):
-                ctx.edits.regroup([stmt], _else_body)  # one way of being distributed: the script's other path
+                # one way of being distributed: the script's other path, unconditionally
+                ctx.edits.regroup([stmt], _else_body if in_body else _if_body)
         ctx.change("the launcher and the accelerator set up the processes")
 
 
@@ -271,6 +274,14 @@ def _spawned(ctx: Context, site: CallSite) -> Scope | None:
     name = site.node.args[0].value.value
     owner = site.scope.resolve(name)
     return ctx.facts.function(name, owner) if owner is not None else None
+
+
+def _if_body(updated: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    (stmt,) = updated
+    assert isinstance(stmt, cst.If) and isinstance(stmt.body, cst.IndentedBlock)
+    body = list(stmt.body.body)
+    body[0] = body[0].with_changes(leading_lines=[*stmt.leading_lines, *body[0].leading_lines])
+    return body
 
 
 def _else_body(updated: list[cst.BaseStatement]) -> list[cst.BaseStatement]:

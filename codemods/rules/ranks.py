@@ -11,7 +11,8 @@ DistributedSampler), the values the launcher set keep their names and take the r
   -> ``accelerator.num_processes > 1`` (``== -1`` -> ``== 1``), ``args.rank % ngpus_per_node == 0`` ->
   ``accelerator.is_main_process``; a test of mode flags around one rank test
   (``not args.multiprocessing_distributed or (... and args.rank % ngpus_per_node == 0)``) says what the rank
-  test says;
+  test says; ``args.gpu is None or args.gpu == 0`` on the index ``mp.spawn`` gives its worker ->
+  ``accelerator.is_local_main_process``;
 - ``device = f"cuda:{local_rank}"`` -> ``device = str(accelerator.device)`` (the script keeps a string).
 
 A value printed as it is (``args.local_rank`` in a log line) stays. A helper that holds such a test gets
@@ -26,7 +27,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods.context import Context, expression
-from accelify.codemods.distributed import IS_INITIALIZED, Distributed, mode_test, rank_of, rank_test, source
+from accelify.codemods.distributed import IS_INITIALIZED, Distributed, mode_test, rank_of, rank_test, source, spawn_test
 from accelify.codemods.facts import Scope
 from accelify.codemods.names import dotted
 from accelify.codemods.rule import Example, Rule
@@ -134,7 +135,7 @@ def _mapped(stmt: cst.BaseStatement, scope: Scope, found: Distributed) -> Iterat
 
 def _replacement(node: cst.BaseExpression, scope: Scope, found: Distributed) -> str | None:
     if isinstance(node, (cst.BooleanOperation, cst.UnaryOperation)):
-        return mode_test(node, scope, found)
+        return mode_test(node, scope, found) or spawn_test(node, found)
     if isinstance(node, cst.Comparison):
         return rank_test(node, scope, found)
     if isinstance(node, cst.Call) and scope.imports.qualname(node.func) == IS_INITIALIZED and not node.args:

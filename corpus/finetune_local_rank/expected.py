@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, RandomSampler, SequentialSampler, TensorDataset
 from tqdm import tqdm, trange
-from accelify.runtime import Accelerator
+from accelify.runtime import Accelerator, DistributedDataParallelKwargs
 
 logger = logging.getLogger(__name__)
 
@@ -266,6 +266,7 @@ def main():
         cpu=args.no_cuda,
         mixed_precision="fp16" if args.fp16 else "no",
         gradient_accumulation_steps=args.gradient_accumulation_steps,
+        kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],
     )
 
     # Setup CUDA, GPU & distributed training
