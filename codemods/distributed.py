@@ -14,10 +14,13 @@ What a script does to run on several processes by itself, and what each piece me
 - the set-up itself: ``init_process_group`` / ``destroy_process_group``, ``DistributedDataParallel(...)``,
   ``DistributedSampler``, ``mp.spawn``, collectives (``barrier``, ``all_reduce``);
 - device indexes: what ``torch.cuda.set_device(i)``, ``device_ids=[i]``, ``torch.device("cuda", i)`` or
-  ``f"cuda:{i}"`` name: this process's own device (``x.cuda(i)`` is placement there).
+  ``f"cuda:{i}"`` name: this process's own device (``x.cuda(i)`` is placement there);
+- main-only code: under a test that is true on the main process only (``if master_process:``), or in a function
+  (or a method, by its name) only such code calls: it runs on one process, so it keeps its unprepared loaders and
+  ``torch.save``, and no collective may go there.
 
-``Distributed.refusals`` lists what has no safe counterpart (other collectives, a toggle of
-``require_backward_grad_sync`` outside micro-step accumulation, a spawn with no direct call to copy).
+``Distributed.refusals`` lists the ``torch.distributed`` calls that have no counterpart in the accelerator
+(``broadcast``, ``all_gather``, ``new_group``, ...); the rules refuse the shapes they cannot convert themselves.
 The plan builds one ``Distributed`` (it needs the device indexes and the code only the main process runs);
 the rules read ``ctx.plan.distributed``.
 """
