@@ -326,16 +326,18 @@ def _mapped_flag(facts: Facts, key: str) -> bool:
 def _find_local(facts: Facts, found: Distributed) -> None:
     """The expressions whose value differs between processes: launcher values and every load of a key holding one."""
     for site in facts.calls:
-        if source(site.node, site.scope.imports) is not None:
+        rank = source(site.node, site.scope.imports)
+        if rank is not None and rank.kind != "num_processes":  # the world size agrees
             found.local_nodes.add(site.node)
     for scope in facts.scopes:
         for binding in (b for bs in scope.bindings.values() for b in bs):
             if binding.value is not None:
                 for node in _walk(binding.value):
-                    if env_read(node, binding.where.imports) is not None:  # type: ignore[arg-type]
+                    read = env_read(node, binding.where.imports) if isinstance(node, cst.BaseExpression) else None
+                    if read is not None and LAUNCH_VARIABLES[read[0]] != "num_processes":
                         found.local_nodes.add(node)
         for key, refs in scope.refs.items():
-            if key in found.keys:
+            if key in found.keys and found.keys[key].kind != "num_processes":
                 found.local_nodes.update(refs)
     holder = _statements_of(facts)
     found.uses = {holder[id(n)] for n in found.local_nodes if id(n) in holder}

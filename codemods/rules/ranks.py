@@ -27,7 +27,16 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods.context import Context, expression
-from accelify.codemods.distributed import IS_INITIALIZED, Distributed, mode_test, rank_of, rank_test, source, spawn_test
+from accelify.codemods.distributed import (
+    IS_INITIALIZED,
+    Distributed,
+    env_read,
+    mode_test,
+    rank_of,
+    rank_test,
+    source,
+    spawn_test,
+)
 from accelify.codemods.facts import Scope
 from accelify.codemods.names import dotted
 from accelify.codemods.rule import Example, Rule
@@ -142,7 +151,12 @@ def _replacement(node: cst.BaseExpression, scope: Scope, found: Distributed) -> 
         return "{a}.num_processes > 1"
     if isinstance(node, (cst.Call, cst.Subscript)):
         rank = source(node, scope.imports)
-        return f"{{a}}.{rank.kind}" if rank is not None and not rank.sentinel else None
+        if rank is None or rank.sentinel:
+            return None
+        typed = not isinstance(node, cst.Subscript) and (  # ``os.environ["RANK"]`` alone is a string
+            scope.imports.qualname(node.func) in ("int", "builtins.int") or env_read(node, scope.imports) is None  # type: ignore[attr-defined]
+        )
+        return f"{{a}}.{rank.kind}" if typed else f"str({{a}}.{rank.kind})"
     if isinstance(node, cst.FormattedString) and len(node.parts) == 2:  # f"cuda:{local_rank}"
         text, value = node.parts
         if isinstance(text, cst.FormattedStringText) and text.value == "cuda:" and isinstance(value, cst.FormattedStringExpression):

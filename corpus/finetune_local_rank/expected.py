@@ -32,6 +32,7 @@ class TinyBertForSequenceClassification(nn.Module):
         self.LayerNorm = nn.LayerNorm(hidden_size)
         self.encoder = nn.Sequential(nn.Linear(hidden_size, hidden_size), nn.GELU())
         self.classifier = nn.Linear(hidden_size, num_labels)
+        self.pooler = nn.Linear(hidden_size, hidden_size)  # unused by this head (BERT's pooler, for other tasks)
 
     def forward(self, input_ids, attention_mask=None, labels=None):
         h = self.encoder(self.LayerNorm(self.embeddings(input_ids)))
