@@ -160,3 +160,45 @@ def _models(plan: Plan, loop: Loop) -> list[str]:
             names.append(key)
     return names
 
+
+
+@dataclass
+class MicroSteps:
+    """nanoGPT's accumulation: ``for micro_step in range(k):`` runs forward and backward ``k`` times, with
+    ``model.require_backward_grad_sync`` on the last only; the optimizer steps after the loop."""
+
+    loop: Loop
+    steps: cst.BaseExpression  # k
+    toggles: list[cst.BaseStatement] = field(default_factory=list)  # the toggle, or the ``if ddp:`` that holds only it
+    divisions: list[cst.BaseStatement] = field(default_factory=list)  # ``loss = loss / k``
+    loss: str | None = None
+    models: list[str] = field(default_factory=list)
+
+
+def find_micro_steps(facts: Facts, plan: Plan, home: Scope | None, toggles: list[cst.BaseStatement]) -> list[MicroSteps]:
+    """Loops over ``range(k)`` that toggle ``require_backward_grad_sync`` and run a backward, and step no
+    optimizer (the step follows the loop); ``k`` readable where the accelerator is made."""
+    found = []
+    for loop in facts.loops:
+        iterable = loop.node.iter
+        if not (isinstance(iterable, cst.Call) and loop.scope.imports.qualname(iterable.func) in ("range", "builtins.range")
+                and len(iterable.args) == 1):
+            continue
+        inside = [t for t in toggles if t in loop.stmts]
+        if not inside or not any(plan.reaches_backward(s) for s in loop.calls):
+            continue
+        if any(s.method == "step" for s in loop.calls) or home is None or not _readable(home, iterable.args[0].value):
+            continue
+        steps = iterable.args[0].value
+        micro = MicroSteps(loop, steps)
+        for toggle in inside:
+            guard = facts.parent_stmt.get(toggle)
+            alone = isinstance(guard, cst.If) and guard.orelse is None and isinstance(guard.body, cst.IndentedBlock) and len(guard.body.body) == 1
+            micro.toggles.append(guard if alone else toggle)  # type: ignore[arg-type]
+        holder = Accumulation(loop, cst.If(test=cst.Name("_"), body=cst.IndentedBlock([])), steps)
+        _divisions(facts, loop, list(loop.stmts), holder)
+        micro.divisions, micro.loss = holder.divisions, holder.loss
+        micro.models = _models(plan, loop)
+        if micro.models:
+            found.append(micro)
+    return found

@@ -56,6 +56,8 @@ class Agreement:
     def _local(self, scope: Scope, expr: cst.BaseExpression, at: cst.BaseStatement, seen: frozenset) -> bool:
         if expr in self.ctx.gathered_nodes:
             return False
+        if expr in self.plan.distributed.local_nodes:
+            return True  # a launcher value the script reads (``int(os.environ["RANK"])``, ``args.local_rank``)
         if isinstance(expr, (cst.Name, cst.Attribute)) and dotted(expr) is not None:
             key = dotted(expr)
             assert key is not None

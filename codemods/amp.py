@@ -44,15 +44,19 @@ class Amp:
     precision: cst.BaseExpression | None = None  # "fp16" / "bf16", or an expression giving one
     enabled: cst.BaseExpression | None = None  # when it is on (None: always)
     depends: set[str] = field(default_factory=set)  # names the argument reads (the accelerator goes after them)
+    off_first: bool = False  # the script says when it is off (``nullcontext() if <off> else autocast(...)``)
 
     def argument(self) -> str | None:
-        """``mixed_precision="fp16"`` or ``mixed_precision="bf16" if <flag> else "no"``, or None."""
+        """``mixed_precision="fp16"`` or ``mixed_precision="bf16" if <flag> else "no"`` (``"no" if <off> else ...``
+        when the script put it that way), or None. Strings are written with double quotes, as black does."""
         if self.precision is None:
             return None
-        precision = code_of(self.precision)
+        precision = code_of(_double_quoted(self.precision))
         if self.enabled is None:
             return f"mixed_precision={precision}"
-        return f'mixed_precision={precision} if {code_of(self.enabled)} else "no"'
+        if self.off_first:
+            return f'mixed_precision="no" if {code_of(_double_quoted(negated(self.enabled)))} else {precision}'
+        return f'mixed_precision={precision} if {code_of(_double_quoted(self.enabled))} else "no"'
 
 
 def find_amp(facts: Facts, plan: Plan) -> Amp | None:
@@ -69,7 +73,7 @@ def find_amp(facts: Facts, plan: Plan) -> Amp | None:
         if binding is not None and binding not in amp.contexts:
             amp.contexts.append(binding)
     if not (amp.scalers or amp.autocasts or amp.contexts):
-        return None
+        return _apex(facts)
     calls = [s.node for s in amp.autocasts] + [_autocast_in(b.value) for b in amp.contexts]  # type: ignore[arg-type]
     scopes = [s.scope for s in amp.autocasts] + [b.where for b in amp.contexts]
     amp.precision = _precision(plan, calls, scopes, bool(amp.scalers), amp)
@@ -78,6 +82,7 @@ def find_amp(facts: Facts, plan: Plan) -> Amp | None:
     enabled: cst.BaseExpression | None = None
     if found is not None:
         inlined, where = _inline(plan, found[1], found[0], amp)
+        inlined = _string_choices(inlined, where)
         inlined = _dtype_tests(plan, inlined, where, amp)
         enabled, _ = _cuda_tests(plan, inlined, where, amp)
         enabled = enabled.with_changes(lpar=[], rpar=[]) if hasattr(enabled, "lpar") else enabled
@@ -88,6 +93,16 @@ def find_amp(facts: Facts, plan: Plan) -> Amp | None:
         enabled = None
     amp.enabled = enabled
     return amp
+
+
+def _apex(facts: Facts) -> Amp | None:
+    """NVIDIA apex: ``amp.initialize(...)`` is float16 mixed precision, on when the ``if`` around it says so."""
+    for site in facts.calls:
+        if site.qualname == "apex.amp.initialize":
+            guard = facts.parent_stmt.get(site.stmt)
+            enabled = guard.test if isinstance(guard, cst.If) and site.stmt in getattr(guard.body, "body", ()) else None
+            return Amp(precision=expression('"fp16"'), enabled=enabled)
+    return None
 
 
 def _context_binding(site: CallSite) -> Binding | None:
@@ -173,12 +188,9 @@ def _dtype_lookup(plan: Plan, scope: Scope, dtype: cst.BaseExpression, amp: Amp)
 
 
 def _enabled(amp: Amp, calls: list[cst.Call], scopes: list[Scope]) -> tuple[Scope, cst.BaseExpression] | None:
-    for scaler in amp.scalers:
-        call = strip_placement(scaler.value) if scaler.value is not None else None
-        if isinstance(call, cst.Call):
-            flag = _keyword(call, "enabled")
-            if flag is not None:
-                return scaler.where, flag
+    """When the script autocasts: the autocast's ``enabled=``, or the test that chose a stored autocast context,
+    else the scaler's ``enabled=`` (autocast decides the precision: nanoGPT's scaler is on for float16 only,
+    its autocast for bfloat16 too)."""
     for call, scope in zip(calls, scopes):
         flag = _keyword(call, "enabled")
         if flag is not None:
@@ -186,8 +198,70 @@ def _enabled(amp: Amp, calls: list[cst.Call], scopes: list[Scope]) -> tuple[Scop
     for context in amp.contexts:
         if isinstance(context.value, cst.IfExp):  # nullcontext() if <test> else autocast(...): on when not <test>
             test = context.value.test
-            return context.where, test if context.value.orelse is _autocast_in(context.value) else cst.UnaryOperation(cst.Not(), _paren(test))
+            off = context.value.orelse is _autocast_in(context.value)
+            amp.off_first = off
+            return context.where, negated(test) if off else test
+    for scaler in amp.scalers:
+        call = strip_placement(scaler.value) if scaler.value is not None else None
+        if isinstance(call, cst.Call):
+            flag = _keyword(call, "enabled")
+            if flag is not None:
+                return scaler.where, flag
     return None
+
+
+def negated(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """``not expr``, simplified: ``a in b`` <-> ``a not in b``, ``==`` <-> ``!=``, ``not x`` -> ``x``."""
+    if isinstance(expr, (cst.Comparison, cst.UnaryOperation)):
+        expr = expr.with_changes(lpar=[], rpar=[])
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
+        inner = expr.expression
+        return inner.with_changes(lpar=[], rpar=[]) if isinstance(inner, (cst.Comparison, cst.BooleanOperation)) else inner
+    if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1:
+        opposite = {cst.In: cst.NotIn, cst.NotIn: cst.In, cst.Equal: cst.NotEqual, cst.NotEqual: cst.Equal,
+                    cst.Is: cst.IsNot, cst.IsNot: cst.Is}.get(type(expr.comparisons[0].operator))
+        if opposite is not None:
+            return expr.with_changes(comparisons=[expr.comparisons[0].with_changes(operator=opposite())])
+    return cst.UnaryOperation(cst.Not(), _paren(expr))
+
+
+def _string_choices(expr: cst.BaseExpression, scope: Scope) -> cst.BaseExpression:
+    """``device_type == 'cpu'`` where ``device_type = 'cuda' if 'cuda' in device else 'cpu'`` (assigned once)
+    -> ``'cuda' not in device``: the accelerator may be created before such a name is."""
+
+    class Swap(cst.CSTTransformer):
+        def leave_Comparison(self, original: cst.Comparison, updated: cst.Comparison) -> cst.BaseExpression:
+            if len(updated.comparisons) != 1 or not isinstance(updated.comparisons[0].operator, (cst.Equal, cst.NotEqual)):
+                return updated
+            left, right = updated.left, updated.comparisons[0].comparator
+            if not (isinstance(left, cst.Name) and isinstance(right, cst.SimpleString)):
+                return updated
+            owner = scope.resolve(left.value)
+            bindings = owner.bindings.get(left.value, []) if owner is not None else []
+            value = bindings[0].value if len(bindings) == 1 else None
+            if not (isinstance(value, cst.IfExp) and isinstance(value.body, cst.SimpleString)
+                    and isinstance(value.orelse, cst.SimpleString)):
+                return updated
+            if right.evaluated_value not in (value.body.evaluated_value, value.orelse.evaluated_value):
+                return updated
+            holds = (right.evaluated_value == value.body.evaluated_value) == isinstance(updated.comparisons[0].operator, cst.Equal)
+            test = value.test
+            return _paren(test.with_changes(lpar=[], rpar=[])) if holds else _paren(negated(test))
+
+    return expr.visit(Swap())  # type: ignore[return-value]
+
+
+def _double_quoted(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """Single-quoted literals written with double quotes (``'cuda'`` -> ``"cuda"``) where that is the same string."""
+
+    class Quote(cst.CSTTransformer):
+        def leave_SimpleString(self, original: cst.SimpleString, updated: cst.SimpleString) -> cst.SimpleString:
+            text = updated.value
+            if text[:1] == "'" and text[:3] != "'" * 3 and '"' not in text and "\\" not in text:
+                return updated.with_changes(value='"' + text[1:-1] + '"')
+            return updated
+
+    return expr.visit(Quote())  # type: ignore[return-value]
 
 
 def _inline(plan: Plan, expr: cst.BaseExpression, scope: Scope, amp: Amp, depth: int = 0) -> tuple[cst.BaseExpression, Scope]:

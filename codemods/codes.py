@@ -44,4 +44,6 @@ UNKNOWN_DATA = Code("ACC021", "the training loop walks `{name}`, which could not
 
 SAME_DATA = Code("ACC022", "no DataLoader feeds this training loop, so every process trains on the same data (correct, but no faster than one)", "serve the data through a DataLoader that `accelerator.prepare` shards, or give each process its own part (`accelerator.process_index`, `accelerator.num_processes`)")
 
+MODEL_PARALLEL = Code("ACC023", "the model is split across devices by hand (model parallelism), which `accelerator.prepare` cannot keep (it puts the whole model on this process's one device), so the file was left unchanged", "keep each process's model on one device, or convert by hand with `Accelerator(device_placement=False)` and a set of devices per process")
+
 ALL: tuple[Code, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Code))

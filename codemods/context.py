@@ -18,7 +18,7 @@ from accelify.codemods.targets import DEFAULT_TARGET, import_module
 
 if TYPE_CHECKING:
     from accelify.codemods.agreement import Agreement
-    from accelify.codemods.accumulation import Accumulation
+    from accelify.codemods.accumulation import Accumulation, MicroSteps
     from accelify.codemods.amp import Amp
 
 # A warning about a node; the node's position is resolved once, at the end, by the engine.
@@ -45,6 +45,8 @@ class Context:
     changes: list[str] = field(default_factory=list)
     consumed: set[cst.CSTNode] = field(default_factory=set)  # loads that edits remove
     handled: set[cst.CSTNode] = field(default_factory=set)  # calls a rule already rewrote
+    needs: set[Scope] = field(default_factory=set)  # functions a rule rewrote to read the accelerator (threading gives it)
+    runtime_imports: list[str] = field(default_factory=list)  # names imported with Accelerator (DistributedDataParallelKwargs)
     accelerators: dict[Scope, str] = field(default_factory=dict)  # scope -> "accelerator" / "self.accelerator"
     # where the accelerator is created: (statement, True) right after it, (statement, False) right before it
     accelerator_at: tuple[cst.BaseStatement, bool] | None = None
@@ -57,6 +59,7 @@ class Context:
     amp: "Amp | None" = None  # the script's hand-written mixed precision (found by the accelerator rule)
     accumulations: "list[Accumulation]" = field(default_factory=list)  # hand-written accumulation (idem)
     unconverted_accumulation: list[cst.If] = field(default_factory=list)  # accumulation in a shape left alone
+    micro_steps: "list[MicroSteps]" = field(default_factory=list)  # nanoGPT's micro-step accumulation (idem)
 
     def __post_init__(self) -> None:
         self.edits = Edits(self.facts.parent_stmt)

@@ -54,6 +54,15 @@ class Edits:
         self.removed.add(stmt)
         self._touch(self._parent.get(stmt))
 
+    def vanishes(self, stmt: cst.BaseStatement) -> bool:
+        """Whether nothing of ``stmt`` is left: it is removed, or it is an ``if`` (side-effect-free test, no ``else``)
+        whose statements all vanish (``if ddp: model = DDP(model)``)."""
+        if stmt in self.removed:
+            return True
+        if isinstance(stmt, cst.If) and stmt.orelse is None and is_pure(stmt.test) and isinstance(stmt.body, cst.IndentedBlock):
+            return all(self.vanishes(s) for s in stmt.body.body)
+        return False
+
     def regroup(self, stmts: Sequence[cst.BaseStatement], make: "Regroup") -> None:
         """Replace the consecutive statements ``stmts`` of one block, as updated by every other edit (the
         statements inserted around them included), by ``make(those statements)`` (to wrap them in a
@@ -67,6 +76,7 @@ class _Applier(cst.CSTTransformer):
         super().__init__()
         self.edits = edits
         self.emptied: set[cst.BaseStatement] = set()  # ``pass`` put in blocks whose statements were all removed
+        self.trailing: dict[int, list[cst.EmptyLine]] = {}  # an ``if`` whose emptied branches went -> their comments
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         if isinstance(node, cst.BaseStatement) and node not in self.edits.dirty:
@@ -76,6 +86,8 @@ class _Applier(cst.CSTTransformer):
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> cst.CSTNode:  # type: ignore[override]
         for fn in self.edits.replacements.get(original_node, ()):
             updated_node = fn(updated_node)
+        if isinstance(updated_node, cst.If) and isinstance(original_node, cst.If):
+            updated_node = self._prune_branches(original_node, updated_node)
         if isinstance(updated_node, (cst.IndentedBlock, cst.Module)) and type(original_node) is type(updated_node):
             indented = isinstance(updated_node, cst.IndentedBlock)
             body, leftover = self._body(original_node.body, updated_node.body, indented)  # type: ignore[attr-defined]
@@ -97,16 +109,11 @@ class _Applier(cst.CSTTransformer):
         spans: dict[int, tuple[int, int]] = {}  # original statement -> the slice of ``out`` made from it
         for original, new in zip(originals, updated):
             start = len(out)
-            if indented and not out and removed_first and not carried and new.leading_lines:
-                lines = list(new.leading_lines)
-                while lines and lines[0].comment is None:
-                    lines.pop(0)
-                new = new.with_changes(leading_lines=lines)
             inserted = list(self.edits.before.get(original, ()))
             after = list(self.edits.after.get(original, ()))
             if original in self.edits.removed or self._emptied_if(new):
                 removed_first = removed_first or not out
-                carried = _merge(carried, original.leading_lines) + _trailing_comment(original)
+                carried = _merge(carried, original.leading_lines) + _trailing_comment(original) + _inner_comments(original)
                 if inserted or after:
                     out.extend(_lead([*inserted, *after], carried))
                     carried = []
@@ -121,14 +128,41 @@ class _Applier(cst.CSTTransformer):
                 new = new.with_changes(leading_lines=[])
             elif carried:
                 new = new.with_changes(leading_lines=_merge(carried, new.leading_lines))
-            carried = []
+            carried = list(self.trailing.pop(id(new), []))  # comments of branches pruned from this ``if``
             out.append(new)
             out.extend(after)
             spans[id(original)] = (start, len(out))
         here = [(spans[id(g[0])][0], spans[id(g[-1])][1], make) for g, make in self.edits.groups if id(g[0]) in spans]
         for first, last, make in sorted(here, key=lambda group: group[0], reverse=True):
             out[first:last] = make(out[first:last])
+        if indented and removed_first and out:  # a block never starts with a blank line
+            lines = list(out[0].leading_lines)
+            while lines and lines[0].comment is None:
+                lines.pop(0)
+            out[0] = out[0].with_changes(leading_lines=lines)
         return out, [line for line in carried if line.comment is not None]
+
+    def _prune_branches(self, original: cst.If, updated: cst.If) -> cst.If:
+        """Drop an ``else:`` whose statements were all removed, and an ``elif`` with a side-effect-free test whose
+        statements were (``elif args.distributed: model = DDP(model)``); their comments follow the ``if``."""
+        comments = list(self.trailing.pop(id(updated.orelse), [])) if updated.orelse is not None else []
+        orelse, kept = updated.orelse, updated.orelse
+        if isinstance(orelse, cst.Else) and self._emptied_block(orelse.body):
+            comments += _line_comments(orelse.leading_lines) + _inner_comments(original.orelse)  # type: ignore[arg-type]
+            kept = None
+        elif isinstance(orelse, cst.If) and self._emptied_block(orelse.body) and is_pure(orelse.test):
+            dropped = original.orelse
+            comments += _line_comments(orelse.leading_lines) + _comments_of_branch(dropped)  # type: ignore[arg-type]
+            kept = orelse.orelse
+        if kept is orelse and not comments:
+            return updated
+        result = updated.with_changes(orelse=kept)
+        if comments:
+            self.trailing[id(result)] = comments
+        return result
+
+    def _emptied_block(self, block: cst.BaseSuite) -> bool:
+        return isinstance(block, cst.IndentedBlock) and len(block.body) == 1 and block.body[0] in self.emptied
 
 
     def _emptied_if(self, stmt: cst.BaseStatement) -> bool:
@@ -161,6 +195,43 @@ def is_pure(expr: cst.BaseExpression) -> bool:
 
 
 _QUERIES = ("cuda.is_available", "mps.is_available", "accelerator.is_available", "cuda.device_count")
+
+
+def _line_comments(lines: Sequence[cst.EmptyLine]) -> list[cst.EmptyLine]:
+    return [line for line in lines if line.comment is not None]
+
+
+def _inner_comments(node: cst.CSTNode) -> list[cst.EmptyLine]:
+    """The comments inside a compound statement (its statements', its blocks' and its branches'), in source order,
+    as lines: removed code keeps its comments."""
+    if isinstance(node, cst.SimpleStatementLine):
+        return []
+    out: list[cst.EmptyLine] = []
+    for child in node.children:
+        if isinstance(child, cst.TrailingWhitespace) and child.comment is not None:
+            out.append(cst.EmptyLine(comment=child.comment))
+        elif isinstance(child, cst.IndentedBlock):
+            if child.header.comment is not None:
+                out.append(cst.EmptyLine(comment=child.header.comment))
+            for stmt in child.body:
+                out += _line_comments(stmt.leading_lines) + _trailing_comment(stmt) + _inner_comments(stmt)
+            out += _line_comments(child.footer)
+        elif isinstance(child, (cst.If, cst.Else, cst.ExceptHandler, cst.Finally)):
+            out += _line_comments(child.leading_lines) + _inner_comments(child)
+    return out
+
+
+def _comments_of_branch(branch: cst.If) -> list[cst.EmptyLine]:
+    """The comments of an ``elif`` and its block, not of the branches after it (they stay)."""
+    block = branch.body
+    out: list[cst.EmptyLine] = []
+    if isinstance(block, cst.IndentedBlock):
+        if block.header.comment is not None:
+            out.append(cst.EmptyLine(comment=block.header.comment))
+        for stmt in block.body:
+            out += _line_comments(stmt.leading_lines) + _trailing_comment(stmt) + _inner_comments(stmt)
+        out += _line_comments(block.footer)
+    return out
 
 
 def _trailing_comment(stmt: cst.BaseStatement) -> list[cst.EmptyLine]:

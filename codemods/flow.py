@@ -19,7 +19,7 @@ import libcst as cst
 
 from accelify.codemods.facts import Binding, CallSite, Facts, Scope
 from accelify.codemods.names import dotted
-from accelify.codemods.roles import strip_placement
+from accelify.codemods.roles import PASS_THROUGH, strip_placement, strip_wrapper
 
 _MISSING = object()
 
@@ -70,6 +70,9 @@ class Flow:
         """``trainer.fit(...)`` where ``trainer = Trainer(...)``, a class of the program: ``Trainer.fit``."""
         owner = scope.resolve(name)
         bindings = owner.bindings.get(name, []) if owner is not None else []
+        if len(bindings) > 1:  # ``model = GPT(...)``, then ``model = torch.compile(model)``: the instance is GPT's
+            bindings = [b for b in bindings if isinstance(b.value, cst.Call) and isinstance(b.value.func, cst.Name)
+                        and self.facts.class_scope(b.value.func.value, scope.resolve(b.value.func.value)) is not None]
         if len(bindings) != 1 or not isinstance(bindings[0].value, cst.Call):
             return None
         func = bindings[0].value.func
@@ -191,11 +194,14 @@ class Flow:
             call, index = binding.unpacked
             if not isinstance(call, cst.Call):
                 return None
+            if binding.where.imports.qualname(call.func) in PASS_THROUGH and index < len(call.args):
+                passed = call.args[index].value  # ``model, optimizer = amp.initialize(model, optimizer)``
+                return self._held_before(binding) if dotted(passed) == binding.key else self.origin(binding.where, passed)
             # what a function of the program returns, or, when that cannot be followed, an object made here
             return (self._returned(binding.where, call, index) or binding) if self._local_call(call) else binding
         if binding.value is None:
             return None
-        value = strip_placement(binding.value)
+        value = strip_placement(strip_wrapper(binding.value, binding.where.imports))
         if isinstance(value, cst.Call):
             # a call of a function of the program gives what it returns; any other call creates the object here
             return (self._returned(binding.where, value, None) or binding) if self._local_call(value) else binding
@@ -204,7 +210,11 @@ class Flow:
             return None
         if key != binding.key:
             return self.origin(binding.where, value)
-        # ``model = model.to(device)``: what the name held before this statement
+        return self._held_before(binding)
+
+    def _held_before(self, binding: Binding) -> Binding | None:
+        """``model = model.to(device)``: what the name held before this statement."""
+        key = binding.key
         owner = binding.scope
         earlier = [b for b in owner.bindings.get(key, []) if b is not binding and self.facts.order[b.stmt] < self.facts.order[binding.stmt]]
         if earlier:

@@ -25,14 +25,26 @@ import libcst as cst
 from accelify.codemods import codes
 from accelify.codemods.analysis import target_names
 from accelify.codemods.codes import Code
+from accelify.codemods.distributed import find_distributed
 from accelify.codemods.facts import Binding, CallSite, Facts, Loop, Scope
 from accelify.codemods.flow import Flow
 from accelify.codemods.names import code_of, dotted
-from accelify.codemods.roles import classify, element_call, is_cuda_string, names_a_device, parameter_owners, strip_placement
+from accelify.codemods.roles import (
+    classify,
+    element_call,
+    is_cuda_string,
+    names_a_device,
+    parameter_owners,
+    parameter_owners_in,
+    removed_wrap,
+    rewraps,
+    strip_placement,
+)
 
 PREPARED_ROLES = ("model", "optimizer", "loader", "scheduler")
 ITERATION_WRAPPERS = {"enumerate", "iter", "tqdm.tqdm"}
-_BUILTIN_DATA = {"range", "list", "zip", "enumerate", "iter", "tuple", "sorted", "reversed", "map", "filter", "itertools.count"}
+_BUILTIN_DATA = {"range", "list", "zip", "enumerate", "iter", "tuple", "sorted", "reversed", "map", "filter", "itertools.count",
+                 "tqdm.trange", "tqdm.auto.trange"}
 _BLOCKS = (cst.If, cst.With, cst.Try, cst.Else, cst.Finally, cst.ExceptHandler)
 
 
@@ -69,6 +81,7 @@ class Plan(Flow):
         self.imports = facts.imports
         self.problems: list[Problem] = []
         self.in_place: list[Binding] = []  # loaders built inside a loop: each prepared right after it is built
+        self.distributed = find_distributed(facts, self)  # hand-written distributed code (rank tests, device indexes)
         self._assign_roles()
         self.objects: list[Binding] = self._find_objects()
         self.prepare_scope: Scope | None = None
@@ -95,6 +108,8 @@ class Plan(Flow):
         for binding in self.facts.bindings():
             binding.role = classify(binding.value, binding.where.imports, self.facts.classes)
             binding.many = binding.role is not None and element_call(binding.value) is not None
+            if binding.role == "device" and self.distributed.follows_device(binding.value):
+                binding.role = None  # ``device_type = 'cuda' if 'cuda' in device else 'cpu'``: it follows the device
         for scope in self.facts.scopes:  # every assignment of a device variable is one (the else branches too)
             for bindings in scope.bindings.values():
                 if any(b.role == "device" for b in bindings):
@@ -136,6 +151,11 @@ class Plan(Flow):
             calls += [s.node.args[0].value for s in optimizer.where.calls if s.method in ("append", "extend")
                       and s.node.args and dotted(s.node.func.value) == optimizer.key]  # type: ignore[attr-defined]
         owners = [o for c in calls if isinstance(c, cst.Call) for o in parameter_owners(c)]
+        if not owners:  # ``AdamW(optimizer_grouped_parameters, ...)``: the groups name ``model.named_parameters()``
+            groups = [self.binding_of(where, a.value.value) for c in calls if isinstance(c, cst.Call)
+                      for a in c.args if isinstance(a.value, cst.Name)]
+            owners = [o for b in groups if b is not None and b.value is not None and b.where is where
+                      for o in parameter_owners_in(b.value)]
         if owners:
             return [(where, self._model_root(where, self._comprehended(optimizer, owner))) for owner in owners]
         return [(optimizer.where, arg) for arg in self._model_arguments(optimizer)]
@@ -166,6 +186,9 @@ class Plan(Flow):
         if not isinstance(value, cst.Call):
             return []
         out = []
+        if isinstance(value.func, cst.Attribute) and (found := self.origin(binding.where, value.func.value)) is not None:
+            if found.role == "model":  # ``optimizer = model.configure_optimizers(...)``
+                out.append(value.func.value)
         for arg in value.args:
             found = self.origin(binding.where, arg.value) if not arg.star else None
             if found is not None and found.role == "model":
@@ -228,9 +251,14 @@ class Plan(Flow):
             first = core.args[0].value if isinstance(core, cst.Call) and core.args else None
             if first is not None and self.origin(scheduler.where, first) in objects:
                 objects.append(scheduler)
-        iterated = {id(found) for loop in self.facts.loops if (found := self.origin(loop.scope, self.loop_source(loop)))}
+        iterated = {id(found) for loop in self.facts.loops if (found := self.origin(loop.scope, self.loop_source(loop)))
+                    and not self.distributed.main_only(self.facts, loop.node, loop.scope)}
+        by_main = {id(found) for loop in self.facts.loops if (found := self.origin(loop.scope, self.loop_source(loop)))
+                   and self.distributed.main_only(self.facts, loop.node, loop.scope)}
         self._optional: set[int] = set()
         for loader in self.bindings_with_role("loader"):
+            if id(loader) in by_main - iterated:
+                continue  # walked only by code the main process runs alone: all of it, unprepared
             objects.append(loader)
             if id(loader) not in iterated:  # prepared where the others are, if it is in hand there
                 self._optional.add(id(loader))
@@ -275,7 +303,7 @@ class Plan(Flow):
     def _choose_prepare_site(self) -> None:
         by_scope: dict[Scope, dict[int, Alias]] = {}
         for binding in self.facts.bindings():
-            if binding.role == "device" or binding.loop is not None:
+            if binding.role == "device" or binding.loop is not None or removed_wrap(binding, binding.where.imports):
                 continue
             held = self.holds(binding)
             if held is not None and held in self.objects:
@@ -289,8 +317,8 @@ class Plan(Flow):
             if scope.kind != "function":
                 continue
             for name in scope.param_names:
-                if name in scope.bindings:
-                    continue
+                if name in scope.bindings and not all(removed_wrap(b, scope.imports) for b in scope.bindings[name]):
+                    continue  # (``model = DDP(model)`` in ``train(model)`` still holds the parameter's model)
                 held = self.param_origin(scope, name)
                 if held is not None and held in self.objects:
                     by_scope.setdefault(scope, {}).setdefault(id(held), Alias(name, held, None))
@@ -493,7 +521,8 @@ class Plan(Flow):
         order = self.facts.order
         owner = scope.class_scope if key.startswith("self.") and scope.class_scope is not None else scope
         return any(
-            order[anchor][1] < order[b.stmt][0] < order[at][0] for b in owner.bindings.get(key, [])
+            order[anchor][1] < order[b.stmt][0] < order[at][0] and not rewraps(b, b.where.imports)
+            for b in owner.bindings.get(key, [])
         )
 
     def _sees_expr(self, scope: Scope, expr: cst.BaseExpression, at: cst.BaseStatement, seen: frozenset) -> bool:
@@ -515,12 +544,13 @@ class Plan(Flow):
             if not (func.attr.value == "to" and only_device):
                 return None
             positional = [call.args[0]]
+        own = len(positional) == 1 and dotted(positional[0].value) in self.distributed.device_indexes
         if func.attr.value == "cuda":
-            return True if not positional else None
+            return True if not positional or own else None  # ``.cuda(args.gpu)``: this process's own device
         if func.attr.value != "to" or len(positional) != 1:
             return None
         value = positional[0].value
-        return value if self.is_device_like(scope, value) else None
+        return value if own or self.is_device_like(scope, value) else None
 
     def is_device_like(self, scope: Scope, value: cst.BaseExpression) -> bool:
         """``device`` (a device variable, also through helper parameters), ``"cuda"``, ``torch.device("cuda")``."""
@@ -535,12 +565,13 @@ class Plan(Flow):
         """The iterable a loop walks, under ``enumerate``/``tqdm``/``iter``."""
         imports = loop.scope.imports
         expr = loop.node.iter
-        if isinstance(expr, cst.Name):  # progress = tqdm(loader); for batch in progress
-            bound = self.binding_of(loop.scope, expr.value)
-            if bound is not None and isinstance(bound.value, cst.Call) and imports.qualname(bound.value.func) in ITERATION_WRAPPERS:
-                expr = bound.value
-        while isinstance(expr, cst.Call) and imports.qualname(expr.func) in ITERATION_WRAPPERS and expr.args:
-            expr = expr.args[0].value
+        for _ in range(3):  # progress = tqdm(loader); for step, batch in enumerate(progress)
+            while isinstance(expr, cst.Call) and imports.qualname(expr.func) in ITERATION_WRAPPERS and expr.args:
+                expr = expr.args[0].value
+            bound = self.binding_of(loop.scope, expr.value) if isinstance(expr, cst.Name) else None
+            if bound is None or not isinstance(bound.value, cst.Call) or imports.qualname(bound.value.func) not in ITERATION_WRAPPERS:
+                break
+            expr = bound.value
         return expr
 
     def loader_of(self, loop: Loop) -> Binding | None:

@@ -5,10 +5,15 @@ Matching is by qualified name (``names.ImportMap``), so every import spelling an
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods.names import ImportMap, dotted
+
+if TYPE_CHECKING:
+    from accelify.codemods.facts import Binding
 
 LOADERS = {"torch.utils.data.DataLoader"}
 SCALERS = {"torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler"}
@@ -23,6 +28,10 @@ CLIPPING = {"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_value_"}
 _NOT_MODELS = {"torch.nn.Parameter", "torch.nn.Module", "torch.nn.ModuleList", "torch.nn.ModuleDict", "torch.nn.ParameterList"}
 _PARAMETERS = m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))
 PLACEMENT_METHODS = ("to", "cuda")
+# Calls that return the module they receive, wrapped: the object is still the model (prepare wraps it instead).
+WRAPPERS = {"torch.compile", "torch.nn.parallel.DistributedDataParallel"}
+# Calls that return the objects they receive, in order: ``model, optimizer = amp.initialize(model, optimizer)``.
+PASS_THROUGH = {"apex.amp.initialize"}
 
 
 def strip_placement(expr: cst.BaseExpression) -> cst.BaseExpression:
@@ -34,6 +43,37 @@ def strip_placement(expr: cst.BaseExpression) -> cst.BaseExpression:
     ):
         expr = expr.func.value
     return expr
+
+
+def strip_wrapper(expr: cst.BaseExpression, imports: ImportMap) -> cst.BaseExpression:
+    """``torch.compile(model)`` / ``DistributedDataParallel(model, ...)`` -> ``model``."""
+    core = strip_placement(expr)
+    if isinstance(core, cst.Call) and core.args and core.args[0].keyword is None and imports.qualname(core.func) in WRAPPERS:
+        return core.args[0].value
+    return expr
+
+
+def removed_wrap(binding: "Binding", imports: ImportMap) -> bool:
+    """A rewrap the conversion removes (DDP, DataParallel, apex's ``amp.initialize``): not where the object is
+    complete, so not where ``prepare`` goes (``torch.compile`` stays, and so does its binding)."""
+    if not rewraps(binding, imports):
+        return False
+    call = binding.unpacked[0] if binding.unpacked is not None else strip_placement(binding.value)  # type: ignore[arg-type]
+    return isinstance(call, cst.Call) and imports.qualname(call.func) != "torch.compile"
+
+
+def rewraps(binding: "Binding", imports: ImportMap) -> bool:
+    """``model = DataParallel(model)``, ``model = DDP(model, ...)``, ``model, opt = amp.initialize(model, opt)``:
+    the name still holds the same module, wrapped (the conversion removes the wrapper)."""
+    if binding.unpacked is not None:
+        call, index = binding.unpacked
+        return (isinstance(call, cst.Call) and imports.qualname(call.func) in PASS_THROUGH and index < len(call.args)
+                and dotted(call.args[index].value) == binding.key)
+    core = strip_placement(binding.value) if binding.value is not None else None
+    return (
+        isinstance(core, cst.Call) and bool(core.args) and dotted(core.args[0].value) == binding.key
+        and imports.qualname(core.func) in (*WRAPPERS, "torch.nn.parallel.DataParallel")
+    )
 
 
 def is_cuda_string(expr: cst.BaseExpression) -> bool:
@@ -215,9 +255,13 @@ def classify(value: cst.BaseExpression | None, imports: ImportMap, classes: dict
 
 def parameter_owners(call: cst.Call) -> list[cst.BaseExpression]:
     """The ``x`` of every ``x.parameters()`` passed to ``call`` (the models an optimizer trains)."""
+    return [owner for arg in call.args for owner in parameter_owners_in(arg.value)]
+
+
+def parameter_owners_in(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The ``x`` of every ``x.parameters()`` / ``x.named_parameters()`` in ``expr``."""
     owners: list[cst.BaseExpression] = []
-    for arg in call.args:
-        for found in m.findall(arg.value, _PARAMETERS):
-            assert isinstance(found, cst.Call) and isinstance(found.func, cst.Attribute)
-            owners.append(found.func.value)
+    for found in m.findall(expr, _PARAMETERS):
+        assert isinstance(found, cst.Call) and isinstance(found.func, cst.Attribute)
+        owners.append(found.func.value)
     return owners

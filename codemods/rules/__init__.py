@@ -4,6 +4,16 @@
 test checks). Order matters: placement runs before threading and the device rule, because they look
 at which uses of ``device`` placement removed; ``unsupported`` runs first (it may stop the file) and
 ``leftovers`` last (it reports what no rule took).
+
+Hand-written distributed code: ``model_parallel`` refuses early, like ``unsupported``. The rules that give
+the script's own distribution to the runtime (``ddp``, ``sampler``, ``collectives``, ``process_group``,
+``spawn``, ``ranks``, ``apex``, ``micro_steps``) run after placement and DataParallel (the set-up
+branches ``process_group`` removes whole must find their placement and wraps already removed, so it
+follows ``ddp`` and ``sampler``; ``ranks`` follows them all, so it leaves alone the tests inside code they
+removed) and before threading (the helpers whose rank tests and collectives now
+read the accelerator are in ``ctx.needs`` by then) and before ``backward``/``clipping`` (apex's branches
+fold to the plain calls those rules then convert). ``unused_imports`` comes after every rule that edits (only
+``leftovers``, which reports, follows it): it reads the whole conversion to drop the imports nothing reads any more.
 """
 
 from __future__ import annotations
@@ -12,37 +22,56 @@ from accelify.codemods.rule import Rule
 from accelify.codemods.rules.accelerator import CreateAccelerator
 from accelify.codemods.rules.accumulation import AccumulateGradients
 from accelify.codemods.rules.amp import ConvertAmp
+from accelify.codemods.rules.apex import RemoveApex
 from accelify.codemods.rules.attributes import UnwrapAttributes
 from accelify.codemods.rules.backward import SwapBackward
 from accelify.codemods.rules.clipping import SwapClipping
 from accelify.codemods.rules.closure import ReduceClosureLoss
+from accelify.codemods.rules.collectives import ReplaceCollectives
 from accelify.codemods.rules.data_parallel import RemoveDataParallel
+from accelify.codemods.rules.ddp import RemoveDistributedWrapper
 from accelify.codemods.rules.device import ReplaceDevice
 from accelify.codemods.rules.end import EndTraining
 from accelify.codemods.rules.evaluation import GatherForMetrics
 from accelify.codemods.rules.imports import AddAcceleratorImport
 from accelify.codemods.rules.leftovers import ReportLeftovers
+from accelify.codemods.rules.model_parallel import RefuseModelParallel
 from accelify.codemods.rules.load import LoadUnwrapped
+from accelify.codemods.rules.micro_steps import AccumulateMicroSteps
 from accelify.codemods.rules.placement import RemovePlacement
 from accelify.codemods.rules.prepare import InsertPrepare
 from accelify.codemods.rules.print import SwapPrint
+from accelify.codemods.rules.process_group import RemoveProcessGroup
+from accelify.codemods.rules.ranks import MapRanks
 from accelify.codemods.rules.progress import DisableProgress
 from accelify.codemods.rules.save import SaveOnMain
 from accelify.codemods.rules.retry import WarnRetry
+from accelify.codemods.rules.sampler import RemoveDistributedSampler
 from accelify.codemods.rules.seeds import SeedPerProcess
+from accelify.codemods.rules.spawn import CollapseSpawn
 from accelify.codemods.rules.startup import SafeStartup
 from accelify.codemods.rules.tensors import PlaceTensors
 from accelify.codemods.rules.threading import ThreadAccelerator
 from accelify.codemods.rules.trigger import StopTogether
 from accelify.codemods.rules.unsupported import WarnUnsupported
+from accelify.codemods.rules.unused_imports import RemoveUnusedImports
 from accelify.codemods.rules.writes import MainProcessWrites
 
 RULES: tuple[type[Rule], ...] = (
     WarnUnsupported,
+    RefuseModelParallel,
     CreateAccelerator,
     AddAcceleratorImport,
     RemovePlacement,
     RemoveDataParallel,
+    RemoveDistributedWrapper,
+    RemoveDistributedSampler,
+    ReplaceCollectives,
+    RemoveProcessGroup,
+    CollapseSpawn,
+    MapRanks,
+    RemoveApex,
+    AccumulateMicroSteps,
     ConvertAmp,
     ThreadAccelerator,
     ReplaceDevice,
@@ -64,6 +93,7 @@ RULES: tuple[type[Rule], ...] = (
     LoadUnwrapped,
     UnwrapAttributes,
     EndTraining,
+    RemoveUnusedImports,
     ReportLeftovers,
 )
 

@@ -10,7 +10,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods import codes
-from accelify.codemods.accumulation import find_accumulation
+from accelify.codemods.accumulation import find_accumulation, find_micro_steps
 from accelify.codemods.amp import find_amp
 from accelify.codemods.analysis import is_docstring, is_import
 from accelify.codemods.context import Abort, Context, code_of
@@ -94,22 +94,33 @@ print(model(torch.ones(2)))
             # the script never chooses a device: it runs on the CPU (tensors it makes stay there), with the
             # CPU's random stream; so does the conversion (cpu=True: a GPU would need the script to place them)
             arguments = ["cpu=True"]
-        if data_parallel_sites(ctx):
+        if plan.distributed.global_batch(ctx.facts, bool(data_parallel_sites(ctx))):
             arguments.append("split_batches=True")  # DataParallel split each batch over the GPUs: so do the processes
+        options = plan.distributed.ddp_options()  # DistributedDataParallel(model, find_unused_parameters=True)
         ctx.amp = find_amp(ctx.facts, plan)
         depends: list[cst.BaseExpression] = [flag] if flag is not None else []
+        depends += [a.value for a in options]
         if ctx.amp is not None and ctx.amp.argument() is not None:
             arguments.append(ctx.amp.argument())  # type: ignore[arg-type]
             depends += [e for e in (ctx.amp.precision, ctx.amp.enabled) if e is not None]
         ctx.accumulations = find_accumulation(ctx.facts, plan, home, ctx.unconverted_accumulation)
-        steps = {code_of(a.steps) for a in ctx.accumulations}
+        ctx.micro_steps = find_micro_steps(ctx.facts, plan, home, plan.distributed.sync_toggles)
+        counts = [a.steps for a in [*ctx.accumulations, *ctx.micro_steps]]
+        steps = {code_of(k) for k in counts}
         if len(steps) == 1:
             arguments.append(f"gradient_accumulation_steps={steps.pop()}")
-            depends.append(ctx.accumulations[0].steps)
+            depends.append(counts[0])
         elif steps:  # loops accumulating over different counts: one accelerator cannot do both
-            ctx.accumulations = []
+            ctx.accumulations, ctx.micro_steps = [], []
+        if options:  # the accelerator wraps the model in DDP with the script's options
+            handler = ", ".join(f"{a.keyword.value}={code_of(a.value)}" for a in options)  # type: ignore[union-attr]
+            arguments.append(f"kwargs_handlers=[DistributedDataParallelKwargs({handler})]")
+            ctx.runtime_imports.append("DistributedDataParallelKwargs")
         block = plan.home_block
+        if any(ctx.facts.top_stmt(u, home) is not None and ctx.facts.top_in(u, block) is None for u in plan.distributed.uses):
+            block = home.body  # a rank read outside the block that calls training reads the accelerator too
         index, after = self._position(ctx, home, block, depends)
+        self._check_depends(ctx, home, block, index, depends)
         code = [_constructor(name, arguments, len(ctx.facts.chain(block[0])) - 1, ctx.facts.unit_of(home).module.default_indent)]
         if after:
             ctx.insert_after(block[index - 1], code)
@@ -137,8 +148,29 @@ print(model(torch.ones(2)))
                 if b.value is not None and is_cuda_flag(b.value, imports):
                     flag = flags_from_test(b.value, imports)
                     break
+            # nanoGPT: `device = args.device` ("cpu", "cuda", "cuda:1"), the device hand-written DDP sets up
+            for b in _bindings(home):
+                if flag is None and b.key in ctx.plan.distributed.device_indexes and isinstance(b.value, cst.Attribute):
+                    flag = cst.Comparison(cst.parse_expression(b.key), [cst.ComparisonTarget(cst.Equal(), cst.SimpleString('"cpu"'))])
             return flag
         return _expand(ctx, home, flag)
+
+    def _check_depends(
+        self, ctx: Context, home: Scope, block: list[cst.BaseStatement], index: int, depends: list[cst.BaseExpression]
+    ) -> None:
+        """A launcher read must see the accelerator, and the accelerator its arguments' values: when a value the
+        arguments read is bound only after the first such read (``ddp = int(os.environ.get("RANK", -1)) != -1``
+        above ``steps = 4``), there is no right place: refused, pointing at the read."""
+        if not ctx.plan.distributed:
+            return
+        before = {b.key for b in _bindings(home) if (top := ctx.facts.top_in(b.stmt, block)) is not None and block.index(top) < index}
+        bound = {b.key for b in _bindings(home)}
+        attributes = {id(a.attr) for d in depends for a in m.findall(d, m.Attribute()) if isinstance(a, cst.Attribute)}
+        names = {dotted(r) for d in depends for r in m.findall(d, _REFS) if id(r) not in attributes}  # type: ignore[arg-type]
+        late = sorted(n for n in names if n and n in bound and n not in before and n.split(".")[0] not in before)
+        if late and index < len(block):
+            ctx.abort(codes.MANUAL_DISTRIBUTED, block[index], name=code_of(block[index]).strip().splitlines()[0],
+                      fix=f"bind `{late[0]}` before it reads the launcher's values (the accelerator needs it and must come first)")
 
     def _position(
         self, ctx: Context, home: Scope, block: list[cst.BaseStatement], depends: list[cst.BaseExpression]
@@ -151,9 +183,12 @@ print(model(torch.ones(2)))
         uses = [a.stmt for a in plan.aliases if a.stmt is not None and plan.prepare_scope is home]
         if plan.home_call is not None:
             uses.append(plan.home_call.stmt)
+        uses += plan.distributed.uses  # ``ddp = int(os.environ.get("RANK", -1)) != -1`` reads the accelerator once converted
         tops = [ctx.facts.top_in(stmt, block) for stmt in uses]
         first_use = min((block.index(t) for t in tops if t is not None), default=len(block) - 1)
         start = 1 if block and is_docstring(block[0]) else 0
+        while start < first_use and _declares(block[start]):
+            start += 1  # ``global best_acc1`` stays the first statement of the function
         if home.kind == "module":
             for i, stmt in enumerate(block[:first_use]):
                 if is_import(stmt):
@@ -174,6 +209,11 @@ print(model(torch.ones(2)))
                 if top is not None and start <= block.index(top) < first_use:
                     start, after = block.index(top) + 1, True
         return start, after
+
+
+def _declares(stmt: cst.BaseStatement) -> bool:
+    """``global x`` / ``nonlocal x``."""
+    return isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, (cst.Global, cst.Nonlocal)) for s in stmt.body)
 
 
 def _constructor(name: str, arguments: list[str], depth: int, indent: str) -> str:

@@ -32,7 +32,6 @@ accelerator = Accelerator(cpu=True)
 model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 model, optimizer = accelerator.prepare(model, optimizer)
-from torch.nn.utils import clip_grad_value_
 for x in torch.ones(4, 2):
     accelerator.backward(model(x).sum())
     accelerator.clip_grad_norm_(model.parameters(), 1.0)

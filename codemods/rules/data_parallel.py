@@ -19,6 +19,7 @@ import libcst.matchers as m
 
 from accelify.codemods.context import Context, code_of, expression, unwrap
 from accelify.codemods.facts import CallSite
+from accelify.codemods.roles import strip_placement
 from accelify.codemods.rule import Example, Rule
 
 WRAPPER = "torch.nn.parallel.DataParallel"
@@ -114,7 +115,7 @@ accelerator.end_training()
         stmt = site.stmt
         if (
             isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)
-            and stmt.body[0].value is site.node and site.node.args
+            and strip_placement(stmt.body[0].value) is site.node and site.node.args  # also `DataParallel(model).cuda()`
             and code_of(stmt.body[0].targets[0].target) == code_of(site.node.args[0].value)
         ):
             ctx.remove(stmt)

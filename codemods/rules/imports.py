@@ -11,12 +11,14 @@ from accelify.codemods.context import Context
 from accelify.codemods.rule import Example, Rule
 
 
-def schedule_import(ctx: Context, module: str, name: str) -> None:
-    """The one way rules add an import: a ``from module import name`` after the top import block."""
+def schedule_import(ctx: Context, module: str, name: str, *more: str) -> None:
+    """The one way rules add an import: a ``from module import name[, more...]`` after the top import block."""
     home = ctx.plan.home
     body = (ctx.facts.unit_of(home) if home is not None else ctx.facts).module.body
+    names = [cst.ImportAlias(cst.Name(n), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for n in (name, *more)]
+    names[-1] = names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
     new = cst.SimpleStatementLine(
-        [cst.ImportFrom(module=cst.parse_expression(module), names=[cst.ImportAlias(cst.Name(name))])]  # type: ignore[arg-type]
+        [cst.ImportFrom(module=cst.parse_expression(module), names=names)]  # type: ignore[arg-type]
     )
     anchor = None
     for stmt in body:
@@ -71,5 +73,5 @@ model = torch.nn.Linear(2, 1)
 
     def run(self, ctx: Context) -> None:
         if ctx.accelerators:
-            schedule_import(ctx, ctx.import_module, "Accelerator")
+            schedule_import(ctx, ctx.import_module, "Accelerator", *ctx.runtime_imports)
             ctx.change(f"import Accelerator from {ctx.import_module}")

@@ -8,6 +8,7 @@ import libcst as cst
 
 from accelify.codemods import codes
 from accelify.codemods.context import Context, code_of
+from accelify.codemods.names import dotted
 from accelify.codemods.rule import Example, Rule
 
 
@@ -78,6 +79,15 @@ accelerator.end_training()
     )
 
     def run(self, ctx: Context) -> None:
+        for scope in ctx.needs:  # a rank test or collective rewritten through an accelerator threading could not bring
+            if ctx.accelerator_in(scope) is None:
+                ctx.abort(codes.NO_ACCELERATOR_HERE, scope.node, name=scope.name)
+        found = ctx.plan.distributed
+        if found and ctx.accelerators:  # never half-distributed: every piece of the hand-written set-up was taken
+            for site in [*found.setup, *found.wrappers, *found.samplers, *found.spawns, *found.barriers, *found.reductions, *found.queries]:
+                if site.node not in ctx.handled | ctx.consumed and not any(s in ctx.edits.removed for s in ctx.facts.chain(site.stmt)):
+                    ctx.abort(codes.MANUAL_DISTRIBUTED, site.node, name=code_of(site.node.func),
+                              fix="convert it by hand (the accelerator prepares the model and the loaders, and has the collectives)")
         for site in ctx.facts.calls:
             if site.node in ctx.handled or ctx.is_skipped(site.stmt):
                 continue
@@ -90,6 +100,8 @@ accelerator.end_training()
                 found = ctx.plan.origin(site.scope, value)
                 if found is not None and found.role == "device" and ctx.accelerators:
                     continue
+                if ctx.accelerators and dotted(value) in ctx.plan.distributed.device_indexes:
+                    continue  # the device hand-written DDP set up: now the accelerator's (``str(accelerator.device)``)
                 ctx.warn(codes.UNKNOWN_TO_DEVICE, site.node, device=code_of(value))
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods.context import Context
-from accelify.codemods.facts import CallSite
+from accelify.codemods.facts import Binding, CallSite
 from accelify.codemods.names import dotted
-from accelify.codemods.roles import PLACEMENT_METHODS, strip_placement
+from accelify.codemods.roles import PLACEMENT_METHODS, rewraps, strip_placement
 from accelify.codemods.rule import Example, Rule
 
 
@@ -93,6 +93,11 @@ accelerator.end_training()
                     ctx.replace(site.node, site.stmt, _without_device)
                     self._consume(ctx, site, only_device=True)
                     ctx.change("remove device placement of prepared objects and batches")
+        for stmt, sites in list(by_stmt.items()):
+            if len(sites) == 1 and self._placed_elements(ctx, stmt, sites[0]) and ctx.remove(stmt):
+                self._consume(ctx, sites[0])  # ``batch = tuple(t.to(device) for t in batch)``
+                ctx.change("remove device placement of prepared objects and batches")
+                del by_stmt[stmt]
         for stmt, sites in by_stmt.items():
             if self._whole_statement(stmt, sites) and ctx.remove(stmt):
                 for site in sites:
@@ -125,7 +130,20 @@ accelerator.end_training()
         if ctx.plan.placement_device(site.scope, site.node) is None:
             return False
         receiver = site.node.func.value  # type: ignore[attr-defined]
+        if isinstance(receiver, cst.Name) and _element_of_batch(ctx, site, receiver.value) is not None:
+            return True
         return self._is_model(ctx, site) or (isinstance(receiver, cst.Name) and ctx.plan.is_batch(site.scope, receiver.value, site.loop))
+
+    def _placed_elements(self, ctx: Context, stmt: cst.BaseStatement, site: CallSite) -> bool:
+        """``batch = tuple(t.to(device) for t in batch)`` (or a list comprehension): every element of a batch placed."""
+        receiver = site.node.func.value  # type: ignore[attr-defined]
+        if not isinstance(receiver, cst.Name):
+            return False
+        batch = _element_of_batch(ctx, site, receiver.value)
+        if batch is None or not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):
+            return False
+        small = stmt.body[0]
+        return isinstance(small, cst.Assign) and len(small.targets) == 1 and dotted(small.targets[0].target) == batch
 
     def _places_and_converts(self, ctx: Context, site: CallSite) -> bool:
         """``x.to(device=d, dtype=...)`` (device as a keyword, with other keywords) on a batch or a model."""
@@ -138,9 +156,14 @@ accelerator.end_training()
         return self._is_model(ctx, site) or (isinstance(receiver, cst.Name) and ctx.plan.is_batch(site.scope, receiver.value, site.loop))
 
     def _is_model(self, ctx: Context, site: CallSite) -> bool:
-        """A prepared model placed before or after ``prepare`` (placing the raw model is dropped too)."""
-        found = ctx.plan.origin(site.scope, site.node.func.value)  # type: ignore[attr-defined]
-        return found is not None and found.role == "model" and ctx.plan.is_prepared(found)
+        """A prepared model placed before or after ``prepare`` (placing the raw model is dropped too), not another
+        module bound to the same name later (``model = Net.from_pretrained(d)`` after training)."""
+        receiver = site.node.func.value  # type: ignore[attr-defined]
+        found = ctx.plan.origin(site.scope, receiver)
+        if found is None or found.role != "model" or not ctx.plan.is_prepared(found):
+            return False
+        latest = _latest_binding(ctx, site, dotted(receiver))
+        return latest is None or ctx.plan.holds(latest) is found
 
     def _whole_statement(self, stmt: cst.BaseStatement, sites: list[CallSite]) -> bool:
         """``model.cuda()``, ``x = x.to(device)`` or ``x, y = x.to(d), y.to(d)``: nothing left once placement goes."""
@@ -168,6 +191,36 @@ accelerator.end_training()
         for arg in site.node.args:
             if not only_device or (arg.keyword is not None and arg.keyword.value == "device"):
                 ctx.consumed.add(arg.value)
+
+
+def _element_of_batch(ctx: Context, site: CallSite, name: str) -> str | None:
+    """For ``t`` in ``tuple(t.to(device) for t in batch)`` / ``[t.to(device) for t in batch]`` (the placement the
+    whole comprehension makes) over a batch of a prepared loader: ``batch``."""
+    stmt = site.stmt
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
+        return None
+    value = stmt.body[0].value
+    if isinstance(value, cst.Call) and dotted(value.func) in ("tuple", "list") and len(value.args) == 1:
+        value = value.args[0].value
+    if not isinstance(value, (cst.GeneratorExp, cst.ListComp)) or value.elt is not site.node:
+        return None
+    comp = value.for_in
+    if comp.inner_for_in is not None or comp.ifs or not isinstance(comp.target, cst.Name) or comp.target.value != name:
+        return None
+    batch = dotted(comp.iter)
+    if batch is None or "." in batch or not ctx.plan.is_batch(site.scope, batch, site.loop):
+        return None
+    return batch
+
+
+def _latest_binding(ctx: Context, site: CallSite, key: str | None) -> Binding | None:
+    """The last assignment of ``key`` in the site's scope before the site that does not just wrap it, if any."""
+    if key is None or "." in key:
+        return None
+    order = ctx.facts.order
+    earlier = [b for b in site.scope.bindings.get(key, []) if b.where is site.scope and order[b.stmt][0] < order[site.stmt][0]]
+    earlier = [b for b in earlier if not rewraps(b, site.scope.imports)]  # ``model = nn.DataParallel(model)`` holds it still
+    return max(earlier, key=lambda b: order[b.stmt][0], default=None)
 
 
 def _device_keyword(call: cst.Call) -> cst.Arg | None:

@@ -73,7 +73,12 @@ print(len(ordered))
             return
         names = [a.spelled for a in plan.aliases]
         code = _prepare_code(names, accelerator, _depth(ctx, plan.prepare_block) * _indent(ctx, scope))
-        if plan.prepare_after is not None:
+        block = plan.prepare_block
+        following = block[block.index(plan.prepare_after) + 1:] if plan.prepare_after in block else []
+        if following and ctx.edits.vanishes(following[0]):
+            # the wrap it replaces went (``if ddp: model = DDP(model)``, apex's ``amp.initialize``): it takes its place
+            ctx.insert_before(following[0], [code])
+        elif plan.prepare_after is not None:
             ctx.insert_after(plan.prepare_after, [code])
         else:  # every object arrives as a parameter: prepare them first thing
             block = plan.prepare_block

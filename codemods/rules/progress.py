@@ -84,6 +84,8 @@ accelerator.end_training()
                 continue
             if any(a.star == "**" for a in site.node.args):
                 continue
+            if ctx.plan.distributed.main_only(ctx.facts, site.stmt, site.scope):
+                continue  # only the main process runs it (evaluation under the script's own rank test)
             accelerator = ctx.accelerator_in(site.scope)
             if ctx.replace(site.node, site.stmt, lambda c, a=accelerator: _disable(c, a)):  # type: ignore[misc]
                 ctx.change("show progress bars on the local main process only")

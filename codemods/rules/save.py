@@ -74,6 +74,9 @@ accelerator.end_training()
         for site in ctx.facts.calls:
             if site.qualname != "torch.save":
                 continue
+            if ctx.plan.distributed.keeps_save(ctx.facts, site):  # main-only code the script distributed by hand
+                self._unwrap_in_callers(ctx, site)
+                continue
             accelerator = ctx.accelerator_in(site.scope)
             if accelerator is None or not ctx.after_accelerator(site.scope, site.stmt):
                 if ctx.accelerators and accelerator is None and site.scope.kind == "function":
@@ -90,12 +93,13 @@ accelerator.end_training()
             waited.add(site.stmt)
             ctx.change("save with accelerator.save after wait_for_everyone()")
 
-    def _unwrap_models(self, ctx: Context, site: CallSite, accelerator: str) -> None:
+    def _unwrap_models(self, ctx: Context, site: CallSite, accelerator: str, saved: cst.BaseExpression | None = None) -> None:
         """``model.state_dict()`` / ``model`` of a prepared model -> through ``accelerator.unwrap_model``, in
-        the saved value or in the dict a name saved here was built as (``state = {"model": ...}``)."""
-        if not site.node.args:
+        the saved value (``saved``, default the first argument) or in the dict a name saved here was built as
+        (``state = {"model": ...}``)."""
+        if saved is None and not site.node.args:
             return
-        pending: list[tuple[cst.BaseExpression, cst.BaseStatement]] = [(site.node.args[0].value, site.stmt)]
+        pending: list[tuple[cst.BaseExpression, cst.BaseStatement]] = [(saved or site.node.args[0].value, site.stmt)]
         followed: set[int] = set()
         while pending:
             expr, stmt = pending.pop()
@@ -113,6 +117,19 @@ accelerator.end_training()
                 binding = ctx.plan.binding_of(site.scope, expr.value)
                 if binding is not None and isinstance(binding.value, (cst.Dict, cst.Tuple, cst.List, cst.Call)) and binding.where is site.scope:
                     pending.append((binding.value, binding.stmt))
+
+    def _unwrap_in_callers(self, ctx: Context, site: CallSite) -> None:
+        """``save_checkpoint({"state_dict": model.state_dict(), ...})`` where ``save_checkpoint`` saves its parameter:
+        the caller's prepared models are unwrapped in what it hands over."""
+        saved = site.node.args[0].value if site.node.args else None
+        if not isinstance(saved, cst.Name) or saved.value not in site.scope.param_names:
+            return
+        for call in ctx.plan.call_sites(site.scope):
+            arg = ctx.plan.arg_for(call, site.scope, saved.value)
+            accelerator = ctx.accelerator_in(call.scope)
+            if arg is not None and accelerator is not None:
+                self._unwrap_models(ctx, CallSite(call.node, None, None, call.stmt, call.scope, call.loop, call.no_grad),
+                                    accelerator, arg.value)
 
     def _is_model(self, ctx: Context, site: CallSite, expr: cst.BaseExpression) -> bool:
         found = ctx.plan.prepared(site.scope, expr, site.stmt)

@@ -105,6 +105,8 @@ accelerator.end_training()
                 continue
             if "process_index" in code_of(seed) or "rank" in code_of(seed):
                 continue
+            if not ctx.agreement.uniform(site.scope, seed, site.stmt):
+                continue  # ``1337 + seed_offset`` where ``seed_offset = ddp_rank``: already each process's own
             if ctx.replace(seed, site.stmt, lambda n, a=accelerator: _offset(n, a)):  # type: ignore[misc]
                 ctx.change("seed each process on its own: seed + accelerator.process_index")
 

@@ -103,6 +103,8 @@ accelerator.end_training()
             q = site.qualname or ""
             if _race_handled(ctx, site):
                 continue  # `try: os.makedirs(d) except OSError: pass`: the losing process already carries on
+            if ctx.plan.distributed.main_only(ctx.facts, site.stmt, site.scope):
+                continue  # under the script's own main-process test: one process creates it
             if q == "os.makedirs" or (site.method == "mkdir" and q != "os.mkdir" and _is_path_mkdir(site)):
                 if not _has_keyword(site.node, "exist_ok") and ctx.replace(site.node, site.stmt, _exist_ok):
                     ctx.change("create folders with exist_ok=True")

@@ -180,8 +180,12 @@ accelerator.end_training()
 
     def _needs(self, ctx: Context, function: Scope) -> bool:
         plan = ctx.plan
+        if function in ctx.needs:  # a rank test or a collective rewritten through the accelerator
+            return True
         for site in function.calls:
-            if site.method == "backward" or site.qualname in CLIPPING or site.qualname == "torch.save":
+            if site.method == "backward" or site.qualname in CLIPPING:
+                return True
+            if site.qualname == "torch.save" and not plan.distributed.keeps_save(ctx.facts, site):
                 return True
             if site.node in ctx.handled:  # a call a rule already rewrote through the accelerator (autocast)
                 return True

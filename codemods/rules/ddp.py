@@ -1,0 +1,165 @@
+"""RemoveDistributedWrapper: ``DistributedDataParallel`` by hand gives way to ``accelerator.prepare``.
+
+- ``model = DDP(model, device_ids=[local_rank])`` goes (alone, or under ``if ddp:``): the model it wraps is
+  the one prepared, and ``prepare`` wraps it for this process's device; ``DDP(...)`` used inline becomes the
+  module it wraps; its options (``find_unused_parameters=True``, ...) go to
+  ``Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(...)])`` (the accelerator rule), and a wrap with
+  any other argument (``process_group=``), or options that differ between wraps, is refused (ACC004);
+- the unwrapping idioms become ``accelerator.unwrap_model(model)``: ``model.module if ddp else model``,
+  ``model.module if hasattr(model, "module") else model``, ``getattr(model, "module", model)``
+  (``model.module`` alone is the DataParallel rule's);
+- ``with model.no_sync():`` -> ``with accelerator.no_sync(model):`` (one process has no DDP wrapper).
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from accelify.codemods import codes
+from accelify.codemods.context import Context, code_of, expression, unwrap
+from accelify.codemods.distributed import DDP_OPTIONS, DDP_PLACEMENT
+from accelify.codemods.facts import CallSite, Scope
+from accelify.codemods.names import dotted
+from accelify.codemods.rule import Example, Rule
+
+
+class RemoveDistributedWrapper(Rule):
+    name = "ddp"
+    description = "Drop DistributedDataParallel wraps and unwrap the model through the accelerator."
+    examples = (
+        Example(
+            before='''\
+import os
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+local_rank = int(os.environ["LOCAL_RANK"])
+model = torch.nn.Linear(2, 1)
+model = DDP(model, device_ids=[local_rank])
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in torch.ones(4, 2):
+    model(x).sum().backward()
+    optimizer.step()
+raw_model = model.module if hasattr(model, "module") else model
+print(raw_model.weight)
+''',
+            after='''\
+import torch
+from accelify.runtime import Accelerator
+accelerator = Accelerator(cpu=True)
+local_rank = accelerator.local_process_index
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+for x in torch.ones(4, 2):
+    accelerator.backward(model(x).sum())
+    optimizer.step()
+raw_model = accelerator.unwrap_model(model)
+accelerator.print(raw_model.weight)
+accelerator.end_training()
+''',
+        ),
+        Example(
+            before='''\
+import torch
+teacher = torch.nn.Linear(2, 1)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in torch.ones(4, 2):
+    (model(x) - teacher(x)).sum().backward()
+    optimizer.step()
+frozen = teacher.module if hasattr(teacher, "module") else teacher
+''',
+            after='''\
+import torch
+from accelify.runtime import Accelerator
+accelerator = Accelerator(cpu=True)
+teacher = torch.nn.Linear(2, 1)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+for x in torch.ones(4, 2):
+    accelerator.backward((model(x) - teacher(x)).sum())
+    optimizer.step()
+frozen = teacher.module if hasattr(teacher, "module") else teacher
+accelerator.end_training()
+''',
+            fires=False,
+        ),
+    )
+
+    def run(self, ctx: Context) -> None:
+        if not ctx.accelerators:
+            return
+        for site in ctx.plan.distributed.wrappers:
+            self._wrapper(ctx, site)
+        for scope in ctx.facts.scopes:
+            self._unwrapping(ctx, scope)
+        for stmt in ctx.facts.order:
+            if isinstance(stmt, cst.With):
+                self._no_sync(ctx, stmt)
+
+    def _wrapper(self, ctx: Context, site: CallSite) -> None:
+        stmt = site.stmt
+        inner = site.node.args[0].value if site.node.args and site.node.args[0].keyword is None else None
+        options = ctx.plan.distributed.ddp_options()
+        unknown = [a for a in site.node.args[1:] if a.keyword is None or a.keyword.value not in (*DDP_OPTIONS, *DDP_PLACEMENT)]
+        differs = [a for a in site.node.args if a.keyword is not None and a.keyword.value in DDP_OPTIONS
+                   and code_of(a) not in {code_of(o) for o in options}]
+        if inner is None or unknown or differs:
+            ctx.abort(codes.DATA_PARALLEL, site.node, name=code_of(site.node.func))
+        small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
+        if isinstance(small, cst.Assign) and small.value is site.node and len(small.targets) == 1 and (
+            code_of(small.targets[0].target) == code_of(inner)
+        ):
+            ctx.remove(stmt)
+            ctx.consumed.update(m.findall(stmt, m.Name() | m.Attribute()))  # type: ignore[arg-type]
+        else:
+            ctx.replace(site.node, stmt, lambda _, i=inner: i)  # type: ignore[misc]
+            ctx.consumed.update(n for a in site.node.args[1:] for n in m.findall(a, m.Name() | m.Attribute()))  # type: ignore[arg-type]
+        ctx.consumed.add(site.node)
+        ctx.change("DistributedDataParallel -> accelerator.prepare")
+
+    def _unwrapping(self, ctx: Context, scope: Scope) -> None:
+        """``model.module if <anything> else model`` and ``getattr(model, "module", model)`` of a prepared model."""
+        for stmt in {stmt for _, stmt in scope.attributes} | {s.stmt for s in scope.calls}:
+            for node in m.findall(stmt, m.IfExp(body=m.Attribute(attr=m.Name("module"))) | m.Call(func=m.Name("getattr"))):
+                model = _unwrapped_model(node)  # type: ignore[arg-type]
+                if model is None or not self._prepared_model(ctx, scope, model, stmt):
+                    continue
+                if scope.kind == "function" and ctx.accelerator_in(scope) is None:
+                    ctx.needs.add(scope)
+                ctx.replace(node, stmt, lambda _, s=scope, x=model: unwrap(x, ctx.accelerator_in(s) or "accelerator"))  # type: ignore[misc]
+                ctx.change("model.module -> accelerator.unwrap_model(model)")
+
+    def _prepared_model(self, ctx: Context, scope: Scope, expr: cst.BaseExpression, stmt: cst.BaseStatement) -> bool:
+        found = ctx.plan.origin(scope, expr)
+        return found is not None and found.role == "model" and ctx.plan.is_prepared(found)
+
+    def _no_sync(self, ctx: Context, stmt: cst.With) -> None:
+        for item in stmt.items:
+            call = item.item
+            if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and call.func.attr.value == "no_sync"):
+                continue
+            site = ctx.facts.sites.get(call)
+            if site is None or not self._prepared_model(ctx, site.scope, call.func.value, stmt):
+                continue
+            scope, model = site.scope, call.func.value
+            ctx.replace(call, stmt, lambda _, s=scope, x=model: expression(
+                f"{ctx.accelerator_in(s) or 'accelerator'}.no_sync({code_of(x)})"))  # type: ignore[misc]
+            ctx.handled.add(call)
+            ctx.change("model.no_sync() -> accelerator.no_sync(model)")
+
+
+def _unwrapped_model(node: cst.BaseExpression) -> cst.BaseExpression | None:
+    """The model of ``model.module if ... else model`` / ``getattr(model, "module", model)``."""
+    if isinstance(node, cst.IfExp) and isinstance(node.body, cst.Attribute):
+        model = node.body.value
+        return model if dotted(model) is not None and dotted(model) == dotted(node.orelse) else None
+    if isinstance(node, cst.Call) and len(node.args) == 3:
+        model, attr, default = (a.value for a in node.args)
+        if isinstance(attr, cst.SimpleString) and attr.evaluated_value == "module" and dotted(model) and dotted(model) == dotted(default):
+            return model
+    return None
