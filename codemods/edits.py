@@ -28,11 +28,14 @@ class Edits:
         self.removed: set[cst.BaseStatement] = set()
         self.groups: list[tuple[list[cst.BaseStatement], Regroup]] = []
         self.dirty: set[cst.BaseStatement] = set()
+        self.version = 0  # counts the edits proposed; ``apply`` reuses its last result while it is unchanged
+        self._applied: dict[int, tuple[int, cst.Module, cst.Module]] = {}
 
     def __bool__(self) -> bool:
         return bool(self.replacements or self.before or self.after or self.removed or self.groups)
 
     def _touch(self, stmt: cst.BaseStatement | None) -> None:
+        self.version += 1
         while stmt is not None and stmt not in self.dirty:
             self.dirty.add(stmt)
             stmt = self._parent.get(stmt)
@@ -265,9 +268,14 @@ def _lead(stmts: Iterable[cst.BaseStatement], lines: Sequence[cst.EmptyLine]) ->
 
 
 def apply(module: cst.Module, edits: Edits) -> cst.Module:
-    """The module with every edit applied."""
+    """The module with every edit applied (computed once per module while no edit is added: a rule that looks at
+    the converted code and the engine's final pass share it)."""
     if not edits:
         return module
+    cached = edits._applied.get(id(module))
+    if cached is not None and cached[0] == edits.version and cached[1] is module:
+        return cached[2]
     result = module.visit(_Applier(edits))
     assert isinstance(result, cst.Module)
+    edits._applied[id(module)] = (edits.version, module, result)
     return result

@@ -124,7 +124,10 @@ accelerator.end_training()
 
     def _unwrapping(self, ctx: Context, scope: Scope) -> None:
         """``model.module if <anything> else model`` and ``getattr(model, "module", model)`` of a prepared model."""
-        for stmt in {stmt for _, stmt in scope.attributes} | {s.stmt for s in scope.calls}:
+        # only statements that read some ``x.module`` or call ``getattr`` (a compound statement is searched whole)
+        stmts = {stmt for attr, stmt in scope.attributes if attr.attr.value == "module"}
+        stmts |= {s.stmt for s in scope.calls if isinstance(s.node.func, cst.Name) and s.node.func.value == "getattr"}
+        for stmt in stmts:
             for node in m.findall(stmt, m.IfExp(body=m.Attribute(attr=m.Name("module"))) | m.Call(func=m.Name("getattr"))):
                 model = _unwrapped_model(node)  # type: ignore[arg-type]
                 if model is None or not self._prepared_model(ctx, scope, model, stmt):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accelify.codemods.analysis import descendants
 from accelify.codemods.context import Context, code_of
 from accelify.codemods.edits import apply
 from accelify.codemods.names import dotted
@@ -115,30 +116,23 @@ def _reads(small: cst.Import | cst.ImportFrom, alias: cst.ImportAlias, used: set
 
 def _used(module: cst.Module) -> set[str]:
     """Every dotted name the code reads (``torch.utils.data.DataLoader``, ``dist``), outside import statements."""
+    names: set[str] = set()
 
-    class Reads(cst.CSTVisitor):
-        def __init__(self) -> None:
-            self.names: set[str] = set()
-
-        def visit_Import(self, node: cst.Import) -> bool:
+    def enter(node: cst.CSTNode) -> bool:
+        if isinstance(node, (cst.Import, cst.ImportFrom, cst.Name)):
+            if isinstance(node, cst.Name):
+                names.add(node.value)
             return False
-
-        def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-            return False
-
-        def visit_Attribute(self, node: cst.Attribute) -> bool:
+        if isinstance(node, cst.Attribute):
             name = dotted(node)
-            if name is None:
-                return True
-            self.names.add(name)
-            return False
+            if name is not None:
+                names.add(name)
+                return False
+        return True
 
-        def visit_Name(self, node: cst.Name) -> None:
-            self.names.add(node.value)
-
-    reads = Reads()
-    module.visit(reads)
-    return reads.names
+    for _ in descendants(module, enter):
+        pass
+    return names
 
 
 def _key(alias: cst.ImportAlias) -> str:
