@@ -25,9 +25,14 @@ def make_console(file: TextIO | None = None, *, stderr: bool = False) -> Console
 
 
 def unified_diff(result: Result) -> str:
-    """The unified diff from ``result.old`` to ``result.new`` (empty when nothing changed)."""
+    """The unified diff from ``result.old`` to ``result.new`` (empty when nothing changed); a notebook's
+    is the diff of its code cells (``accelify.notebook.notebook_diff``)."""
     if result.old == result.new:
         return ""
+    if result.path.endswith(".ipynb"):
+        from accelify.notebook import notebook_diff
+
+        return notebook_diff(result)
     relative = not result.path.startswith(("/", "<")) and ":" not in result.path[:3]
     lines = difflib.unified_diff(
         result.old.splitlines(keepends=True),
@@ -129,3 +134,4 @@ def print_json(file: TextIO, results: Sequence[Result]) -> None:
     """The results as a JSON list, with each converted file's diff."""
     payload = [r.to_json() | {"diff": unified_diff(r)} for r in results]
     file.write(json.dumps(payload, indent=2) + "\n")
+

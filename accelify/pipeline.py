@@ -17,7 +17,7 @@ import libcst as cst
 
 from accelify.codemods.outcome import CONVERTED, FAILED, SKIPPED, UNCHANGED
 from accelify.codemods.targets import DEFAULT_TARGET, TARGETS
-from accelify.errors import SourceError, UnknownTargetError
+from accelify.errors import SourceError, TooLargeError, UnknownTargetError
 from accelify.program import ModuleText, local_modules
 from accelify.results import Result
 from accelify.source import read_source
@@ -116,14 +116,17 @@ def convert_path(
     target: str = DEFAULT_TARGET,
     disabled: frozenset[str] | set[str] = frozenset(),
 ) -> Result:
-    """Read one file (PEP 263 encoding, BOM kept, binary refused) and convert it; nothing is written."""
+    """Read one file (PEP 263 encoding, BOM kept, binary refused; a notebook's code cells, see
+    ``accelify.notebook``) and convert it; nothing is written. A file over the size limit is skipped."""
     name = os.fspath(path)
     if name.endswith(".ipynb"):
-        reason = ("notebooks are not converted yet: export the notebook to a script "
-                  "(`jupyter nbconvert --to script`) and convert that")
-        return Result(name, SKIPPED, "", "", reason=reason)
+        from accelify.notebook import convert_notebook
+
+        return convert_notebook(name, target=target, disabled=disabled)
     try:
         source = read_source(name)
+    except TooLargeError as error:
+        return Result(name, SKIPPED, "", "", reason=error.reason)
     except SourceError as error:
         return Result(name, FAILED, "", "", error=str(error))
     return convert_source(source.text, path=name, target=target, disabled=disabled, encoding=source.encoding)

@@ -12,7 +12,7 @@ import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
-from accelify.errors import OutputError, SourceError
+from accelify.errors import OutputError, SourceError, TooLargeError
 from accelify.runtime.files import atomic_write, fsync_path, new_file_mode, write_destination
 
 MAX_BYTES = 20 * 1024 * 1024
@@ -51,7 +51,7 @@ def read_source(path: str | os.PathLike[str]) -> Source:
         raise SourceError(name, "is a directory", "pass the .py files in it, or the directory to `accelify migrate`")
     try:
         if file.stat().st_size > MAX_BYTES:
-            raise SourceError(name, "is larger than 20 MiB", "this is not a training script")
+            raise TooLargeError(name, "is larger than 20 MiB, not read", "this is not a training script")
         data = file.read_bytes()
     except FileNotFoundError:
         raise SourceError(name, "does not exist", "check the path") from None
