@@ -66,7 +66,6 @@ def convert(
     try:
         settings_for = SettingsFinder(target=target)
         jobs = _expand(paths, settings_for, force_exclude)
-        view.print_notes(err, settings_for.notes)
         single = len(paths) == 1 and not paths[0].is_dir() and not output_is_folder(output_arg)
         destinations: dict[Path, bytes] = {}
         for path, relative, named in jobs:  # one script at a time: an interrupt leaves whole files only
@@ -101,6 +100,7 @@ def convert(
     except KeyboardInterrupt:
         view.print_interrupted(err, written)
         sys.exit(130)
+    view.print_notes(err, settings_for.notes)
     if as_json:
         view.print_json(sys.stdout, results)
     else:
