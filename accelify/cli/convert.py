@@ -125,7 +125,11 @@ def _expand(paths: tuple[Path, ...], settings_for: SettingsFinder, force_exclude
                 jobs.append((found, Path(path.resolve().name) / found.relative_to(path), False))
         elif not (force_exclude and settings_for(path).is_excluded(path)):
             jobs.append((path, Path(path.name), True))
-    return jobs
+    # a local module of another script given (pre-commit names every staged file) is converted with it
+    from accelify.migrate import plan
+
+    scripts = {Path(t.path).resolve() for job in plan([p for p, _, _ in jobs if p.is_file()], settings_for) for t in job.tasks}
+    return [job for job in jobs if not job[0].is_file() or job[0].resolve() in scripts]
 
 
 def _destination(
