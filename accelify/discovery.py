@@ -39,7 +39,7 @@ SUFFIXES = (".py", ".ipynb")
 MAX_SCRIPT_BYTES = 20 * 1024 * 1024  # larger is not a training script: skipped with a note
 MAX_NOTEBOOK_BYTES = 256 * 1024 * 1024  # notebooks carry their outputs (images): a bigger limit
 VCS_DIRS = frozenset({".git", ".hg", ".svn"})
-SKIPPED_DIRS = VCS_DIRS | {".tox", ".nox", ".venv", "venv", "__pycache__", "node_modules", ".mypy_cache",
+SKIPPED_DIRS = VCS_DIRS | {".tox", ".nox", ".venv", "venv", "__pycache__", "node_modules", "build", "dist", ".mypy_cache",
                            ".pytest_cache", ".ruff_cache", ".ipynb_checkpoints"}
 
 
