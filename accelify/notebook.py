@@ -66,7 +66,6 @@ _IPYTHON_LINE = re.compile(
     )""",
     re.VERBOSE,
 )
-_TRIPLE = re.compile(r'"""|\'\'\'')
 
 
 @dataclass
@@ -83,26 +82,52 @@ def _source_text(cell: dict[str, Any]) -> str:
     return "".join(source) if isinstance(source, list) else str(source)
 
 
+def _advance(line: str, depth: int, quote: str | None) -> tuple[int, str | None]:
+    """Bracket depth and open triple-quoted string after ``line`` (strings and comments skipped)."""
+    i, n = 0, len(line)
+    while i < n:
+        c = line[i]
+        if quote is not None:
+            if c == "\\":
+                i += 2
+            elif line.startswith(quote, i):
+                i, quote = i + len(quote), None
+            else:
+                i += 1
+            continue
+        if c == "#":
+            break
+        if c in "\"'":
+            quote = line[i : i + 3] if line[i : i + 3] in ('"""', "'''") else c
+            i += len(quote)
+            continue
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth = max(depth - 1, 0)
+        i += 1
+    return depth, quote if quote in ('"""', "'''") else None
+
+
 def _mask(source: str, magics: dict[int, str]) -> str:
-    """``source`` with its IPython lines replaced by numbered placeholder comments (kept in ``magics``)."""
-    lines = source.split("\n")
+    """``source`` with its IPython lines replaced by numbered placeholder comments (kept in ``magics``).
+
+    Only a line that starts a statement can be IPython syntax: not one inside brackets (``% (a, b)``
+    continuing a format), a triple-quoted string, or after a backslash."""
     out: list[str] = []
-    in_string: str | None = None
-    continued = False
-    for index, line in enumerate(lines):
+    depth, quote, continued, magic_continues = 0, None, False, False
+    for index, line in enumerate(source.split("\n")):
         stripped = line.lstrip()
+        starts = depth == 0 and quote is None and not continued
         is_cell_magic = index == 0 and stripped.startswith("%%")
-        if continued or is_cell_magic or (in_string is None and _IPYTHON_LINE.match(line)):
+        if magic_continues or is_cell_magic or (starts and _IPYTHON_LINE.match(line)):
             number = len(magics)
             magics[number] = line
             out.append(line[: len(line) - len(stripped)] + _MAGIC.format(number))
-            continued = line.rstrip().endswith("\\")
+            magic_continues = line.rstrip().endswith("\\")
             continue
-        for quote in _TRIPLE.findall(line):  # a line inside a triple-quoted string is never a magic
-            if in_string is None:
-                in_string = quote
-            elif quote == in_string:
-                in_string = None
+        depth, quote = _advance(line, depth, quote)
+        continued = quote is None and line.rstrip().endswith("\\") and not line.lstrip().startswith("#")
         out.append(line)
     return "\n".join(out)
 

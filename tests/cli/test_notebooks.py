@@ -150,3 +150,14 @@ def test_convert_cli_shows_the_cell_diff_and_writes_the_notebook(tmp_path: Path,
     cells = sources((tmp_path / "nb.ipynb").read_text())
     assert cells[0].startswith("%pip install tqdm\nimport torch\n") and "accelerator.print(1)" in cells[1]
     assert CliRunner().invoke(main, ["convert", "--check", "nb.ipynb"]).exit_code == 0
+
+
+def test_only_a_line_that_starts_a_statement_is_ipython() -> None:
+    """`% (a, b)` continuing a format inside brackets is Python; `!ls` on its own line is a shell escape."""
+    cell = ('import torch\nmodel = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n'
+            'print("loss %f %d"\n      % (1.0, 2))\nnote = """\n!not a shell escape\n"""\n!ls\nx = 1 + \\\n    2')
+    result = convert_notebook_text(notebook(cell), path="nb.ipynb")
+    assert result.status == "converted", result.error
+    new = sources(result.new)[0]
+    assert 'accelerator.print("loss %f %d"\n      % (1.0, 2))' in new
+    assert 'note = """\n!not a shell escape\n"""\n!ls\nx = 1 + \\\n    2' in new
