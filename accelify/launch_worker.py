@@ -6,7 +6,8 @@ script as ``python script.py args...`` would: ``__name__ == "__main__"``, ``sys.
 (``TORCHELASTIC_ERROR_FILE``) so that the launcher can say which rank failed first and show
 its last lines; the traceback is then printed as ``python script.py`` would print it (without
 this bootstrap's and runpy's frames), with exit code 1.
-Nothing is imported before the script runs, so a launch costs what a plain run costs.
+Nothing is imported before the script runs, so a launch costs what a plain run costs. A script that ends
+without ever joining a process group leaves a marker for the launcher (:mod:`accelify.launch_joined`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import os
 import runpy
 import sys
 from types import TracebackType
+
+from accelify import launch_joined
 
 
 def _record(exc: BaseException) -> None:
@@ -44,6 +47,7 @@ def main(argv: list[str]) -> None:
         raise SystemExit("usage: python -m accelify.launch_worker (script.py | -m module) [args...]")
     as_module = argv[0] == "-m"
     target, args = (argv[1], argv[2:]) if as_module else (argv[0], argv[1:])
+    launch_joined.watch()
     try:
         if as_module:
             sys.argv = [target, *args]
@@ -55,10 +59,13 @@ def main(argv: list[str]) -> None:
     except SystemExit as exc:
         if exc.code not in (None, 0):
             _record(exc)
+        else:
+            launch_joined.note_if_alone(os.environ.get("ACCELIFY_LAUNCH_CONFIG"))
         raise
     except BaseException as exc:
         _record(exc)
         raise
+    launch_joined.note_if_alone(os.environ.get("ACCELIFY_LAUNCH_CONFIG"))
 
 
 if __name__ == "__main__":

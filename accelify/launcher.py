@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from accelify.launch_joined import alone_ranks
 from accelify.launch_plan import LaunchError, LaunchOptions, LaunchPlan, resolve_plan
 
 __all__ = ["LaunchError", "LaunchOptions", "LaunchPlan", "LaunchResult", "WorkerFailure",
@@ -82,6 +83,7 @@ class LaunchResult:
     exit_code: int
     failure: WorkerFailure | None = None
     interrupted_by: int | None = None  # signal number that stopped the launcher, if any
+    alone: tuple[int, ...] = ()  # ranks whose script ended without joining a process group (N > 1 only)
 
 
 def _exit_code(code: int) -> int:
@@ -132,7 +134,7 @@ def _user_frames(lines: list[str]) -> list[str]:
 
 
 @contextmanager
-def _launch_environment(plan: LaunchPlan) -> Iterator[None]:
+def _launch_environment(plan: LaunchPlan) -> Iterator[str]:
     """Write the launch file and set the workers' variables; undo both afterwards."""
     from accelify.runtime.launch import write_launch_file
 
@@ -143,7 +145,7 @@ def _launch_environment(plan: LaunchPlan) -> Iterator[None]:
     saved = {k: os.environ.get(k) for k in added}
     os.environ.update(added)
     try:
-        yield
+        yield path
     finally:
         for key, value in saved.items():
             if value is None:
@@ -174,7 +176,7 @@ def execute(plan: LaunchPlan) -> LaunchResult:
     from torch.distributed.elastic.rendezvous.api import RendezvousError
 
     args = torchrun.parse_args(plan.torchrun_args())
-    with _launch_environment(plan):
+    with _launch_environment(plan) as launch_file:
         try:
             torchrun.run(args)
         except ChildFailedError as error:
@@ -189,4 +191,5 @@ def execute(plan: LaunchPlan) -> LaunchResult:
             ) from exc
         except KeyboardInterrupt:
             return LaunchResult(exit_code=128 + signal.SIGINT, interrupted_by=int(signal.SIGINT))
-    return LaunchResult(exit_code=0)
+        alone = alone_ranks(launch_file)
+    return LaunchResult(exit_code=0, alone=alone)

@@ -83,7 +83,8 @@ class Agreement:
         if qualname in ("len", "builtins.len") and call.args:
             return self._len_local(scope, call.args[0].value, at, seen)
         if self.plan.prepared(scope, call.func, at) is not None:
-            return True  # a forward pass on this process's batch
+            # a forward pass: the parameters agree (DDP keeps them equal), so it is local when its input is
+            return any(self._local(scope, a.value, at, seen) for a in call.args)
         function = self.plan.callee(site) if site is not None else None
         if function is not None:  # a function of the program: what it returns (its parameters are followed there)
             return self._returns_local(function, seen)

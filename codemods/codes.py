@@ -42,4 +42,6 @@ RETRY = Code("ACC019", "this handler trains again after an error; on N processes
 UNSHARDED = Code("ACC020", "the training loop walks `{name}` as it was before `accelerator.prepare`, so every process would train on all of its data and the file was left unchanged", "pass the prepared loader to where it is iterated (prepare it where the model and optimizer are prepared), then convert again")
 UNKNOWN_DATA = Code("ACC021", "the training loop walks `{name}`, which could not be followed to where it is built: if it is a DataLoader, every process sees all of it", "build the DataLoader where the model and optimizer are built, or pass it to `accelerator.prepare` by hand")
 
+SAME_DATA = Code("ACC022", "no DataLoader feeds this training loop, so every process trains on the same data (correct, but no faster than one)", "serve the data through a DataLoader that `accelerator.prepare` shards, or give each process its own part (`accelerator.process_index`, `accelerator.num_processes`)")
+
 ALL: tuple[Code, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Code))

@@ -11,13 +11,15 @@ import libcst as cst
 from accelify.codemods.codes import Code
 from accelify.codemods.edits import Edits, Replacement
 from accelify.codemods.facts import Facts, Scope
-from accelify.codemods.names import ImportMap
+from accelify.codemods.names import ImportMap, code_of  # noqa: F401 - rules import code_of from here
 from accelify.codemods.outcome import ConversionWarning
 from accelify.codemods.plan import Plan
 from accelify.codemods.targets import DEFAULT_TARGET, import_module
 
 if TYPE_CHECKING:
     from accelify.codemods.agreement import Agreement
+    from accelify.codemods.accumulation import Accumulation
+    from accelify.codemods.amp import Amp
 
 # A warning about a node; the node's position is resolved once, at the end, by the engine.
 Located = tuple[cst.CSTNode, ConversionWarning]
@@ -52,6 +54,9 @@ class Context:
     gathered_before: set[cst.BaseStatement] = field(default_factory=set)
     gathered_nodes: set[cst.CSTNode] = field(default_factory=set)
     _agreement: "Agreement | None" = None
+    amp: "Amp | None" = None  # the script's hand-written mixed precision (found by the accelerator rule)
+    accumulations: "list[Accumulation]" = field(default_factory=list)  # hand-written accumulation (idem)
+    unconverted_accumulation: list[cst.If] = field(default_factory=list)  # accumulation in a shape left alone
 
     def __post_init__(self) -> None:
         self.edits = Edits(self.facts.parent_stmt)
@@ -177,8 +182,3 @@ def statement(code: str) -> cst.BaseStatement:
 def unwrap(node: cst.CSTNode, accelerator: str) -> cst.Call:
     """``accelerator.unwrap_model(<node>)``."""
     return cst.Call(func=expression(f"{accelerator}.unwrap_model"), args=[cst.Arg(node)])  # type: ignore[arg-type]
-
-
-def code_of(node: cst.CSTNode) -> str:
-    """Source text of a node (for messages and for building new statements)."""
-    return cst.Module(body=[]).code_for_node(node)

@@ -14,6 +14,7 @@ import libcst as cst
 from accelify.codemods.names import dotted
 
 Replacement = Callable[[cst.CSTNode], cst.CSTNode]
+Regroup = Callable[[list[cst.BaseStatement]], list[cst.BaseStatement]]
 
 
 class Edits:
@@ -25,10 +26,11 @@ class Edits:
         self.before: dict[cst.BaseStatement, list[cst.BaseStatement]] = {}
         self.after: dict[cst.BaseStatement, list[cst.BaseStatement]] = {}
         self.removed: set[cst.BaseStatement] = set()
+        self.groups: list[tuple[list[cst.BaseStatement], Regroup]] = []
         self.dirty: set[cst.BaseStatement] = set()
 
     def __bool__(self) -> bool:
-        return bool(self.replacements or self.before or self.after or self.removed)
+        return bool(self.replacements or self.before or self.after or self.removed or self.groups)
 
     def _touch(self, stmt: cst.BaseStatement | None) -> None:
         while stmt is not None and stmt not in self.dirty:
@@ -51,6 +53,13 @@ class Edits:
     def remove(self, stmt: cst.BaseStatement) -> None:
         self.removed.add(stmt)
         self._touch(self._parent.get(stmt))
+
+    def regroup(self, stmts: Sequence[cst.BaseStatement], make: "Regroup") -> None:
+        """Replace the consecutive statements ``stmts`` of one block, as updated by every other edit (the
+        statements inserted around them included), by ``make(those statements)`` (to wrap them in a
+        ``with``, say)."""
+        self.groups.append((list(stmts), make))
+        self._touch(self._parent.get(stmts[0]))
 
 
 class _Applier(cst.CSTTransformer):
@@ -85,7 +94,9 @@ class _Applier(cst.CSTTransformer):
         out: list[cst.BaseStatement] = []
         carried: list[cst.EmptyLine] = []  # blank lines and comments of removed statements
         removed_first = False
+        spans: dict[int, tuple[int, int]] = {}  # original statement -> the slice of ``out`` made from it
         for original, new in zip(originals, updated):
+            start = len(out)
             if indented and not out and removed_first and not carried and new.leading_lines:
                 lines = list(new.leading_lines)
                 while lines and lines[0].comment is None:
@@ -99,6 +110,7 @@ class _Applier(cst.CSTTransformer):
                 if inserted or after:
                     out.extend(_lead([*inserted, *after], carried))
                     carried = []
+                spans[id(original)] = (start, len(out))
                 continue
             if inserted and isinstance(new, (cst.FunctionDef, cst.ClassDef)):
                 # a definition keeps its blank lines and comments (PEP 8); the inserted code gets the blank lines too
@@ -112,6 +124,10 @@ class _Applier(cst.CSTTransformer):
             carried = []
             out.append(new)
             out.extend(after)
+            spans[id(original)] = (start, len(out))
+        here = [(spans[id(g[0])][0], spans[id(g[-1])][1], make) for g, make in self.edits.groups if id(g[0]) in spans]
+        for first, last, make in sorted(here, key=lambda group: group[0], reverse=True):
+            out[first:last] = make(out[first:last])
         return out, [line for line in carried if line.comment is not None]
 
 

@@ -77,6 +77,7 @@ class Binding:
     unpacked: tuple[cst.BaseExpression, int] | None = None  # ``a, b = f()``: (the call, this name's index)
     made: "tuple[Scope, cst.BaseExpression] | None" = None  # ``opt = make_opt(m)``: where and by what it was built
     aug: bool = False  # ``total += n``: the new value depends on the old one too
+    many: bool = False  # a list of objects of its role (``optimizers = [SGD(b.parameters()) for b in blocks]``)
 
 
 @dataclass(eq=False)

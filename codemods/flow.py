@@ -293,7 +293,19 @@ class Flow:
         """Whether ``site`` is a ``backward`` call or calls (through the program) a function that makes one."""
         if site.method == "backward":
             return True
-        function = self.callee(site)
-        if function is None or id(function) in seen:
-            return False
-        return any(self.reaches_backward(s, seen | {id(function)}) for s in function.calls)
+        for function in [self.callee(site), *self.callbacks(site)]:
+            if function is not None and id(function) not in seen:
+                if any(self.reaches_backward(s, seen | {id(function)}) for s in function.calls):
+                    return True
+        return False
+
+    def callbacks(self, site: CallSite) -> list[Scope]:
+        """Functions of the program passed to a call by name (``optimizer.step(closure)``): it runs them."""
+        found = []
+        for arg in site.node.args:
+            if isinstance(arg.value, cst.Name):
+                owner = site.scope.resolve(arg.value.value)
+                function = self.facts.function(arg.value.value, owner) if owner is not None else None
+                if function is not None:
+                    found.append(function)
+        return found

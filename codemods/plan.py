@@ -27,8 +27,8 @@ from accelify.codemods.analysis import target_names
 from accelify.codemods.codes import Code
 from accelify.codemods.facts import Binding, CallSite, Facts, Loop, Scope
 from accelify.codemods.flow import Flow
-from accelify.codemods.names import dotted
-from accelify.codemods.roles import classify, is_cuda_string, names_a_device, parameter_owners, strip_placement
+from accelify.codemods.names import code_of, dotted
+from accelify.codemods.roles import classify, element_call, is_cuda_string, names_a_device, parameter_owners, strip_placement
 
 PREPARED_ROLES = ("model", "optimizer", "loader", "scheduler")
 ITERATION_WRAPPERS = {"enumerate", "iter", "tqdm.tqdm"}
@@ -43,6 +43,11 @@ class Alias:
     key: str
     obj: Binding
     stmt: cst.BaseStatement | None
+    many: bool = False  # a list of them: ``*optimizers`` in prepare
+
+    @property
+    def spelled(self) -> str:
+        return f"*{self.key}" if self.many else self.key
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,7 @@ class Plan(Flow):
     def _assign_roles(self) -> None:
         for binding in self.facts.bindings():
             binding.role = classify(binding.value, binding.where.imports, self.facts.classes)
+            binding.many = binding.role is not None and element_call(binding.value) is not None
         for scope in self.facts.scopes:  # every assignment of a device variable is one (the else branches too)
             for bindings in scope.bindings.values():
                 if any(b.role == "device" for b in bindings):
@@ -120,12 +126,39 @@ class Plan(Flow):
 
     def trained_by(self, optimizer: Binding) -> list[tuple[Scope, cst.BaseExpression]]:
         """The models ``optimizer`` trains, as (scope, expression): the owners of the ``.parameters()``
-        passed to its constructor, else the model arguments of the helper that made it."""
+        passed to its constructor (for a list, to each element and to what is appended to it), else the
+        model arguments of the helper that made it. ``block`` of ``for block in model.blocks`` stands for
+        ``model.blocks``; ``model.stem`` for ``model`` when only the whole model can be followed."""
         where, call = _maker(optimizer)
-        owners = parameter_owners(call)
+        calls: list[cst.BaseExpression] = [call]
+        if optimizer.many:
+            calls = [e.value for e in optimizer.value.elements] if isinstance(optimizer.value, (cst.List, cst.Tuple)) else [call]  # type: ignore[union-attr]
+            calls += [s.node.args[0].value for s in optimizer.where.calls if s.method in ("append", "extend")
+                      and s.node.args and dotted(s.node.func.value) == optimizer.key]  # type: ignore[attr-defined]
+        owners = [o for c in calls if isinstance(c, cst.Call) for o in parameter_owners(c)]
         if owners:
-            return [(where, owner) for owner in owners]
+            return [(where, self._model_root(where, self._comprehended(optimizer, owner))) for owner in owners]
         return [(optimizer.where, arg) for arg in self._model_arguments(optimizer)]
+
+    def _comprehended(self, optimizer: Binding, owner: cst.BaseExpression) -> cst.BaseExpression:
+        """``block`` -> ``model.blocks`` when ``block`` is the target of the list comprehension's ``for``."""
+        value = optimizer.value
+        if isinstance(value, cst.ListComp) and isinstance(owner, cst.Name):
+            comp: cst.BaseComp | None = value.for_in  # type: ignore[assignment]
+            while comp is not None:
+                if owner.value in target_names(comp.target):  # type: ignore[attr-defined]
+                    iterable = comp.iter  # type: ignore[attr-defined]
+                    while isinstance(iterable, cst.Call) and iterable.args:  # enumerate(model.blocks)
+                        iterable = iterable.args[0].value
+                    return iterable
+                comp = comp.inner_for_in  # type: ignore[attr-defined]
+        return owner
+
+    def _model_root(self, scope: Scope, owner: cst.BaseExpression) -> cst.BaseExpression:
+        """``model.stem`` -> ``model`` when ``model.stem`` itself cannot be followed but ``model`` can."""
+        while isinstance(owner, cst.Attribute) and self.origin(scope, owner) is None and dotted(owner.value) is not None:
+            owner = owner.value
+        return owner
 
     def _model_arguments(self, binding: Binding) -> list[cst.BaseExpression]:
         """Arguments of ``binding``'s call that hold an ``nn.Module`` built here (``make_optimizer(model)``)."""
@@ -184,7 +217,12 @@ class Plan(Flow):
                         self._problem(codes.MODEL_IN_LOOP, model.stmt, name=model.key)
                     objects.append(model)
         if not optimizers:
-            return []
+            # no optimizer: parameters updated by hand (`for p in model.parameters(): p.data.add_(p.grad, ...)`)
+            for model in self._updated_by_hand():
+                if model not in objects:
+                    objects.append(model)
+            if not objects:
+                return []
         for scheduler in self.bindings_with_role("scheduler"):
             core = strip_placement(scheduler.value)  # type: ignore[arg-type]
             first = core.args[0].value if isinstance(core, cst.Call) and core.args else None
@@ -207,6 +245,25 @@ class Plan(Flow):
                 kept.append(obj)
         return kept
 
+    def _updated_by_hand(self) -> list[Binding]:
+        """Models whose parameters a loop updates from their gradients (SGD written by hand)."""
+        found: list[Binding] = []
+        for loop in self.facts.loops:
+            source = loop.node.iter
+            if not (isinstance(source, cst.Call) and isinstance(source.func, cst.Attribute) and source.func.attr.value == "parameters"):
+                continue
+            if len(loop.targets) != 1 or not any(
+                site.method in ("add_", "sub_", "copy_", "mul_") and loop.targets[0] in code_of(site.node.func)
+                for site in loop.calls
+            ) and not any(isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], cst.AugAssign) for s in loop.stmts):
+                continue
+            model = self.origin(loop.scope, source.func.value)
+            if model is not None and model.value is not None:
+                model.role = model.role or "model"
+                if model.role == "model" and model not in found:
+                    found.append(model)
+        return found
+
     def is_prepared(self, binding: Binding | None) -> bool:
         """Whether ``binding`` creates an object that ``prepare`` receives."""
         return binding is not None and binding in self.objects
@@ -227,7 +284,7 @@ class Plan(Flow):
                 # the first name that holds it (``model``, not a later ``model_without_ddp = model``), bound last
                 later = previous is not None and previous.stmt is not None and self.facts.order[previous.stmt] < self.facts.order[binding.stmt]
                 if previous is None or previous.stmt is None or (later and previous.key == binding.key):
-                    aliases[id(held)] = Alias(binding.key, held, binding.stmt)
+                    aliases[id(held)] = Alias(binding.key, held, self._completed(binding), binding.many)
         for scope in self.facts.scopes:
             if scope.kind != "function":
                 continue
@@ -251,6 +308,18 @@ class Plan(Flow):
         held = {id(a.obj) for a in aliases} | {id(o) for o in self.in_place}
         self.objects = [o for o in self.objects if id(o) in held]  # loaders no one iterates, out of reach: left alone
         self._place_prepare(scope, aliases)
+
+    def _completed(self, binding: Binding) -> cst.BaseStatement:
+        """The statement after which ``binding``'s object is complete: a list is, after its last ``append``."""
+        if not binding.many:
+            return binding.stmt
+        order = self.facts.order
+        mutations = [
+            s.stmt for s in binding.where.calls
+            if s.method in ("append", "extend", "insert") and isinstance(s.node.func, cst.Attribute)
+            and dotted(s.node.func.value) == binding.key and order[s.stmt][0] > order[binding.stmt][0]
+        ]
+        return max(mutations, key=lambda s: order[s][0], default=binding.stmt)
 
     def _shallowest(self, candidates: list[Scope]) -> Scope:
         """The candidate no other candidate calls (directly or not): prepare runs once, near the entry."""
@@ -396,7 +465,7 @@ class Plan(Flow):
             anchor = self.prepare_after
             if scope is not target or at is None or anchor is None:
                 return True
-            return self.facts.after(at, anchor)
+            return self.facts.after(at, anchor) and not self._rebound(scope, key, anchor, at)
         if head == "self" and key in names and target.class_scope is not None and scope.class_scope is target.class_scope:
             return True  # another method of the class: it runs after __init__ prepared it
         if key in names and target.kind == "module" and scope.resolve(head) is target:
@@ -417,6 +486,15 @@ class Plan(Flow):
             if inner is not None and (inner != key or binding.where is not scope):
                 return self._sees_expr(binding.where, value, binding.stmt, seen)
         return False
+
+    def _rebound(self, scope: Scope, key: str, anchor: cst.BaseStatement, at: cst.BaseStatement) -> bool:
+        """Whether ``key`` is assigned again between ``prepare`` (after ``anchor``) and ``at``
+        (``model = torch.load(f)`` after training: that model is not the prepared one)."""
+        order = self.facts.order
+        owner = scope.class_scope if key.startswith("self.") and scope.class_scope is not None else scope
+        return any(
+            order[anchor][1] < order[b.stmt][0] < order[at][0] for b in owner.bindings.get(key, [])
+        )
 
     def _sees_expr(self, scope: Scope, expr: cst.BaseExpression, at: cst.BaseStatement, seen: frozenset) -> bool:
         key = dotted(strip_placement(expr))
@@ -527,8 +605,11 @@ class Plan(Flow):
 
 
 def _maker(binding: Binding) -> tuple[Scope, cst.Call]:
-    """The scope and the call that built ``binding``'s object (in a helper that returned it, or here)."""
+    """The scope and the call that built ``binding``'s object (in a helper that returned it, or here; the
+    first element of a list)."""
     where, value = binding.made or (binding.where, strip_placement(binding.value))  # type: ignore[arg-type]
+    element = element_call(value) if binding.many else None
+    value = strip_placement(element) if element is not None else value
     return where, value if isinstance(value, cst.Call) else cst.Call(cst.Name("_"))
 
 

@@ -169,10 +169,26 @@ def is_module_class(name: str, classes: dict[str, list[str]], seen: frozenset[st
     return False
 
 
+def element_call(value: cst.BaseExpression | None) -> cst.BaseExpression | None:
+    """``[optim.SGD(...) for b in blocks]`` / ``[optim.SGD(...), optim.Adam(...)]``: the (first) element built."""
+    if isinstance(value, cst.ListComp):
+        return value.elt
+    if isinstance(value, (cst.List, cst.Tuple)) and value.elements:
+        return value.elements[0].value
+    return None
+
+
 def classify(value: cst.BaseExpression | None, imports: ImportMap, classes: dict[str, list[str]]) -> str | None:
-    """The role of the object ``value`` builds, or None."""
+    """The role of the object ``value`` builds, or None. A list of optimizers is an optimizer (``Binding.many``)."""
     if value is None:
         return None
+    element = element_call(value)
+    if element is not None:
+        if isinstance(value, (cst.List, cst.Tuple)) and not all(
+            classify(e.value, imports, classes) == "optimizer" for e in value.elements
+        ):
+            return None
+        return "optimizer" if classify(element, imports, classes) == "optimizer" else None
     if is_device_expr(value, imports):
         return "device"
     core = strip_placement(value)

@@ -89,3 +89,25 @@ def run_distributed() -> RunDistributed:
 def clean_env() -> Callable[[dict[str, str] | None], dict[str, str]]:
     """The environment a launched child should get: no inherited accelify/accelerate/torchrun variables."""
     return _clean_env
+
+
+@pytest.fixture(scope="session")
+def verification_pool(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    """The session's one pool of verify runs (``tests/verification_pool.py``), with every case the selected tests
+    ask for queued at once: a test parametrised by ``name`` needs that corpus case, by ``planted`` that planted one."""
+    from verification_pool import VerificationPool
+
+    corpus: dict[str, None] = {}
+    planted: dict[str, None] = {}
+    for item in request.session.items:
+        if "verification_pool" not in getattr(item, "fixturenames", ()) or not hasattr(item, "callspec"):
+            continue
+        params = item.callspec.params
+        if "name" in params:
+            corpus[params["name"]] = None
+        if "planted" in params:
+            planted[params["planted"]] = None
+    pool = VerificationPool()
+    pool.start(corpus, planted)
+    yield pool
+    pool.close()

@@ -59,6 +59,10 @@ def launch(script: str, script_args: tuple[str, ...], quiet: bool, **flags: obje
         if not quiet:
             click.echo(plan.banner(), err=True)
         result = execute(plan)
+    if result.alone:
+        from accelify.launch_joined import alone_warning
+
+        click.echo(alone_warning(script, result.alone, plan.world_size), err=True)
     if result.failure is not None:
         click.echo(result.failure.describe(), err=True)
     elif result.interrupted_by is not None:

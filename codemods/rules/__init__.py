@@ -10,9 +10,13 @@ from __future__ import annotations
 
 from accelify.codemods.rule import Rule
 from accelify.codemods.rules.accelerator import CreateAccelerator
+from accelify.codemods.rules.accumulation import AccumulateGradients
+from accelify.codemods.rules.amp import ConvertAmp
 from accelify.codemods.rules.attributes import UnwrapAttributes
 from accelify.codemods.rules.backward import SwapBackward
 from accelify.codemods.rules.clipping import SwapClipping
+from accelify.codemods.rules.closure import ReduceClosureLoss
+from accelify.codemods.rules.data_parallel import RemoveDataParallel
 from accelify.codemods.rules.device import ReplaceDevice
 from accelify.codemods.rules.end import EndTraining
 from accelify.codemods.rules.evaluation import GatherForMetrics
@@ -38,12 +42,16 @@ RULES: tuple[type[Rule], ...] = (
     CreateAccelerator,
     AddAcceleratorImport,
     RemovePlacement,
+    RemoveDataParallel,
+    ConvertAmp,
     ThreadAccelerator,
     ReplaceDevice,
     PlaceTensors,
     InsertPrepare,
     SwapBackward,
     SwapClipping,
+    AccumulateGradients,
+    ReduceClosureLoss,
     GatherForMetrics,
     StopTogether,
     WarnRetry,

@@ -10,12 +10,15 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods import codes
+from accelify.codemods.accumulation import find_accumulation
+from accelify.codemods.amp import find_amp
 from accelify.codemods.analysis import is_docstring, is_import
 from accelify.codemods.context import Abort, Context, code_of
 from accelify.codemods.facts import Binding, Scope
 from accelify.codemods.names import dotted
 from accelify.codemods.roles import cpu_flag, flags_from_test, is_cuda_flag
 from accelify.codemods.rule import Example, Rule
+from accelify.codemods.rules.data_parallel import data_parallel_sites
 
 _REFS = m.Name() | m.Attribute(value=m.Name())
 
@@ -86,14 +89,28 @@ print(model(torch.ones(2)))
         in_class = home.class_scope is not None and any(a.key.startswith("self.") for a in plan.aliases)
         name = "self.accelerator" if in_class else "accelerator"
         flag = self._cpu_flag(ctx, home)
-        arguments = f"cpu={code_of(flag)}" if flag is not None else ""
-        if flag is None and not _names_a_device(ctx) and not feeds_training(ctx):
-            # the script never chooses a device and makes its own data: it runs on the CPU (tensors it creates
-            # stay there), with the CPU's random stream; so does the conversion
-            arguments = "cpu=True"
+        arguments = [f"cpu={code_of(flag)}"] if flag is not None else []
+        if flag is None and not _names_a_device(ctx):
+            # the script never chooses a device: it runs on the CPU (tensors it makes stay there), with the
+            # CPU's random stream; so does the conversion (cpu=True: a GPU would need the script to place them)
+            arguments = ["cpu=True"]
+        if data_parallel_sites(ctx):
+            arguments.append("split_batches=True")  # DataParallel split each batch over the GPUs: so do the processes
+        ctx.amp = find_amp(ctx.facts, plan)
+        depends: list[cst.BaseExpression] = [flag] if flag is not None else []
+        if ctx.amp is not None and ctx.amp.argument() is not None:
+            arguments.append(ctx.amp.argument())  # type: ignore[arg-type]
+            depends += [e for e in (ctx.amp.precision, ctx.amp.enabled) if e is not None]
+        ctx.accumulations = find_accumulation(ctx.facts, plan, home, ctx.unconverted_accumulation)
+        steps = {code_of(a.steps) for a in ctx.accumulations}
+        if len(steps) == 1:
+            arguments.append(f"gradient_accumulation_steps={steps.pop()}")
+            depends.append(ctx.accumulations[0].steps)
+        elif steps:  # loops accumulating over different counts: one accelerator cannot do both
+            ctx.accumulations = []
         block = plan.home_block
-        index, after = self._position(ctx, home, block, flag)
-        code = [f"{name} = Accelerator({arguments})"]
+        index, after = self._position(ctx, home, block, depends)
+        code = [_constructor(name, arguments, len(ctx.facts.chain(block[0])) - 1, ctx.facts.unit_of(home).module.default_indent)]
         if after:
             ctx.insert_after(block[index - 1], code)
             ctx.accelerator_at = (block[index - 1], True)
@@ -124,7 +141,7 @@ print(model(torch.ones(2)))
         return _expand(ctx, home, flag)
 
     def _position(
-        self, ctx: Context, home: Scope, block: list[cst.BaseStatement], flag: cst.BaseExpression | None
+        self, ctx: Context, home: Scope, block: list[cst.BaseStatement], depends: list[cst.BaseExpression]
     ) -> tuple[int, bool]:
         """Where the accelerator goes in ``block``, as early as possible: ``(index, True)`` right after
         ``block[index - 1]``, the last statement its arguments depend on (``args = parser.parse_args()``),
@@ -143,7 +160,7 @@ print(model(torch.ones(2)))
                     start = i + 1
         after = False
         keys: set[str] = set()
-        if flag is not None:
+        for flag in depends:
             names_of_attributes = {id(a.attr) for a in m.findall(flag, m.Attribute()) if isinstance(a, cst.Attribute)}
             for ref in m.findall(flag, _REFS):
                 if id(ref) in names_of_attributes:
@@ -157,6 +174,14 @@ print(model(torch.ones(2)))
                 if top is not None and start <= block.index(top) < first_use:
                     start, after = block.index(top) + 1, True
         return start, after
+
+
+def _constructor(name: str, arguments: list[str], depth: int, indent: str) -> str:
+    """``accelerator = Accelerator(...)``, one argument per line (black's way) when it would pass 88 columns."""
+    line = f"{name} = Accelerator({', '.join(arguments)})"
+    if len(indent) * depth + len(line) <= 88 or len(arguments) < 2:
+        return line
+    return f"{name} = Accelerator(\n" + "".join(f"{indent}{a},\n" for a in arguments) + ")"
 
 
 def feeds_training(ctx: Context) -> bool:

@@ -41,7 +41,7 @@ print(correct / len(loader.dataset))
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 from accelify.runtime import Accelerator
-accelerator = Accelerator()
+accelerator = Accelerator(cpu=True)
 loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
 model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -75,7 +75,7 @@ for x, y in loader:
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 from accelify.runtime import Accelerator
-accelerator = Accelerator()
+accelerator = Accelerator(cpu=True)
 loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
 model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -100,9 +100,16 @@ accelerator.end_training()
                 call = _model_call(ctx, loop, stmt)
                 if call is None:
                     continue
+                rest = list(body.body[index + 1 :])
+                while isinstance(stmt, cst.With) and isinstance(stmt.body, cst.IndentedBlock):
+                    # `with torch.autocast(...): logits = model(x)`: gather inside the with, right after
+                    inner = next((s for s in stmt.body.body if _model_call(ctx, loop, s) is not None), None)
+                    if inner is None:
+                        break
+                    rest = [*stmt.body.body[list(stmt.body.body).index(inner) + 1 :], *rest]
+                    stmt = inner
                 if ctx.is_skipped(stmt):
                     break
-                rest = body.body[index + 1 :]
                 named = _named_output(stmt, call)
                 if named is not None:
                     gather, names = _gather(ctx, loop, named, _inputs(call), _names_used(rest), accelerator)

@@ -1,6 +1,7 @@
 """LoadUnwrapped: loading weights into a prepared model goes through the unwrapped model, from CPU tensors.
 
-Loading before ``prepare`` needs nothing and is left alone. A load of a file this function saved
+Loading before ``prepare`` reads onto the CPU too (every process reads the file); an explicit
+``map_location`` is kept. A load of a file this function saved
 earlier, with no ``wait_for_everyone()`` since, gets one first: only the main process writes it.
 """
 
@@ -8,10 +9,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods.context import Context, code_of, unwrap
+from accelify.codemods.context import Context, code_of, expression, unwrap
 from accelify.codemods.facts import CallSite
 from accelify.codemods.rule import Example, Rule
-from accelify.codemods.rules.save import follows_save
+from accelify.codemods.rules.save import follows_save, outside_with
 
 
 class LoadUnwrapped(Rule):
@@ -50,7 +51,7 @@ accelerator.end_training()
             before='''\
 import torch
 model = torch.nn.Linear(2, 1)
-model.load_state_dict(torch.load("net.pt"))
+model.load_state_dict(torch.load("net.pt", map_location="cuda:0"))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 for x in torch.ones(4, 2):
     model(x).sum().backward()
@@ -61,7 +62,7 @@ import torch
 from accelify.runtime import Accelerator
 accelerator = Accelerator(cpu=True)
 model = torch.nn.Linear(2, 1)
-model.load_state_dict(torch.load("net.pt"))
+model.load_state_dict(torch.load("net.pt", map_location="cuda:0"))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 model, optimizer = accelerator.prepare(model, optimizer)
 for x in torch.ones(4, 2):
@@ -82,10 +83,17 @@ accelerator.end_training()
             if site.method != "load_state_dict" or not isinstance(func, cst.Attribute):
                 continue
             found = ctx.plan.prepared(site.scope, func.value, site.stmt)
-            if found is None:
-                continue
             accelerator = ctx.accelerator_in(site.scope)
             if accelerator is None:
+                continue
+            if found is None:
+                raw = ctx.plan.origin(site.scope, func.value)
+                if raw is not None and ctx.plan.is_prepared(raw) and ctx.after_accelerator(site.scope, site.stmt):
+                    # loaded into the model before prepare: only the file's tensors go to the CPU first (every
+                    # process reads it; as saved they would all land on the GPU that wrote it)
+                    for load in self._loads_feeding(ctx, site):
+                        ctx.replace(load.node, load.stmt, _map_to_cpu)
+                        ctx.change('torch.load(..., map_location="cpu")')
                 continue
             if found.role == "model":
                 ctx.replace(func.value, site.stmt, lambda n, a=accelerator: unwrap(n, a))  # type: ignore[misc]
@@ -97,6 +105,27 @@ accelerator.end_training()
                 if _reads_unwaited_save(ctx, load, saves, order) and load.stmt not in waited and not ctx.is_skipped(load.stmt):
                     ctx.insert_before(load.stmt, [f"{accelerator}.wait_for_everyone()"])
                     waited.add(load.stmt)
+        self._whole_models(ctx, saves, order, waited)
+
+    def _whole_models(self, ctx: Context, saves: list[CallSite], order: dict[cst.Call, int], waited: set) -> None:
+        """``model = torch.load(f)`` of a model the script saved whole (``torch.save(model, f)``): every
+        process reads it after the main process wrote it, onto the CPU, then onto its own device."""
+        for load in ctx.facts.calls:
+            if load.qualname != "torch.load" or load.node in ctx.handled or not _assigns_model(ctx, load):
+                continue
+            accelerator = ctx.accelerator_in(load.scope)
+            if accelerator is None or not ctx.after_accelerator(load.scope, load.stmt):
+                continue
+            if any(a.keyword is not None and a.keyword.value == "map_location" for a in load.node.args):
+                continue
+            ctx.handled.add(load.node)
+            device = _device_name(ctx, load) or f"{accelerator}.device"
+            ctx.replace(load.node, load.stmt, lambda n, d=device: _to_device(_map_to_cpu(n), d))  # type: ignore[misc]
+            ctx.change('torch.load(..., map_location="cpu").to(device)')
+            anchor = outside_with(ctx, load.stmt)
+            if any(order[s.node] < order[load.node] for s in saves) and anchor not in waited and ctx.agreement.agreed(anchor, load.scope):
+                ctx.insert_before(anchor, [f"{accelerator}.wait_for_everyone()"])
+                waited.add(anchor)
 
     def _loads_feeding(self, ctx: Context, site: CallSite) -> list[CallSite]:
         """``torch.load`` calls without ``map_location`` whose result this call loads (directly or via a name)."""
@@ -115,6 +144,30 @@ accelerator.end_training()
             return []
         ctx.handled.add(load.node)
         return [load]
+
+
+def _assigns_model(ctx: Context, load: CallSite) -> bool:
+    """``model = torch.load(...)`` where ``model`` holds a model elsewhere in the program."""
+    stmt = load.stmt
+    if not (isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], cst.Assign)):
+        return False
+    assign = stmt.body[0]
+    if assign.value is not load.node or len(assign.targets) != 1:
+        return False
+    key = code_of(assign.targets[0].target)
+    owner = load.scope.resolve(key.split(".")[0])
+    return owner is not None and any(b.role == "model" for b in owner.bindings.get(key, []))
+
+
+def _device_name(ctx: Context, load: CallSite) -> str | None:
+    """``device`` when that name, in the load's scope, is the device variable (tied to the accelerator's)."""
+    binding = ctx.plan.binding_of(load.scope, "device")
+    return "device" if binding is not None and binding.role == "device" else None
+
+
+def _to_device(node: cst.CSTNode, device: str) -> cst.CSTNode:
+    assert isinstance(node, cst.BaseExpression)
+    return cst.Call(func=cst.Attribute(node, cst.Name("to")), args=[cst.Arg(expression(device))])
 
 
 def _reads_unwaited_save(ctx: Context, load: CallSite, saves: list[CallSite], order: dict[cst.Call, int]) -> bool:

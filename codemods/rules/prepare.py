@@ -71,7 +71,7 @@ print(len(ordered))
         accelerator = ctx.accelerator_in(scope) if scope is not None else None
         if scope is None or accelerator is None or not plan.aliases:
             return
-        names = [a.key for a in plan.aliases]
+        names = [a.spelled for a in plan.aliases]
         code = _prepare_code(names, accelerator, _depth(ctx, plan.prepare_block) * _indent(ctx, scope))
         if plan.prepare_after is not None:
             ctx.insert_after(plan.prepare_after, [code])

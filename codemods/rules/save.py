@@ -82,9 +82,11 @@ accelerator.end_training()
             if not ctx.replace(site.node.func, site.stmt, lambda _, a=accelerator: expression(f"{a}.save")):  # type: ignore[misc]
                 continue
             self._unwrap_models(ctx, site, accelerator)
-            # the barrier is a collective: only where every process gets (a branch on a local value would hang)
-            if not follows_save(ctx, site, waited) and ctx.agreement.agreed(site.stmt, site.scope):
-                ctx.insert_before(site.stmt, [f"{accelerator}.wait_for_everyone()"])
+            # the barrier is a collective: only where every process gets (a branch on a local value would hang),
+            # and outside the `with open(...)` around the save (the writes rule puts it on the main process)
+            anchor = outside_with(ctx, site.stmt)
+            if not follows_save(ctx, site, waited) and ctx.agreement.agreed(anchor, site.scope):
+                ctx.insert_before(anchor, [f"{accelerator}.wait_for_everyone()"])
             waited.add(site.stmt)
             ctx.change("save with accelerator.save after wait_for_everyone()")
 
@@ -115,6 +117,22 @@ accelerator.end_training()
     def _is_model(self, ctx: Context, site: CallSite, expr: cst.BaseExpression) -> bool:
         found = ctx.plan.prepared(site.scope, expr, site.stmt)
         return found is not None and found.role == "model"
+
+
+def outside_with(ctx: Context, stmt: cst.BaseStatement) -> cst.BaseStatement:
+    """``stmt``, or the outermost ``with open(...)`` statement whose body holds it (``with open(p, "wb") as f: save(f)``)."""
+    parent = ctx.facts.parent_stmt.get(stmt)
+    while isinstance(parent, cst.With) and any(_opens(item.item) for item in parent.items):
+        stmt, parent = parent, ctx.facts.parent_stmt.get(parent)
+    return stmt
+
+
+def _opens(expr: cst.BaseExpression) -> bool:
+    """``open(...)`` / ``path.open(...)``: a file the statements under the ``with`` read or write."""
+    if not isinstance(expr, cst.Call):
+        return False
+    func = expr.func
+    return (isinstance(func, cst.Name) and func.value == "open") or (isinstance(func, cst.Attribute) and func.attr.value == "open")
 
 
 def follows_save(ctx: Context, site: CallSite, waited: set[cst.BaseStatement]) -> bool:

@@ -1,19 +1,24 @@
-"""SeedPerProcess: without a prepared data loader, each process draws its own data.
+"""SeedPerProcess: without a prepared data loader, each process draws its own data (or is told it trains
+on the same data as the others).
 
 When no training loop walks a prepared loader (a reinforcement-learning loop playing episodes, batches
 drawn at random offsets of a tensor), every process would draw exactly the same data from the same
 seed: N processes computing one gradient N times. The seeds the script sets after the accelerator
 exists get ``+ accelerator.process_index``: process 0 keeps the script's seed (so one process computes
 what the original did), the others draw their own. The initial weights still agree: ``prepare``
-broadcasts process 0's.
+broadcasts process 0's. A training loop fed neither by a prepared loader nor by random draws (a tensor
+sliced by the loop) trains on the same data on every process: that is correct but no faster, and is
+reported (ACC022).
 """
 
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
+from accelify.codemods import codes
 from accelify.codemods.context import Context, code_of, expression
-from accelify.codemods.facts import CallSite
+from accelify.codemods.facts import CallSite, Loop
 from accelify.codemods.rule import Example, Rule
 from accelify.codemods.rules.accelerator import feeds_training
 
@@ -69,7 +74,7 @@ for (x,) in loader:
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 from accelify.runtime import Accelerator
-accelerator = Accelerator()
+accelerator = Accelerator(cpu=True)
 torch.manual_seed(0)
 loader = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4)
 model = torch.nn.Linear(2, 1)
@@ -85,7 +90,13 @@ accelerator.end_training()
     )
 
     def run(self, ctx: Context) -> None:
-        if not ctx.accelerators or feeds_training(ctx) or not any(s.method == "backward" for s in ctx.facts.calls):
+        if not ctx.accelerators or feeds_training(ctx):
+            return
+        if not _draws_while_training(ctx):
+            loop = next((lp for lp in ctx.facts.loops if any(ctx.plan.reaches_backward(s) for s in lp.calls)), None)
+            reported = any(node is loop.node.iter for node, _ in ctx.warnings) if loop is not None else True
+            if loop is not None and not reported and ctx.accelerator_in(loop.scope) is not None and _walks_data(loop):
+                ctx.warn(codes.SAME_DATA, loop.node.iter)
             return
         for site in ctx.facts.calls:
             seed = _seed_argument(site)
@@ -96,6 +107,40 @@ accelerator.end_training()
                 continue
             if ctx.replace(seed, site.stmt, lambda n, a=accelerator: _offset(n, a)):  # type: ignore[misc]
                 ctx.change("seed each process on its own: seed + accelerator.process_index")
+
+
+_DRAWS = ("torch.rand", "torch.randn", "torch.randint", "torch.randperm", "torch.multinomial", "torch.normal",
+          "torch.bernoulli", "random.", "numpy.random.", "np.random.")
+
+
+def _draws_while_training(ctx: Context) -> bool:
+    """Whether a training loop draws its data at random as it goes (offsets, episodes, samples): then each
+    process must draw its own. Data made once before training is the same on every process, as it should be."""
+    plan = ctx.plan
+    seen: set[int] = set()
+
+    def draws(sites: list[CallSite]) -> bool:
+        for site in sites:
+            if (site.qualname or "").startswith(_DRAWS) or site.method in ("sample", "rsample"):
+                return True
+            function = plan.callee(site)
+            if function is not None and id(function) not in seen:
+                seen.add(id(function))
+                if draws(function.calls):
+                    return True
+        return False
+
+    return any(draws(loop.calls) for loop in ctx.facts.loops if any(plan.reaches_backward(s) for s in loop.calls))
+
+
+def _walks_data(loop: Loop) -> bool:
+    """Whether the loop's iterable reads a variable of the script (``range(0, train_data.size(0), bptt)``), not
+    only literals and modules (``torch.ones(4, 2)``)."""
+    imports = loop.scope.imports.aliases
+    return any(
+        isinstance(n, cst.Name) and n.value not in imports and loop.scope.resolve(n.value) is not None
+        for n in m.findall(loop.node.iter, m.Name())
+    )
 
 
 def _seed_argument(site: CallSite) -> cst.BaseExpression | None:

@@ -101,6 +101,8 @@ accelerator.end_training()
         wrapped: set[cst.BaseStatement] = set()
         for site in ctx.facts.calls:
             q = site.qualname or ""
+            if _race_handled(ctx, site):
+                continue  # `try: os.makedirs(d) except OSError: pass`: the losing process already carries on
             if q == "os.makedirs" or (site.method == "mkdir" and q != "os.mkdir" and _is_path_mkdir(site)):
                 if not _has_keyword(site.node, "exist_ok") and ctx.replace(site.node, site.stmt, _exist_ok):
                     ctx.change("create folders with exist_ok=True")
@@ -138,6 +140,19 @@ accelerator.end_training()
         if ctx.replace(stmt, stmt, lambda s, a=accelerator: _under(s, f"with {a}.main_process_first():")):  # type: ignore[misc]
             wrapped.add(stmt)
             ctx.change("create folders and download data on the main process first")
+
+
+def _race_handled(ctx: Context, site: CallSite) -> bool:
+    """Whether the call sits in a ``try`` whose ``except`` catches ``OSError`` / ``FileExistsError``."""
+    for outer in ctx.facts.chain(site.stmt)[1:]:
+        if isinstance(outer, cst.Try):
+            for handler in outer.handlers:
+                caught = code_of(handler.type) if handler.type is not None else "BaseException"
+                body = code_of(handler.body)
+                stops = "raise" in body or "exit(" in body  # `except OSError: sys.exit(1)` ends the launch
+                if any(name in caught for name in ("OSError", "FileExistsError", "IOError", "Exception")) and not stops:
+                    return True
+    return False
 
 
 def _guard(ctx: Context, site: CallSite) -> cst.If | None:

@@ -183,6 +183,8 @@ accelerator.end_training()
         for site in function.calls:
             if site.method == "backward" or site.qualname in CLIPPING or site.qualname == "torch.save":
                 return True
+            if site.node in ctx.handled:  # a call a rule already rewrote through the accelerator (autocast)
+                return True
         if any(plan.loader_of(loop) is not None for loop in function.loops):
             return True
         return self._device_param(ctx, function) is not None

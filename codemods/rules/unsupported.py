@@ -1,5 +1,4 @@
-"""WarnUnsupported: patterns later rules will convert (AMP, gradient accumulation) get a warning;
-manual distributed code (process groups, DDP, DataParallel, DistributedSampler) stops the conversion,
+"""WarnUnsupported: manual distributed code (process groups, DDP, DataParallel, DistributedSampler) stops the conversion,
 and every place of it is reported, so one pass shows all that must be removed by hand.
 """
 
@@ -13,10 +12,8 @@ from accelify.codemods.context import Abort, Context, Located, code_of
 from accelify.codemods.names import dotted
 from accelify.codemods.rule import Example, Rule
 
-WRAPPERS = {"torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.DataParallel"}
+WRAPPERS = {"torch.nn.parallel.DistributedDataParallel"}  # DataParallel is converted (rules/data_parallel.py)
 SAMPLERS = {"torch.utils.data.DistributedSampler"}
-AUTOCAST = {"torch.autocast", "torch.cuda.amp.autocast", "torch.amp.autocast", "torch.cpu.amp.autocast"}
-SCALERS = {"torch.cuda.amp.GradScaler", "torch.amp.GradScaler"}
 _MODULO = m.BinaryOperation(operator=m.Modulo())
 
 # What replaces each piece of hand-written distributed code (by the called name's last part).
@@ -61,37 +58,6 @@ if dist.get_rank() == 0:
 import torch
 model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-scaler = torch.cuda.amp.GradScaler(enabled=False)
-for x in torch.ones(4, 2):
-    with torch.autocast("cpu", enabled=False):
-        loss = model(x).sum()
-    scaler.scale(loss).backward()
-    scaler.step(optimizer)
-    scaler.update()
-''',
-            after='''\
-import torch
-from accelify.runtime import Accelerator
-accelerator = Accelerator()
-model = torch.nn.Linear(2, 1)
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-model, optimizer = accelerator.prepare(model, optimizer)
-scaler = torch.cuda.amp.GradScaler(enabled=False)
-for x in torch.ones(4, 2):
-    with torch.autocast("cpu", enabled=False):
-        loss = model(x).sum()
-    scaler.scale(loss).backward()
-    scaler.step(optimizer)
-    scaler.update()
-accelerator.end_training()
-''',
-            warnings=('ACC005:4', 'ACC005:6'),
-        ),
-        Example(
-            before='''\
-import torch
-model = torch.nn.Linear(2, 1)
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 for step, x in enumerate(torch.ones(4, 2)):
     model(x).sum().backward()
     optimizer.step()
@@ -120,17 +86,6 @@ accelerator.end_training()
         stops = _distributed_code(ctx)
         if stops:
             raise Abort(*stops)
-        for site in ctx.facts.calls:
-            q = site.qualname or ""
-            if q in AUTOCAST or q in SCALERS:
-                ctx.warn(codes.AMP, site.node, name=q.rsplit(".", 1)[-1])
-            elif site.method == "step" and isinstance(site.node.func, cst.Attribute):
-                if ctx.plan.role(site.scope, site.node.func.value) != "optimizer":
-                    continue
-                for stmt in ctx.facts.chain(site.stmt):
-                    if isinstance(stmt, cst.If) and m.findall(stmt.test, _MODULO):
-                        ctx.warn(codes.ACCUMULATION, stmt)
-                        break
 
 
 def _distributed_code(ctx: Context) -> list[Located]:

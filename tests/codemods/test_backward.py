@@ -90,10 +90,11 @@ def test_backward_with_positional_gradient_warns_and_stays() -> None:
     assert codes(code) == ["ACC010:4"]
 
 
-def test_scaler_backward_is_left_to_the_amp_warning() -> None:
+def test_scaler_backward_goes_through_the_accelerator() -> None:
     code = HEAD + "scaler = torch.cuda.amp.GradScaler()\nscaler.scale(loss).backward()\n"
-    assert "scaler.scale(loss).backward()" in __import__("_convert").converted(code)
-    assert "ACC005:4" in codes(code)
+    out = __import__("_convert").converted(code)
+    assert "accelerator.backward(loss)\n" in out and "scaler" not in out
+    assert codes(code) == []
 
 
 LOOP_HEAD = HEAD + "for x in loader:\n"

@@ -60,9 +60,6 @@ def test_checkpoint_saves_and_loads() -> None:
 @pytest.mark.parametrize(
     "code",
     [
-        # loading before prepare needs nothing
-        "import torch\nmodel = torch.nn.Linear(2, 1)\nmodel.load_state_dict(torch.load('w.pt'))\n"
-        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n",
         # an explicit map_location is kept
         HEAD + "model.load_state_dict(torch.load('w.pt', map_location='cuda:0'))\n",
     ],
@@ -126,3 +123,12 @@ def test_loading_the_file_just_saved_waits_for_the_main_process() -> None:
         "model.load_state_dict(torch.load('w.pt'))\n"
     )
     assert waited.count("accelerator.wait_for_everyone()") == 2
+
+
+def test_a_load_before_prepare_reads_onto_the_cpu() -> None:
+    """Every process reads the file: as saved, all would put its tensors on the GPU that wrote it."""
+    out = converted(
+        "import torch\nmodel = torch.nn.Linear(2, 1)\nmodel.load_state_dict(torch.load('w.pt'))\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    )
+    assert "model.load_state_dict(torch.load('w.pt', map_location=\"cpu\"))" in out

@@ -15,7 +15,6 @@ HEAD = "import torch\nmodel = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model
     [
         ("import torch.distributed as dist\ndist.init_process_group('nccl')\n" + HEAD, ["ACC003:2"]),
         ("from torch.nn.parallel import DistributedDataParallel as DDP\n" + HEAD + "model = DDP(model)\n", ["ACC004:5"]),
-        (HEAD + "model = torch.nn.DataParallel(model)\n", ["ACC004:4"]),
         (
             "from torch.utils.data.distributed import DistributedSampler\n" + HEAD + "s = DistributedSampler(ds)\n",
             ["ACC003:5"],
@@ -54,7 +53,6 @@ def main():
             print(loss)
         if dist.get_rank() == 0:
             torch.save(model.state_dict(), "m.pt")
-    model2 = torch.nn.DataParallel(torch.nn.Linear(2, 1))
 """
 
 
@@ -72,14 +70,13 @@ def test_every_place_of_manual_distributed_code_is_reported() -> None:
         "ACC003:21",  # dist.barrier()
         "ACC003:22",  # if rank == 0:
         "ACC003:24",  # if dist.get_rank() == 0: (once, not again for the call in the test)
-        "ACC004:26",  # nn.DataParallel(...)
     ]
     for warning in result.warnings:
         assert "the file was left unchanged" in warning.message and "then convert again" in warning.fix
     texts = [w.format() for w in result.warnings]
     assert texts[0].startswith("ddp.py:9:5: ACC003 manual distributed code (`dist.init_process_group`)")
     assert "`if rank == 0:`" in texts[7] and "accelerator.is_main_process" in texts[7]
-    assert "`DDP` wrapping" in texts[2] and "`torch.nn.DataParallel` wrapping" in texts[9]
+    assert "`DDP` wrapping" in texts[2]
     assert "accelerator.wait_for_everyone()" in texts[6] and "accelerator.reduce" in texts[5]
 
 
@@ -97,7 +94,7 @@ def test_rank_tests_and_set_epoch_alone_do_not_stop_the_conversion(code: str) ->
     assert not [w for w in result.warnings if w.code in ("ACC003", "ACC004")]
 
 
-def test_amp_and_accumulation_are_converted_around_with_warnings() -> None:
+def test_accumulation_without_the_division_is_converted_with_amp() -> None:
     code = dedent(
         """
         import torch
@@ -114,8 +111,28 @@ def test_amp_and_accumulation_are_converted_around_with_warnings() -> None:
         """
     )
     out = converted(code)
-    assert "accelerator.backward(loss)" in out
-    assert codes(code) == ["ACC005:5", "ACC005:7", "ACC006:10"]
+    assert "accelerator.backward(loss)" in out and "with accelerator.autocast():" in out
+    assert "gradient_accumulation_steps=4" in out and "with accelerator.accumulate(model):" in out
+    assert codes(code) == []
+
+
+def test_accumulation_with_an_else_is_left_with_a_warning() -> None:
+    code = dedent(
+        """
+        import torch
+        model = torch.nn.Linear(2, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for i, (x, y) in enumerate(loader):
+            loss = model(x).sum() / 4
+            loss.backward()
+            if (i + 1) % 4 == 0:
+                opt.step()
+            else:
+                print("accumulating")
+        """
+    )
+    assert "accelerator.accumulate" not in converted(code)
+    assert codes(code) == ["ACC006:7"]
 
 
 def test_warning_format() -> None:

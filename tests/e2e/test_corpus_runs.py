@@ -10,79 +10,43 @@ For each ``corpus/<name>/`` (found by glob, the folder name is the test id):
   prints the compared lines (``accelerator.print``), rank 1 prints none, and every number in them is finite;
 - once, one converted script goes through the real launcher, ``accelify launch --cpu -n 2``.
 
-Cost: a corpus script's own work is a few hundredths of a second, but ``python script.py`` spends about 2 s of CPU
-importing torch first. The one-process runs are fresh processes forked from a server that has imported torch already
-(``zygote.py`` next to this file: same argv, cwd, environment, output and exit code as ``python script.py``). All
-runs of the selected cases start together, two at a time (CI has two cores), the first time a result is needed.
+No script runs twice: ``accelify verify`` runs the original and the conversion on one process and the conversion on
+two for every corpus case (``tests/verify/test_corpus_verify.py``), to the end of the script, and these tests read
+what those runs printed (``tests/verification_pool.py``). What verify does not run is run here, through the same
+pool: the ``--target accelerate`` variant, every run of a case with several runs (they continue in one folder), and
+the cases the tool leaves unchanged. One-process runs fork from servers that imported torch already.
 """
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
-import json
 import math
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import tomllib
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from queue import Queue
 from typing import Iterator
 
 import pytest
+from corpus_cases import CASE_DIRS, CORPUS, IDS, Case
+from verification_pool import VerificationPool
 
-ROOT = Path(__file__).resolve().parents[2]
-CORPUS = ROOT / "corpus"
-ZYGOTE = Path(__file__).resolve().with_name("zygote.py")
-CASE_DIRS = sorted(p.parent for p in CORPUS.glob("*/input.py"))
-IDS = [d.name for d in CASE_DIRS]
+from accelify.verify import RunSummary, ScriptFiles, convert_files
 
 HAS_ACCELERATE = importlib.util.find_spec("accelerate") is not None
 RANK_PREFIX = re.compile(r"^\[default(\d+)\]:(.*)$")
 NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\bnan\b|\binf\b)", re.IGNORECASE)
 RUN_TIMEOUT = 180.0  # a whole launch; a script's own work takes well under a second
 ONE_PROCESS_TIMEOUT = 120.0
-WORKERS = 2
 LAUNCHED_CASE = "mnist_style"  # the case that also goes through `accelify launch`
 ACCELIFY = [sys.executable, "-c", "from accelify.cli import main; main()"]  # this interpreter's, not PATH's
 WARNING = re.compile(r"\b\w*Warning\b|^W\d{4} ")  # Python warnings, and torch's glog-style "W1123 ..." lines
-
-
-@dataclass(frozen=True)
-class Case:
-    """One corpus folder and its ``run.toml``."""
-
-    name: str
-    directory: Path
-    runs: tuple[tuple[str, ...], ...]
-    compare: re.Pattern[str]
-    distributed: bool
-
-    @classmethod
-    def load(cls, directory: Path) -> "Case":
-        cfg = tomllib.loads((directory / "run.toml").read_text(encoding="utf-8"))
-        runs = cfg["runs"] if "runs" in cfg else [cfg.get("args", [])]
-        return cls(
-            name=directory.name,
-            directory=directory,
-            runs=tuple(tuple(run) for run in runs),
-            compare=re.compile(cfg["compare"]),
-            distributed=bool(cfg.get("distributed", True)),
-        )
-
-    def source(self) -> str:
-        return (self.directory / "input.py").read_text(encoding="utf-8")
-
-    def compared(self, stdout: str) -> list[str]:
-        return [line for line in stdout.splitlines() if self.compare.search(line)]
+VERIFY_RUNS = {("original", 1): "original", ("accelify", 1): "converted", ("accelify", 2): "distributed"}
 
 
 @dataclass(frozen=True)
@@ -93,6 +57,12 @@ class Output:
     stdout: tuple[str, ...]  # one per rank
     stderr: tuple[str, ...]
     seconds: float
+
+    @classmethod
+    def from_run(cls, run: RunSummary) -> "Output":
+        """What a verify run printed (killed at its timeout: exit code -9)."""
+        code = -9 if run.exit_code is None else run.exit_code
+        return cls(tuple(code for _ in run.stdout), run.stdout, run.stderr, run.seconds)
 
     @property
     def ok(self) -> bool:
@@ -113,50 +83,6 @@ def child_env(**extra: str) -> dict[str, str]:
     env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="")
     env.update(extra)
     return env
-
-
-class Zygote:
-    """One fork server (``zygote.py``): runs one-process jobs, one at a time."""
-
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(ZYGOTE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env()
-        )
-        ready = self.proc.stdout.readline()  # type: ignore[union-attr]
-        if "ready" not in ready:
-            raise RuntimeError(f"the e2e fork server did not start (exit {self.proc.poll()}): {ready!r}")
-
-    def run(self, script: Path, runs: tuple[tuple[str, ...], ...]) -> Output:
-        """Run ``script`` once per entry of ``runs``, in order, in the script's folder."""
-        start = time.perf_counter()
-        out, err, code = "", "", 0
-        for index, args in enumerate(runs):
-            job = {
-                "script": str(script), "args": list(args), "cwd": str(script.parent), "env": child_env(),
-                "stdout": str(script.with_name(f".run{index}.out")),
-                "stderr": str(script.with_name(f".run{index}.err")),
-                "timeout": ONE_PROCESS_TIMEOUT,
-            }
-            self.proc.stdin.write(json.dumps(job) + "\n")  # type: ignore[union-attr]
-            self.proc.stdin.flush()  # type: ignore[union-attr]
-            reply = self.proc.stdout.readline()  # type: ignore[union-attr]
-            if not reply:
-                raise RuntimeError(f"the e2e fork server died (exit {self.proc.poll()})")
-            code = json.loads(reply)["returncode"]
-            out += Path(job["stdout"]).read_text(encoding="utf-8", errors="replace")
-            err += Path(job["stderr"]).read_text(encoding="utf-8", errors="replace")
-            if code != 0:
-                break
-        return Output((code,), (out,), (err,), time.perf_counter() - start)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.stdin.close()  # type: ignore[union-attr]
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 def launch_two_processes(script: Path, runs: tuple[tuple[str, ...], ...]) -> Output:
@@ -190,17 +116,13 @@ def launch_two_processes(script: Path, runs: tuple[tuple[str, ...], ...]) -> Out
     )
 
 
-def _pipeline():
-    if importlib.util.find_spec("accelify.pipeline") is None:
-        pytest.skip("accelify.pipeline does not exist yet: nothing to convert the corpus with")
-    return importlib.import_module("accelify.pipeline")
-
-
 class Corpus:
-    """The selected cases, their conversions, and every run of them (started together on first use)."""
+    """The selected cases, their conversions, and every run of them: verify's runs where it made them (see the
+    module docstring), the others queued on the session's pool when first needed."""
 
-    def __init__(self, wanted: list[tuple[str, str, int]], workdir: Path) -> None:
+    def __init__(self, pool: VerificationPool, wanted: list[tuple[str, str, int]], workdir: Path) -> None:
         names = {name for name, _, _ in wanted}
+        self.pool = pool
         self.cases = {d.name: Case.load(d) for d in CASE_DIRS if d.name in names}
         self.wanted = [
             (name, variant, nproc)
@@ -208,65 +130,59 @@ class Corpus:
             if (variant != "accelerate" or HAS_ACCELERATE) and (nproc == 1 or self.cases[name].distributed)
         ]
         self.workdir = workdir
-        self._sources: dict[tuple[str, str], str] = {}
         self._futures: dict[tuple[str, str, int], Future[Output]] = {}
-        self._pool: ThreadPoolExecutor | None = None
-        self._zygotes: Queue[Zygote] = Queue()
-        self._all: list[Zygote] = []
-        self._lock = threading.Lock()
+        self._started = False
 
-    def convert(self, name: str, variant: str) -> str:
-        """The original source (``variant="original"``) or the tool's output for target ``variant``."""
-        key = (name, variant)
-        if key not in self._sources:
-            source = self.cases[name].source()
-            if variant != "original":
-                result = _pipeline().convert_source(source, path=f"corpus/{name}/input.py", target=variant)
-                assert result.error is None, f"converting corpus/{name}/input.py failed: {result.error}"
-                source = result.new
-            self._sources[key] = source
-        return self._sources[key]
+    def from_verify(self, name: str, variant: str, nproc: int) -> bool:
+        """Whether verify made this run: a converted case with one run, the original or the default target."""
+        case = self.cases[name]
+        return case.distributed and len(case.runs) == 1 and (variant, nproc) in VERIFY_RUNS
 
-    def _zygote(self) -> Zygote:
-        with self._lock:
-            if self._zygotes.empty() and len(self._all) < WORKERS:
-                zygote = Zygote()
-                self._all.append(zygote)
-                return zygote
-        return self._zygotes.get()
+    def convert(self, name: str, variant: str) -> ScriptFiles:
+        """The case's files (``variant="original"``) or the tool's conversion of them for target ``variant``."""
+        files = self.cases[name].files()
+        if variant == "original":
+            return files
+        converted, result = convert_files(files, target=variant)
+        assert result.error is None, f"converting corpus/{name}/input.py failed: {result.error}"
+        return converted
 
     def _job(self, name: str, variant: str, nproc: int) -> Output:
         folder = Path(tempfile.mkdtemp(prefix=f"{name}-{variant}-{nproc}p-", dir=self.workdir))
-        script = folder / "train.py"
-        script.write_text(self.convert(name, variant), encoding="utf-8")
+        script = self.convert(name, variant).write(folder)
+        runs = self.cases[name].runs
         if nproc == 2:
-            return launch_two_processes(script, self.cases[name].runs)
-        zygote = self._zygote()
-        try:
-            return zygote.run(script, self.cases[name].runs)
-        finally:
-            self._zygotes.put(zygote)
+            return launch_two_processes(script, runs)
+        start = time.perf_counter()
+        out, err, code = "", "", 0
+        with self.pool.launcher.borrow() as server:
+            for index, args in enumerate(runs):
+                stdout, stderr = folder / f".run{index}.out", folder / f".run{index}.err"
+                reply = server.run(target=str(script), args=args, cwd=folder, env=child_env(), stdout=stdout,
+                                   stderr=stderr, timeout=ONE_PROCESS_TIMEOUT)
+                code = -9 if reply["timed_out"] else reply["returncode"]
+                out += stdout.read_text(encoding="utf-8", errors="replace")
+                err += stderr.read_text(encoding="utf-8", errors="replace")
+                if code != 0:
+                    break
+        return Output((code,), (out,), (err,), time.perf_counter() - start)
 
     def _start(self) -> None:
-        _pipeline()
         for name, variant, _ in self.wanted:  # convert here, so a conversion error fails the test that needs it
             self.convert(name, variant)
-        self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="corpus-run")
         for key in sorted(self.wanted, key=lambda key: key[2]):  # one-process runs first: they are the cheap ones
-            self._futures[key] = self._pool.submit(self._job, *key)
+            if not self.from_verify(*key):
+                self._futures[key] = self.pool.submit("e2e/" + "/".join(map(str, key)), lambda k=key: self._job(*k))
+        self._started = True
 
     def output(self, name: str, variant: str, nproc: int = 1) -> Output:
-        if self._pool is None:
+        if not self._started:
             self._start()
+        if self.from_verify(name, variant, nproc):
+            run = self.pool.corpus(name).run(VERIFY_RUNS[(variant, nproc)])
+            assert run is not None, f"accelify verify of corpus/{name} made no {variant} run on {nproc} process(es)"
+            return Output.from_run(run)
         return self._futures[(name, variant, nproc)].result()
-
-    def close(self) -> None:
-        if self._pool is not None:
-            for future in self._futures.values():
-                future.cancel()
-            self._pool.shutdown(wait=True)
-        for zygote in self._all:
-            zygote.close()
 
 
 # Which runs each test needs: (variant, number of processes).
@@ -278,15 +194,15 @@ NEEDS = {
 
 
 @pytest.fixture(scope="module")
-def corpus(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Corpus]:
+def corpus(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, verification_pool: VerificationPool
+) -> Iterator[Corpus]:
     wanted: dict[tuple[str, str, int], None] = {}  # the runs the selected tests need, in test order
     for item in request.session.items:
         if item.module is request.module and hasattr(item, "callspec") and "name" in item.callspec.params:
             for variant, nproc in NEEDS.get(item.originalname, []):
                 wanted[(item.callspec.params["name"], variant, nproc)] = None
-    corpus = Corpus(list(wanted), tmp_path_factory.mktemp("corpus-runs"))
-    yield corpus
-    corpus.close()
+    yield Corpus(verification_pool, list(wanted), tmp_path_factory.mktemp("corpus-runs"))
 
 
 def _original_lines(corpus: Corpus, name: str) -> list[str]:
@@ -340,8 +256,8 @@ def test_converted_runs_on_two_processes(corpus: Corpus, name: str) -> None:
 def test_accelify_launch_runs_a_converted_script(tmp_path: Path) -> None:
     """The real launcher path, once: convert, then ``accelify launch --cpu -n 2``; rank 0 prints, once."""
     case = Case.load(CORPUS / LAUNCHED_CASE)
-    script = tmp_path / "train.py"
-    script.write_text(_pipeline().convert_source(case.source()).new, encoding="utf-8")
+    converted, _ = convert_files(case.files())
+    script = converted.write(tmp_path)
     proc = subprocess.run(
         [*ACCELIFY, "launch", "--cpu", "-n", "2", "--quiet", str(script), *case.runs[0]],
         capture_output=True, text=True, cwd=tmp_path, env=child_env(), timeout=RUN_TIMEOUT,

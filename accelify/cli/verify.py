@@ -1,0 +1,65 @@
+"""``accelify verify SCRIPT [-- ARGS]``: prove that a script's conversion trains like the original, and distributed.
+
+Thin on purpose: parse, call :func:`accelify.verify.verify_script`, render with :mod:`accelify.verify_view`,
+write the JSON report on request. Exit codes: 0 every check passed, 1 a check failed or could not be judged,
+2 the tool could not start (unreadable script, unwritable report).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from accelify.errors import AccelifyError
+
+CONTEXT = {"help_option_names": ["-h", "--help"]}
+
+
+@click.command(context_settings=CONTEXT)
+@click.argument("script", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--converted", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Verify this converted script instead of converting SCRIPT.")
+@click.option("--steps", type=click.IntRange(min=0), default=5, show_default=True,
+              help="Stop each run after this many optimizer steps (0: run the script to its end).")
+@click.option("--processes", "-n", type=click.IntRange(min=2), default=2, show_default=True,
+              help="CPU processes (Gloo) for the distributed run.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
+              help="Seconds each run may take; a run still going then is reported as a hang.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed set before each run starts.")
+@click.option("--rtol", type=click.FloatRange(min=0), default=1e-5, show_default=True,
+              help="Relative tolerance for losses and parameters (torch.allclose).")
+@click.option("--atol", type=click.FloatRange(min=0), default=1e-7, show_default=True,
+              help="Absolute tolerance for losses and parameters (torch.allclose).")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the report as JSON to this file.")
+def verify(script: Path, script_args: tuple[str, ...], converted: Path | None, steps: int, processes: int,
+           timeout: float, seed: int, rtol: float, atol: float, report_path: Path | None) -> None:
+    """Run SCRIPT and its conversion side by side, then the conversion on N processes, and judge them.
+
+    On one process each (same seed), the losses and the parameters after every optimizer step must match; on
+    N CPU processes the conversion must join one process group, train through DDP on sharded data, keep finite
+    losses and equal parameters, and finish before --timeout. Arguments for the script go after `--`:
+
+        accelify verify train.py --steps 3 -- --epochs 1
+    """
+    from accelify import verify_view
+    from accelify.console import make_console
+    from accelify.verify import VerifyOptions, verify_script, write_report
+
+    options = VerifyOptions(steps=steps, processes=processes, timeout=timeout, args=script_args, seed=seed,
+                            rtol=rtol, atol=atol)
+    try:
+        report = verify_script(script, converted=converted, options=options)
+        if report_path is not None:
+            write_report(report, report_path)
+    except AccelifyError as error:
+        click.echo(f"error: {error}", err=True)
+        sys.exit(error.exit_code)
+    except OSError as error:
+        click.echo(f"error: {error}", err=True)
+        sys.exit(2)
+    verify_view.print_verify_report(make_console(), report)
+    sys.exit(0 if report.passed else 1)

@@ -1,0 +1,187 @@
+"""A fork server for one-process runs: scripts start as fresh processes that have imported torch already.
+
+``python script.py`` spends about 2 s of CPU importing torch before the script's first line; a small training
+script's own work is a fraction of that. The server pays the imports once, then forks one child per run. Each child
+is a new process in its own session: it takes the job's working directory, environment, argv, ``sys.path[0]`` and
+output files, activates the verify recorder when the job's environment asks for it (the startup hook cannot: this
+interpreter started long ago), runs the script (or ``-m`` module) as ``__main__`` and exits with its exit code, as
+``python script.py`` would. Nothing a script creates exists in the server or leaks into the next child.
+
+The server is this file run as a program (``python forkserver.py``; it imports nothing of accelify, so children
+start with a clean ``sys.modules`` apart from torch). Protocol, one JSON object per line: the client writes a job
+``{"target", "module", "args", "cwd", "env", "stdout", "stderr", "timeout", "hook_dir"}``, the server answers
+``{"returncode", "timed_out", "pid"}``. At the timeout the server sends the child SIGUSR1 (the recorder dumps every
+thread's Python stack), waits a second, then kills the child's whole session. The server is single-threaded and
+never starts a thread pool or a process group, so forking it is safe. Multi-process runs do not come here: they go
+through torch.distributed.run, whose agent hosts the rendezvous store as it does for users.
+
+:class:`ForkServer` is the client; it runs one job at a time (start several for parallel runs).
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import json
+import os
+import runpy
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+STACK_SIGNAL = signal.SIGUSR1
+STACK_WAIT = 1.0  # seconds a timed-out child gets to write its stacks before it is killed
+PRELOAD = ("torch", "torch._dynamo", "torch.optim", "torch.distributed", "numpy")
+
+
+# -- the server (runs as its own program) -------------------------------------------------------------------------
+def _exit_code(exc: SystemExit) -> int:
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
+def _child(job: Mapping[str, Any]) -> None:
+    """Become the script: never returns."""
+    code = 1
+    try:
+        os.setsid()
+        os.chdir(job["cwd"])
+        os.environ.clear()
+        os.environ.update(job["env"])
+        for fd, path in ((1, job["stdout"]), (2, job["stderr"])):
+            target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(target, fd)
+            os.close(target)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        sys.stdin = open(0, closefd=False)
+        # sys.path as a fresh `python script.py` (or `-m`) has it: the script's folder first, then PYTHONPATH's hook
+        first = job["cwd"] if job.get("module") else os.path.dirname(os.path.abspath(job["target"]))
+        sys.path[:0] = [first, *([job["hook_dir"]] if job.get("hook_dir") else [])]
+        if job.get("hook_dir") and job["env"].get("ACCELIFY_VERIFY_RECORD"):
+            importlib.import_module("accelify_verify_recorder").install_from_environment()
+        sys.argv = [job["target"], *job["args"]]
+        try:
+            if job.get("module"):
+                runpy.run_module(job["target"], run_name="__main__", alter_sys=True)
+            else:
+                runpy.run_path(job["target"], run_name="__main__")
+            code = 0
+        except SystemExit as exc:
+            code = _exit_code(exc)
+        except BaseException as exc:
+            sys.excepthook(type(exc), exc, exc.__traceback__)  # as the interpreter reports it (the recorder sees it)
+            code = 1
+        atexit._run_exitfuncs()
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(code)
+
+
+def _run(job: Mapping[str, Any]) -> dict[str, Any]:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        _child(job)
+    deadline = time.monotonic() + float(job.get("timeout", 300))
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return {"returncode": os.waitstatus_to_exitcode(status), "timed_out": False, "pid": pid}
+        if time.monotonic() > deadline:
+            _end(pid)
+            return {"returncode": None, "timed_out": True, "pid": pid}
+        time.sleep(0.01)
+
+
+def _end(pid: int) -> None:
+    """Ask ``pid`` for its stacks, then kill its session (the script and any worker it started)."""
+    try:
+        os.kill(pid, STACK_SIGNAL)
+    except ProcessLookupError:
+        pass
+    time.sleep(STACK_WAIT)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    os.waitpid(pid, 0)
+
+
+def main() -> None:
+    """Import torch once, say ready, then run one job per line of stdin."""
+    if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+        del sys.path[0]  # this folder's modules (records, report, ...) must not shadow anything a script imports
+    for module in PRELOAD:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            pass
+    print(json.dumps({"ready": os.getpid()}), flush=True)
+    for line in sys.stdin:
+        if line.strip():
+            print(json.dumps(_run(json.loads(line))), flush=True)
+
+
+# -- the client -----------------------------------------------------------------------------------------------------
+class ForkServerError(RuntimeError):
+    """The fork server died or did not start."""
+
+
+class ForkServer:
+    """One fork server process: :meth:`run` forks a child for a job and waits for it (one job at a time)."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve())], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            text=True, env=dict(env),
+        )
+        ready = self.proc.stdout.readline()  # type: ignore[union-attr]
+        if "ready" not in ready:
+            raise ForkServerError(f"the verify fork server did not start (exit {self.proc.poll()}): {ready!r}")
+
+    def run(self, *, target: str, args: Sequence[str], cwd: Path, env: Mapping[str, str], stdout: Path,
+            stderr: Path, timeout: float, module: bool = False, hook_dir: Path | None = None) -> dict[str, Any]:
+        """Run ``target`` as ``python target args`` (``-m target`` with ``module``) would; the server's reply."""
+        job = {"target": target, "module": module, "args": list(args), "cwd": str(cwd), "env": dict(env),
+               "stdout": str(stdout), "stderr": str(stderr), "timeout": timeout,
+               "hook_dir": str(hook_dir) if hook_dir is not None else None}
+        try:
+            self.proc.stdin.write(json.dumps(job) + "\n")  # type: ignore[union-attr]
+            self.proc.stdin.flush()  # type: ignore[union-attr]
+        except BrokenPipeError:
+            raise ForkServerError(f"the verify fork server died (exit {self.proc.poll()})") from None
+        reply = self.proc.stdout.readline()  # type: ignore[union-attr]
+        if not reply:
+            raise ForkServerError(f"the verify fork server died (exit {self.proc.poll()})")
+        return json.loads(reply)
+
+    def close(self) -> None:
+        """Stop the server (it finishes the job it is running first)."""
+        if self.proc.poll() is None:
+            self.proc.stdin.close()  # type: ignore[union-attr]
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+if __name__ == "__main__":
+    main()

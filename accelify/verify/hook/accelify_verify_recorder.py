@@ -1,0 +1,348 @@
+"""Instrumentation that ``accelify verify`` loads into a training script's process, from outside the script.
+
+It records what the training does and never changes what it computes: it reads losses and parameters, counts
+calls, and, at the step limit, ends the process. It is activated by ``sitecustomize.py`` in this folder (the
+folder is first on ``PYTHONPATH``) or, in a process forked from the verify fork server, by a direct call to
+:func:`install_from_environment`; either way before the script's first line. torch is patched when it is
+imported (at once if it already is), by ``accelify_verify_patches.py`` next to this file. The runner configures it
+through these variables:
+
+``ACCELIFY_VERIFY_RECORD``     path prefix of this process's files: ``<prefix>.rank<R>.pid<P>.jsonl`` (the record)
+                               and ``<prefix>.rank<R>.pid<P>.stack`` (Python stacks dumped on SIGUSR1)
+``ACCELIFY_VERIFY_STEPS``      end the process after this many optimizer steps, all optimizers counted (0: never)
+``ACCELIFY_VERIFY_SEED``       seed for ``random``, numpy and torch, set before the script runs (default 0)
+``ACCELIFY_VERIFY_PROCESSES``  processes in the run; with more than one only torchrun's workers (``RANK`` set)
+                               record, not its agent
+``ACCELIFY_VERIFY_ROOT``       folder of the script and its local modules: loops are named ``file:line`` from it
+
+The record is one JSON object per line, written as it happens:
+
+``start``     pid, parent pid, rank
+``backward``  the value of the loss handed to ``torch.autograd.backward`` (``loss.backward()``,
+              ``accelerator.backward(loss)``), the data loader that yielded the last batch, the process group
+``step``      after each optimizer step (a global step post-hook): a fingerprint of every parameter of that
+              optimizer (all values up to a per-tensor budget, evenly spaced ones beyond, and the exact sum),
+              whether each is owned by a DistributedDataParallel wrapper or sharded (DTensor), the wrappers and
+              how often their forward ran, the process group joined, and every iterated data loader
+              (iteration site, batches per epoch, samples in its first batch, batches drawn, whether a backward
+              followed its batches)
+``error``     the script raised an exception it did not catch (written by ``sys.excepthook``)
+``stop``      the step limit was reached: the process ends with exit code 0 right after writing it
+``exit``      the interpreter is exiting normally
+
+All processes of a data-parallel run step in lockstep, so they all reach the limit at the same step; each waits
+there until all have arrived (through the group's store, not a collective), so none leaves while another may still
+be reading the last gradient all-reduce from it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import faulthandler
+import json
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from types import ModuleType
+from typing import Any, Callable
+
+ENV_RECORD = "ACCELIFY_VERIFY_RECORD"
+ENV_STEPS = "ACCELIFY_VERIFY_STEPS"
+ENV_SEED = "ACCELIFY_VERIFY_SEED"
+ENV_PROCESSES = "ACCELIFY_VERIFY_PROCESSES"
+ENV_ROOT = "ACCELIFY_VERIFY_ROOT"
+
+STACK_SIGNAL = signal.SIGUSR1
+VALUES_PER_TENSOR = 4096  # fingerprint budget per parameter tensor ...
+VALUES_PER_STEP = 1 << 18  # ... and per step, shared between the tensors of a large model
+PEER_WAIT = 30.0  # seconds a process at the step limit waits for the others of its group
+
+_recorder: "_Recorder | None" = None
+
+
+def install_from_environment() -> bool:
+    """Activate recording as the ``ACCELIFY_VERIFY_*`` variables say; False when this process must not record."""
+    global _recorder
+    prefix = os.environ.get(ENV_RECORD)
+    if not prefix or _recorder is not None:
+        return False
+    if int(os.environ.get(ENV_PROCESSES, "1") or 1) > 1 and "RANK" not in os.environ:
+        return False  # torchrun's agent: it runs no training
+    _recorder = _Recorder(
+        prefix=prefix,
+        rank=int(os.environ.get("RANK", "0") or 0),
+        steps=int(os.environ.get(ENV_STEPS, "0") or 0),
+        seed=int(os.environ.get(ENV_SEED, "0") or 0),
+        root=os.environ.get(ENV_ROOT) or os.getcwd(),
+    )
+    _recorder.start()
+    return True
+
+
+class _Recorder:
+    """The per-process recording state; all torch patches call into the one instance."""
+
+    def __init__(self, *, prefix: str, rank: int, steps: int, seed: int, root: str) -> None:
+        self.prefix = f"{prefix}.rank{rank}.pid{os.getpid()}"
+        self.rank = rank
+        self.limit = steps
+        self.seed = seed
+        self.root = os.path.join(os.path.realpath(root), "")
+        self.active = True
+        self.lock = threading.RLock()
+        self.backwards = 0
+        self.steps = 0
+        self.loaders: dict[str, dict[str, Any]] = {}
+        self.last_loader: str | None = None
+        self._paths: dict[str, str | None] = {}
+        self._file = open(self.prefix + ".jsonl", "w", encoding="utf-8", buffering=1)
+        self._stack = open(self.prefix + ".stack", "w", encoding="utf-8")
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.write({"event": "start", "pid": os.getpid(), "ppid": os.getppid(), "rank": self.rank})
+        faulthandler.register(STACK_SIGNAL, file=self._stack, all_threads=True, chain=False)
+        os.register_at_fork(after_in_child=self._forked)
+        atexit.register(self._at_exit)
+        previous_hook = sys.excepthook
+
+        def excepthook(kind: Any, value: Any, traceback: Any) -> None:
+            if self.active:
+                self.write({"event": "error", "error": f"{kind.__name__}: {value}"})
+            previous_hook(kind, value, traceback)
+
+        sys.excepthook = excepthook
+        random.seed(self.seed)
+        waiting: dict[str, Callable[[ModuleType], None]] = {}
+        for name, callback in (("numpy", self._seed_numpy), ("torch", self._patch_torch)):
+            callback = self._reporting(callback)
+            if name in sys.modules:
+                callback(sys.modules[name])
+            else:
+                waiting[name] = callback
+        if waiting:
+            from accelify_verify_patches import AfterImport  # see _patch_torch
+
+            sys.meta_path.insert(0, AfterImport(waiting))
+
+    def _reporting(self, callback: Callable[[ModuleType], None]) -> Callable[[ModuleType], None]:
+        """``callback`` that records its own failure instead of breaking the script's imports."""
+
+        def run(module: ModuleType) -> None:
+            try:
+                callback(module)
+            except Exception as error:
+                import traceback
+
+                self.write({"event": "hook_error", "error": f"{type(error).__name__}: {error}",
+                            "traceback": traceback.format_exc()})
+
+        return run
+
+    def _forked(self) -> None:
+        self.active = False  # a forked child (a DataLoader worker) is not the process being verified
+
+    def _at_exit(self) -> None:
+        if self.active:
+            self.write({"event": "exit", "steps": self.steps, "backwards": self.backwards})
+
+    def write(self, event: dict[str, Any]) -> None:
+        event["time"] = time.time()
+        with self.lock:
+            self._file.write(json.dumps(event) + "\n")
+
+    def stop(self) -> None:
+        """End the process at the step limit: flush everything, wait for the other processes of the group to get
+        there too, exit 0 without running the script further."""
+        self.write({"event": "stop", "steps": self.steps})
+        self._meet_peers()
+        for stream in (self._file, sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(0)
+
+    def _meet_peers(self) -> None:
+        """Wait (at most ``PEER_WAIT`` s) until every process of the group stopped, on the group's store (the
+        launcher's TCP store, not a collective): no process leaves while another may still read the last
+        all-reduce from its sockets."""
+        dist = self.torch.distributed
+        try:
+            if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+                return
+            from datetime import timedelta
+
+            store = dist.distributed_c10d._get_default_store()
+            key = f"accelify_verify/stop/{self.steps}"
+            if int(store.add(key, 1)) >= dist.get_world_size():
+                store.set(key + "/all", "1")
+            store.wait([key + "/all"], timedelta(seconds=PEER_WAIT))
+        except Exception:  # a peer that never stops (it hangs elsewhere), or a store we cannot reach: leave
+            pass
+
+    # -- seeding and patching ----------------------------------------------------------------------------------
+    def _seed_numpy(self, numpy: ModuleType) -> None:
+        try:
+            numpy.random.seed(self.seed)
+        except Exception:  # a numpy without the legacy API: nothing of ours to seed
+            pass
+
+    def _patch_torch(self, torch: ModuleType) -> None:
+        from torch.utils.weak import WeakIdKeyDictionary
+
+        # this module's folder is on sys.path in the script's process (PYTHONPATH, or the fork server's child)
+        from accelify_verify_patches import batches_per_epoch, leading_size, patch_torch
+
+        torch.manual_seed(self.seed)
+        self.torch = torch
+        self.owner: Any = WeakIdKeyDictionary()  # parameter -> index of the DDP wrapper that holds it
+        self.wrappers: Any = WeakIdKeyDictionary()  # DDP wrapper -> {"index", "forward_calls", "module"}
+        self.optimizers: Any = WeakIdKeyDictionary()  # optimizer -> index, in order of first step
+        self.site_objects: dict[str, Any] = {}  # iteration site -> WeakIdKeyDictionary(loader -> ordinal)
+        self.batches_per_epoch, self.leading_size = batches_per_epoch, leading_size
+        patch_torch(torch, self)
+
+    # -- events ------------------------------------------------------------------------------------------------
+    def on_backward(self, tensors: Any) -> None:
+        torch = self.torch
+        loss = tensors
+        if isinstance(tensors, (list, tuple)) and len(tensors) == 1:
+            loss = tensors[0]
+        value: float | None = None
+        shape: list[int] | None = None
+        if isinstance(loss, torch.Tensor):
+            shape = list(loss.shape)
+            if loss.numel() == 1:
+                value = float(loss.detach().double().item())
+        with self.lock:
+            self.backwards += 1
+            if self.last_loader is not None:
+                self.loaders[self.last_loader]["training"] = True
+            event = {"event": "backward", "n": self.backwards, "loss": value, "shape": shape,
+                     "loader": self.last_loader, "after_step": self.steps, "group": self._group()}
+        self.write(event)
+
+    def on_wrapper_forward(self, module: Any) -> None:
+        info = self.wrappers.get(module)
+        if info is not None:
+            info["forward_calls"] += 1
+
+    def on_wrap(self, module: Any) -> None:
+        with self.lock:
+            index = len(self.wrappers)
+            inner = getattr(module, "module", module)
+            self.wrappers[module] = {"index": index, "forward_calls": 0, "module": type(inner).__name__}
+            for parameter in inner.parameters():
+                self.owner[parameter] = index
+
+    def on_iter(self, loader: Any, caller: Any) -> str:
+        """The key of ``loader`` iterated from frame ``caller``: ``file:line#k``, the k-th loader seen there."""
+        site = self._site(caller)
+        with self.lock:
+            objects = self.site_objects.get(site)
+            if objects is None:
+                from torch.utils.weak import WeakIdKeyDictionary
+
+                objects = self.site_objects[site] = WeakIdKeyDictionary()
+            if loader not in objects:
+                objects[loader] = len(objects)
+            key = f"{site}#{objects[loader]}"
+            info = self.loaders.get(key)
+            if info is None:
+                info = self.loaders[key] = {"site": site, "class": type(loader).__name__, "len": None,
+                                            "iterations": 0, "draws": 0, "epoch_draws": [], "current": 0,
+                                            "batch": None, "training": False}
+            info["iterations"] += 1
+            info["current"] = 0
+            info["len"] = self.batches_per_epoch(loader)
+        return key
+
+    def on_draw(self, key: str, batch: Any) -> None:
+        with self.lock:
+            info = self.loaders.get(key)
+            if info is not None:
+                info["draws"] += 1
+                info["current"] += 1
+                if info["batch"] is None:
+                    info["batch"] = self.leading_size(batch, self.torch.Tensor)
+            self.last_loader = key
+
+    def on_epoch_end(self, key: str) -> None:
+        with self.lock:
+            info = self.loaders.get(key)
+            if info is not None:
+                info["epoch_draws"].append(info["current"])
+                info["current"] = 0
+
+    def on_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if not self.active:
+            return
+        with self.lock:
+            index = self.optimizers.get(optimizer)
+            if index is None:
+                index = self.optimizers[optimizer] = len(self.optimizers)
+            self.steps += 1
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            budget = max(16, min(VALUES_PER_TENSOR, VALUES_PER_STEP // max(1, len(params))))
+            event = {
+                "event": "step",
+                "n": self.steps,
+                "optimizer": index,
+                "params": [self._parameter(p, budget) for p in params],
+                "group": self._group(),
+                "wrappers": sorted((dict(w) for w in self.wrappers.values()), key=lambda w: w["index"]),
+                "loaders": {k: {n: v for n, v in info.items() if n != "current"} for k, info in self.loaders.items()},
+                "backwards": self.backwards,
+            }
+        self.write(event)
+        if self.limit and self.steps >= self.limit:
+            self.stop()
+
+    # -- helpers -----------------------------------------------------------------------------------------------
+    def _parameter(self, parameter: Any, budget: int) -> dict[str, Any]:
+        torch = self.torch
+        tensor = parameter.detach()
+        sharded = type(tensor).__name__ == "DTensor"
+        if sharded:
+            tensor = tensor.to_local()
+        flat = tensor.reshape(-1)
+        count = flat.numel()
+        if count > budget:
+            index = torch.linspace(0, count - 1, budget, device=flat.device).round().long()
+            sample = flat.index_select(0, index)
+        else:
+            sample = flat
+        owner = "sharded" if sharded else self.owner.get(parameter)
+        return {
+            "shape": list(parameter.shape),
+            "numel": count,
+            "sum": float(flat.double().sum().item()) if count else 0.0,
+            "values": sample.double().cpu().tolist(),
+            "sampled": count > budget,
+            "grad": parameter.grad is not None,
+            "wrapper": owner,
+        }
+
+    def _group(self) -> dict[str, Any]:
+        dist = self.torch.distributed
+        if not (dist.is_available() and dist.is_initialized()):
+            return {"initialized": False}
+        return {"initialized": True, "world_size": dist.get_world_size(), "rank": dist.get_rank(),
+                "backend": str(dist.get_backend())}
+
+    def _site(self, frame: Any) -> str:
+        """``file:line`` of the innermost frame in the script's folder (the loop that iterates the loader)."""
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            relative = self._paths.get(filename, "")
+            if relative == "":
+                real = os.path.realpath(filename) if not filename.startswith("<") else ""
+                relative = self._paths[filename] = real[len(self.root):] if real.startswith(self.root) else None
+            if relative:
+                return f"{relative}:{frame.f_lineno}"
+            frame = frame.f_back
+        return "<outside the script>"

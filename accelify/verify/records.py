@@ -1,0 +1,197 @@
+"""What the recorder wrote, read back: one frozen :class:`ProcessRecord` per process of a run.
+
+The recorder (``hook/accelify_verify_recorder.py``) writes ``<prefix>.rank<R>.pid<P>.jsonl`` and
+``<prefix>.rank<R>.pid<P>.stack`` for every process it ran in. :func:`read_records` turns them into records, one per
+rank: when several processes of one rank recorded (a script that starts Python subprocesses), the one whose parent
+is not among them is the rank's process. A line cut short by a killed process is ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+_NAME = re.compile(r"\.rank(\d+)\.pid(\d+)\.jsonl$")
+
+
+@dataclass(frozen=True)
+class Backward:
+    """One call of ``torch.autograd.backward``: the loss value (None unless it had one element)."""
+
+    n: int
+    loss: float | None
+    shape: tuple[int, ...] | None
+    loader: str | None  # key of the data loader that yielded the last batch before it
+    after_step: int  # optimizer steps taken before it
+    group: "Group | None" = None  # the process group joined at that moment
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """A parameter's fingerprint after a step: its values (all, or an even sample when ``sampled``) and exact sum."""
+
+    shape: tuple[int, ...]
+    numel: int
+    total: float
+    values: tuple[float, ...]
+    sampled: bool
+    grad: bool  # it had a gradient at this step (it was trained)
+    wrapper: int | str | None  # index of the DDP wrapper holding it, "sharded" (FSDP2 DTensor), or None
+
+    def describe(self, index: int) -> str:
+        """``parameter 2 (64x20)``."""
+        return f"parameter {index} ({'x'.join(map(str, self.shape)) or 'scalar'})"
+
+
+@dataclass(frozen=True)
+class Group:
+    """The process group this process had joined at a step."""
+
+    initialized: bool
+    world_size: int | None = None
+    rank: int | None = None
+    backend: str | None = None
+
+
+@dataclass(frozen=True)
+class Wrapper:
+    """A DistributedDataParallel wrapper, and how often its forward ran so far."""
+
+    index: int
+    forward_calls: int
+    module: str
+
+
+@dataclass(frozen=True)
+class Loader:
+    """A data loader, as iterated at one place in the script (``site`` is ``file:line``)."""
+
+    key: str
+    site: str
+    cls: str
+    length: int | None  # batches per epoch for this process (len of the loader); None when unknown
+    batch: int | None  # samples in the first batch it yielded
+    iterations: int
+    draws: int
+    epoch_draws: tuple[int, ...]  # batches drawn in each epoch that ran to its end
+    training: bool  # a backward followed one of its batches
+
+
+@dataclass(frozen=True)
+class Step:
+    """After one optimizer step: that optimizer's parameters, and the state of the process."""
+
+    n: int
+    optimizer: int
+    params: tuple[Parameter, ...]
+    group: Group
+    wrappers: tuple[Wrapper, ...]
+    loaders: Mapping[str, Loader]
+    backwards: int
+
+
+@dataclass(frozen=True)
+class ProcessRecord:
+    """Everything one process recorded, in order."""
+
+    rank: int
+    pid: int
+    ppid: int
+    backwards: tuple[Backward, ...] = ()
+    steps: tuple[Step, ...] = ()
+    stopped: bool = False  # reached the step limit and ended itself
+    exited: bool = False  # the interpreter exited (after the script ended or raised)
+    error: str | None = None  # the uncaught exception, ``Type: message``
+    hook_errors: tuple[str, ...] = ()
+    stack: str = field(default="", repr=False)  # Python stacks dumped when the run was ended at the timeout
+
+    @property
+    def finished(self) -> bool:
+        """It stopped at the step limit or ran to its end without an uncaught exception."""
+        return self.stopped or (self.exited and self.error is None)
+
+    @property
+    def group(self) -> Group | None:
+        """The process group as first recorded (at the first optimizer step, else at the first backward)."""
+        if self.steps:
+            return self.steps[0].group
+        return next((b.group for b in self.backwards if b.group is not None), None)
+
+    @property
+    def loaders(self) -> Mapping[str, Loader]:
+        """The data loaders as of the last step (empty before any step)."""
+        return self.steps[-1].loaders if self.steps else {}
+
+
+def read_records(prefix: Path) -> tuple[ProcessRecord, ...]:
+    """The records of the processes that wrote ``<prefix>.rank*.pid*.jsonl``, one per rank, by rank."""
+    found: dict[int, list[ProcessRecord]] = {}
+    for path in sorted(prefix.parent.glob(prefix.name + ".rank*.pid*.jsonl")):
+        match = _NAME.search(path.name)
+        if match is None:
+            continue
+        record = _read(path, int(match.group(1)), int(match.group(2)))
+        found.setdefault(record.rank, []).append(record)
+    chosen = []
+    for rank in sorted(found):
+        records = found[rank]
+        pids = {r.pid for r in records}
+        roots = [r for r in records if r.ppid not in pids] or records
+        chosen.append(roots[0])
+    return tuple(chosen)
+
+
+def _read(path: Path, rank: int, pid: int) -> ProcessRecord:
+    fields: dict[str, Any] = {"rank": rank, "pid": pid, "ppid": 0}
+    backwards: list[Backward] = []
+    steps: list[Step] = []
+    hook_errors: list[str] = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue  # the last line of a killed process
+        kind = event.get("event")
+        if kind == "start":
+            fields["ppid"] = int(event.get("ppid", 0))
+        elif kind == "backward":
+            shape = event.get("shape")
+            group = Group(**event["group"]) if event.get("group") else None
+            backwards.append(Backward(int(event["n"]), event.get("loss"), tuple(shape) if shape is not None else None,
+                                      event.get("loader"), int(event.get("after_step", 0)), group))
+        elif kind == "step":
+            steps.append(_step(event))
+        elif kind == "stop":
+            fields["stopped"] = True
+        elif kind == "exit":
+            fields["exited"] = True
+        elif kind == "error":
+            fields["error"] = str(event.get("error"))
+        elif kind == "hook_error":
+            hook_errors.append(str(event.get("traceback") or event.get("error")))
+    stack_path = path.with_suffix(".stack")
+    stack = stack_path.read_text(encoding="utf-8", errors="replace") if stack_path.exists() else ""
+    return ProcessRecord(backwards=tuple(backwards), steps=tuple(steps), hook_errors=tuple(hook_errors),
+                         stack=stack, **fields)
+
+
+def _step(event: Mapping[str, Any]) -> Step:
+    params = tuple(
+        Parameter(tuple(p["shape"]), int(p["numel"]), float(p["sum"]), tuple(p["values"]), bool(p["sampled"]),
+                  bool(p["grad"]), p.get("wrapper"))
+        for p in event.get("params", ())
+    )
+    group = Group(**event.get("group", {"initialized": False}))
+    wrappers = tuple(Wrapper(int(w["index"]), int(w["forward_calls"]), str(w["module"]))
+                     for w in event.get("wrappers", ()))
+    loaders = {
+        key: Loader(key, str(info["site"]), str(info["class"]), info.get("len"), info.get("batch"),
+                    int(info["iterations"]),
+                    int(info["draws"]), tuple(info.get("epoch_draws", ())), bool(info["training"]))
+        for key, info in event.get("loaders", {}).items()
+    }
+    return Step(int(event["n"]), int(event["optimizer"]), params, group, wrappers, loaders,
+                int(event.get("backwards", 0)))

@@ -1,0 +1,264 @@
+"""Running a script under the verify recorder: on one process, or on N CPU processes through torch.distributed.run.
+
+A run never edits the script: the recorder comes in through ``PYTHONPATH`` (the startup-hook folder first) and the
+``ACCELIFY_VERIFY_*`` variables. Every run gets a clean environment: no ``ACCELIFY_*``/``ACCELERATE_*``/torchrun
+variables inherited, no GPU (``CUDA_VISIBLE_DEVICES=""``, so N processes means N Gloo processes), one thread per
+process and a fixed ``PYTHONHASHSEED``, so that two runs of the same script compute the same numbers.
+
+A run that outlives its timeout is a hang: every recorded process is asked for its Python stacks (SIGUSR1, which
+the recorder hands to faulthandler), then every process of the run is killed (each worker's session, then the
+launcher's), so nothing is left behind.
+
+:class:`Launcher` starts each run as a user would (``python script.py``; ``python -m torch.distributed.run``).
+:class:`ForkServerLauncher` forks one-process runs from fork servers that imported torch once (test suites).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Mapping
+
+from accelify.verify.forkserver import ForkServer
+from accelify.verify.hook import HOOK_DIR
+from accelify.verify.hook import accelify_verify_recorder as recorder
+from accelify.verify.records import ProcessRecord, read_records
+
+STACK_WAIT = 1.0  # seconds hung processes get to write their stacks
+AGENT_GRACE = 10.0  # seconds torchrun's agent gets to stop after its workers were killed
+_INHERITED_PREFIXES = ("ACCELIFY_", "ACCELERATE_", "TORCHELASTIC_")
+_LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
+                       "MASTER_ADDR", "MASTER_PORT", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run: ``target`` (a file in ``folder``, or a module name with ``module``) with ``args``, in ``folder``.
+
+    ``steps`` ends every process after that many optimizer steps (0: no limit); ``logs`` receives the records and
+    the processes' output (it must not be ``folder``, which the script sees as its working directory).
+    """
+
+    label: str
+    folder: Path
+    target: str
+    logs: Path
+    args: tuple[str, ...] = ()
+    processes: int = 1
+    steps: int = 0
+    seed: int = 0
+    timeout: float = 300.0
+    module: bool = False
+
+    @property
+    def record_prefix(self) -> Path:
+        return self.logs / "record"
+
+    @property
+    def program(self) -> str:
+        """What python runs: the script's absolute path (so stacks and loop sites name its file), or the module."""
+        return self.target if self.module else str(self.folder.resolve() / self.target)
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """How a run ended, what each process printed (by rank) and what it recorded."""
+
+    spec: RunSpec
+    exit_code: int | None  # python's, or torchrun's for N processes; None when the run was killed at the timeout
+    timed_out: bool
+    seconds: float
+    stdout: tuple[str, ...]
+    stderr: tuple[str, ...]
+    records: tuple[ProcessRecord, ...]
+    launcher_output: str = ""  # torchrun's own messages
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+def run_environment(spec: RunSpec, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of ``spec``'s processes: ``base`` (default ``os.environ``) cleaned, plus the recorder's."""
+    env = {k: v for k, v in (os.environ if base is None else base).items()
+           if not k.startswith(_INHERITED_PREFIXES) and k not in _LAUNCHER_VARIABLES}
+    path = env.get("PYTHONPATH")
+    env.update(
+        PYTHONPATH=str(HOOK_DIR) + (os.pathsep + path if path else ""),
+        PYTHONHASHSEED=str(spec.seed),
+        PYTHONUNBUFFERED="1",
+        OMP_NUM_THREADS="1",
+        CUDA_VISIBLE_DEVICES="",
+    )
+    env[recorder.ENV_RECORD] = str(spec.record_prefix)
+    env[recorder.ENV_STEPS] = str(spec.steps)
+    env[recorder.ENV_SEED] = str(spec.seed)
+    env[recorder.ENV_PROCESSES] = str(spec.processes)
+    env[recorder.ENV_ROOT] = str(spec.folder)
+    return env
+
+
+class Launcher:
+    """Starts runs as a user would: ``python target args`` for one process, torch.distributed.run for N."""
+
+    def run(self, spec: RunSpec) -> RunOutcome:
+        """Run ``spec`` to its end, its step limit or its timeout; never raises for the script's own failure."""
+        spec.logs.mkdir(parents=True, exist_ok=True)
+        start = time.monotonic()
+        if spec.processes == 1:
+            code, timed_out = self._one(spec)
+            outputs = ((spec.logs / "stdout.txt",), (spec.logs / "stderr.txt",))
+            launcher = ""
+        else:
+            code, timed_out = self._many(spec)
+            outputs = _worker_logs(spec)
+            launcher = _read(spec.logs / "launcher.txt")
+        seconds = time.monotonic() - start
+        return RunOutcome(spec, code, timed_out, seconds, tuple(_read(p) for p in outputs[0]),
+                          tuple(_read(p) for p in outputs[1]), read_records(spec.record_prefix), launcher)
+
+    def close(self) -> None:
+        """Release what the launcher holds (nothing here)."""
+
+    def _one(self, spec: RunSpec) -> tuple[int | None, bool]:
+        command = [sys.executable, *(["-m"] if spec.module else []), spec.program, *spec.args]
+        return self._popen(spec, command, spec.logs / "stdout.txt", spec.logs / "stderr.txt")
+
+    def _many(self, spec: RunSpec) -> tuple[int | None, bool]:
+        command = [
+            sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={spec.processes}",
+            "--log-dir", str(spec.logs / "workers"), "--redirects", "3",
+            *(["-m"] if spec.module else []), spec.program, *spec.args,
+        ]
+        return self._popen(spec, command, spec.logs / "launcher.txt", None)
+
+    def _popen(self, spec: RunSpec, command: list[str], out: Path, err: Path | None) -> tuple[int | None, bool]:
+        """Run ``command``; its stdout to ``out``, its stderr to ``err`` (None: into ``out`` too)."""
+        with ExitStack() as files:
+            stdout = files.enter_context(open(out, "wb"))
+            stderr = files.enter_context(open(err, "wb")) if err is not None else subprocess.STDOUT
+            proc = subprocess.Popen(command, cwd=spec.folder, env=run_environment(spec), stdin=subprocess.DEVNULL,
+                                    stdout=stdout, stderr=stderr, start_new_session=True)
+            try:
+                return proc.wait(timeout=spec.timeout), False
+            except subprocess.TimeoutExpired:
+                end_hung_run(proc, spec.record_prefix)
+                return None, True
+
+
+class ForkServerLauncher(Launcher):
+    """One-process runs forked from up to ``servers`` fork servers (torch imported once each); N-process runs
+    through torch.distributed.run. Thread-safe: a run waits for a free server. Call :meth:`close` at the end."""
+
+    def __init__(self, servers: int = 2) -> None:
+        self.size = servers
+        self._free: queue.Queue[ForkServer] = queue.Queue()
+        self._all: list[ForkServer] = []
+        self._lock = threading.Lock()
+
+    def _server(self) -> ForkServer:
+        with self._lock:
+            if self._free.empty() and len(self._all) < self.size:
+                base = {k: v for k, v in os.environ.items() if not k.startswith(_INHERITED_PREFIXES)}
+                base.update(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
+                server = ForkServer(base)
+                self._all.append(server)
+                return server
+        return self._free.get()
+
+    @contextmanager
+    def borrow(self) -> Iterator[ForkServer]:
+        """A fork server for this thread's use (also for runs without the recorder: pass no ``hook_dir``)."""
+        server = self._server()
+        try:
+            yield server
+        finally:
+            self._free.put(server)
+
+    def _one(self, spec: RunSpec) -> tuple[int | None, bool]:
+        with self.borrow() as server:
+            reply = server.run(target=spec.program, args=spec.args, cwd=spec.folder, env=run_environment(spec),
+                               stdout=spec.logs / "stdout.txt", stderr=spec.logs / "stderr.txt",
+                               timeout=spec.timeout, module=spec.module, hook_dir=HOOK_DIR)
+        return reply["returncode"], bool(reply["timed_out"])
+
+    def close(self) -> None:
+        with self._lock:
+            for server in self._all:
+                server.close()
+            self._all.clear()
+
+
+def end_hung_run(proc: subprocess.Popen[bytes], record_prefix: Path) -> None:
+    """Ask every recorded process of a hung run for its stacks, then kill them all and the launcher."""
+    recorded = [r.pid for r in read_records(record_prefix)]
+    workers = set(recorded) | _children(proc.pid)
+    for pid in recorded:
+        _signal(pid, recorder.STACK_SIGNAL)
+    if recorded:
+        time.sleep(STACK_WAIT)
+    for pid in workers:
+        _signal_group(pid, signal.SIGKILL)
+    _signal_group(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=AGENT_GRACE)
+    except subprocess.TimeoutExpired:
+        _signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _children(pid: int) -> set[int]:
+    """The child processes of ``pid`` (Linux ``/proc``; empty elsewhere)."""
+    found: set[int] = set()
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as fh:
+                found.update(int(p) for p in fh.read().split())
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _signal(pid: int, number: int) -> None:
+    try:
+        os.kill(pid, number)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _signal_group(pid: int, number: int) -> None:
+    """Signal ``pid``'s process group when it leads one (workers and our runs start new sessions), else ``pid``."""
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, number)
+        else:
+            os.kill(pid, number)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _worker_logs(spec: RunSpec) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
+    """torchrun's per-rank output files (``--log-dir``/``--redirects``), by rank, for the first attempt."""
+    roots = sorted((spec.logs / "workers").glob("*/attempt_0"))
+    root = roots[0] if roots else spec.logs / "workers" / "missing"
+    ranks = range(spec.processes)
+    return tuple(root / str(r) / "stdout.log" for r in ranks), tuple(root / str(r) / "stderr.log" for r in ranks)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""

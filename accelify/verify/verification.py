@@ -1,0 +1,131 @@
+"""``verify_script`` / ``verify_files``: convert, run, check, and return a frozen :class:`VerifyReport`.
+
+The order of work: convert (unless a conversion is given); run the original and the conversion on one process each
+(side by side), then the conversion on N processes; turn the records into checks. Each run has its own folder in a
+temporary working directory that is removed at the end; the report keeps what each process printed.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from accelify.verify.distributed import distributed_checks, skipped_distributed_checks
+from accelify.verify.equivalence import one_process_checks, skipped_one_process_checks
+from accelify.verify.report import FAILED, PASSED, SKIPPED, CheckResult, RunSummary, VerifyOptions, VerifyReport
+from accelify.verify.runner import Launcher, RunOutcome, RunSpec
+from accelify.verify.workspace import ScriptFiles, convert_files
+
+CONVERT_STAGE = "convert"
+
+
+def verify_script(
+    script: str | Path,
+    *,
+    converted: str | Path | None = None,
+    options: VerifyOptions = VerifyOptions(),
+    launcher: Launcher | None = None,
+) -> VerifyReport:
+    """Verify the conversion of ``script`` (the tool's, or the file ``converted``); the scripts' local modules
+    (the other ``.py`` files and packages of their folders) go with them.
+
+    >>> report = verify_script("train.py", options=VerifyOptions(steps=3))  # doctest: +SKIP
+    >>> report.passed, report.verdict  # doctest: +SKIP
+    (True, 'verified: the conversion trains like the original on one process and as data-parallel on 2 processes')
+    """
+    original = ScriptFiles.from_path(script)
+    given = ScriptFiles.from_path(converted) if converted is not None else None
+    return verify_files(original, given, options=options, launcher=launcher, label=str(script),
+                        converted_label=str(converted) if converted is not None else None)
+
+
+def verify_files(
+    original: ScriptFiles,
+    converted: ScriptFiles | None = None,
+    *,
+    options: VerifyOptions = VerifyOptions(),
+    launcher: Launcher | None = None,
+    concurrent: bool = True,
+    label: str | None = None,
+    converted_label: str | None = None,
+) -> VerifyReport:
+    """Verify ``converted`` (default: the tool's conversion of ``original``) against ``original``.
+
+    ``launcher`` starts the runs (default: fresh processes, as a user would start them; tests pass a
+    :class:`~accelify.verify.runner.ForkServerLauncher`); ``concurrent`` runs the two one-process runs side by side.
+    """
+    start = time.monotonic()
+    own_launcher = launcher is None
+    launcher = launcher or Launcher()
+    checks: list[CheckResult] = []
+    runs: list[RunOutcome] = []
+    try:
+        if converted is None:
+            converted, result = convert_files(original)
+            source, status = "accelify convert", result.status
+            conversion = _conversion_check(result.status, result.error or result.reason, len(result.changes),
+                                           [w.format() for w in result.warnings])
+        else:
+            source, status = converted_label or converted.name, "given"
+            conversion = CheckResult("conversion", CONVERT_STAGE, PASSED, f"the converted script was given: {source}")
+        checks.append(conversion)
+        if conversion.status != PASSED:
+            reason = "nothing was converted" if conversion.status == SKIPPED else "the conversion failed"
+            checks += skipped_one_process_checks(reason)
+            checks += skipped_distributed_checks(reason, options.processes)
+        else:
+            with tempfile.TemporaryDirectory(prefix="accelify-verify-") as workdir:
+                runs = _run_all(Path(workdir), original, converted, options, launcher, concurrent)
+                first, second, distributed = runs  # judged while the files exist: a hang names their lines
+                checks += one_process_checks(first, second, options)
+                checks += distributed_checks(distributed, second, options)
+    finally:
+        if own_launcher:
+            launcher.close()
+    return VerifyReport(
+        script=label or original.name, converted=source, conversion=status, options=options, checks=tuple(checks),
+        runs=tuple(_summary(run) for run in runs), seconds=time.monotonic() - start,
+    )
+
+
+def _conversion_check(status: str, why: str | None, changes: int, warnings: list[str]) -> CheckResult:
+    noted = f"; {len(warnings)} warning{'s' if len(warnings) != 1 else ''}: " + "; ".join(warnings) if warnings else ""
+    if status == "converted":
+        return CheckResult("conversion", CONVERT_STAGE, PASSED, f"converted ({changes} changes){noted}")
+    if status == "failed":
+        return CheckResult("conversion", CONVERT_STAGE, FAILED, f"the conversion failed: {why}",
+                           "nothing to verify: the tool could not convert the script")
+    reason = f" ({why})" if why else ""
+    what = {"skipped": "the tool skipped the script",
+            "attention": "the tool refused to convert the script (it needs attention)"}.get(
+        status, "the conversion left the script unchanged")
+    return CheckResult("conversion", CONVERT_STAGE, SKIPPED, f"{what}{reason}{noted}")
+
+
+def _run_all(workdir: Path, original: ScriptFiles, converted: ScriptFiles, options: VerifyOptions,
+             launcher: Launcher, concurrent: bool) -> list[RunOutcome]:
+    """The three runs: original and conversion on one process, conversion on N."""
+    specs = []
+    for label, files, processes in (("original", original, 1), ("converted", converted, 1),
+                                    ("distributed", converted, options.processes)):
+        folder = workdir / label
+        files.write(folder)
+        specs.append(RunSpec(label=label, folder=folder, target=files.name, logs=workdir / "logs" / label,
+                             args=options.args, processes=processes, steps=options.steps, seed=options.seed,
+                             timeout=options.timeout))
+    if concurrent:
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="accelify-verify") as pool:
+            alone = list(pool.map(launcher.run, specs[:2]))
+    else:
+        alone = [launcher.run(spec) for spec in specs[:2]]
+    return [*alone, launcher.run(specs[2])]
+
+
+def _summary(run: RunOutcome) -> RunSummary:
+    return RunSummary(
+        label=run.spec.label, processes=run.spec.processes, exit_code=run.exit_code, timed_out=run.timed_out,
+        seconds=run.seconds, steps=tuple(len(r.steps) for r in run.records),
+        backwards=tuple(len(r.backwards) for r in run.records), stdout=run.stdout, stderr=run.stderr,
+    )

@@ -1,0 +1,66 @@
+"""The files a verification runs: a script and its local modules, read, converted, and written to a run folder.
+
+A script often imports modules that sit next to it (``from model import Net``). :meth:`ScriptFiles.from_path`
+takes the script, the other ``.py`` files of its folder and its package folders (those with an ``__init__.py``);
+:func:`convert_files` converts the script and each of those ``.py`` modules with the conversion pipeline (a module the
+pipeline leaves unchanged stays as it is; package folders are copied as they are). Each run gets its own folder, so
+what one run writes (checkpoints, logs) never reaches another.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from accelify.results import Result
+
+_IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc")
+
+
+@dataclass(frozen=True)
+class ScriptFiles:
+    """A script (``name`` and ``source``) with its local modules ``(file name, source)`` and package folders."""
+
+    name: str
+    source: str
+    modules: tuple[tuple[str, str], ...] = ()
+    packages: tuple[Path, ...] = ()
+
+    @classmethod
+    def from_path(cls, path: str | Path) -> "ScriptFiles":
+        """The script at ``path`` with the other ``.py`` files and the package folders of its folder."""
+        from accelify.source import read_source
+
+        script = Path(path)
+        folder = script.resolve().parent
+        modules = tuple(
+            (other.name, read_source(str(other)).text)
+            for other in sorted(folder.glob("*.py"))
+            if other.name != script.name and other.is_file()
+        )
+        packages = tuple(sorted(p for p in folder.iterdir() if p.is_dir() and (p / "__init__.py").is_file()))
+        return cls(script.name, read_source(str(script)).text, modules, packages)
+
+    def write(self, folder: Path) -> Path:
+        """Write the script and its modules into ``folder`` (created), copy the packages; the script's path."""
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, source in self.modules:
+            (folder / name).write_text(source, encoding="utf-8")
+        for package in self.packages:
+            shutil.copytree(package, folder / package.name, ignore=_IGNORED, dirs_exist_ok=True)
+        script = folder / self.name
+        script.write_text(self.source, encoding="utf-8")
+        return script
+
+
+def convert_files(files: ScriptFiles, *, target: str = "accelify") -> tuple[ScriptFiles, Result]:
+    """The conversion of ``files`` (script and ``.py`` modules) and the pipeline's result for the script."""
+    from accelify.pipeline import convert_source
+
+    result = convert_source(files.source, path=files.name, target=target)
+    modules = []
+    for name, source in files.modules:
+        converted = convert_source(source, path=name, target=target)
+        modules.append((name, converted.new if converted.status == "converted" else source))
+    return replace(files, source=result.new, modules=tuple(modules)), result

@@ -1,0 +1,162 @@
+"""Gradient accumulation written by hand, found once for two rules: ``accelerator`` (the
+``gradient_accumulation_steps=`` argument) and ``accumulation`` (the rewrite).
+
+The shape recognised (the one every tutorial and the 2019-2022 example scripts use)::
+
+    for step, batch in enumerate(loader):
+        ...
+        loss = loss / k                      # (possibly under `if k > 1:`)
+        loss.backward()
+        ...
+        if (step + 1) % k == 0:              # (possibly `... or step == last`)
+            clip_grad_norm_(...)
+            optimizer.step(); scheduler.step(); optimizer.zero_grad()
+            global_step += 1 ...             # bookkeeping
+
+``k`` must be something the accelerator can read where it is created (a literal, or a name of that
+scope such as ``args.gradient_accumulation_steps``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+import libcst.matchers as m
+
+from accelify.codemods.context import code_of
+from accelify.codemods.facts import Facts, Loop, Scope
+from accelify.codemods.names import dotted
+from accelify.codemods.plan import Plan
+
+_MODULO = m.BinaryOperation(operator=m.Modulo())
+
+
+@dataclass
+class Accumulation:
+    """One training loop that accumulates gradients over ``steps`` batches by hand."""
+
+    loop: Loop
+    step_if: cst.If  # the `if (step + 1) % k == 0:` statement, directly in the loop's body
+    steps: cst.BaseExpression  # k
+    divisions: list[cst.BaseStatement] = field(default_factory=list)  # `loss = loss / k` (or its `if k > 1:`)
+    loss: str | None = None  # the name the division divides
+    models: list[str] = field(default_factory=list)  # what `accelerator.accumulate(...)` receives
+
+
+def find_accumulation(
+    facts: Facts, plan: Plan, home: Scope | None, unconverted: list[cst.If]
+) -> list[Accumulation]:
+    """Every loop of the program that accumulates by hand in the recognised shape; ``unconverted`` receives
+    the steps of loops that accumulate in a shape this cannot convert (an ``else``, an unreadable ``k``)."""
+    found = []
+    for loop in facts.loops:
+        body = loop.node.body
+        if not isinstance(body, cst.IndentedBlock) or not any(plan.reaches_backward(s) for s in loop.calls):
+            continue
+        for stmt in body.body:
+            if not isinstance(stmt, cst.If):
+                continue
+            if stmt.orelse is not None:
+                if _modulo_divisor(stmt.test) is not None and _steps_optimizer(plan, loop, stmt) and _backward_outside(plan, loop, stmt):
+                    unconverted.append(stmt)
+                continue
+            steps = _modulo_divisor(stmt.test)
+            if steps is None or not _steps_optimizer(plan, loop, stmt) or not _backward_outside(plan, loop, stmt):
+                continue  # (an n_critic schedule runs its generator's backward inside the `if`: no accumulation)
+            if home is not None and not _readable(home, steps):
+                unconverted.append(stmt)
+                continue
+            accumulation = Accumulation(loop, stmt, steps)
+            _divisions(facts, loop, body.body[: body.body.index(stmt)], accumulation)
+            accumulation.models = _models(plan, loop)
+            if accumulation.models:
+                found.append(accumulation)
+            break
+    return found
+
+
+def _modulo_divisor(test: cst.BaseExpression) -> cst.BaseExpression | None:
+    """``k`` of ``(i + 1) % k == 0`` anywhere in the test."""
+    for node in m.findall(test, m.Comparison()):
+        assert isinstance(node, cst.Comparison)
+        if len(node.comparisons) == 1 and isinstance(node.comparisons[0].operator, cst.Equal):
+            left, right = node.left, node.comparisons[0].comparator
+            modulo = left if isinstance(left, cst.BinaryOperation) else right
+            zero = right if modulo is left else left
+            if (
+                isinstance(modulo, cst.BinaryOperation) and isinstance(modulo.operator, cst.Modulo)
+                and isinstance(zero, cst.Integer) and zero.value == "0"
+            ):
+                return modulo.right.with_changes(lpar=[], rpar=[])
+    return None
+
+
+def _steps_optimizer(plan: Plan, loop: Loop, stmt: cst.If) -> bool:
+    """Whether ``stmt`` steps a prepared optimizer."""
+    for site in loop.calls:
+        if site.method == "step" and isinstance(site.node.func, cst.Attribute) and site.stmt in _inside(plan.facts, stmt):
+            found = plan.origin(site.scope, site.node.func.value)
+            if found is not None and found.role == "optimizer":
+                return True
+    return False
+
+
+def _backward_outside(plan: Plan, loop: Loop, stmt: cst.If) -> bool:
+    """Whether the loop runs a backward on every batch, outside ``stmt`` (gradients pile up between steps)."""
+    inside = _inside(plan.facts, stmt)
+    return any(plan.reaches_backward(site) and site.stmt not in inside for site in loop.calls)
+
+
+def _inside(facts: Facts, stmt: cst.BaseStatement) -> set[cst.BaseStatement]:
+    first, last = facts.order[stmt]
+    return {s for s, (a, _) in facts.order.items() if first <= a <= last}
+
+
+def _readable(home: Scope, steps: cst.BaseExpression) -> bool:
+    """``4``, ``args.accum``, ``grad_accum``: a literal, or rooted at a name the home scope has."""
+    if isinstance(steps, cst.Integer):
+        return True
+    key = dotted(steps)
+    if key is None:
+        return False
+    head = key.split(".")[0]
+    return home.binds(head) or (home.parent is not None and home.parent.kind == "module" and home.parent.binds(head))
+
+
+def _divisions(facts: Facts, loop: Loop, before: list[cst.BaseStatement], accumulation: Accumulation) -> None:
+    """``loss = loss / k`` before the step (alone, or as the only statement of an ``if``)."""
+    steps = code_of(accumulation.steps)
+    for stmt in before:
+        target = stmt
+        if isinstance(stmt, cst.If) and stmt.orelse is None and isinstance(stmt.body, cst.IndentedBlock) and len(stmt.body.body) == 1:
+            target = stmt.body.body[0]
+        if not (isinstance(target, cst.SimpleStatementLine) and len(target.body) == 1):
+            continue
+        small = target.body[0]
+        if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+            name = small.targets[0].target.value
+            value = small.value
+            if (
+                isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Divide)
+                and isinstance(value.left, cst.Name) and value.left.value == name
+                and code_of(value.right.with_changes(lpar=[], rpar=[])) == steps
+            ):
+                accumulation.divisions.append(stmt)
+                accumulation.loss = name
+        elif isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.DivideAssign) and isinstance(small.target, cst.Name):
+            if code_of(small.value.with_changes(lpar=[], rpar=[])) == steps:
+                accumulation.divisions.append(stmt)
+                accumulation.loss = small.target.value
+
+
+def _models(plan: Plan, loop: Loop) -> list[str]:
+    """The prepared models the loop runs (``accelerator.accumulate(model)``), by the names the loop uses."""
+    names: list[str] = []
+    for site in loop.calls:
+        found = plan.prepared(site.scope, site.node.func, site.stmt)
+        key = dotted(site.node.func)
+        if found is not None and found.role == "model" and key is not None and key not in names:
+            names.append(key)
+    return names
+

@@ -1,0 +1,227 @@
+"""ConvertAmp: hand-written mixed precision becomes the accelerator's.
+
+The accelerator rule gives ``Accelerator(mixed_precision=...)`` from what ``codemods.amp`` found (the
+precision, and the script's own flag for when it is on). This rule rewrites the uses:
+
+- ``with torch.autocast(...):`` / ``with torch.cuda.amp.autocast():`` -> ``with accelerator.autocast():``,
+  and ``ctx = nullcontext() if ... else torch.amp.autocast(...)`` goes, each ``with ctx:`` entering
+  ``accelerator.autocast()`` (a fresh context each time);
+- the ``GradScaler`` goes: ``scaler.scale(loss).backward()`` -> ``accelerator.backward(loss)``,
+  ``scaler.unscale_(opt)`` goes (``accelerator.clip_grad_norm_`` unscales), ``scaler.step(opt)`` ->
+  ``opt.step()`` (the prepared optimizer skips a step with inf/NaN gradients), ``scaler.update()`` goes,
+  ``scale > scaler.get_scale()`` after the update -> ``accelerator.optimizer_step_was_skipped``, and a
+  ``"scaler": scaler.state_dict()`` entry of a checkpoint dict goes with its ``load_state_dict``.
+
+Anything else done with the scaler is left as it is, with ACC005.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from accelify.codemods import codes
+from accelify.codemods.context import Context, code_of, expression
+from accelify.codemods.facts import Binding, CallSite, Scope
+from accelify.codemods.rule import Example, Rule
+
+
+class ConvertAmp(Rule):
+    name = "amp"
+    description = "Replace GradScaler and autocast by the accelerator's mixed precision."
+    examples = (
+        Example(
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.cuda.amp.GradScaler()
+for x, y in loader:
+    with torch.cuda.amp.autocast():
+        loss = torch.nn.functional.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+accelerator = Accelerator(mixed_precision="fp16" if torch.cuda.is_available() else "no")
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for x, y in loader:
+    with accelerator.autocast():
+        loss = torch.nn.functional.mse_loss(model(x), y)
+    accelerator.backward(loss)
+    accelerator.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad()
+accelerator.end_training()
+''',
+        ),
+        Example(
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    with torch.no_grad():
+        scale = y.abs().max()
+    loss = torch.nn.functional.mse_loss(model(x), y / scale)
+    loss.backward()
+    optimizer.step()
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+accelerator = Accelerator(cpu=True)
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for x, y in loader:
+    with torch.no_grad():
+        scale = y.abs().max()
+    loss = torch.nn.functional.mse_loss(model(x), y / scale)
+    accelerator.backward(loss)
+    optimizer.step()
+accelerator.end_training()
+''',
+            fires=False,
+        ),
+    )
+
+    def run(self, ctx: Context) -> None:
+        amp = ctx.amp
+        if amp is None or not ctx.accelerators:
+            return
+        # runs before threading: the accelerator's name in each scope is read when the edits are applied,
+        # and the uses of `device` inside a replaced autocast no longer keep a `device` parameter alive
+        for site in amp.autocasts:
+            if ctx.replace(site.node, site.stmt, lambda _, s=site.scope: expression(f"{_name(ctx, s)}.autocast()")):  # type: ignore[misc]
+                ctx.handled.add(site.node)
+                ctx.consumed.update(m.findall(site.node, m.Name()))
+                ctx.change("autocast -> accelerator.autocast()")
+        for context in amp.contexts:
+            self._context(ctx, context)
+        for scaler in amp.scalers:
+            self._scaler(ctx, scaler)
+
+    def _context(self, ctx: Context, context: Binding) -> None:
+        """``ctx = ... autocast(...)``: every ``with ctx:`` enters ``accelerator.autocast()``; the binding goes."""
+        refs = [(scope, ref) for scope in ctx.facts.scopes for ref in scope.refs.get(context.key, [])
+                if ctx.plan.binding_of(scope, context.key) is context]
+        withs = {id(item.item): stmt for stmt in ctx.facts.order if isinstance(stmt, cst.With) for item in stmt.items}
+        if not refs or any(id(ref) not in withs for _, ref in refs):
+            ctx.warn(codes.AMP, context.stmt, name=context.key)
+            return
+        for scope, ref in refs:
+            ctx.replace(ref, withs[id(ref)], lambda _, s=scope: expression(f"{_name(ctx, s)}.autocast()"))  # type: ignore[misc]
+        ctx.consumed.update(m.findall(context.stmt, m.Name()))
+        ctx.remove(context.stmt)
+        ctx.change("autocast -> accelerator.autocast()")
+
+    def _scaler(self, ctx: Context, scaler: Binding) -> None:
+        uses = [s for s in ctx.facts.calls if _receiver_is(s, scaler.key) and ctx.plan.binding_of(s.scope, scaler.key) is scaler]
+        skipped = {id(s.node) for s in uses}
+        gets = [s for s in uses if s.method == "get_scale"]
+        for site in uses:
+            scope = site.scope
+            if site.method == "scale" and self._scaled_backward(ctx, site, scope):
+                continue
+            if site.method in ("unscale_", "update") and _alone(site):
+                ctx.remove(site.stmt)
+            elif site.method == "step" and site.node.args:
+                optimizer = site.node.args[0].value
+                ctx.replace(site.node, site.stmt, lambda _, o=optimizer: cst.Call(func=cst.Attribute(o, cst.Name("step"))))  # type: ignore[misc]
+            elif site.method == "state_dict" and self._checkpoint_entry(ctx, site):
+                pass
+            elif site.method == "load_state_dict" and _alone(site):
+                ctx.remove(site.stmt)
+            elif site.method == "get_scale":
+                if not self._skip_idiom(ctx, site, gets, scope):
+                    ctx.warn(codes.AMP, site.node, name=f"{scaler.key}.get_scale()")
+            else:
+                ctx.warn(codes.AMP, site.node, name=code_of(site.node.func))
+                continue
+            ctx.handled.add(site.node)
+        if all(id(s.node) in skipped for s in uses):
+            ctx.remove(scaler.stmt)
+            ctx.change("GradScaler -> the accelerator's mixed precision")
+
+    def _scaled_backward(self, ctx: Context, site: CallSite, scope: Scope) -> bool:
+        """``scaler.scale(loss).backward(...)`` -> ``accelerator.backward(loss, ...)``."""
+        outer = next((s for s in ctx.facts.calls if s.method == "backward" and isinstance(s.node.func, cst.Attribute)
+                      and s.node.func.value is site.node), None)
+        if outer is None or not site.node.args:
+            ctx.warn(codes.AMP, site.node, name=code_of(site.node.func))
+            return True
+        loss = site.node.args[0].value
+
+        def swap(call: cst.CSTNode) -> cst.CSTNode:
+            assert isinstance(call, cst.Call)
+            return call.with_changes(func=expression(f"{_name(ctx, scope)}.backward"), args=[cst.Arg(loss), *call.args])
+
+        ctx.replace(outer.node, outer.stmt, swap)
+        ctx.handled.update({outer.node, site.node})
+        return True
+
+    def _checkpoint_entry(self, ctx: Context, site: CallSite) -> bool:
+        """``{"scaler": scaler.state_dict(), ...}``: the entry goes (the accelerator keeps the scale)."""
+        for node in m.findall(site.stmt, m.Dict()):
+            assert isinstance(node, cst.Dict)
+            for element in node.elements:
+                if isinstance(element, cst.DictElement) and element.value is site.node:
+                    ctx.replace(node, site.stmt, lambda d, e=element: _drop_entry(d, e))  # type: ignore[misc]
+                    return True
+        return False
+
+    def _skip_idiom(self, ctx: Context, site: CallSite, gets: list[CallSite], scope: Scope) -> bool:
+        """``scale = scaler.get_scale(); scaler.update(); skipped = scale > scaler.get_scale()``."""
+        stmt = site.stmt
+        if isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], cst.Assign):
+            assign = stmt.body[0]
+            if assign.value is site.node:
+                return ctx.remove(stmt)  # the first read; the comparison below replaces both
+            comparison = assign.value
+            if isinstance(comparison, cst.Comparison) and site.node in (comparison.left, comparison.comparisons[0].comparator):
+                ctx.replace(comparison, stmt, lambda _: expression(f"{_name(ctx, scope)}.optimizer_step_was_skipped"))
+                return True
+        return False
+
+
+def _name(ctx: Context, scope: Scope) -> str:
+    """The accelerator in ``scope`` once every rule has run (threading gives one to helpers that use AMP)."""
+    return ctx.accelerator_in(scope) or "accelerator"
+
+
+def _receiver_is(site: CallSite, key: str) -> bool:
+    func = site.node.func
+    return isinstance(func, cst.Attribute) and code_of(func.value) == key
+
+
+def _alone(site: CallSite) -> bool:
+    stmt = site.stmt
+    return (
+        isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+        and isinstance(stmt.body[0], cst.Expr) and stmt.body[0].value is site.node
+    )
+
+
+def _drop_entry(node: cst.CSTNode, element: cst.DictElement) -> cst.CSTNode:
+    assert isinstance(node, cst.Dict)
+    elements = [e for e in node.elements if e is not element]
+    if elements and node.elements[-1] is element:
+        elements[-1] = elements[-1].with_changes(comma=element.comma)
+    return node.with_changes(elements=elements)

@@ -1,0 +1,89 @@
+"""The corpus cases and the planted wrong conversions, as the tests read them.
+
+A corpus case is ``corpus/<name>/`` (see ``corpus/README.md``): ``input.py``, its local modules in ``input_modules/``
+(imported by ``input.py`` by file name), ``expected.py`` (and ``expected_modules/``), ``run.toml``. A planted case is
+``tests/verify/planted/<name>/``: ``original.py``, a wrong ``converted.py``, and ``case.toml`` naming the check that
+``accelify verify`` must fail first, with words its detail and its meaning must contain.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from accelify.verify import ScriptFiles
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "corpus"
+PLANTED = ROOT / "tests" / "verify" / "planted"
+SCRIPT = "train.py"  # the name every case's script runs under (loops are reported as train.py:LINE)
+
+CASE_DIRS = sorted(p.parent for p in CORPUS.glob("*/input.py"))
+IDS = [d.name for d in CASE_DIRS]
+PLANTED_IDS = sorted(p.parent.name for p in PLANTED.glob("*/case.toml"))
+
+
+@dataclass(frozen=True)
+class Case:
+    """One corpus folder and its ``run.toml``."""
+
+    name: str
+    directory: Path
+    runs: tuple[tuple[str, ...], ...]
+    compare: re.Pattern[str]
+    distributed: bool
+    status: str | None  # the conversion's status when run.toml names it ("attention" for a refused file)
+
+    @classmethod
+    def load(cls, directory: Path) -> "Case":
+        cfg = tomllib.loads((directory / "run.toml").read_text(encoding="utf-8"))
+        runs = cfg["runs"] if "runs" in cfg else [cfg.get("args", [])]
+        return cls(
+            name=directory.name,
+            directory=directory,
+            runs=tuple(tuple(run) for run in runs),
+            compare=re.compile(cfg["compare"]),
+            distributed=bool(cfg.get("distributed", True)),
+            status=cfg.get("status"),
+        )
+
+    def source(self) -> str:
+        return (self.directory / "input.py").read_text(encoding="utf-8")
+
+    def files(self) -> ScriptFiles:
+        """``input.py`` as ``train.py``, with the modules of ``input_modules/`` next to it."""
+        modules = tuple((p.name, p.read_text(encoding="utf-8"))
+                        for p in sorted((self.directory / "input_modules").glob("*.py")))
+        return ScriptFiles(SCRIPT, self.source(), modules)
+
+    def compared(self, stdout: str) -> list[str]:
+        return [line for line in stdout.splitlines() if self.compare.search(line)]
+
+
+@dataclass(frozen=True)
+class PlantedCase:
+    """A planted wrong conversion and the verdict ``accelify verify`` must give it."""
+
+    name: str
+    directory: Path
+    description: str
+    check: str  # the first failing check
+    detail: str  # words its detail contains
+    meaning: str  # words its meaning contains
+    timeout: float
+    steps: int
+
+    @classmethod
+    def load(cls, name: str) -> "PlantedCase":
+        directory = PLANTED / name
+        cfg = tomllib.loads((directory / "case.toml").read_text(encoding="utf-8"))
+        return cls(name, directory, cfg["description"], cfg["check"], cfg["detail"], cfg["meaning"],
+                   float(cfg.get("timeout", 120)), int(cfg.get("steps", 5)))
+
+    def original(self) -> ScriptFiles:
+        return ScriptFiles(SCRIPT, (self.directory / "original.py").read_text(encoding="utf-8"))
+
+    def converted(self) -> ScriptFiles:
+        return ScriptFiles(SCRIPT, (self.directory / "converted.py").read_text(encoding="utf-8"))

@@ -1,0 +1,53 @@
+"""CI measures the tool through ``accelify verify``: every corpus case, converted by the tool, must verify.
+
+Each case runs once in the session's pool (``tests/verification_pool.py``): the original and the conversion on one
+process, the conversion on 2 Gloo processes, each to the end of the script with the case's first ``run.toml``
+arguments. A conversion that regresses fails here with verify's verdict and table: no check may fail, and only the
+checks a script's structure can leave unjudged may be skipped (see ``STRUCTURAL``). Cases the tool leaves unchanged
+on purpose (``distributed = false``) must come back with the status ``run.toml`` names (default unchanged), with
+every check skipped for that reason.
+"""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from corpus_cases import CORPUS, IDS, Case
+from verification_pool import VerificationPool
+
+from accelify.console import make_console
+from accelify.verify import VerifyReport
+from accelify.verify.report import SKIPPED
+from accelify.verify_view import print_verify_report
+
+pytestmark = pytest.mark.multiprocess
+
+# Checks a script's own structure can leave unjudged (skipped with the reason): batches that do not come from a
+# DataLoader (sharding), weights updated without a torch.optim optimizer (the parameter checks).
+STRUCTURAL = {"data sharded", "same parameters", "model wrapped", "parameters agree"}
+
+
+def table(report: VerifyReport) -> str:
+    """The report as the terminal would show it, for a failure message."""
+    buffer = io.StringIO()
+    print_verify_report(make_console(buffer), report)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("name", IDS)
+def test_corpus_case_verifies(verification_pool: VerificationPool, name: str) -> None:
+    case = Case.load(CORPUS / name)
+    report = verification_pool.corpus(name)
+    if not case.distributed:
+        assert report.conversion == (case.status or "unchanged"), table(report)
+        assert all(check.status == SKIPPED for check in report.checks), table(report)
+        assert not report.runs
+        return
+    assert not report.failed and report.conversion == "converted", f"corpus/{name}: {report.verdict}\n{table(report)}"
+    unjudged = {c.name for c in report.checks if c.status == SKIPPED}
+    assert unjudged <= STRUCTURAL, f"corpus/{name}: skipped {sorted(unjudged - STRUCTURAL)}\n{table(report)}"
+    one_process = report.run("converted")
+    assert one_process is not None and one_process.steps and one_process.steps[0] > 0
+    distributed = report.run("distributed")
+    assert distributed is not None and distributed.steps[0] == distributed.steps[1] > 0

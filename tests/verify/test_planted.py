@@ -1,0 +1,48 @@
+"""Wrong conversions are caught: ``accelify verify`` fails every planted one with the right verdict.
+
+Each ``tests/verify/planted/<name>/`` holds an ``original.py``, a ``converted.py`` that is wrong in one way, and
+``case.toml`` naming the check that must fail first, with words its detail and its meaning must contain.
+"""
+
+from __future__ import annotations
+
+import pytest
+from corpus_cases import PLANTED_IDS, PlantedCase
+from verification_pool import VerificationPool
+
+from accelify.verify.report import FAILED, PASSED
+
+pytestmark = pytest.mark.multiprocess
+
+
+@pytest.mark.parametrize("planted", PLANTED_IDS)
+def test_planted_wrong_conversion_fails_with_its_verdict(verification_pool: VerificationPool, planted: str) -> None:
+    case = PlantedCase.load(planted)
+    report = verification_pool.planted(planted)
+    summary = "\n".join(f"{c.stage}: {c.name}: {c.status}: {c.detail}" for c in report.checks)
+    failure = report.first_failure
+    assert failure is not None, f"{planted} ({case.description}) passed verify:\n{summary}"
+    assert failure.name == case.check, f"{planted}: expected {case.check!r} to fail first:\n{summary}"
+    assert case.detail in failure.detail, summary
+    assert case.meaning in failure.meaning, failure.meaning
+    assert case.check in report.verdict and case.meaning in report.verdict
+    assert not report.passed
+
+
+def test_every_planted_case_fails_in_its_own_check() -> None:
+    """The planted corpus covers each distributed failure verify names, and the one-process comparison."""
+    checks = {PlantedCase.load(name).check for name in PLANTED_IDS}
+    assert {"same losses", "one process group", "model wrapped", "data sharded", "finished in time",
+            "parameters agree"} <= checks
+
+
+def test_a_hang_names_where_each_process_waits_and_keeps_their_stacks(verification_pool: VerificationPool) -> None:
+    report = verification_pool.planted("wait_in_local_branch")
+    hang = report.check("finished in time")
+    assert hang.status == FAILED
+    assert [rank for rank, _ in hang.stacks] == [0, 1]
+    assert all("train.py" in stack and "most recent call first" in stack for _, stack in hang.stacks)
+    assert "process 1 waits at train.py:22 in main: accelerator.backward(loss)" in hang.detail
+    assert report.check("same losses").status == PASSED  # on one process the branch cannot hang
+    distributed = report.run("distributed")
+    assert distributed is not None and distributed.timed_out and distributed.exit_code is None

@@ -1,0 +1,159 @@
+"""The recorder, loaded from outside the script, records without changing what it computes; the runner stops,
+seeds and ends scripts as documented. Both ways in are tested: a fresh ``python`` that finds the startup hook on
+``PYTHONPATH`` (:class:`Launcher`) and a child forked from the fork server (:class:`ForkServerLauncher`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from accelify.verify import ForkServerLauncher, Launcher
+from accelify.verify.runner import RunOutcome, RunSpec
+
+pytestmark = pytest.mark.multiprocess
+
+TRAIN = '''\
+import sys
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 6
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+loader = DataLoader(data, batch_size=8, shuffle=True, num_workers=int(sys.argv[2]) if len(sys.argv) > 2 else 0)
+done = 0
+while done < STEPS:
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        done += 1
+        if done == STEPS:
+            break
+print("weights", repr(model.weight.detach().double().sum().item()))
+print("finished")
+'''
+
+
+@pytest.fixture(scope="module")
+def forked() -> Iterator[ForkServerLauncher]:
+    launcher = ForkServerLauncher(servers=1)
+    yield launcher
+    launcher.close()
+
+
+def run(launcher: Launcher, folder: Path, *, target: str = "train.py", args: tuple[str, ...] = (), steps: int = 0,
+        seed: int = 0, timeout: float = 60, module: bool = False) -> RunOutcome:
+    spec = RunSpec("test", folder, target, folder.parent / f"logs-{folder.name}-{seed}-{steps}", args=args,
+                   steps=steps, seed=seed, timeout=timeout, module=module)
+    return launcher.run(spec)
+
+
+def folder_with(tmp_path: Path, name: str, files: dict[str, str]) -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    for file, text in files.items():
+        (folder / file).parent.mkdir(parents=True, exist_ok=True)
+        (folder / file).write_text(text, encoding="utf-8")
+    return folder
+
+
+def test_recording_changes_nothing_the_script_computes(tmp_path: Path) -> None:
+    seeded = "import torch\ntorch.manual_seed(0)\n" + TRAIN
+    folder = folder_with(tmp_path, "plain", {"train.py": seeded})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELIFY_")} | {"OMP_NUM_THREADS": "1"}
+    plain = subprocess.run([sys.executable, "train.py"], cwd=folder, env=env, capture_output=True, text=True,
+                           timeout=120)
+    assert plain.returncode == 0, plain.stderr
+    recorded = run(Launcher(), folder)  # a fresh interpreter: the hook comes in through sitecustomize
+    assert recorded.ok, recorded.stderr
+    assert recorded.stdout[0] == plain.stdout
+    (record,) = recorded.records
+    assert len(record.steps) == 6 and len(record.backwards) == 6 and record.exited and not record.stopped
+    assert record.steps[-1].group.initialized is False
+    (loader,) = record.loaders.values()
+    assert loader.site == "train.py:14"  # the `for x, y in loader` line of the seeded script
+    assert (loader.length, loader.batch, loader.training) == (8, 8, True)
+
+
+def test_the_run_stops_after_the_step_limit_with_exit_code_zero(tmp_path: Path, forked: ForkServerLauncher) -> None:
+    folder = folder_with(tmp_path, "stop", {"train.py": TRAIN})
+    outcome = run(forked, folder, args=("20",), steps=3)
+    assert outcome.ok and "finished" not in outcome.stdout[0]
+    (record,) = outcome.records
+    assert record.stopped and [s.n for s in record.steps] == [1, 2, 3] and len(record.backwards) == 3
+
+
+def test_an_unseeded_script_gets_the_same_seed_before_every_run(tmp_path: Path, forked: ForkServerLauncher) -> None:
+    folder = folder_with(tmp_path, "seed", {"train.py": TRAIN})  # no seed anywhere in the script
+    first, again, other = (run(forked, folder, seed=s) for s in (0, 0, 1))
+    assert first.ok and again.ok and other.ok
+    assert first.stdout[0] == again.stdout[0] != other.stdout[0]
+    assert [b.loss for b in first.records[0].backwards] == [b.loss for b in again.records[0].backwards]
+
+
+def test_local_modules_and_module_mode_are_recorded(tmp_path: Path, forked: ForkServerLauncher) -> None:
+    helper = "def train(loader, model, optimizer):\n" + "".join(
+        f"    {line}\n" for line in (
+            "for x, y in loader:",
+            "    optimizer.zero_grad()",
+            "    model(x).sub(y).pow(2).mean().backward()",
+            "    optimizer.step()",
+        ))
+    main = ("import torch\nfrom torch.utils.data import DataLoader, TensorDataset\nfrom helpers import train\n"
+            "model = torch.nn.Linear(2, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "train(DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4), model, optimizer)\n")
+    folder = folder_with(tmp_path, "local", {"train.py": main, "helpers.py": helper, "pkg/__init__.py": "",
+                                             "pkg/__main__.py": main})
+    as_script = run(forked, folder)
+    assert as_script.ok, as_script.stderr
+    assert list(as_script.records[0].loaders) == ["helpers.py:2#0"]  # the loop is named where it is
+    as_module = run(Launcher(), folder, target="pkg", module=True)  # `python -m pkg`, through sitecustomize
+    assert as_module.ok, as_module.stderr
+    assert len(as_module.records[0].steps) == 2
+
+
+def test_dataloader_workers_do_not_record(tmp_path: Path, forked: ForkServerLauncher) -> None:
+    folder = folder_with(tmp_path, "workers", {"train.py": TRAIN})
+    outcome = run(forked, folder, args=("4", "2"))
+    assert outcome.ok, outcome.stderr
+    files = sorted(p.name for p in (folder.parent / f"logs-{folder.name}-0-0").glob("record.*.jsonl"))
+    assert len(files) == 1 and len(outcome.records[0].steps) == 4
+
+
+def test_a_sitecustomize_already_on_the_path_still_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    site = folder_with(tmp_path, "site", {"sitecustomize.py": "import builtins\nbuiltins.SITE_MARK = 'yes'\n"})
+    script = "import builtins\nprint('mark', getattr(builtins, 'SITE_MARK', 'no'))\n" + TRAIN
+    folder = folder_with(tmp_path, "chained", {"train.py": script})
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    outcome = run(Launcher(), folder, args=("2",))
+    assert outcome.ok, outcome.stderr
+    assert "mark yes" in outcome.stdout[0] and len(outcome.records[0].steps) == 2
+
+
+def test_a_hung_run_is_ended_at_the_timeout_with_its_stack(tmp_path: Path, forked: ForkServerLauncher) -> None:
+    script = "import time\nimport torch\n\ndef wait():\n    time.sleep(600)\n\nwait()\n"
+    folder = folder_with(tmp_path, "hang", {"train.py": script})
+    for launcher in (forked, Launcher()):
+        outcome = run(launcher, folder, timeout=4)
+        assert outcome.timed_out and outcome.exit_code is None
+        stack = outcome.records[0].stack
+        assert f'File "{folder}/train.py", line 5 in wait' in stack and "line 7 in <module>" in stack
+        pid = outcome.records[0].pid
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+
+
+def test_a_forked_run_sees_the_interpreter_a_fresh_run_sees(tmp_path: Path, forked: ForkServerLauncher) -> None:
+    script = "import json, sys\nprint(json.dumps([sys.path[:6], sys.argv, __name__]))\n"
+    folder = folder_with(tmp_path, "same", {"train.py": script})
+    fresh, child = run(Launcher(), folder, args=("--x", "1")), run(forked, folder, args=("--x", "1"))
+    assert fresh.ok and child.ok, (fresh.stderr, child.stderr)
+    assert child.stdout[0] == fresh.stdout[0]
+    assert f'"{folder.resolve()}"' in fresh.stdout[0] and '"__main__"' in fresh.stdout[0]
