@@ -20,7 +20,8 @@ from accelify.settings import SettingsFinder
 
 SCRIPT = b"import torch\nmodel = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nprint(1)\n"
 CONVERTED_TAIL = b"model, opt = accelerator.prepare(model, opt)\naccelerator.print(1)\naccelerator.end_training()\n"
-REFUSED = b"import torch\nmodel = torch.nn.DataParallel(torch.nn.Linear(2, 1))\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+REFUSED = (b"import torch\nimport torch.distributed as dist\n\ndist.init_process_group('gloo')\n"
+           b"model = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n")
 HELPERS = b"""import torch
 
 
@@ -104,7 +105,7 @@ def test_attention_exits_1_unless_exit_zero_and_the_table_gives_the_first_reason
     assert result.exit_code == 1
     assert (project / "src/dp.py").read_bytes() == REFUSED
     assert "needs attention" in result.stderr and "src/dp.py" in result.stderr
-    assert "DataParallel" in result.stderr and "wrapping is not converted" in result.stderr
+    assert "manual distributed code (`dist.init_process_group`) is not converted" in result.stderr
     assert run("src", "--in-place", "--exit-zero").exit_code == 0
 
 

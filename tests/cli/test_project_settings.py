@@ -12,7 +12,8 @@ from accelify.cli import main
 from accelify.settings import SettingsFinder, load_settings
 
 SCRIPT = "import torch\nmodel = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nprint(1)\nx = y.cuda(3)\n"
-REFUSED = "import torch\nmodel = torch.nn.DataParallel(torch.nn.Linear(2, 1))\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+REFUSED = ("import torch\nimport torch.distributed as dist\n\ndist.init_process_group('gloo')\n"
+           "model = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n")
 
 
 @pytest.fixture
@@ -61,9 +62,9 @@ def test_disable_keeps_working_and_select_names_rules(project: Path) -> None:
 
 def test_a_refused_file_keeps_its_warnings_whatever_ignore_says(project: Path) -> None:
     write(project, "dp.py", REFUSED)
-    pyproject(project, 'ignore = ["ACC004"]')
+    pyproject(project, 'ignore = ["ACC003"]')
     result = convert("dp.py")
-    assert result.exit_code == 1 and "ACC004" in result.stderr
+    assert result.exit_code == 1 and "ACC003" in result.stderr
 
 
 def test_each_path_gets_its_nearest_pyproject_and_flags_win(project: Path) -> None:
