@@ -31,25 +31,14 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from accelify.codemods.codes import Code
+from accelify.codemods.codes import NOTEBOOK_IN_PROCESS, NOTEBOOK_LAUNCH_BY_HAND, Code
 from accelify.codemods.outcome import CONVERTED, FAILED, SKIPPED, UNCHANGED, ConversionWarning
 from accelify.codemods.targets import DEFAULT_TARGET, import_module
 from accelify.errors import SourceError
 from accelify.program import ModuleText
 from accelify.results import Result
 
-IN_PROCESS = Code(
-    "ACC101",
-    "the notebook trains in its own process (the `Accelerator` is not created in a function its cells call), "
-    "so it trains on one process only",
-    "move the training (from the model to the last epoch) into a function, e.g. `def main():`, and run it with "
-    "`notebook_launcher(main, (), num_processes=N)` in the last cell",
-)
-LAUNCH_BY_HAND = Code(
-    "ACC102",
-    "`{name}(...)` trains, but the call was left as is: {why}",
-    "call `notebook_launcher({name}, args, num_processes=N)` instead (positional arguments only)",
-)
+IN_PROCESS, LAUNCH_BY_HAND = NOTEBOOK_IN_PROCESS, NOTEBOOK_LAUNCH_BY_HAND
 CODES: tuple[Code, ...] = (IN_PROCESS, LAUNCH_BY_HAND)
 
 # Cell magics whose body is Python: the first line is a placeholder, the rest is converted.

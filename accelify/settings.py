@@ -196,9 +196,8 @@ def _strings(table: dict, key: str, source: str) -> list[str]:
 def known_codes() -> set[str]:
     """Every warning code a conversion can report."""
     from accelify.codemods.codes import ALL
-    from accelify.notebook import CODES
 
-    return {code.code for code in ALL} | {code.code for code in CODES}
+    return {code.code for code in ALL}
 
 
 def parse_table(table: object, source: str) -> Settings:

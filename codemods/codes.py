@@ -44,4 +44,7 @@ UNKNOWN_DATA = Code("ACC021", "the training loop walks `{name}`, which could not
 
 SAME_DATA = Code("ACC022", "no DataLoader feeds this training loop, so every process trains on the same data (correct, but no faster than one)", "serve the data through a DataLoader that `accelerator.prepare` shards, or give each process its own part (`accelerator.process_index`, `accelerator.num_processes`)")
 
+NOTEBOOK_IN_PROCESS = Code("ACC101", "the notebook trains in its own process (the `Accelerator` is not created in a function its cells call), so it trains on one process only", "move the training (from the model to the last epoch) into a function, e.g. `def main():`, and run it with `notebook_launcher(main, (), num_processes=N)` in the last cell")
+NOTEBOOK_LAUNCH_BY_HAND = Code("ACC102", "`{name}(...)` trains, but the call was left as is: {why}", "call `notebook_launcher({name}, args, num_processes=N)` instead (positional arguments only)")
+
 ALL: tuple[Code, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Code))
