@@ -54,3 +54,7 @@ class UnknownTargetError(AccelifyError):
         from accelify.codemods.targets import TARGET_NAMES
 
         super().__init__(f"unknown target {target!r} (use one of {', '.join(map(repr, TARGET_NAMES))})")
+
+
+class LaunchError(AccelifyError):
+    """A launch request that cannot run as asked (``accelify launch``/``test``); the message says why and what to do."""

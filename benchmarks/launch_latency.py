@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -37,12 +36,12 @@ dist.destroy_process_group()
 
 
 def command(name: str, script: Path, out: Path) -> list[str]:
-    bindir = Path(sys.executable).parent
+    """Both through this interpreter (not whatever ``accelify``/``torchrun`` PATH finds first), as their
+    console scripts do: ``accelify`` is ``accelify.cli:main``, ``torchrun`` is ``torch.distributed.run``."""
     if name == "accelify":
-        exe = shutil.which("accelify", path=str(bindir)) or shutil.which("accelify")
-        return [exe, "launch", "--cpu", "-n", "2", "-q", str(script), str(out)]
-    exe = shutil.which("torchrun", path=str(bindir)) or shutil.which("torchrun")
-    return [exe, "--nproc-per-node", "2", str(script), str(out)]
+        return [sys.executable, "-c", "from accelify.cli import main; main()",
+                "launch", "--cpu", "-n", "2", "-q", str(script), str(out)]
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(script), str(out)]
 
 
 def one_run(name: str, script: Path, workdir: Path) -> float:

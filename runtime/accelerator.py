@@ -2,32 +2,36 @@
 
 Each method delegates to a small module: process state (:mod:`.state`), data loading
 (:mod:`.data_loader`), collectives (:mod:`.ops`), precision (:mod:`.precision`), the optimizer and
-scheduler wrappers, model files (:mod:`.model_io`); ``prepare``, checkpoints and trackers live in
-the mixins it inherits (:mod:`.prepare`, :mod:`.checkpoint`, :mod:`.tracking`).
+scheduler wrappers, model files (:mod:`.model_io`), preparing (:mod:`.prepare`), checkpoints
+(:mod:`.checkpoint`) and trackers (:mod:`.tracking`). It owns one :class:`~.prepared.PreparedObjects`
+(what it prepared and registered) and passes it, with the settings each call needs, to those modules;
+none of them reads the Accelerator's fields.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import os
+from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
 from torch.utils.data import DataLoader
 
-from . import model_io, precision
+from . import checkpoint, model_io, precision, prepare, tracking
 from .accumulation import Accumulate, no_sync
-from .checkpoint import CheckpointMixin, ProjectConfiguration
-from .data_loader import DataLoaderShard, active_data_loader
+from .checkpoint import ProjectConfiguration
+from .data_loader import DataLoaderShard
 from .data_loader import skip_first_batches as _skip_first_batches
 from .errors import ConfigurationError, UnusedParametersError
 from .kwargs import AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs, sort_handlers
 from .optimizer import AcceleratedOptimizer
+from .prepared import PreparedObjects
 from .scheduler import AcceleratedScheduler
-from .prepare import PrepareMixin
 from .settings import load_settings
 from .state import AcceleratorState, DistributedType, GradientState, PartialState
-from .tracking import TrackingMixin, filter_trackers
+from .tracking import GeneralTracker, filter_trackers
 
 # Hugging Face Accelerate constructor arguments accelify does not implement: an error, never ignored.
 _UNSUPPORTED = {
@@ -47,7 +51,13 @@ def _state_method(name: str) -> Callable[..., Any]:
     return method
 
 
-class Accelerator(PrepareMixin, CheckpointMixin, TrackingMixin):
+def _prepared_list(name: str) -> property:
+    """``accelerator._models`` and the like (Hugging Face's names): the registry's list, readable and settable."""
+    return property(lambda self: getattr(self._prepared, name), lambda self, value: setattr(self._prepared, name, value),
+                    doc=f"The {name} of ``PreparedObjects`` (Hugging Face Accelerate's private name for it).")
+
+
+class Accelerator:
     """Runs a training loop on one process, or data-parallel on N, with one code path.
 
     Arguments left as ``None`` come from ``accelify launch`` (the launch file) or the
@@ -141,10 +151,14 @@ class Accelerator(PrepareMixin, CheckpointMixin, TrackingMixin):
         # unknown tracker names, missing packages and a missing logging folder fail here, not at init_trackers
         self.log_with = filter_trackers(log_with, project_config.logging_dir)
         self.flag_tensor: torch.Tensor | None = None
-        self._models: list[torch.nn.Module] = []
-        self._optimizers: list[AcceleratedOptimizer] = []
-        self._schedulers: list[AcceleratedScheduler] = []
-        self._dataloaders: list[DataLoaderShard] = []
+        self.trackers: list[GeneralTracker] = []  # started by init_trackers
+        self._prepared = PreparedObjects()
+
+    _models = _prepared_list("models")
+    _optimizers = _prepared_list("optimizers")
+    _schedulers = _prepared_list("schedulers")
+    _dataloaders = _prepared_list("dataloaders")
+    _custom_objects = _prepared_list("custom_objects")
 
     # -- settings and process facts ---------------------------------------------------------
     device = property(lambda self: self.state.device, doc="The device this process trains on (cuda:<local rank> or cpu).")
@@ -250,6 +264,48 @@ class Accelerator(PrepareMixin, CheckpointMixin, TrackingMixin):
         handler = autocast_handler or self.autocast_handler or AutocastKwargs()
         return precision.autocast(self.mixed_precision, self.device, handler.enabled, handler.cache_enabled)
 
+    # -- prepare (runtime/prepare.py) ---------------------------------------------------------
+    def prepare(self, *args: Any, device_placement: Sequence[bool] | None = None) -> Any:
+        """Wrap models, optimizers, data loaders and schedulers for this process; return them in order.
+
+        Anything else (``None`` included) comes back unchanged, and preparing twice is harmless.
+        With two processes, ``model, opt, loader = accelerator.prepare(model, opt, loader)`` gives
+        a DDP model, an :class:`AcceleratedOptimizer` and a loader that yields half of each epoch.
+        """
+        return prepare.prepare_all(args, device_placement, model=self.prepare_model, optimizer=self.prepare_optimizer,
+                                   data_loader=self.prepare_data_loader, scheduler=self.prepare_scheduler)
+
+    def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None, evaluation_mode: bool = False,
+                      *, _optimizers: Sequence[torch.optim.Optimizer] = ()) -> torch.nn.Module:
+        """Place ``model`` on the device, wrap it in DDP (FSDP2 with a plugin) and add mixed-precision autocast.
+
+        ``_optimizers``: optimizers of the same ``prepare`` call, rebound if wrapping replaces parameters.
+        """
+        return prepare.prepare_model(self._prepared, self._prepare_settings(), model, device_placement,
+                                     evaluation_mode, _optimizers)
+
+    def prepare_optimizer(self, optimizer: torch.optim.Optimizer, device_placement: bool | None = None) -> AcceleratedOptimizer:
+        """Wrap ``optimizer`` so that ``step``/``zero_grad`` follow accumulation and the fp16 scaler."""
+        return prepare.prepare_optimizer(self._prepared, self._prepare_settings(), optimizer, device_placement)
+
+    def prepare_data_loader(self, data_loader: DataLoader, device_placement: bool | None = None) -> DataLoaderShard:
+        """Shard ``data_loader``: with two processes each gets every other batch (see :mod:`.data_loader`)."""
+        return prepare.prepare_data_loader(self._prepared, self._prepare_settings(), data_loader, device_placement)
+
+    def prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
+        """Wrap ``scheduler`` so it steps only when its optimizer did (see :mod:`.scheduler`)."""
+        return prepare.prepare_scheduler(self._prepared, self._prepare_settings(), scheduler)
+
+    def _prepare_settings(self) -> prepare.PrepareSettings:
+        return prepare.PrepareSettings(
+            device=self.device, device_placement=self.device_placement, mixed_precision=self.mixed_precision,
+            use_distributed=self.use_distributed, num_processes=self.num_processes, process_index=self.process_index,
+            use_fsdp=self.use_fsdp, fsdp_plugin=self.fsdp_plugin, ddp_handler=self.ddp_handler, scaler=self.scaler,
+            gradient_state=self.gradient_state, split_batches=self.split_batches, even_batches=self.even_batches,
+            rng_types=self.rng_types, dispatch_batches=self.dispatch_batches,
+            step_scheduler_with_optimizer=self.step_scheduler_with_optimizer,
+        )
+
     # -- models -----------------------------------------------------------------------------
     def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True) -> torch.nn.Module:
         """The user's own module inside DDP (and ``torch.compile`` unless ``keep_torch_compile``).
@@ -283,6 +339,77 @@ class Accelerator(PrepareMixin, CheckpointMixin, TrackingMixin):
         if self.is_main_process:
             model_io.save_model_files(state_dict, save_directory, max_shard_size, safe_serialization)
 
+    # -- checkpoints (runtime/checkpoint.py) ------------------------------------------------------
+    def register_for_checkpointing(self, *objects: Any) -> None:
+        """Save and load ``objects`` (anything with ``state_dict``/``load_state_dict``) in save_state/load_state.
+
+        With two processes, rank 0 writes ``custom_checkpoint_<i>.pkl``; both processes load it.
+        """
+        checkpoint.register_for_checkpointing(self._prepared, objects)
+
+    def save_state(self, output_dir: str | os.PathLike[str] | None = None, safe_serialization: bool = True) -> Path:
+        """Save models, optimizers, schedulers, scaler, data-loader positions, RNG states and registered objects.
+
+        With ``ProjectConfiguration(automatic_checkpoint_naming=True)`` and no ``output_dir``, the folder is
+        ``<project_dir>/checkpoints/checkpoint_<iteration>`` and only the newest ``total_limit`` are kept
+        (an explicit ``output_dir`` is used as given; Hugging Face Accelerate would silently ignore it).
+        With two processes, both must call it; both return once the folder is complete on disk.
+        """
+        return checkpoint.save_state(
+            self._prepared, self.project_configuration, output_dir, safe_serialization=safe_serialization,
+            scaler=self.scaler, step=self.step, process_index=self.process_index,
+            local_process_index=self.local_process_index, model_state=self.get_state_dict)
+
+    def load_state(self, input_dir: str | os.PathLike[str] | None = None, load_kwargs: dict[str, Any] | None = None,
+                   **load_model_func_kwargs: Any) -> None:
+        """Restore what ``save_state`` wrote; with no folder and automatic naming, the newest checkpoint.
+
+        ``strict=False`` relaxes model loading; ``map_location="on_device"`` loads optimizer state
+        straight onto ``accelerator.device``. With two processes, each restores its own RNG states.
+        """
+        self.step = checkpoint.load_state(
+            self._prepared, self.project_configuration, input_dir, load_kwargs, scaler=self.scaler,
+            device=self.device, process_index=self.process_index, unwrap=self.unwrap_model, **load_model_func_kwargs)
+
+    # -- trackers (runtime/tracking.py) -----------------------------------------------------------
+    def init_trackers(self, project_name: str, config: dict[str, Any] | None = None,
+                      init_kwargs: dict[str, dict[str, Any]] | None = None) -> None:
+        """Start every tracker of ``log_with`` for run ``project_name`` and store ``config`` in each.
+
+        With two processes, rank 0 creates ``<logging_dir>/<project_name>/metrics.jsonl`` (for
+        ``log_with="jsonl"``); rank 1 starts nothing.
+        """
+        self.trackers = self.trackers + tracking.start_trackers(
+            self.log_with, project_name, self.logging_dir, is_main_process=self.is_main_process, config=config,
+            init_kwargs=init_kwargs)
+
+    def log(self, values: dict[str, Any], step: int | None = None, log_kwargs: dict[str, dict[str, Any]] | None = None) -> None:
+        """Send ``values`` to every tracker (main process only).
+
+        With two processes, ``accelerator.log({"loss": 0.5}, step=3)`` appends one line on rank 0
+        and does nothing on rank 1.
+        """
+        tracking.log_to(self.trackers, values, is_main_process=self.is_main_process, step=step, log_kwargs=log_kwargs)
+
+    def get_tracker(self, name: str, unwrap: bool = False) -> Any:
+        """The started tracker called ``name`` (its underlying object with ``unwrap=True``).
+
+        With no trackers started, returns an inert ``GeneralTracker`` so rank-agnostic code keeps working.
+        """
+        return tracking.find_tracker(self.trackers, name, unwrap)
+
+    def end_training(self) -> None:
+        """Finish every tracker, then wait for every process; safe to call with no trackers.
+
+        With two processes, both return only once rank 0 has closed its tracker files. Unlike Hugging
+        Face Accelerate, the process group is left up: the prepared DDP models the script still holds
+        reference it, and destroying it under them made Gloo abort processes at exit (4 runs in 25).
+        It is torn down when the process exits; ``accelerator.state.destroy_process_group()`` closes
+        it explicitly once the models are gone.
+        """
+        tracking.finish_trackers(self.trackers, is_main_process=self.is_main_process)
+        self.wait_for_everyone()
+
     # -- collectives ------------------------------------------------------------------------
     def gather(self, tensor: Any) -> Any:
         """Concatenate ``tensor`` from every process (see ``accelify.runtime.gather``)."""
@@ -310,21 +437,7 @@ class Accelerator(PrepareMixin, CheckpointMixin, TrackingMixin):
         """
         from . import ops
 
-        with ops.named_operation("Accelerator.gather_for_metrics"):
-            if use_gather_object or not _all_tensors(input_data):
-                data = ops.gather_object(input_data)
-                use_gather_object = True
-            else:
-                data = ops.gather(input_data)
-        loader = active_data_loader()
-        if loader is None or not loader.end_of_dataloader or loader.remainder <= 0:
-            return data
-        keep = _real_samples_in_last_round(loader)
-        if use_gather_object:
-            return data[: len(data) - loader.remainder if keep is None else keep]
-        return ops._apply(
-            lambda t: t[: max(len(t) - loader.remainder, 0) if keep is None else keep] if t.ndim else t, data, "gather_for_metrics"
-        )
+        return ops.gather_for_metrics(input_data, use_gather_object)
 
     # -- coordination -----------------------------------------------------------------------
     # wait_for_everyone, main_process_first, print, on_main_process, split_between_processes...:
@@ -370,7 +483,7 @@ class Accelerator(PrepareMixin, CheckpointMixin, TrackingMixin):
         """Drop the prepared objects' references and free device memory: ``a, b = accelerator.free_memory(a, b)``."""
         from .memory import release_memory
 
-        self._models, self._optimizers, self._schedulers, self._dataloaders = [], [], [], []
+        self._prepared.forget_prepared()
         self.gradient_state.step = 0
         return release_memory(*objects)
 
@@ -390,38 +503,6 @@ def _pick(explicit: Any, configured: Any, default: Any) -> Any:
 def _same_params(params: list[torch.Tensor], model: torch.nn.Module) -> bool:
     ids = {id(p) for p in model.parameters()}
     return bool(params) and all(id(p) in ids for p in params)
-
-
-def _real_samples_in_last_round(loader: DataLoaderShard) -> int | None:
-    """Samples of the last round that are not duplicates (Hugging Face's ``remainder``); None if unknown.
-
-    Like Hugging Face Accelerate, ``gather_for_metrics`` keeps this many leading entries: a whole
-    round loses exactly its duplicates, and anything shorter (a per-batch loss gathered as one value
-    per process) is kept whole instead of being cut to nothing.
-    """
-    from .samplers import IterableDatasetShard, ShardedBatchSampler, UnbatchedSampler
-
-    per_process: int | None = loader.batch_size
-    if isinstance(loader.dataset, IterableDatasetShard):
-        per_process = loader.dataset.process_batch_size
-    elif isinstance(loader.sampler, UnbatchedSampler):
-        per_process = 1  # batch_size=None: one sample per step
-    elif per_process is None and isinstance(loader.sampler, ShardedBatchSampler):
-        per_process = loader.sampler.batch_size  # a batch sampler given as `sampler`
-    if per_process is None:
-        return None  # batches of varying size: only the tail can be dropped
-    keep = per_process * loader.num_processes - loader.remainder
-    return keep if keep >= 0 else None
-
-
-def _all_tensors(data: Any) -> bool:
-    if isinstance(data, torch.Tensor):
-        return True
-    if isinstance(data, (list, tuple)):
-        return all(_all_tensors(v) for v in data)
-    if isinstance(data, dict):
-        return all(_all_tensors(v) for v in data.values())
-    return False
 
 
 __all__ = ["Accelerator", "DistributedType", "UnusedParametersError"]

@@ -1,4 +1,8 @@
-"""save_state / load_state: what a checkpoint holds, automatic naming, and the Accelerator mixin.
+"""save_state / load_state: what a checkpoint holds, and automatic naming.
+
+``Accelerator.save_state``/``load_state``/``register_for_checkpointing`` delegate to :func:`save_state`,
+:func:`load_state` and :func:`register_for_checkpointing`, passing what they need explicitly: the
+:class:`~.prepared.PreparedObjects` it owns, its ``ProjectConfiguration``, scaler, step and rank.
 
 Which files a checkpoint folder holds and how each is (de)serialised: :mod:`.checkpoint_files`
 (Hugging Face Accelerate's layout; loading is ``torch.load(weights_only=True)``, nothing in a
@@ -44,6 +48,7 @@ from .checkpoint_load import (
     readable_checkpoint,
 )
 from .errors import CheckpointError, CheckpointPeerError, ConfigurationError
+from .prepared import PreparedObjects
 from .settings import DURABLE_ENV, durable_checkpoints  # noqa: F401  (DURABLE_ENV: the switch's name, for callers)
 
 
@@ -168,166 +173,162 @@ def check_checkpointable(objects: Sequence[Any]) -> None:
         )
 
 
-class CheckpointMixin:
-    """Checkpoint methods of ``Accelerator``: save_state, load_state, register_for_checkpointing.
+def register_for_checkpointing(prepared: PreparedObjects, objects: Sequence[Any]) -> None:
+    """Add ``objects`` (anything with ``state_dict``/``load_state_dict``) to what checkpoints save and load.
 
-    Reads ``self._models``, ``self._optimizers``, ``self._schedulers``, ``self._dataloaders``,
-    ``self.scaler``, ``self.project_configuration``, ``self.get_state_dict`` and ``self.unwrap_model``;
-    owns ``self._custom_objects`` (created on first use).
+    With two processes, rank 0 writes ``custom_checkpoint_<i>.pkl``; both processes load it.
     """
+    check_checkpointable(objects)
+    prepared.custom_objects.extend(objects)
 
-    @property
-    def _custom_objects(self) -> list[Any]:
-        return self.__dict__.setdefault("_custom_objects_list", [])
 
-    @_custom_objects.setter
-    def _custom_objects(self, value: list[Any]) -> None:
-        self.__dict__["_custom_objects_list"] = list(value)
-
-    def register_for_checkpointing(self, *objects: Any) -> None:
-        """Save and load ``objects`` (anything with ``state_dict``/``load_state_dict``) in save_state/load_state.
-
-        With two processes, rank 0 writes ``custom_checkpoint_<i>.pkl``; both processes load it.
-        """
-        check_checkpointable(objects)
-        self._custom_objects.extend(objects)
-
-    def _project(self) -> ProjectConfiguration:
-        config = getattr(self, "project_configuration", None)
-        return config if config is not None else ProjectConfiguration()
-
-    def _checkpoint_root(self) -> Path:
-        config = self._project()
-        if not config.project_dir:
-            raise ConfigurationError(
-                "automatic_checkpoint_naming needs a project folder; pass Accelerator(project_dir=...) "
-                "or ProjectConfiguration(project_dir=...)."
-            )
-        return Path(config.project_dir).expanduser() / "checkpoints"
-
-    def _owner_model(self, optimizer: Any) -> Any:
-        params = {id(p) for group in optimizer.param_groups for p in group["params"]}
-        return next((m for m in getattr(self, "_models", []) if any(id(p) in params for p in m.parameters())), None)
-
-    def _fsdp_owner(self, optimizer: Any) -> Any:
-        """The FSDP-sharded model holding ``optimizer``'s parameters, or None."""
-        if not _fsdp_loaded():
-            return None
-        model = self._owner_model(getattr(optimizer, "optimizer", optimizer))
-        from . import fsdp
-
-        return model if model is not None and fsdp.is_fsdp_module(model) else None
-
-    def save_state(self, output_dir: str | os.PathLike[str] | None = None, safe_serialization: bool = True) -> Path:
-        """Save models, optimizers, schedulers, scaler, data-loader positions, RNG states and registered objects.
-
-        With ``ProjectConfiguration(automatic_checkpoint_naming=True)`` and no ``output_dir``, the folder is
-        ``<project_dir>/checkpoints/checkpoint_<iteration>`` and only the newest ``total_limit`` are kept
-        (an explicit ``output_dir`` is used as given; Hugging Face Accelerate would silently ignore it).
-        With two processes, both must call it; both return once the folder is complete on disk.
-        """
-        config = self._project()
-        automatic = config.automatic_checkpoint_naming and output_dir is None  # an explicit folder wins (HF ignores it)
-        if automatic:
-            root = self._checkpoint_root()
-            target = root / f"checkpoint_{config.iteration}"
-            if target.exists():
-                raise CheckpointError(
-                    f"{target} already exists; set accelerator.project_configuration.iteration to the next free number."
-                )
-        elif output_dir is None:
-            raise ConfigurationError("save_state needs output_dir (or ProjectConfiguration(automatic_checkpoint_naming=True)).")
-        else:
-            target = Path(output_dir).expanduser()
-        get_state_dict = getattr(self, "get_state_dict", lambda m: m.state_dict())
-        model_states = [get_state_dict(m) for m in getattr(self, "_models", [])]
-        optimizer_states = []
-        for opt in getattr(self, "_optimizers", []):
-            owner = self._fsdp_owner(opt)
-            if owner is None:
-                optimizer_states.append(opt.state_dict())
-            else:
-                from . import fsdp
-
-                optimizer_states.append(fsdp.full_optimizer_state_dict(owner, getattr(opt, "optimizer", opt)))
-        state = getattr(self, "state", None)
-        path = save_checkpoint(
-            target,
-            model_states=model_states,
-            optimizer_states=optimizer_states,
-            schedulers=list(getattr(self, "_schedulers", [])),
-            dataloaders=list(getattr(self, "_dataloaders", [])),
-            scaler=getattr(self, "scaler", None),
-            custom_objects=self._custom_objects,
-            step=int(getattr(self, "step", 0)),
-            process_index=getattr(state, "process_index", None),
-            local_process_index=getattr(state, "local_process_index", None),
-            save_on_each_node=config.save_on_each_node,
-            safe_serialization=safe_serialization,
-            durable=config.durable is not False,
-            then=(lambda: prune_checkpoints(root, config.total_limit)) if automatic else None,
+def _checkpoint_root(config: ProjectConfiguration) -> Path:
+    if not config.project_dir:
+        raise ConfigurationError(
+            "automatic_checkpoint_naming needs a project folder; pass Accelerator(project_dir=...) "
+            "or ProjectConfiguration(project_dir=...)."
         )
-        if automatic:
-            config.iteration += 1
-        return path
+    return Path(config.project_dir).expanduser() / "checkpoints"
 
-    def load_state(
-        self, input_dir: str | os.PathLike[str] | None = None, load_kwargs: dict[str, Any] | None = None, **load_model_func_kwargs: Any
-    ) -> None:
-        """Restore what ``save_state`` wrote; with no folder and automatic naming, the newest checkpoint.
 
-        ``strict=False`` relaxes model loading; ``map_location="on_device"`` loads optimizer state
-        straight onto ``accelerator.device``. With two processes, each restores its own RNG states.
-        """
-        config = self._project()
-        if input_dir is not None:
-            path = readable_checkpoint(Path(input_dir).expanduser())
-        elif config.automatic_checkpoint_naming:
-            found = list_checkpoints(self._checkpoint_root())
-            if not found:
-                raise CheckpointError(f"No checkpoint_<i> folder under {self._checkpoint_root()} to resume from.")
-            index, path = found[-1]
-            config.iteration = max(config.iteration, index + 1)
+def _fsdp_owner(prepared: PreparedObjects, optimizer: Any) -> Any:
+    """The FSDP-sharded model holding ``optimizer``'s parameters, or None."""
+    if not _fsdp_loaded():
+        return None
+    model = prepared.model_of(getattr(optimizer, "optimizer", optimizer))
+    from . import fsdp
+
+    return model if model is not None and fsdp.is_fsdp_module(model) else None
+
+
+def save_state(
+    prepared: PreparedObjects,
+    config: ProjectConfiguration,
+    output_dir: str | os.PathLike[str] | None = None,
+    *,
+    safe_serialization: bool = True,
+    scaler: Any = None,
+    step: int = 0,
+    process_index: int | None = None,
+    local_process_index: int | None = None,
+    model_state: Callable[[Any], dict[str, torch.Tensor]] = lambda model: model.state_dict(),
+) -> Path:
+    """Save ``prepared``'s models, optimizers, schedulers, data-loader positions and registered objects,
+    the scaler, the RNG states and ``step``, to ``output_dir`` or the next automatically named folder.
+
+    With ``config.automatic_checkpoint_naming`` and no ``output_dir``, the folder is
+    ``<project_dir>/checkpoints/checkpoint_<iteration>`` and only the newest ``total_limit`` are kept
+    (an explicit ``output_dir`` is used as given; Hugging Face Accelerate would silently ignore it).
+    ``model_state(model)`` gives a model's full state dict (``Accelerator.get_state_dict``: FSDP gathers).
+    With two processes, both must call it; both return once the folder is complete on disk.
+    """
+    automatic = config.automatic_checkpoint_naming and output_dir is None  # an explicit folder wins (HF ignores it)
+    if automatic:
+        root = _checkpoint_root(config)
+        target = root / f"checkpoint_{config.iteration}"
+        if target.exists():
+            raise CheckpointError(
+                f"{target} already exists; set accelerator.project_configuration.iteration to the next free number."
+            )
+    elif output_dir is None:
+        raise ConfigurationError("save_state needs output_dir (or ProjectConfiguration(automatic_checkpoint_naming=True)).")
+    else:
+        target = Path(output_dir).expanduser()
+    model_states = [model_state(m) for m in prepared.models]
+    optimizer_states = []
+    for opt in prepared.optimizers:
+        owner = _fsdp_owner(prepared, opt)
+        if owner is None:
+            optimizer_states.append(opt.state_dict())
         else:
-            raise ConfigurationError("load_state needs input_dir (or ProjectConfiguration(automatic_checkpoint_naming=True)).")
-        strict = bool(load_model_func_kwargs.pop("strict", True))
-        map_location = load_model_func_kwargs.pop("map_location", None) or (load_kwargs or {}).get("map_location")
-        if load_model_func_kwargs:
-            raise TypeError(f"load_state got unexpected keyword(s) {', '.join(load_model_func_kwargs)}; accepted: strict, map_location.")
-        if map_location == "on_device":
-            map_location = self.state.device  # type: ignore[attr-defined]
-        unwrap = getattr(self, "unwrap_model", lambda m: m)
-
-        def model_loader(model: Any) -> Callable[[dict[str, torch.Tensor]], Any]:
-            if _fsdp_loaded():
-                from . import fsdp
-
-                if fsdp.is_fsdp_module(model):
-                    return lambda sd: fsdp.load_full_state_dict(model, sd, strict=strict)
-            return lambda sd: unwrap(model).load_state_dict(sd, strict=strict)
-
-        def optimizer_loader(opt: Any) -> Callable[[dict[str, Any]], Any]:
-            owner = self._fsdp_owner(opt)
-            if owner is None:
-                return opt.load_state_dict
             from . import fsdp
 
-            return lambda sd: fsdp.load_full_optimizer_state_dict(owner, getattr(opt, "optimizer", opt), sd)
+            optimizer_states.append(fsdp.full_optimizer_state_dict(owner, getattr(opt, "optimizer", opt)))
+    path = save_checkpoint(
+        target,
+        model_states=model_states,
+        optimizer_states=optimizer_states,
+        schedulers=list(prepared.schedulers),
+        dataloaders=list(prepared.dataloaders),
+        scaler=scaler,
+        custom_objects=prepared.custom_objects,
+        step=int(step),
+        process_index=process_index,
+        local_process_index=local_process_index,
+        save_on_each_node=config.save_on_each_node,
+        safe_serialization=safe_serialization,
+        durable=config.durable is not False,
+        then=(lambda: prune_checkpoints(root, config.total_limit)) if automatic else None,
+    )
+    if automatic:
+        config.iteration += 1
+    return path
 
-        models, optimizers = list(getattr(self, "_models", [])), list(getattr(self, "_optimizers", []))
-        result = load_checkpoint(
-            path,
-            model_loaders=[model_loader(m) for m in models],
-            optimizer_loaders=[optimizer_loader(o) for o in optimizers],
-            model_checks=[lambda sd, m=m: check_model_state(unwrap(m), sd, strict) for m in models],
-            optimizer_checks=[None if self._fsdp_owner(o) is not None else (lambda sd, o=o: check_optimizer_state(o, sd))
-                              for o in optimizers],
-            schedulers=list(getattr(self, "_schedulers", [])),
-            dataloaders=list(getattr(self, "_dataloaders", [])),
-            scaler=getattr(self, "scaler", None),
-            custom_objects=self._custom_objects,
-            process_index=getattr(getattr(self, "state", None), "process_index", None),
-            map_location=map_location or "cpu",
-        )
-        if hasattr(self, "step"):
-            self.step = result["step"]
+
+def load_state(
+    prepared: PreparedObjects,
+    config: ProjectConfiguration,
+    input_dir: str | os.PathLike[str] | None = None,
+    load_kwargs: dict[str, Any] | None = None,
+    *,
+    scaler: Any = None,
+    device: Any = None,
+    process_index: int | None = None,
+    unwrap: Callable[[Any], Any] = lambda model: model,
+    **load_model_func_kwargs: Any,
+) -> int:
+    """Restore what :func:`save_state` wrote into ``prepared``'s objects and ``scaler``; return the saved step.
+
+    With no folder and automatic naming, the newest checkpoint. ``strict=False`` relaxes model
+    loading; ``map_location="on_device"`` loads optimizer state straight onto ``device``. All or
+    nothing (see :mod:`.checkpoint_load`). With two processes, each restores its own RNG states.
+    """
+    if input_dir is not None:
+        path = readable_checkpoint(Path(input_dir).expanduser())
+    elif config.automatic_checkpoint_naming:
+        found = list_checkpoints(_checkpoint_root(config))
+        if not found:
+            raise CheckpointError(f"No checkpoint_<i> folder under {_checkpoint_root(config)} to resume from.")
+        index, path = found[-1]
+        config.iteration = max(config.iteration, index + 1)
+    else:
+        raise ConfigurationError("load_state needs input_dir (or ProjectConfiguration(automatic_checkpoint_naming=True)).")
+    strict = bool(load_model_func_kwargs.pop("strict", True))
+    map_location = load_model_func_kwargs.pop("map_location", None) or (load_kwargs or {}).get("map_location")
+    if load_model_func_kwargs:
+        raise TypeError(f"load_state got unexpected keyword(s) {', '.join(load_model_func_kwargs)}; accepted: strict, map_location.")
+    if map_location == "on_device":
+        map_location = device
+
+    def model_loader(model: Any) -> Callable[[dict[str, torch.Tensor]], Any]:
+        if _fsdp_loaded():
+            from . import fsdp
+
+            if fsdp.is_fsdp_module(model):
+                return lambda sd: fsdp.load_full_state_dict(model, sd, strict=strict)
+        return lambda sd: unwrap(model).load_state_dict(sd, strict=strict)
+
+    def optimizer_loader(opt: Any) -> Callable[[dict[str, Any]], Any]:
+        owner = _fsdp_owner(prepared, opt)
+        if owner is None:
+            return opt.load_state_dict
+        from . import fsdp
+
+        return lambda sd: fsdp.load_full_optimizer_state_dict(owner, getattr(opt, "optimizer", opt), sd)
+
+    models, optimizers = list(prepared.models), list(prepared.optimizers)
+    result = load_checkpoint(
+        path,
+        model_loaders=[model_loader(m) for m in models],
+        optimizer_loaders=[optimizer_loader(o) for o in optimizers],
+        model_checks=[lambda sd, m=m: check_model_state(unwrap(m), sd, strict) for m in models],
+        optimizer_checks=[None if _fsdp_owner(prepared, o) is not None else (lambda sd, o=o: check_optimizer_state(o, sd))
+                          for o in optimizers],
+        schedulers=list(prepared.schedulers),
+        dataloaders=list(prepared.dataloaders),
+        scaler=scaler,
+        custom_objects=prepared.custom_objects,
+        process_index=process_index,
+        map_location=map_location or "cpu",
+    )
+    return int(result["step"])

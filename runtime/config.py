@@ -32,7 +32,13 @@ from typing import Any, Callable, Mapping
 
 from .errors import ConfigurationError
 from .files import atomic_write
-from .settings import MIXED_PRECISION_CHOICES, parse_bool
+from .settings import (
+    MIXED_PRECISION_CHOICES,
+    check_mixed_precision,
+    default_device,
+    default_process_count,
+    parse_bool,
+)
 
 CONFIG_FILE_VARS = ("ACCELIFY_CONFIG_FILE", "ACCELERATE_CONFIG_FILE")
 DISTRIBUTED_TYPES = ("NO", "MULTI_CPU", "MULTI_GPU", "FSDP")
@@ -244,6 +250,8 @@ def parse_config(data: Mapping[str, Any], where: str = "config") -> UserConfig:
         values["use_fsdp"] = True
     if values.get("distributed_type") == "MULTI_CPU" and "use_cpu" not in values:
         values["use_cpu"] = True
+    if values.get("use_cpu") and values.get("mixed_precision", "no") != "no":
+        check_mixed_precision(values["mixed_precision"], "cpu", where)  # the launch rule, as `accelify launch` applies it
     machines, rank = values.get("num_machines", 1), values.get("machine_rank", 0)
     if rank >= machines:
         raise ConfigurationError(
@@ -319,7 +327,9 @@ def basic_config(mixed_precision: str = "no", gpu_count: int | None = None) -> d
         import torch
 
         gpu_count = torch.cuda.device_count()
-    return make_config(cpu=gpu_count == 0, num_processes=max(gpu_count, 1), mixed_precision=mixed_precision)
+    device = default_device(gpu_count)
+    return make_config(cpu=device == "cpu", num_processes=default_process_count(device, gpu_count),
+                       mixed_precision=mixed_precision)
 
 
 def write_basic_config(mixed_precision: str = "no",

@@ -31,17 +31,23 @@ from .errors import DistributedOperationException
 
 _RUNTIME_DIR = os.path.dirname(os.path.abspath(__file__))
 _OPERATION: contextvars.ContextVar[str | None] = contextvars.ContextVar("accelify_operation", default=None)
+# Debug mode is process-wide, like the process group. This module owns the flag (the process state sets
+# it, and reads it here) so that nothing here imports the state: state -> debug, never back.
+_MODE: dict[str, bool] = {}
+
+
+def set_debug_mode(enabled: bool) -> None:
+    """Turn debug mode on or off for this process (``PartialState`` and ``Accelerator(debug=...)`` call it)."""
+    _MODE["enabled"] = bool(enabled)
 
 
 def debug_enabled() -> bool:
-    """Whether debug mode is on: ``PartialState().debug``, or the environment before any state exists."""
-    try:
-        from .state import PartialState
-    except ImportError:
+    """Whether debug mode is on: as last set, else (before any ``PartialState``) as the settings say."""
+    if "enabled" not in _MODE:
         from .settings import load_settings
 
-        return bool(load_settings().debug)
-    return bool(getattr(PartialState(), "debug", False))
+        _MODE["enabled"] = bool(load_settings().debug)
+    return _MODE["enabled"]
 
 
 @contextlib.contextmanager

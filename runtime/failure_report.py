@@ -139,3 +139,94 @@ def order_reports(failures: Mapping[int, Any]) -> list[WorkerReport]:
 def first_failed_rank(failures: Mapping[int, Any]) -> int:
     """The rank :func:`order_reports` puts first."""
     return order_reports(failures)[0].rank
+
+
+# ---------------------------------------------------------------- the summary both launchers show
+TRACEBACK_LINES = 12  # of frames, in the summary
+EXCEPTION_LINES = 20  # of the final exception's text
+
+
+@dataclass(frozen=True)
+class WorkerFailure:
+    """The worker that failed first: its global rank, exit code, error line and traceback tail.
+
+    ``other_ranks`` failed on their own too (later); ``consequence_ranks`` failed because a process
+    left (a lost connection, a peer that failed mid-save); ``consequence`` says the first one did too.
+    ``callstack`` is its whole recorded traceback ("" when none was recorded).
+    """
+
+    rank: int
+    exit_code: int
+    message: str
+    traceback_tail: tuple[str, ...]
+    other_ranks: tuple[int, ...] = ()
+    consequence_ranks: tuple[int, ...] = ()
+    consequence: bool = False
+    callstack: str = ""
+
+    def describe(self, prog: str = "accelify launch") -> str:
+        """A few lines for the terminal: which rank, how, and the end of its traceback."""
+        lines = [f"{prog}: rank {self.rank} failed first: it {how_it_ended(self.exit_code)}."]
+        if self.traceback_tail:
+            lines.append(f"Last lines of rank {self.rank}'s traceback:")
+            lines += [f"  {line}" for line in self.traceback_tail]
+        elif self.message:
+            lines.append(f"  {self.message}")
+        if self.consequence:
+            lines.append(f"Rank {self.rank}'s error is how it saw another process leave; no process reported a failure "
+                         "of its own. One may have exited early (a collective that only some processes call?) or been "
+                         "stopped from outside.")
+        if self.other_ranks:
+            lines.append(f"Also failed: rank {', '.join(map(str, self.other_ranks))}.")
+        if self.consequence_ranks:
+            ranks = ", ".join(map(str, self.consequence_ranks))
+            lines.append(f"Also failed the same way: rank {ranks}." if self.consequence
+                         else f"Failed because rank {self.rank} did: rank {ranks}.")
+        return "\n".join(lines)
+
+
+def summarise_failure(failures: Mapping[int, Any], hidden_file: str | None = None) -> WorkerFailure:
+    """Summarise ``ChildFailedError.failures`` (rank -> ``ProcessFailure``): the first failure by cause.
+
+    ``hidden_file`` (a path ending, e.g. ``"accelify/launch/worker.py"``) names a bootstrap whose
+    frames, and runpy's, are left out of the traceback tail: they are not the user's code.
+    """
+    first, *rest = order_reports(failures)
+    if first.message:
+        text = first.message
+    elif first.exit_code < 0:
+        text = "no traceback was recorded: a process killed by a signal cannot report one (see its output above)"
+    else:
+        text = "no traceback was recorded (the process exited without a Python exception)"
+    lines = first.callstack.rstrip().splitlines()
+    tail = _traceback_tail(_user_frames(lines, hidden_file) if hidden_file else lines)
+    return WorkerFailure(
+        rank=first.rank, exit_code=first.exit_code, message=text, traceback_tail=tail,
+        other_ranks=tuple(sorted(r.rank for r in rest if r.kind in ("cause", "abort"))),
+        consequence_ranks=tuple(sorted(r.rank for r in rest if r.kind == "consequence")),
+        consequence=first.kind == "consequence", callstack=first.callstack,
+    )
+
+
+def _traceback_tail(lines: list[str]) -> tuple[str, ...]:
+    """The last frames and the whole final exception text (up to a bound): a long message keeps its frames."""
+    headers = [i for i, line in enumerate(lines) if line.startswith('  File "')]
+    end = headers[-1] + 1 if headers else 0
+    while end < len(lines) and lines[end].startswith("    "):  # the frame's code line and its carets
+        end += 1
+    return tuple(lines[:end][-TRACEBACK_LINES:] + lines[end:][:EXCEPTION_LINES])
+
+
+def _user_frames(lines: list[str], hidden_file: str) -> list[str]:
+    """Drop the traceback frames of the launch bootstrap and runpy: they are not the user's code."""
+    out: list[str] = []
+    skipping = False
+    for line in lines:
+        stripped = line.lstrip()
+        if stripped.startswith("File "):
+            skipping = "<frozen runpy>" in line or hidden_file in line.replace("\\", "/")
+        elif not line.startswith("    "):
+            skipping = False
+        if not skipping:
+            out.append(line)
+    return out

@@ -1,30 +1,34 @@
 """Launch a function on several local processes from Python: ``notebook_launcher`` and ``debug_launcher``.
 
 Both run ``function(*args)`` on N processes through torch elastic (``elastic_launch``), with the
-run settings handed over as ``accelify launch`` does (a launch file named by
-``ACCELIFY_LAUNCH_CONFIG``, see :mod:`accelify.runtime.settings`). The ``Accelerator`` must be
+run settings handed over as ``accelify launch`` does, by the same helper
+(:func:`.launch_session.launch_session`: a launch file named by ``ACCELIFY_LAUNCH_CONFIG``, the parent's
+environment and signal handlers restored afterwards), and a failure summarised by the same reader
+(:func:`.failure_report.summarise_failure`). The ``Accelerator`` must be
 created inside ``function``: the launchers refuse to start when this process already holds an
 ``Accelerator``/``PartialState``, a process group, or (with the fork start method) an initialised
 CUDA context, because forked workers would inherit them broken.
-(``accelify launch`` itself is :mod:`accelify.launcher`, in the tool, not here.)
+(``accelify launch`` itself is in the tool, not here.)
 """
 
 from __future__ import annotations
 
 import multiprocessing
-import os
-import signal
 import socket
 import sys
-import tempfile
 import uuid
 from typing import Any, Callable, Sequence
 
 from .errors import AccelifyRuntimeError, ConfigurationError
-from .failure_report import how_it_ended, order_reports
-from .settings import LAUNCH_CONFIG_VAR, MIXED_PRECISION_CHOICES, Settings
-
-_ELASTIC_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+from .failure_report import how_it_ended, summarise_failure
+from .launch_session import launch_session, write_launch_file  # noqa: F401  (write_launch_file: its old home)
+from .settings import (
+    Settings,
+    check_mixed_precision,
+    default_device,
+    default_process_count,
+    processes_fit,
+)
 
 
 class WorkerFailedError(AccelifyRuntimeError):
@@ -82,25 +86,10 @@ def _start_method() -> str:
     return "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
 
 
-def write_launch_file(settings: Settings) -> str:
-    """Write ``settings`` as a launch file (a temporary YAML file) and return its path; the caller deletes it.
-
-    Point ``ACCELIFY_LAUNCH_CONFIG`` at it and the workers' ``Accelerator`` reads it (see
-    :mod:`accelify.runtime.settings`); ``accelify launch`` and both launchers here use it.
-    """
-    import yaml
-
-    fd, path = tempfile.mkstemp(prefix="accelify-launch-", suffix=".yaml")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        yaml.safe_dump(settings.to_dict(), fh)
-    return path
-
-
 def _summarise(error: Any) -> WorkerFailedError:
-    """The worker that failed first by cause (see :mod:`.failure_report`), with its traceback."""
-    first = order_reports(error.failures)[0]
-    detail = first.callstack or first.message or "no traceback was recorded (the process died without a Python exception)"
-    return WorkerFailedError(first.rank, first.exit_code, detail.rstrip())
+    """The worker that failed first by cause (see :mod:`.failure_report`), with its whole traceback."""
+    first = summarise_failure(error.failures)
+    return WorkerFailedError(first.rank, first.exit_code, (first.callstack or first.message).rstrip())
 
 
 def _run(function: Callable[..., Any], args: Sequence[Any], num_processes: int, settings: Settings,
@@ -115,23 +104,11 @@ def _run(function: Callable[..., Any], args: Sequence[Any], num_processes: int, 
         rdzv_backend="static", rdzv_endpoint=f"127.0.0.1:{port}", rdzv_configs={"rank": 0},
         max_restarts=max_restarts, monitor_interval=monitor_interval, start_method=start_method,
     )
-    launch_file = write_launch_file(settings)
-    saved_env = dict(os.environ)
-    saved_handlers = {name: signal.getsignal(getattr(signal, name))
-                      for name in _ELASTIC_SIGNALS if hasattr(signal, name)}
-    os.environ[LAUNCH_CONFIG_VAR] = launch_file
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:
-        return dict(elastic_launch(config, entrypoint=function)(*args))
+        with launch_session(settings, processes=num_processes):
+            return dict(elastic_launch(config, entrypoint=function)(*args))
     except ChildFailedError as error:
         raise _summarise(error) from None
-    finally:
-        os.environ.clear()
-        os.environ.update(saved_env)
-        for name, handler in saved_handlers.items():  # elastic installs its own; give the notebook back its own
-            if handler is not None:
-                signal.signal(getattr(signal, name), handler)
-        os.unlink(launch_file)
 
 
 def notebook_launcher(function: Callable[..., Any], args: Sequence[Any] = (), num_processes: int | None = None,
@@ -147,19 +124,15 @@ def notebook_launcher(function: Callable[..., Any], args: Sequence[Any] = (), nu
     """
     import torch
 
-    precision = str(mixed_precision).lower()
-    if precision not in MIXED_PRECISION_CHOICES:
-        raise ConfigurationError(f"mixed_precision={mixed_precision!r} is not valid; use one of "
-                                 f"{', '.join(MIXED_PRECISION_CHOICES)}.")
     gpus = torch.cuda.device_count()
-    count = num_processes if num_processes is not None else max(gpus, 1)
+    device = default_device(gpus)  # the GPUs when there are any (like `accelify launch` without --cpu)
+    precision = check_mixed_precision(mixed_precision, device, where="notebook_launcher")
+    count = num_processes if num_processes is not None else default_process_count(device, gpus)
     if count < 1:
         raise ConfigurationError(f"num_processes={num_processes} is not valid; use 1 or more.")
-    if gpus and count > gpus:
+    if not processes_fit(count, device, gpus):
         raise ConfigurationError(f"num_processes={count} needs {count} GPUs, but {gpus} are visible; lower it.")
-    cpu = gpus == 0
-    if cpu and precision == "fp16":
-        raise ConfigurationError("mixed_precision='fp16' needs a GPU; no CUDA device is visible. Use 'bf16' or 'no'.")
+    cpu = device == "cpu"
     if master_addr not in ("127.0.0.1", "localhost"):
         raise ConfigurationError(f"master_addr={master_addr!r}: notebook_launcher runs on this machine only; "
                                  "use `accelify launch --num-machines` for several machines.")
@@ -172,17 +145,8 @@ def notebook_launcher(function: Callable[..., Any], args: Sequence[Any] = (), nu
 
 def _run_here(function: Callable[..., Any], args: Sequence[Any], settings: Settings) -> Any:
     """One process: call the function in this process, with the settings in place for its Accelerator."""
-    launch_file = write_launch_file(settings)
-    previous = os.environ.get(LAUNCH_CONFIG_VAR)
-    os.environ[LAUNCH_CONFIG_VAR] = launch_file
-    try:
+    with launch_session(settings, restore_all=False):  # variables the function sets stay, as after a call
         return function(*args)
-    finally:
-        if previous is None:
-            os.environ.pop(LAUNCH_CONFIG_VAR, None)
-        else:
-            os.environ[LAUNCH_CONFIG_VAR] = previous
-        os.unlink(launch_file)
 
 
 def debug_launcher(function: Callable[..., Any], args: Sequence[Any] = (), num_processes: int = 2) -> dict[int, Any]:

@@ -212,3 +212,60 @@ def pad_across_processes(tensor: Any, dim: int = 0, pad_index: int = 0, pad_firs
         return out
 
     return _apply(one, tensor, operation, strict=False)
+
+
+def gather_for_metrics(input_data: Any, use_gather_object: bool = False) -> Any:
+    """``Accelerator.gather_for_metrics``: gather, then drop the samples duplicated to even out the last batch.
+
+    With two processes and 10 samples in batches of 3, the last step gathers ``[6,7,8]`` and
+    ``[9,0,1]`` and returns ``[6,7,8,9]``; objects that are not tensors go through :func:`gather_object`.
+    """
+    from .data_loader import active_data_loader
+
+    with named_operation("Accelerator.gather_for_metrics"):
+        if use_gather_object or not _all_tensors(input_data):
+            data = gather_object(input_data)
+            use_gather_object = True
+        else:
+            data = gather(input_data)
+    loader = active_data_loader()
+    if loader is None or not loader.end_of_dataloader or loader.remainder <= 0:
+        return data
+    keep = _real_samples_in_last_round(loader)
+    if use_gather_object:
+        return data[: len(data) - loader.remainder if keep is None else keep]
+    return _apply(
+        lambda t: t[: max(len(t) - loader.remainder, 0) if keep is None else keep] if t.ndim else t, data, "gather_for_metrics"
+    )
+
+
+def _real_samples_in_last_round(loader: Any) -> int | None:
+    """Samples of the last round that are not duplicates (Hugging Face's ``remainder``); None if unknown.
+
+    Like Hugging Face Accelerate, ``gather_for_metrics`` keeps this many leading entries: a whole
+    round loses exactly its duplicates, and anything shorter (a per-batch loss gathered as one value
+    per process) is kept whole instead of being cut to nothing.
+    """
+    from .samplers import IterableDatasetShard, ShardedBatchSampler, UnbatchedSampler
+
+    per_process: int | None = loader.batch_size
+    if isinstance(loader.dataset, IterableDatasetShard):
+        per_process = loader.dataset.process_batch_size
+    elif isinstance(loader.sampler, UnbatchedSampler):
+        per_process = 1  # batch_size=None: one sample per step
+    elif per_process is None and isinstance(loader.sampler, ShardedBatchSampler):
+        per_process = loader.sampler.batch_size  # a batch sampler given as `sampler`
+    if per_process is None:
+        return None  # batches of varying size: only the tail can be dropped
+    keep = per_process * loader.num_processes - loader.remainder
+    return keep if keep >= 0 else None
+
+
+def _all_tensors(data: Any) -> bool:
+    if isinstance(data, torch.Tensor):
+        return True
+    if isinstance(data, (list, tuple)):
+        return all(_all_tensors(v) for v in data)
+    if isinstance(data, dict):
+        return all(_all_tensors(v) for v in data.values())
+    return False

@@ -2,48 +2,25 @@
 
 ``"bf16"`` runs the forward under ``torch.autocast(device, torch.bfloat16)`` and really applies on
 the CPU (Hugging Face Accelerate 1.15 with ``cpu=True`` silently stays in fp32). ``"fp16"`` adds a
-``torch.amp.GradScaler``; torch >= 2.4 supports fp16 autocast and the GradScaler on the CPU too,
-so CPU fp16 is allowed (slow, but numerically sane). A device whose autocast cannot use the
-requested dtype is a :class:`ConfigurationError`, never a silent fp32 run.
+``torch.amp.GradScaler``. Which precision a device may run is one rule, stated in
+:func:`accelify.runtime.settings.check_mixed_precision` and applied by every entry point: fp16 and
+bf16 wherever torch's autocast runs them (the CPU included: slow for fp16, but numerically sane),
+a :class:`ConfigurationError` elsewhere, never a silent fp32 run.
 """
 
 from __future__ import annotations
 
 import contextlib
 import types
-import warnings
 import weakref
 from typing import Any
 
 import torch
 
-from .errors import ConfigurationError
+from .settings import AUTOCAST_DTYPE_NAMES
+from .settings import check_mixed_precision  # noqa: F401  (the one rule; tests and older callers find it here)
 
-DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
-CHOICES = ("no", "fp16", "bf16")
-
-
-def check_mixed_precision(value: Any, device: torch.device) -> str:
-    """Validate ``value`` for ``device`` and return it lower-cased (``"no"``, ``"fp16"`` or ``"bf16"``)."""
-    text = "no" if value is None else str(getattr(value, "value", value)).lower()
-    if text not in CHOICES:
-        raise ConfigurationError(f"mixed_precision={value!r} is not valid; use one of {', '.join(CHOICES)}.")
-    if text == "no":
-        return text
-    if device.type == "cuda" and text == "bf16" and not torch.cuda.is_bf16_supported():
-        raise ConfigurationError(
-            f"mixed_precision='bf16' needs a GPU with bfloat16 support; {torch.cuda.get_device_name(device)} has none. "
-            "Use mixed_precision='fp16'."
-        )
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        ctx = torch.autocast(device.type, dtype=DTYPES[text])
-    if not getattr(ctx, "_enabled", True) or any("not supported" in str(w.message) for w in caught):
-        raise ConfigurationError(
-            f"mixed_precision={text!r} is not supported on the {device.type} device by torch {torch.__version__} "
-            "(autocast would silently run in fp32). Use mixed_precision='no' or a device that supports it."
-        )
-    return text
+DTYPES = {name: getattr(torch, dtype) for name, dtype in AUTOCAST_DTYPE_NAMES.items()}  # "fp16": torch.float16
 
 
 def autocast(mixed_precision: str, device: torch.device, enabled: bool = True, cache_enabled: bool | None = None) -> Any:

@@ -16,6 +16,11 @@ Process identity (rank, world size, ...) is not here: ``process_group.ProcessInf
 moment their user is created: ``ACCELIFY_LOG_LEVEL`` / ``ACCELERATE_LOG_LEVEL`` (:func:`log_level`,
 read by each ``get_logger`` call, as Hugging Face does) and ``ACCELIFY_DURABLE_CHECKPOINTS``
 (:func:`durable_checkpoints`, read by each ``ProjectConfiguration``).
+
+This module is also the one owner of the launch rules every entry point applies (``accelify launch``,
+``accelify config``/``test``, ``notebook_launcher``, ``write_basic_config`` and ``Accelerator``):
+:data:`MIXED_PRECISION_CHOICES`, :func:`check_mixed_precision` (which precision a device can run) and
+the device rules :func:`default_device`, :func:`default_process_count` and :func:`processes_fit`.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ LAUNCH_CONFIG_VAR = "ACCELIFY_LAUNCH_CONFIG"
 LOG_LEVEL_VARS = ("ACCELIFY_LOG_LEVEL", "ACCELERATE_LOG_LEVEL")
 DURABLE_ENV = "ACCELIFY_DURABLE_CHECKPOINTS"
 MIXED_PRECISION_CHOICES = ("no", "fp16", "bf16")
+AUTOCAST_DTYPE_NAMES = {"fp16": "float16", "bf16": "bfloat16"}  # torch dtype names, looked up when torch is loaded
 
 # Settings field -> suffix of the environment variables that may set it.
 _ENV_NAMES = {
@@ -86,12 +92,7 @@ class Settings:
 def _parse(name: str, raw: Any, source: str) -> Any:
     """Validate one value; ``source`` names where it came from for the error message."""
     if name == "mixed_precision":
-        value = str(raw).lower()
-        if value not in MIXED_PRECISION_CHOICES:
-            raise ConfigurationError(
-                f"{source}: mixed_precision={raw!r} is not valid; use one of {', '.join(MIXED_PRECISION_CHOICES)}."
-            )
-        return value
+        return parse_mixed_precision(raw, source)
     if name == "gradient_accumulation_steps":
         try:
             value = int(raw)
@@ -157,3 +158,99 @@ def durable_checkpoints(environ: Mapping[str, str] | None = None) -> bool:
     """``ACCELIFY_DURABLE_CHECKPOINTS`` (default on); only an explicit 0/false/no/off turns fsyncs off."""
     env = os.environ if environ is None else environ
     return parse_bool(env.get(DURABLE_ENV, ""), DURABLE_ENV, empty=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# The launch rules. Stated once here; every entry point calls these functions, none restates them.
+
+
+def parse_mixed_precision(raw: Any, where: str = "") -> str:
+    """``raw`` (any case; ``None`` or an enum member accepted) as one of :data:`MIXED_PRECISION_CHOICES`.
+
+    ``where`` prefixes the error, e.g. ``"ACCELIFY_MIXED_PRECISION"``: ``parse_mixed_precision("FP16")``
+    is ``"fp16"``; ``parse_mixed_precision("fp8")`` raises ``ConfigurationError`` listing the choices.
+    """
+    text = "no" if raw is None else str(getattr(raw, "value", raw)).strip().lower()
+    if text not in MIXED_PRECISION_CHOICES:
+        prefix = f"{where}: " if where else ""
+        raise ConfigurationError(
+            f"{prefix}mixed_precision={raw!r} is not valid; use one of {', '.join(MIXED_PRECISION_CHOICES)}."
+        )
+    return text
+
+
+def check_mixed_precision(value: Any, device: Any, where: str = "") -> str:
+    """The mixed-precision rule: which precision ``device`` can run; returns ``"no"``, ``"fp16"`` or ``"bf16"``.
+
+    The rule: ``fp16`` and ``bf16`` are allowed on every device whose ``torch.autocast`` runs that
+    dtype, the CPU included (torch >= 2.4 autocasts both on the CPU, and the fp16 ``GradScaler``
+    works there); a GPU without bfloat16 support refuses ``bf16``. Anything else is a
+    ``ConfigurationError`` that says what to use instead: a run is never silently fp32 under an fp16
+    or bf16 label (Hugging Face Accelerate 1.15 with ``cpu=True`` is).
+
+    ``device`` is a ``torch.device`` in a training process (its GPU's own bfloat16 support is
+    checked too), or ``"cpu"``/``"cuda"`` in a launcher, which never initialises CUDA: each
+    process then checks its GPU when its ``Accelerator`` is created. ``where`` names the value's
+    source in the error (``"command line"``, a config file, an environment variable).
+    """
+    text = parse_mixed_precision(value, where)
+    if text == "no" or (isinstance(device, str) and device != "cpu"):
+        return text  # a launcher does not touch the GPUs: each process checks its own when it starts
+    import torch  # only when a precision is asked for: this module stays torch-free otherwise
+
+    prefix = f"{where}: " if where else ""
+    device_type = device if isinstance(device, str) else device.type
+    if device_type == "cuda" and text == "bf16":
+        if not torch.cuda.is_bf16_supported():
+            raise ConfigurationError(
+                f"{prefix}mixed_precision='bf16' needs a GPU with bfloat16 support; "
+                f"{torch.cuda.get_device_name(device)} has none. Use mixed_precision='fp16'."
+            )
+    if not autocast_supports(device_type, text):
+        advice = ("Use mixed_precision='bf16' or 'no' on the CPU, or run on a GPU." if device_type == "cpu"
+                  else "Use mixed_precision='no' or a device that supports it.")
+        raise ConfigurationError(
+            f"{prefix}mixed_precision={text!r} is not supported on the {device_type} device by torch "
+            f"{torch.__version__} (autocast would silently run in fp32). {advice}"
+        )
+    return text
+
+
+def autocast_supports(device_type: str, precision: str) -> bool:
+    """Whether ``torch.autocast(device_type, dtype)`` really runs ``precision`` (torch warns and disables
+    itself for a dtype the device does not support). Does not initialise CUDA for fp16."""
+    import warnings
+
+    import torch
+
+    dtype = getattr(torch, AUTOCAST_DTYPE_NAMES[precision])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ctx = torch.autocast(device_type, dtype=dtype)
+    return bool(getattr(ctx, "_enabled", True)) and not any("not supported" in str(w.message) for w in caught)
+
+
+def mixed_precision_choices(device_type: str) -> tuple[str, ...]:
+    """The choices :func:`check_mixed_precision` accepts on ``"cpu"`` or ``"cuda"`` (what to offer a person)."""
+    offered = []
+    for choice in MIXED_PRECISION_CHOICES:
+        try:
+            offered.append(check_mixed_precision(choice, device_type))
+        except ConfigurationError:
+            continue
+    return tuple(offered)
+
+
+def default_device(gpu_count: int) -> str:
+    """The device a launch uses when nobody chose one: ``"cuda"`` when a GPU is visible, else ``"cpu"``."""
+    return "cuda" if gpu_count > 0 else "cpu"
+
+
+def default_process_count(device: str, gpu_count: int) -> int:
+    """Processes per machine when nobody chose: one per (selected) GPU on ``"cuda"``, one on ``"cpu"``."""
+    return max(gpu_count, 1) if device == "cuda" else 1
+
+
+def processes_fit(per_machine: int, device: str, gpu_count: int) -> bool:
+    """Whether ``per_machine`` processes can run: on ``"cuda"`` each needs its own GPU; on ``"cpu"`` any number."""
+    return device != "cuda" or per_machine <= gpu_count

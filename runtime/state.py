@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 import torch
 
+from .debug import debug_checkpoint, debug_enabled, set_debug_mode
 from .errors import ConfigurationError, DistributedSetupError
 from .process_group import ProcessInfo, cuda_usable, from_existing_group, init_process_group
 
@@ -53,8 +54,9 @@ class DistributedType(str, enum.Enum):
 
 
 # The process-wide record every PartialState reads: the process group is process-global.
-# Keys: "info" (ProcessInfo), "cpu" (bool, the first creator's choice), "backend" (str | None),
-# "debug" (bool). Empty until the first PartialState; see is_initialized().
+# Keys: "info" (ProcessInfo), "cpu" (bool, the first creator's choice), "backend" (str | None).
+# Empty until the first PartialState; see is_initialized(). Debug mode, process-wide too, is
+# :mod:`.debug`'s flag (set here: the state imports the debug checks, never the other way round).
 _SHARED: dict[str, Any] = {}
 _CLOSED = "closed"  # the "backend" once destroy_process_group() ran
 
@@ -121,7 +123,8 @@ class PartialState:
             if info.world_size == 1:
                 info = from_existing_group(info)
             default_cpu = bool(settings.cpu) if cpu is None else cpu
-            _SHARED.update(info=info, cpu=default_cpu, backend=None, debug=bool(settings.debug))
+            _SHARED.update(info=info, cpu=default_cpu, backend=None)
+            set_debug_mode(bool(settings.debug))
         self._cpu: bool = _SHARED["cpu"] if cpu is None else bool(cpu)
         self._init_kwargs = (backend, timeout)
         info: ProcessInfo = _SHARED["info"]
@@ -146,7 +149,7 @@ class PartialState:
             _SHARED["backend"] = init_process_group(self.info, self._cpu, *self._init_kwargs)
             if not adopted:
                 atexit.register(_close_at_exit)
-            if _SHARED.get("debug"):
+            if debug_enabled():
                 from .debug_exchange import watch_exits
 
                 watch_exits()  # after _close_at_exit: atexit runs it first, while the group is still up
@@ -201,11 +204,11 @@ class PartialState:
     @property
     def debug(self) -> bool:
         """Debug mode for collectives (process-wide; the latest ``Accelerator(debug=...)`` sets it)."""
-        return bool(_SHARED.get("debug", False))
+        return debug_enabled()
 
     @debug.setter
     def debug(self, value: bool) -> None:
-        _SHARED["debug"] = bool(value)
+        set_debug_mode(value)
         if value and self.use_distributed and _SHARED.get("backend") not in (None, _CLOSED):
             from .debug_exchange import watch_exits
 
@@ -244,8 +247,6 @@ class PartialState:
                 "wait_for_everyone() after destroy_process_group(): the process group is closed; destroy it last."
             )
         if self.debug:
-            from .ops import debug_checkpoint
-
             debug_checkpoint("wait_for_everyone")
         if self.device.type == "cuda":
             dist.barrier(device_ids=[self.device.index])

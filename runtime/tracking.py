@@ -1,5 +1,9 @@
 """Experiment trackers (JSONL, TensorBoard): init_trackers, log, get_tracker, end_training.
 
+``Accelerator`` keeps the started trackers (``accelerator.trackers``) and delegates to
+:func:`start_trackers`, :func:`log_to`, :func:`find_tracker` and :func:`finish_trackers`, passing the
+trackers, its ``log_with`` and logging folder, and whether this is the main process.
+
 Trackers run on the main process only (unless a tracker sets ``main_process_only = False``); the
 other processes hold the same tracker objects, never started, so a script may call
 ``accelerator.log(...)`` everywhere without an ``if accelerator.is_main_process`` guard.
@@ -257,80 +261,56 @@ def make_trackers(
     return trackers
 
 
-class TrackingMixin:
-    """Tracker methods of ``Accelerator``: init_trackers, log, get_tracker, trackers, end_training.
+def _runs(tracker: GeneralTracker, is_main_process: bool) -> bool:
+    return is_main_process or not getattr(tracker, "main_process_only", True)
 
-    Reads ``self.log_with``, ``self.project_configuration.logging_dir``, ``self.state`` and
-    ``self.wait_for_everyone()``; keeps the started trackers in ``self.trackers``.
+
+def start_trackers(log_with: Any, project_name: str, logging_dir: str | os.PathLike[str] | None, *,
+                   is_main_process: bool, config: dict[str, Any] | None = None,
+                   init_kwargs: dict[str, dict[str, Any]] | None = None) -> list[GeneralTracker]:
+    """``Accelerator.init_trackers``: build every tracker of ``log_with`` for run ``project_name``, start
+    those this process runs, store ``config`` in them, and return them all.
+
+    With two processes, rank 0 creates ``<logging_dir>/<project_name>/metrics.jsonl`` (for
+    ``log_with="jsonl"``); rank 1 gets the same tracker objects and starts nothing.
     """
-
-    @property
-    def trackers(self) -> list[GeneralTracker]:
-        """The trackers started by ``init_trackers`` (empty before)."""
-        return self.__dict__.setdefault("_trackers", [])
-
-    @trackers.setter
-    def trackers(self, value: list[GeneralTracker]) -> None:
-        self.__dict__["_trackers"] = list(value)
-
-    def _runs_tracker(self, tracker: GeneralTracker) -> bool:
-        return self.state.is_main_process or not getattr(tracker, "main_process_only", True)  # type: ignore[attr-defined]
-
-    def init_trackers(
-        self, project_name: str, config: dict[str, Any] | None = None, init_kwargs: dict[str, dict[str, Any]] | None = None
-    ) -> None:
-        """Start every tracker of ``log_with`` for run ``project_name`` and store ``config`` in each.
-
-        With two processes, rank 0 creates ``<logging_dir>/<project_name>/metrics.jsonl`` (for
-        ``log_with="jsonl"``); rank 1 starts nothing.
-        """
-        config_obj = getattr(self, "project_configuration", None)
-        logging_dir = getattr(config_obj, "logging_dir", None)
-        trackers = make_trackers(getattr(self, "log_with", None), project_name, logging_dir, init_kwargs)
-        self.trackers = self.trackers + trackers
+    trackers = make_trackers(log_with, project_name, logging_dir, init_kwargs)
+    for tracker in trackers:
+        if _runs(tracker, is_main_process):
+            tracker.start()
+    if config is not None:
         for tracker in trackers:
-            if self._runs_tracker(tracker):
-                tracker.start()
-        if config is not None:
-            for tracker in trackers:
-                if self._runs_tracker(tracker):
-                    tracker.store_init_configuration(config)
+            if _runs(tracker, is_main_process):
+                tracker.store_init_configuration(config)
+    return trackers
 
-    def log(self, values: dict[str, Any], step: int | None = None, log_kwargs: dict[str, dict[str, Any]] | None = None) -> None:
-        """Send ``values`` to every tracker (main process only).
 
-        With two processes, ``accelerator.log({"loss": 0.5}, step=3)`` appends one line on rank 0
-        and does nothing on rank 1.
-        """
-        log_kwargs = log_kwargs or {}
-        for tracker in self.trackers:
-            if self._runs_tracker(tracker):
-                tracker.log(values, step=step, **log_kwargs.get(tracker.name, {}))
+def log_to(trackers: Iterable[GeneralTracker], values: dict[str, Any], *, is_main_process: bool,
+           step: int | None = None, log_kwargs: dict[str, dict[str, Any]] | None = None) -> None:
+    """``Accelerator.log``: send ``values`` to every tracker this process runs (the main process's)."""
+    log_kwargs = log_kwargs or {}
+    for tracker in trackers:
+        if _runs(tracker, is_main_process):
+            tracker.log(values, step=step, **log_kwargs.get(tracker.name, {}))
 
-    def get_tracker(self, name: str, unwrap: bool = False) -> Any:
-        """The started tracker called ``name`` (its underlying object with ``unwrap=True``).
 
-        With no trackers started, returns an inert ``GeneralTracker`` so rank-agnostic code keeps working.
-        """
-        if not self.trackers:
-            return GeneralTracker(_blank=True)
-        for tracker in self.trackers:
-            if tracker.name == name:
-                return tracker.tracker if unwrap else tracker
-        raise ConfigurationError(
-            f"No started tracker is called {name!r}; started: {', '.join(t.name for t in self.trackers)}."
-        )
+def find_tracker(trackers: list[GeneralTracker], name: str, unwrap: bool = False) -> Any:
+    """``Accelerator.get_tracker``: the started tracker called ``name`` (its underlying object with ``unwrap``).
 
-    def end_training(self) -> None:
-        """Finish every tracker, then wait for every process; safe to call with no trackers.
+    With no trackers started, an inert ``GeneralTracker`` so rank-agnostic code keeps working.
+    """
+    if not trackers:
+        return GeneralTracker(_blank=True)
+    for tracker in trackers:
+        if tracker.name == name:
+            return tracker.tracker if unwrap else tracker
+    raise ConfigurationError(
+        f"No started tracker is called {name!r}; started: {', '.join(t.name for t in trackers)}."
+    )
 
-        With two processes, both return only once rank 0 has closed its tracker files. Unlike Hugging
-        Face Accelerate, the process group is left up: the prepared DDP models the script still holds
-        reference it, and destroying it under them made Gloo abort processes at exit (4 runs in 25).
-        It is torn down when the process exits; ``accelerator.state.destroy_process_group()`` closes
-        it explicitly once the models are gone.
-        """
-        for tracker in self.trackers:
-            if self._runs_tracker(tracker):
-                tracker.finish()
-        self.wait_for_everyone()  # type: ignore[attr-defined]
+
+def finish_trackers(trackers: Iterable[GeneralTracker], *, is_main_process: bool) -> None:
+    """``Accelerator.end_training``'s first half: finish every tracker this process runs."""
+    for tracker in trackers:
+        if _runs(tracker, is_main_process):
+            tracker.finish()

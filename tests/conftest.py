@@ -38,6 +38,38 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+# Where a test that starts a process must say so: everywhere (codemods start none, and must not).
+_MARKED_DIRS = ("tests/",)
+
+
+@pytest.fixture(autouse=True)
+def _starting_a_process_needs_the_marker(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail a test that starts a Python process, a multiprocessing process
+    or a fork without ``@pytest.mark.multiprocess``: ``pytest -m "not multiprocess"`` must stay the fast loop."""
+    node = request.node
+    if node.get_closest_marker("multiprocess") or not node.nodeid.startswith(_MARKED_DIRS):
+        return
+
+    def refuse(what: str) -> None:
+        pytest.fail(f"{node.nodeid} starts a process ({what}) without @pytest.mark.multiprocess; mark it so that "
+                    "`pytest -m 'not multiprocess'` stays the fast loop", pytrace=False)
+
+    real_init = subprocess.Popen.__init__
+
+    def popen(self: subprocess.Popen, args: object, *rest: object, **kwargs: object) -> None:
+        argv = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)  # type: ignore[call-overload]
+        program = os.fsdecode(argv[0]) if argv else ""
+        if program == sys.executable or os.path.basename(program).startswith("python"):
+            refuse(" ".join(os.fsdecode(a) for a in argv[:3])[:120])
+        real_init(self, args, *rest, **kwargs)  # type: ignore[arg-type]
+
+    import multiprocessing.process
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", popen)
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", lambda self: refuse("multiprocessing"))
+    monkeypatch.setattr(os, "fork", lambda: refuse("os.fork"))
+
+
 def _clean_env(extra: dict[str, str] | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELIFY_", "ACCELERATE_"))}
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):

@@ -35,6 +35,8 @@ class Case:
     compare: re.Pattern[str]
     distributed: bool
     status: str | None  # the conversion's status when run.toml names it ("attention" for a refused file)
+    metric: re.Pattern[str] | None  # lines an evaluation before training prints: equal on 1 and on 2 processes
+    deadlock_prone: bool  # a collective near a branch: the 2-process run is repeated with 3 seeds
 
     @classmethod
     def load(cls, directory: Path) -> "Case":
@@ -47,6 +49,8 @@ class Case:
             compare=re.compile(cfg["compare"]),
             distributed=bool(cfg.get("distributed", True)),
             status=cfg.get("status"),
+            metric=re.compile(cfg["metric"]) if "metric" in cfg else None,
+            deadlock_prone=bool(cfg.get("deadlock_prone", False)),
         )
 
     def source(self) -> str:
@@ -60,6 +64,10 @@ class Case:
 
     def compared(self, stdout: str) -> list[str]:
         return [line for line in stdout.splitlines() if self.compare.search(line)]
+
+    def metrics(self, stdout: str) -> list[str]:
+        """The lines of ``stdout`` the ``metric`` regex picks (none when the case has no metric)."""
+        return [line for line in stdout.splitlines() if self.metric and self.metric.search(line)]
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,14 @@ from typing import Any
 
 import click
 
-from accelify.cli.launch_support import config_file_option, exit_on_error
+from accelify.cli.exit_codes import exit_on_error
+from accelify.cli.options import config_file_option
+from accelify.runtime.settings import (
+    MIXED_PRECISION_CHOICES,
+    default_device,
+    default_process_count,
+    mixed_precision_choices,
+)
 
 
 def _target(config_file: str | None) -> Path:
@@ -20,31 +27,30 @@ def _target(config_file: str | None) -> Path:
 
 def _ask(gpu_count: int) -> dict[str, Any]:
     """The questionnaire; every answer has a default (Enter accepts it) and is validated on entry."""
-    from rich.prompt import Confirm, IntPrompt, Prompt
+    from accelify.console import Questionnaire
 
-    from accelify.cli.render import console
-
-    out = console()
-    out.print(f"[bold]accelify config[/]: {gpu_count} GPU(s) visible here. Press Enter to accept a default.")
-    cpu = Confirm.ask("Run on CPU only?", default=gpu_count == 0, console=out)
+    q = Questionnaire()
+    q.title(f"accelify config: {gpu_count} GPU(s) visible here. Press Enter to accept a default.")
+    cpu = q.confirm("Run on CPU only?", default=default_device(gpu_count) == "cpu")
     gpu_ids = "all"
     if not cpu:
         if gpu_count == 0:
-            out.print("[yellow]No GPU is visible here: this config will only launch on a machine with GPUs.[/]")
-        gpu_ids = _valid(Prompt, out, 'Which GPUs ("all" or ids such as 0,1)?', "gpu_ids", "all", gpu_count)
-    machines = _int(IntPrompt, out, "How many machines?", 1, 1)
+            q.note("No GPU is visible here: this config will only launch on a machine with GPUs.")
+        gpu_ids = _valid(q, 'Which GPUs ("all" or ids such as 0,1)?', "gpu_ids", "all", gpu_count)
+    machines = _int(q, "How many machines?", 1, 1)
     machine_rank, ip, port, rdzv = 0, None, None, "static"
     if machines > 1:
-        machine_rank = _int(IntPrompt, out, "This machine's rank?", 0, 0, machines - 1)
-        ip = _valid(Prompt, out, "Address of machine 0 (main process IP)?", "main_process_ip", None, gpu_count)
-        port = _int(IntPrompt, out, "Port on machine 0?", 29500, 1, 65535)
-        rdzv = Prompt.ask("Rendezvous backend?", choices=["static", "c10d"], default="static", console=out)
-    per_machine = 1 if cpu else (len(gpu_ids.split(",")) if gpu_ids != "all" else max(gpu_count, 1))
-    total = _int(IntPrompt, out, "How many processes in total (over all machines)?", per_machine * machines, 1)
-    precisions = ["no", "bf16"] if cpu else ["no", "fp16", "bf16"]
-    precision = Prompt.ask("Mixed precision?", choices=precisions, default="no", console=out)
-    fsdp = Confirm.ask("Shard the model with FSDP?", default=False, console=out)
-    debug = Confirm.ask("Debug mode (check collective shapes, slower)?", default=False, console=out)
+        machine_rank = _int(q, "This machine's rank?", 0, 0, machines - 1)
+        ip = _valid(q, "Address of machine 0 (main process IP)?", "main_process_ip", None, gpu_count)
+        port = _int(q, "Port on machine 0?", 29500, 1, 65535)
+        rdzv = q.ask("Rendezvous backend?", default="static", choices=["static", "c10d"])
+    selected = len(gpu_ids.split(",")) if gpu_ids != "all" else gpu_count
+    per_machine = default_process_count("cpu" if cpu else "cuda", selected)
+    total = _int(q, "How many processes in total (over all machines)?", per_machine * machines, 1)
+    precisions = list(mixed_precision_choices("cpu") if cpu else MIXED_PRECISION_CHOICES)
+    precision = q.ask("Mixed precision?", default="no", choices=precisions)
+    fsdp = q.confirm("Shard the model with FSDP?", default=False)
+    debug = q.confirm("Debug mode (check collective shapes, slower)?", default=False)
     from accelify.runtime.config import make_config
 
     return make_config(cpu=cpu, num_processes=total, num_machines=machines, machine_rank=machine_rank,
@@ -52,31 +58,31 @@ def _ask(gpu_count: int) -> dict[str, Any]:
                        use_fsdp=fsdp, debug=debug, rdzv_backend=rdzv)
 
 
-def _valid(prompt: Any, out: Any, question: str, key: str, default: str | None, gpu_count: int) -> str:
+def _valid(q: Any, question: str, key: str, default: str | None, gpu_count: int) -> str:
     """Ask until the answer is a valid value of config key ``key`` (and, for gpu_ids, an existing GPU)."""
     from accelify.runtime.config import parse_config
     from accelify.runtime.errors import ConfigurationError
 
     while True:
-        answer = prompt.ask(question, console=out, **({} if default is None else {"default": default}))
+        answer = q.ask(question, default=default)
         try:
             value = getattr(parse_config({key: answer}, "answer"), key)
             if value is None:
                 raise ConfigurationError(f"answer: {key}={answer!r} is not valid; an answer is needed.")
         except ConfigurationError as exc:
-            out.print(f"[red]{exc}[/]")
+            q.problem(str(exc))
             continue
         if key != "gpu_ids" or value == "all" or not gpu_count or all(int(i) < gpu_count for i in value.split(",")):
             return value
-        out.print(f"[red]This machine has {gpu_count} GPU(s): use ids 0 to {gpu_count - 1}, or all.[/]")
+        q.problem(f"This machine has {gpu_count} GPU(s): use ids 0 to {gpu_count - 1}, or all.")
 
 
-def _int(prompt: Any, out: Any, question: str, default: int, low: int, high: int | None = None) -> int:
+def _int(q: Any, question: str, default: int, low: int, high: int | None = None) -> int:
     while True:
-        value = prompt.ask(question, default=default, console=out)
+        value = q.ask_int(question, default=default)
         if value >= low and (high is None or value <= high):
             return value
-        out.print(f"[red]Please enter a number from {low}{f' to {high}' if high is not None else ' up'}.[/]")
+        q.problem(f"Please enter a number from {low}{f' to {high}' if high is not None else ' up'}.")
 
 
 def _visible_gpus() -> int:
@@ -112,7 +118,7 @@ def config(ctx: click.Context, config_file: str | None) -> None:
 
 @config.command("default")
 @config_file_option
-@click.option("--mixed-precision", "--mixed_precision", "mixed_precision", type=click.Choice(["no", "fp16", "bf16"]),
+@click.option("--mixed-precision", "--mixed_precision", "mixed_precision", type=click.Choice(MIXED_PRECISION_CHOICES),
               default="no", show_default=True)
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
 @click.pass_obj

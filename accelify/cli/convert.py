@@ -19,6 +19,7 @@ from pathlib import Path
 import click
 
 from accelify import console as view
+from accelify.cli.exit_codes import INTERRUPTED, fail
 from accelify.errors import AccelifyError, OutputError
 from accelify.pipeline import convert_path
 from accelify.results import Result
@@ -93,13 +94,10 @@ def convert(
                 for companion in result.companions:
                     view.print_diff(out, companion)
     except AccelifyError as error:
-        err.print(f"error: {error}", markup=False)
-        if verbose:
-            raise
-        sys.exit(error.exit_code)
+        fail(error, verbose=verbose)
     except KeyboardInterrupt:
         view.print_interrupted(err, written)
-        sys.exit(130)
+        sys.exit(INTERRUPTED)
     view.print_notes(err, settings_for.notes)
     if as_json:
         view.print_json(sys.stdout, results)

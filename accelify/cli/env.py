@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from accelify.cli.launch_support import config_file_option
+from accelify.cli.options import config_file_option
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})

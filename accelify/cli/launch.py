@@ -6,7 +6,9 @@ import sys
 
 import click
 
-from accelify.cli.launch_support import config_file_option, exit_on_error
+from accelify.cli.exit_codes import exit_on_error
+from accelify.cli.options import config_file_option
+from accelify.runtime.settings import MIXED_PRECISION_CHOICES
 
 CONTEXT = {"allow_interspersed_args": False,
            "help_option_names": ["-h", "--help"]}
@@ -25,7 +27,7 @@ CONTEXT = {"allow_interspersed_args": False,
               help="Distributed on GPUs (an error without GPUs).")
 @click.option("--gpu-ids", "--gpu_ids", "gpu_ids", help='GPUs to use: "all" or indices such as 0,1.')
 @click.option("--mixed-precision", "--mixed_precision", "mixed_precision",
-              type=click.Choice(["no", "fp16", "bf16"]), help="Mixed precision for the Accelerator.")
+              type=click.Choice(MIXED_PRECISION_CHOICES), help="Mixed precision for the Accelerator.")
 @click.option("--gradient-accumulation-steps", "--gradient_accumulation_steps", "gradient_accumulation_steps",
               type=int, help="Gradient accumulation steps for the Accelerator.")
 @click.option("--debug", "debug", is_flag=True, default=None, help="Debug mode: check collective shapes.")
@@ -49,24 +51,26 @@ def launch(script: str, script_args: tuple[str, ...], quiet: bool, **flags: obje
     Every argument after SCRIPT belongs to the script. Precedence: command line > config file >
     environment > defaults. Hugging Face spellings (--num_processes, --multi_gpu, ...) work too.
     """
-    from accelify.launcher import LaunchOptions, check_script, execute, resolve_plan
+    from accelify.launch import plan as planning
+    from accelify.launch import run
 
     with exit_on_error():
-        plan = resolve_plan(LaunchOptions(script=script, script_args=script_args, **flags))  # type: ignore[arg-type]
-        check_script(plan)  # before the banner: a missing file must not look like a start
+        options = planning.LaunchOptions(script=script, script_args=script_args, **flags)  # type: ignore[arg-type]
+        plan = planning.resolve_plan(options)
+        run.check_script(plan)  # before the banner: a missing file must not look like a start
         for warning in plan.warnings:
             click.echo(f"warning: {warning}", err=True)
         if not quiet:
             click.echo(plan.banner(), err=True)
-        result = execute(plan)
+        result = run.execute(plan)
     if result.alone:
-        from accelify.launch_joined import alone_warning
+        from accelify.launch.joined import alone_warning
 
         click.echo(alone_warning(script, result.alone, plan.world_size), err=True)
     if result.failure is not None:
         click.echo(result.failure.describe(), err=True)
     elif result.interrupted_by is not None:
-        from accelify.launcher import signal_name
+        from accelify.launch.run import signal_name
 
         number = result.interrupted_by
         click.echo(f"accelify launch: stopped by signal {number} ({signal_name(number)}); "

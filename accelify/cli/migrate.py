@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from accelify import console as view
+from accelify.cli.exit_codes import INTERRUPTED, fail
 from accelify.codemods.targets import TARGET_NAMES
 from accelify.errors import AccelifyError
 from accelify.migrate import CHECK, DIFF, IN_PLACE, OUT, PREVIEW, Interrupted, Migration, Options, Row, default_jobs, write_json
@@ -83,15 +84,12 @@ def migrate(
             summary = migration.execute(on_result)
     except Interrupted as stop:
         view.print_migrate_written(err, stop.written, stop.copied, interrupted=True)
-        sys.exit(130)
+        sys.exit(INTERRUPTED)
     except KeyboardInterrupt:  # before anything was written (while walking)
         view.print_migrate_written(err, [], 0, interrupted=True)
-        sys.exit(130)
+        sys.exit(INTERRUPTED)
     except AccelifyError as error:
-        err.print(f"error: {error}", markup=False)
-        if verbose:
-            raise
-        sys.exit(error.exit_code)
+        fail(error, verbose=verbose)
     code = summary.exit_code(check=check, exit_zero=exit_zero)
     if mode != DIFF or not summary.written:
         view.print_migrate_written(stdout, summary.written, summary.copied, interrupted=False)
@@ -112,8 +110,7 @@ def migrate(
             html_report.write(html, summary, title=f"accelify migrate {folder}", command=command)
             err.print(f"review page: {html}", markup=False)
     except AccelifyError as error:
-        err.print(f"error: {error}", markup=False)
-        sys.exit(2)
+        fail(error, verbose=verbose)
     sys.exit(code)
 
 

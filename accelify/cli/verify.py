@@ -1,6 +1,6 @@
 """``accelify verify SCRIPT [-- ARGS]``: prove that a script's conversion trains like the original, and distributed.
 
-Thin on purpose: parse, call :func:`accelify.verify.verify_script`, render with :mod:`accelify.verify_view`,
+Thin on purpose: parse, call :func:`accelify.verify.verify_script`, render with :mod:`accelify.console.verify`,
 write the JSON report on request. Exit codes: 0 every check passed, 1 a check failed or could not be judged,
 2 the tool could not start (unreadable script, unwritable report).
 """
@@ -45,7 +45,7 @@ def verify(script: Path, script_args: tuple[str, ...], converted: Path | None, s
 
         accelify verify train.py --steps 3 -- --epochs 1
     """
-    from accelify import verify_view
+    from accelify.console import verify as verify_view
     from accelify.console import make_console
     from accelify.verify import VerifyOptions, verify_script, write_report
 

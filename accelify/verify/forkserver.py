@@ -1,4 +1,4 @@
-"""A fork server for one-process runs: scripts start as fresh processes that have imported torch already.
+"""A fork server for runs of scripts: they start as fresh processes that have imported torch already.
 
 ``python script.py`` spends about 2 s of CPU importing torch before the script's first line; a small training
 script's own work is a fraction of that. The server pays the imports once, then forks one child per run. Each child
@@ -12,8 +12,14 @@ start with a clean ``sys.modules`` apart from torch). Protocol, one JSON object 
 ``{"target", "module", "args", "cwd", "env", "stdout", "stderr", "timeout", "hook_dir"}``, the server answers
 ``{"returncode", "timed_out", "pid"}``. At the timeout the server sends the child SIGUSR1 (the recorder dumps every
 thread's Python stack), waits a second, then kills the child's whole session. The server is single-threaded and
-never starts a thread pool or a process group, so forking it is safe. Multi-process runs do not come here: they go
-through torch.distributed.run, whose agent hosts the rendezvous store as it does for users.
+never starts a thread pool or a process group, so forking it is safe.
+
+A job with ``"ranks"`` (a list of ``{"env", "stdout", "stderr"}`` overlays) starts one child per rank, as
+torch.distributed.run would (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT`` in each overlay; rank 0's
+process group hosts the store): the answer's ``returncode`` is the first failing rank's (0 when all succeed),
+``returncodes`` every rank's. As torchrun does, when a rank fails the others are stopped (after a grace period for
+their own error reports); at the timeout every rank is asked for its stacks, then killed. This is for test suites:
+it saves torchrun's agent and each worker's torch import; users' runs go through torch.distributed.run.
 
 :class:`ForkServer` is the client; it runs one job at a time (start several for parallel runs).
 """
@@ -93,7 +99,12 @@ def _child(job: Mapping[str, Any]) -> None:
         os._exit(code)
 
 
+FAILURE_GRACE = 5.0  # seconds the other ranks get after one failed, before they are stopped (torchrun waits too)
+
+
 def _run(job: Mapping[str, Any]) -> dict[str, Any]:
+    if job.get("ranks"):
+        return _run_ranks(job)
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -108,6 +119,64 @@ def _run(job: Mapping[str, Any]) -> dict[str, Any]:
             _end(pid)
             return {"returncode": None, "timed_out": True, "pid": pid}
         time.sleep(0.01)
+
+
+def _run_ranks(job: Mapping[str, Any]) -> dict[str, Any]:
+    """One child per rank; wait for all, stop the rest when one fails, end them all at the timeout."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pids = []
+    for overlay in job["ranks"]:
+        rank_job = {**job, "env": {**job["env"], **overlay["env"]}, "stdout": overlay["stdout"], "stderr": overlay["stderr"]}
+        pid = os.fork()
+        if pid == 0:
+            _child(rank_job)
+        pids.append(pid)
+    codes: dict[int, int] = {}
+    deadline = time.monotonic() + float(job.get("timeout", 300))
+    stop_at: float | None = None
+    while len(codes) < len(pids):
+        for pid in pids:
+            if pid in codes:
+                continue
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                codes[pid] = os.waitstatus_to_exitcode(status)
+                if codes[pid] != 0 and stop_at is None:
+                    stop_at = time.monotonic() + FAILURE_GRACE
+        now = time.monotonic()
+        if now > deadline:
+            _end_all([pid for pid in pids if pid not in codes])  # every rank's stacks first, then the kills
+            return {"returncode": None, "timed_out": True, "pid": pids[0], "pids": pids}
+        if stop_at is not None and now > stop_at:
+            for pid in pids:
+                if pid not in codes:
+                    try:
+                        os.killpg(pid, signal.SIGTERM)
+                    except ProcessLookupError:
+                        pass
+                    codes[pid] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        time.sleep(0.01)
+    returncodes = [codes[pid] for pid in pids]
+    first = next((c for c in returncodes if c != 0), 0)
+    return {"returncode": first, "returncodes": returncodes, "timed_out": False, "pid": pids[0], "pids": pids}
+
+
+def _end_all(pids: list[int]) -> None:
+    """Ask every process for its stacks, wait once, then kill their sessions (a killed rank would make the
+    others fail before they were asked)."""
+    for pid in pids:
+        try:
+            os.kill(pid, STACK_SIGNAL)
+        except ProcessLookupError:
+            pass
+    time.sleep(STACK_WAIT * 2)
+    for pid in pids:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.waitpid(pid, 0)
 
 
 def _end(pid: int) -> None:
@@ -157,11 +226,14 @@ class ForkServer:
             raise ForkServerError(f"the verify fork server did not start (exit {self.proc.poll()}): {ready!r}")
 
     def run(self, *, target: str, args: Sequence[str], cwd: Path, env: Mapping[str, str], stdout: Path,
-            stderr: Path, timeout: float, module: bool = False, hook_dir: Path | None = None) -> dict[str, Any]:
-        """Run ``target`` as ``python target args`` (``-m target`` with ``module``) would; the server's reply."""
+            stderr: Path, timeout: float, module: bool = False, hook_dir: Path | None = None,
+            ranks: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+        """Run ``target`` as ``python target args`` (``-m target`` with ``module``) would; the server's reply.
+        With ``ranks`` (``{"env", "stdout", "stderr"}`` per rank), one process per rank."""
         job = {"target": target, "module": module, "args": list(args), "cwd": str(cwd), "env": dict(env),
                "stdout": str(stdout), "stderr": str(stderr), "timeout": timeout,
-               "hook_dir": str(hook_dir) if hook_dir is not None else None}
+               "hook_dir": str(hook_dir) if hook_dir is not None else None,
+               "ranks": [{"env": dict(r["env"]), "stdout": str(r["stdout"]), "stderr": str(r["stderr"])} for r in ranks]}
         try:
             self.proc.stdin.write(json.dumps(job) + "\n")  # type: ignore[union-attr]
             self.proc.stdin.flush()  # type: ignore[union-attr]

@@ -155,8 +155,9 @@ class Launcher:
 
 
 class ForkServerLauncher(Launcher):
-    """One-process runs forked from up to ``servers`` fork servers (torch imported once each); N-process runs
-    through torch.distributed.run. Thread-safe: a run waits for a free server. Call :meth:`close` at the end."""
+    """Runs forked from up to ``servers`` fork servers (torch imported once each): one-process runs, and N-process
+    runs as N forked ranks with torch.distributed.run's environment (no agent: test suites save its import and the
+    workers'). Thread-safe: a run waits for a free server. Call :meth:`close` at the end."""
 
     def __init__(self, servers: int = 2) -> None:
         self.size = servers
@@ -190,6 +191,24 @@ class ForkServerLauncher(Launcher):
                                timeout=spec.timeout, module=spec.module, hook_dir=HOOK_DIR)
         return reply["returncode"], bool(reply["timed_out"])
 
+    def _many(self, spec: RunSpec) -> tuple[int | None, bool]:
+        """N ranks forked from one fork server with torchrun's environment (rank 0 hosts the store)."""
+        folder = spec.logs / "workers" / "fork" / "attempt_0"
+        port = _free_port()
+        ranks = []
+        for rank in range(spec.processes):
+            (folder / str(rank)).mkdir(parents=True, exist_ok=True)
+            env = {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(spec.processes),
+                   "LOCAL_WORLD_SIZE": str(spec.processes), "GROUP_RANK": "0", "ROLE_RANK": str(rank),
+                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+            ranks.append({"env": env, "stdout": folder / str(rank) / "stdout.log", "stderr": folder / str(rank) / "stderr.log"})
+        (spec.logs / "launcher.txt").write_text("")
+        with self.borrow() as server:
+            reply = server.run(target=spec.program, args=spec.args, cwd=spec.folder, env=run_environment(spec),
+                               stdout=spec.logs / "stdout.txt", stderr=spec.logs / "stderr.txt",
+                               timeout=spec.timeout, module=spec.module, hook_dir=HOOK_DIR, ranks=ranks)
+        return reply["returncode"], bool(reply["timed_out"])
+
     def close(self) -> None:
         with self._lock:
             for server in self._all:
@@ -213,6 +232,15 @@ def end_hung_run(proc: subprocess.Popen[bytes], record_prefix: Path) -> None:
     except subprocess.TimeoutExpired:
         _signal_group(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def _free_port() -> int:
+    """A TCP port free on this machine now (the OS picks it), for rank 0's store."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def _children(pid: int) -> set[int]:

@@ -2,8 +2,8 @@
 
 A script often imports modules that sit next to it (``from model import Net``). :meth:`ScriptFiles.from_path`
 takes the script, the other ``.py`` files of its folder and its package folders (those with an ``__init__.py``);
-:func:`convert_files` converts the script and each of those ``.py`` modules with the conversion pipeline (a module the
-pipeline leaves unchanged stays as it is; package folders are copied as they are). Each run gets its own folder, so
+:func:`convert_files` converts the script with those ``.py`` modules as one program, as ``accelify convert`` does (a
+module the conversion does not edit stays as it is; package folders are copied as they are). Each run gets its own folder, so
 what one run writes (checkpoints, logs) never reaches another.
 """
 
@@ -55,12 +55,13 @@ class ScriptFiles:
 
 
 def convert_files(files: ScriptFiles, *, target: str = "accelify") -> tuple[ScriptFiles, Result]:
-    """The conversion of ``files`` (script and ``.py`` modules) and the pipeline's result for the script."""
+    """The conversion of ``files`` (the script with its ``.py`` modules, converted together as the tool converts
+    them: a module the script's conversion edits is a companion of its result) and the pipeline's result."""
     from accelify.pipeline import convert_source
+    from accelify.program import ModuleText
 
-    result = convert_source(files.source, path=files.name, target=target)
-    modules = []
-    for name, source in files.modules:
-        converted = convert_source(source, path=name, target=target)
-        modules.append((name, converted.new if converted.status == "converted" else source))
-    return replace(files, source=result.new, modules=tuple(modules)), result
+    local = [ModuleText(name[:-3], name, source) for name, source in files.modules if name.endswith(".py")]
+    result = convert_source(files.source, path=files.name, target=target, modules=local)
+    converted = {c.path: c.new for c in result.companions if c.changed}
+    modules = tuple((name, converted.get(name, source)) for name, source in files.modules)
+    return replace(files, source=result.new, modules=modules), result

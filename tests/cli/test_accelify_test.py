@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import accelify.selftest as selftest
+import accelify.launch.selftest as selftest
 from accelify.cli import main
-from accelify.launcher import LaunchResult, WorkerFailure
+from accelify.launch.run import LaunchResult, WorkerFailure
 from accelify.runtime.config import make_config, write_config
 
 ACCELIFY = [sys.executable, "-c", "from accelify.cli import main; main()"]
@@ -54,6 +54,6 @@ def test_a_crashed_check_script_shows_the_failing_rank(monkeypatch, tmp_path: Pa
 
 def test_invalid_config_is_an_error_before_launching(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("use_cpu: true\nmixed_precision: fp16\n")
+    cfg.write_text("use_cpu: true\nmixed_precision: fp8\n")
     result = CliRunner().invoke(main, ["test", "--config_file", str(cfg)], catch_exceptions=False)
-    assert result.exit_code == 2 and "fp16" in result.stderr and "needs a GPU" in result.stderr
+    assert result.exit_code == 2 and "mixed_precision='fp8' is not supported" in result.stderr

@@ -325,6 +325,7 @@ def test_ctrl_c_while_writing_leaves_whole_files_and_says_which(project: Path, m
     assert sorted(p.name for p in project.iterdir()) == ["a.py", "b.py", "c.py", "d.py", "pyproject.toml"]
 
 
+@pytest.mark.multiprocess
 def test_sigint_exits_130_and_every_written_file_is_whole(project: Path) -> None:
     """A real SIGINT to a real process, mid-run."""
     import os

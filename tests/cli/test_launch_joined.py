@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from accelify import launch_joined
+from accelify.launch import joined as launch_joined
 
 ACCELIFY = [sys.executable, "-c", "from accelify.cli import main; main()"]
 
@@ -27,7 +27,7 @@ print("trained")
 JOINS_THEN_DESTROYS = '''\
 import sys
 sys.path.insert(0, {root!r})
-from accelify import launch_joined
+from accelify.launch import joined as launch_joined
 launch_joined.watch()
 import torch.distributed as dist
 dist.init_process_group("gloo", store=dist.HashStore(), world_size=1, rank=0)

@@ -9,10 +9,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-import accelify.launch_plan as launch_plan
-import accelify.launcher as launcher
+import accelify.launch.plan as launch_plan
+import accelify.launch.run as launcher
 from accelify.cli import main
-from accelify.launch_plan import LaunchError, LaunchOptions, resolve_plan
+from accelify.errors import LaunchError
+from accelify.launch.plan import LaunchOptions, resolve_plan
 
 
 @pytest.fixture
@@ -84,7 +85,7 @@ def test_module_flag_and_fixed_port(captured: list) -> None:
     assert invoke("--cpu", "--main-process-port", "29611", "-m", "pkg.train", "--x").exit_code == 0
     args = captured[0].torchrun_args()
     assert "--master-port=29611" in args and "--rdzv-backend=static" in args
-    assert args[-5:] == ["--module", "accelify.launch_worker", "-m", "pkg.train", "--x"]
+    assert args[-5:] == ["--module", "accelify.launch.worker", "-m", "pkg.train", "--x"]
 
 
 def test_defaults_no_gpu_one_cpu_process(captured: list) -> None:
@@ -116,7 +117,6 @@ def test_defaults_one_process_per_gpu(captured: list, gpus) -> None:
         (["--multi-gpu", "-n", "4"], 2, "only 2 are visible"),
         (["--gpu-ids", "0,5"], 2, "GPU 5 does not exist"),
         (["--gpu-ids", "0"], 0, "no CUDA device is visible"),
-        (["--cpu", "--mixed-precision", "fp16"], 0, "fp16 (command line) needs a GPU"),
         (["--cpu", "--multi-gpu"], 2, "contradict"),
         (["--cpu", "-n", "3", "--num-machines", "2", "--main-process-ip", "h"], 0, "multiple of num_machines=2"),
         (["--cpu", "--num-machines", "2"], 0, "need --main-process-ip"),
@@ -204,8 +204,8 @@ def test_multi_machine_static_and_c10d_arguments(env: Path, gpus) -> None:
 
 
 def test_launch_error_is_an_accelify_error(env: Path, gpus) -> None:
-    with pytest.raises(LaunchError, match="fp16"):
-        resolve_plan(LaunchOptions(script="s.py", mixed_precision="fp16"))
+    with pytest.raises(LaunchError, match="no CUDA device is visible"):
+        resolve_plan(LaunchOptions(script="s.py", multi_gpu=True))
 
 
 def test_failure_summary_from_elastic_error() -> None:
@@ -236,6 +236,7 @@ def test_restarts_use_c10d_with_a_fresh_store(env: Path, gpus) -> None:
     assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in plain.worker_env("f")
 
 
+@pytest.mark.multiprocess
 def test_launch_path_stays_light(tmp_path: Path) -> None:
     """`accelify launch` loads no rich/libcst; the worker bootstrap loads nothing before the script."""
     import subprocess
@@ -244,7 +245,7 @@ def test_launch_path_stays_light(tmp_path: Path) -> None:
     code = (
         "import sys\n"
         "from click.testing import CliRunner\n"
-        "import accelify.launcher as L\n"
+        "import accelify.launch.run as L\n"
         "L.execute = lambda plan: L.LaunchResult(0)\n"
         "L.check_script = lambda plan: None\n"
         "from accelify.cli import main\n"
@@ -256,14 +257,14 @@ def test_launch_path_stays_light(tmp_path: Path) -> None:
     assert "HEAVY []" in out.stdout, out.stdout + out.stderr
     script = tmp_path / "probe.py"
     script.write_text("import sys\nprint('TORCH', 'torch' in sys.modules, __name__, sys.argv[1:], sys.path[0])\n")
-    out = subprocess.run([sys.executable, "-m", "accelify.launch_worker", str(script), "a", "--b"],
+    out = subprocess.run([sys.executable, "-m", "accelify.launch.worker", str(script), "a", "--b"],
                          capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == f"TORCH False __main__ ['a', '--b'] {tmp_path}", out.stderr
     script.write_text("def boom():\n    raise ValueError('boom')\nboom()\n")
-    out = subprocess.run([sys.executable, "-m", "accelify.launch_worker", str(script)],
+    out = subprocess.run([sys.executable, "-m", "accelify.launch.worker", str(script)],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 1 and out.stderr.endswith("ValueError: boom\n"), out.stderr
-    assert "launch_worker" not in out.stderr and "runpy" not in out.stderr  # as `python probe.py` shows it
+    assert "launch/worker" not in out.stderr and "runpy" not in out.stderr  # as `python probe.py` shows it
     assert f'File "{script}", line 2, in boom' in out.stderr
 
 

@@ -56,7 +56,7 @@ def test_failing_rank_is_named_with_its_traceback_and_nothing_survives(tmp_path:
     summary = failure_summary(proc.stderr)
     assert summary.startswith("accelify launch: rank 1 failed first: it exited with code 1.")
     assert 'raise ValueError("boom from rank 1")' in summary and "ValueError: boom from rank 1" in summary
-    assert "launch_worker" not in summary and "Also failed" not in summary
+    assert "launch/worker" not in summary and "Also failed" not in summary
     assert_no_orphans(tmp_path)
 
 

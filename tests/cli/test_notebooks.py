@@ -74,6 +74,7 @@ def _program(text: str) -> str:
     return "\n".join(out) + "\n"
 
 
+@pytest.mark.multiprocess
 def test_the_converted_notebook_computes_what_the_original_did(tmp_path: Path, clean_env) -> None:  # type: ignore[no-untyped-def]
     """Both notebooks' code, run one after the other in one process (torch imported once)."""
     case = Path(__file__).parent / "notebooks" / "magics_outputs"

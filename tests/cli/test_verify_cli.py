@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from accelify.cli import main
 from accelify.console import make_console
 from accelify.verify.report import FAILED, PASSED, CheckResult, VerifyOptions, VerifyReport
-from accelify.verify_view import print_verify_report
+from accelify.console.verify import print_verify_report
 
 ROOT = Path(__file__).resolve().parents[2]
 PLANTED = ROOT / "tests" / "verify" / "planted"

@@ -73,6 +73,9 @@ def _swap(text: str) -> str:
     return text.replace(ACCELIFY_IMPORT, ACCELERATE_IMPORT)
 
 
+RUN_KEYS = {"scenario", "args", "runs", "compare", "distributed", "warnings", "status", "metric", "deadlock_prone"}
+
+
 def test_corpus_has_the_listed_scenarios() -> None:
     assert len(CASES) >= 12, f"the corpus must hold at least 12 cases, found {IDS}"
 
@@ -91,6 +94,14 @@ def test_case_layout(case: Path) -> None:
     runs = cfg.get("runs", [cfg.get("args", [])])
     assert runs and all(isinstance(run, list) and all(isinstance(a, str) for a in run) for run in runs)
     assert all(WARNING_SPEC.match(w) for w in cfg.get("warnings", [])), "warnings are written as 'ACCnnn:line'"
+    unknown = set(cfg) - RUN_KEYS
+    assert not unknown, f"run.toml keys not in corpus/README.md: {sorted(unknown)}"
+    if "metric" in cfg:
+        re.compile(cfg["metric"])
+        assert cfg.get("distributed", True), "a metric case is compared with its 2-process run"
+    if cfg.get("deadlock_prone"):
+        assert cfg.get("distributed", True), "a deadlock-prone case is run on 2 processes"
+        assert "--seed" in (case / "input.py").read_text(encoding="utf-8"), "a deadlock-prone script takes --seed"
     expected = (case / "expected.py").read_text(encoding="utf-8")
     source = (case / "input.py").read_text(encoding="utf-8")
     if expected == source:

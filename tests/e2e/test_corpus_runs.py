@@ -6,15 +6,21 @@ For each ``corpus/<name>/`` (found by glob, the folder name is the test id):
   compared lines (``compare`` in ``run.toml``): same seed, same losses;
 - the ``--target accelerate`` conversion prints the same lines under Hugging Face Accelerate (skipped when
   ``accelerate`` is not installed);
-- the converted script runs on 2 CPU processes (``torch.distributed.run --standalone``, Gloo) and finishes; rank 0
-  prints the compared lines (``accelerator.print``), rank 1 prints none, and every number in them is finite;
+- the converted script runs on 2 CPU processes (ranks with torch.distributed.run's environment, Gloo) and finishes;
+  rank 0 prints the compared lines (``accelerator.print``), rank 1 prints none, and every number in them is finite;
+- a metric case (``metric`` in ``run.toml``) prints the same evaluation before training on 2 processes as the
+  original on one: every process starts from the same parameters, so a metric left local (one process's share of
+  the evaluation set) shows up as a different number;
+- a deadlock-prone case (``deadlock_prone = true``: a collective near a branch) finishes on 2 processes with each
+  of 3 seeds (``--seed N`` appended to every run's arguments); a hang is a failure;
 - once, one converted script goes through the real launcher, ``accelify launch --cpu -n 2``.
 
 No script runs twice: ``accelify verify`` runs the original and the conversion on one process and the conversion on
 two for every corpus case (``tests/verify/test_corpus_verify.py``), to the end of the script, and these tests read
 what those runs printed (``tests/verification_pool.py``). What verify does not run is run here, through the same
 pool: the ``--target accelerate`` variant, every run of a case with several runs (they continue in one folder), and
-the cases the tool leaves unchanged. One-process runs fork from servers that imported torch already.
+the cases the tool leaves unchanged, the seeded runs of the deadlock-prone cases. Runs fork from servers that
+imported torch already (2-process runs as two forked ranks; ``accelify launch`` is the one run through torchrun).
 """
 
 from __future__ import annotations
@@ -37,15 +43,23 @@ from corpus_cases import CASE_DIRS, CORPUS, IDS, Case
 from verification_pool import VerificationPool
 
 from accelify.verify import RunSummary, ScriptFiles, convert_files
+from accelify.verify.runner import RunSpec
+
+pytestmark = pytest.mark.multiprocess  # every test here runs scripts
 
 HAS_ACCELERATE = importlib.util.find_spec("accelerate") is not None
 RANK_PREFIX = re.compile(r"^\[default(\d+)\]:(.*)$")
 NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\bnan\b|\binf\b)", re.IGNORECASE)
 RUN_TIMEOUT = 180.0  # a whole launch; a script's own work takes well under a second
+HANG_TIMEOUT = 120.0  # a seeded 2-process run of a deadlock-prone case still running after this hangs
+SEEDS = (1, 2, 3)
+METRIC_IDS = [d.name for d in CASE_DIRS if Case.load(d).metric is not None]
+DEADLOCK_IDS = [d.name for d in CASE_DIRS if Case.load(d).deadlock_prone]
 ONE_PROCESS_TIMEOUT = 120.0
 LAUNCHED_CASE = "mnist_style"  # the case that also goes through `accelify launch`
 ACCELIFY = [sys.executable, "-c", "from accelify.cli import main; main()"]  # this interpreter's, not PATH's
 WARNING = re.compile(r"\b\w*Warning\b|^W\d{4} ")  # Python warnings, and torch's glog-style "W1123 ..." lines
+Key = tuple[str, str, int, "int | None"]  # (case, variant, number of processes, --seed or None)
 VERIFY_RUNS = {("original", 1): "original", ("accelify", 1): "converted", ("accelify", 2): "distributed"}
 
 
@@ -57,19 +71,21 @@ class Output:
     stdout: tuple[str, ...]  # one per rank
     stderr: tuple[str, ...]
     seconds: float
+    timed_out: bool = False
 
     @classmethod
     def from_run(cls, run: RunSummary) -> "Output":
         """What a verify run printed (killed at its timeout: exit code -9)."""
         code = -9 if run.exit_code is None else run.exit_code
-        return cls(tuple(code for _ in run.stdout), run.stdout, run.stderr, run.seconds)
+        return cls(tuple(code for _ in run.stdout), run.stdout, run.stderr, run.seconds, run.exit_code is None)
 
     @property
     def ok(self) -> bool:
         return all(code == 0 for code in self.returncodes)
 
     def explain(self, label: str) -> str:
-        parts = [f"{label} exited {list(self.returncodes)}"]
+        ending = f"hung: killed after {self.seconds:.0f} s" if self.timed_out else f"exited {list(self.returncodes)}"
+        parts = [f"{label} {ending}"]
         for rank, (out, err) in enumerate(zip(self.stdout, self.stderr)):
             parts.append(f"--- rank {rank} stdout ---\n{out[-3000:]}\n--- rank {rank} stderr ---\n{err[-3000:]}")
         return "\n".join(parts)
@@ -85,58 +101,27 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def launch_two_processes(script: Path, runs: tuple[tuple[str, ...], ...]) -> Output:
-    """Run ``script`` on 2 Gloo processes with torch.distributed.run (as tests/conftest.py's ``run_distributed``),
-    once per entry of ``runs``, in the script's folder; each rank's lines are told apart by torchrun's ``--tee`` prefix.
-    """
-    start = time.perf_counter()
-    outs: list[list[str]] = [[], []]
-    errs: list[list[str]] = [[], []]
-    code = 0
-    for args in runs:
-        cmd = [
-            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "--tee", "3",
-            str(script), *args,
-        ]
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, cwd=script.parent, env=child_env(), timeout=RUN_TIMEOUT
-        )
-        for text, sink in ((proc.stdout, outs), (proc.stderr, errs)):
-            for line in text.splitlines():
-                match = RANK_PREFIX.match(line)
-                if match and int(match.group(1)) < 2:
-                    sink[int(match.group(1))].append(match.group(2))
-                else:
-                    sink[0].append(line)
-        code = proc.returncode
-        if code != 0:
-            break
-    return Output(
-        (code, code), tuple("\n".join(o) for o in outs), tuple("\n".join(e) for e in errs), time.perf_counter() - start
-    )
-
-
 class Corpus:
     """The selected cases, their conversions, and every run of them: verify's runs where it made them (see the
     module docstring), the others queued on the session's pool when first needed."""
 
-    def __init__(self, pool: VerificationPool, wanted: list[tuple[str, str, int]], workdir: Path) -> None:
-        names = {name for name, _, _ in wanted}
+    def __init__(self, pool: VerificationPool, wanted: list[Key], workdir: Path) -> None:
+        names = {key[0] for key in wanted}
         self.pool = pool
         self.cases = {d.name: Case.load(d) for d in CASE_DIRS if d.name in names}
         self.wanted = [
-            (name, variant, nproc)
-            for name, variant, nproc in wanted
+            (name, variant, nproc, seed)
+            for name, variant, nproc, seed in wanted
             if (variant != "accelerate" or HAS_ACCELERATE) and (nproc == 1 or self.cases[name].distributed)
         ]
         self.workdir = workdir
-        self._futures: dict[tuple[str, str, int], Future[Output]] = {}
+        self._futures: dict[Key, Future[Output]] = {}
         self._started = False
 
-    def from_verify(self, name: str, variant: str, nproc: int) -> bool:
+    def from_verify(self, name: str, variant: str, nproc: int, seed: int | None) -> bool:
         """Whether verify made this run: a converted case with one run, the original or the default target."""
         case = self.cases[name]
-        return case.distributed and len(case.runs) == 1 and (variant, nproc) in VERIFY_RUNS
+        return case.distributed and len(case.runs) == 1 and seed is None and (variant, nproc) in VERIFY_RUNS
 
     def convert(self, name: str, variant: str) -> ScriptFiles:
         """The case's files (``variant="original"``) or the tool's conversion of them for target ``variant``."""
@@ -147,12 +132,15 @@ class Corpus:
         assert result.error is None, f"converting corpus/{name}/input.py failed: {result.error}"
         return converted
 
-    def _job(self, name: str, variant: str, nproc: int) -> Output:
-        folder = Path(tempfile.mkdtemp(prefix=f"{name}-{variant}-{nproc}p-", dir=self.workdir))
+    def _job(self, name: str, variant: str, nproc: int, seed: int | None) -> Output:
+        label = f"{name}-{variant}-{nproc}p" + ("" if seed is None else f"-seed{seed}")
+        folder = Path(tempfile.mkdtemp(prefix=f"{label}-", dir=self.workdir))
         script = self.convert(name, variant).write(folder)
         runs = self.cases[name].runs
+        if seed is not None:
+            runs = tuple((*args, "--seed", str(seed)) for args in runs)
         if nproc == 2:
-            return launch_two_processes(script, runs)
+            return self._two_ranks(label, script, runs, RUN_TIMEOUT if seed is None else HANG_TIMEOUT)
         start = time.perf_counter()
         out, err, code = "", "", 0
         with self.pool.launcher.borrow() as server:
@@ -167,29 +155,48 @@ class Corpus:
                     break
         return Output((code,), (out,), (err,), time.perf_counter() - start)
 
+    def _two_ranks(self, label: str, script: Path, runs: tuple[tuple[str, ...], ...], timeout: float) -> Output:
+        """``script`` on 2 Gloo ranks, once per entry of ``runs``, in its folder (stopping at the first failure)."""
+        start = time.perf_counter()
+        outs, errs, code, hung = ["", ""], ["", ""], 0, False
+        for index, args in enumerate(runs):
+            logs = Path(tempfile.mkdtemp(prefix=f"{label}-logs{index}-", dir=self.workdir))
+            outcome = self.pool.launcher.run(RunSpec(label=label, folder=script.parent, target=script.name, logs=logs,
+                                                     args=args, processes=2, timeout=timeout))
+            for rank in range(2):
+                outs[rank] += outcome.stdout[rank] if rank < len(outcome.stdout) else ""
+                errs[rank] += outcome.stderr[rank] if rank < len(outcome.stderr) else ""
+            hung = outcome.timed_out
+            code = -9 if outcome.exit_code is None else outcome.exit_code
+            if code != 0:
+                break
+        return Output((code, code), tuple(outs), tuple(errs), time.perf_counter() - start, hung)
+
     def _start(self) -> None:
-        for name, variant, _ in self.wanted:  # convert here, so a conversion error fails the test that needs it
+        for name, variant, _, _ in self.wanted:  # convert here, so a conversion error fails the test that needs it
             self.convert(name, variant)
         for key in sorted(self.wanted, key=lambda key: key[2]):  # one-process runs first: they are the cheap ones
             if not self.from_verify(*key):
                 self._futures[key] = self.pool.submit("e2e/" + "/".join(map(str, key)), lambda k=key: self._job(*k))
         self._started = True
 
-    def output(self, name: str, variant: str, nproc: int = 1) -> Output:
+    def output(self, name: str, variant: str, nproc: int = 1, seed: int | None = None) -> Output:
         if not self._started:
             self._start()
-        if self.from_verify(name, variant, nproc):
+        if self.from_verify(name, variant, nproc, seed):
             run = self.pool.corpus(name).run(VERIFY_RUNS[(variant, nproc)])
             assert run is not None, f"accelify verify of corpus/{name} made no {variant} run on {nproc} process(es)"
             return Output.from_run(run)
-        return self._futures[(name, variant, nproc)].result()
+        return self._futures[(name, variant, nproc, seed)].result()
 
 
-# Which runs each test needs: (variant, number of processes).
+# Which runs each test needs: (variant, number of processes); a test's ``seed`` parameter is appended as --seed N.
 NEEDS = {
     "test_converted_prints_the_same_on_one_process": [("original", 1), ("accelify", 1)],
     "test_accelerate_target_prints_the_same_under_hf_accelerate": [("original", 1), ("accelerate", 1)],
     "test_converted_runs_on_two_processes": [("accelify", 2)],
+    "test_metric_before_training_is_the_whole_evaluation": [("original", 1), ("accelify", 2)],
+    "test_deadlock_prone_case_finishes_with_each_seed": [("accelify", 2)],
 }
 
 
@@ -197,11 +204,12 @@ NEEDS = {
 def corpus(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, verification_pool: VerificationPool
 ) -> Iterator[Corpus]:
-    wanted: dict[tuple[str, str, int], None] = {}  # the runs the selected tests need, in test order
+    wanted: dict[Key, None] = {}  # the runs the selected tests need, in test order
     for item in request.session.items:
         if item.module is request.module and hasattr(item, "callspec") and "name" in item.callspec.params:
+            params = item.callspec.params
             for variant, nproc in NEEDS.get(item.originalname, []):
-                wanted[(item.callspec.params["name"], variant, nproc)] = None
+                wanted[(params["name"], variant, nproc, params.get("seed"))] = None
     yield Corpus(verification_pool, list(wanted), tmp_path_factory.mktemp("corpus-runs"))
 
 
@@ -236,7 +244,6 @@ def test_accelerate_target_prints_the_same_under_hf_accelerate(corpus: Corpus, n
     assert corpus.cases[name].compared(out.stdout[0]) == expected
 
 
-@pytest.mark.multiprocess
 @pytest.mark.parametrize("name", IDS)
 def test_converted_runs_on_two_processes(corpus: Corpus, name: str) -> None:
     case = corpus.cases[name]
@@ -249,10 +256,32 @@ def test_converted_runs_on_two_processes(corpus: Corpus, name: str) -> None:
     assert not case.compared(out.stdout[1]), f"rank 1 printed compared lines (print once per machine):\n{out.stdout[1]}"
     _check_finite(rank0, f"corpus/{name} on 2 processes")
     noise = [line for err in out.stderr for line in err.splitlines() if WARNING.search(line)]
-    assert not noise, f"the 2-process run printed warnings a user cannot act on:\n" + "\n".join(noise)
+    assert not noise, "the 2-process run printed warnings a user cannot act on:\n" + "\n".join(noise)
 
 
-@pytest.mark.multiprocess
+@pytest.mark.parametrize("name", METRIC_IDS)
+def test_metric_before_training_is_the_whole_evaluation(corpus: Corpus, name: str) -> None:
+    case = corpus.cases[name]
+    original = corpus.output(name, "original")
+    assert original.ok, original.explain(f"corpus/{name}/input.py")
+    expected = case.metrics(original.stdout[0])
+    assert expected, f"corpus/{name}/input.py printed no line matching metric {case.metric.pattern!r}"
+    assert all(case.compare.search(line) for line in expected), "metric lines must also match `compare`"
+    out = corpus.output(name, "accelify", nproc=2)
+    assert out.ok, out.explain(f"converted corpus/{name} on 2 processes")
+    assert case.metrics(out.stdout[0]) == expected, (
+        f"the evaluation before training differs on 2 processes (one process's share of the data?):\n"
+        f"original, 1 process: {expected}\nconverted, 2 processes: {case.metrics(out.stdout[0])}"
+    )
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("name", DEADLOCK_IDS)
+def test_deadlock_prone_case_finishes_with_each_seed(corpus: Corpus, name: str, seed: int) -> None:
+    out = corpus.output(name, "accelify", nproc=2, seed=seed)
+    assert out.ok, out.explain(f"converted corpus/{name} on 2 processes with --seed {seed}")
+
+
 def test_accelify_launch_runs_a_converted_script(tmp_path: Path) -> None:
     """The real launcher path, once: convert, then ``accelify launch --cpu -n 2``; rank 0 prints, once."""
     case = Case.load(CORPUS / LAUNCHED_CASE)

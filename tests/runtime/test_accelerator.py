@@ -264,6 +264,7 @@ def test_unknown_tracker_fails_at_construction(tmp_path: Path) -> None:
     assert Accelerator(cpu=True, log_with=["jsonl", "jsonl"], project_dir=str(tmp_path)).log_with == ["jsonl"]
 
 
+@pytest.mark.multiprocess
 def test_prepare_without_fsdp_does_not_import_torch_fsdp() -> None:
     """torch.distributed.fsdp costs ~0.8 s to import: only an FSDP run may load it.
 

@@ -6,7 +6,6 @@ import os
 import random
 import threading
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -17,8 +16,9 @@ from torch import nn
 import accelify.runtime.atomic as atomic
 import accelify.runtime.checkpoint as ckpt
 import accelify.runtime.checkpoint_files as ckpt_files
-from accelify.runtime.checkpoint import CheckpointError, CheckpointMixin, ProjectConfiguration
+from accelify.runtime.checkpoint import CheckpointError, ProjectConfiguration
 from accelify.runtime.errors import ConfigurationError
+from accelify.runtime.prepared import PreparedObjects
 
 
 class Point:
@@ -52,8 +52,16 @@ class Loader:
         self.position = dict(state)
 
 
-class FakeAccelerator(CheckpointMixin):
-    """The attributes CheckpointMixin reads from Accelerator (docs/INTERNALS.md)."""
+def _listed(name: str) -> property:
+    return property(lambda self: getattr(self.prepared, name), lambda self, value: setattr(self.prepared, name, value))
+
+
+class FakeAccelerator:
+    """Plain objects in a PreparedObjects record, saved and loaded through checkpoint.py as Accelerator does
+    (what it passes: docs/INTERNALS.md); ``_models`` and the like are views of the record, as on Accelerator."""
+
+    _models, _optimizers, _schedulers = _listed("models"), _listed("optimizers"), _listed("schedulers")
+    _dataloaders, _custom_objects = _listed("dataloaders"), _listed("custom_objects")
 
     def __init__(self, config: ProjectConfiguration | None = None, seed: int = 0, scaler: bool = True) -> None:
         torch.manual_seed(seed)
@@ -61,18 +69,23 @@ class FakeAccelerator(CheckpointMixin):
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=0.05)
         self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=2, gamma=0.5)
         self.loader = Loader()
-        self._models, self._optimizers = [self.model], [self.optimizer]
-        self._schedulers, self._dataloaders = [self.scheduler], [self.loader]
+        self.prepared = PreparedObjects(models=[self.model], optimizers=[self.optimizer],
+                                        schedulers=[self.scheduler], dataloaders=[self.loader])
         self.scaler = torch.amp.GradScaler("cpu", init_scale=1024.0) if scaler else None
         self.project_configuration = config or ProjectConfiguration()
-        self.state = SimpleNamespace(process_index=0, device=torch.device("cpu"))
         self.step = 0
 
-    def unwrap_model(self, model: nn.Module) -> nn.Module:
-        return model
+    def register_for_checkpointing(self, *objects: Any) -> None:
+        ckpt.register_for_checkpointing(self.prepared, objects)
 
-    def get_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
-        return model.state_dict()
+    def save_state(self, output_dir: Any = None, safe_serialization: bool = True) -> Path:
+        return ckpt.save_state(self.prepared, self.project_configuration, output_dir,
+                               safe_serialization=safe_serialization, scaler=self.scaler, step=self.step,
+                               process_index=0, model_state=lambda model: model.state_dict())
+
+    def load_state(self, input_dir: Any = None, **kwargs: Any) -> None:
+        self.step = ckpt.load_state(self.prepared, self.project_configuration, input_dir, scaler=self.scaler,
+                                    device=torch.device("cpu"), process_index=0, **kwargs)
 
     def train(self, steps: int) -> list[float]:
         losses = []
@@ -142,11 +155,20 @@ def test_layout_uses_hugging_face_file_names(tmp_path: Path) -> None:
 
 def test_every_file_loads_with_weights_only(tmp_path: Path) -> None:
     acc = FakeAccelerator()
+    acc.register_for_checkpointing(Counter(7))
     acc.train(2)
     acc.save_state(tmp_path / "ck")
-    for name in os.listdir(tmp_path / "ck"):
-        if not name.endswith(".safetensors"):
-            torch.load(tmp_path / "ck" / name, weights_only=True)
+    acc.save_state(tmp_path / "bin", safe_serialization=False)
+    loaded = {}
+    for folder in ("ck", "bin"):
+        for name in os.listdir(tmp_path / folder):
+            if not name.endswith(".safetensors"):
+                loaded[name] = torch.load(tmp_path / folder / name, weights_only=True)
+    assert sorted(loaded) == ["custom_checkpoint_0.pkl", "dl_state_dict.bin", "optimizer.bin", "pytorch_model.bin",
+                              "random_states_0.pkl", "scaler.pt", "scheduler.bin"]  # every pickle, none skipped
+    assert loaded["custom_checkpoint_0.pkl"] == {"value": 7} and loaded["dl_state_dict.bin"]["batch"] == 2
+    assert loaded["random_states_0.pkl"]["step"] == 2 and loaded["optimizer.bin"]["state"]
+    assert torch.equal(loaded["pytorch_model.bin"]["0.weight"], acc.model[0].weight)
 
 
 def test_tied_weights_survive_safetensors(tmp_path: Path) -> None:
@@ -270,6 +292,7 @@ def _die_in_child(action: Any) -> None:
     assert os.WEXITSTATUS(status) == 9, "the child should have been 'killed' mid-save"
 
 
+@pytest.mark.multiprocess
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 @pytest.mark.parametrize("kill_at", ["mid_write", "between_renames"])
 def test_a_process_killed_mid_save_leaves_the_previous_checkpoint_loadable(tmp_path: Path, kill_at: str) -> None:

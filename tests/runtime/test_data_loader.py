@@ -87,7 +87,7 @@ def _passes(loader: DataLoader, epochs: int = 3) -> list[list[list[int]]]:
     return [[b.tolist() for b in loader] for _ in range(epochs)]
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.multiprocess)])  # 2 worker processes
 def test_one_process_shuffle_is_identical_and_consumes_rng_alike(workers: int) -> None:
     def build() -> DataLoader:
         return DataLoader(range(23), batch_size=4, shuffle=True, num_workers=workers)

@@ -89,6 +89,7 @@ def test_how_it_ended(code: int, text: str) -> None:
     assert fr.how_it_ended(code).startswith(text)
 
 
+@pytest.mark.multiprocess
 def test_reading_the_report_loads_no_torch() -> None:
     code = "import sys, accelify.runtime.failure_report; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

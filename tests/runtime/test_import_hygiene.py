@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 
 PROBE = textwrap.dedent(
     """
@@ -43,6 +44,7 @@ STATEMENTS = [
 ]
 
 
+@pytest.mark.multiprocess
 def test_runtime_import_is_clean(clean_env) -> None:  # type: ignore[no-untyped-def]
     """Each import changes no environment variable, hook, handler or warning filter, and loads no tool module."""
     code = PROBE.replace("STATEMENTS", repr(STATEMENTS))
@@ -52,6 +54,7 @@ def test_runtime_import_is_clean(clean_env) -> None:  # type: ignore[no-untyped-
     assert reports == [[statement, [], []] for statement in STATEMENTS], reports
 
 
+@pytest.mark.multiprocess
 def test_runtime_import_costs_little_more_than_torch(clean_env) -> None:  # type: ignore[no-untyped-def]
     """Measured in one process with -X importtime: everything after torch <= 0.2x torch itself."""
     code = "import torch; from accelify.runtime import Accelerator; Accelerator"

@@ -61,6 +61,7 @@ def test_main_process_only_skips_other_ranks(monkeypatch: pytest.MonkeyPatch, ca
     assert [r.getMessage() for r in caplog.records] == ["main"]
 
 
+@pytest.mark.multiprocess
 def test_no_handlers_at_import_or_creation() -> None:
     code = (
         "import logging; before = list(logging.getLogger().handlers);"

@@ -12,9 +12,9 @@ from accelify.runtime.process_group import declared_processes
 from accelify.runtime.settings import DURABLE_ENV, durable_checkpoints, log_level
 
 RUNTIME = Path(__file__).resolve().parents[2] / "runtime"
-# config.py locates the user's config file (ACCELERATE_CONFIG_FILE, XDG_CONFIG_HOME) and launch.py sets the
+# config.py locates the user's config file (ACCELERATE_CONFIG_FILE, XDG_CONFIG_HOME) and launch_session.py sets the
 # variables of the processes it starts: neither reads a setting of the running process.
-READERS = {"settings.py", "process_group.py", "config.py", "launch.py"}
+READERS = {"settings.py", "process_group.py", "config.py", "launch_session.py"}
 
 
 def test_only_the_named_modules_touch_the_environment() -> None:

@@ -114,6 +114,7 @@ BROKEN = textwrap.dedent(
 )
 
 
+@pytest.mark.multiprocess
 def test_broken_environment_fails_loudly(clean_env) -> None:  # type: ignore[no-untyped-def]
     """WORLD_SIZE=2 without MASTER_ADDR, then without a peer: DistributedSetupError, never a lone run."""
     proc = subprocess.run(

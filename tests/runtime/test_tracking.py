@@ -13,11 +13,12 @@ import torch
 
 from accelify.runtime.checkpoint import ProjectConfiguration
 from accelify.runtime.errors import ConfigurationError
-from accelify.runtime.tracking import GeneralTracker, JSONLTracker, TrackingMixin, available_trackers, filter_trackers
+from accelify.runtime import tracking
+from accelify.runtime.tracking import GeneralTracker, JSONLTracker, available_trackers, filter_trackers
 
 
-class FakeAccelerator(TrackingMixin):
-    """The attributes TrackingMixin reads from Accelerator (docs/INTERNALS.md)."""
+class FakeAccelerator:
+    """Calls tracking.py as Accelerator does (what it passes: docs/INTERNALS.md), on a fake process state."""
 
     def __init__(self, log_with: Any, project_dir: Path | None, main: bool = True) -> None:
         self.log_with = log_with
@@ -25,9 +26,26 @@ class FakeAccelerator(TrackingMixin):
         self.state = SimpleNamespace(is_main_process=main, destroyed=0)
         self.state.destroy_process_group = lambda: setattr(self.state, "destroyed", self.state.destroyed + 1)
         self.barriers = 0
+        self.trackers: list[GeneralTracker] = []
 
     def wait_for_everyone(self) -> None:
         self.barriers += 1
+
+    def init_trackers(self, project_name: str, config: Any = None, init_kwargs: Any = None) -> None:
+        self.trackers = self.trackers + tracking.start_trackers(
+            self.log_with, project_name, self.project_configuration.logging_dir,
+            is_main_process=self.state.is_main_process, config=config, init_kwargs=init_kwargs)
+
+    def log(self, values: dict[str, Any], step: int | None = None, log_kwargs: Any = None) -> None:
+        tracking.log_to(self.trackers, values, is_main_process=self.state.is_main_process, step=step,
+                        log_kwargs=log_kwargs)
+
+    def get_tracker(self, name: str, unwrap: bool = False) -> Any:
+        return tracking.find_tracker(self.trackers, name, unwrap)
+
+    def end_training(self) -> None:
+        tracking.finish_trackers(self.trackers, is_main_process=self.state.is_main_process)
+        self.wait_for_everyone()
 
 
 class RecordingTracker(GeneralTracker):

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import importlib.metadata
 
+import pytest
+
 HIDE = 'raise ModuleNotFoundError("No module named \'torch\' (hidden by the test)", name="torch")\n'
 CONVERT = """
 import sys
@@ -34,6 +36,7 @@ def test_torch_is_an_extra_not_a_dependency() -> None:
     assert any(r.startswith("torch") and 'extra == "torch"' in r for r in requirements), requirements
 
 
+@pytest.mark.multiprocess
 def test_convert_runs_without_torch_and_the_runtime_says_what_to_install(tmp_path: Path, clean_env) -> None:  # type: ignore[no-untyped-def]
     fake = _hidden(tmp_path)
     script = tmp_path / "train.py"

@@ -19,7 +19,7 @@ from verification_pool import VerificationPool
 from accelify.console import make_console
 from accelify.verify import VerifyReport
 from accelify.verify.report import SKIPPED
-from accelify.verify_view import print_verify_report
+from accelify.console.verify import print_verify_report
 
 pytestmark = pytest.mark.multiprocess
 
@@ -48,6 +48,8 @@ def test_corpus_case_verifies(verification_pool: VerificationPool, name: str) ->
     unjudged = {c.name for c in report.checks if c.status == SKIPPED}
     assert unjudged <= STRUCTURAL, f"corpus/{name}: skipped {sorted(unjudged - STRUCTURAL)}\n{table(report)}"
     one_process = report.run("converted")
-    assert one_process is not None and one_process.steps and one_process.steps[0] > 0
+    assert one_process is not None and one_process.backwards and one_process.backwards[0] > 0, "it never trained"
     distributed = report.run("distributed")
-    assert distributed is not None and distributed.steps[0] == distributed.steps[1] > 0
+    assert distributed is not None and distributed.backwards[0] == distributed.backwards[1] > 0
+    if "same parameters" not in unjudged:  # a torch.optim optimizer stepped: as often on every process
+        assert one_process.steps[0] > 0 and distributed.steps[0] == distributed.steps[1] > 0

@@ -8,9 +8,12 @@ import os
 import tempfile
 from dataclasses import dataclass
 
-from accelify.checks import CHECK_SCRIPT
-from accelify.launch_plan import LaunchOptions, LaunchPlan, resolve_plan
-from accelify.launcher import LaunchResult, execute
+from pathlib import Path
+
+from accelify.launch.plan import LaunchOptions, LaunchPlan, resolve_plan
+from accelify.launch.run import LaunchResult, execute
+
+CHECK_SCRIPT = Path(__file__).with_name("check_script.py")  # the script `accelify test` launches
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,13 @@
 """What each process of ``accelify launch`` runs: the user's script, plus failure recording.
 
-``python -m accelify.launch_worker script.py args...`` (or ``-m module args...``) runs the
+``python -m accelify.launch.worker script.py args...`` (or ``-m module args...``) runs the
 script as ``python script.py args...`` would: ``__name__ == "__main__"``, ``sys.argv`` and
 ``sys.path[0]`` as usual. If it raises, the traceback is written to torch elastic's error file
 (``TORCHELASTIC_ERROR_FILE``) so that the launcher can say which rank failed first and show
 its last lines; the traceback is then printed as ``python script.py`` would print it (without
 this bootstrap's and runpy's frames), with exit code 1.
 Nothing is imported before the script runs, so a launch costs what a plain run costs. A script that ends
-without ever joining a process group leaves a marker for the launcher (:mod:`accelify.launch_joined`).
+without ever joining a process group leaves a marker for the launcher (:mod:`accelify.launch.joined`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import runpy
 import sys
 from types import TracebackType
 
-from accelify import launch_joined
+from accelify.launch import joined as launch_joined
 
 
 def _record(exc: BaseException) -> None:
@@ -44,7 +44,7 @@ def _user_traceback(tb: TracebackType | None) -> TracebackType | None:
 def main(argv: list[str]) -> None:
     """Run ``argv`` (``[script, *args]`` or ``["-m", module, *args]``) as ``__main__``."""
     if not argv or argv == ["-m"]:
-        raise SystemExit("usage: python -m accelify.launch_worker (script.py | -m module) [args...]")
+        raise SystemExit("usage: python -m accelify.launch.worker (script.py | -m module) [args...]")
     as_module = argv[0] == "-m"
     target, args = (argv[1], argv[2:]) if as_module else (argv[0], argv[1:])
     launch_joined.watch()

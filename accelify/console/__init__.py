@@ -1,4 +1,5 @@
-"""Everything the tool shows a person: coloured unified diffs, warnings, errors and a summary.
+"""Everything the tool shows a person: coloured unified diffs, warnings, errors and a summary (convert);
+the config questionnaire's prompts and ``accelify test``'s table (the launch side).
 
 The one module that uses rich. Colours appear only on a terminal; piped output is plain text.
 """
@@ -11,6 +12,8 @@ from collections import Counter
 from typing import Iterable, Sequence, TextIO
 
 from rich.console import Console
+from rich.prompt import Confirm, IntPrompt, Prompt
+from rich.table import Table
 from rich.text import Text
 
 from accelify.codemods.outcome import ATTENTION, CONVERTED, FAILED, SKIPPED, UNCHANGED
@@ -136,15 +139,71 @@ def print_json(file: TextIO, results: Sequence[Result]) -> None:
     file.write(json.dumps(payload, indent=2) + "\n")
 
 
+# ---------------------------------------------------------------- the launch side: config and test
+class Questionnaire:
+    """``accelify config``'s questions and notes on the current stdout (so CliRunner captures them).
+
+    Each ``ask*`` re-asks until the answer has the right form; Enter accepts the default.
+    """
+
+    def __init__(self) -> None:
+        import sys
+
+        self.console = Console(file=sys.stdout, highlight=False, soft_wrap=True)
+
+    def title(self, text: str) -> None:
+        self.console.print(Text(text, style="bold"))
+
+    def note(self, text: str) -> None:
+        """Something to know about the answers (shown in yellow)."""
+        self.console.print(Text(text, style="yellow"))
+
+    def problem(self, text: str) -> None:
+        """Why an answer was not taken (shown in red); the question is asked again."""
+        self.console.print(Text(text, style="red"))
+
+    def confirm(self, question: str, default: bool) -> bool:
+        return Confirm.ask(question, default=default, console=self.console)
+
+    def ask(self, question: str, default: str | None = None, choices: Sequence[str] | None = None) -> str:
+        extra = {} if default is None else {"default": default}
+        return Prompt.ask(question, choices=list(choices) if choices else None, console=self.console, **extra)
+
+    def ask_int(self, question: str, default: int) -> int:
+        return IntPrompt.ask(question, default=default, console=self.console)
+
+
+def print_checks(rows: Iterable[tuple[str, bool, str]], *, passed: bool, failing: str | None, failure: str) -> None:
+    """``accelify test``'s table of ``(check, passed, detail)`` rows on stdout, then the verdict: all passed,
+    the first failing check, or (no check failed but the run did) ``failure``."""
+    import sys
+
+    out = Console(file=sys.stdout, highlight=False, soft_wrap=True)
+    rows = list(rows)
+    if rows:
+        table = Table(title="accelify test", show_lines=False)
+        table.add_column("check")
+        table.add_column("result")
+        table.add_column("detail", overflow="fold")
+        for name, ok, detail in rows:
+            table.add_row(Text(name), Text("passed", style="green") if ok else Text("FAILED", style="red"), Text(detail))
+        out.print(table)
+    if passed:
+        out.print(Text("all checks passed", style="green"))
+    elif failing:
+        out.print(Text(f"check failed: {failing}", style="red"))
+    else:
+        out.print(Text.assemble(("the check script did not finish:", "red"), f" {failure}"))
+
+
 # ---------------------------------------------------------------------------------------------------
 # accelify migrate: the progress bar, the summary tables, the interrupted message.
-# (Appended as a section of its own; the functions above are shared with `convert`.)
+# (A section of its own; the functions at the top are shared with `convert`.)
 # ---------------------------------------------------------------------------------------------------
 
 import contextlib  # noqa: E402
 from typing import TYPE_CHECKING, Callable, Iterator  # noqa: E402
 
-from rich.table import Table  # noqa: E402
 
 if TYPE_CHECKING:
     from accelify.migrate import Summary

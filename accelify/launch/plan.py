@@ -3,11 +3,14 @@
 Precedence for every value: command line > config file > environment (``ACCELIFY_*`` then
 ``ACCELERATE_*``, see :mod:`accelify.runtime.settings`) > defaults. ``plan.sources`` says which
 level each value came from. Impossible requests raise :class:`LaunchError` here, before anything
-starts. Nothing here starts a process; :mod:`accelify.launcher` runs the plan.
+starts. Nothing here starts a process; :mod:`accelify.launch.run` runs the plan.
 
 Defaults (no config, no flags): one process per visible GPU, else one process on CPU. There is
-no silent fallback: ``--multi-gpu``/``--gpu-ids`` without GPUs, more processes than GPUs, and fp16
-on CPU are errors. ``num_processes`` counts processes over all machines, as in Accelerate.
+no silent fallback: ``--multi-gpu``/``--gpu-ids`` without GPUs and more processes than GPUs are
+errors. The device rules and the mixed-precision rule are the runtime's
+(:mod:`accelify.runtime.settings`: ``default_device``, ``default_process_count``, ``processes_fit``,
+``check_mixed_precision``), the same ones ``notebook_launcher``, ``accelify config`` and the
+``Accelerator`` apply. ``num_processes`` counts processes over all machines, as in Accelerate.
 """
 
 from __future__ import annotations
@@ -16,16 +19,21 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from accelify.errors import AccelifyError
+from accelify.errors import LaunchError
 from accelify.runtime.config import UserConfig, find_config_file, load_config
-from accelify.runtime.settings import LAUNCH_CONFIG_VAR, Settings, load_settings
+from accelify.runtime.settings import (
+    LAUNCH_CONFIG_VAR,
+    Settings,
+    check_mixed_precision,
+    default_device,
+    default_process_count,
+    load_settings,
+    processes_fit,
+)
 
 DEFAULT_PORT = 29500
+WORKER_MODULE = "accelify.launch.worker"  # what each process runs (python -m), around the user's script
 LAUNCH_ENV_CPU = "ACCELIFY_USE_CPU/ACCELERATE_USE_CPU=0"
-
-
-class LaunchError(AccelifyError):
-    """A launch request that cannot run as asked; the message says why and what to do."""
 
 
 @dataclass(frozen=True)
@@ -118,19 +126,20 @@ class LaunchPlan:
         args.append(f"--max-restarts={self.max_restarts}")
         if self.monitor_interval is not None:
             args.append(f"--monitor-interval={self.monitor_interval}")
-        # Each worker runs through accelify.launch_worker, which records a failing rank's traceback
+        # Each worker runs through accelify.launch.worker, which records a failing rank's traceback
         # in torch elastic's error file so the launcher can name the rank and show it.
-        args += ["--module", "accelify.launch_worker"]
+        args += ["--module", WORKER_MODULE]
         if self.module:
             args.append("-m")
         return [*args, self.script, *self.script_args]
 
-    def worker_env(self, launch_file: str) -> dict[str, str]:
+    def worker_env(self, launch_file: str | None = None) -> dict[str, str]:
         """Variables set for the launch (the launcher's torch elastic agent and, through it, the workers).
 
-        The launch file is the one settings channel; the others are for torch itself.
+        The launch file is the one settings channel (omitted when ``launch_file`` is None: the launch
+        session sets it); the others are for torch itself.
         """
-        env = {LAUNCH_CONFIG_VAR: launch_file}
+        env = {LAUNCH_CONFIG_VAR: launch_file} if launch_file is not None else {}
         if self.visible_devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.visible_devices
         if self.max_restarts:
@@ -213,7 +222,7 @@ def resolve_plan(options: LaunchOptions, *, environ: Mapping[str, str] | None = 
         asked = "use_cpu: false" if config.use_cpu is False else "distributed_type: MULTI_GPU"
         reason = f"{asked} ({c.config_label})"
     else:
-        use_cpu = c.pick("cpu", None, "", "cpu", default=gpus == 0)
+        use_cpu = c.pick("cpu", None, "", "cpu", default=default_device(gpus) == "cpu")
         reason = f"{LAUNCH_ENV_CPU} (environment)"
     if not use_cpu and gpus == 0:
         raise LaunchError(f"{reason} asks for GPUs, but no CUDA device is visible here; "
@@ -233,21 +242,19 @@ def resolve_plan(options: LaunchOptions, *, environ: Mapping[str, str] | None = 
     if not 0 <= machine_rank < machines:
         raise LaunchError(f"machine rank {machine_rank} ({c.sources['machine_rank']}) is not valid with "
                           f"{machines} machine(s); use 0 to {machines - 1}.")
-    default_total = (available if device == "cuda" else 1) * machines
+    default_total = default_process_count(device, available) * machines
     total = c.pick("num_processes", options.num_processes, default=default_total)
     if total < 1 or total % machines:
         raise LaunchError(f"num_processes={total} ({c.sources['num_processes']}) must be a positive multiple of "
                           f"num_machines={machines}: it counts processes over all machines.")
     per_machine = total // machines
-    if device == "cuda" and per_machine > available:
+    if not processes_fit(per_machine, device, available):
         raise LaunchError(f"{per_machine} processes per machine need {per_machine} GPUs, but only {available} "
                           f"{'are selected by gpu_ids' if gpu_ids is not None else 'are visible'}; "
                           "lower --num-processes or use --cpu.")
 
     precision = c.pick("mixed_precision", options.mixed_precision, env_key="mixed_precision", default="no")
-    if device == "cpu" and precision == "fp16":
-        raise LaunchError(f"mixed precision fp16 ({c.sources['mixed_precision']}) needs a GPU; on CPU use "
-                          "--mixed-precision bf16 or no.")
+    precision = check_mixed_precision(precision, device, where=c.sources["mixed_precision"])
 
     rdzv = c.pick("rdzv_backend", options.rdzv_backend, default="static")
     if rdzv not in ("static", "c10d"):

@@ -1,6 +1,6 @@
 """How ``accelify verify`` shows its report: a verdict table (rich), the verdict in words, and a hang's stacks.
 
-The console module's companion for verification; the library (``accelify.verify``) never prints.
+Part of the console package; the library (``accelify.verify``) never prints.
 """
 
 from __future__ import annotations
