@@ -18,7 +18,7 @@ import libcst as cst
 from accelify.codemods.outcome import CONVERTED, FAILED, SKIPPED, UNCHANGED
 from accelify.codemods.targets import DEFAULT_TARGET, TARGETS
 from accelify.errors import SourceError, TooLargeError, UnknownTargetError
-from accelify.program import ModuleText, local_modules
+from accelify.program import ModuleText, local_modules, may_import_local
 from accelify.results import Result
 from accelify.source import read_source
 
@@ -57,7 +57,8 @@ def convert_source(
     from accelify.codemods.engine import transform  # the rules load only when something is converted
 
     if modules is None:
-        modules = local_modules(path, module) if os.path.isfile(path) and _IMPORTS_LOCAL.search(code) else []
+        looks = os.path.isfile(path) and _IMPORTS_LOCAL.search(code) and may_import_local(code, path)
+        modules = local_modules(path, module) if looks else []
     try:
         parsed = _parse_modules(modules)
         outcome = transform(module, target=target, disabled=frozenset(disabled), modules=parsed)
