@@ -24,6 +24,10 @@ class SourceError(AccelifyError):
         super().__init__(f"{path}: {reason} ({hint})")
 
 
+class TooLargeError(SourceError):
+    """A file over the size limit: not read, reported as skipped (it is not a training script)."""
+
+
 class ConfigError(AccelifyError):
     """A ``[tool.accelify]`` table that cannot be used."""
 

@@ -17,8 +17,8 @@ import libcst as cst
 
 from accelify.codemods.outcome import CONVERTED, FAILED, SKIPPED, UNCHANGED
 from accelify.codemods.targets import DEFAULT_TARGET, TARGETS
-from accelify.errors import SourceError, UnknownTargetError
-from accelify.program import ModuleText, local_modules
+from accelify.errors import SourceError, TooLargeError, UnknownTargetError
+from accelify.program import ModuleText, local_modules, may_import_local
 from accelify.results import Result
 from accelify.source import read_source
 
@@ -57,7 +57,8 @@ def convert_source(
     from accelify.codemods.engine import transform  # the rules load only when something is converted
 
     if modules is None:
-        modules = local_modules(path, module) if os.path.isfile(path) and _IMPORTS_LOCAL.search(code) else []
+        looks = os.path.isfile(path) and _IMPORTS_LOCAL.search(code) and may_import_local(code, path)
+        modules = local_modules(path, module) if looks else []
     try:
         parsed = _parse_modules(modules)
         outcome = transform(module, target=target, disabled=frozenset(disabled), modules=parsed)
@@ -116,14 +117,17 @@ def convert_path(
     target: str = DEFAULT_TARGET,
     disabled: frozenset[str] | set[str] = frozenset(),
 ) -> Result:
-    """Read one file (PEP 263 encoding, BOM kept, binary refused) and convert it; nothing is written."""
+    """Read one file (PEP 263 encoding, BOM kept, binary refused; a notebook's code cells, see
+    ``accelify.notebook``) and convert it; nothing is written. A file over the size limit is skipped."""
     name = os.fspath(path)
     if name.endswith(".ipynb"):
-        reason = ("notebooks are not converted yet: export the notebook to a script "
-                  "(`jupyter nbconvert --to script`) and convert that")
-        return Result(name, SKIPPED, "", "", reason=reason)
+        from accelify.notebook import convert_notebook
+
+        return convert_notebook(name, target=target, disabled=disabled)
     try:
         source = read_source(name)
+    except TooLargeError as error:
+        return Result(name, SKIPPED, "", "", reason=error.reason)
     except SourceError as error:
         return Result(name, FAILED, "", "", error=str(error))
     return convert_source(source.text, path=name, target=target, disabled=disabled, encoding=source.encoding)

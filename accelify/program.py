@@ -9,6 +9,7 @@ is a library. Modules are read once, in the order they are first imported, up to
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,3 +91,24 @@ def local_modules(script: str | os.PathLike[str], module: cst.Module) -> list[Mo
         found.append(ModuleText(name, str(shown / path.relative_to(folder)), source.text, source.encoding))
         pending.extend((inner, parsed) for inner in imported_names(parsed))
     return found
+
+
+_IMPORTED_FIRST = re.compile(r"(?:^|;)[ \t]*(?:import|from)[ \t]+([\w, \t]+)", re.MULTILINE)
+
+
+def may_import_local(code: str, script: str | os.PathLike[str]) -> bool:
+    """Whether ``code`` may import a module beside ``script``: some name its import statements start
+    with is a ``name.py`` or a ``name/`` folder there. A text test that never says no wrongly (every
+    module ``local_modules`` finds starts with such a name), so the full search, which walks the whole
+    tree, runs only where it can find something."""
+    folder = Path(script).parent
+    try:
+        present = {entry.name for entry in os.scandir(folder or ".")}
+    except OSError:
+        return True
+    for names in _IMPORTED_FIRST.findall(code):
+        for name in names.replace("\t", " ").split(","):
+            first = name.strip().split(" ")[0].split(".")[0]
+            if first and (first + ".py" in present or first in present):
+                return True
+    return False

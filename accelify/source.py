@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import io
 import os
 import stat
@@ -12,7 +11,7 @@ import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
-from accelify.errors import OutputError, SourceError
+from accelify.errors import OutputError, SourceError, TooLargeError
 from accelify.runtime.files import atomic_write, fsync_path, new_file_mode, write_destination
 
 MAX_BYTES = 20 * 1024 * 1024
@@ -51,7 +50,7 @@ def read_source(path: str | os.PathLike[str]) -> Source:
         raise SourceError(name, "is a directory", "pass the .py files in it, or the directory to `accelify migrate`")
     try:
         if file.stat().st_size > MAX_BYTES:
-            raise SourceError(name, "is larger than 20 MiB", "this is not a training script")
+            raise TooLargeError(name, "is larger than 20 MiB, not read", "this is not a training script")
         data = file.read_bytes()
     except FileNotFoundError:
         raise SourceError(name, "does not exist", "check the path") from None
@@ -118,9 +117,6 @@ def write_together(files: list[tuple[str | os.PathLike[str], bytes]]) -> None:
         os.replace(tmp, target)
 
 
-_SKIPPED_DIRS = {".git", ".hg", ".svn", ".tox", ".nox", ".venv", "venv", "__pycache__", "node_modules", "build", "dist"}
-
-
 def might_import_torch(data: bytes) -> bool:
     """A cheap test before any parse, true for every file that imports torch (and for some that do not).
 
@@ -132,33 +128,14 @@ def might_import_torch(data: bytes) -> bool:
     return b"torch" in data and b"import" in data
 
 
-def excluded(path: Path, patterns: tuple[str, ...], roots: tuple[Path, ...]) -> bool:
-    """Whether ``path`` matches one of the glob ``patterns``, relative to one of ``roots``."""
-    for root in roots:
-        try:
-            relative = path.resolve().relative_to(root.resolve()).as_posix()
-        except ValueError:
-            continue
-        if any(fnmatch.fnmatch(relative, pattern) for pattern in patterns):
-            return True
-    return False
-
-
 def candidates(folder: Path, exclude: tuple[str, ...] = (), root: Path | None = None) -> list[Path]:
-    """The ``*.py`` files under ``folder`` that may import torch (``might_import_torch``), minus ``exclude``
-    globs (relative to ``root`` and to ``folder``), skipping hidden, virtual-environment and build
-    folders; sorted. Converting one that does not import torch gives ``skipped``, as naming it would."""
-    roots = (folder,) + ((root,) if root is not None else ())
-    found: list[Path] = []
-    for current, dirs, files in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if d not in _SKIPPED_DIRS and not d.startswith("."))
-        for name in sorted(files):
-            path = Path(current) / name
-            if not name.endswith(".py") or excluded(path, exclude, roots):
-                continue
-            try:
-                if might_import_torch(path.read_bytes()):
-                    found.append(path)
-            except OSError:
-                found.append(path)  # reported as unreadable when converted
-    return found
+    """The ``*.py``/``*.ipynb`` files under ``folder`` that may import torch (``might_import_torch``),
+    minus ``exclude`` patterns (relative to ``root`` and to ``folder``) and what ``.gitignore`` ignores,
+    skipping hidden, virtual-environment and build folders; sorted. A thin front of
+    ``accelify.discovery``, the one walk ``convert`` and ``migrate`` use. Converting one that does not
+    import torch gives ``skipped``, as naming it would."""
+    from accelify.discovery import candidates_in
+    from accelify.settings import Settings
+
+    settings = Settings(exclude=tuple(exclude), root=root or folder)
+    return candidates_in(folder, lambda path: settings)

@@ -45,5 +45,7 @@ UNKNOWN_DATA = Code("ACC021", "the training loop walks `{name}`, which could not
 SAME_DATA = Code("ACC022", "no DataLoader feeds this training loop, so every process trains on the same data (correct, but no faster than one)", "serve the data through a DataLoader that `accelerator.prepare` shards, or give each process its own part (`accelerator.process_index`, `accelerator.num_processes`)")
 
 MODEL_PARALLEL = Code("ACC023", "the model is split across devices by hand (model parallelism), which `accelerator.prepare` cannot keep (it puts the whole model on this process's one device), so the file was left unchanged", "keep each process's model on one device, or convert by hand with `Accelerator(device_placement=False)` and a set of devices per process")
+NOTEBOOK_IN_PROCESS = Code("ACC101", "the notebook trains in its own process (the `Accelerator` is not created in a function its cells call), so it trains on one process only", "move the training (from the model to the last epoch) into a function, e.g. `def main():`, and run it with `notebook_launcher(main, (), num_processes=N)` in the last cell")
+NOTEBOOK_LAUNCH_BY_HAND = Code("ACC102", "`{name}(...)` trains, but the call was left as is: {why}", "call `notebook_launcher({name}, args, num_processes=N)` instead (positional arguments only)")
 
 ALL: tuple[Code, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Code))

@@ -73,7 +73,21 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    try:
+        imported = importlib.import_module(f".{module}", __name__)
+    except ModuleNotFoundError as error:
+        if error.name != "torch":
+            raise
+        import sys
+
+        raise ModuleNotFoundError(
+            f"accelify.runtime.{name} needs PyTorch, which is not installed in this environment "
+            f"({sys.executable}): install it with `pip install \"accelify[torch]\"` (or the torch "
+            "build you want, https://pytorch.org). Converting scripts (`accelify convert`, `accelify migrate`, "
+            "the pre-commit hooks) works without it.",
+            name="torch",
+        ) from None
+    value = getattr(imported, name)
     globals()[name] = value  # later lookups skip __getattr__
     return value
 

@@ -15,6 +15,7 @@ from accelify import __version__
 # name -> "module:attribute"; the order is the order of ``accelify --help``.
 COMMANDS: dict[str, tuple[str, str]] = {
     "convert": ("accelify.cli.convert:convert", "Convert training scripts to distributed-ready ones."),
+    "migrate": ("accelify.cli.migrate:migrate", "Convert every training script of a folder, in parallel, with a report."),
     "verify": ("accelify.cli.verify:verify", "Prove a conversion trains like the original, and distributed."),
     "launch": ("accelify.cli.launch:launch", "Run a script on N processes, GPUs or machines."),
     "config": ("accelify.cli.config:config", "Write, show or create the launch configuration."),

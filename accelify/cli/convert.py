@@ -5,8 +5,10 @@ Thin on purpose: collect the files, call ``accelify.pipeline.convert_path``, ren
 file needs attention (refused: converting it would train wrongly; ``--exit-zero`` opts out) or, with
 ``--check``, when a file would change; 2 when a file could not be read or parsed (the others still are).
 
-A directory argument converts the candidate ``*.py`` files in it (those that import torch), minus the
-``[tool.accelify] exclude`` globs; ``accelify migrate`` does the same in parallel with a report.
+A directory argument converts the candidate ``*.py``/``*.ipynb`` files in it (those that import torch),
+minus what ``.gitignore`` ignores and the ``[tool.accelify] exclude`` patterns; ``accelify migrate``
+does the same in parallel with a report. Each file gets the settings of its nearest ``pyproject.toml``;
+``--force-exclude`` applies the excludes to files named explicitly too (the pre-commit hooks use it).
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ from accelify.pipeline import convert_path
 from accelify.results import Result
 from accelify.codemods.outcome import NOT_A_CANDIDATE
 from accelify.codemods.targets import TARGET_NAMES
-from accelify.settings import Settings, load_settings
-from accelify.source import candidates, encode, write_together
+from accelify.discovery import candidates_in
+from accelify.settings import SettingsFinder
+from accelify.source import encode, write_together
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -36,6 +39,7 @@ from accelify.source import candidates, encode, write_together
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of diffs.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when a file needs attention (it is still reported).")
 @click.option("--target", type=click.Choice(TARGET_NAMES), default=None, help="Import Accelerator from accelify.runtime (default) or accelerate.")
+@click.option("--force-exclude", is_flag=True, help="Apply the settings' exclude patterns to files named explicitly too.")
 @click.option("--verbose", "-v", is_flag=True, help="Show tracebacks for internal errors.")
 def convert(
     paths: tuple[Path, ...],
@@ -46,6 +50,7 @@ def convert(
     as_json: bool,
     exit_zero: bool,
     target: str | None,
+    force_exclude: bool,
     verbose: bool,
 ) -> None:
     """Convert single-device PyTorch training scripts to distributed-ready ones."""
@@ -60,12 +65,13 @@ def convert(
     results: list[Result] = []
     written: list[tuple[Result, str]] = []
     try:
-        settings = load_settings(paths[0]).with_flags(target=target)
-        jobs = _expand(paths, settings)
+        settings_for = SettingsFinder(target=target)
+        jobs = _expand(paths, settings_for, force_exclude)
         single = len(paths) == 1 and not paths[0].is_dir() and not output_is_folder(output_arg)
         destinations: dict[Path, bytes] = {}
         for path, relative, named in jobs:  # one script at a time: an interrupt leaves whole files only
-            result = convert_path(path, target=settings.target, disabled=settings.disable)
+            settings = settings_for(path)
+            result = settings.filter(convert_path(path, target=settings.target, disabled=settings.disable))
             if not named and result.reason == NOT_A_CANDIDATE:
                 continue  # found in a folder, and not a candidate after all: not something the user asked for
             results.append(result)
@@ -92,6 +98,7 @@ def convert(
     except KeyboardInterrupt:
         view.print_interrupted(err, written)
         sys.exit(INTERRUPTED)
+    view.print_notes(err, settings_for.notes)
     if as_json:
         view.print_json(sys.stdout, results)
     else:
@@ -106,17 +113,21 @@ def convert(
         sys.exit(1)
 
 
-def _expand(paths: tuple[Path, ...], settings: Settings) -> list[tuple[Path, Path, bool]]:
+def _expand(paths: tuple[Path, ...], settings_for: SettingsFinder, force_exclude: bool) -> list[tuple[Path, Path, bool]]:
     """``(file, path relative to the output, named explicitly)`` for every file to convert; folders give
-    their candidates."""
+    their candidates; with ``force_exclude`` an excluded file named explicitly is left out."""
     jobs: list[tuple[Path, Path, bool]] = []
     for path in paths:
         if path.is_dir():
-            for found in candidates(path, settings.exclude, settings.root):
+            for found in candidates_in(path, settings_for):
                 jobs.append((found, Path(path.resolve().name) / found.relative_to(path), False))
-        else:
+        elif not (force_exclude and settings_for(path).is_excluded(path)):
             jobs.append((path, Path(path.name), True))
-    return jobs
+    # a local module of another script given (pre-commit names every staged file) is converted with it
+    from accelify.migrate import plan
+
+    scripts = {Path(t.path).resolve() for job in plan([p for p, _, _ in jobs if p.is_file()], settings_for) for t in job.tasks}
+    return [job for job in jobs if not job[0].is_file() or job[0].resolve() in scripts]
 
 
 def _destination(

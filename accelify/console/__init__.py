@@ -28,9 +28,14 @@ def make_console(file: TextIO | None = None, *, stderr: bool = False) -> Console
 
 
 def unified_diff(result: Result) -> str:
-    """The unified diff from ``result.old`` to ``result.new`` (empty when nothing changed)."""
+    """The unified diff from ``result.old`` to ``result.new`` (empty when nothing changed); a notebook's
+    is the diff of its code cells (``accelify.notebook.notebook_diff``)."""
     if result.old == result.new:
         return ""
+    if result.path.endswith(".ipynb"):
+        from accelify.notebook import notebook_diff
+
+        return notebook_diff(result)
     relative = not result.path.startswith(("/", "<")) and ":" not in result.path[:3]
     lines = difflib.unified_diff(
         result.old.splitlines(keepends=True),
@@ -189,3 +194,91 @@ def print_checks(rows: Iterable[tuple[str, bool, str]], *, passed: bool, failing
         out.print(Text(f"check failed: {failing}", style="red"))
     else:
         out.print(Text.assemble(("the check script did not finish:", "red"), f" {failure}"))
+
+
+# ---------------------------------------------------------------------------------------------------
+# accelify migrate: the progress bar, the summary tables, the interrupted message.
+# (A section of its own; the functions at the top are shared with `convert`.)
+# ---------------------------------------------------------------------------------------------------
+
+import contextlib  # noqa: E402
+from typing import TYPE_CHECKING, Callable, Iterator  # noqa: E402
+
+
+if TYPE_CHECKING:
+    from accelify.migrate import Summary
+
+MIGRATE_LABELS = (
+    (CONVERTED, "converted", "green"),
+    (UNCHANGED, "unchanged", ""),
+    (ATTENTION, "needs attention", "yellow"),
+    (SKIPPED, "skipped", ""),
+    (FAILED, "failed", "red"),
+)
+
+
+@contextlib.contextmanager
+def migrate_progress(console: Console, total: int) -> Iterator[Callable[[int, str], None]]:
+    """A progress bar over ``total`` files on a terminal (nothing elsewhere); yields ``advance(n, path)``."""
+    if not console.is_terminal or total == 0:
+        yield lambda n, label: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("converting"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.description}", style="dim"))
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("", total=total)
+        yield lambda n, label: bar.update(task, advance=n, description=label)
+
+
+def print_migrate_summary(console: Console, summary: "Summary", *, would: bool, limit: int = 200) -> None:
+    """The counts by status, then one row per file that needs a look (attention, failed, skipped) with
+    its first reason."""
+    from accelify.report import first_reason, rows_needing_a_look
+
+    counts = summary.counts
+    totals = Table(title="accelify migrate", title_justify="left", show_header=False, box=None, pad_edge=False)
+    totals.add_column("status")
+    totals.add_column("files", justify="right")
+    for status, label, style in MIGRATE_LABELS:
+        if status == CONVERTED and would:
+            label = "would be converted"
+        totals.add_row(Text(label, style=style if counts[status] else ""), str(counts[status]))
+    totals.add_row(Text("other files (no torch import)", style="dim"), str(summary.not_candidates))
+    if summary.excluded:
+        totals.add_row(Text("excluded by the settings", style="dim"), str(summary.excluded))
+    warnings = sum(len(r.warnings) for r in summary.rows)
+    totals.add_row(Text("warnings", style="dim"), str(warnings))
+    console.print(totals)
+    look = rows_needing_a_look(summary.rows)
+    if not look:
+        return
+    table = Table(show_lines=False, title="files that need a look", title_justify="left")
+    table.add_column("file", overflow="fold")
+    table.add_column("status")
+    table.add_column("first reason", overflow="fold")
+    styles = {status: style for status, _, style in MIGRATE_LABELS}
+    labels = {status: label for status, label, _ in MIGRATE_LABELS}
+    for row in look[:limit]:
+        table.add_row(Text(row.path), Text(labels[row.status], style=styles[row.status]), Text(first_reason(row)))
+    console.print(table)
+    if len(look) > limit:
+        console.print(Text(f"... and {len(look) - limit} more (see --report / --html)", style="dim"), markup=False)
+
+
+def print_migrate_written(console: Console, written: Sequence[str], copied: int, *, interrupted: bool) -> None:
+    """What a run wrote; after Ctrl-C, which files were already written (each one whole)."""
+    if interrupted:
+        head = (f"interrupted: {len(written)} converted file{'s' if len(written) != 1 else ''} had been written "
+                f"(each one whole)" + (f" and {copied} copied" if copied else "") + "; no other file was touched"
+                + (":" if written else ""))
+        console.print(Text(head, style="bold red"), markup=False)
+    for destination in written:
+        console.print(Text(f"  {destination}" if interrupted else f"written: {destination}"), markup=False)
+
+
+def print_notes(console: Console, notes: Iterable[str]) -> None:
+    """Messages about the settings files (unknown keys)."""
+    for note in dict.fromkeys(notes):
+        console.print(Text(f"warning: {note}", style="yellow"), markup=False)

@@ -296,7 +296,7 @@ def test_an_explicit_file_that_is_skipped_says_why(project: Path) -> None:
     result = run("util.py", "train.ipynb", "legacy.py")
     assert result.exit_code == 0
     assert "util.py: skipped: does not import torch" in result.stderr
-    assert "train.ipynb: skipped: notebooks are" in result.stderr
+    assert "train.ipynb: skipped: does not import torch" in result.stderr  # a notebook without code cells
     assert "legacy.py: skipped: # accelify: skip-file" in result.stderr
 
 
@@ -427,3 +427,19 @@ def test_folder_discovery_and_a_named_file_decide_the_same_way(project: Path) ->
     for name, status in statuses.items():
         named = convert_path(project / "pkg" / name)
         assert status == (named.status, named.reason), name
+
+
+def test_a_named_module_of_a_named_script_is_converted_with_it_only(project: Path) -> None:
+    """pre-commit names every staged file: helpers.py, which train.py imports, is its companion, not a script."""
+    helpers = b"import torch\n\n\ndef fit(model, loader, optimizer):\n    for x, y in loader:\n" \
+              b"        loss = torch.nn.functional.mse_loss(model(x), y)\n        loss.backward()\n        optimizer.step()\n"
+    script = b"import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\nfrom helpers import fit\n\n" \
+             b"model = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n" \
+             b"fit(model, DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2), opt)\n"
+    write(project, "helpers.py", helpers)
+    write(project, "train.py", script)
+    result = run("--in-place", "helpers.py", "train.py")
+    assert result.exit_code == 0, result.output
+    assert "ACC012" not in result.stderr and result.stdout.count("converted: helpers.py") == 1
+    assert b"accelerator.backward(loss)" in (project / "helpers.py").read_bytes()
+    assert run("--check", "helpers.py", "train.py").exit_code == 0

@@ -30,13 +30,21 @@ def test_settings_defaults_file_values_and_flags(tmp_path: Path) -> None:
         ('target = "deepspeed"', "use one of accelify, accelerate"),
         ("exclude = 3", "exclude must be a list of strings"),
         ('disable = ["nope"]', "unknown rule(s) nope"),
-        ("colour = true", "unknown key(s) colour"),
+        ('ignore = ["ACC999"]', "unknown rule(s) or code(s) ACC999"),
+        ('select = ["nope"]', "unknown rule(s) or code(s) NOPE"),
     ],
 )
 def test_bad_settings(tmp_path: Path, table: str, message: str) -> None:
     (tmp_path / "pyproject.toml").write_text(f"[tool.accelify]\n{table}\n")
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         load_settings(tmp_path)
+
+
+def test_an_unknown_key_is_a_note_by_name_not_an_error(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.accelify]\ncolour = true\ntarget = "accelerate"\n')
+    settings = load_settings(tmp_path)
+    assert settings.target == "accelerate"
+    assert len(settings.notes) == 1 and "unknown key 'colour' ignored" in settings.notes[0]
 
 
 def test_candidates_import_torch_and_respect_excludes(tmp_path: Path) -> None:

@@ -1,0 +1,480 @@
+"""Converting Jupyter notebooks: the code cells as one program, the edits back into their cells.
+
+A notebook runs its cells in one Python process, top to bottom, so its code cells are analysed as
+one program in cell order (``convert_source`` on their text joined, each cell after a marker
+comment). IPython syntax is never parsed as Python: a line magic (``%matplotlib inline``), a shell
+escape (``!pip install ...``, ``files = !ls``), a help request (``model?``) becomes a placeholder
+comment and comes back as it was; a cell magic (``%%bash``) keeps its whole cell out of the program,
+except the magics whose body is Python (``%%time``, ``%%capture``...). The converted program is
+cut back at the markers; a cell whose text did not change keeps its source exactly, outputs and
+metadata are never touched, and the JSON is written back with the notebook's own indentation.
+
+Since the cells run in the notebook's process, training on N processes goes through
+``notebook_launcher``: where the conversion put the ``Accelerator`` in a function the notebook then
+calls (``main()`` in the last cell), that call becomes ``notebook_launcher(main, ())``, which on one
+process calls it here exactly as before (and on a machine with N GPUs runs it on each). Where the
+training runs in the cells themselves, or the call cannot be launched as it is, the conversion warns
+with the fix (``ACC101``, ``ACC102``).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from accelify.codemods.codes import NOTEBOOK_IN_PROCESS, NOTEBOOK_LAUNCH_BY_HAND, Code
+from accelify.codemods.outcome import CONVERTED, FAILED, SKIPPED, UNCHANGED, ConversionWarning
+from accelify.codemods.targets import DEFAULT_TARGET, import_module
+from accelify.errors import SourceError
+from accelify.program import ModuleText
+from accelify.results import Result
+
+IN_PROCESS, LAUNCH_BY_HAND = NOTEBOOK_IN_PROCESS, NOTEBOOK_LAUNCH_BY_HAND
+CODES: tuple[Code, ...] = (IN_PROCESS, LAUNCH_BY_HAND)
+
+# Cell magics whose body is Python: the first line is a placeholder, the rest is converted.
+PYTHON_CELL_MAGICS = frozenset({"%%time", "%%timeit", "%%capture", "%%prun", "%%debug", "%%python", "%%python3"})
+_CELL = "# @@accelify-cell-{}@@"
+_CELL_LINE = re.compile(r"^# @@accelify-cell-(\d+)@@$", re.MULTILINE)
+_MAGIC = "# @@accelify-magic-{}@@"
+_MAGIC_LINE = re.compile(r"^([ \t]*)# @@accelify-magic-(\d+)@@[ \t]*$")
+_IPYTHON_LINE = re.compile(
+    r"""^\s*(?:
+        [%!?]                                   # %magic, !shell, ?help
+      | [\w.\[\]]+\?{1,2}\s*$                   # obj? / obj??
+      | [\w\s.,\[\]()*]+=\s*[%!]               # files = !ls, t = %timeit -o f()
+    )""",
+    re.VERBOSE,
+)
+
+
+@dataclass
+class _Program:
+    """The code cells joined: the text, the placeholders' original lines, which cells took part."""
+
+    text: str
+    magics: dict[int, str]
+    cells: list[int]  # notebook indices of the code cells in the program, in order
+
+
+def _source_text(cell: dict[str, Any]) -> str:
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else str(source)
+
+
+def _advance(line: str, depth: int, quote: str | None) -> tuple[int, str | None]:
+    """Bracket depth and open triple-quoted string after ``line`` (strings and comments skipped)."""
+    i, n = 0, len(line)
+    while i < n:
+        c = line[i]
+        if quote is not None:
+            if c == "\\":
+                i += 2
+            elif line.startswith(quote, i):
+                i, quote = i + len(quote), None
+            else:
+                i += 1
+            continue
+        if c == "#":
+            break
+        if c in "\"'":
+            quote = line[i : i + 3] if line[i : i + 3] in ('"""', "'''") else c
+            i += len(quote)
+            continue
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth = max(depth - 1, 0)
+        i += 1
+    return depth, quote if quote in ('"""', "'''") else None
+
+
+def _mask(source: str, magics: dict[int, str]) -> str:
+    """``source`` with its IPython lines replaced by numbered placeholder comments (kept in ``magics``).
+
+    Only a line that starts a statement can be IPython syntax: not one inside brackets (``% (a, b)``
+    continuing a format), a triple-quoted string, or after a backslash."""
+    out: list[str] = []
+    depth, quote, continued, magic_continues = 0, None, False, False
+    for index, line in enumerate(source.split("\n")):
+        stripped = line.lstrip()
+        starts = depth == 0 and quote is None and not continued
+        is_cell_magic = index == 0 and stripped.startswith("%%")
+        if magic_continues or is_cell_magic or (starts and _IPYTHON_LINE.match(line)):
+            number = len(magics)
+            magics[number] = line
+            out.append(line[: len(line) - len(stripped)] + _MAGIC.format(number))
+            magic_continues = line.rstrip().endswith("\\")
+            continue
+        depth, quote = _advance(line, depth, quote)
+        continued = quote is None and line.rstrip().endswith("\\") and not line.lstrip().startswith("#")
+        out.append(line)
+    return "\n".join(out)
+
+
+def _check_cell(masked: str, path: str, number: int) -> str | None:
+    """Python's own message for a cell that does not parse (``path:cell_N:line:col: syntax error: ...``)."""
+    try:
+        compile(masked, f"{path}:cell_{number}", "exec", ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    except SyntaxError as error:
+        return f"{path}:cell_{number}:{error.lineno or 1}:{error.offset or 1}: syntax error: {error.msg}"
+    except (ValueError, RecursionError) as error:
+        return f"{path}:cell_{number}: cannot be parsed: {error}"
+    return None
+
+
+def _join(cells: Sequence[dict[str, Any]], path: str) -> _Program | str:
+    """The program of the code cells, or the error of the first cell that does not parse."""
+    parts: list[str] = []
+    magics: dict[int, str] = {}
+    order: list[int] = []
+    for index, cell in enumerate(cells):
+        if cell.get("cell_type") != "code":
+            continue
+        source = _source_text(cell)
+        first = source.lstrip().split(None, 1)[0] if source.strip() else ""
+        order.append(index)
+        parts.append(_CELL.format(index) + "\n")
+        if first.startswith("%%") and first not in PYTHON_CELL_MAGICS:
+            continue  # %%bash, %%html...: not Python, not part of the program
+        masked = _mask(source, magics)
+        error = _check_cell(masked, path, index + 1)
+        if error is not None:
+            return error
+        parts.append(masked if masked.endswith("\n") or not masked else masked + "\n")
+    return _Program("".join(parts), magics, order)
+
+
+def _split(text: str, program: _Program) -> dict[int, str] | None:
+    """The converted program cut back into cells (notebook index -> text), or None when the conversion
+    moved code across a cell boundary (a marker missing, moved or out of order)."""
+    found = list(_CELL_LINE.finditer(text))
+    if [int(f.group(1)) for f in found] != program.cells:
+        return None
+    head = text[: found[0].start()] if found else ""
+    cells: dict[int, str] = {}
+    for i, marker in enumerate(found):
+        end = found[i + 1].start() if i + 1 < len(found) else len(text)
+        body = text[marker.end() + 1 : end]
+        cells[int(marker.group(1))] = (head + body) if i == 0 else body
+    return cells
+
+
+def _unmask(text: str, magics: dict[int, str]) -> str | None:
+    """The placeholders replaced by their original lines (re-indented where the conversion moved them)."""
+    out = []
+    for line in text.split("\n"):
+        match = _MAGIC_LINE.match(line)
+        if match is None:
+            out.append(line)
+            continue
+        original = magics.pop(int(match.group(2)), None)
+        if original is None:
+            return None
+        stripped = original.lstrip()
+        out.append(original if original[: len(original) - len(stripped)] == match.group(1) else match.group(1) + stripped)
+    return "\n".join(out)
+
+
+def _cell_source(old: Any, text: str) -> Any:
+    """``text`` in the shape the notebook stores a cell's source in (a list of lines, or a string)."""
+    if isinstance(old, list):
+        return text.splitlines(keepends=True)
+    return text
+
+
+@dataclass(frozen=True)
+class JsonStyle:
+    """How a notebook's JSON is laid out, so that it is written back the same way."""
+
+    indent: int | str | None = 1
+    ensure_ascii: bool = False
+    newline: bool = True
+    compact: bool = False
+
+    @classmethod
+    def of(cls, text: str) -> "JsonStyle":
+        match = re.search(r"\n([ \t]+)\S", text)
+        indent: int | str | None = None
+        if match:
+            space = match.group(1)
+            indent = len(space) if set(space) == {" "} else space
+        ascii_only = text.isascii() and re.search(r"\\u[0-9a-fA-F]{4}", text) is not None
+        compact = indent is None and '": ' not in text[:2000]
+        return cls(indent, ascii_only, text.endswith("\n"), compact)
+
+    def dumps(self, data: Any) -> str:
+        separators = (",", ":") if self.compact else None
+        text = json.dumps(data, indent=self.indent, ensure_ascii=self.ensure_ascii, separators=separators)
+        return text + "\n" if self.newline else text
+
+
+def _cell_of(program_text: str, line: int) -> tuple[int, int]:
+    """(notebook index, line in the cell) of a line of a joined program."""
+    index, start = 0, 0
+    for number, text in enumerate(program_text.split("\n"), start=1):
+        if number > line:
+            break
+        match = _CELL_LINE.match(text)
+        if match:
+            index, start = int(match.group(1)), number
+    return index, max(line - start, 1)
+
+
+def _in_cells(warnings: Sequence[ConversionWarning], program_text: str, path: str) -> tuple[ConversionWarning, ...]:
+    """Warnings located in the joined program, re-located as ``path:cell_N`` and the line in that cell."""
+    out = []
+    for warning in warnings:
+        index, line = _cell_of(program_text, warning.line)
+        out.append(replace(warning, path=f"{path}:cell_{index + 1}", line=line))
+    return tuple(out)
+
+
+class _Launch(cst.CSTTransformer):
+    """Turn a top-level ``main(a, b)`` that trains into ``notebook_launcher(main, (a, b))``."""
+
+    def __init__(self, trains: set[str]) -> None:
+        self.trains = trains
+        self.launched: list[str] = []
+        self.depth = 0
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+    def leave_Expr(self, original: cst.Expr, updated: cst.Expr) -> cst.Expr:
+        call = updated.value
+        if not (m.matches(call, m.Call(func=m.Name())) and call.func.value in self.trains):  # type: ignore[union-attr]
+            return updated
+        assert isinstance(call, cst.Call)
+        if any(arg.keyword is not None or arg.star for arg in call.args):
+            return updated
+        name = call.func.value  # type: ignore[union-attr]
+        elements = [cst.Element(arg.value) for arg in call.args]
+        args = cst.Tuple(elements) if elements else cst.Tuple([])
+        if len(elements) == 1:
+            args = cst.Tuple([cst.Element(elements[0].value, comma=cst.Comma())])
+        self.launched.append(name)
+        launch = cst.Call(cst.Name("notebook_launcher"), [cst.Arg(cst.Name(name)), cst.Arg(args)])
+        return updated.with_changes(value=launch)
+
+
+def _creates_accelerator(node: cst.CSTNode) -> bool:
+    return bool(m.findall(node, m.Call(func=m.Name("Accelerator") | m.Attribute(attr=m.Name("Accelerator")))))
+
+
+def _calls(node: cst.CSTNode) -> set[str]:
+    return {c.func.value for c in m.findall(node, m.Call(func=m.Name()))}  # type: ignore[union-attr]
+
+
+def launch(code: str, target: str) -> tuple[str, list[tuple[Code, dict[str, str], int, int]]]:
+    """The converted program with its training call going through ``notebook_launcher``, and the
+    notes (code, fields, line, column) where that cannot be done."""
+    module = cst.parse_module(code)
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    positions = wrapper.resolve(PositionProvider)
+    functions = {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
+    trains = {name for name, f in functions.items() if _creates_accelerator(f)}
+    changed = True
+    while changed:  # functions that call one that trains train too (``main`` calling ``train``)
+        grown = {name for name, f in functions.items() if _calls(f) & trains}
+        changed = not grown <= trains
+        trains |= grown
+    notes: list[tuple[Code, dict[str, str], int, int]] = []
+
+    def at(node: cst.CSTNode) -> tuple[int, int]:
+        where = positions[node].start
+        return where.line, where.column + 1
+
+    for statement in module.body:
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        if _creates_accelerator(statement):
+            notes.append((IN_PROCESS, {}, *at(statement)))
+            continue
+        for call in m.findall(statement, m.Call(func=m.Name())):
+            name = call.func.value  # type: ignore[union-attr]
+            if name not in trains:
+                continue
+            launchable = m.findall(statement, m.Expr(value=m.Call(func=m.Name(name)))) and not any(
+                arg.keyword is not None or arg.star for arg in call.args  # type: ignore[attr-defined]
+            )
+            if not launchable:
+                why = ("it passes keyword arguments" if any(a.keyword is not None or a.star for a in call.args)  # type: ignore[attr-defined]
+                       else "its result is used, and notebook_launcher returns one result per process")
+                notes.append((LAUNCH_BY_HAND, {"name": name, "why": why}, *at(call)))
+    transformer = _Launch(trains)
+    new = module.visit(transformer) if trains else module
+    if transformer.launched:
+        context = CodemodContext()
+        AddImportsVisitor.add_needed_import(context, import_module(target), "notebook_launcher")
+        new = AddImportsVisitor(context).transform_module(new)
+    elif not notes:  # an Accelerator created elsewhere (a class, a function no cell calls)
+        first = next(iter(m.findall(wrapper.module, m.Call(func=m.Name("Accelerator")))), None)
+        if first is not None:
+            notes.append((IN_PROCESS, {}, *at(first)))
+    return new.code, notes
+
+
+def read_notebook(path: str) -> tuple[str, str]:
+    """The text of a notebook file and its encoding (UTF-8, with or without a byte-order mark)."""
+    try:
+        data = open(path, "rb").read()
+    except FileNotFoundError:
+        raise SourceError(path, "does not exist", "check the path") from None
+    except IsADirectoryError:
+        raise SourceError(path, "is a directory", "pass the notebooks in it, or the directory to `accelify migrate`") from None
+    except OSError as error:
+        raise SourceError(path, f"cannot be read: {error.strerror}", "check its permissions") from None
+    encoding = "utf-8-sig" if data.startswith(b"\xef\xbb\xbf") else "utf-8"
+    try:
+        return data.decode(encoding), encoding
+    except UnicodeDecodeError as error:
+        raise SourceError(path, f"is not UTF-8 ({error})", "a notebook is UTF-8 JSON: re-save it from Jupyter") from None
+
+
+def convert_notebook(
+    path: str,
+    *,
+    target: str = DEFAULT_TARGET,
+    disabled: frozenset[str] | set[str] = frozenset(),
+    modules: Sequence[ModuleText] | None = None,
+) -> Result:
+    """Read and convert one notebook; nothing is written."""
+    try:
+        text, encoding = read_notebook(path)
+    except SourceError as error:
+        return Result(path, FAILED, "", "", error=str(error))
+    return convert_notebook_text(text, path=path, target=target, disabled=disabled, encoding=encoding, modules=modules)
+
+
+def convert_notebook_text(
+    text: str,
+    *,
+    path: str = "<notebook>",
+    target: str = DEFAULT_TARGET,
+    disabled: frozenset[str] | set[str] = frozenset(),
+    encoding: str = "utf-8",
+    modules: Sequence[ModuleText] | None = None,
+) -> Result:
+    """Convert the JSON text of a notebook (``Result.old``/``new`` are the JSON texts)."""
+    from accelify.pipeline import convert_source
+
+    def done(status: str, **fields: Any) -> Result:
+        return Result(path, status, text, text, encoding=encoding, **fields)
+
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        return done(FAILED, error=f"{path}:{error.lineno}:{error.colno}: not valid notebook JSON: {error.msg}")
+    if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
+        if isinstance(data, dict) and "worksheets" in data:
+            return done(SKIPPED, reason="an nbformat 3 notebook: upgrade it (`jupyter nbconvert --to notebook "
+                        "--nbformat 4`) to convert it")
+        return done(FAILED, error=f"{path}: not a Jupyter notebook (no list of cells)")
+    language = (data.get("metadata", {}).get("kernelspec", {}).get("language")
+                or data.get("metadata", {}).get("language_info", {}).get("name") or "python")
+    if str(language).lower() != "python":
+        return done(SKIPPED, reason=f"a {language} notebook, not Python")
+    cells = data["cells"]
+    program = _join(cells, path)
+    if isinstance(program, str):
+        return done(FAILED, error=program)
+    if not program.text.strip() or "torch" not in program.text:
+        from accelify.codemods.outcome import NOT_A_CANDIDATE
+
+        return done(SKIPPED, reason=NOT_A_CANDIDATE)
+    result = convert_source(program.text, path=path, target=target, disabled=disabled, modules=modules)
+    if result.status == FAILED:
+        return done(FAILED, error=result.error, detail=result.detail)
+    warnings = list(_in_cells(result.warnings, program.text, path))
+    new_program = result.new
+    if result.status == CONVERTED and result.new != result.old:
+        try:
+            new_program, notes = launch(result.new, target)
+        except cst.ParserSyntaxError as error:  # the pipeline checked that it parses: a bug if it does not
+            return done(FAILED, error=f"{path}: internal error while converting: {error}")
+        for code, fields, line, col in notes:
+            index, in_cell = _cell_of(new_program, line)
+            warnings.append(ConversionWarning(code.code, code.message.format(**fields), code.fix.format(**fields),
+                                              in_cell, col, f"{path}:cell_{index + 1}"))
+    cut = _split(new_program, program)
+    if cut is None:
+        return done(FAILED, error=f"{path}: the conversion would move code across cells; export the notebook "
+                    "to a script (`jupyter nbconvert --to script`) and convert that")
+    old_cut = _split(program.text, program)
+    assert old_cut is not None
+    magics = dict(program.magics)
+    changed = False
+    new_cells = []
+    for index, cell in enumerate(cells):
+        if index in cut and cut[index] != old_cut[index]:
+            restored = _unmask(cut[index], magics)
+            if restored is None:
+                return done(FAILED, error=f"{path}:cell_{index + 1}: internal error: an IPython line was lost")
+            old_source = _source_text(cell)
+            if not old_source.endswith("\n") and restored.endswith("\n"):
+                restored = restored[:-1]
+            if restored != old_source:
+                cell = dict(cell, source=_cell_source(cell.get("source"), restored))
+                changed = True
+        new_cells.append(cell)
+    new_text = JsonStyle.of(text).dumps(dict(data, cells=new_cells)) if changed else text
+    status = result.status
+    if status == CONVERTED and not changed and not any(c.changed for c in result.companions):
+        status = UNCHANGED
+    return Result(
+        path, status, text, new_text,
+        changes=result.changes,
+        warnings=tuple(sorted(warnings, key=lambda w: (_cell_number(w.path), w.line, w.col, w.code))),
+        reason=result.reason,
+        encoding=encoding,
+        companions=result.companions,
+    )
+
+
+def _cell_number(path: str) -> int:
+    return int(path.rsplit("_", 1)[1]) if ":cell_" in path else 0
+
+
+def cell_sources(text: str) -> list[tuple[int, str, str]]:
+    """``(cell number, cell type, source)`` of every cell of a notebook's JSON text (for diffs and reports);
+    an empty list when it is not a notebook."""
+    try:
+        data = json.loads(text)
+        return [(i + 1, c.get("cell_type", ""), _source_text(c)) for i, c in enumerate(data["cells"])]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return []
+
+
+def notebook_diff(result: Result) -> str:
+    """The unified diff of a converted notebook, cell by cell (``a/nb.ipynb:cell_3``), code only."""
+    import difflib
+
+    old, new = cell_sources(result.old), cell_sources(result.new)
+    if len(old) != len(new):
+        return ""
+    relative = not result.path.startswith(("/", "<")) and ":" not in result.path[:3]
+    out: list[str] = []
+    for (number, _, before), (_, _, after) in zip(old, new):
+        if before == after:
+            continue
+        before, after = (text if text.endswith("\n") else text + "\n" for text in (before, after))
+        name = f"{result.path}:cell_{number}"
+        lines = difflib.unified_diff(
+            before.splitlines(keepends=True), after.splitlines(keepends=True),
+            fromfile=f"a/{name}" if relative else name, tofile=f"b/{name}" if relative else name,
+        )
+        out.extend(lines)
+    return "".join(out)
