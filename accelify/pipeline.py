@@ -61,8 +61,9 @@ def convert_source(
         modules = local_modules(path, module) if looks else []
     try:
         parsed = _parse_modules(modules)
-        outcome = transform(module, target=target, disabled=frozenset(disabled), modules=parsed)
-        new = outcome.module.code if outcome.status == CONVERTED else code
+        sources = {"__main__": code, **{local.unit: local.text for local in modules}}
+        outcome = transform(module, target=target, disabled=frozenset(disabled), modules=parsed, sources=sources)
+        new = (outcome.code if outcome.code is not None else outcome.module.code) if outcome.status == CONVERTED else code
         if outcome.status == CONVERTED:
             _check_output(new, path, entry=True)
         companions = _companions(outcome, modules)
@@ -99,7 +100,7 @@ def _companions(outcome: "Outcome", modules: Sequence[ModuleText]) -> tuple[Resu
     out = []
     for companion in outcome.companions:
         local = by_unit[companion.unit]
-        new = companion.module.code if outcome.status == CONVERTED else local.text
+        new = (companion.code if companion.code is not None else companion.module.code) if outcome.status == CONVERTED else local.text
         if new != local.text:
             _check_output(new, local.path, entry=False)
         status = CONVERTED if new != local.text else outcome.status if outcome.status != CONVERTED else UNCHANGED

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from accelify.codemods.analysis import children
 from accelify.codemods.facts import Binding, CallSite, Facts, Loop, Scope
 from accelify.codemods.names import dotted
 
@@ -230,13 +231,13 @@ class Agreement:
 def _subexpressions(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
     """The expressions directly inside ``expr`` (through elements, arguments, slices, f-string parts)."""
     out: list[cst.BaseExpression] = []
-    pending: list[cst.CSTNode] = list(expr.children)
+    pending: list[cst.CSTNode] = children(expr)
     while pending:
         node = pending.pop()
         if isinstance(node, cst.BaseExpression):
             out.append(node)
         elif not isinstance(node, (cst.BaseStatement, cst.BaseSuite)):
-            pending.extend(node.children)
+            pending.extend(children(node))
     return out
 
 

@@ -71,6 +71,22 @@ def _handlers(cls: type) -> tuple:
     )
 
 
+def children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The child nodes of ``node`` in source order, trivia left out (much cheaper than LibCST's ``children``)."""
+    cls = type(node)
+    handlers = _HANDLERS.get(cls)
+    if handlers is None:
+        handlers = _HANDLERS[cls] = _handlers(cls)
+    out: list[cst.CSTNode] = []
+    for name in handlers[2]:
+        child = getattr(node, name)
+        if isinstance(child, cst.CSTNode):
+            out.append(child)
+        elif isinstance(child, (list, tuple)):
+            out.extend(item for item in child if isinstance(item, cst.CSTNode))
+    return out
+
+
 def descendants(root: cst.CSTNode, enter: Callable[[cst.CSTNode], bool] = lambda node: True) -> Iterator[cst.CSTNode]:
     """``root`` and the nodes under it, depth first, trivia left out (as the collector walks: several times
     faster than a LibCST visitor); the children of a node for which ``enter`` says False are not visited."""
@@ -78,20 +94,8 @@ def descendants(root: cst.CSTNode, enter: Callable[[cst.CSTNode], bool] = lambda
     while stack:
         node = stack.pop()
         yield node
-        if not enter(node):
-            continue
-        cls = type(node)
-        handlers = _HANDLERS.get(cls)
-        if handlers is None:
-            handlers = _HANDLERS[cls] = _handlers(cls)
-        children: list[cst.CSTNode] = []
-        for name in handlers[2]:
-            child = getattr(node, name)
-            if isinstance(child, cst.CSTNode):
-                children.append(child)
-            elif isinstance(child, (list, tuple)):
-                children.extend(item for item in child if isinstance(item, cst.CSTNode))
-        stack.extend(reversed(children))
+        if enter(node):
+            stack.extend(reversed(children(node)))
 
 
 SKIP_MARK = "accelify: skip"
@@ -322,12 +326,16 @@ class _Collector:
         self.not_loads.add(node.attr)
         if isinstance(node.value, cst.Name) and node not in self.not_loads:
             self.scope.refs.setdefault(f"{node.value.value}.{node.attr.value}", []).append(node)
+            if self.stmts:
+                self.scope.holders[id(node)] = self.stmts[-1]
         if isinstance(node.value, (cst.Name, cst.Attribute)) and self.stmts:
             self.scope.attributes.append((node, self.stmts[-1]))
 
     def visit_Name(self, node: cst.Name) -> None:
         if node not in self.not_loads:
             self.scope.refs.setdefault(node.value, []).append(node)
+            if self.stmts:
+                self.scope.holders[id(node)] = self.stmts[-1]
 
     def visit_Arg(self, node: cst.Arg) -> None:
         if node.keyword is not None:

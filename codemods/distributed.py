@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Iterator
 import libcst as cst
 import libcst.matchers as m
 
+from accelify.codemods.analysis import descendants
 from accelify.codemods.facts import Binding, CallSite, Facts, Scope
 from accelify.codemods.names import ImportMap, code_of, dotted
 
@@ -324,24 +325,27 @@ def _mapped_flag(facts: Facts, key: str) -> bool:
 
 
 def _find_local(facts: Facts, found: Distributed) -> None:
-    """The expressions whose value differs between processes: launcher values and every load of a key holding one."""
+    """The expressions whose value differs between processes: launcher values and every load of a key holding
+    one; ``found.uses``: the statements that directly hold them."""
+    uses: set[cst.BaseStatement] = set()
     for site in facts.calls:
         rank = source(site.node, site.scope.imports)
         if rank is not None and rank.kind != "num_processes":  # the world size agrees
             found.local_nodes.add(site.node)
+            uses.add(site.stmt)
     for scope in facts.scopes:
         for binding in (b for bs in scope.bindings.values() for b in bs):
             if binding.value is not None:
-                for node in _walk(binding.value):
+                for node in descendants(binding.value):
                     read = env_read(node, binding.where.imports) if isinstance(node, cst.BaseExpression) else None
                     if read is not None and LAUNCH_VARIABLES[read[0]] != "num_processes":
                         found.local_nodes.add(node)
+                        uses.add(binding.stmt)
         for key, refs in scope.refs.items():
             if key in found.keys and found.keys[key].kind != "num_processes":
                 found.local_nodes.update(refs)
-    holder = _statements_of(facts)
-    found.uses = {holder[id(n)] for n in found.local_nodes if id(n) in holder}
-    found.uses |= {s.stmt for s in [*found.barriers, *found.reductions, *found.queries]}
+                uses.update(scope.holders[id(r)] for r in refs if id(r) in scope.holders)
+    found.uses = uses | {s.stmt for s in [*found.barriers, *found.reductions, *found.queries]}
 
 
 # tests ----------------------------------------------------------------------------------------------
@@ -504,24 +508,6 @@ def _in_body(outer: cst.BaseStatement, stmt: cst.BaseStatement, facts: Facts) ->
     assert isinstance(outer, cst.If)
     body = outer.body.body if isinstance(outer.body, cst.IndentedBlock) else []
     return facts.top_in(stmt, list(body)) is not None
-
-
-def _statements_of(facts: Facts) -> dict[int, cst.BaseStatement]:
-    """The statement that directly holds each expression node (by id), not counting nested statements."""
-    out: dict[int, cst.BaseStatement] = {}
-    for stmt in facts.order:
-        pending: list[cst.CSTNode] = [c for c in stmt.children if not isinstance(c, (cst.BaseStatement, cst.BaseSuite))]
-        while pending:
-            node = pending.pop()
-            out[id(node)] = stmt
-            pending.extend(c for c in node.children if not isinstance(c, (cst.BaseStatement, cst.BaseSuite)))
-    return out
-
-
-def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    yield node
-    for child in node.children:
-        yield from _walk(child)
 
 
 def _constant(expr: cst.BaseExpression) -> object:

@@ -26,6 +26,7 @@ class Companion:
     unit: str
     module: cst.Module
     warnings: tuple[ConversionWarning, ...]
+    code: str | None = None  # the module's text, when it changed
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class Outcome:
     warnings: tuple[ConversionWarning, ...]
     reason: str | None = None
     companions: tuple[Companion, ...] = ()
+    code: str | None = None  # the converted text, for a converted outcome (``module.code``, generated once)
 
 
 def _uses_accelerator(facts: Facts) -> bool:
@@ -55,10 +57,12 @@ def transform(
     target: str = DEFAULT_TARGET,
     disabled: frozenset[str] = frozenset(),
     modules: Mapping[str, cst.Module] | None = None,
+    sources: Mapping[str, str] | None = None,
 ) -> Outcome:
     """Convert the script ``module``; ``modules`` are the local modules it imports, by import name
-    (``{"loops": ...}``), analysed with it. Never raises for a pattern it does not understand (it
-    warns or refuses instead)."""
+    (``{"loops": ...}``), analysed with it; ``sources`` their texts and the script's (``"__main__"``) where the
+    caller has them (generating code is a large part of the cost). Never raises for a pattern it does not
+    understand (it warns or refuses instead)."""
     facts = collect(module)
     if _uses_accelerator(facts):
         return Outcome(UNCHANGED, module, (), (), "already uses an Accelerator")
@@ -78,17 +82,26 @@ def transform(
     warnings = _locate(program, ctx.warnings)
     if not ctx.accelerators:  # nothing trains here: any edit would be a half conversion
         return Outcome(UNCHANGED, module, (), warnings["__main__"], None, _noted(program, warnings))
+    texts = dict(sources or {})
+
+    def text(unit: str) -> str:
+        if unit not in texts:
+            texts[unit] = program.units[unit].module.code
+        return texts[unit]
+
     new = apply(module, ctx.edits)
+    new_code = new.code
     companions = []
     for unit, unit_facts in program.units.items():
         if unit == "__main__":
             continue
         edited = apply(unit_facts.module, ctx.edits)
-        if edited.code != unit_facts.module.code or warnings.get(unit):
-            companions.append(Companion(unit, edited, warnings.get(unit, ())))
-    if new.code == module.code and not any(c.module.code != program.units[c.unit].module.code for c in companions):
+        edited_code = edited.code
+        if edited_code != text(unit) or warnings.get(unit):
+            companions.append(Companion(unit, edited, warnings.get(unit, ()), edited_code))
+    if new_code == text("__main__") and not any(c.code != text(c.unit) for c in companions):
         return Outcome(UNCHANGED, module, (), warnings["__main__"], None, tuple(companions))
-    return Outcome(CONVERTED, new, tuple(ctx.changes), warnings["__main__"], None, tuple(companions))
+    return Outcome(CONVERTED, new, tuple(ctx.changes), warnings["__main__"], None, tuple(companions), new_code)
 
 
 def _noted(program: Facts, warnings: dict[str, tuple[ConversionWarning, ...]]) -> tuple[Companion, ...]:

@@ -21,6 +21,7 @@ class Scope:
     params: list[cst.Param] = field(default_factory=list)
     bindings: dict[str, list["Binding"]] = field(default_factory=dict)
     refs: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
+    holders: dict[int, cst.BaseStatement] = field(default_factory=dict)  # by a ref's id: the statement directly holding it
     calls: list["CallSite"] = field(default_factory=list)
     loops: list["Loop"] = field(default_factory=list)
     no_grad: bool = False

@@ -26,6 +26,7 @@ from typing import Iterator
 import libcst as cst
 import libcst.matchers as m
 
+from accelify.codemods.analysis import children
 from accelify.codemods.context import Context, expression
 from accelify.codemods.distributed import (
     IS_INITIALIZED,
@@ -132,14 +133,14 @@ accelerator.end_training()
 def _mapped(stmt: cst.BaseStatement, scope: Scope, found: Distributed) -> Iterator[tuple[cst.CSTNode, str]]:
     """The expressions of ``stmt`` (not of the statements inside it) that read the launcher, outermost first,
     with what replaces each (``{a}`` is the accelerator)."""
-    pending: list[cst.CSTNode] = [c for c in reversed(stmt.children) if not isinstance(c, (cst.BaseStatement, cst.BaseSuite))]
+    pending: list[cst.CSTNode] = [c for c in reversed(children(stmt)) if not isinstance(c, (cst.BaseStatement, cst.BaseSuite))]
     while pending:
         node = pending.pop()
         text = _replacement(node, scope, found) if isinstance(node, cst.BaseExpression) else None
         if text is not None:
             yield node, text
             continue
-        pending.extend(c for c in reversed(node.children) if not isinstance(c, (cst.BaseStatement, cst.BaseSuite)))
+        pending.extend(c for c in reversed(children(node)) if not isinstance(c, (cst.BaseStatement, cst.BaseSuite)))
 
 
 def _replacement(node: cst.BaseExpression, scope: Scope, found: Distributed) -> str | None:

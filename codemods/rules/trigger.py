@@ -14,6 +14,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods import codes
+from accelify.codemods.analysis import children
 from accelify.codemods.context import Context, statement
 from accelify.codemods.facts import Loop, Scope
 from accelify.codemods.rule import Example, Rule
@@ -146,7 +147,7 @@ def _exits(top: cst.BaseStatement) -> list[tuple[cst.SimpleStatementLine, str]]:
                     found.append((node, "return"))
             continue
         nested = inner or isinstance(node, (cst.For, cst.While))
-        pending.extend((child, nested) for child in node.children)
+        pending.extend((child, nested) for child in children(node))
     return found
 
 
