@@ -19,8 +19,10 @@ What a script does to run on several processes by itself, and what each piece me
   (or a method, by its name) only such code calls: it runs on one process, so it keeps its unprepared loaders and
   ``torch.save``, and no collective may go there.
 
-``Distributed.refusals`` lists the ``torch.distributed`` calls that have no counterpart in the accelerator
-(``broadcast``, ``all_gather``, ``new_group``, ...); the rules refuse the shapes they cannot convert themselves.
+The launcher's values and their terms are in ``launcher_values.py``; the tests on them (``rank == 0`` ->
+``is_main_process``) in ``rank_tests.py``. ``Distributed.refusals`` lists the ``torch.distributed`` calls that
+have no counterpart in the accelerator (``broadcast``, ``all_gather``, ``new_group``, ...); the rules refuse the
+shapes they cannot convert themselves.
 The plan builds one ``Distributed`` (it needs the device indexes and the code only the main process runs);
 the rules read ``ctx.plan.distributed``.
 """
@@ -28,14 +30,18 @@ the rules read ``ctx.plan.distributed``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods.analysis import descendants
 from accelify.codemods.facts import Binding, CallSite, Facts, Scope
-from accelify.codemods.names import ImportMap, code_of, dotted
+from accelify.codemods.launcher_values import (
+    LAUNCH_VARIABLES, MAIN_TESTS, QUERIES, SINGLE_VALUE, Rank, constant, env_read, source,
+)
+from accelify.codemods.names import code_of, dotted
+from accelify.codemods.rank_tests import find_main_only
 
 if TYPE_CHECKING:
     from accelify.codemods.flow import Flow
@@ -44,8 +50,6 @@ INIT = "torch.distributed.init_process_group"
 DESTROY = "torch.distributed.destroy_process_group"
 BARRIER = "torch.distributed.barrier"
 ALL_REDUCE = "torch.distributed.all_reduce"
-GET_RANK = "torch.distributed.get_rank"
-GET_WORLD_SIZE = "torch.distributed.get_world_size"
 IS_INITIALIZED = "torch.distributed.is_initialized"
 LEFT_ALONE = {"torch.distributed.is_available", "torch.distributed.is_nccl_available", "torch.distributed.is_gloo_available"}
 WRAPPER = "torch.nn.parallel.DistributedDataParallel"
@@ -56,23 +60,6 @@ DDP_OPTIONS = ("dim", "broadcast_buffers", "bucket_cap_mb", "find_unused_paramet
                "gradient_as_bucket_view", "static_graph")  # what DistributedDataParallelKwargs carries
 DDP_PLACEMENT = ("device_ids", "output_device")  # this process's device: prepare places the model there
 REDUCTIONS = {"SUM": None, "AVG": '"mean"'}  # ReduceOp -> accelerator.reduce's reduction (None: its default, "sum")
-
-# What each launcher variable and query is, in the accelerator's terms.
-LAUNCH_VARIABLES = {"RANK": "process_index", "LOCAL_RANK": "local_process_index", "WORLD_SIZE": "num_processes"}
-QUERIES = {GET_RANK: "process_index", GET_WORLD_SIZE: "num_processes"}
-SINGLE_VALUE = {"process_index": 0, "local_process_index": 0, "num_processes": 1}  # what one process sees
-MAIN_TESTS = ("{a}.is_main_process", "{a}.is_local_main_process")
-SINGLE_TESTS = ("{a}.num_processes == 1",)  # true exactly when the script runs alone: main there too
-
-
-@dataclass(frozen=True)
-class Rank:
-    """What a value holds: ``kind`` is an accelerator attribute (``process_index``, ...); ``sentinel`` when the
-    script's own value is -1 running alone (``--local_rank``, ``os.environ.get("RANK", -1)``)."""
-
-    kind: str
-    sentinel: bool = False
-
 
 @dataclass
 class Distributed:
@@ -188,44 +175,13 @@ def find_distributed(facts: Facts, flow: "Flow") -> Distributed:
     _find_device_indexes(facts, found)
     _find_modes(facts, found)
     _find_local(facts, found)
-    _find_main_only(facts, flow, found)
+    find_main_only(facts, flow, found)
     for stmt in facts.order:
         if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign):
             target = stmt.body[0].targets[0].target
             if isinstance(target, cst.Attribute) and target.attr.value == "require_backward_grad_sync":
                 found.sync_toggles.append(stmt)
     return found
-
-
-# launcher values ------------------------------------------------------------------------------------
-def env_read(expr: cst.BaseExpression, imports: ImportMap) -> tuple[str, bool] | None:
-    """``os.environ["RANK"]`` / ``os.environ.get("RANK", -1)`` / ``os.getenv(...)``, under ``int(...)`` or not:
-    (the variable, whether its default is -1)."""
-    if isinstance(expr, cst.Call) and imports.qualname(expr.func) in ("int", "builtins.int") and len(expr.args) == 1:
-        expr = expr.args[0].value
-    name: cst.BaseExpression | None = None
-    default: cst.BaseExpression | None = None
-    if isinstance(expr, cst.Subscript) and imports.qualname(expr.value) == "os.environ" and len(expr.slice) == 1:
-        index = expr.slice[0].slice
-        name = index.value if isinstance(index, cst.Index) else None
-    elif isinstance(expr, cst.Call) and imports.qualname(expr.func) in ("os.environ.get", "os.getenv") and expr.args:
-        name = expr.args[0].value
-        default = expr.args[1].value if len(expr.args) > 1 else None
-    if not isinstance(name, cst.SimpleString) or name.evaluated_value not in LAUNCH_VARIABLES:
-        return None
-    return str(name.evaluated_value), default is not None and _is_minus_one(default)
-
-
-def source(expr: cst.BaseExpression, imports: ImportMap) -> Rank | None:
-    """What a launcher value expression holds: an environment read or a ``dist`` query."""
-    read = env_read(expr, imports)
-    if read is not None:
-        return Rank(LAUNCH_VARIABLES[read[0]], read[1])
-    if isinstance(expr, cst.Call) and not expr.args:
-        kind = QUERIES.get(imports.qualname(expr.func) or "")
-        if kind is not None:
-            return Rank(kind)
-    return None
 
 
 def _find_keys(facts: Facts, found: Distributed) -> None:
@@ -240,7 +196,7 @@ def _find_keys(facts: Facts, found: Distributed) -> None:
         if len(ranks) != 1:
             continue
         rank = ranks.pop()
-        if all(b.value is not None and (source(b.value, b.where.imports) == rank or _constant(b.value) == SINGLE_VALUE[rank.kind])
+        if all(b.value is not None and (source(b.value, b.where.imports) == rank or constant(b.value) == SINGLE_VALUE[rank.kind])
                for b in bindings):
             found.keys[key] = rank
     for site in facts.calls:
@@ -348,146 +304,6 @@ def _find_local(facts: Facts, found: Distributed) -> None:
     found.uses = uses | {s.stmt for s in [*found.barriers, *found.reductions, *found.queries]}
 
 
-# tests ----------------------------------------------------------------------------------------------
-def rank_of(expr: cst.BaseExpression, scope: Scope, found: Distributed) -> Rank | None:
-    """What launcher value ``expr`` holds (a key, a read, a query), or None."""
-    key = dotted(expr)
-    if key is not None and key in found.keys:
-        return found.keys[key]
-    return source(expr, scope.imports)
-
-
-def rank_test(node: cst.BaseExpression, scope: Scope, found: Distributed) -> str | None:
-    """The accelerator's way to say what a test on a launcher value says, with ``{a}`` for the accelerator:
-    ``rank == 0`` -> ``{a}.is_main_process``; None when ``node`` is no such test."""
-    if not isinstance(node, cst.Comparison) or len(node.comparisons) != 1:
-        return None
-    target = node.comparisons[0]
-    operator, left, right = target.operator, node.left, target.comparator
-    modulo = None
-    if isinstance(left, cst.BinaryOperation) and isinstance(left.operator, cst.Modulo):
-        modulo, left = left, left.left  # ``args.rank % ngpus_per_node == 0``: the first process of a machine
-    rank = rank_of(left, scope, found)
-    if rank is None:
-        return None
-    value = _constant(right)
-    values = _constants(right)
-    equal, unequal = isinstance(operator, cst.Equal), isinstance(operator, (cst.NotEqual,))
-    if modulo is not None:
-        return MAIN_TESTS[0] if equal and value == 0 and rank.kind == "process_index" else None
-    if rank.kind == "num_processes":
-        return None
-    main = MAIN_TESTS[0] if rank.kind == "process_index" else MAIN_TESTS[1]
-    if rank.sentinel and value == -1 and (equal or unequal):
-        return "{a}.num_processes == 1" if equal else "{a}.num_processes > 1"
-    if rank.sentinel and values == {-1, 0} and isinstance(operator, (cst.In, cst.NotIn)):
-        return main if isinstance(operator, cst.In) else f"not {main}"
-    if value == 0 and (equal or unequal):
-        if rank.sentinel:  # -1 alone: not the main process there
-            return f"{{a}}.num_processes > 1 and {main}" if equal else f"{{a}}.num_processes == 1 or not {main}"
-        return main if equal else f"not {main}"
-    if value == 0 and isinstance(operator, cst.GreaterThan) and not rank.sentinel:
-        return f"not {main}"
-    return None
-
-
-def spawn_test(node: cst.BaseExpression, found: Distributed) -> str | None:
-    """``args.gpu is None or args.gpu == 0`` on the spawned worker's index: not spawned, or its first process:
-    ``{a}.is_local_main_process``."""
-    if not (isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.Or)):
-        return None
-    kinds = set()
-    for side in (node.left, node.right):
-        if not (isinstance(side, cst.Comparison) and len(side.comparisons) == 1 and dotted(side.left) in found.spawn_indexes):
-            return None
-        operator, value = side.comparisons[0].operator, _constant(side.comparisons[0].comparator)
-        if isinstance(operator, cst.Is) and value is None:
-            kinds.add("alone")
-        elif isinstance(operator, cst.Equal) and value == 0:
-            kinds.add("first")
-    return MAIN_TESTS[1] if kinds == {"alone", "first"} else None
-
-
-def mode_test(node: cst.BaseExpression, scope: Scope, found: Distributed) -> str | None:
-    """``not args.multiprocessing_distributed or (args.multiprocessing_distributed and args.rank % n == 0)``: a
-    boolean test made only of mode flags and one kind of rank test says what that rank test says."""
-    leaves = list(_leaves(node))
-    if len(leaves) < 2:
-        return None
-    tests = set()
-    modes = 0
-    for leaf in leaves:
-        if dotted(leaf) in found.modes:
-            modes += 1
-            continue
-        test = rank_test(leaf, scope, found)
-        if test is None:
-            return None
-        tests.add(test)
-    return tests.pop() if modes and len(tests) == 1 else None
-
-
-def _leaves(node: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
-    if isinstance(node, cst.BooleanOperation):
-        yield from _leaves(node.left)
-        yield from _leaves(node.right)
-    elif isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not):
-        yield from _leaves(node.expression)
-    else:
-        yield node
-
-
-def main_test(test: cst.BaseExpression, scope: Scope, found: Distributed, facts: Facts, depth: int = 0) -> str | None:
-    """Whether ``test`` is true only on the main process (or the main process of each machine) when there are
-    several: the accelerator's test it amounts to (one of ``MAIN_TESTS``), else None."""
-    if depth > 4:
-        return None
-    whole = mode_test(test, scope, found) or spawn_test(test, found)  # ``not args.distributed or args.rank % n == 0``
-    if whole is not None:
-        return whole if whole in MAIN_TESTS else None
-    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
-        return main_test(test.left, scope, found, facts, depth + 1) or main_test(test.right, scope, found, facts, depth + 1)
-    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.Or):  # ``alone or rank == 0``
-        sides = [main_test(s, scope, found, facts, depth + 1) for s in (test.left, test.right)]
-        alone = [rank_test(s, scope, found) in SINGLE_TESTS for s in (test.left, test.right)]
-        if all(t is not None or a for t, a in zip(sides, alone)) and any(sides):
-            return next(t for t in sides if t is not None)
-        return None
-    mapped = rank_test(test, scope, found) or mode_test(test, scope, found)
-    if mapped is not None:
-        return mapped if mapped in MAIN_TESTS else None
-    key = dotted(test)
-    if key is None or key.count(".") > 1:
-        return None
-    bindings = [b for b in facts.bindings() if b.key == key]
-    tests = {_constant(b.value) is True or main_test(b.value, b.where, found, facts, depth + 1) if b.value is not None else None
-             for b in bindings}
-    tests.discard(True)  # ``master_process = True`` where the script runs alone
-    return tests.pop() if len(tests) == 1 and None not in tests and False not in tests else None
-
-
-def _find_main_only(facts: Facts, flow: "Flow", found: Distributed) -> None:
-    scopes = found.scopes
-    for stmt in facts.order:
-        if isinstance(stmt, cst.If) and id(stmt) in scopes:
-            test = main_test(stmt.test, scopes[id(stmt)], found, facts)
-            if test is not None:
-                found.main_only_stmts[stmt] = test
-    grown = True
-    while grown:
-        grown = False
-        for scope in facts.scopes:
-            if scope.kind != "function" or id(scope) in found.main_only_scopes:
-                continue
-            sites = flow.call_sites(scope)
-            if not sites and scope.class_scope is not None:  # ``model_to_save.save_pretrained(d)``: by the method's name
-                sites = [s for s in facts.calls if s.method == scope.name and flow.callee(s) is None]
-            tests = {found.main_only(facts, s.stmt, s.scope) for s in sites}
-            if sites and None not in tests:
-                found.main_only_scopes[id(scope)] = MAIN_TESTS[1] if MAIN_TESTS[1] in tests else MAIN_TESTS[0]
-                grown = True
-
-
 # helpers --------------------------------------------------------------------------------------------
 def scopes_of(facts: Facts) -> dict[int, Scope]:
     """The scope (function, class or module) each statement is in, by the statement's id."""
@@ -510,33 +326,3 @@ def _in_body(outer: cst.BaseStatement, stmt: cst.BaseStatement, facts: Facts) ->
     return facts.top_in(stmt, list(body)) is not None
 
 
-def _constant(expr: cst.BaseExpression) -> object:
-    """The value of an int, -int or True/False/None literal (else a sentinel no value equals)."""
-    if isinstance(expr, cst.Integer):
-        return int(expr.value)
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus) and isinstance(expr.expression, cst.Integer):
-        return -int(expr.expression.value)
-    if isinstance(expr, cst.Name) and expr.value in ("True", "False", "None"):
-        return {"True": True, "False": False, "None": None}[expr.value]
-    return _NOTHING
-
-
-def _constants(expr: cst.BaseExpression) -> set[object]:
-    if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
-        return {_constant(e.value) for e in expr.elements}
-    return set()
-
-
-def _is_minus_one(expr: cst.BaseExpression) -> bool:
-    return _constant(expr) == -1 or (isinstance(expr, cst.SimpleString) and expr.evaluated_value == "-1")
-
-
-class _Nothing:
-    def __eq__(self, other: object) -> bool:
-        return False
-
-    def __hash__(self) -> int:
-        return 0
-
-
-_NOTHING = _Nothing()

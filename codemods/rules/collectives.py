@@ -19,7 +19,9 @@ import libcst.matchers as m
 
 from accelify.codemods import codes
 from accelify.codemods.context import Context, code_of, expression, statement
-from accelify.codemods.distributed import MAIN_TESTS, REDUCTIONS, Distributed, rank_test
+from accelify.codemods.distributed import REDUCTIONS, Distributed
+from accelify.codemods.launcher_values import MAIN_TESTS
+from accelify.codemods.rank_tests import rank_test
 from accelify.codemods.facts import CallSite, Scope
 from accelify.codemods.names import dotted
 from accelify.codemods.rule import Example, Rule

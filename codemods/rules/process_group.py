@@ -19,7 +19,8 @@ import libcst.matchers as m
 
 from accelify.codemods import codes
 from accelify.codemods.context import Context, code_of
-from accelify.codemods.distributed import INIT, QUERIES, SET_DEVICE, Distributed
+from accelify.codemods.distributed import INIT, SET_DEVICE, Distributed
+from accelify.codemods.launcher_values import QUERIES
 from accelify.codemods.facts import CallSite, Scope
 from accelify.codemods.names import ImportMap, dotted
 from accelify.codemods.roles import LOADERS

@@ -28,16 +28,9 @@ import libcst.matchers as m
 
 from accelify.codemods.analysis import children
 from accelify.codemods.context import Context, expression
-from accelify.codemods.distributed import (
-    IS_INITIALIZED,
-    Distributed,
-    env_read,
-    mode_test,
-    rank_of,
-    rank_test,
-    source,
-    spawn_test,
-)
+from accelify.codemods.distributed import IS_INITIALIZED, Distributed
+from accelify.codemods.launcher_values import env_read, source
+from accelify.codemods.rank_tests import mode_test, rank_of, rank_test, spawn_test
 from accelify.codemods.facts import Scope
 from accelify.codemods.names import dotted
 from accelify.codemods.rule import Example, Rule
