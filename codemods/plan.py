@@ -10,8 +10,9 @@ Rules read the plan; none of them walks the tree again. The decisions, in order:
    parameter, a local, ``self.x``), in the innermost block that binds them all, right after the last;
 4. the home: where ``accelerator = Accelerator(...)`` goes: the prepare scope, or the caller that
    built some of the objects and passed them in (``main`` calling ``train_model(model, device)``);
-5. prepared uses: a use sees a prepared object when it runs after ``prepare`` in the prepare scope,
-   or receives it from there (parameters, ``self.x``, module globals).
+5. prepared uses (``prepared_uses.py``, the queries rules make of the result): a use sees a prepared object
+   when it runs after ``prepare`` in the prepare scope, or receives it from there (parameters, ``self.x``,
+   module globals).
 
 Whatever cannot be followed is recorded in ``problems`` for the rules to refuse the file with.
 """
@@ -26,23 +27,20 @@ from accelify.codemods import codes
 from accelify.codemods.analysis import target_names
 from accelify.codemods.codes import Code
 from accelify.codemods.distributed import find_distributed
-from accelify.codemods.facts import Binding, CallSite, Facts, Loop, Scope
-from accelify.codemods.flow import Flow
+from accelify.codemods.facts import Binding, CallSite, Facts, Scope
+from accelify.codemods.prepared_uses import PreparedUses
 from accelify.codemods.names import code_of, dotted
 from accelify.codemods.roles import (
     classify,
     element_call,
-    is_cuda_string,
     names_a_device,
     parameter_owners,
     parameter_owners_in,
     removed_wrap,
-    rewraps,
     strip_placement,
 )
 
 PREPARED_ROLES = ("model", "optimizer", "loader", "scheduler")
-ITERATION_WRAPPERS = {"enumerate", "iter", "tqdm.tqdm"}
 _BUILTIN_DATA = {"range", "list", "zip", "enumerate", "iter", "tuple", "sorted", "reversed", "map", "filter", "itertools.count",
                  "tqdm.trange", "tqdm.auto.trange"}
 _BLOCKS = (cst.If, cst.With, cst.Try, cst.Else, cst.Finally, cst.ExceptHandler)
@@ -73,8 +71,9 @@ class Problem:
     refuse: bool = True
 
 
-class Plan(Flow):
-    """The roles of names, the prepare site and the home of the accelerator, derived once from ``Facts``."""
+class Plan(PreparedUses):
+    """The roles of names, the prepare site and the home of the accelerator, derived once from ``Facts``
+    (the questions rules ask about the result are ``PreparedUses``'s)."""
 
     def __init__(self, facts: Facts) -> None:
         super().__init__(facts)
@@ -458,182 +457,6 @@ class Plan(Flow):
                 return True
         return False
 
-    # prepared uses ------------------------------------------------------------------------------
-    def prepared(self, scope: Scope, expr: cst.BaseExpression, at: cst.BaseStatement | None = None) -> Binding | None:
-        """The prepared object ``expr`` holds in ``scope`` at statement ``at``, or None when it holds
-        none, or holds the object as it was before ``prepare`` (raw)."""
-        found = self.origin(scope, expr)
-        if found is None or found not in self.objects:
-            return None
-        key = dotted(strip_placement(expr))
-        if key is None:
-            return found
-        return found if self._sees_prepared(scope, key, at, frozenset()) else None
-
-    def _sees_prepared(self, scope: Scope, key: str, at: cst.BaseStatement | None, seen: frozenset) -> bool:
-        memo = (id(scope), key, id(at))
-        if memo in self._prepared_memo:
-            return self._prepared_memo[memo]
-        if (id(scope), key) in seen:
-            return False
-        result = self._sees(scope, key, at, seen | {(id(scope), key)})
-        self._prepared_memo[memo] = result
-        return result
-
-    def _sees(self, scope: Scope, key: str, at: cst.BaseStatement | None, seen: frozenset) -> bool:
-        target = self.prepare_scope
-        names = {a.key for a in self.aliases}
-        if target is None:
-            return False
-        head = key.split(".")[0]
-        for obj in self.in_place:
-            if obj.key == key and obj.where is scope:
-                return at is None or self.facts.after(at, obj.stmt)
-        if key in names and (scope is target or _nested_in(scope, target)):
-            anchor = self.prepare_after
-            if scope is not target or at is None or anchor is None:
-                return True
-            return self.facts.after(at, anchor) and not self._rebound(scope, key, anchor, at)
-        if head == "self" and key in names and target.class_scope is not None and scope.class_scope is target.class_scope:
-            return True  # another method of the class: it runs after __init__ prepared it
-        if key in names and target.kind == "module" and scope.resolve(head) is target:
-            return True  # a module global, read by a function that runs after the prepare
-        owner = scope.resolve(head) if head != "self" else None
-        if owner is not None and owner.kind == "function" and head in owner.param_names and head not in owner.bindings:
-            if "." in key:
-                return False
-            sites = self.call_sites(owner)
-            args = [self.arg_for(site, owner, head) for site in sites]
-            return bool(sites) and all(
-                arg is not None and self._sees_expr(site.scope, arg.value, site.stmt, seen) for site, arg in zip(sites, args)
-            )
-        binding = self.binding_of(scope, key) or self.instance_attr(scope, key)
-        if binding is not None and binding.value is not None:
-            value = strip_placement(binding.value)
-            inner = dotted(value)
-            if inner is not None and (inner != key or binding.where is not scope):
-                return self._sees_expr(binding.where, value, binding.stmt, seen)
-        return False
-
-    def _rebound(self, scope: Scope, key: str, anchor: cst.BaseStatement, at: cst.BaseStatement) -> bool:
-        """Whether ``key`` is assigned again between ``prepare`` (after ``anchor``) and ``at``
-        (``model = torch.load(f)`` after training: that model is not the prepared one)."""
-        order = self.facts.order
-        owner = scope.class_scope if key.startswith("self.") and scope.class_scope is not None else scope
-        return any(
-            order[anchor][1] < order[b.stmt][0] < order[at][0] and not rewraps(b, b.where.imports)
-            for b in owner.bindings.get(key, [])
-        )
-
-    def _sees_expr(self, scope: Scope, expr: cst.BaseExpression, at: cst.BaseStatement, seen: frozenset) -> bool:
-        key = dotted(strip_placement(expr))
-        return key is not None and self._sees_prepared(scope, key, at, seen)
-
-    # placement ----------------------------------------------------------------------------------
-    def placement_device(self, scope: Scope, call: cst.Call) -> cst.BaseExpression | None | bool:
-        """For a pure placement call (``x.to(device)``, ``x.cuda()``), the device expression it names
-        (``device``, ``"cuda"``), ``True`` for ``.cuda()``; ``None`` when the call does more than place
-        (a dtype, a tensor, a device index)."""
-        func = call.func
-        if not isinstance(func, cst.Attribute):
-            return None
-        positional = [a for a in call.args if a.keyword is None]
-        keywords = [a for a in call.args if a.keyword is not None]
-        if any(a.star for a in call.args) or any(a.keyword.value != "non_blocking" for a in keywords):  # type: ignore[union-attr]
-            only_device = len(call.args) == 1 and call.args[0].keyword is not None and call.args[0].keyword.value == "device"
-            if not (func.attr.value == "to" and only_device):
-                return None
-            positional = [call.args[0]]
-        own = len(positional) == 1 and dotted(positional[0].value) in self.distributed.device_indexes
-        if func.attr.value == "cuda":
-            return True if not positional or own else None  # ``.cuda(args.gpu)``: this process's own device
-        if func.attr.value != "to" or len(positional) != 1:
-            return None
-        value = positional[0].value
-        return value if own or self.is_device_like(scope, value) else None
-
-    def is_device_like(self, scope: Scope, value: cst.BaseExpression) -> bool:
-        """``device`` (a device variable, also through helper parameters), ``"cuda"``, ``torch.device("cuda")``."""
-        if is_cuda_string(value):
-            return True
-        if isinstance(value, cst.Call) and scope.imports.qualname(value.func) == "torch.device":
-            return bool(value.args) and is_cuda_string(value.args[0].value)
-        return self.role(scope, value) == "device"
-
-    # loops --------------------------------------------------------------------------------------
-    def loop_source(self, loop: Loop) -> cst.BaseExpression:
-        """The iterable a loop walks, under ``enumerate``/``tqdm``/``iter``."""
-        imports = loop.scope.imports
-        expr = loop.node.iter
-        for _ in range(3):  # progress = tqdm(loader); for step, batch in enumerate(progress)
-            while isinstance(expr, cst.Call) and imports.qualname(expr.func) in ITERATION_WRAPPERS and expr.args:
-                expr = expr.args[0].value
-            bound = self.binding_of(loop.scope, expr.value) if isinstance(expr, cst.Name) else None
-            if bound is None or not isinstance(bound.value, cst.Call) or imports.qualname(bound.value.func) not in ITERATION_WRAPPERS:
-                break
-            expr = bound.value
-        return expr
-
-    def loader_of(self, loop: Loop) -> Binding | None:
-        """The prepared data loader a loop walks, if it walks one as prepared."""
-        found = self.prepared(loop.scope, self.loop_source(loop), loop.node)
-        return found if found is not None and found.role == "loader" else None
-
-    def batch_names(self, loop: Loop) -> set[str]:
-        """Names bound to batches of a prepared loader in this loop (loop targets and their unpacking)."""
-        if self.loader_of(loop) is None:
-            return set()
-        target = loop.node.target
-        iterable = loop.node.iter
-        if (
-            isinstance(iterable, cst.Call)
-            and loop.scope.imports.qualname(iterable.func) == "enumerate"
-            and isinstance(target, cst.Tuple)
-            and len(target.elements) == 2
-        ):
-            target = target.elements[1].value
-        names = set(target_names(target))
-        for stmt in loop.stmts:
-            if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
-                small = stmt.body[0]
-                if isinstance(small, cst.Assign) and isinstance(small.value, cst.Name) and small.value.value in names:
-                    for t in small.targets:
-                        names |= set(target_names(t.target))
-        return names
-
-    def is_batch(self, scope: Scope, name: str, loop: Loop | None, seen: frozenset[int] = frozenset()) -> bool:
-        """Whether ``name`` holds (part of) a batch of a prepared loader: a target of an enclosing loop over
-        one, or a parameter every call site passes such a batch (``self.step(data[0])``)."""
-        inner = loop
-        while inner is not None:
-            if name in self.batch_names(inner):
-                return True
-            inner = inner.parent
-        if scope.kind != "function" or name not in scope.param_names or id(scope) in seen:
-            return False
-        if any(dotted(strip_placement(b.value)) != name for b in scope.bindings.get(name, []) if b.value is not None):
-            return False  # rebound to something else than itself placed on a device
-        sites = self.call_sites(scope)
-        for site in sites:
-            arg = self.arg_for(site, scope, name)
-            root = arg.value if arg is not None else None
-            while isinstance(root, (cst.Subscript, cst.Attribute)):
-                root = root.value
-            if not isinstance(root, cst.Name) or not self.is_batch(site.scope, root.value, site.loop, seen | {id(scope)}):
-                return False
-        return bool(sites)
-
-    def training_loops(self, scope: Scope) -> list[Loop]:
-        """Loops of ``scope`` that call ``backward`` (directly or through a helper)."""
-        return [loop for loop in scope.loops if any(self.reaches_backward(site) for site in loop.calls)]
-
-    def trains(self, builder: Scope) -> bool:
-        """Whether training (a ``backward``) runs in the builder, in what it calls, or, for a trainer
-        class built in ``__init__``, in one of the class's methods."""
-        owner = builder.class_scope
-        scopes = [s for s in self.facts.scopes if s.parent is owner] if owner is not None else [builder]
-        return any(self.reaches_backward(site) for scope in scopes for site in scope.calls)
-
 
 def _maker(binding: Binding) -> tuple[Scope, cst.Call]:
     """The scope and the call that built ``binding``'s object (in a helper that returned it, or here; the
@@ -648,15 +471,6 @@ def _from_torch_optim(binding: Binding) -> bool:
     """Whether ``binding`` holds a ``torch.optim`` optimizer (not just a call that takes parameters)."""
     where, core = _maker(binding)
     return (where.imports.qualname(core.func) or "").startswith("torch.optim.")
-
-
-def _nested_in(scope: Scope, outer: Scope) -> bool:
-    parent = scope.parent
-    while parent is not None:
-        if parent is outer:
-            return True
-        parent = parent.parent
-    return False
 
 
 def block_of(stmt: cst.BaseStatement) -> list[cst.BaseStatement] | None:
