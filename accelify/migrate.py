@@ -1,15 +1,12 @@
 """``accelify migrate``: convert every training script of a folder, in parallel, each file written once.
 
-The steps, each a function here (the CLI only parses flags, shows progress and renders):
+The steps (the CLI only parses flags, shows progress and renders):
 
 1. ``discovery.walk`` lists the tree (``.gitignore`` honoured, excludes marked, candidates found by a
    text test, no parse);
-2. ``plan`` groups the candidates: a cheap scan of each candidate's import lines finds the local
-   modules it uses (``import data`` -> ``data.py`` beside it, as ``accelify.program`` finds them). A
-   candidate that another candidate imports is not converted on its own: it is converted with the
-   script(s) that import it, as their companion. Scripts that share a module are one job, so
-   that the module is written once;
-3. ``run`` converts the jobs in ``jobs`` worker processes (``convert_path``) and yields each job's
+2. ``grouping.plan`` groups the candidates: each script with the candidate modules it imports (found by a
+   scan of import lines), scripts that share a module in one job, so that the module is written once;
+3. ``workers.run`` converts the jobs in ``jobs`` worker processes (``convert_path``) and yields each job's
    results as it finishes: the parent keeps only small ``Row`` records, so memory stays flat
    however many files there are;
 4. the parent writes (``--in-place``: atomically, a script with its companions as one change;
@@ -23,24 +20,22 @@ from __future__ import annotations
 
 import contextlib
 import json
-import multiprocessing
 import os
-import re
 import shutil
 import signal
 from collections import Counter
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator
 
 from accelify.codemods.outcome import ATTENTION, CONVERTED, FAILED, SKIPPED, UNCHANGED, ConversionWarning
 from accelify.discovery import CANDIDATE, OTHER, SKIP, Entry, walk
-from accelify.errors import AccelifyError, OutputError
-from accelify.program import find_local
+from accelify.errors import AccelifyError
+from accelify.grouping import Job, plan
 from accelify.results import Result
 from accelify.settings import Settings, SettingsFinder
 from accelify.source import encode, write_together
+from accelify.workers import run, start_workers_early
 
 PREVIEW, DIFF, CHECK, IN_PLACE, OUT = "preview", "diff", "check", "in-place", "out"
 MODES = (PREVIEW, DIFF, CHECK, IN_PLACE, OUT)
@@ -62,23 +57,6 @@ class Interrupted(Exception):
         self.written = written
         self.copied = copied
         super().__init__(f"interrupted after writing {len(written)} file(s)")
-
-
-@dataclass(frozen=True)
-class Task:
-    """One script to convert, with its settings (picklable: sent to a worker)."""
-
-    path: str
-    target: str
-    disabled: frozenset[str]
-
-
-@dataclass(frozen=True)
-class Job:
-    """Scripts converted together (they share local modules), and the candidate modules they take along."""
-
-    tasks: tuple[Task, ...]
-    modules: tuple[str, ...] = ()  # candidates converted as these scripts' companions, not on their own
 
 
 @dataclass(frozen=True)
@@ -136,173 +114,6 @@ class Summary:
         if (check and counts[CONVERTED]) or (counts[ATTENTION] and not exit_zero):
             return 1
         return 0
-
-
-# -- planning ---------------------------------------------------------------------------------------
-
-_IMPORT_LINE = re.compile(r"^[ \t]*(?:from[ \t]+([\w.]+)[ \t]+import[ \t]+\(?([^#\n]*)|import[ \t]+([^#\n]+))", re.M)
-
-
-def scan_imports(text: str) -> list[str]:
-    """The absolute module names a file's import lines name (``from a import b`` gives ``a`` and ``a.b``),
-    found with a regular expression: a cheap over-approximation of ``program.imported_names``."""
-    names: list[str] = []
-    for base, members, plain in _IMPORT_LINE.findall(text):
-        if base:
-            names.append(base)
-            names.extend(f"{base}.{n.split(' as ')[0].strip()}" for n in members.strip(" ()\\").split(",") if n.strip())
-        else:
-            names.extend(n.split(" as ")[0].strip() for n in plain.split(",") if n.strip())
-    return [n for n in dict.fromkeys(names) if n and n.replace(".", "").replace("_", "").isalnum()]
-
-
-def _code_text(path: Path) -> str:
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return ""
-    if path.suffix == ".ipynb":
-        try:
-            cells = json.loads(data).get("cells", [])
-            return "\n".join(
-                "".join(c.get("source", "")) if isinstance(c.get("source"), list) else str(c.get("source", ""))
-                for c in cells if isinstance(c, dict) and c.get("cell_type") == "code"
-            )
-        except (ValueError, AttributeError):
-            return ""
-    return data.decode("utf-8", errors="replace")
-
-
-def local_closure(script: Path, cache: dict[Path, list[str]]) -> set[Path]:
-    """The local modules ``script`` may use, directly or through each other (resolved paths)."""
-    folder = script.parent
-    found: set[Path] = set()
-    pending = [script]
-    while pending:
-        current = pending.pop()
-        if current not in cache:
-            cache[current] = scan_imports(_code_text(current))
-        for name in cache[current]:
-            module = find_local(name, folder)
-            if module is None:
-                continue
-            module = module.resolve()
-            if module != script and module not in found:
-                found.add(module)
-                pending.append(module)
-    return found
-
-
-def plan(candidates: Sequence[Path], settings_for: Callable[[Path], Settings]) -> list[Job]:
-    """Group the candidates into jobs: each script with the candidate modules it imports; scripts that
-    share a module in one job; a candidate imported by another is converted only with it."""
-    real = {p.resolve(): p for p in candidates}
-    cache: dict[Path, list[str]] = {}
-    uses = {r: local_closure(r, cache) for r in real}
-    imported = {m for deps in uses.values() for m in deps if m in real}
-    entries = [r for r in real if r not in imported]
-    covered = set(entries).union(*(uses[e] for e in entries)) if entries else set()
-    for r in sorted(real, key=str):  # files that only import each other in a cycle: the first one leads
-        if r not in covered:
-            entries.append(r)
-            covered |= {r} | uses[r]
-    # union-find over shared modules: scripts that share one are converted in one job
-    parent = {e: e for e in entries}
-
-    def root(x: Path) -> Path:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    owner: dict[Path, Path] = {}
-    for entry in sorted(entries, key=str):
-        for module in uses[entry]:
-            if module in owner:
-                parent[root(entry)] = root(owner[module])
-            else:
-                owner[module] = entry
-    groups: dict[Path, list[Path]] = {}
-    for entry in sorted(entries, key=str):
-        groups.setdefault(root(entry), []).append(entry)
-    jobs = []
-    for members in groups.values():
-        tasks = []
-        for entry in members:
-            settings = settings_for(real[entry])
-            tasks.append(Task(str(real[entry]), settings.target, frozenset(settings.disable)))
-        modules = sorted({str(real[m]) for e in members for m in uses[e] if m in real and m not in members}, key=str)
-        jobs.append(Job(tuple(tasks), tuple(modules)))
-    return sorted(jobs, key=lambda j: j.tasks[0].path)
-
-
-# -- running ------------------------------------------------------------------------------------------
-
-
-def convert_job(job: Job) -> list[Result]:
-    """Convert a job's scripts, one after the other (in a worker process, or here)."""
-    from accelify.pipeline import convert_path
-
-    return [convert_path(task.path, target=task.target, disabled=task.disabled) for task in job.tasks]
-
-
-def _ignore_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-
-
-def _context() -> multiprocessing.context.BaseContext:
-    """forkserver where there is one: workers fork from a clean process that has the conversion
-    modules imported, not from this one (which may run a progress-bar thread)."""
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["accelify.pipeline", "accelify.codemods.engine", "accelify.notebook"])
-        return context
-    return multiprocessing.get_context("spawn")
-
-
-def start_workers_early() -> None:
-    """Start the fork server now, so that it imports the conversion modules while the tree is walked
-    (about half a second that would otherwise come before the first result)."""
-    if _context().get_start_method() == "forkserver":
-        from multiprocessing import forkserver
-
-        forkserver.ensure_running()
-
-
-def run(jobs: Sequence[Job], workers: int) -> Iterator[tuple[Job, list[Result]]]:
-    """Each job with its results, as soon as it is done (completion order). At most ``4 * workers``
-    jobs are in flight, so results never pile up in memory."""
-    if workers <= 1 or len(jobs) <= 1:
-        for job in jobs:
-            yield job, convert_job(job)
-        return
-    pool = ProcessPoolExecutor(min(workers, len(jobs)), mp_context=_context(), initializer=_ignore_sigint)
-    pending: dict[Future[list[Result]], Job] = {}
-    queue = iter(jobs)
-    try:
-        for job in queue:
-            pending[pool.submit(convert_job, job)] = job
-            if len(pending) >= 4 * workers:
-                break
-        while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                job = pending.pop(future)
-                for more in queue:
-                    pending[pool.submit(convert_job, more)] = more
-                    break
-                yield job, _outcome(future, job)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _outcome(future: Future[list[Result]], job: Job) -> list[Result]:
-    """A job's results; a worker that died (killed, out of memory) fails its scripts, not the run."""
-    try:
-        return future.result()
-    except Exception as error:  # BrokenProcessPool, an unpicklable result...
-        return [Result(t.path, FAILED, "", "", error=f"{t.path}: the worker converting it failed: "
-                       f"{type(error).__name__}: {error}") for t in job.tasks]
 
 
 @contextlib.contextmanager
@@ -521,14 +332,6 @@ class Migration:
                 continue
             with deferred_interrupt():
                 self._copy(entry.path)
-
-
-def default_jobs() -> int:
-    """The number of cores this process may use."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def write_json(path: str | os.PathLike[str], payload: object) -> None:

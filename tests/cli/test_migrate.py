@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from accelify.cli import main
-from accelify.migrate import Migration, Options, plan
+from accelify.grouping import plan
 from accelify.settings import SettingsFinder
 
 SCRIPT = b"import torch\nmodel = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nprint(1)\n"

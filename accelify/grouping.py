@@ -1,0 +1,131 @@
+"""How ``accelify migrate`` groups the candidates of a folder into jobs, without parsing anything.
+
+A cheap scan of each candidate's import lines finds the local modules it uses (``import data`` -> ``data.py``
+beside it, as ``accelify.program`` finds them). A candidate that another candidate imports is not converted on
+its own: it is converted with the script(s) that import it, as their companion. Scripts that share a module are
+one job, so that the module is written once.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from accelify.program import find_local
+from accelify.settings import Settings
+
+
+@dataclass(frozen=True)
+class Task:
+    """One script to convert, with its settings (picklable: sent to a worker)."""
+
+    path: str
+    target: str
+    disabled: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Job:
+    """Scripts converted together (they share local modules), and the candidate modules they take along."""
+
+    tasks: tuple[Task, ...]
+    modules: tuple[str, ...] = ()  # candidates converted as these scripts' companions, not on their own
+
+
+_IMPORT_LINE = re.compile(r"^[ \t]*(?:from[ \t]+([\w.]+)[ \t]+import[ \t]+\(?([^#\n]*)|import[ \t]+([^#\n]+))", re.M)
+
+
+def scan_imports(text: str) -> list[str]:
+    """The absolute module names a file's import lines name (``from a import b`` gives ``a`` and ``a.b``),
+    found with a regular expression: a cheap over-approximation of ``program.imported_names``."""
+    names: list[str] = []
+    for base, members, plain in _IMPORT_LINE.findall(text):
+        if base:
+            names.append(base)
+            names.extend(f"{base}.{n.split(' as ')[0].strip()}" for n in members.strip(" ()\\").split(",") if n.strip())
+        else:
+            names.extend(n.split(" as ")[0].strip() for n in plain.split(",") if n.strip())
+    return [n for n in dict.fromkeys(names) if n and n.replace(".", "").replace("_", "").isalnum()]
+
+
+def _code_text(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ""
+    if path.suffix == ".ipynb":
+        try:
+            cells = json.loads(data).get("cells", [])
+            return "\n".join(
+                "".join(c.get("source", "")) if isinstance(c.get("source"), list) else str(c.get("source", ""))
+                for c in cells if isinstance(c, dict) and c.get("cell_type") == "code"
+            )
+        except (ValueError, AttributeError):
+            return ""
+    return data.decode("utf-8", errors="replace")
+
+
+def local_closure(script: Path, cache: dict[Path, list[str]]) -> set[Path]:
+    """The local modules ``script`` may use, directly or through each other (resolved paths)."""
+    folder = script.parent
+    found: set[Path] = set()
+    pending = [script]
+    while pending:
+        current = pending.pop()
+        if current not in cache:
+            cache[current] = scan_imports(_code_text(current))
+        for name in cache[current]:
+            module = find_local(name, folder)
+            if module is None:
+                continue
+            module = module.resolve()
+            if module != script and module not in found:
+                found.add(module)
+                pending.append(module)
+    return found
+
+
+def plan(candidates: Sequence[Path], settings_for: Callable[[Path], Settings]) -> list[Job]:
+    """Group the candidates into jobs: each script with the candidate modules it imports; scripts that
+    share a module in one job; a candidate imported by another is converted only with it."""
+    real = {p.resolve(): p for p in candidates}
+    cache: dict[Path, list[str]] = {}
+    uses = {r: local_closure(r, cache) for r in real}
+    imported = {m for deps in uses.values() for m in deps if m in real}
+    entries = [r for r in real if r not in imported]
+    covered = set(entries).union(*(uses[e] for e in entries)) if entries else set()
+    for r in sorted(real, key=str):  # files that only import each other in a cycle: the first one leads
+        if r not in covered:
+            entries.append(r)
+            covered |= {r} | uses[r]
+    # union-find over shared modules: scripts that share one are converted in one job
+    parent = {e: e for e in entries}
+
+    def root(x: Path) -> Path:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    owner: dict[Path, Path] = {}
+    for entry in sorted(entries, key=str):
+        for module in uses[entry]:
+            if module in owner:
+                parent[root(entry)] = root(owner[module])
+            else:
+                owner[module] = entry
+    groups: dict[Path, list[Path]] = {}
+    for entry in sorted(entries, key=str):
+        groups.setdefault(root(entry), []).append(entry)
+    jobs = []
+    for members in groups.values():
+        tasks = []
+        for entry in members:
+            settings = settings_for(real[entry])
+            tasks.append(Task(str(real[entry]), settings.target, frozenset(settings.disable)))
+        modules = sorted({str(real[m]) for e in members for m in uses[e] if m in real and m not in members}, key=str)
+        jobs.append(Job(tuple(tasks), tuple(modules)))
+    return sorted(jobs, key=lambda j: j.tasks[0].path)
