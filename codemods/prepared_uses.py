@@ -173,9 +173,9 @@ class PreparedUses(Flow):
         for stmt in loop.stmts:
             if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
                 small = stmt.body[0]
-                if isinstance(small, cst.Assign) and isinstance(small.value, cst.Name) and small.value.value in names:
+                if isinstance(small, cst.Assign):
                     for t in small.targets:
-                        names |= set(target_names(t.target))
+                        names |= _unpacked_batch(t.target, small.value, names)
         return names
 
     def is_batch(self, scope: Scope, name: str, loop: Loop | None, seen: frozenset[int] = frozenset()) -> bool:
@@ -219,3 +219,29 @@ def _nested_in(scope: Scope, outer: Scope) -> bool:
             return True
         parent = parent.parent
     return False
+
+
+def _batch_part(expr: cst.BaseExpression, names: set[str]) -> bool:
+    """``data``, ``data[0]``, ``batch["image"]`` (placed or not) for a batch name ``data``/``batch``."""
+    expr = strip_placement(expr)
+    if isinstance(expr, cst.Subscript):
+        expr = expr.value
+    return isinstance(expr, cst.Name) and expr.value in names
+
+
+def _unpacked_batch(target: cst.BaseExpression, value: cst.BaseExpression, names: set[str]) -> set[str]:
+    """The names an assignment binds to parts of a batch: ``images, labels = data``, ``x = data[0]``,
+    ``inputs, labels = data[0].to(device), data[1].to(device)``."""
+    if _batch_part(value, names):
+        return set(target_names(target))
+    if (
+        isinstance(target, (cst.Tuple, cst.List))
+        and isinstance(value, (cst.Tuple, cst.List))
+        and len(target.elements) == len(value.elements)
+    ):
+        bound: set[str] = set()
+        for t, v in zip(target.elements, value.elements):
+            if not isinstance(t.value, cst.StarredElement) and _batch_part(v.value, names):
+                bound |= set(target_names(t.value))
+        return bound
+    return set()

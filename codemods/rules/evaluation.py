@@ -60,6 +60,52 @@ accelerator.end_training()
 ''',
         ),
         Example(
+            # the batch unpacked inside the loop; ``outputs.data`` is an attribute, not the batch ``data``
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randint(0, 2, (8,))), batch_size=4)
+model = torch.nn.Linear(2, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    optimizer.step()
+correct = total = 0
+with torch.no_grad():
+    for data in loader:
+        images, labels = data[0], data[1]
+        outputs = model(images)
+        _, predicted = torch.max(outputs.data, 1)
+        total += labels.size(0)
+        correct += (predicted == labels).sum().item()
+print(correct / total)
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+accelerator = Accelerator(cpu=True)
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randint(0, 2, (8,))), batch_size=4)
+model = torch.nn.Linear(2, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for x, y in loader:
+    accelerator.backward(torch.nn.functional.cross_entropy(model(x), y))
+    optimizer.step()
+correct = total = 0
+with torch.no_grad():
+    for data in loader:
+        images, labels = data[0], data[1]
+        outputs = model(images)
+        outputs, labels = accelerator.gather_for_metrics((outputs, labels))
+        _, predicted = torch.max(outputs.data, 1)
+        total += labels.size(0)
+        correct += (predicted == labels).sum().item()
+accelerator.print(correct / total)
+accelerator.end_training()
+''',
+        ),
+        Example(
             before='''\
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -217,7 +263,13 @@ def _gather(
     """``output, target = accelerator.gather_for_metrics((output, target))`` and the names it makes global:
     the outputs, then the batch names used after the forward (targets first, then inputs used again)."""
     batch = ctx.plan.batch_names(loop)
-    used = [name for name in target_names(loop.node.target) if name in batch and name in later and name not in outputs]
+    ordered = target_names(loop.node.target)
+    for stmt in loop.stmts:  # then the parts unpacked from the batch (``images, labels = data``), in order
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.Assign):
+                    ordered += [n for t in small.targets for n in target_names(t.target) if n in batch]
+    used = [name for name in dict.fromkeys(ordered) if name in batch and name in later and name not in outputs]
     gathered = outputs + [n for n in used if n not in inputs] + [n for n in used if n in inputs]
     if len(gathered) == 1:
         return f"{gathered[0]} = {accelerator}.gather_for_metrics({gathered[0]})", set(gathered)
@@ -232,7 +284,10 @@ def _names_outside(stmt: cst.BaseStatement, call: cst.Call) -> set[str]:
 
 
 def _names_used(stmts: Sequence[cst.BaseStatement]) -> set[str]:
+    """The variables ``stmts`` read or bind: not attribute names (``outputs.data``) nor keywords (``dim=1``)."""
     names: set[str] = set()
     for stmt in stmts:
-        names |= {n.value for n in m.findall(stmt, m.Name()) if isinstance(n, cst.Name)}
+        skip = {id(n.attr) for n in m.findall(stmt, m.Attribute())}  # type: ignore[union-attr]
+        skip |= {id(a.keyword) for a in m.findall(stmt, m.Arg()) if a.keyword is not None}  # type: ignore[union-attr]
+        names |= {n.value for n in m.findall(stmt, m.Name()) if isinstance(n, cst.Name) and id(n) not in skip}
     return names
