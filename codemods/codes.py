@@ -31,7 +31,7 @@ CUDA_INDEX = Code("ACC013", "`.cuda({index})` names a device index", "use `.to(a
 BUILT_ELSEWHERE = Code("ACC014", "`{name}` cannot be followed to a place that holds the model, optimizer and data loaders together, so `accelerator.prepare` has no place to go and the file was left unchanged", "build them in one function, or pass them to the one that trains (as arguments or return values), then convert again")
 CUDA_KEYWORD = Code("ACC015", "`device=\"cuda\"` passed to `{name}`, which is not a torch function, was left as is", "pass `device=accelerator.device` if `{name}` puts tensors on that device")
 
-LOCAL_METRIC = Code("ACC016", "the evaluation output here could not be gathered, so the metric stays each process's own", "name the forward's output (`output = model(x)`) and gather it: `output, target = accelerator.gather_for_metrics((output, target))`")
+LOCAL_METRIC = Code("ACC016", "the evaluation output here could not be gathered, so the metric stays each process's own", "name what the metric is computed from (`output = model(x)`, `preds = outputs.logits.argmax(-1)`) in its own statement and gather it with the targets: `preds, target = accelerator.gather_for_metrics((preds, target))`")
 
 LOCAL_EXIT = Code("ACC017", "a `{what}` out of a training loop on a value each process computes alone would leave the other processes waiting, and it cannot be moved, so the file was left unchanged", "decide on a value every process shares (`accelerator.reduce(...)`, gathered metrics), or use `accelerator.set_trigger()` where it stops and `if accelerator.check_trigger(): break` at the end of the loop body; then convert again")
 

@@ -60,6 +60,148 @@ accelerator.end_training()
 ''',
         ),
         Example(
+            # the forward alone under no_grad, its output an object: gather what is derived from ``outputs.logits``
+            before='''\
+from types import SimpleNamespace
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(2, 2)
+
+    def forward(self, x, labels):
+        logits = self.fc(x)
+        return SimpleNamespace(logits=logits, loss=torch.nn.functional.cross_entropy(logits, labels))
+
+
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randint(0, 2, (8,))), batch_size=4)
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    model(x, y).loss.backward()
+    optimizer.step()
+hits = []
+for x, y in loader:
+    with torch.no_grad():
+        outputs = model(x, y)
+    preds = outputs.logits.argmax(dim=-1)
+    hits.append(preds == y)
+print(torch.cat(hits).float().mean().item())
+''',
+            after='''\
+from types import SimpleNamespace
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+
+
+accelerator = Accelerator(cpu=True)
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(2, 2)
+
+    def forward(self, x, labels):
+        logits = self.fc(x)
+        return SimpleNamespace(logits=logits, loss=torch.nn.functional.cross_entropy(logits, labels))
+
+
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randint(0, 2, (8,))), batch_size=4)
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for x, y in loader:
+    accelerator.backward(model(x, y).loss)
+    optimizer.step()
+hits = []
+for x, y in loader:
+    with torch.no_grad():
+        outputs = model(x, y)
+    preds = outputs.logits.argmax(dim=-1)
+    preds, y = accelerator.gather_for_metrics((preds, y))
+    hits.append(preds == y)
+accelerator.print(torch.cat(hits).float().mean().item())
+accelerator.end_training()
+''',
+        ),
+        Example(
+            # an output object read only inside a larger expression: nothing to gather, the metric stays local
+            before='''\
+from types import SimpleNamespace
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(2, 2)
+
+    def forward(self, x, labels):
+        logits = self.fc(x)
+        return SimpleNamespace(logits=logits, loss=torch.nn.functional.cross_entropy(logits, labels))
+
+
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randint(0, 2, (8,))), batch_size=4)
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    model(x, y).loss.backward()
+    optimizer.step()
+hits = []
+for x, y in loader:
+    with torch.no_grad():
+        outputs = model(x, y)
+    hits.append(outputs.logits.argmax(dim=-1) == y)
+print(torch.cat(hits).float().mean().item())
+''',
+            after='''\
+from types import SimpleNamespace
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+
+
+accelerator = Accelerator(cpu=True)
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(2, 2)
+
+    def forward(self, x, labels):
+        logits = self.fc(x)
+        return SimpleNamespace(logits=logits, loss=torch.nn.functional.cross_entropy(logits, labels))
+
+
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randint(0, 2, (8,))), batch_size=4)
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for x, y in loader:
+    accelerator.backward(model(x, y).loss)
+    optimizer.step()
+hits = []
+for x, y in loader:
+    with torch.no_grad():
+        outputs = model(x, y)
+    hits.append(outputs.logits.argmax(dim=-1) == y)
+accelerator.print(torch.cat(hits).float().mean().item())
+accelerator.end_training()
+''',
+            warnings=("ACC016:26",),
+        ),
+        Example(
             # the batch unpacked inside the loop; ``outputs.data`` is an attribute, not the batch ``data``
             before='''\
 import torch
@@ -157,6 +299,16 @@ accelerator.end_training()
                 if ctx.is_skipped(stmt):
                     break
                 named = _named_output(stmt, call)
+                if named is not None and len(named) == 1 and _read_through_attributes(named[0], rest):
+                    # ``outputs = model(**batch)`` read only as ``outputs.logits``: an object gather cannot
+                    # split into rows; gather what the loop derives from it (``preds = outputs.logits.argmax(-1)``)
+                    derived = _derivation(named[0], rest)
+                    if derived is None or ctx.is_skipped(derived[0]):
+                        ctx.warn(codes.LOCAL_METRIC, call)
+                        break
+                    stmt, named = derived
+                    rest = rest[rest.index(stmt) + 1 :]
+                    call = _derived_value(stmt)
                 if named is not None:
                     gather, names = _gather(ctx, loop, named, _inputs(call), _names_used(rest), accelerator)
                     ctx.insert_after(stmt, [gather])
@@ -178,11 +330,14 @@ accelerator.end_training()
 
 
 def _is_evaluation(ctx: Context, loop: Loop) -> bool:
-    """A loop over a prepared loader, under ``no_grad``/``inference_mode``, that never calls backward."""
-    return (
-        loop.no_grad
-        and ctx.plan.loader_of(loop) is not None
-        and not any(ctx.plan.reaches_backward(site) for site in loop.calls)
+    """A loop over a prepared loader that never calls backward, under ``no_grad``/``inference_mode`` or
+    with its forward under one (``with torch.no_grad(): outputs = model(**batch)`` inside the loop)."""
+    if ctx.plan.loader_of(loop) is None or any(ctx.plan.reaches_backward(site) for site in loop.calls):
+        return False
+    return loop.no_grad or any(
+        site.no_grad and (found := ctx.plan.prepared(loop.scope, site.node.func, site.stmt)) is not None
+        and found.role == "model"
+        for site in loop.calls
     )
 
 
@@ -233,8 +388,51 @@ def _reduces_batch(call: cst.Call) -> bool:
         if (arg.keyword is None or arg.keyword.value == "dim") and isinstance(arg.value, cst.Integer):
             return arg.value.evaluated_value == 0
         if arg.keyword is None or arg.keyword.value == "dim":
-            return isinstance(arg.value, cst.UnaryOperation)  # dim=-1 style is per sample; other shapes: unknown
+            return not isinstance(arg.value, cst.UnaryOperation)  # dim=-1 style is per sample; other shapes: unknown
     return False
+
+
+def _read_through_attributes(name: str, stmts: Sequence[cst.BaseStatement]) -> bool:
+    """``name`` is read in ``stmts``, and only as ``name.attr`` (a model output object such as
+    ``outputs.logits``), never whole, indexed or rebound."""
+    reads = [n for stmt in stmts for n in m.findall(stmt, m.Name(name)) if isinstance(n, cst.Name)]
+    if not reads:
+        return False
+    called = {id(c.func) for stmt in stmts for c in m.findall(stmt, m.Call(func=m.Attribute()))}  # type: ignore[union-attr]
+    through = {
+        id(a.value)  # type: ignore[union-attr]
+        for stmt in stmts
+        for a in m.findall(stmt, m.Attribute(value=m.Name(name)))
+        if id(a) not in called and a.attr.value not in _TENSOR_ATTRIBUTES  # type: ignore[union-attr]
+    }
+    return all(id(n) in through for n in reads)
+
+
+# Attributes of a tensor (``outputs.data``): a name read through them holds a tensor, not an output object.
+_TENSOR_ATTRIBUTES = {"data", "shape", "dtype", "device", "T", "mT", "grad", "real", "imag", "ndim", "is_cuda"}
+
+
+def _derived_value(stmt: cst.BaseStatement) -> cst.BaseExpression:
+    return stmt.body[0].value  # type: ignore[attr-defined, no-any-return]
+
+
+def _derivation(name: str, stmts: Sequence[cst.BaseStatement]) -> tuple[cst.BaseStatement, list[str]] | None:
+    """The first ``preds = name.logits.argmax(dim=-1)`` (an attribute of the output, through methods that keep
+    one row per sample) among ``stmts``, with the name it binds."""
+    for stmt in stmts:
+        if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
+            continue
+        assign = stmt.body[0]
+        if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
+            continue
+        value = assign.value
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+            if value.func.attr.value not in _PER_SAMPLE or _reduces_batch(value):
+                break
+            value = value.func.value
+        if isinstance(value, cst.Attribute) and m.matches(value.value, m.Name(name)):
+            return stmt, [assign.targets[0].target.value]
+    return None
 
 
 def _extractable(stmt: cst.BaseStatement) -> bool:
