@@ -330,15 +330,26 @@ accelerator.end_training()
 
 
 def _is_evaluation(ctx: Context, loop: Loop) -> bool:
-    """A loop over a prepared loader that never calls backward, under ``no_grad``/``inference_mode`` or
-    with its forward under one (``with torch.no_grad(): outputs = model(**batch)`` inside the loop)."""
+    """A loop over a prepared loader that runs a prepared model and never calls backward: under
+    ``no_grad``/``inference_mode``, with only its forward under one (``with torch.no_grad(): outputs =
+    model(**batch)``), or with neither in a function that put the model in ``eval()`` mode and takes no
+    gradient or optimizer step in the loop."""
     if ctx.plan.loader_of(loop) is None or any(ctx.plan.reaches_backward(site) for site in loop.calls):
         return False
-    return loop.no_grad or any(
-        site.no_grad and (found := ctx.plan.prepared(loop.scope, site.node.func, site.stmt)) is not None
-        and found.role == "model"
-        for site in loop.calls
+    forwards = [site for site in loop.calls if _is_model(ctx, loop, site.node.func, site.stmt)]
+    if loop.no_grad or any(site.no_grad for site in forwards):
+        return True
+    if not forwards or any(site.method == "step" or site.qualname == "torch.autograd.grad" for site in loop.calls):
+        return False
+    return any(
+        site.method == "eval" and _is_model(ctx, loop, site.node.func.value, site.stmt)  # type: ignore[attr-defined]
+        for site in loop.scope.calls
     )
+
+
+def _is_model(ctx: Context, loop: Loop, node: cst.BaseExpression, stmt: cst.BaseStatement) -> bool:
+    found = ctx.plan.prepared(loop.scope, node, stmt)
+    return found is not None and found.role == "model"
 
 
 def _model_call(ctx: Context, loop: Loop, stmt: cst.BaseStatement) -> cst.Call | None:

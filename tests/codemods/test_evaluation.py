@@ -33,6 +33,16 @@ CASES = [
         "    with torch.no_grad():\n        for (x,) in loader:\n            out = model(x)\n            correct += out.sum().item()\n",
         "            out = model(x)\n            out = accelerator.gather_for_metrics(out)\n",
     ),
+    # only the forward under no_grad (Hugging Face's evaluation loops)
+    (
+        "    for x, y in loader:\n        with torch.no_grad():\n            out = model(x)\n        correct += out.eq(y).sum().item()\n",
+        "            out = model(x)\n            out, y = accelerator.gather_for_metrics((out, y))\n",
+    ),
+    # no no_grad at all, but the model was put in eval mode
+    (
+        "    model.eval()\n    for x, y in loader:\n        out = model(x)\n        correct += out.eq(y).sum().item()\n",
+        "        out = model(x)\n        out, y = accelerator.gather_for_metrics((out, y))\n",
+    ),
 ]
 
 
@@ -46,8 +56,8 @@ def test_gather_after_the_forward(loop: str, expected: str) -> None:
 NEAR_MISSES = [
     # a training loop (backward) is not an evaluation loop
     "    with torch.no_grad():\n        pass\n    for x, y in loader:\n        out = model(x)\n        out.sum().backward()\n",
-    # gradients enabled and no no_grad: not recognised as evaluation
-    "    for x, y in loader:\n        out = model(x)\n        correct += out.eq(y).sum().item()\n",
+    # eval mode, but the loop steps an optimizer (gradients by hand): not an evaluation
+    "    model.eval()\n    for x, y in loader:\n        out = model(x)\n        g = torch.autograd.grad(out.sum(), model.parameters())\n",
     # not a prepared loader
     "    with torch.no_grad():\n        for x, y in [(1, 2)]:\n            out = model(x)\n            correct += out.eq(y).sum()\n",
 ]
@@ -56,3 +66,10 @@ NEAR_MISSES = [
 @pytest.mark.parametrize("loop", NEAR_MISSES)
 def test_no_gather(loop: str) -> None:
     assert "gather_for_metrics" not in converted(TEMPLATE.format(loop=loop))
+
+
+def test_no_gather_with_gradients_on_and_no_eval_mode() -> None:
+    """Neither no_grad nor ``model.eval()``: nothing says the loop evaluates, so it is left alone."""
+    source = TEMPLATE.format(loop="    for x, y in loader:\n        out = model(x)\n        correct += out.eq(y).sum().item()\n")
+    out = converted(source.replace("    model.eval()\n", ""))
+    assert "gather_for_metrics" not in out
