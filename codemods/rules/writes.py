@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods.context import Context, expression
+from accelify.codemods import codes
+from accelify.codemods.context import Context, code_of, expression
 from accelify.codemods.facts import CallSite
 from accelify.codemods.rule import Example, Rule
 
@@ -24,6 +25,8 @@ WRITERS = {
     "safetensors.torch.save_file",
 }
 WRITE_MODES = ("w", "a", "x")
+# Loggers that write files of their own from every process that creates one.
+LOG_WRITERS = {"torch.utils.tensorboard.SummaryWriter", "tensorboardX.SummaryWriter", "torch.utils.tensorboard.writer.SummaryWriter"}
 
 
 class MainProcessWrites(Rule):
@@ -88,6 +91,38 @@ accelerator.end_training()
 ''',
             fires=False,
         ),
+        Example(
+            # a handle kept open and written through later: not one statement to guard, so it is reported
+            before='''\
+import torch
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+log = open("loss.txt", "w")
+for x in torch.ones(4, 2):
+    loss = model(x).sum()
+    loss.backward()
+    optimizer.step()
+    log.write(str(loss.item()))
+log.close()
+''',
+            after='''\
+import torch
+from accelify.runtime import Accelerator
+accelerator = Accelerator(cpu=True)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+log = open("loss.txt", "w")
+for x in torch.ones(4, 2):
+    loss = model(x).sum()
+    accelerator.backward(loss)
+    optimizer.step()
+    log.write(str(loss.item()))
+log.close()
+accelerator.end_training()
+''',
+            warnings=("ACC024:4",),
+        ),
     )
 
     def run(self, ctx: Context) -> None:
@@ -96,7 +131,10 @@ accelerator.end_training()
             if not (_writes(site) and ctx.after_accelerator(site.scope, site.stmt)):
                 continue
             stmt = _outermost_write(ctx, site)
-            if stmt is None or stmt in wrapped or any(s in wrapped for s in ctx.facts.chain(stmt)):
+            if stmt is None:
+                _warn_kept_open(ctx, site, wrapped)
+                continue
+            if stmt in wrapped or any(s in wrapped for s in ctx.facts.chain(stmt)):
                 continue
             accelerator = ctx.accelerator_in(site.scope)
             if ctx.replace(stmt, stmt, lambda s, a=accelerator: _guard(s, a)):  # type: ignore[misc]
@@ -104,9 +142,26 @@ accelerator.end_training()
                 ctx.change("write files on the main process only")
 
 
+def _warn_kept_open(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) -> None:
+    """``log = open(path, "w")`` / ``writer = SummaryWriter(dir)``: a handle every process keeps and writes
+    through later cannot be wrapped as one statement; say so (ACC024) unless it is already main-only."""
+    stmt = site.stmt
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
+        return
+    assign = stmt.body[0]
+    if assign.value is not site.node or len(assign.targets) != 1 or any(s in wrapped for s in ctx.facts.chain(stmt)):
+        return
+    if ctx.plan.distributed.main_only(ctx.facts, stmt, site.scope) is not None:
+        return  # ``if rank == 0: writer = SummaryWriter()``: the script already keeps it to one process
+    target = code_of(assign.targets[0].target)
+    ctx.warn(codes.SHARED_WRITER, site.node, name=code_of(site.node.func), target=target)
+
+
 def _writes(site: CallSite) -> bool:
     """``open(p, "w")``, ``Path(p).open("a")``, ``p.write_text(...)``, ``json.dump``-style writers, ``savefig``."""
     if site.qualname in WRITERS or site.method in ("savefig", "write_text", "write_bytes"):
+        return True
+    if site.qualname in LOG_WRITERS:
         return True
     if site.qualname == "open":
         mode_position = 1
