@@ -12,7 +12,7 @@ import libcst as cst
 from accelify.codemods import codes
 from accelify.codemods.analysis import is_docstring
 from accelify.codemods.context import Context, expression
-from accelify.codemods.facts import Scope
+from accelify.codemods.facts import Loop, Scope
 from accelify.codemods.roles import CLIPPING
 from accelify.codemods.rule import Example, Rule
 
@@ -95,6 +95,56 @@ optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
 train(model, loader, optimizer)
 accelerator.end_training()
+''',
+            fires=False,
+        ),
+        Example(
+            # a generator that only passes the prepared loader's batches on does not need the accelerator
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def forever(loader):
+    while True:
+        for batch in loader:
+            yield batch
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = forever(loader)
+    for step in range(4):
+        x, y = next(batches)
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+
+
+def forever(loader):
+    while True:
+        for batch in loader:
+            yield batch
+
+
+def main():
+    accelerator = Accelerator(cpu=True)
+    loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    batches = forever(loader)
+    for step in range(4):
+        x, y = next(batches)
+        accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+        optimizer.step()
+    accelerator.end_training()
 ''',
             fires=False,
         ),
@@ -189,9 +239,21 @@ accelerator.end_training()
                 return True
             if site.node in ctx.handled:  # a call a rule already rewrote through the accelerator (autocast)
                 return True
-        if any(plan.loader_of(loop) is not None for loop in function.loops):
+        if any(plan.loader_of(loop) is not None and self._uses_accelerator_in(ctx, loop) for loop in function.loops):
             return True
         return self._device_param(ctx, function) is not None
+
+    @staticmethod
+    def _uses_accelerator_in(ctx: Context, loop: Loop) -> bool:
+        """A loop over a prepared loader will read the accelerator when it runs a prepared model (evaluation
+        gathers there) or shows a progress bar (only the local main process draws it); a loop that only
+        passes batches on (``for batch in loader: yield batch``) will not."""
+        if isinstance(loop.node.iter, cst.Call) and (loop.scope.imports.qualname(loop.node.iter.func) or "").startswith("tqdm"):
+            return True
+        return any(
+            (found := ctx.plan.prepared(loop.scope, site.node.func, site.stmt)) is not None and found.role == "model"
+            for site in loop.calls
+        )
 
     def _device_params(self, ctx: Context, function: Scope) -> list[str]:
         """Parameters every call site passes the device variable to."""
