@@ -60,8 +60,32 @@ def convert_files(files: ScriptFiles, *, target: str = "accelify") -> tuple[Scri
     from accelify.pipeline import convert_source
     from accelify.program import ModuleText
 
-    local = [ModuleText(name[:-3], name, source) for name, source in files.modules if name.endswith(".py")]
+    used = _imported_modules(files)
+    local = [ModuleText(name[:-3], name, source) for name, source in files.modules if name in used]
     result = convert_source(files.source, path=files.name, target=target, modules=local)
     converted = {c.path: c.new for c in result.companions if c.changed}
     modules = tuple((name, converted.get(name, source)) for name, source in files.modules)
     return replace(files, source=result.new, modules=modules), result
+
+
+def _imported_modules(files: ScriptFiles) -> set[str]:
+    """The file names of the modules beside the script that it imports, directly or through each other: only
+    those are analysed with it (as ``accelify convert`` does), never an unrelated script of the same folder."""
+    import libcst as cst
+
+    from accelify.program import imported_names
+
+    sources = dict(files.modules)
+    used: set[str] = set()
+    pending = [files.source]
+    while pending:
+        try:
+            module = cst.parse_module(pending.pop())
+        except cst.ParserSyntaxError:
+            continue
+        for name in imported_names(module):
+            file = name.split(".")[0] + ".py"
+            if file in sources and file not in used:
+                used.add(file)
+                pending.append(sources[file])
+    return used
