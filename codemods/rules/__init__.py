@@ -5,7 +5,8 @@ test checks). Order matters: placement runs before threading and the device rule
 at which uses of ``device`` placement removed; ``unsupported`` runs first (it may stop the file) and
 ``leftovers`` last (it reports what no rule took).
 
-Hand-written distributed code: ``model_parallel`` refuses early, like ``unsupported``. The rules that give
+Hand-written distributed code: ``model_parallel`` refuses early, like ``unsupported``, and so does
+``forward_methods`` (training through a model method that runs the forward itself). The rules that give
 the script's own distribution to the runtime (``ddp``, ``sampler``, ``collectives``, ``process_group``,
 ``spawn``, ``ranks``, ``apex``, ``micro_steps``) run after placement and DataParallel (the set-up
 branches ``process_group`` removes whole must find their placement and wraps already removed, so it
@@ -33,6 +34,7 @@ from accelify.codemods.rules.ddp import RemoveDistributedWrapper
 from accelify.codemods.rules.device import ReplaceDevice
 from accelify.codemods.rules.end import EndTraining
 from accelify.codemods.rules.evaluation import GatherForMetrics
+from accelify.codemods.rules.forward_methods import RefuseForwardMethods
 from accelify.codemods.rules.imports import AddAcceleratorImport
 from accelify.codemods.rules.leftovers import ReportLeftovers
 from accelify.codemods.rules.model_parallel import RefuseModelParallel
@@ -60,6 +62,7 @@ from accelify.codemods.rules.writes import MainProcessWrites
 RULES: tuple[type[Rule], ...] = (
     WarnUnsupported,
     RefuseModelParallel,
+    RefuseForwardMethods,
     CreateAccelerator,
     AddAcceleratorImport,
     RemovePlacement,
