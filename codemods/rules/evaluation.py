@@ -279,6 +279,7 @@ accelerator.end_training()
     )
 
     def run(self, ctx: Context) -> None:
+        self._warn_model_methods(ctx)
         for loop in ctx.facts.loops:
             accelerator = ctx.accelerator_in(loop.scope)
             body = loop.node.body
@@ -327,6 +328,27 @@ accelerator.end_training()
                     break
                 ctx.change("gather predictions and targets for metrics")
                 break
+
+
+    @staticmethod
+    def _warn_model_methods(ctx: Context) -> None:
+        """``acc = model.accuracy(val_loader)``: a method of the model that walks a prepared loader evaluates
+        each process's shard, out of the accelerator's reach: its metric stays local (ACC016)."""
+        walking = {
+            s.name for s in ctx.facts.scopes
+            if s.kind == "function" and s.parent is not None and s.parent.kind == "class" and s.loops
+        }
+        for site in ctx.facts.calls:
+            if site.method not in walking or not isinstance(site.node.func, cst.Attribute):
+                continue
+            receiver = ctx.plan.prepared(site.scope, site.node.func.value, site.stmt)
+            if receiver is None or receiver.role != "model":
+                continue
+            for arg in site.node.args:
+                found = ctx.plan.prepared(site.scope, arg.value, site.stmt)
+                if found is not None and found.role == "loader":
+                    ctx.warn(codes.LOCAL_METRIC, site.node)
+                    break
 
 
 def _is_evaluation(ctx: Context, loop: Loop) -> bool:
