@@ -156,7 +156,13 @@ class Plan(PreparedUses):
             owners = [o for b in groups if b is not None and b.value is not None and b.where is where
                       for o in parameter_owners_in(b.value)]
         if owners:
-            return [(where, self._model_root(where, self._comprehended(optimizer, owner))) for owner in owners]
+            receiver = _method_receiver(optimizer)
+            return [
+                (optimizer.where, receiver)  # ``self.fc.parameters()`` too: the whole model is what gets prepared
+                if receiver is not None and _rooted_at_self(owner)
+                else (where, self._model_root(where, self._comprehended(optimizer, owner)))
+                for owner in owners
+            ]
         return [(optimizer.where, arg) for arg in self._model_arguments(optimizer)]
 
     def _comprehended(self, optimizer: Binding, owner: cst.BaseExpression) -> cst.BaseExpression:
@@ -465,6 +471,23 @@ def _maker(binding: Binding) -> tuple[Scope, cst.Call]:
     element = element_call(value) if binding.many else None
     value = strip_placement(element) if element is not None else value
     return where, value if isinstance(value, cst.Call) else cst.Call(cst.Name("_"))
+
+
+def _method_receiver(binding: Binding) -> cst.BaseExpression | None:
+    """``model`` of ``optimizer = model.configure_optimizers(...)`` when a method of a class built the object:
+    what that method's ``self`` stands for where the binding is."""
+    if binding.made is None or binding.made[0].parent is None or binding.made[0].parent.kind != "class":
+        return None
+    value = binding.unpacked[0] if binding.unpacked is not None else strip_placement(binding.value)  # type: ignore[arg-type]
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+        return value.func.value
+    return None
+
+
+def _rooted_at_self(expr: cst.BaseExpression) -> bool:
+    while isinstance(expr, cst.Attribute):
+        expr = expr.value
+    return isinstance(expr, cst.Name) and expr.value == "self"
 
 
 def _from_torch_optim(binding: Binding) -> bool:

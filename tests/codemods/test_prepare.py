@@ -104,6 +104,29 @@ def test_model_found_through_the_optimizer_and_a_local_module_subclass() -> None
     assert "net, other, opt = accelerator.prepare(net, other, opt)\n" in out
 
 
+def test_optimizer_from_a_method_of_the_model_trains_that_model() -> None:
+    """``optimizer = model.configure_optimizers(lr)`` returning ``AdamW(self.parameters())``: ``self`` is
+    ``model``, so the model is prepared (it was left out, and N processes trained N copies)."""
+    out = converted(
+        """
+        import torch
+        from torch import nn
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(2, 1)
+            def configure_optimizers(self, lr):
+                return torch.optim.AdamW(self.fc.parameters(), lr=lr)
+        model = Net()
+        optimizer = model.configure_optimizers(1e-3)
+        for x in torch.ones(4, 2):
+            model(x).sum().backward()
+            optimizer.step()
+        """
+    )
+    assert "model, optimizer = accelerator.prepare(model, optimizer)\n" in out
+
+
 def test_objects_created_after_the_training_loop_stop_the_conversion() -> None:
     code = """
     import torch
