@@ -82,6 +82,12 @@ def convert(
                 ]
                 files = []
                 for where, part in group:
+                    if not in_place and part is not result and where.resolve() == Path(part.path).resolve():
+                        raise OutputError(
+                            str(where),
+                            f"converting {path} changes this local module too, and -o would write the conversion over "
+                            "the original; write the program to a folder of its own (-o OUT_DIR/) or use --in-place",
+                        )
                     data = encode(part.new, part.encoding)
                     if destinations.get(where, data) != data:
                         raise OutputError(str(where), "two conversions would write it differently; convert them separately")

@@ -443,3 +443,22 @@ def test_a_named_module_of_a_named_script_is_converted_with_it_only(project: Pat
     assert "ACC012" not in result.stderr and result.stdout.count("converted: helpers.py") == 1
     assert b"accelerator.backward(loss)" in (project / "helpers.py").read_bytes()
     assert run("--check", "helpers.py", "train.py").exit_code == 0
+
+
+def test_output_file_never_overwrites_a_local_module_the_conversion_changes(project: Path) -> None:
+    """-o names where the script goes; the helper it changes would land over its own original: refused, nothing written."""
+    helpers = b"import torch\n\n\ndef fit(model, loader, optimizer):\n    for x, y in loader:\n" \
+              b"        loss = torch.nn.functional.mse_loss(model(x), y)\n        loss.backward()\n        optimizer.step()\n"
+    script = b"import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\nfrom helpers import fit\n\n" \
+             b"model = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n" \
+             b"fit(model, DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2), opt)\n"
+    write(project, "helpers.py", helpers)
+    write(project, "train.py", script)
+    result = run("train.py", "-o", "train_dist.py")
+    assert result.exit_code == 2
+    assert "helpers.py: cannot write" in result.stderr and "-o OUT_DIR/" in result.stderr
+    assert (project / "helpers.py").read_bytes() == helpers and not (project / "train_dist.py").exists()
+    result = run("train.py", "-o", "out/")
+    assert result.exit_code == 0, result.output
+    assert b"accelerator.backward(loss)" in (project / "out" / "helpers.py").read_bytes()
+    assert (project / "helpers.py").read_bytes() == helpers
