@@ -7,7 +7,7 @@ import libcst as cst
 
 from accelify.codemods import codes
 from accelify.codemods.context import Context, expression, unwrap
-from accelify.codemods.facts import CallSite
+from accelify.codemods.facts import Binding, CallSite
 from accelify.codemods.rule import Example, Rule
 
 
@@ -70,6 +70,7 @@ accelerator.end_training()
     )
 
     def run(self, ctx: Context) -> None:
+        self.unwrapped: set[int] = set()  # nodes already sent through unwrap_model (two saves of one ``state``)
         waited: set[cst.BaseStatement] = set()
         for site in ctx.facts.calls:
             if site.qualname != "torch.save":
@@ -109,14 +110,19 @@ accelerator.end_training()
                 pending.extend((e.value, stmt) for e in expr.elements)
             elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "state_dict":
                 if self._is_model(ctx, site, expr.func.value):
-                    ctx.replace(expr.func.value, stmt, lambda n, a=accelerator: unwrap(n, a))  # type: ignore[misc]
+                    self._unwrap(ctx, expr.func.value, stmt, accelerator)
             elif self._is_model(ctx, site, expr):
-                ctx.replace(expr, stmt, lambda n, a=accelerator: unwrap(n, a))  # type: ignore[misc]
+                self._unwrap(ctx, expr, stmt, accelerator)
             elif isinstance(expr, cst.Name) and id(expr) not in followed:
                 followed.add(id(expr))
-                binding = ctx.plan.binding_of(site.scope, expr.value)
-                if binding is not None and isinstance(binding.value, (cst.Dict, cst.Tuple, cst.List, cst.Call)) and binding.where is site.scope:
+                binding = _reaching(ctx, site, expr.value)
+                if binding is not None and isinstance(binding.value, (cst.Dict, cst.Tuple, cst.List, cst.Call)):
                     pending.append((binding.value, binding.stmt))
+
+    def _unwrap(self, ctx: Context, node: cst.BaseExpression, stmt: cst.BaseStatement, accelerator: str) -> None:
+        if id(node) not in self.unwrapped:
+            self.unwrapped.add(id(node))
+            ctx.replace(node, stmt, lambda n, a=accelerator: unwrap(n, a))  # type: ignore[misc]
 
     def _unwrap_in_callers(self, ctx: Context, site: CallSite) -> None:
         """``save_checkpoint({"state_dict": model.state_dict(), ...})`` where ``save_checkpoint`` saves its parameter:
@@ -134,6 +140,14 @@ accelerator.end_training()
     def _is_model(self, ctx: Context, site: CallSite, expr: cst.BaseExpression) -> bool:
         found = ctx.plan.prepared(site.scope, expr, site.stmt)
         return found is not None and found.role == "model"
+
+
+def _reaching(ctx: Context, site: CallSite, name: str) -> Binding | None:
+    """The assignment of ``name`` in the save's own function that the save sees: the last one before it
+    (``state = {...}`` in each branch of an ``if``/``else``: each save its own)."""
+    at = ctx.facts.order[site.stmt][0]
+    before = [b for b in site.scope.bindings.get(name, []) if b.where is site.scope and ctx.facts.order[b.stmt][0] < at]
+    return max(before, key=lambda b: ctx.facts.order[b.stmt][0]) if before else None
 
 
 def outside_with(ctx: Context, stmt: cst.BaseStatement) -> cst.BaseStatement:

@@ -132,3 +132,25 @@ def test_a_load_before_prepare_reads_onto_the_cpu() -> None:
         "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
     )
     assert "model.load_state_dict(torch.load('w.pt', map_location=\"cpu\"))" in out
+
+
+def test_a_checkpoint_dict_bound_in_each_branch_is_unwrapped_once_in_each() -> None:
+    """pytorch-cifar's shape: ``state = {...}`` then ``torch.save(state, ...)`` in both branches of an if/else."""
+    out = converted(
+        """
+        import torch
+        net = torch.nn.Linear(2, 1)
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+        for x in torch.ones(4, 2):
+            net(x).sum().backward()
+            optimizer.step()
+        if x.sum() > 100:
+            state = {"net": net.state_dict()}
+            torch.save(state, "alt.pth")
+        else:
+            state = {"net": net.state_dict()}
+            torch.save(state, "ckpt.pth")
+        """
+    )
+    assert out.count('state = {"net": accelerator.unwrap_model(net).state_dict()}') == 2, out
+    assert "unwrap_model(accelerator.unwrap_model" not in out
