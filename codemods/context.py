@@ -45,6 +45,7 @@ class Context:
     changes: list[str] = field(default_factory=list)
     consumed: set[cst.CSTNode] = field(default_factory=set)  # loads that edits remove
     handled: set[cst.CSTNode] = field(default_factory=set)  # calls a rule already rewrote
+    unwrapped: set[cst.CSTNode] = field(default_factory=set)  # model expressions already sent through unwrap_model
     needs: set[Scope] = field(default_factory=set)  # functions a rule rewrote to read the accelerator (threading gives it)
     runtime_imports: list[str] = field(default_factory=list)  # names imported with Accelerator (DistributedDataParallelKwargs)
     accelerators: dict[Scope, str] = field(default_factory=dict)  # scope -> "accelerator" / "self.accelerator"

@@ -106,6 +106,24 @@ accelerator.end_training()
                     ctx.insert_before(load.stmt, [f"{accelerator}.wait_for_everyone()"])
                     waited.add(load.stmt)
         self._whole_models(ctx, saves, order, waited)
+        self._state_dicts(ctx)
+
+    @staticmethod
+    def _state_dicts(ctx: Context) -> None:
+        """``target_net.load_state_dict(policy_net.state_dict())``, ``best = copy.deepcopy(model.state_dict())``:
+        a prepared model's state dict read anywhere comes from the unwrapped model, so its keys are the
+        model's own (a DDP wrapper's carry a ``module.`` prefix that no plain model loads)."""
+        for site in ctx.facts.calls:
+            func = site.node.func
+            if site.method != "state_dict" or site.node.args or not isinstance(func, cst.Attribute) or func.value in ctx.unwrapped:
+                continue
+            accelerator = ctx.accelerator_in(site.scope)
+            found = ctx.plan.prepared(site.scope, func.value, site.stmt) if accelerator is not None else None
+            if found is None or found.role != "model" or _unwrapped_already(func.value):
+                continue
+            ctx.unwrapped.add(func.value)
+            if ctx.replace(func.value, site.stmt, lambda n, a=accelerator: unwrap(n, a)):  # type: ignore[misc]
+                ctx.change("read state dicts from accelerator.unwrap_model(model)")
 
     def _whole_models(self, ctx: Context, saves: list[CallSite], order: dict[cst.Call, int], waited: set) -> None:
         """``model = torch.load(f)`` of a model the script saved whole (``torch.save(model, f)``): every
@@ -201,3 +219,10 @@ def _map_to_cpu(node: cst.CSTNode) -> cst.CSTNode:
         equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
     )
     return node.with_changes(args=[*node.args, arg])
+
+
+def _unwrapped_already(expr: cst.BaseExpression) -> bool:
+    """``accelerator.unwrap_model(model)`` / ``model.module`` (the script unwraps it itself)."""
+    if isinstance(expr, cst.Attribute) and expr.attr.value == "module":
+        return True
+    return isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "unwrap_model"

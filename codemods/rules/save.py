@@ -70,7 +70,6 @@ accelerator.end_training()
     )
 
     def run(self, ctx: Context) -> None:
-        self.unwrapped: set[int] = set()  # nodes already sent through unwrap_model (two saves of one ``state``)
         waited: set[cst.BaseStatement] = set()
         for site in ctx.facts.calls:
             if site.qualname != "torch.save":
@@ -119,9 +118,10 @@ accelerator.end_training()
                 if binding is not None and isinstance(binding.value, (cst.Dict, cst.Tuple, cst.List, cst.Call)):
                     pending.append((binding.value, binding.stmt))
 
-    def _unwrap(self, ctx: Context, node: cst.BaseExpression, stmt: cst.BaseStatement, accelerator: str) -> None:
-        if id(node) not in self.unwrapped:
-            self.unwrapped.add(id(node))
+    @staticmethod
+    def _unwrap(ctx: Context, node: cst.BaseExpression, stmt: cst.BaseStatement, accelerator: str) -> None:
+        if node not in ctx.unwrapped:  # two saves of one ``state`` dict unwrap its model once
+            ctx.unwrapped.add(node)
             ctx.replace(node, stmt, lambda n, a=accelerator: unwrap(n, a))  # type: ignore[misc]
 
     def _unwrap_in_callers(self, ctx: Context, site: CallSite) -> None:

@@ -154,3 +154,24 @@ def test_a_checkpoint_dict_bound_in_each_branch_is_unwrapped_once_in_each() -> N
     )
     assert out.count('state = {"net": accelerator.unwrap_model(net).state_dict()}') == 2, out
     assert "unwrap_model(accelerator.unwrap_model" not in out
+
+
+def test_a_prepared_models_state_dict_is_read_from_the_unwrapped_model() -> None:
+    """DQN's target network copy: on 2 processes the DDP wrapper's keys carry ``module.`` and the plain
+    target network refused them."""
+    out = converted(
+        """
+        import copy
+        import torch
+        policy_net = torch.nn.Linear(2, 1)
+        target_net = copy.deepcopy(policy_net)
+        optimizer = torch.optim.SGD(policy_net.parameters(), lr=0.1)
+        for x in torch.ones(4, 2):
+            (policy_net(x) - target_net(x).detach()).pow(2).sum().backward()
+            optimizer.step()
+            target_net.load_state_dict(policy_net.state_dict())
+            best = copy.deepcopy(policy_net.state_dict())
+        """
+    )
+    assert "target_net.load_state_dict(accelerator.unwrap_model(policy_net).state_dict())" in out
+    assert "best = copy.deepcopy(accelerator.unwrap_model(policy_net).state_dict())" in out
