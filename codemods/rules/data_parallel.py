@@ -154,7 +154,8 @@ accelerator.end_training()
                 if node.attr.value != "module":
                     continue
                 found = ctx.plan.origin(scope, node.value)
-                if found is not None and found.role == "model" and ctx.plan.is_prepared(found):
+                if found is not None and found.role == "model" and ctx.plan.is_prepared(found) and node not in ctx.unwrapped:
+                    ctx.unwrapped.add(node)
                     ctx.replace(node, stmt, lambda n, a=accelerator: unwrap(n.value, a))  # type: ignore[misc,attr-defined]
                     ctx.change("model.module -> accelerator.unwrap_model(model)")
 

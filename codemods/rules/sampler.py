@@ -112,6 +112,7 @@ accelerator.end_training()
         loader = _loader_argument(ctx, site.node)
         if loader is not None:  # DataLoader(ds, sampler=DistributedSampler(ds)) (or X if c else DistributedSampler(ds))
             self._loader_call(ctx, loader, shuffle)
+            self._set_epochs(ctx, site.scope, "")  # ``self.train_data.sampler.set_epoch(epoch)``
             return True
         binding = _binding_of(ctx, site)
         if binding is None:
@@ -153,7 +154,7 @@ accelerator.end_training()
             if site.method != "set_epoch" or not isinstance(site.node.func, cst.Attribute):
                 continue
             receiver = dotted(site.node.func.value) or ""
-            if receiver == key or receiver.endswith(".sampler"):
+            if (key and receiver == key) or receiver.endswith(".sampler"):
                 stmt = site.stmt
                 if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr):
                     ctx.remove(stmt)

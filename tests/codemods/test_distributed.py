@@ -318,3 +318,46 @@ def test_a_launcher_read_before_the_accelerator_can_be_made_refuses_the_file() -
     assert result.status == "attention" and result.new == code
     assert codes(code) == ["ACC003:4"]
     assert "bind `steps` before" in result.warnings[0].fix
+
+
+def test_ddp_tutorial_trainer_loses_set_epoch_and_module() -> None:
+    """PyTorch's DDP tutorial Trainer: the sampler built inline in the DataLoader, ``self.train_data.sampler.set_epoch``
+    in a method, ``self.model.module.state_dict()`` in another: on the prepared loader there is no ``set_epoch``,
+    and on one process the prepared model has no ``.module``."""
+    from _convert import converted
+
+    out = converted(
+        """
+        import os
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        from torch.utils.data.distributed import DistributedSampler
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        from torch.distributed import init_process_group
+
+        class Trainer:
+            def __init__(self, model, train_data, optimizer):
+                self.gpu_id = int(os.environ["LOCAL_RANK"])
+                self.train_data = train_data
+                self.optimizer = optimizer
+                self.model = DDP(model.to(self.gpu_id), device_ids=[self.gpu_id])
+
+            def run_epoch(self, epoch):
+                self.train_data.sampler.set_epoch(epoch)
+                for source, targets in self.train_data:
+                    self.optimizer.zero_grad()
+                    torch.nn.functional.mse_loss(self.model(source), targets).backward()
+                    self.optimizer.step()
+                torch.save(self.model.module.state_dict(), "checkpoint.pt")
+
+        def main():
+            init_process_group(backend="nccl")
+            dataset = TensorDataset(torch.rand(64, 4), torch.rand(64, 1))
+            model = torch.nn.Linear(4, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+            data = DataLoader(dataset, batch_size=8, shuffle=False, sampler=DistributedSampler(dataset))
+            Trainer(model, data, optimizer).run_epoch(0)
+        """
+    )
+    assert "set_epoch" not in out and ".module" not in out
+    assert "self.accelerator.unwrap_model(self.model).state_dict()" in out
