@@ -112,6 +112,8 @@ class Agreement:
         if owner.kind == "function" and head in owner.param_names and head not in owner.bindings:
             return "." not in key and self._param_local(owner, head, seen)
         bindings = [b for b in owner.bindings.get(key, []) if b.stmt not in self.ctx.edits.removed]
+        if "." in key and head != "self" and not owner.bindings.get(key):
+            return self._key_local(scope, head, at, seen)  # ``out.data``, ``loss.shape``: an attribute of ``out``
         if owner is not scope or owner.kind != "function":  # self.x, a module global, a closure's variable
             return any(self._binding_local(b, seen) for b in bindings)
         return any(self._binding_local(b, seen) for b in self._reaching(key, bindings, at))

@@ -73,3 +73,25 @@ def test_no_gather_with_gradients_on_and_no_eval_mode() -> None:
     source = TEMPLATE.format(loop="    for x, y in loader:\n        out = model(x)\n        correct += out.eq(y).sum().item()\n")
     out = converted(source.replace("    model.eval()\n", ""))
     assert "gather_for_metrics" not in out
+
+
+def test_an_early_stop_on_a_loss_read_through_data_stops_every_process() -> None:
+    """``loss = out.data`` is as local as ``out.item()``: its ``break`` becomes a trigger (it hung on 2 processes)."""
+    out = converted(
+        """
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+        for epoch in range(100):
+            for xb, yb in loader:
+                out = torch.nn.functional.mse_loss(model(xb), yb)
+                loss = out.data
+                out.backward()
+                optimizer.step()
+                if loss < 1e-3:
+                    break
+        """
+    )
+    assert "accelerator.set_trigger()" in out and "if accelerator.check_trigger():" in out
