@@ -316,7 +316,8 @@ accelerator.end_training()
                     ctx.gathered_stmts[stmt] = names
                 elif _extractable(stmt):
                     name = _fresh_name(loop, "output")
-                    later = _names_used([stmt, *rest]) - (_inputs(call) - _names_outside(stmt, call))
+                    # names read after the forward: in the later statements, and in this one outside the call
+                    later = _names_used(rest) | (_names_used([stmt]) - (_inputs(call) - _names_outside(stmt, call)))
                     gather, names = _gather(ctx, loop, [name], _inputs(call), later, accelerator)
                     ctx.insert_before(stmt, [f"{name} = {code_of(call)}", gather])
                     ctx.replace(call, stmt, lambda _, n=name: cst.Name(n))  # type: ignore[misc]

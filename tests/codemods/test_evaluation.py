@@ -95,3 +95,12 @@ def test_an_early_stop_on_a_loss_read_through_data_stops_every_process() -> None
         """
     )
     assert "accelerator.set_trigger()" in out and "if accelerator.check_trigger():" in out
+
+
+def test_a_nested_forward_gathers_the_targets_read_after_it() -> None:
+    """``recon = torch.sigmoid(model(x))`` then a loss against ``x``: ``x`` is read later, so it is gathered too."""
+    out = converted(TEMPLATE.format(loop=(
+        "    with torch.no_grad():\n        for (x,) in loader:\n            recon = torch.sigmoid(model(x))\n"
+        "            correct += torch.nn.functional.mse_loss(recon, x).item()\n"
+    )))
+    assert "output, x = accelerator.gather_for_metrics((output, x))" in out
