@@ -23,6 +23,11 @@ WRITERS = {
     "numpy.savetxt",
     "matplotlib.pyplot.savefig",
     "safetensors.torch.save_file",
+    "torchvision.utils.save_image",
+    "imageio.imwrite",
+    "imageio.imsave",
+    "cv2.imwrite",
+    "scipy.io.savemat",
 }
 WRITE_MODES = ("w", "a", "x")
 # Loggers that write files of their own from every process that creates one.

@@ -41,3 +41,15 @@ def test_writes_before_the_accelerator_exist_are_left() -> None:
         "    model = torch.nn.Linear(2, 1)\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
     )
     assert "is_main_process" not in converted(code)
+
+
+def test_image_writers_run_on_the_main_process() -> None:
+    """DCGAN's ``vutils.save_image(fake, path)``: every process wrote the same PNG."""
+    from _convert import converted
+
+    out = converted(
+        "import torch\nimport torchvision.utils as vutils\nmodel = torch.nn.Linear(2, 4)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor x in torch.ones(4, 2):\n    out = model(x)\n"
+        "    out.sum().backward()\n    opt.step()\n    vutils.save_image(out.view(1, 1, 2, 2), 'fake.png')\n"
+    )
+    assert "    if accelerator.is_main_process:\n        vutils.save_image(" in out
