@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 
 _RANDOM = ("torch.rand", "torch.randn", "torch.randint", "torch.randperm", "torch.bernoulli", "torch.multinomial",
            "torch.normal", "random.", "numpy.random.", "np.random.")
+# Draws from the process's own RNG through a method: ``Categorical(probs).sample()``, ``x.bernoulli()``, ``w.normal_()``.
+_RANDOM_METHODS = ("sample", "rsample", "sample_n", "multinomial", "bernoulli", "random_", "uniform_", "normal_",
+                   "exponential_", "geometric_", "cauchy_", "log_normal_", "bernoulli_")
 _CLOCK = ("time.time", "time.perf_counter", "time.monotonic", "datetime.")
 _RANK_ATTRS = ("process_index", "local_process_index", "is_main_process", "is_local_main_process", "is_last_process")
 _GLOBAL_METHODS = ("gather_for_metrics", "gather", "reduce", "check_trigger", "pad_across_processes")
@@ -80,6 +83,8 @@ class Agreement:
             return False
         if qualname.startswith(_CLOCK):
             return True
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value in _RANDOM_METHODS and not qualname.startswith("torch."):
+            return True  # a policy's action, a dropout mask drawn by hand: each process draws its own
         if qualname.startswith(_RANDOM):  # a draw from a generator seeded here agrees; the process's own RNG may not
             generator = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "generator"), None)
             return generator is None or self._local(scope, generator, at, seen)

@@ -104,3 +104,28 @@ def test_a_nested_forward_gathers_the_targets_read_after_it() -> None:
         "            correct += torch.nn.functional.mse_loss(recon, x).item()\n"
     )))
     assert "output, x = accelerator.gather_for_metrics((output, x))" in out
+
+
+def test_a_stop_on_rewards_of_sampled_actions_stops_every_process() -> None:
+    """REINFORCE: actions drawn with ``Categorical(probs).sample()`` differ between processes, so the rewards
+    and the running reward do: the solved ``break`` becomes a trigger (it hung on 2 processes)."""
+    out = converted(
+        """
+        import torch
+        from torch.distributions import Categorical
+        policy = torch.nn.Linear(4, 2)
+        optimizer = torch.optim.Adam(policy.parameters(), lr=1e-2)
+        running = 0.0
+        for episode in range(100):
+            probs = torch.softmax(policy(torch.ones(4)), -1)
+            m = Categorical(probs)
+            action = m.sample()
+            reward = float(action.item())
+            (-m.log_prob(action) * reward).backward()
+            optimizer.step()
+            running = 0.9 * running + 0.1 * reward
+            if running > 0.8:
+                break
+        """
+    )
+    assert "accelerator.set_trigger()" in out and "if accelerator.check_trigger():" in out
