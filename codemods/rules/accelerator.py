@@ -15,8 +15,8 @@ from accelify.codemods.amp import find_amp
 from accelify.codemods.analysis import is_docstring, is_import
 from accelify.codemods.context import Abort, Context, code_of
 from accelify.codemods.facts import Binding, Scope
-from accelify.codemods.names import dotted
-from accelify.codemods.roles import cpu_flag, flags_from_test, is_cuda_flag
+from accelify.codemods.names import ImportMap, dotted
+from accelify.codemods.roles import AVAILABILITY, cpu_flag, flags_from_test, is_cpu_device, is_cuda_flag
 from accelify.codemods.rule import Example, Rule
 from accelify.codemods.rules.data_parallel import data_parallel_sites
 
@@ -137,7 +137,9 @@ print(model(torch.ones(2)))
         """``cpu=...`` from the device expression, following ``use_cuda``/``args.cuda`` style flags."""
         imports = home.imports
         devices = [b for b in _bindings(home) if b.role == "device" and b.value is not None]
-        flag = None
+        flag = _branch_flag(ctx, devices, imports)
+        if flag is not None:
+            return flag
         for device in devices:
             flag = cpu_flag(device.value, imports)  # type: ignore[arg-type]
             if flag is not None:
@@ -251,6 +253,78 @@ def _bindings(scope: Scope) -> list[Binding]:
     """Bindings made by statements in ``scope`` (including ``self.x`` stored on its class)."""
     owners = [scope] + ([scope.class_scope] if scope.class_scope is not None else [])
     return [b for owner in owners for bs in owner.bindings.values() for b in bs if b.where is scope]
+
+
+def _branch_flag(ctx: Context, devices: list[Binding], imports: ImportMap) -> cst.BaseExpression | None:
+    """``if opt.cuda: device = torch.device("cuda:0") / elif use_mps: device = ... "mps" / else: device =
+    torch.device("cpu")``: the CPU unless a branch picks another device, ``not (opt.cuda or use_mps)``."""
+    for device in devices:
+        chain = ctx.facts.chain(device.stmt)
+        if len(chain) > 1 and isinstance(chain[1], cst.If):
+            tests: list[cst.BaseExpression] = []
+            branch: cst.If = chain[1]
+            while True:
+                value = _assigned(branch.body, device.key)
+                if value is None or is_cpu_device(value, imports):
+                    return None
+                test = _enabling(ctx, device.where, branch.test, imports)
+                if test is None:
+                    return None  # ``if torch.cuda.is_available():``: availability alone decides, as the accelerator does
+                tests.append(test)
+                if isinstance(branch.orelse, cst.If):
+                    branch = branch.orelse
+                    continue
+                last = _assigned(branch.orelse.body, device.key) if isinstance(branch.orelse, cst.Else) else None
+                if last is None or not is_cpu_device(last, imports):
+                    return None
+                break
+            if all(isinstance(t, cst.UnaryOperation) and isinstance(t.operator, cst.Not) for t in tests):
+                # ``not args.no_cuda`` / ``not args.no_mps``: the CPU when every opt-out is set
+                parts = [t.expression.with_changes(lpar=[], rpar=[]) for t in tests]  # type: ignore[attr-defined]
+                return _fold(parts, cst.And())
+            joined = _fold(tests, cst.Or())
+            if len(tests) > 1:
+                joined = joined.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+            return cst.UnaryOperation(cst.Not(), joined)
+    return None
+
+
+def _enabling(ctx: Context, scope: Scope, test: cst.BaseExpression, imports: ImportMap) -> cst.BaseExpression | None:
+    """What in a branch's test the user chose: ``opt.cuda`` of ``opt.cuda and torch.cuda.is_available()``, ``opt.mps``
+    of ``use_mps`` bound to ``opt.mps and torch.backends.mps.is_available()``; None for availability alone."""
+    key = dotted(test)
+    if key is not None:
+        found = ctx.plan.binding_of(scope, key)
+        if found is not None and found.value is not None and is_cuda_flag(found.value, imports):
+            test = found.value
+    terms = [t for t in _conjuncts(test) if not (isinstance(t, cst.Call) and imports.qualname(t.func) in AVAILABILITY)]
+    if not terms:
+        return None
+    return _fold([terms[0].with_changes(lpar=[], rpar=[]), *terms[1:]], cst.And())
+
+
+def _fold(terms: list[cst.BaseExpression], operator: cst.BaseBooleanOp) -> cst.BaseExpression:
+    joined = terms[0]
+    for term in terms[1:]:
+        joined = cst.BooleanOperation(joined, operator, term)
+    return joined
+
+
+def _conjuncts(test: cst.BaseExpression) -> list[cst.BaseExpression]:
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return [*_conjuncts(test.left), *_conjuncts(test.right)]
+    return [test]
+
+
+def _assigned(block: cst.BaseSuite, key: str) -> cst.BaseExpression | None:
+    """The value ``key`` is set to in ``block`` (the only statement doing so), or None."""
+    if not isinstance(block, cst.IndentedBlock):
+        return None
+    values = [
+        small.value for stmt in block.body if isinstance(stmt, cst.SimpleStatementLine) for small in stmt.body
+        if isinstance(small, cst.Assign) and any(dotted(t.target) == key for t in small.targets)
+    ]
+    return values[0] if len(values) == 1 else None
 
 
 def _expand(ctx: Context, builder: Scope, flag: cst.BaseExpression) -> cst.BaseExpression:

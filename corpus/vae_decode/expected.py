@@ -22,7 +22,7 @@ parser.add_argument("--no-mps", action="store_true", default=False, help="disabl
 parser.add_argument("--seed", type=int, default=1, metavar="S", help="random seed (default: 1)")
 parser.add_argument("--log-interval", type=int, default=8, metavar="N", help="how many batches to wait before logging training status")
 args = parser.parse_args()
-accelerator = Accelerator(cpu=args.no_cuda)
+accelerator = Accelerator(cpu=args.no_cuda and args.no_mps)
 args.cuda = not args.no_cuda and torch.cuda.is_available()
 use_mps = not args.no_mps and torch.backends.mps.is_available()
 

@@ -128,3 +128,33 @@ NEAR_MISSES = [
 @pytest.mark.parametrize("code", NEAR_MISSES)
 def test_nothing_to_create(code: str) -> None:
     assert_unchanged(code)
+
+
+def test_a_device_chosen_branch_by_branch_keeps_every_opt_in() -> None:
+    """pytorch/examples' DCGAN: ``if opt.cuda: cuda:0 / elif use_mps: mps / else: cpu`` is the CPU unless one
+    of the flags asks for a device (``cpu=not opt.mps`` trained on the CPU with --cuda)."""
+    from _convert import converted
+
+    out = converted(
+        """
+        import argparse
+        import torch
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--cuda", action="store_true")
+        parser.add_argument("--mps", action="store_true")
+        opt = parser.parse_args()
+        use_mps = opt.mps and torch.backends.mps.is_available()
+        if opt.cuda:
+            device = torch.device("cuda:0")
+        elif use_mps:
+            device = torch.device("mps")
+        else:
+            device = torch.device("cpu")
+        model = torch.nn.Linear(2, 1).to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x in torch.ones(4, 2, device=device):
+            model(x).sum().backward()
+            optimizer.step()
+        """
+    )
+    assert "accelerator = Accelerator(cpu=not (opt.cuda or opt.mps))" in out
