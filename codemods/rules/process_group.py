@@ -149,6 +149,8 @@ accelerator.end_training()
         for leaf in leaves:
             if leaf in ctx.edits.removed or _per_process(leaf, keys, shares, imports) or _sets_device(leaf, imports):
                 continue
+            if _does_nothing(leaf):
+                continue  # ``pass`` (under a comment such as ``# DDP would go here``): nothing distributed by hand
             ctx.abort(codes.MANUAL_DISTRIBUTED, leaf, name=f"{code_of(leaf).strip().splitlines()[0]}` in `if {code_of(stmt.test)}:",
                       fix="this runs only when the script distributes itself, which the converted script does not decide; "
                       "move it out of the branch or remove it")
@@ -196,6 +198,14 @@ def _distributed_side(stmt: cst.If, found: Distributed) -> list[cst.BaseStatemen
         if isinstance(stmt.orelse, cst.Else) and isinstance(stmt.orelse.body, cst.IndentedBlock):
             return list(stmt.orelse.body.body)
     return None
+
+
+def _does_nothing(stmt: cst.BaseStatement) -> bool:
+    """``pass``, ``...`` or a bare string."""
+    return isinstance(stmt, cst.SimpleStatementLine) and all(
+        isinstance(s, cst.Pass) or (isinstance(s, cst.Expr) and isinstance(s.value, (cst.Ellipsis, cst.SimpleString)))
+        for s in stmt.body
+    )
 
 
 def _leaves(stmt: cst.BaseStatement) -> list[cst.BaseStatement]:

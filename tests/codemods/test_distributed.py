@@ -361,3 +361,21 @@ def test_ddp_tutorial_trainer_loses_set_epoch_and_module() -> None:
     )
     assert "set_epoch" not in out and ".module" not in out
     assert "self.accelerator.unwrap_model(self.model).state_dict()" in out
+
+
+def test_a_set_up_branch_that_only_passes_is_no_reason_to_refuse() -> None:
+    """ImageNet's layout: ``elif args.distributed:`` holding a comment and ``pass`` was named as manual code."""
+    from _convert import converted
+    from accelify.pipeline import convert_source
+
+    source = (
+        "import argparse\nimport torch\nimport torch.distributed as dist\n"
+        "parser = argparse.ArgumentParser()\nparser.add_argument('--world-size', default=-1, type=int)\n"
+        "args = parser.parse_args()\nargs.distributed = args.world_size > 1\n"
+        "if args.distributed:\n    dist.init_process_group(backend='gloo')\nmodel = torch.nn.Linear(4, 1)\n"
+        "if not torch.cuda.is_available():\n    print('slow')\nelif args.distributed:\n    # DDP would go here\n    pass\n"
+        "else:\n    model = model.cuda()\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for x in torch.ones(4, 4):\n    model(x).sum().backward()\n    optimizer.step()\n"
+    )
+    assert convert_source(source).status == "converted"
+    assert "init_process_group" not in converted(source)
