@@ -450,6 +450,9 @@ class Plan(PreparedUses):
                 if not all(self._feeds(caller, site, scope) for site in sites):
                     break
                 scope, via = caller, sites  # ``train_model(model, device)``, and its retry after an OOM
+        if scope.class_scope is not None and _torch_module_class(scope.class_scope.name, self.facts.classes):
+            # forward-forward style: each layer makes and steps its own optimizer in a method of its own
+            self._problem(codes.SELF_TRAINING_MODULE, scope.node, name=f"{scope.class_scope.name}.{scope.name}")
         self.home, self.home_call = scope, (via[0] if via else None)
         self.home_block = self.prepare_block if not via else _common_block(self.facts, scope, [s.stmt for s in via])
 
@@ -462,6 +465,14 @@ class Plan(PreparedUses):
             if found is not None and found.where is caller and (found in self.objects or found.role == "device"):
                 return True
         return False
+
+
+def _torch_module_class(name: str, classes: dict[str, list[str]], seen: frozenset[str] = frozenset()) -> bool:
+    """Whether the class ``name`` of the program subclasses a ``torch.nn`` class (``nn.Module``, ``nn.Linear``...)."""
+    return any(
+        base.startswith("torch.nn.") or (base not in seen and _torch_module_class(base, classes, seen | {name}))
+        for base in classes.get(name, [])
+    )
 
 
 def _maker(binding: Binding) -> tuple[Scope, cst.Call]:

@@ -304,3 +304,27 @@ def test_training_data_from_a_library_factory_is_reported() -> None:
     result = convert_source(dedent(code))
     assert result.status == "converted"
     assert [f"{w.code}:{w.line}" for w in result.warnings] == ["ACC021:7"]
+
+
+def test_a_module_that_trains_itself_is_refused() -> None:
+    """The forward-forward example: each layer (an ``nn.Linear``) builds and steps its own optimizer; an
+    accelerator per layer with the layer unprepared trained independent copies on N processes."""
+    result = convert_source(dedent(
+        """
+        import torch
+        import torch.nn.functional as F
+        class Layer(torch.nn.Linear):
+            def __init__(self):
+                super().__init__(4, 1)
+                self.opt = torch.optim.SGD(self.parameters(), lr=0.1)
+            def fit(self, x, y):
+                for i in range(10):
+                    loss = F.mse_loss(self.forward(x), y)
+                    self.opt.zero_grad()
+                    loss.backward()
+                    self.opt.step()
+        Layer().fit(torch.randn(8, 4), torch.randn(8, 1))
+        """
+    ))
+    assert result.status == "attention"
+    assert [w.code for w in result.warnings] == ["ACC026"]
