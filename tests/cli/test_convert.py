@@ -430,16 +430,16 @@ def test_folder_discovery_and_a_named_file_decide_the_same_way(project: Path) ->
 
 
 # A script and the local module whose loop it calls (the conversion edits both).
-HELPERS = b"import torch\n\n\ndef fit(model, loader, optimizer):\n    for x, y in loader:\n" \
+LOOP_HELPERS = b"import torch\n\n\ndef fit(model, loader, optimizer):\n    for x, y in loader:\n" \
           b"        loss = torch.nn.functional.mse_loss(model(x), y)\n        loss.backward()\n        optimizer.step()\n"
-SCRIPT = b"import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\nfrom helpers import fit\n\n" \
+LOOP_SCRIPT = b"import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\nfrom helpers import fit\n\n" \
          b"model = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n" \
          b"fit(model, DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2), opt)\n"
 
 
 def test_a_named_module_of_a_named_script_is_converted_with_it_only(project: Path) -> None:
     """pre-commit names every staged file: helpers.py, which train.py imports, is its companion, not a script."""
-    helpers, script = HELPERS, SCRIPT
+    helpers, script = LOOP_HELPERS, LOOP_SCRIPT
     write(project, "helpers.py", helpers)
     write(project, "train.py", script)
     result = run("--in-place", "helpers.py", "train.py")
@@ -451,7 +451,7 @@ def test_a_named_module_of_a_named_script_is_converted_with_it_only(project: Pat
 
 def test_output_file_never_overwrites_a_local_module_the_conversion_changes(project: Path) -> None:
     """-o names where the script goes; the helper it changes would land over its own original: refused, nothing written."""
-    helpers, script = HELPERS, SCRIPT
+    helpers, script = LOOP_HELPERS, LOOP_SCRIPT
     write(project, "helpers.py", helpers)
     write(project, "train.py", script)
     result = run("train.py", "-o", "train_dist.py")
