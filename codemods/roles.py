@@ -145,13 +145,13 @@ def is_cuda_flag(value: cst.BaseExpression, imports: ImportMap) -> bool:
     if not isinstance(value, cst.BooleanOperation):
         return False
     return any(
-        isinstance(term, cst.Call) and imports.qualname(term.func) in AVAILABILITY for term in _split(value, cst.And)
+        isinstance(term, cst.Call) and imports.qualname(term.func) in AVAILABILITY for term in split_terms(value, cst.And)
     )
 
 
 def _cpu_terms(test: cst.BaseExpression, imports: ImportMap) -> cst.BaseExpression | None:
     """``args.cpu or not torch.cuda.is_available()`` -> ``args.cpu`` (the terms that force the CPU)."""
-    terms = _split(test, cst.Or)
+    terms = split_terms(test, cst.Or)
     kept = [
         t.with_changes(lpar=[], rpar=[])
         for t in terms
@@ -162,10 +162,11 @@ def _cpu_terms(test: cst.BaseExpression, imports: ImportMap) -> cst.BaseExpressi
             and imports.qualname(t.expression.func) in AVAILABILITY
         )
     ]
-    return _join(kept)
+    return join_terms(kept)
 
 
-def _split(test: cst.BaseExpression, operator: type) -> list[cst.BaseExpression]:
+def split_terms(test: cst.BaseExpression, operator: type) -> list[cst.BaseExpression]:
+    """The terms of ``a and b and c`` (for ``cst.And``; ``cst.Or`` likewise); a parenthesised group is one term."""
     terms: list[cst.BaseExpression] = []
     pending: list[cst.BaseExpression] = [test]
     while pending:
@@ -177,26 +178,27 @@ def _split(test: cst.BaseExpression, operator: type) -> list[cst.BaseExpression]
     return terms
 
 
-def _join(flags: list[cst.BaseExpression]) -> cst.BaseExpression | None:
-    if not flags:
+def join_terms(terms: list[cst.BaseExpression], operator: cst.BaseBooleanOp | None = None) -> cst.BaseExpression | None:
+    """``a or b or c`` (or with ``operator``, e.g. ``cst.And()``); None for no terms."""
+    if not terms:
         return None
-    result = flags[0]
-    for flag in flags[1:]:
-        result = cst.BooleanOperation(result, cst.Or(), flag)
+    result = terms[0]
+    for term in terms[1:]:
+        result = cst.BooleanOperation(result, operator or cst.Or(), term)
     return result
 
 
 def flags_from_test(test: cst.BaseExpression, imports: ImportMap) -> cst.BaseExpression | None:
     """``not args.no_cuda and torch.cuda.is_available()`` -> ``args.no_cuda`` (the condition that forces the CPU)."""
     flags: list[cst.BaseExpression] = []
-    for term in _split(test, cst.And):
+    for term in split_terms(test, cst.And):
         if isinstance(term, cst.Call) and imports.qualname(term.func) in AVAILABILITY:
             continue
         if isinstance(term, cst.UnaryOperation) and isinstance(term.operator, cst.Not):
             flags.append(term.expression.with_changes(lpar=[], rpar=[]))
         else:
             flags.append(cst.UnaryOperation(cst.Not(), term.with_changes(lpar=[], rpar=[])))
-    return _join(flags)
+    return join_terms(flags)
 
 
 def is_module_class(name: str, classes: dict[str, list[str]], seen: frozenset[str] = frozenset()) -> bool:

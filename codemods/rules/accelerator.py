@@ -16,7 +16,15 @@ from accelify.codemods.analysis import is_docstring, is_import
 from accelify.codemods.context import Abort, Context, code_of
 from accelify.codemods.facts import Binding, Scope
 from accelify.codemods.names import ImportMap, dotted
-from accelify.codemods.roles import AVAILABILITY, cpu_flag, flags_from_test, is_cpu_device, is_cuda_flag
+from accelify.codemods.roles import (
+    AVAILABILITY,
+    cpu_flag,
+    flags_from_test,
+    is_cpu_device,
+    is_cuda_flag,
+    join_terms,
+    split_terms,
+)
 from accelify.codemods.rule import Example, Rule
 from accelify.codemods.rules.data_parallel import data_parallel_sites
 
@@ -281,8 +289,8 @@ def _branch_flag(ctx: Context, devices: list[Binding], imports: ImportMap) -> cs
             if all(isinstance(t, cst.UnaryOperation) and isinstance(t.operator, cst.Not) for t in tests):
                 # ``not args.no_cuda`` / ``not args.no_mps``: the CPU when every opt-out is set
                 parts = [t.expression.with_changes(lpar=[], rpar=[]) for t in tests]  # type: ignore[attr-defined]
-                return _fold(parts, cst.And())
-            joined = _fold(tests, cst.Or())
+                return join_terms(parts, cst.And())
+            joined: cst.BaseExpression = join_terms(tests)  # type: ignore[assignment]
             if len(tests) > 1:
                 joined = joined.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
             return cst.UnaryOperation(cst.Not(), joined)
@@ -297,23 +305,8 @@ def _enabling(ctx: Context, scope: Scope, test: cst.BaseExpression, imports: Imp
         found = ctx.plan.binding_of(scope, key)
         if found is not None and found.value is not None and is_cuda_flag(found.value, imports):
             test = found.value
-    terms = [t for t in _conjuncts(test) if not (isinstance(t, cst.Call) and imports.qualname(t.func) in AVAILABILITY)]
-    if not terms:
-        return None
-    return _fold([terms[0].with_changes(lpar=[], rpar=[]), *terms[1:]], cst.And())
-
-
-def _fold(terms: list[cst.BaseExpression], operator: cst.BaseBooleanOp) -> cst.BaseExpression:
-    joined = terms[0]
-    for term in terms[1:]:
-        joined = cst.BooleanOperation(joined, operator, term)
-    return joined
-
-
-def _conjuncts(test: cst.BaseExpression) -> list[cst.BaseExpression]:
-    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
-        return [*_conjuncts(test.left), *_conjuncts(test.right)]
-    return [test]
+    terms = [t for t in split_terms(test, cst.And) if not (isinstance(t, cst.Call) and imports.qualname(t.func) in AVAILABILITY)]
+    return join_terms([terms[0].with_changes(lpar=[], rpar=[]), *terms[1:]], cst.And()) if terms else None
 
 
 def _assigned(block: cst.BaseSuite, key: str) -> cst.BaseExpression | None:

@@ -107,7 +107,7 @@ accelerator.end_training()
                 self._wrapper(ctx, site)
             else:
                 self._functional(ctx, site)
-        self._module_attribute(ctx)
+        unwrap_module_attributes(ctx)
         self._string_devices(ctx)
 
     def _wrapper(self, ctx: Context, site: CallSite) -> None:
@@ -143,21 +143,6 @@ accelerator.end_training()
         call = cst.Call(func=module, args=[cst.Arg(inputs)])
         ctx.replace(site.node, site.stmt, lambda _, c=call: c)  # type: ignore[misc]
         ctx.change("data_parallel(module, input) -> module(input)")
-
-    def _module_attribute(self, ctx: Context) -> None:
-        """``model.module`` of a prepared model -> ``accelerator.unwrap_model(model)``."""
-        for scope in ctx.facts.scopes:
-            accelerator = ctx.accelerator_in(scope)
-            if accelerator is None:
-                continue
-            for node, stmt in scope.attributes:
-                if node.attr.value != "module":
-                    continue
-                found = ctx.plan.origin(scope, node.value)
-                if found is not None and found.role == "model" and ctx.plan.is_prepared(found) and node not in ctx.unwrapped:
-                    ctx.unwrapped.add(node)
-                    ctx.replace(node, stmt, lambda n, a=accelerator: unwrap(n.value, a))  # type: ignore[misc,attr-defined]
-                    ctx.change("model.module -> accelerator.unwrap_model(model)")
 
     def _string_devices(self, ctx: Context) -> None:
         """``device == 'cuda'`` where ``device`` was a string and is now ``accelerator.device``."""
@@ -195,3 +180,21 @@ def _is_string_choice(value: cst.BaseExpression | None) -> bool:
         and isinstance(value.body, cst.SimpleString)
         and isinstance(value.orelse, cst.SimpleString)
     ) or isinstance(value, cst.SimpleString)
+
+
+def unwrap_module_attributes(ctx: Context) -> None:
+    """``model.module`` of a prepared model -> ``accelerator.unwrap_model(model)``, in every scope that has the
+    accelerator by now. The load rule calls it again at the end, for methods that get the accelerator only from
+    threading (``self.model.module`` in a trainer); ``ctx.unwrapped`` keeps each node to one rewrite."""
+    for scope in ctx.facts.scopes:
+        accelerator = ctx.accelerator_in(scope)
+        if accelerator is None:
+            continue
+        for node, stmt in scope.attributes:
+            if node.attr.value != "module" or node in ctx.unwrapped:
+                continue
+            found = ctx.plan.origin(scope, node.value)
+            if found is not None and found.role == "model" and ctx.plan.is_prepared(found):
+                ctx.unwrapped.add(node)
+                if ctx.replace(node, stmt, lambda n, a=accelerator: unwrap(n.value, a)):  # type: ignore[misc,attr-defined]
+                    ctx.change("model.module -> accelerator.unwrap_model(model)")

@@ -12,7 +12,7 @@ import libcst.matchers as m
 from accelify.codemods.analysis import target_names
 from accelify.codemods import codes
 from accelify.codemods.context import Context, code_of
-from accelify.codemods.facts import Loop
+from accelify.codemods.facts import Loop, Scope
 from accelify.codemods.rule import Example, Rule
 
 
@@ -307,9 +307,8 @@ accelerator.end_training()
                     if derived is None or ctx.is_skipped(derived[0]):
                         ctx.warn(codes.LOCAL_METRIC, call)
                         break
-                    stmt, named = derived
+                    stmt, named, call = derived
                     rest = rest[rest.index(stmt) + 1 :]
-                    call = _derived_value(stmt)
                 if named is not None:
                     gather, names = _gather(ctx, loop, named, _inputs(call), _names_used(rest), accelerator)
                     ctx.insert_after(stmt, [gather])
@@ -330,7 +329,6 @@ accelerator.end_training()
                 ctx.change("gather predictions and targets for metrics")
                 break
 
-
     @staticmethod
     def _warn_model_methods(ctx: Context) -> None:
         """``acc = model.accuracy(val_loader)``: a method of the model that walks a prepared loader evaluates
@@ -342,8 +340,7 @@ accelerator.end_training()
         for site in ctx.facts.calls:
             if site.method not in walking or not isinstance(site.node.func, cst.Attribute):
                 continue
-            receiver = ctx.plan.prepared(site.scope, site.node.func.value, site.stmt)
-            if receiver is None or receiver.role != "model":
+            if not _is_model(ctx, site.scope, site.node.func.value, site.stmt):
                 continue
             for arg in site.node.args:
                 found = ctx.plan.prepared(site.scope, arg.value, site.stmt)
@@ -359,19 +356,20 @@ def _is_evaluation(ctx: Context, loop: Loop) -> bool:
     gradient or optimizer step in the loop."""
     if ctx.plan.loader_of(loop) is None or any(ctx.plan.reaches_backward(site) for site in loop.calls):
         return False
-    forwards = [site for site in loop.calls if _is_model(ctx, loop, site.node.func, site.stmt)]
+    forwards = [site for site in loop.calls if _is_model(ctx, loop.scope, site.node.func, site.stmt)]
     if loop.no_grad or any(site.no_grad for site in forwards):
         return True
     if not forwards or any(site.method == "step" or site.qualname == "torch.autograd.grad" for site in loop.calls):
         return False
     return any(
-        site.method == "eval" and _is_model(ctx, loop, site.node.func.value, site.stmt)  # type: ignore[attr-defined]
+        site.method == "eval" and _is_model(ctx, loop.scope, site.node.func.value, site.stmt)  # type: ignore[attr-defined]
         for site in loop.scope.calls
     )
 
 
-def _is_model(ctx: Context, loop: Loop, node: cst.BaseExpression, stmt: cst.BaseStatement) -> bool:
-    found = ctx.plan.prepared(loop.scope, node, stmt)
+def _is_model(ctx: Context, scope: Scope, node: cst.BaseExpression, stmt: cst.BaseStatement) -> bool:
+    """Whether ``node`` holds a prepared model in ``scope`` at ``stmt``."""
+    found = ctx.plan.prepared(scope, node, stmt)
     return found is not None and found.role == "model"
 
 
@@ -380,8 +378,7 @@ def _model_call(ctx: Context, loop: Loop, stmt: cst.BaseStatement) -> cst.Call |
     first, last = ctx.facts.order[stmt]
     for site in loop.calls:
         if site.stmt in ctx.facts.order and first <= ctx.facts.order[site.stmt][0] <= last:
-            found = ctx.plan.prepared(loop.scope, site.node.func, site.stmt)
-            if found is not None and found.role == "model":
+            if _is_model(ctx, loop.scope, site.node.func, site.stmt):
                 return site.node
     return None
 
@@ -446,13 +443,11 @@ def _read_through_attributes(name: str, stmts: Sequence[cst.BaseStatement]) -> b
 _TENSOR_ATTRIBUTES = {"data", "shape", "dtype", "device", "T", "mT", "grad", "real", "imag", "ndim", "is_cuda"}
 
 
-def _derived_value(stmt: cst.BaseStatement) -> cst.BaseExpression:
-    return stmt.body[0].value  # type: ignore[attr-defined, no-any-return]
-
-
-def _derivation(name: str, stmts: Sequence[cst.BaseStatement]) -> tuple[cst.BaseStatement, list[str]] | None:
+def _derivation(
+    name: str, stmts: Sequence[cst.BaseStatement]
+) -> tuple[cst.BaseStatement, list[str], cst.BaseExpression] | None:
     """The first ``preds = name.logits.argmax(dim=-1)`` (an attribute of the output, through methods that keep
-    one row per sample) among ``stmts``, with the name it binds."""
+    one row per sample) among ``stmts``, with the name it binds and its value."""
     for stmt in stmts:
         if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
             continue
@@ -465,7 +460,7 @@ def _derivation(name: str, stmts: Sequence[cst.BaseStatement]) -> tuple[cst.Base
                 break
             value = value.func.value
         if isinstance(value, cst.Attribute) and m.matches(value.value, m.Name(name)):
-            return stmt, [assign.targets[0].target.value]
+            return stmt, [assign.targets[0].target.value], assign.value
     return None
 
 

@@ -12,6 +12,7 @@ import libcst as cst
 from accelify.codemods.context import Context, code_of, expression, unwrap
 from accelify.codemods.facts import CallSite
 from accelify.codemods.rule import Example, Rule
+from accelify.codemods.rules.data_parallel import unwrap_module_attributes
 from accelify.codemods.rules.save import follows_save, outside_with
 
 
@@ -106,26 +107,8 @@ accelerator.end_training()
                     ctx.insert_before(load.stmt, [f"{accelerator}.wait_for_everyone()"])
                     waited.add(load.stmt)
         self._whole_models(ctx, saves, order, waited)
-        self._module_attributes(ctx)
+        unwrap_module_attributes(ctx)  # ``self.model.module`` in methods threading gave the accelerator
         self._state_dicts(ctx)
-
-    @staticmethod
-    def _module_attributes(ctx: Context) -> None:
-        """``self.model.module`` in a method that only gets the accelerator from threading (which runs after
-        the DataParallel rule's own pass): ``accelerator.unwrap_model(self.model)`` as well, or one process
-        (whose prepared model is not wrapped) fails on ``.module``."""
-        for scope in ctx.facts.scopes:
-            accelerator = ctx.accelerator_in(scope)
-            if accelerator is None:
-                continue
-            for node, stmt in scope.attributes:
-                if node.attr.value != "module" or node in ctx.unwrapped:
-                    continue
-                found = ctx.plan.origin(scope, node.value)
-                if found is not None and found.role == "model" and ctx.plan.is_prepared(found):
-                    ctx.unwrapped.add(node)
-                    if ctx.replace(node, stmt, lambda n, a=accelerator: unwrap(n.value, a)):  # type: ignore[misc,attr-defined]
-                        ctx.change("model.module -> accelerator.unwrap_model(model)")
 
     @staticmethod
     def _state_dicts(ctx: Context) -> None:
