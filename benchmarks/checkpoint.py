@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from accelify.runtime import Accelerator
-from accelify.runtime import atomic
+from accelify.runtime.checkpoint import atomic
 
 
 def main() -> None:

@@ -13,9 +13,9 @@ import pytest
 import torch
 from torch import nn
 
-import accelify.runtime.atomic as atomic
+import accelify.runtime.checkpoint.atomic as atomic
 import accelify.runtime.checkpoint as ckpt
-import accelify.runtime.checkpoint_files as ckpt_files
+import accelify.runtime.checkpoint.layout as ckpt_files
 from accelify.runtime.checkpoint import CheckpointError, ProjectConfiguration
 from accelify.runtime.errors import ConfigurationError
 from accelify.runtime.prepared import PreparedObjects

@@ -13,20 +13,44 @@ from pathlib import Path
 RUNTIME = Path(__file__).resolve().parents[2] / "runtime"
 
 
+def _module_name(path: Path) -> str:
+    """``runtime/checkpoint/load.py`` -> ``checkpoint.load``; a package's ``__init__.py`` -> the package."""
+    parts = list(path.relative_to(RUNTIME).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
 def runtime_imports() -> dict[str, set[str]]:
-    """Module name -> the runtime modules it imports anywhere in its source (relative imports)."""
-    names = {path.stem for path in RUNTIME.glob("*.py")}
+    """Module name -> the runtime modules it imports anywhere in its source (relative imports).
+
+    Subpackages count too: ``checkpoint.load`` imports ``errors`` through ``from ..errors import ...``.
+    """
+    paths = {_module_name(path): path for path in sorted(RUNTIME.rglob("*.py")) if _module_name(path)}
+    names = set(paths)
+
+    def known(dotted: list[str]) -> str | None:  # the longest prefix that is a runtime module
+        for end in range(len(dotted), 0, -1):
+            if ".".join(dotted[:end]) in names:
+                return ".".join(dotted[:end])
+        return None
+
     graph: dict[str, set[str]] = {}
-    for path in sorted(RUNTIME.glob("*.py")):
+    for name, path in paths.items():
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
         found: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                targets = [node.module.split(".")[0]] if node.module else [alias.name for alias in node.names]
-                found.update(t for t in targets if t in names)
+            if isinstance(node, ast.ImportFrom) and node.level >= 1:
+                base = package[: len(package) - (node.level - 1)]
+                if node.module:
+                    targets = [known(base + node.module.split("."))]
+                else:
+                    targets = [known(base + [alias.name]) for alias in node.names]
+                found.update(t for t in targets if t)
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith(
                     "accelify.runtime."):
-                found.add(node.module.split(".")[2])
-        graph[path.stem] = found - {path.stem}
+                target = known(node.module.split(".")[2:])
+                if target:
+                    found.add(target)
+        graph[name] = found - {name}
     return graph
 
 

@@ -18,7 +18,7 @@ READERS = {"settings.py", "process_group.py", "config.py", "launch_session.py"}
 
 
 def test_only_the_named_modules_touch_the_environment() -> None:
-    touching = {p.name for p in RUNTIME.glob("*.py") if re.search(r"os\.environ|os\.getenv", p.read_text())}
+    touching = {p.name for p in RUNTIME.rglob("*.py") if re.search(r"os\.environ|os\.getenv", p.read_text())}
     assert touching <= READERS, f"read environment variables through settings.py / process_group.py: {touching - READERS}"
 
 

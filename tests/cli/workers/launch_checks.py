@@ -58,7 +58,7 @@ elif mode in ("kill", "disk-full"):
     net = nn.Linear(8, 8)
     model, optimizer = acc.prepare(net, torch.optim.SGD(net.parameters(), lr=0.1))
     if mode == "disk-full":
-        import accelify.runtime.checkpoint_files as files
+        import accelify.runtime.checkpoint.layout as files
 
         if rank == 1:
             def full_disk(path, obj):

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-import accelify.runtime.atomic as atomic
+import accelify.runtime.checkpoint.atomic as atomic
 from accelify.runtime import Accelerator, ProjectConfiguration, set_seed
 from accelify.runtime.errors import CheckpointError, CheckpointPeerError
 

@@ -21,8 +21,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-import accelify.runtime.atomic as atomic
-import accelify.runtime.checkpoint_files as ckpt_files
+import accelify.runtime.checkpoint.atomic as atomic
+import accelify.runtime.checkpoint.layout as ckpt_files
 from accelify.runtime import Accelerator, ProjectConfiguration, set_seed
 from accelify.runtime.checkpoint import CheckpointError
 

@@ -23,8 +23,8 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from . import atomic
-from . import checkpoint_files as files
-from .checkpoint_files import (
+from . import layout as files
+from .layout import (
     CUSTOM_NAME,
     DATALOADER_NAME,
     OPTIMIZER_NAME,
@@ -33,8 +33,8 @@ from .checkpoint_files import (
     SCHEDULER_NAME,
     indexed,
 )
-from .debug import debug_checkpoint
-from .errors import CheckpointError, CheckpointPeerError
+from ..debug import debug_checkpoint
+from ..errors import CheckpointError, CheckpointPeerError
 
 CHECKPOINT_RE = re.compile(r"^checkpoint_(\d+)$")
 Check = Callable[[Any], "str | None"]  # a problem with a state about to be restored, or None

@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from .errors import CheckpointError
-from .files import new_file_mode
+from ..errors import CheckpointError
+from ..files import new_file_mode
 
 SAFE_MODEL_NAME, MODEL_NAME, OPTIMIZER_NAME, SCHEDULER_NAME = "model", "pytorch_model", "optimizer", "scheduler"
 SCALER_NAME, RNG_STATE_NAME, DATALOADER_NAME, CUSTOM_NAME = "scaler.pt", "random_states", "dl_state_dict", "custom_checkpoint"

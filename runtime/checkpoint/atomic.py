@@ -36,8 +36,8 @@ from typing import Any, Callable
 
 import torch.distributed as dist
 
-from .errors import FolderError
-from .files import atomic_write, fsync_path  # noqa: F401  (atomic single files live in files.py)
+from ..errors import FolderError
+from ..files import atomic_write, fsync_path  # noqa: F401  (atomic single files live in files.py)
 
 # ---------------------------------------------------------------- processes
 

@@ -4,7 +4,7 @@
 :func:`load_state` and :func:`register_for_checkpointing`, passing what they need explicitly: the
 :class:`~.prepared.PreparedObjects` it owns, its ``ProjectConfiguration``, scaler, step and rank.
 
-Which files a checkpoint folder holds and how each is (de)serialised: :mod:`.checkpoint_files`
+Which files a checkpoint folder holds and how each is (de)serialised: :mod:`.layout`
 (Hugging Face Accelerate's layout; loading is ``torch.load(weights_only=True)``, nothing in a
 checkpoint can run code). How the folder is written atomically by every process: :mod:`.atomic`
 (a process killed at any point leaves the previous or the new checkpoint complete).
@@ -30,8 +30,8 @@ from typing import Any, Callable, Sequence
 import torch
 
 from . import atomic
-from . import checkpoint_files as files
-from .checkpoint_files import (  # noqa: F401  (set_rng_states, load_checkpoint: this module's documented names)
+from . import layout as files
+from .layout import (  # noqa: F401  (set_rng_states, load_checkpoint: this module's documented names)
     DATALOADER_NAME,
     OPTIMIZER_NAME,
     SCALER_NAME,
@@ -40,16 +40,16 @@ from .checkpoint_files import (  # noqa: F401  (set_rng_states, load_checkpoint:
     rng_states,
     set_rng_states,
 )
-from .checkpoint_load import (
+from .load import (
     check_model_state,
     check_optimizer_state,
     list_checkpoints,
     load_checkpoint,
     readable_checkpoint,
 )
-from .errors import CheckpointError, CheckpointPeerError, ConfigurationError
-from .prepared import PreparedObjects
-from .settings import DURABLE_ENV, durable_checkpoints  # noqa: F401  (DURABLE_ENV: the switch's name, for callers)
+from ..errors import CheckpointError, CheckpointPeerError, ConfigurationError
+from ..prepared import PreparedObjects
+from ..settings import DURABLE_ENV, durable_checkpoints  # noqa: F401  (DURABLE_ENV: the switch's name, for callers)
 
 
 @dataclass
@@ -196,7 +196,7 @@ def _fsdp_owner(prepared: PreparedObjects, optimizer: Any) -> Any:
     if not _fsdp_loaded():
         return None
     model = prepared.model_of(getattr(optimizer, "optimizer", optimizer))
-    from . import fsdp
+    from .. import fsdp
 
     return model if model is not None and fsdp.is_fsdp_module(model) else None
 
@@ -241,7 +241,7 @@ def save_state(
         if owner is None:
             optimizer_states.append(opt.state_dict())
         else:
-            from . import fsdp
+            from .. import fsdp
 
             optimizer_states.append(fsdp.full_optimizer_state_dict(owner, getattr(opt, "optimizer", opt)))
     path = save_checkpoint(
@@ -281,7 +281,7 @@ def load_state(
 
     With no folder and automatic naming, the newest checkpoint. ``strict=False`` relaxes model
     loading; ``map_location="on_device"`` loads optimizer state straight onto ``device``. All or
-    nothing (see :mod:`.checkpoint_load`). With two processes, each restores its own RNG states.
+    nothing (see :mod:`.load`). With two processes, each restores its own RNG states.
     """
     if input_dir is not None:
         path = readable_checkpoint(Path(input_dir).expanduser())
@@ -302,7 +302,7 @@ def load_state(
 
     def model_loader(model: Any) -> Callable[[dict[str, torch.Tensor]], Any]:
         if _fsdp_loaded():
-            from . import fsdp
+            from .. import fsdp
 
             if fsdp.is_fsdp_module(model):
                 return lambda sd: fsdp.load_full_state_dict(model, sd, strict=strict)
@@ -312,7 +312,7 @@ def load_state(
         owner = _fsdp_owner(prepared, opt)
         if owner is None:
             return opt.load_state_dict
-        from . import fsdp
+        from .. import fsdp
 
         return lambda sd: fsdp.load_full_optimizer_state_dict(owner, getattr(opt, "optimizer", opt), sd)
 
