@@ -56,8 +56,8 @@ _EXPORTS: dict[str, str] = {
     "notebook_launcher": "launch",
     "debug_launcher": "launch",
     "write_basic_config": "config",
-    "Settings": "settings",
-    "load_settings": "settings",
+    "LaunchSettings": "launch_settings",
+    "load_launch_settings": "launch_settings",
     # errors
     "AccelifyRuntimeError": "errors",
     "ConfigurationError": "errors",

@@ -26,10 +26,11 @@ from .data_loader import DataLoaderShard
 from .data_loader import skip_first_batches as _skip_first_batches
 from .errors import ConfigurationError, UnusedParametersError
 from .kwargs import AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs, sort_handlers
+from .launch_options import check_accumulation_steps
+from .launch_settings import load_launch_settings
 from .optimizer import AcceleratedOptimizer
 from .prepared import PreparedObjects
 from .scheduler import AcceleratedScheduler
-from .settings import load_settings
 from .state import AcceleratorState, DistributedType, GradientState, PartialState
 from .tracking import GeneralTracker, filter_trackers
 
@@ -105,7 +106,7 @@ class Accelerator:
             )
         if dynamo_backend not in (None, "no", "NO"):
             raise ConfigurationError(f"dynamo_backend={dynamo_backend!r} is not supported; call torch.compile yourself.")
-        settings = load_settings()
+        settings = load_launch_settings()
         handlers = sort_handlers(kwargs_handlers)
         pg = handlers.get(InitProcessGroupKwargs, InitProcessGroupKwargs())
         use_fsdp = fsdp_plugin is not None or bool(settings.use_fsdp)
@@ -125,9 +126,7 @@ class Accelerator:
             if steps not in (None, 1):
                 raise ConfigurationError("Pass gradient_accumulation_steps or gradient_accumulation_plugin, not both.")
             steps = gradient_accumulation_plugin.num_steps
-        steps = _pick(steps, settings.gradient_accumulation_steps, 1)
-        if not isinstance(steps, int) or steps < 1:
-            raise ConfigurationError(f"gradient_accumulation_steps={steps!r} must be a whole number >= 1.")
+        steps = check_accumulation_steps(_pick(steps, settings.gradient_accumulation_steps, 1), "Accelerator")
         self.gradient_state = GradientState(
             steps,
             adjust_scheduler=getattr(gradient_accumulation_plugin, "adjust_scheduler", True),
@@ -138,6 +137,7 @@ class Accelerator:
         self.even_batches = bool(_pick(even_batches, getattr(dataloader_config, "even_batches", None), True))
         self.rng_types = list(rng_types) if rng_types is not None else None
         self.dispatch_batches = getattr(dataloader_config, "dispatch_batches", None)  # only None/False work
+        self.non_blocking = bool(getattr(dataloader_config, "non_blocking", False))  # used with pinned memory only
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
         self.ddp_handler = handlers.get(DistributedDataParallelKwargs)
         self.autocast_handler = handlers.get(AutocastKwargs)
@@ -303,7 +303,7 @@ class Accelerator:
             use_fsdp=self.use_fsdp, fsdp_plugin=self.fsdp_plugin, ddp_handler=self.ddp_handler, scaler=self.scaler,
             gradient_state=self.gradient_state, split_batches=self.split_batches, even_batches=self.even_batches,
             rng_types=self.rng_types, dispatch_batches=self.dispatch_batches,
-            step_scheduler_with_optimizer=self.step_scheduler_with_optimizer,
+            step_scheduler_with_optimizer=self.step_scheduler_with_optimizer, non_blocking=self.non_blocking,
         )
 
     # -- models -----------------------------------------------------------------------------

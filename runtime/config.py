@@ -3,7 +3,7 @@
 The file is YAML (JSON is valid YAML) with Hugging Face Accelerate's keys, so an existing
 ``~/.cache/huggingface/accelerate/default_config.yaml`` works as it is with ``--config-file``.
 Only ``accelify launch``/``config``/``env``/``test`` read it; a training process never does
-(the launcher hands its resolved settings over through :mod:`accelify.runtime.settings`).
+(the launcher hands its resolved settings over through :mod:`accelify.runtime.launch_settings`).
 
 Where the file is looked for, first match wins:
 
@@ -28,26 +28,26 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
+from .devices import default_device, default_process_count
 from .errors import ConfigurationError
 from .files import atomic_write
-from .settings import (
-    MIXED_PRECISION_CHOICES,
-    check_mixed_precision,
-    default_device,
-    default_process_count,
-    parse_bool,
+from .launch_options import (  # noqa: F401  (DISTRIBUTED_TYPES, RDZV_BACKENDS: this module's older names)
+    BY_CONFIG_KEY,
+    DISTRIBUTED_TYPES,
+    OPTIONS,
+    RDZV_BACKENDS,
+    check_machine_rank,
 )
+from .precision_rules import check_mixed_precision
 
 CONFIG_FILE_VARS = ("ACCELIFY_CONFIG_FILE", "ACCELERATE_CONFIG_FILE")
-DISTRIBUTED_TYPES = ("NO", "MULTI_CPU", "MULTI_GPU", "FSDP")
-RDZV_BACKENDS = ("static", "c10d")
 
 # Accelerate keys accepted for compatibility that change nothing here.
 _ACCEPTED_NO_EFFECT = frozenset(
     {
-        "compute_environment", "same_network", "downcast_bf16", "main_training_function",
+        "same_network", "downcast_bf16", "main_training_function",
         "enable_cpu_affinity", "dynamo_config", "fp8_config", "ipex_config", "mpirun_config",
         "parallelism_config", "megatron_lm_config", "deepspeed_config", "command_file", "commands",
         "tpu_name", "tpu_zone", "tpu_use_cluster", "tpu_use_sudo", "tpu_vm", "tpu_env",
@@ -122,103 +122,7 @@ def find_config_file(explicit: str | os.PathLike[str] | None = None,
     return path
 
 
-def _int(key: str, low: int, high: int | None = None) -> Callable[[Any, str], int]:
-    def check(value: Any, where: str) -> int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-        if not ok and isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            value, ok = int(value), True
-        if not ok or value < low or (high is not None and value > high):
-            allowed = f"a whole number >= {low}" + (f" and <= {high}" if high is not None else "")
-            raise ConfigurationError(f"{where}: {key}={value!r} is not valid; allowed: {allowed}.")
-        return value
-    return check
-
-
-def _bool(key: str) -> Callable[[Any, str], bool]:
-    def check(value: Any, where: str) -> bool:
-        return parse_bool(value, f"{where}: {key}")
-    return check
-
-
-def _choice(key: str, choices: tuple[str, ...], fold: Callable[[str], str]) -> Callable[[Any, str], str]:
-    def check(value: Any, where: str) -> str:
-        text = fold(str(value).strip())
-        if text not in choices:
-            raise ConfigurationError(
-                f"{where}: {key}={value!r} is not supported; allowed: {', '.join(choices)}."
-            )
-        return text
-    return check
-
-
-def _str(key: str) -> Callable[[Any, str], str]:
-    def check(value: Any, where: str) -> str:
-        if not isinstance(value, (str, int)) or isinstance(value, bool) or not str(value).strip():
-            raise ConfigurationError(f"{where}: {key}={value!r} is not valid; allowed: a host name or IP address.")
-        return str(value).strip()
-    return check
-
-
-def _gpu_ids(value: Any, where: str) -> str:
-    text = ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else str(value).strip()
-    if text.lower() == "all":
-        return "all"
-    parts = [p.strip() for p in text.split(",") if p.strip()]
-    if not parts or not all(p.isdigit() for p in parts) or len(set(parts)) != len(parts):
-        raise ConfigurationError(
-            f"{where}: gpu_ids={value!r} is not valid; allowed: \"all\" or distinct GPU indices such as \"0,1\"."
-        )
-    return ",".join(parts)
-
-
-def _float(key: str) -> Callable[[Any, str], float]:
-    def check(value: Any, where: str) -> float:
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            number = -1.0
-        if isinstance(value, bool) or number <= 0:
-            raise ConfigurationError(f"{where}: {key}={value!r} is not valid; allowed: a number of seconds > 0.")
-        return number
-    return check
-
-
-def _mapping(key: str) -> Callable[[Any, str], dict]:
-    def check(value: Any, where: str) -> dict:
-        if not isinstance(value, Mapping):
-            raise ConfigurationError(f"{where}: {key} must be a mapping of options, got {type(value).__name__}.")
-        return dict(value)
-    return check
-
-
-def _compute_environment(value: Any, where: str) -> str:
-    if str(value) != "LOCAL_MACHINE":
-        raise ConfigurationError(
-            f"{where}: compute_environment={value!r} is not supported; allowed: LOCAL_MACHINE "
-            "(launch on each machine yourself with --num-machines/--machine-rank)."
-        )
-    return str(value)
-
-
-_VALIDATORS: dict[str, Callable[[Any, str], Any]] = {
-    "num_processes": _int("num_processes", 1),
-    "num_machines": _int("num_machines", 1),
-    "machine_rank": _int("machine_rank", 0),
-    "main_process_ip": _str("main_process_ip"),
-    "main_process_port": _int("main_process_port", 0, 65535),
-    "gpu_ids": _gpu_ids,
-    "use_cpu": _bool("use_cpu"),
-    "distributed_type": _choice("distributed_type", DISTRIBUTED_TYPES, str.upper),
-    "mixed_precision": _choice("mixed_precision", MIXED_PRECISION_CHOICES, str.lower),
-    "gradient_accumulation_steps": _int("gradient_accumulation_steps", 1),
-    "debug": _bool("debug"),
-    "rdzv_backend": _choice("rdzv_backend", RDZV_BACKENDS, str.lower),
-    "use_fsdp": _bool("use_fsdp"),
-    "fsdp_config": _mapping("fsdp_config"),
-    "max_restarts": _int("max_restarts", 0),
-    "monitor_interval": _float("monitor_interval"),
-}
-KNOWN_KEYS = frozenset(_VALIDATORS) | _ACCEPTED_NO_EFFECT
+KNOWN_KEYS = frozenset(BY_CONFIG_KEY) | _ACCEPTED_NO_EFFECT
 
 
 def _unknown_key(where: str, key: str) -> str:
@@ -239,25 +143,20 @@ def parse_config(data: Mapping[str, Any], where: str = "config") -> UserConfig:
         raise ConfigurationError(f"{where}: a config file must be a YAML mapping of keys to values.")
     values: dict[str, Any] = {}
     warnings = [_unknown_key(where, str(key)) for key in data if key not in KNOWN_KEYS]
-    if "compute_environment" in data and data["compute_environment"] is not None:
-        _compute_environment(data["compute_environment"], where)
-    for key, check in _VALIDATORS.items():
+    for key, option in BY_CONFIG_KEY.items():  # the launch options' table: one check per key
         value = data.get(key)
         if value is None or (key == "num_processes" and value == -1):  # -1: Accelerate's "not set"
             continue
-        values[key] = check(value, where)
+        checked = option.validate(value, where)
+        if key != "compute_environment":  # accepted (LOCAL_MACHINE only), changes nothing
+            values[key] = checked
     if values.get("distributed_type") == "FSDP" and "use_fsdp" not in values:
         values["use_fsdp"] = True
     if values.get("distributed_type") == "MULTI_CPU" and "use_cpu" not in values:
         values["use_cpu"] = True
     if values.get("use_cpu") and values.get("mixed_precision", "no") != "no":
         check_mixed_precision(values["mixed_precision"], "cpu", where)  # the launch rule, as `accelify launch` applies it
-    machines, rank = values.get("num_machines", 1), values.get("machine_rank", 0)
-    if rank >= machines:
-        raise ConfigurationError(
-            f"{where}: machine_rank={rank} is not valid with num_machines={machines}; "
-            f"allowed: 0 to {machines - 1}."
-        )
+    check_machine_rank(values.get("machine_rank", 0), values.get("num_machines", 1), where)
     return UserConfig(raw=dict(data), warnings=tuple(warnings), **values)
 
 
@@ -341,7 +240,7 @@ def write_basic_config(mixed_precision: str = "no",
     ``ACCELIFY_CONFIG_FILE`` if elsewhere. With two GPUs, ``write_basic_config("fp16")`` writes
     ``num_processes: 2``, ``distributed_type: MULTI_GPU``, ``mixed_precision: fp16``.
     """
-    precision = _VALIDATORS["mixed_precision"](mixed_precision, "write_basic_config")
+    precision = OPTIONS["mixed_precision"].validate(mixed_precision, "write_basic_config")
     path = Path(save_location) if save_location is not None else default_config_path()
     if path.exists():
         return False

@@ -18,6 +18,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import torch
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, IterableDataset
 
+from .devices import loader_transfer
 from .errors import ConfigurationError, DistributedSetupError
 from .process_group import declared_processes
 from .samplers import IterableDatasetShard, ShardedBatchSampler, UnbatchedSampler, check_rng_types, sync_rng_states
@@ -344,9 +345,9 @@ def prepare_data_loader(
         )
     n, r = _resolve_processes(num_processes, process_index)
     kwargs = {name: getattr(dataloader, name) for name in _CARRIED if hasattr(dataloader, name)}
-    if kwargs.get("pin_memory") and device is not None and torch.device(device).type == "cpu":
-        # Pinning only speeds up copies to a GPU; on a CPU run torch would warn about it every epoch.
-        kwargs["pin_memory"] = False
+    # pinning helps copies to a GPU only, and a non-blocking copy needs it: the decision is devices.py's
+    target = torch.device(device).type if device is not None else None
+    kwargs["pin_memory"], non_blocking = loader_transfer(target, bool(kwargs.get("pin_memory")), non_blocking)
     common = dict(
         device=device if put_on_device else None,
         rng_types=check_rng_types(rng_types),

@@ -44,9 +44,9 @@ def set_debug_mode(enabled: bool) -> None:
 def debug_enabled() -> bool:
     """Whether debug mode is on: as last set, else (before any ``PartialState``) as the settings say."""
     if "enabled" not in _MODE:
-        from .settings import load_settings
+        from .launch_settings import load_launch_settings
 
-        _MODE["enabled"] = bool(load_settings().debug)
+        _MODE["enabled"] = bool(load_launch_settings().debug)
     return _MODE["enabled"]
 
 

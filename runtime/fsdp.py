@@ -20,11 +20,10 @@ from torch import nn
 
 from . import model_io
 from .errors import ConfigurationError
+from .precision import torch_dtype
 
 WRAP_POLICIES = ("transformer_based_wrap", "size_based_wrap", "no_wrap")
 STATE_DICT_TYPES = ("FULL_STATE_DICT",)
-_DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
-           "fp32": torch.float32, "float32": torch.float32, "no": None}
 
 
 @dataclass
@@ -130,9 +129,10 @@ def _mp_policy(spec: Any) -> Any:
     def dtype(value: Any) -> torch.dtype | None:
         if value is None or isinstance(value, torch.dtype):
             return value
-        if str(value).lower() not in _DTYPES:
-            raise ConfigurationError(f"mixed_precision_policy dtype {value!r} is not known; use one of {', '.join(_DTYPES)}.")
-        return _DTYPES[str(value).lower()]
+        try:
+            return torch_dtype(str(value))  # the one precision -> dtype table (precision_rules)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"mixed_precision_policy {exc}") from None
 
     if isinstance(spec, Mapping):
         return MixedPrecisionPolicy(**{k: dtype(v) for k, v in spec.items()})

@@ -22,13 +22,9 @@ from typing import Any, Callable, Sequence
 from .errors import AccelifyRuntimeError, ConfigurationError
 from .failure_report import how_it_ended, summarise_failure
 from .launch_session import launch_session, write_launch_file  # noqa: F401  (write_launch_file: its old home)
-from .settings import (
-    Settings,
-    check_mixed_precision,
-    default_device,
-    default_process_count,
-    processes_fit,
-)
+from .devices import default_device, default_process_count, processes_fit, read_device_facts
+from .launch_settings import LaunchSettings
+from .precision_rules import check_mixed_precision
 
 
 class WorkerFailedError(AccelifyRuntimeError):
@@ -92,7 +88,7 @@ def _summarise(error: Any) -> WorkerFailedError:
     return WorkerFailedError(first.rank, first.exit_code, (first.callstack or first.message).rstrip())
 
 
-def _run(function: Callable[..., Any], args: Sequence[Any], num_processes: int, settings: Settings,
+def _run(function: Callable[..., Any], args: Sequence[Any], num_processes: int, settings: LaunchSettings,
          port: int, max_restarts: int, monitor_interval: float) -> dict[int, Any]:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
@@ -122,9 +118,7 @@ def notebook_launcher(function: Callable[..., Any], args: Sequence[Any] = (), nu
     With one process the function runs here and its result is returned as it is. ``use_port``
     ``0`` picks a free port. A failing worker raises :class:`WorkerFailedError` naming it.
     """
-    import torch
-
-    gpus = torch.cuda.device_count()
+    gpus = read_device_facts().gpu_count
     device = default_device(gpus)  # the GPUs when there are any (like `accelify launch` without --cpu)
     precision = check_mixed_precision(mixed_precision, device, where="notebook_launcher")
     count = num_processes if num_processes is not None else default_process_count(device, gpus)
@@ -136,14 +130,14 @@ def notebook_launcher(function: Callable[..., Any], args: Sequence[Any] = (), nu
     if master_addr not in ("127.0.0.1", "localhost"):
         raise ConfigurationError(f"master_addr={master_addr!r}: notebook_launcher runs on this machine only; "
                                  "use `accelify launch --num-machines` for several machines.")
-    settings = Settings(mixed_precision=precision, cpu=True if cpu else None)
+    settings = LaunchSettings(mixed_precision=precision, cpu=True if cpu else None)
     if count == 1:
         return _run_here(function, args, settings)
     port = int(use_port) or _free_port()
     return _run(function, args, count, settings, port, max_restarts, monitor_interval)
 
 
-def _run_here(function: Callable[..., Any], args: Sequence[Any], settings: Settings) -> Any:
+def _run_here(function: Callable[..., Any], args: Sequence[Any], settings: LaunchSettings) -> Any:
     """One process: call the function in this process, with the settings in place for its Accelerator."""
     with launch_session(settings, restore_all=False):  # variables the function sets stay, as after a call
         return function(*args)
@@ -157,4 +151,4 @@ def debug_launcher(function: Callable[..., Any], args: Sequence[Any] = (), num_p
     """
     if num_processes < 1:
         raise ConfigurationError(f"num_processes={num_processes} is not valid; use 1 or more.")
-    return _run(function, args, num_processes, Settings(cpu=True), _free_port(), 0, 0.1)
+    return _run(function, args, num_processes, LaunchSettings(cpu=True), _free_port(), 0, 0.1)

@@ -17,17 +17,17 @@ import tempfile
 import threading
 from typing import Iterator, Mapping
 
-from .settings import LAUNCH_CONFIG_VAR, Settings
+from .launch_settings import LAUNCH_CONFIG_VAR, LaunchSettings, forget_launch_settings
 
 # torch elastic installs its own handlers for these while it runs workers; a notebook gets its own back
 _ELASTIC_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
 
 
-def write_launch_file(settings: Settings) -> str:
+def write_launch_file(settings: LaunchSettings) -> str:
     """Write ``settings`` as a launch file (a temporary YAML file) and return its path; the caller deletes it.
 
     Point ``ACCELIFY_LAUNCH_CONFIG`` at it and the workers' ``Accelerator`` reads it (see
-    :mod:`accelify.runtime.settings`). :func:`launch_session` does both, and deletes it.
+    :mod:`accelify.runtime.launch_settings`). :func:`launch_session` does both, and deletes it.
     """
     import yaml
 
@@ -38,7 +38,7 @@ def write_launch_file(settings: Settings) -> str:
 
 
 @contextlib.contextmanager
-def launch_session(settings: Settings, env: Mapping[str, str] | None = None, *, processes: int = 1,
+def launch_session(settings: LaunchSettings, env: Mapping[str, str] | None = None, *, processes: int = 1,
                    restore_all: bool = True) -> Iterator[str]:
     """Within the block, processes started here get ``settings`` (and ``env``); yields the launch file's path.
 
@@ -78,3 +78,4 @@ def launch_session(settings: Settings, env: Mapping[str, str] | None = None, *, 
                     signal.signal(getattr(signal, name), handler)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
+        forget_launch_settings()  # a function run in this process read the file; a later launch writes another

@@ -102,7 +102,7 @@ def get_logger(name: str, log_level: str | int | None = None) -> MultiProcessAda
     """
     source = "log_level"
     if log_level is None:
-        from .settings import log_level as level_from_environment
+        from .launch_settings import log_level as level_from_environment
 
         found = level_from_environment()  # read at each call, as Hugging Face does: a script may set it late
         if found is not None:

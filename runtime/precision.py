@@ -3,7 +3,7 @@
 ``"bf16"`` runs the forward under ``torch.autocast(device, torch.bfloat16)`` and really applies on
 the CPU (Hugging Face Accelerate 1.15 with ``cpu=True`` silently stays in fp32). ``"fp16"`` adds a
 ``torch.amp.GradScaler``. Which precision a device may run is one rule, stated in
-:func:`accelify.runtime.settings.check_mixed_precision` and applied by every entry point: fp16 and
+:func:`accelify.runtime.precision_rules.check_mixed_precision` and applied by every entry point: fp16 and
 bf16 wherever torch's autocast runs them (the CPU included: slow for fp16, but numerically sane),
 a :class:`ConfigurationError` elsewhere, never a silent fp32 run.
 """
@@ -17,10 +17,18 @@ from typing import Any
 
 import torch
 
-from .settings import AUTOCAST_DTYPE_NAMES
-from .settings import check_mixed_precision  # noqa: F401  (the one rule; tests and older callers find it here)
+from .precision_rules import check_mixed_precision  # noqa: F401  (the one rule; tests and older callers find it here)
+from .precision_rules import MIXED_PRECISION_CHOICES, dtype_name, grad_scaler_plan
 
-DTYPES = {name: getattr(torch, dtype) for name, dtype in AUTOCAST_DTYPE_NAMES.items()}  # "fp16": torch.float16
+
+def torch_dtype(name: str) -> torch.dtype | None:
+    """The torch dtype of a precision or dtype spelling (``"bf16"``, ``"bfloat16"``), by
+    :data:`~.precision_rules.PRECISION_DTYPES`, the one table; ``"no"`` -> None."""
+    found = dtype_name(name)
+    return None if found is None else getattr(torch, found)
+
+
+DTYPES = {name: torch_dtype(name) for name in MIXED_PRECISION_CHOICES if name != "no"}  # "fp16": torch.float16
 
 
 def autocast(mixed_precision: str, device: torch.device, enabled: bool = True, cache_enabled: bool | None = None) -> Any:
@@ -34,10 +42,10 @@ def autocast(mixed_precision: str, device: torch.device, enabled: bool = True, c
 
 
 def make_grad_scaler(mixed_precision: str, device: torch.device, options: dict[str, Any] | None = None) -> Any:
-    """A ``torch.amp.GradScaler`` for fp16 (``options`` from ``GradScalerKwargs``), else ``None``."""
-    if mixed_precision != "fp16":
-        return None
-    return torch.amp.GradScaler(device.type, **(options or {}))
+    """A ``torch.amp.GradScaler`` for fp16 (``options`` from ``GradScalerKwargs``), else ``None``
+    (the decision: :func:`~.precision_rules.grad_scaler_plan`)."""
+    plan = grad_scaler_plan(mixed_precision, device.type, options)
+    return None if plan is None else torch.amp.GradScaler(**plan)
 
 
 def to_fp32(value: Any) -> Any:

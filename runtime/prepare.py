@@ -91,6 +91,7 @@ class PrepareSettings:
     rng_types: list[Any] | None
     dispatch_batches: Any
     step_scheduler_with_optimizer: bool
+    non_blocking: bool = False  # DataLoaderConfiguration(non_blocking=True): asynchronous copies from pinned memory
 
     def placement(self, device_placement: bool | None) -> bool:
         """The call's own ``device_placement`` when given, else the accelerator's."""
@@ -193,6 +194,7 @@ def prepare_data_loader(prepared: PreparedObjects, settings: PrepareSettings, da
         put_on_device=settings.placement(device_placement),
         rng_types=settings.rng_types,
         dispatch_batches=settings.dispatch_batches,
+        non_blocking=settings.non_blocking,
     )
     prepared.dataloaders.append(loader)
     return loader

@@ -2,7 +2,7 @@
 
 Environment variables are read here and nowhere else: :class:`ProcessInfo` is built from what
 ``torch.distributed.run`` (or ``srun`` / ``mpirun``) sets. :func:`init_process_group` joins the
-group (NCCL plus Gloo when CUDA is usable, Gloo otherwise) or raises :class:`DistributedSetupError`
+group (NCCL plus Gloo when CUDA is usable, Gloo otherwise: :func:`.devices.process_group_backend`) or raises :class:`DistributedSetupError`
 saying what is missing: a process never silently trains alone. ``state.PartialState`` calls these once.
 """
 
@@ -15,6 +15,7 @@ from typing import Any, Mapping, NamedTuple
 
 import torch
 
+from .devices import process_group_backend, read_device_facts, uses_cuda
 from .errors import ConfigurationError, DistributedSetupError
 
 
@@ -119,11 +120,6 @@ def declared_processes(environ: Mapping[str, str] | None = None) -> tuple[str, i
     return variable[found.launcher], found.world_size, found.rank
 
 
-def cuda_usable(cpu: bool) -> bool:
-    """True when this process should train on CUDA (available, and ``cpu`` not forced)."""
-    return not cpu and torch.cuda.is_available()
-
-
 def init_process_group(info: ProcessInfo, cpu: bool, backend: str | None, timeout: timedelta | None) -> str:
     """Join the job's process group (or adopt one the script created) and return its backend."""
     import torch.distributed as dist
@@ -147,9 +143,9 @@ def init_process_group(info: ProcessInfo, cpu: bool, backend: str | None, timeou
             "or `torchrun --nproc-per-node N`, or unset WORLD_SIZE to run one process."
         )
     _require_numpy(info)
-    if backend is None:
-        backend = "cpu:gloo,cuda:nccl" if cuda_usable(cpu) else "gloo"
-    if cuda_usable(cpu):
+    facts = read_device_facts()
+    backend = process_group_backend(facts, cpu=cpu, requested=backend)
+    if uses_cuda(facts, cpu):
         torch.cuda.set_device(info.local_rank)
     kwargs: dict[str, Any] = {"backend": backend, "rank": info.rank, "world_size": info.world_size}
     if timeout is not None:

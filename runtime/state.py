@@ -23,7 +23,8 @@ import torch
 
 from .debug import debug_checkpoint, debug_enabled, set_debug_mode
 from .errors import ConfigurationError, DistributedSetupError
-from .process_group import ProcessInfo, cuda_usable, from_existing_group, init_process_group
+from .devices import process_device, read_device_facts, uses_cuda
+from .process_group import ProcessInfo, from_existing_group, init_process_group
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -116,9 +117,9 @@ class PartialState:
 
     def __init__(self, cpu: bool | None = None, *, backend: str | None = None, timeout: timedelta | None = None) -> None:
         if not _SHARED:
-            from .settings import load_settings
+            from .launch_settings import load_launch_settings
 
-            settings = load_settings()
+            settings = load_launch_settings()
             info = ProcessInfo.from_environ()
             if info.world_size == 1:
                 info = from_existing_group(info)
@@ -153,25 +154,16 @@ class PartialState:
                 from .debug_exchange import watch_exits
 
                 watch_exits()  # after _close_at_exit: atexit runs it first, while the group is still up
-        elif cuda_usable(self._cpu) and "nccl" not in str(_SHARED["backend"]):
+        elif uses_cuda(read_device_facts(), self._cpu) and "nccl" not in str(_SHARED["backend"]):
             raise DistributedSetupError(
                 f"The process group was created for the CPU (backend {_SHARED['backend']}) by an earlier "
                 "Accelerator(cpu=True); this one wants the GPU. Use the same `cpu` setting for every Accelerator."
             )
 
     def _pick_device(self) -> torch.device:
-        if cuda_usable(self._cpu):
-            count = torch.cuda.device_count()
-            if self.info.local_rank >= count:
-                raise DistributedSetupError(
-                    f"Local rank {self.info.local_rank} needs GPU {self.info.local_rank}, but only {count} are visible; "
-                    f"start at most {count} processes per machine or pass cpu=True."
-                )
-            return torch.device("cuda", self.info.local_rank)
-        mps = getattr(torch.backends, "mps", None)
-        if not self._cpu and self.info.world_size == 1 and mps is not None and mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
+        kind, index = process_device(read_device_facts(), cpu=self._cpu, local_rank=self.info.local_rank,
+                                     world_size=self.info.world_size)
+        return torch.device(kind, index) if index is not None else torch.device(kind)
 
     # -- who am I ---------------------------------------------------------------------------
     @property

@@ -10,12 +10,9 @@ import click
 
 from accelify.cli.exit_codes import exit_on_error
 from accelify.cli.options import config_file_option
-from accelify.runtime.settings import (
-    MIXED_PRECISION_CHOICES,
-    default_device,
-    default_process_count,
-    mixed_precision_choices,
-)
+from accelify.runtime.devices import default_device, default_process_count, read_device_facts
+from accelify.runtime.launch_options import DEFAULT_PORT, MAX_PORT, OPTIONS
+from accelify.runtime.precision_rules import MIXED_PRECISION_CHOICES, mixed_precision_choices
 
 
 def _target(config_file: str | None) -> Path:
@@ -38,12 +35,13 @@ def _ask(gpu_count: int) -> dict[str, Any]:
             q.note("No GPU is visible here: this config will only launch on a machine with GPUs.")
         gpu_ids = _valid(q, 'Which GPUs ("all" or ids such as 0,1)?', "gpu_ids", "all", gpu_count)
     machines = _int(q, "How many machines?", 1, 1)
-    machine_rank, ip, port, rdzv = 0, None, None, "static"
+    machine_rank, ip, port, rdzv = 0, None, None, OPTIONS["rdzv_backend"].default
     if machines > 1:
         machine_rank = _int(q, "This machine's rank?", 0, 0, machines - 1)
         ip = _valid(q, "Address of machine 0 (main process IP)?", "main_process_ip", None, gpu_count)
-        port = _int(q, "Port on machine 0?", 29500, 1, 65535)
-        rdzv = q.ask("Rendezvous backend?", default="static", choices=["static", "c10d"])
+        port = _int(q, "Port on machine 0?", DEFAULT_PORT, 1, MAX_PORT)  # 0 (a free port) is one machine only
+        rendezvous = OPTIONS["rdzv_backend"]
+        rdzv = q.ask("Rendezvous backend?", default=rendezvous.default, choices=list(rendezvous.choices))
     selected = len(gpu_ids.split(",")) if gpu_ids != "all" else gpu_count
     per_machine = default_process_count("cpu" if cpu else "cuda", selected)
     total = _int(q, "How many processes in total (over all machines)?", per_machine * machines, 1)
@@ -86,9 +84,7 @@ def _int(q: Any, question: str, default: int, low: int, high: int | None = None)
 
 
 def _visible_gpus() -> int:
-    import torch
-
-    return torch.cuda.device_count()
+    return read_device_facts().gpu_count
 
 
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})

@@ -7,39 +7,15 @@ import sys
 import click
 
 from accelify.cli.exit_codes import exit_on_error
-from accelify.cli.options import config_file_option
-from accelify.runtime.settings import MIXED_PRECISION_CHOICES
+from accelify.cli.options import config_file_option, launch_options
 
 CONTEXT = {"allow_interspersed_args": False,
            "help_option_names": ["-h", "--help"]}
 
 
 @click.command(context_settings=CONTEXT)
-@click.option("--num-processes", "--num_processes", "-n", "num_processes", type=int,
-              help="Processes in total, over all machines (default: one per visible GPU, else 1).")
-@click.option("--num-machines", "--num_machines", "num_machines", type=int, help="Machines taking part.")
-@click.option("--machine-rank", "--machine_rank", "machine_rank", type=int, help="This machine's rank, 0 to N-1.")
-@click.option("--main-process-ip", "--main_process_ip", "main_process_ip", help="Address of machine 0.")
-@click.option("--main-process-port", "--main_process_port", "main_process_port", type=int,
-              help="Port on machine 0 (0: pick a free one; one machine only).")
-@click.option("--cpu", "cpu", is_flag=True, default=None, help="Run on CPU processes (Gloo), even with GPUs.")
-@click.option("--multi-gpu", "--multi_gpu", "multi_gpu", is_flag=True, default=None,
-              help="Distributed on GPUs (an error without GPUs).")
-@click.option("--gpu-ids", "--gpu_ids", "gpu_ids", help='GPUs to use: "all" or indices such as 0,1.')
-@click.option("--mixed-precision", "--mixed_precision", "mixed_precision",
-              type=click.Choice(MIXED_PRECISION_CHOICES), help="Mixed precision for the Accelerator.")
-@click.option("--gradient-accumulation-steps", "--gradient_accumulation_steps", "gradient_accumulation_steps",
-              type=int, help="Gradient accumulation steps for the Accelerator.")
-@click.option("--debug", "debug", is_flag=True, default=None, help="Debug mode: check collective shapes.")
+@launch_options
 @config_file_option
-@click.option("--max-restarts", "--max_restarts", "max_restarts", type=int,
-              help="Restart the worker group up to N times after a failure.")
-@click.option("--monitor-interval", "--monitor_interval", "monitor_interval", type=float,
-              help="Seconds between checks of the workers' health.")
-@click.option("--rdzv-backend", "--rdzv_backend", "rdzv_backend", type=click.Choice(["static", "c10d"]),
-              help="Rendezvous between machines (default static).")
-@click.option("--use-fsdp", "--use_fsdp", "use_fsdp", is_flag=True, default=None,
-              help="Shard the model with FSDP2.")
 @click.option("--module", "-m", "module", is_flag=True, default=False,
               help="SCRIPT is a module name, run as `python -m`.")
 @click.option("--quiet", "-q", "quiet", is_flag=True, default=False, help="No banner.")

@@ -1,44 +1,53 @@
 """Resolve ``accelify launch``'s command line over the config file into a :class:`LaunchPlan`.
 
 Precedence for every value: command line > config file > environment (``ACCELIFY_*`` then
-``ACCELERATE_*``, see :mod:`accelify.runtime.settings`) > defaults. ``plan.sources`` says which
+``ACCELERATE_*``, see :mod:`accelify.runtime.launch_settings`) > defaults. ``plan.sources`` says which
 level each value came from. Impossible requests raise :class:`LaunchError` here, before anything
 starts. Nothing here starts a process; :mod:`accelify.launch.run` runs the plan.
 
-Defaults (no config, no flags): one process per visible GPU, else one process on CPU. There is
-no silent fallback: ``--multi-gpu``/``--gpu-ids`` without GPUs and more processes than GPUs are
-errors. The device rules and the mixed-precision rule are the runtime's
-(:mod:`accelify.runtime.settings`: ``default_device``, ``default_process_count``, ``processes_fit``,
-``check_mixed_precision``), the same ones ``notebook_launcher``, ``accelify config`` and the
-``Accelerator`` apply. ``num_processes`` counts processes over all machines, as in Accelerate.
+Each option's config key, environment name, default and check come from the runtime's table
+(:mod:`accelify.runtime.launch_options`), the one that also makes ``accelify launch``'s click options and
+validates config files. Defaults (no config, no flags): one process per visible GPU, else one process on
+CPU. There is no silent fallback: ``--multi-gpu``/``--gpu-ids`` without GPUs and more processes than GPUs
+are errors. The device rules are the runtime's (:mod:`accelify.runtime.devices`: ``default_device``,
+``default_process_count``, ``processes_fit``, ``selected_gpus``, ``visible_devices``) and so is the
+mixed-precision rule (:mod:`accelify.runtime.precision_rules`), the same ones ``notebook_launcher``,
+``accelify config`` and the ``Accelerator`` apply. ``num_processes`` counts processes over all machines,
+as in Accelerate.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from accelify.errors import LaunchError
 from accelify.runtime.config import UserConfig, find_config_file, load_config
-from accelify.runtime.settings import (
-    LAUNCH_CONFIG_VAR,
-    Settings,
-    check_mixed_precision,
+from accelify.runtime.devices import (
     default_device,
     default_process_count,
-    load_settings,
     processes_fit,
+    read_device_facts,
+    selected_gpus,
+    visible_devices,
 )
+from accelify.runtime.errors import ConfigurationError
+from accelify.runtime.launch_options import DEFAULT_PORT, OPTIONS, check_machine_rank
+from accelify.runtime.launch_settings import LAUNCH_CONFIG_VAR, LaunchSettings, load_launch_settings
+from accelify.runtime.precision_rules import check_mixed_precision
 
-DEFAULT_PORT = 29500
 WORKER_MODULE = "accelify.launch.worker"  # what each process runs (python -m), around the user's script
 LAUNCH_ENV_CPU = "ACCELIFY_USE_CPU/ACCELERATE_USE_CPU=0"
 
 
 @dataclass(frozen=True)
 class LaunchOptions:
-    """What the command line asked for; ``None`` means "not given"."""
+    """What the command line asked for; ``None`` means "not given".
+
+    One field per command-line entry of :data:`accelify.runtime.launch_options.LAUNCH_OPTIONS` (a test
+    keeps them equal), plus the script, its arguments, ``module`` and ``config_file``.
+    """
 
     script: str
     script_args: tuple[str, ...] = ()
@@ -77,7 +86,7 @@ class LaunchPlan:
     device: str  # "cpu" or "cuda"
     backend: str  # "gloo" or "nccl"
     gpu_ids: tuple[int, ...] | None  # indices among the GPUs visible to the launcher
-    settings: Settings
+    settings: LaunchSettings
     max_restarts: int
     monitor_interval: float | None
     config_path: str | None
@@ -150,49 +159,44 @@ class LaunchPlan:
 
 
 class _Chooser:
-    """Picks each value by precedence and remembers where it came from."""
+    """Picks each value by precedence (the option's table entry says where to look) and remembers its source."""
 
-    def __init__(self, config: UserConfig, env_settings: Settings) -> None:
+    def __init__(self, config: UserConfig, env_settings: LaunchSettings) -> None:
         self.config, self.env, self.sources = config, env_settings, {}
         self.config_label = f"config file {config.path}" if config.path else "config file"
 
-    def pick(self, name: str, cli: Any, config_key: str | None = None, env_key: str | None = None,
-             default: Any = None) -> Any:
+    def pick(self, name: str, cli: Any, *, config: bool = True, default: Any = None) -> Any:
+        """Command line (checked here) > config file (checked when loaded) > environment > ``default``, else the
+        option's own default."""
+        option = OPTIONS[name]
+        if cli is not None:
+            self.sources[name] = "command line"
+            try:
+                return option.validate(cli, "command line", option.flags[0])
+            except ConfigurationError as exc:
+                raise LaunchError(str(exc)) from None
         candidates = [
-            (cli, "command line"),
-            (getattr(self.config, config_key or name, None) if config_key != "" else None, self.config_label),
-            (getattr(self.env, env_key, None) if env_key else None, "environment"),
+            (getattr(self.config, option.config_key, None) if config and option.config_key else None,
+             self.config_label),
+            (getattr(self.env, name, None) if option.env else None, "environment"),
         ]
         for value, source in candidates:
             if value is not None:
                 self.sources[name] = source
                 return value
         self.sources[name] = "default"
-        return default
+        return option.default if default is None else default
+
+    def check(self, rule: Callable[[], Any]) -> Any:
+        """``rule()``, with a rule's ``ConfigurationError`` (the runtime's) as this tool's ``LaunchError``."""
+        try:
+            return rule()
+        except ConfigurationError as exc:
+            raise LaunchError(str(exc)) from None
 
 
 def _visible_gpus() -> int:
-    import torch
-
-    return torch.cuda.device_count()
-
-
-def _parse_gpu_ids(text: str, gpu_count: int, source: str) -> tuple[int, ...] | None:
-    if text.strip().lower() == "all":
-        return None
-    try:
-        ids = tuple(int(p) for p in text.split(",") if p.strip())
-    except ValueError:
-        raise LaunchError(f"{source}: gpu ids {text!r} are not valid; use \"all\" or indices such as 0,1.") from None
-    if not ids or len(set(ids)) != len(ids):
-        raise LaunchError(f"{source}: gpu ids {text!r} are not valid; use \"all\" or distinct indices such as 0,1.")
-    missing = [i for i in ids if not 0 <= i < gpu_count]
-    if missing:
-        raise LaunchError(
-            f"{source}: GPU {', '.join(map(str, missing))} does not exist; this machine has {gpu_count} visible "
-            f"GPU(s){f' (0 to {gpu_count - 1})' if gpu_count else ''}. Use existing ids or --cpu."
-        )
-    return ids
+    return read_device_facts().gpu_count
 
 
 def resolve_plan(options: LaunchOptions, *, environ: Mapping[str, str] | None = None,
@@ -204,7 +208,7 @@ def resolve_plan(options: LaunchOptions, *, environ: Mapping[str, str] | None = 
     env = dict(os.environ if environ is None else environ)
     config = load_config(find_config_file(options.config_file, env))
     env.pop(LAUNCH_CONFIG_VAR, None)  # the launcher's own channel is not user configuration
-    env_settings = load_settings(env)
+    env_settings = load_launch_settings(env)
     gpus = _visible_gpus() if gpu_count is None else gpu_count
     c = _Chooser(config, env_settings)
 
@@ -217,12 +221,12 @@ def resolve_plan(options: LaunchOptions, *, environ: Mapping[str, str] | None = 
         use_cpu = c.pick("cpu", bool(options.cpu))
         reason = gpu_flag or ""
     elif config.use_cpu is not None or config.distributed_type == "MULTI_GPU":
-        use_cpu = c.pick("cpu", bool(config.use_cpu))
+        use_cpu = bool(config.use_cpu)
         c.sources["cpu"] = c.config_label
         asked = "use_cpu: false" if config.use_cpu is False else "distributed_type: MULTI_GPU"
         reason = f"{asked} ({c.config_label})"
     else:
-        use_cpu = c.pick("cpu", None, "", "cpu", default=default_device(gpus) == "cpu")
+        use_cpu = c.pick("cpu", None, config=False, default=default_device(gpus) == "cpu")
         reason = f"{LAUNCH_ENV_CPU} (environment)"
     if not use_cpu and gpus == 0:
         raise LaunchError(f"{reason} asks for GPUs, but no CUDA device is visible here; "
@@ -231,20 +235,16 @@ def resolve_plan(options: LaunchOptions, *, environ: Mapping[str, str] | None = 
 
     gpu_ids = None
     if device == "cuda":
-        ids_text = c.pick("gpu_ids", options.gpu_ids, default="all")
-        gpu_ids = _parse_gpu_ids(str(ids_text), gpus, c.sources["gpu_ids"])
+        ids_text = c.pick("gpu_ids", options.gpu_ids)
+        gpu_ids = c.check(lambda: selected_gpus(str(ids_text), gpus, c.sources["gpu_ids"]))
     available = len(gpu_ids) if gpu_ids is not None else gpus
 
-    machines = c.pick("num_machines", options.num_machines, default=1)
-    machine_rank = c.pick("machine_rank", options.machine_rank, default=0)
-    if machines < 1:
-        raise LaunchError(f"--num-machines={machines} is not valid; use 1 or more.")
-    if not 0 <= machine_rank < machines:
-        raise LaunchError(f"machine rank {machine_rank} ({c.sources['machine_rank']}) is not valid with "
-                          f"{machines} machine(s); use 0 to {machines - 1}.")
+    machines = c.pick("num_machines", options.num_machines)
+    machine_rank = c.pick("machine_rank", options.machine_rank)
+    c.check(lambda: check_machine_rank(machine_rank, machines, c.sources["machine_rank"]))
     default_total = default_process_count(device, available) * machines
     total = c.pick("num_processes", options.num_processes, default=default_total)
-    if total < 1 or total % machines:
+    if total % machines:
         raise LaunchError(f"num_processes={total} ({c.sources['num_processes']}) must be a positive multiple of "
                           f"num_machines={machines}: it counts processes over all machines.")
     per_machine = total // machines
@@ -253,16 +253,12 @@ def resolve_plan(options: LaunchOptions, *, environ: Mapping[str, str] | None = 
                           f"{'are selected by gpu_ids' if gpu_ids is not None else 'are visible'}; "
                           "lower --num-processes or use --cpu.")
 
-    precision = c.pick("mixed_precision", options.mixed_precision, env_key="mixed_precision", default="no")
+    precision = c.pick("mixed_precision", options.mixed_precision)
     precision = check_mixed_precision(precision, device, where=c.sources["mixed_precision"])
 
-    rdzv = c.pick("rdzv_backend", options.rdzv_backend, default="static")
-    if rdzv not in ("static", "c10d"):
-        raise LaunchError(f"--rdzv-backend={rdzv!r} is not supported; use static or c10d.")
-    ip = c.pick("main_process_ip", options.main_process_ip, default=None)
-    port = c.pick("main_process_port", options.main_process_port, default=None)
-    if port is not None and not 0 <= port <= 65535:
-        raise LaunchError(f"--main-process-port={port} is not a valid port; use 1 to 65535, or 0 to pick a free one.")
+    rdzv = c.pick("rdzv_backend", options.rdzv_backend)
+    ip = c.pick("main_process_ip", options.main_process_ip)
+    port = c.pick("main_process_port", options.main_process_port)
     if machines > 1:
         if not ip:
             raise LaunchError(f"{machines} machines need --main-process-ip: the address of machine 0, "
@@ -278,9 +274,7 @@ def resolve_plan(options: LaunchOptions, *, environ: Mapping[str, str] | None = 
             rdzv = "c10d"  # torch's standalone rendezvous: a c10d store on a free local port
             c.sources["rdzv_backend"] = "standalone (no port given)"
 
-    max_restarts = c.pick("max_restarts", options.max_restarts, default=0)
-    if max_restarts < 0:
-        raise LaunchError(f"--max-restarts={max_restarts} is not valid; use 0 or more.")
+    max_restarts = c.pick("max_restarts", options.max_restarts)
     warnings = list(config.warnings)
     if max_restarts and rdzv == "static":
         # torch's static rendezvous keeps one store across restarts: the restarted workers find the dead
@@ -291,26 +285,19 @@ def resolve_plan(options: LaunchOptions, *, environ: Mapping[str, str] | None = 
         warnings.append("--max-restarts: using c10d rendezvous instead of static (static cannot restart workers)")
         rdzv = "c10d"
         c.sources["rdzv_backend"] = "c10d (needed by --max-restarts)"
-    interval = c.pick("monitor_interval", options.monitor_interval, default=None)
-    if interval is not None and interval <= 0:
-        raise LaunchError(f"--monitor-interval={interval} is not valid; use a number of seconds > 0.")
+    interval = c.pick("monitor_interval", options.monitor_interval)
 
-    settings = Settings(
+    settings = LaunchSettings(
         mixed_precision=precision,
-        gradient_accumulation_steps=c.pick("gradient_accumulation_steps", options.gradient_accumulation_steps,
-                                           env_key="gradient_accumulation_steps"),
-        debug=c.pick("debug", options.debug, env_key="debug"),
+        gradient_accumulation_steps=c.pick("gradient_accumulation_steps", options.gradient_accumulation_steps),
+        debug=c.pick("debug", options.debug),
         cpu=True if device == "cpu" else None,
-        use_fsdp=c.pick("use_fsdp", options.use_fsdp, env_key="use_fsdp"),
+        use_fsdp=c.pick("use_fsdp", options.use_fsdp),
         fsdp_config=dict(config.fsdp_config),
     )
-    if settings.gradient_accumulation_steps is not None and settings.gradient_accumulation_steps < 1:
-        raise LaunchError(f"--gradient-accumulation-steps={settings.gradient_accumulation_steps} is not valid; "
-                          "use 1 or more.")
     visible = None
     if gpu_ids is not None:  # ids count among the visible GPUs, so map them through CUDA_VISIBLE_DEVICES
-        already = [d.strip() for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-        visible = ",".join(already[i] if i < len(already) else str(i) for i in gpu_ids)
+        visible = visible_devices(gpu_ids, env.get("CUDA_VISIBLE_DEVICES"))
     return LaunchPlan(
         script=options.script, script_args=tuple(options.script_args), module=options.module,
         nproc_per_machine=per_machine, num_machines=machines, machine_rank=machine_rank,

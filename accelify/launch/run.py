@@ -1,6 +1,6 @@
 """Run a :class:`~accelify.launch.plan.LaunchPlan` through ``torch.distributed.run``, in this process.
 
-The launcher writes the plan's :class:`~accelify.runtime.settings.Settings` to a small YAML file
+The launcher writes the plan's :class:`~accelify.runtime.launch_settings.LaunchSettings` to a small YAML file
 (the launch file), points ``ACCELIFY_LAUNCH_CONFIG`` at it in the workers' environment, and hands
 over to torch elastic (``torch.distributed.run.run``), which starts, monitors, restarts
 (``--max-restarts``) and, on failure or Ctrl-C, stops every worker. When a worker fails, the

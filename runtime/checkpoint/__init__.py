@@ -17,7 +17,7 @@ The names below are the package's public ones (``from accelify.runtime.checkpoin
 from __future__ import annotations
 
 from ..errors import CheckpointError, CheckpointPeerError, ConfigurationError
-from ..settings import DURABLE_ENV, durable_checkpoints
+from ..launch_settings import DURABLE_ENV, durable_checkpoints
 from .layout import DATALOADER_NAME, OPTIMIZER_NAME, SCALER_NAME, SCHEDULER_NAME, indexed, rng_states, set_rng_states
 from .load import (
     check_model_state,

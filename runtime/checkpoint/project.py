@@ -49,7 +49,7 @@ from .load import (
 )
 from ..errors import CheckpointError, CheckpointPeerError, ConfigurationError
 from ..prepared import PreparedObjects
-from ..settings import DURABLE_ENV, durable_checkpoints  # noqa: F401  (DURABLE_ENV: the switch's name, for callers)
+from ..launch_settings import DURABLE_ENV, durable_checkpoints  # noqa: F401  (DURABLE_ENV: the switch's name, for callers)
 
 
 @dataclass

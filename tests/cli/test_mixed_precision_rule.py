@@ -1,4 +1,4 @@
-"""Every entry point applies the one mixed-precision rule of ``accelify.runtime.settings``.
+"""Every entry point applies the one mixed-precision rule of ``accelify.runtime.precision_rules``.
 
 The rule: fp16 and bf16 run wherever torch's autocast runs them, the CPU included; where it does not,
 every entry point refuses with the same error (never a silent fp32 run). Before, ``accelify launch
@@ -22,10 +22,11 @@ import accelify.launch.plan as launch_plan
 import accelify.launch.run as launcher
 import accelify.launch.selftest as selftest
 import accelify.runtime.launch as notebook
-import accelify.runtime.settings as settings
+import accelify.runtime.precision_rules as settings
 from accelify.cli import main
 from accelify.runtime import Accelerator
 from accelify.runtime.config import basic_config, load_config, write_config
+from accelify.runtime.launch_settings import load_launch_settings
 
 RULE = "mixed_precision='fp16' is not supported on the cpu device"
 ADVICE = "Use mixed_precision='bf16' or 'no' on the CPU, or run on a GPU."
@@ -83,7 +84,7 @@ def _questionnaire(home: Path) -> str:
 
 
 def _notebook_launcher() -> str:
-    return notebook.notebook_launcher(lambda: settings.load_settings().mixed_precision, num_processes=1,
+    return notebook.notebook_launcher(lambda: load_launch_settings().mixed_precision, num_processes=1,
                                       mixed_precision="fp16")
 
 

@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from accelify.runtime import Accelerator, DistributedType, get_logger, write_basic_config
 from accelify.runtime.config import find_config_file, load_config
-from accelify.runtime.settings import LAUNCH_CONFIG_VAR
+from accelify.runtime.launch_settings import LAUNCH_CONFIG_VAR
 
 # Every member of Hugging Face Accelerate 1.15's DistributedType: scripts compare against any of them.
 HF_DISTRIBUTED_TYPES = (

@@ -10,7 +10,9 @@ import pytest
 import yaml
 
 from accelify.runtime.launch_session import launch_session
-from accelify.runtime.settings import LAUNCH_CONFIG_VAR, Settings, load_settings
+from accelify.runtime.launch_settings import LAUNCH_CONFIG_VAR
+from accelify.runtime.launch_settings import LaunchSettings as Settings
+from accelify.runtime.launch_settings import load_launch_settings as load_settings
 
 
 @pytest.fixture

@@ -57,7 +57,7 @@ def test_launchers_run_on_two_processes_and_restore_the_parent() -> None:
 
 
 def test_one_process_runs_here_with_the_settings() -> None:
-    from accelify.runtime.settings import load_settings
+    from accelify.runtime.launch_settings import load_launch_settings as load_settings
 
     assert notebook_launcher(lambda x: (x, load_settings().mixed_precision), (4,), num_processes=1,
                              mixed_precision="bf16") == (4, "bf16")

@@ -9,17 +9,17 @@ import pytest
 
 from accelify.runtime.errors import ConfigurationError
 from accelify.runtime.process_group import declared_processes
-from accelify.runtime.settings import DURABLE_ENV, durable_checkpoints, log_level
+from accelify.runtime.launch_settings import DURABLE_ENV, durable_checkpoints, log_level
 
 RUNTIME = Path(__file__).resolve().parents[2] / "runtime"
 # config.py locates the user's config file (ACCELERATE_CONFIG_FILE, XDG_CONFIG_HOME) and launch_session.py sets the
 # variables of the processes it starts: neither reads a setting of the running process.
-READERS = {"settings.py", "process_group.py", "config.py", "launch_session.py"}
+READERS = {"launch_settings.py", "process_group.py", "config.py", "launch_session.py"}
 
 
 def test_only_the_named_modules_touch_the_environment() -> None:
     touching = {p.name for p in RUNTIME.rglob("*.py") if re.search(r"os\.environ|os\.getenv", p.read_text())}
-    assert touching <= READERS, f"read environment variables through settings.py / process_group.py: {touching - READERS}"
+    assert touching <= READERS, f"read environment variables through launch_settings.py / process_group.py: {touching - READERS}"
 
 
 def test_log_level_and_durable_checkpoints_from_a_mapping() -> None:

@@ -16,7 +16,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from accelify.runtime.settings import Settings, load_settings
+from accelify.runtime.launch_settings import LaunchSettings as Settings
+from accelify.runtime.launch_settings import load_launch_settings as load_settings
 
 mode, out_dir = sys.argv[1], sys.argv[2]
 dist.init_process_group("gloo")
