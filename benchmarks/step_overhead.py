@@ -196,6 +196,10 @@ def two_process_worker() -> None:
 
 
 def main() -> None:
+    if "--cuda" in sys.argv[1:]:  # the one-GPU variants (raw vs accelify vs HF Accelerate): step_overhead_cuda.py
+        import step_overhead_cuda
+
+        sys.exit(step_overhead_cuda.main([a for a in sys.argv[1:] if a != "--cuda"]))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
