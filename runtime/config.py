@@ -195,7 +195,7 @@ def write_config(data: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
 def make_config(*, cpu: bool, num_processes: int = 1, num_machines: int = 1, machine_rank: int = 0,
                 main_process_ip: str | None = None, main_process_port: int | None = None,
                 gpu_ids: str = "all", mixed_precision: str = "no", use_fsdp: bool = False,
-                debug: bool = False, rdzv_backend: str = "static") -> dict[str, Any]:
+                debug: bool = False, rdzv_backend: str = OPTIONS["rdzv_backend"].default) -> dict[str, Any]:
     """A config mapping with only Accelerate's keys (so both libraries read it) for these choices.
 
     >>> make_config(cpu=True, num_processes=2)["distributed_type"]

@@ -23,6 +23,7 @@ from .errors import AccelifyRuntimeError, ConfigurationError
 from .failure_report import how_it_ended, summarise_failure
 from .launch_session import launch_session, write_launch_file  # noqa: F401  (write_launch_file: its old home)
 from .devices import default_device, default_process_count, processes_fit, read_device_facts
+from .launch_options import OPTIONS
 from .launch_settings import LaunchSettings
 from .precision_rules import check_mixed_precision
 
@@ -121,9 +122,8 @@ def notebook_launcher(function: Callable[..., Any], args: Sequence[Any] = (), nu
     gpus = read_device_facts().gpu_count
     device = default_device(gpus)  # the GPUs when there are any (like `accelify launch` without --cpu)
     precision = check_mixed_precision(mixed_precision, device, where="notebook_launcher")
-    count = num_processes if num_processes is not None else default_process_count(device, gpus)
-    if count < 1:
-        raise ConfigurationError(f"num_processes={num_processes} is not valid; use 1 or more.")
+    count = default_process_count(device, gpus) if num_processes is None else \
+        OPTIONS["num_processes"].validate(num_processes, "notebook_launcher")
     if not processes_fit(count, device, gpus):
         raise ConfigurationError(f"num_processes={count} needs {count} GPUs, but {gpus} are visible; lower it.")
     cpu = device == "cpu"
@@ -149,6 +149,5 @@ def debug_launcher(function: Callable[..., Any], args: Sequence[Any] = (), num_p
     With two processes, each call sees ``PartialState().num_processes == 2`` and a CPU device;
     the result is ``{0: result0, 1: result1}``.
     """
-    if num_processes < 1:
-        raise ConfigurationError(f"num_processes={num_processes} is not valid; use 1 or more.")
-    return _run(function, args, num_processes, LaunchSettings(cpu=True), _free_port(), 0, 0.1)
+    count = OPTIONS["num_processes"].validate(num_processes, "debug_launcher")
+    return _run(function, args, count, LaunchSettings(cpu=True), _free_port(), 0, 0.1)
