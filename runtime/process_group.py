@@ -2,8 +2,8 @@
 
 Environment variables are read here and nowhere else: :class:`ProcessInfo` is built from what
 ``torch.distributed.run`` (or ``srun`` / ``mpirun``) sets. :func:`init_process_group` joins the
-group (NCCL plus Gloo when CUDA is usable, Gloo otherwise: :func:`.devices.process_group_backend`) or raises :class:`DistributedSetupError`
-saying what is missing: a process never silently trains alone. ``state.PartialState`` calls these once.
+group (NCCL plus Gloo when CUDA is usable, Gloo otherwise: :func:`.devices.process_group_backend`) or
+raises :class:`DistributedSetupError` saying what is missing: a process never silently trains alone. ``state.PartialState`` calls these once.
 """
 
 from __future__ import annotations

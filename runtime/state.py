@@ -23,7 +23,7 @@ import torch
 
 from .debug import debug_checkpoint, debug_enabled, set_debug_mode
 from .errors import ConfigurationError, DistributedSetupError
-from .devices import process_device, read_device_facts, uses_cuda
+from .devices import process_device, process_group_backend, read_device_facts
 from .process_group import ProcessInfo, from_existing_group, init_process_group
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -154,7 +154,7 @@ class PartialState:
                 from .debug_exchange import watch_exits
 
                 watch_exits()  # after _close_at_exit: atexit runs it first, while the group is still up
-        elif uses_cuda(read_device_facts(), self._cpu) and "nccl" not in str(_SHARED["backend"]):
+        elif "nccl" in process_group_backend(read_device_facts(), cpu=self._cpu) and "nccl" not in str(backend):
             raise DistributedSetupError(
                 f"The process group was created for the CPU (backend {_SHARED['backend']}) by an earlier "
                 "Accelerator(cpu=True); this one wants the GPU. Use the same `cpu` setting for every Accelerator."

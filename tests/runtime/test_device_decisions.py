@@ -199,3 +199,19 @@ def test_the_runtime_decides_from_the_facts_it_reads() -> None:
     kind, index = process_device(facts, cpu=False, local_rank=0, world_size=1)
     state = PartialState(cpu=False)
     assert (state.device.type, state.device.index) == (kind, index)
+
+
+def test_a_launch_plan_puts_each_process_on_its_own_selected_gpu(tmp_path) -> None:
+    """From the launch plan to each worker's device: --gpu-ids 1,3 on a 4-GPU machine whose launcher sees GPUs 4-7."""
+    from accelify.launch.plan import LaunchOptions, resolve_plan
+
+    environ = {"XDG_CONFIG_HOME": str(tmp_path), "CUDA_VISIBLE_DEVICES": "4,5,6,7"}
+    plan = resolve_plan(LaunchOptions(script="train.py", gpu_ids="1,3"), environ=environ, gpu_count=4)
+    assert (plan.nproc_per_machine, plan.device, plan.backend) == (2, "cuda", "nccl")
+    visible = plan.worker_env("launch.yaml")["CUDA_VISIBLE_DEVICES"]
+    assert visible == "5,7"
+    worker = DeviceFacts(cuda_available=True, gpu_count=len(visible.split(",")), nccl_available=True)
+    placed = [process_device(worker, cpu=False, local_rank=r, world_size=plan.world_size)
+              for r in range(plan.nproc_per_machine)]
+    assert placed == [("cuda", 0), ("cuda", 1)]  # physical GPUs 5 and 7
+    assert process_group_backend(worker, cpu=False) == NCCL_WITH_GLOO
