@@ -51,7 +51,7 @@ class UnknownTargetError(AccelifyError):
 
     def __init__(self, target: str) -> None:
         self.target = target
-        from accelify.codemods.targets import TARGET_NAMES
+        from accelify.codemods.engine.targets import TARGET_NAMES
 
         super().__init__(f"unknown target {target!r} (use one of {', '.join(map(repr, TARGET_NAMES))})")
 

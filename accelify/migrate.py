@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from accelify.codemods.outcome import ATTENTION, CONVERTED, FAILED, SKIPPED, UNCHANGED, ConversionWarning
+from accelify.codemods.engine.outcome import ATTENTION, CONVERTED, FAILED, SKIPPED, UNCHANGED, ConversionWarning
 from accelify.discovery import CANDIDATE, OTHER, SKIP, Entry, walk
 from accelify.errors import AccelifyError
 from accelify.grouping import Job, plan

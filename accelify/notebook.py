@@ -14,7 +14,7 @@ Since the cells run in the notebook's process, training on N processes goes thro
 calls (``main()`` in the last cell), that call becomes ``notebook_launcher(main, ())``, which on one
 process calls it here exactly as before (and on a machine with N GPUs runs it on each). Where the
 training runs in the cells themselves, or the call cannot be launched as it is, the conversion warns
-with the fix (``ACC101``, ``ACC102``): ``codemods/notebook_launch.py``.
+with the fix (``ACC101``, ``ACC102``): ``codemods/engine/notebook_launch.py``.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from typing import Any, Sequence
 
 import libcst as cst
 
-from accelify.codemods.notebook_launch import launch
-from accelify.codemods.outcome import CONVERTED, FAILED, SKIPPED, UNCHANGED, ConversionWarning
-from accelify.codemods.targets import DEFAULT_TARGET
+from accelify.codemods.engine.notebook_launch import launch
+from accelify.codemods.engine.outcome import CONVERTED, FAILED, SKIPPED, UNCHANGED, ConversionWarning
+from accelify.codemods.engine.targets import DEFAULT_TARGET
 from accelify.errors import SourceError
 from accelify.program import ModuleText
 from accelify.results import Result
@@ -298,7 +298,7 @@ def convert_notebook_text(
     if isinstance(program, str):
         return done(FAILED, error=program)
     if not program.text.strip() or "torch" not in program.text:
-        from accelify.codemods.outcome import NOT_A_CANDIDATE
+        from accelify.codemods.engine.outcome import NOT_A_CANDIDATE
 
         return done(SKIPPED, reason=NOT_A_CANDIDATE)
     result = convert_source(program.text, path=path, target=target, disabled=disabled, modules=modules)

@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING, Sequence
 
 import libcst as cst
 
-from accelify.codemods.outcome import CONVERTED, FAILED, SKIPPED, UNCHANGED
-from accelify.codemods.targets import DEFAULT_TARGET, TARGETS
+from accelify.codemods.engine.outcome import CONVERTED, FAILED, SKIPPED, UNCHANGED
+from accelify.codemods.engine.targets import DEFAULT_TARGET, TARGETS
 from accelify.errors import SourceError, TooLargeError, UnknownTargetError
 from accelify.program import ModuleText, local_modules, may_import_local
 from accelify.results import Result
 from accelify.source import read_source
 
 if TYPE_CHECKING:
-    from accelify.codemods.engine import Outcome
+    from accelify.codemods.engine.transform import Outcome
 
 _SKIP_FILE = re.compile(r"^\s*#\s*accelify:\s*skip-file\b", re.MULTILINE)
 _IMPORTS_LOCAL = re.compile(r"^\s*(?:import|from)\s+(?!torch\b|\.)", re.MULTILINE)  # worth looking for local modules
@@ -54,7 +54,7 @@ def convert_source(
     except cst.ParserSyntaxError as error:
         line, col, message = _syntax_error(code, error)
         return Result(path, FAILED, code, code, error=f"{path}:{line}:{col}: syntax error: {message}", encoding=encoding)
-    from accelify.codemods.engine import transform  # the rules load only when something is converted
+    from accelify.codemods.engine.transform import transform  # the rules load only when something is converted
 
     if modules is None:
         looks = os.path.isfile(path) and _IMPORTS_LOCAL.search(code) and may_import_local(code, path)

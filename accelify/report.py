@@ -19,7 +19,7 @@ from itertools import zip_longest
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 from accelify import __version__
-from accelify.codemods.outcome import ATTENTION, CONVERTED, FAILED, SKIPPED, STATUSES, UNCHANGED, ConversionWarning
+from accelify.codemods.engine.outcome import ATTENTION, CONVERTED, FAILED, SKIPPED, STATUSES, UNCHANGED, ConversionWarning
 from accelify.results import Result
 
 if TYPE_CHECKING:

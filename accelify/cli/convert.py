@@ -23,8 +23,8 @@ from accelify.cli.exit_codes import INTERRUPTED, fail
 from accelify.errors import AccelifyError, OutputError
 from accelify.pipeline import convert_path
 from accelify.results import Result
-from accelify.codemods.outcome import NOT_A_CANDIDATE
-from accelify.codemods.targets import TARGET_NAMES
+from accelify.codemods.engine.outcome import NOT_A_CANDIDATE
+from accelify.codemods.engine.targets import TARGET_NAMES
 from accelify.discovery import candidates_in
 from accelify.settings import SettingsFinder
 from accelify.source import encode, write_together

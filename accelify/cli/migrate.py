@@ -16,7 +16,7 @@ import click
 
 from accelify import console as view
 from accelify.cli.exit_codes import INTERRUPTED, fail
-from accelify.codemods.targets import TARGET_NAMES
+from accelify.codemods.engine.targets import TARGET_NAMES
 from accelify.errors import AccelifyError
 from accelify.migrate import CHECK, DIFF, IN_PLACE, OUT, PREVIEW, Interrupted, Migration, Options, Row, write_json
 from accelify.workers import default_jobs

@@ -19,7 +19,7 @@ fold to the plain calls those rules then convert). ``unused_imports`` comes afte
 
 from __future__ import annotations
 
-from accelify.codemods.rule import Rule
+from accelify.codemods.engine.rule import Rule
 from accelify.codemods.rules.accelerator import CreateAccelerator
 from accelify.codemods.rules.accumulation import AccumulateGradients
 from accelify.codemods.rules.amp import ConvertAmp

@@ -10,13 +10,13 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods import codes
-from accelify.codemods.accumulation import find_accumulation, find_micro_steps
-from accelify.codemods.amp import find_amp
-from accelify.codemods.analysis import is_docstring, is_import
-from accelify.codemods.context import Abort, Context, code_of
-from accelify.codemods.facts import Binding, Scope
-from accelify.codemods.names import ImportMap, dotted
-from accelify.codemods.roles import (
+from accelify.codemods.analysis.gradient_accumulation import find_accumulation, find_micro_steps
+from accelify.codemods.analysis.mixed_precision import find_amp
+from accelify.codemods.analysis.collect import is_docstring, is_import
+from accelify.codemods.engine.context import Abort, Context, code_of
+from accelify.codemods.analysis.facts import Binding, Scope
+from accelify.codemods.analysis.names import ImportMap, dotted
+from accelify.codemods.analysis.roles import (
     AVAILABILITY,
     cpu_flag,
     flags_from_test,
@@ -25,7 +25,7 @@ from accelify.codemods.roles import (
     join_terms,
     split_terms,
 )
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.rule import Example, Rule
 from accelify.codemods.rules.data_parallel import data_parallel_sites
 
 _REFS = m.Name() | m.Attribute(value=m.Name())

@@ -17,9 +17,9 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods import codes
-from accelify.codemods.accumulation import Accumulation
-from accelify.codemods.context import Context, code_of, expression, statement
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.analysis.gradient_accumulation import Accumulation
+from accelify.codemods.engine.context import Context, code_of, expression, statement
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class AccumulateGradients(Rule):

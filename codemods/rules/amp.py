@@ -1,6 +1,6 @@
 """ConvertAmp: hand-written mixed precision becomes the accelerator's.
 
-The accelerator rule gives ``Accelerator(mixed_precision=...)`` from what ``codemods.amp`` found (the
+The accelerator rule gives ``Accelerator(mixed_precision=...)`` from what ``analysis/mixed_precision.py`` found (the
 precision, and the script's own flag for when it is on). This rule rewrites the uses:
 
 - ``with torch.autocast(...):`` / ``with torch.cuda.amp.autocast():`` -> ``with accelerator.autocast():``,
@@ -21,9 +21,9 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods import codes
-from accelify.codemods.context import Context, code_of, expression
-from accelify.codemods.facts import Binding, CallSite, Scope
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context, code_of, expression
+from accelify.codemods.analysis.facts import Binding, CallSite, Scope
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class ConvertAmp(Rule):

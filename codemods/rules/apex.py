@@ -20,10 +20,10 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods import codes
-from accelify.codemods.analysis import is_import
-from accelify.codemods.context import Context, code_of
-from accelify.codemods.facts import CallSite
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.analysis.collect import is_import
+from accelify.codemods.engine.context import Context, code_of
+from accelify.codemods.analysis.facts import CallSite
+from accelify.codemods.engine.rule import Example, Rule
 
 INITIALIZE = "apex.amp.initialize"
 SCALE_LOSS = "apex.amp.scale_loss"

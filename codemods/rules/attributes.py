@@ -9,8 +9,8 @@ model forwards them to the module, so the default target leaves them as they are
 
 from __future__ import annotations
 
-from accelify.codemods.context import Context, unwrap
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context, unwrap
+from accelify.codemods.engine.rule import Example, Rule
 
 # What a DistributedDataParallel wrapper has too: nn.Module's public API (torch 2.x) and its instance attributes.
 MODULE_API = frozenset({

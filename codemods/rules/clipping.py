@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 from accelify.codemods import codes
-from accelify.codemods.context import Context, expression
-from accelify.codemods.roles import CLIPPING
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context, expression
+from accelify.codemods.analysis.roles import CLIPPING
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class SwapClipping(Rule):

@@ -18,13 +18,13 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods import codes
-from accelify.codemods.context import Context, code_of, expression, statement
-from accelify.codemods.distributed import REDUCTIONS, Distributed
-from accelify.codemods.launcher_values import MAIN_TESTS
-from accelify.codemods.rank_tests import rank_test
-from accelify.codemods.facts import CallSite, Scope
-from accelify.codemods.names import dotted
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context, code_of, expression, statement
+from accelify.codemods.analysis.distributed import REDUCTIONS, Distributed
+from accelify.codemods.analysis.launcher_values import MAIN_TESTS
+from accelify.codemods.analysis.rank_tests import rank_test
+from accelify.codemods.analysis.facts import CallSite, Scope
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class ReplaceCollectives(Rule):

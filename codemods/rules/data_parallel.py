@@ -17,10 +17,10 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from accelify.codemods.context import Context, code_of, expression, unwrap
-from accelify.codemods.facts import CallSite
-from accelify.codemods.roles import strip_placement
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context, code_of, expression, unwrap
+from accelify.codemods.analysis.facts import CallSite
+from accelify.codemods.analysis.roles import strip_placement
+from accelify.codemods.engine.rule import Example, Rule
 
 WRAPPER = "torch.nn.parallel.DataParallel"
 FUNCTIONAL = {"torch.nn.parallel.data_parallel", "torch.nn.parallel.data_parallel.data_parallel"}

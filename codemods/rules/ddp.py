@@ -17,11 +17,11 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods import codes
-from accelify.codemods.context import Context, code_of, expression, unwrap
-from accelify.codemods.distributed import DDP_OPTIONS, DDP_PLACEMENT
-from accelify.codemods.facts import CallSite, Scope
-from accelify.codemods.names import dotted
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context, code_of, expression, unwrap
+from accelify.codemods.analysis.distributed import DDP_OPTIONS, DDP_PLACEMENT
+from accelify.codemods.analysis.facts import CallSite, Scope
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class RemoveDistributedWrapper(Rule):

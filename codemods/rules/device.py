@@ -8,9 +8,9 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods import codes
-from accelify.codemods.context import Context, expression
-from accelify.codemods.facts import Binding
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context, expression
+from accelify.codemods.analysis.facts import Binding
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class ReplaceDevice(Rule):

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods.context import Context, code_of
-from accelify.codemods.facts import Scope
-from accelify.codemods.plan import block_of
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context, code_of
+from accelify.codemods.analysis.facts import Scope
+from accelify.codemods.analysis.plan import block_of
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class EndTraining(Rule):

@@ -9,11 +9,11 @@ from typing import Sequence
 import libcst as cst
 import libcst.matchers as m
 
-from accelify.codemods.analysis import target_names
+from accelify.codemods.analysis.collect import target_names
 from accelify.codemods import codes
-from accelify.codemods.context import Context, code_of
-from accelify.codemods.facts import Loop, Scope
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context, code_of
+from accelify.codemods.analysis.facts import Loop, Scope
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class GatherForMetrics(Rule):

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods.analysis import is_docstring, is_import
-from accelify.codemods.context import Context
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.analysis.collect import is_docstring, is_import
+from accelify.codemods.engine.context import Context
+from accelify.codemods.engine.rule import Example, Rule
 
 
 def schedule_import(ctx: Context, module: str, name: str, *more: str) -> None:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods.context import Context, code_of, expression, unwrap
-from accelify.codemods.facts import CallSite
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context, code_of, expression, unwrap
+from accelify.codemods.analysis.facts import CallSite
+from accelify.codemods.engine.rule import Example, Rule
 from accelify.codemods.rules.data_parallel import unwrap_module_attributes
 from accelify.codemods.rules.save import follows_save, outside_with
 

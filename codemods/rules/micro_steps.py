@@ -20,10 +20,10 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods import codes
-from accelify.codemods.accumulation import MicroSteps
-from accelify.codemods.context import Context, code_of, expression
-from accelify.codemods.names import dotted
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.analysis.gradient_accumulation import MicroSteps
+from accelify.codemods.engine.context import Context, code_of, expression
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.engine.rule import Example, Rule
 from accelify.codemods.rules.collectives import with_block
 
 

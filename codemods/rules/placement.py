@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods.context import Context
-from accelify.codemods.facts import Binding, CallSite
-from accelify.codemods.names import dotted
-from accelify.codemods.roles import PLACEMENT_METHODS, rewraps, strip_placement
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.facts import Binding, CallSite
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.roles import PLACEMENT_METHODS, rewraps, strip_placement
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class RemovePlacement(Rule):

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods.context import Context, expression
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context, expression
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class SwapPrint(Rule):

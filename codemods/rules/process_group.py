@@ -18,13 +18,13 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods import codes
-from accelify.codemods.context import Context, code_of
-from accelify.codemods.distributed import INIT, SET_DEVICE, Distributed
-from accelify.codemods.launcher_values import QUERIES
-from accelify.codemods.facts import CallSite, Scope
-from accelify.codemods.names import ImportMap, dotted
-from accelify.codemods.roles import LOADERS
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context, code_of
+from accelify.codemods.analysis.distributed import INIT, SET_DEVICE, Distributed
+from accelify.codemods.analysis.launcher_values import QUERIES
+from accelify.codemods.analysis.facts import CallSite, Scope
+from accelify.codemods.analysis.names import ImportMap, dotted
+from accelify.codemods.analysis.roles import LOADERS
+from accelify.codemods.engine.rule import Example, Rule
 
 _COUNTS = ("torch.cuda.device_count",)  # what the hand-written set-up divides by
 

@@ -26,14 +26,14 @@ from typing import Iterator
 import libcst as cst
 import libcst.matchers as m
 
-from accelify.codemods.analysis import children
-from accelify.codemods.context import Context, expression
-from accelify.codemods.distributed import IS_INITIALIZED, Distributed
-from accelify.codemods.launcher_values import env_read, source
-from accelify.codemods.rank_tests import mode_test, rank_of, rank_test, spawn_test
-from accelify.codemods.facts import Scope
-from accelify.codemods.names import dotted
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.analysis.collect import children
+from accelify.codemods.engine.context import Context, expression
+from accelify.codemods.analysis.distributed import IS_INITIALIZED, Distributed
+from accelify.codemods.analysis.launcher_values import env_read, source
+from accelify.codemods.analysis.rank_tests import mode_test, rank_of, rank_test, spawn_test
+from accelify.codemods.analysis.facts import Scope
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class MapRanks(Rule):

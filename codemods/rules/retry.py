@@ -13,8 +13,8 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods import codes
-from accelify.codemods.context import Context
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class WarnRetry(Rule):

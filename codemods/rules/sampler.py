@@ -16,11 +16,11 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods import codes
-from accelify.codemods.context import Context, code_of, expression
-from accelify.codemods.facts import Binding, CallSite, Scope
-from accelify.codemods.names import dotted
-from accelify.codemods.roles import LOADERS
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context, code_of, expression
+from accelify.codemods.analysis.facts import Binding, CallSite, Scope
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.roles import LOADERS
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class RemoveDistributedSampler(Rule):

@@ -6,9 +6,9 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods import codes
-from accelify.codemods.context import Context, expression, unwrap
-from accelify.codemods.facts import Binding, CallSite
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context, expression, unwrap
+from accelify.codemods.analysis.facts import Binding, CallSite
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class SaveOnMain(Rule):

@@ -12,9 +12,9 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods import codes
-from accelify.codemods.context import Context, code_of
-from accelify.codemods.facts import CallSite
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context, code_of
+from accelify.codemods.analysis.facts import CallSite
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class CollapseSpawn(Rule):

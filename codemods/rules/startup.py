@@ -22,9 +22,9 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods import codes
-from accelify.codemods.context import Context, code_of, expression, statement
-from accelify.codemods.facts import CallSite
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context, code_of, expression, statement
+from accelify.codemods.analysis.facts import CallSite
+from accelify.codemods.engine.rule import Example, Rule
 
 _CHECKS = ("os.path.exists", "os.path.isdir", "os.path.lexists")
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods import codes
-from accelify.codemods.context import Context, code_of, expression
-from accelify.codemods.edits import is_pure
-from accelify.codemods.facts import CallSite
-from accelify.codemods.names import dotted
-from accelify.codemods.roles import is_cuda_string, is_module_class
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context, code_of, expression
+from accelify.codemods.engine.edits import is_pure
+from accelify.codemods.analysis.facts import CallSite
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.roles import is_cuda_string, is_module_class
+from accelify.codemods.engine.rule import Example, Rule
 
 DETERMINISTIC_FACTORIES = {
     f"torch.{name}"

@@ -10,11 +10,11 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods import codes
-from accelify.codemods.analysis import is_docstring
-from accelify.codemods.context import Context, expression
-from accelify.codemods.facts import Loop, Scope
-from accelify.codemods.roles import CLIPPING
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.analysis.collect import is_docstring
+from accelify.codemods.engine.context import Context, expression
+from accelify.codemods.analysis.facts import Loop, Scope
+from accelify.codemods.analysis.roles import CLIPPING
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class ThreadAccelerator(Rule):

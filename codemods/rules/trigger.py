@@ -14,10 +14,10 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods import codes
-from accelify.codemods.analysis import children
-from accelify.codemods.context import Context, statement
-from accelify.codemods.facts import Loop, Scope
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.analysis.collect import children
+from accelify.codemods.engine.context import Context, statement
+from accelify.codemods.analysis.facts import Loop, Scope
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class StopTogether(Rule):

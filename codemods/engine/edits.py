@@ -11,7 +11,7 @@ from typing import Callable, Iterable, Sequence
 
 import libcst as cst
 
-from accelify.codemods.names import dotted
+from accelify.codemods.analysis.names import dotted
 
 Replacement = Callable[[cst.CSTNode], cst.CSTNode]
 Regroup = Callable[[list[cst.BaseStatement]], list[cst.BaseStatement]]

@@ -16,7 +16,7 @@ from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from accelify.codemods.codes import NOTEBOOK_IN_PROCESS, NOTEBOOK_LAUNCH_BY_HAND, Code
-from accelify.codemods.targets import import_module
+from accelify.codemods.engine.targets import import_module
 
 IN_PROCESS, LAUNCH_BY_HAND = NOTEBOOK_IN_PROCESS, NOTEBOOK_LAUNCH_BY_HAND
 CODES: tuple[Code, ...] = (IN_PROCESS, LAUNCH_BY_HAND)

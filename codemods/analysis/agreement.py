@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from accelify.codemods.analysis import children
-from accelify.codemods.facts import Binding, CallSite, Facts, Loop, Scope
-from accelify.codemods.names import dotted
+from accelify.codemods.analysis.collect import children
+from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Loop, Scope
+from accelify.codemods.analysis.names import dotted
 
 if TYPE_CHECKING:
-    from accelify.codemods.context import Context
+    from accelify.codemods.engine.context import Context
 
 _RANDOM = ("torch.rand", "torch.randn", "torch.randint", "torch.randperm", "torch.bernoulli", "torch.multinomial",
            "torch.normal", "random.", "numpy.random.", "np.random.")

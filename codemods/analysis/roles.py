@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 import libcst as cst
 import libcst.matchers as m
 
-from accelify.codemods.names import ImportMap, dotted
+from accelify.codemods.analysis.names import ImportMap, dotted
 
 if TYPE_CHECKING:
-    from accelify.codemods.facts import Binding
+    from accelify.codemods.analysis.facts import Binding
 
 LOADERS = {"torch.utils.data.DataLoader"}
 SCALERS = {"torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler"}

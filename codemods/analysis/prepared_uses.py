@@ -11,15 +11,15 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from accelify.codemods.analysis import target_names
-from accelify.codemods.distributed import Distributed
-from accelify.codemods.facts import Binding, Loop, Scope
-from accelify.codemods.flow import Flow
-from accelify.codemods.names import dotted
-from accelify.codemods.roles import is_cuda_string, rewraps, strip_placement
+from accelify.codemods.analysis.collect import target_names
+from accelify.codemods.analysis.distributed import Distributed
+from accelify.codemods.analysis.facts import Binding, Loop, Scope
+from accelify.codemods.analysis.flow import Flow
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.roles import is_cuda_string, rewraps, strip_placement
 
 if TYPE_CHECKING:
-    from accelify.codemods.plan import Alias
+    from accelify.codemods.analysis.plan import Alias
 
 ITERATION_WRAPPERS = {"enumerate", "iter", "tqdm.tqdm"}
 

@@ -35,16 +35,16 @@ from typing import TYPE_CHECKING
 import libcst as cst
 import libcst.matchers as m
 
-from accelify.codemods.analysis import descendants
-from accelify.codemods.facts import Binding, CallSite, Facts, Scope
-from accelify.codemods.launcher_values import (
+from accelify.codemods.analysis.collect import descendants
+from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Scope
+from accelify.codemods.analysis.launcher_values import (
     LAUNCH_VARIABLES, MAIN_TESTS, QUERIES, SINGLE_VALUE, Rank, constant, env_read, source,
 )
-from accelify.codemods.names import code_of, dotted
-from accelify.codemods.rank_tests import find_main_only
+from accelify.codemods.analysis.names import code_of, dotted
+from accelify.codemods.analysis.rank_tests import find_main_only
 
 if TYPE_CHECKING:
-    from accelify.codemods.flow import Flow
+    from accelify.codemods.analysis.flow import Flow
 
 INIT = "torch.distributed.init_process_group"
 DESTROY = "torch.distributed.destroy_process_group"

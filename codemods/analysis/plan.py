@@ -24,13 +24,13 @@ from dataclasses import dataclass
 import libcst as cst
 
 from accelify.codemods import codes
-from accelify.codemods.analysis import target_names
+from accelify.codemods.analysis.collect import target_names
 from accelify.codemods.codes import Code
-from accelify.codemods.distributed import find_distributed
-from accelify.codemods.facts import Binding, CallSite, Facts, Scope
-from accelify.codemods.prepared_uses import PreparedUses
-from accelify.codemods.names import code_of, dotted
-from accelify.codemods.roles import (
+from accelify.codemods.analysis.distributed import find_distributed
+from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Scope
+from accelify.codemods.analysis.prepared_uses import PreparedUses
+from accelify.codemods.analysis.names import code_of, dotted
+from accelify.codemods.analysis.roles import (
     classify,
     element_call,
     names_a_device,

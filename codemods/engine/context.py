@@ -9,17 +9,17 @@ from typing import TYPE_CHECKING, Sequence
 import libcst as cst
 
 from accelify.codemods.codes import Code
-from accelify.codemods.edits import Edits, Replacement
-from accelify.codemods.facts import Facts, Scope
-from accelify.codemods.names import ImportMap, code_of  # noqa: F401 - rules import code_of from here
-from accelify.codemods.outcome import ConversionWarning
-from accelify.codemods.plan import Plan
-from accelify.codemods.targets import DEFAULT_TARGET, import_module
+from accelify.codemods.engine.edits import Edits, Replacement
+from accelify.codemods.analysis.facts import Facts, Scope
+from accelify.codemods.analysis.names import ImportMap, code_of  # noqa: F401 - rules import code_of from here
+from accelify.codemods.engine.outcome import ConversionWarning
+from accelify.codemods.analysis.plan import Plan
+from accelify.codemods.engine.targets import DEFAULT_TARGET, import_module
 
 if TYPE_CHECKING:
-    from accelify.codemods.agreement import Agreement
-    from accelify.codemods.accumulation import Accumulation, MicroSteps
-    from accelify.codemods.amp import Amp
+    from accelify.codemods.analysis.agreement import Agreement
+    from accelify.codemods.analysis.gradient_accumulation import Accumulation, MicroSteps
+    from accelify.codemods.analysis.mixed_precision import Amp
 
 # A warning about a node; the node's position is resolved once, at the end, by the engine.
 Located = tuple[cst.CSTNode, ConversionWarning]
@@ -79,7 +79,7 @@ class Context:
         """Which values and branches agree between processes (built on first use, after the evaluation
         rule has recorded what it gathers)."""
         if self._agreement is None:
-            from accelify.codemods.agreement import Agreement
+            from accelify.codemods.analysis.agreement import Agreement
 
             self._agreement = Agreement(self)
         return self._agreement

@@ -3,7 +3,7 @@
 ``int(os.environ["RANK"])``, ``os.environ.get("LOCAL_RANK", -1)``, ``dist.get_rank()``,
 ``dist.get_world_size()``: what each holds (a ``Rank``: ``process_index``, ``local_process_index`` or
 ``num_processes``, and whether the script's own value is -1 when it runs alone), and the literal values the
-tests on them compare with. ``codemods/distributed.py`` finds the keys holding them; ``rank_tests.py`` reads the
+tests on them compare with. ``distributed.py`` finds the keys holding them; ``rank_tests.py`` reads the
 tests on them.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from accelify.codemods.names import ImportMap
+from accelify.codemods.analysis.names import ImportMap
 
 GET_RANK = "torch.distributed.get_rank"
 GET_WORLD_SIZE = "torch.distributed.get_world_size"

@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Iterator
 
 import libcst as cst
 
-from accelify.codemods.facts import Facts, Scope
-from accelify.codemods.launcher_values import MAIN_TESTS, SINGLE_TESTS, Rank, constant, constants, source
-from accelify.codemods.names import dotted
+from accelify.codemods.analysis.facts import Facts, Scope
+from accelify.codemods.analysis.launcher_values import MAIN_TESTS, SINGLE_TESTS, Rank, constant, constants, source
+from accelify.codemods.analysis.names import dotted
 
 if TYPE_CHECKING:
-    from accelify.codemods.distributed import Distributed
-    from accelify.codemods.flow import Flow
+    from accelify.codemods.analysis.distributed import Distributed
+    from accelify.codemods.analysis.flow import Flow
 
 
 def rank_of(expr: cst.BaseExpression, scope: Scope, found: "Distributed") -> Rank | None:

@@ -8,15 +8,15 @@ from typing import Mapping
 
 import libcst as cst
 
-from accelify.codemods.analysis import collect
-from accelify.codemods.context import Abort, Context, Located
-from accelify.codemods.edits import apply
-from accelify.codemods.facts import Facts
-from accelify.codemods.outcome import ATTENTION, CONVERTED, NOT_A_CANDIDATE, SKIPPED, UNCHANGED, ConversionWarning
-from accelify.codemods.plan import Plan
-from accelify.codemods.positions import locate
+from accelify.codemods.analysis.collect import collect
+from accelify.codemods.engine.context import Abort, Context, Located
+from accelify.codemods.engine.edits import apply
+from accelify.codemods.analysis.facts import Facts
+from accelify.codemods.engine.outcome import ATTENTION, CONVERTED, NOT_A_CANDIDATE, SKIPPED, UNCHANGED, ConversionWarning
+from accelify.codemods.analysis.plan import Plan
+from accelify.codemods.engine.positions import locate
 from accelify.codemods.rules import RULES
-from accelify.codemods.targets import DEFAULT_TARGET, TARGETS
+from accelify.codemods.engine.targets import DEFAULT_TARGET, TARGETS
 
 
 @dataclass(frozen=True)

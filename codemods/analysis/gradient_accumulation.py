@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 import libcst as cst
 import libcst.matchers as m
 
-from accelify.codemods.context import code_of
-from accelify.codemods.facts import Facts, Loop, Scope
-from accelify.codemods.names import dotted
-from accelify.codemods.plan import Plan
+from accelify.codemods.engine.context import code_of
+from accelify.codemods.analysis.facts import Facts, Loop, Scope
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.plan import Plan
 
 _MODULO = m.BinaryOperation(operator=m.Modulo())
 

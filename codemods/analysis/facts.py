@@ -7,7 +7,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from accelify.codemods.names import ImportMap
+from accelify.codemods.analysis.names import ImportMap
 
 
 @dataclass(eq=False)

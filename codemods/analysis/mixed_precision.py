@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 import libcst as cst
 import libcst.matchers as m
 
-from accelify.codemods.context import code_of, expression
-from accelify.codemods.facts import Binding, CallSite, Facts, Scope
-from accelify.codemods.names import dotted
-from accelify.codemods.plan import Plan
-from accelify.codemods.roles import flags_from_test, strip_placement
+from accelify.codemods.engine.context import code_of, expression
+from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Scope
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.plan import Plan
+from accelify.codemods.analysis.roles import flags_from_test, strip_placement
 
 AUTOCAST = {"torch.autocast", "torch.cuda.amp.autocast", "torch.amp.autocast", "torch.cpu.amp.autocast",
             "torch.amp.autocast_mode.autocast"}
