@@ -10,6 +10,7 @@ tests on them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import libcst as cst
 
@@ -33,6 +34,14 @@ class Rank:
 
     kind: str
     sentinel: bool = False
+
+
+class LauncherKeys(Protocol):
+    """What the tests on launcher values read of the program's distributed code (``distributed.Distributed``)."""
+
+    keys: dict[str, Rank]  # names and ``args.x`` holding a launcher value
+    modes: set[str]  # mode flags (``args.distributed``)
+    spawn_indexes: set[str]  # the index ``mp.spawn`` gives its worker
 
 
 def env_read(expr: cst.BaseExpression, imports: ImportMap) -> tuple[str, bool] | None:

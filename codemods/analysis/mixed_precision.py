@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 import libcst.matchers as m
 
-from accelify.codemods.engine.context import code_of, expression
+from accelify.codemods.analysis.snippets import code_of, expression
 from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Scope
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan

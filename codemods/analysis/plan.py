@@ -28,8 +28,9 @@ from accelify.codemods.analysis.collect import target_names
 from accelify.codemods.codes import Code
 from accelify.codemods.analysis.distributed import find_distributed
 from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Scope
-from accelify.codemods.analysis.prepared_uses import PreparedUses
-from accelify.codemods.analysis.names import code_of, dotted
+from accelify.codemods.analysis.prepared_uses import Alias, PreparedUses
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.analysis.roles import (
     classify,
     element_call,
@@ -44,20 +45,6 @@ PREPARED_ROLES = ("model", "optimizer", "loader", "scheduler")
 _BUILTIN_DATA = {"range", "list", "zip", "enumerate", "iter", "tuple", "sorted", "reversed", "map", "filter", "itertools.count",
                  "tqdm.trange", "tqdm.auto.trange"}
 _BLOCKS = (cst.If, cst.With, cst.Try, cst.Else, cst.Finally, cst.ExceptHandler)
-
-
-@dataclass(frozen=True)
-class Alias:
-    """A name through which a scope holds a prepared object: a binding, or a parameter (``stmt`` None)."""
-
-    key: str
-    obj: Binding
-    stmt: cst.BaseStatement | None
-    many: bool = False  # a list of them: ``*optimizers`` in prepare
-
-    @property
-    def spelled(self) -> str:
-        return f"*{self.key}" if self.many else self.key
 
 
 @dataclass(frozen=True)

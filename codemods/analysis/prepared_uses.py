@@ -7,7 +7,7 @@ attributes declared here once it has chosen the prepare site; these methods only
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import libcst as cst
 
@@ -18,10 +18,21 @@ from accelify.codemods.analysis.flow import Flow
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.roles import is_cuda_string, rewraps, strip_placement
 
-if TYPE_CHECKING:
-    from accelify.codemods.analysis.plan import Alias
-
 ITERATION_WRAPPERS = {"enumerate", "iter", "tqdm.tqdm"}
+
+
+@dataclass(frozen=True)
+class Alias:
+    """A name through which a scope holds a prepared object: a binding, or a parameter (``stmt`` None)."""
+
+    key: str
+    obj: Binding
+    stmt: cst.BaseStatement | None
+    many: bool = False  # a list of them: ``*optimizers`` in prepare
+
+    @property
+    def spelled(self) -> str:
+        return f"*{self.key}" if self.many else self.key
 
 
 class PreparedUses(Flow):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import TYPE_CHECKING, Sequence
 
 import libcst as cst
@@ -11,7 +10,8 @@ import libcst as cst
 from accelify.codemods.codes import Code
 from accelify.codemods.engine.edits import Edits, Replacement
 from accelify.codemods.analysis.facts import Facts, Scope
-from accelify.codemods.analysis.names import ImportMap, code_of  # noqa: F401 - rules import code_of from here
+from accelify.codemods.analysis.names import ImportMap
+from accelify.codemods.analysis.snippets import statement
 from accelify.codemods.engine.outcome import ConversionWarning
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.engine.targets import DEFAULT_TARGET, import_module
@@ -169,20 +169,3 @@ class Context:
     def abort(self, code: Code, node: cst.CSTNode, **fields: str) -> None:
         """Stop converting this file: it is refused (left unchanged, needing attention), with this warning."""
         raise Abort(self.warning(code, node, **fields))
-
-
-@lru_cache(maxsize=512)
-def expression(code: str) -> cst.BaseExpression:
-    """A parsed expression; nodes are immutable, so one parse serves every use of the same text."""
-    return cst.parse_expression(code)
-
-
-@lru_cache(maxsize=512)
-def statement(code: str) -> cst.BaseStatement:
-    """A parsed statement (cached like ``expression``)."""
-    return cst.parse_statement(code)
-
-
-def unwrap(node: cst.CSTNode, accelerator: str) -> cst.Call:
-    """``accelerator.unwrap_model(<node>)``."""
-    return cst.Call(func=expression(f"{accelerator}.unwrap_model"), args=[cst.Arg(node)])  # type: ignore[arg-type]

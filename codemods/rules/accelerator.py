@@ -13,7 +13,8 @@ from accelify.codemods import codes
 from accelify.codemods.analysis.gradient_accumulation import find_accumulation, find_micro_steps
 from accelify.codemods.analysis.mixed_precision import find_amp
 from accelify.codemods.analysis.collect import is_docstring, is_import
-from accelify.codemods.engine.context import Abort, Context, code_of
+from accelify.codemods.engine.context import Abort, Context
+from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.analysis.facts import Binding, Scope
 from accelify.codemods.analysis.names import ImportMap, dotted
 from accelify.codemods.analysis.roles import (

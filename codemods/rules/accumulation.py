@@ -18,7 +18,8 @@ import libcst.matchers as m
 
 from accelify.codemods import codes
 from accelify.codemods.analysis.gradient_accumulation import Accumulation
-from accelify.codemods.engine.context import Context, code_of, expression, statement
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of, expression, statement
 from accelify.codemods.engine.rule import Example, Rule
 
 

@@ -21,7 +21,8 @@ import libcst.matchers as m
 
 from accelify.codemods import codes
 from accelify.codemods.analysis.collect import is_import
-from accelify.codemods.engine.context import Context, code_of
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.analysis.facts import CallSite
 from accelify.codemods.engine.rule import Example, Rule
 

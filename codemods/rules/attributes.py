@@ -9,7 +9,8 @@ model forwards them to the module, so the default target leaves them as they are
 
 from __future__ import annotations
 
-from accelify.codemods.engine.context import Context, unwrap
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import unwrap
 from accelify.codemods.engine.rule import Example, Rule
 
 # What a DistributedDataParallel wrapper has too: nn.Module's public API (torch 2.x) and its instance attributes.

@@ -10,7 +10,8 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods import codes
-from accelify.codemods.engine.context import Context, expression
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import expression
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.engine.rule import Example, Rule
 

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from accelify.codemods import codes
-from accelify.codemods.engine.context import Context, expression
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import expression
 from accelify.codemods.analysis.roles import CLIPPING
 from accelify.codemods.engine.rule import Example, Rule
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods.engine.context import Context, code_of, expression
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of, expression
 from accelify.codemods.engine.rule import Example, Rule
 
 

@@ -18,7 +18,8 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods import codes
-from accelify.codemods.engine.context import Context, code_of, expression, statement
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of, expression, statement
 from accelify.codemods.analysis.distributed import REDUCTIONS, Distributed
 from accelify.codemods.analysis.launcher_values import MAIN_TESTS
 from accelify.codemods.analysis.rank_tests import rank_test

@@ -17,7 +17,8 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from accelify.codemods.engine.context import Context, code_of, expression, unwrap
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of, expression, unwrap
 from accelify.codemods.analysis.facts import CallSite
 from accelify.codemods.analysis.roles import strip_placement
 from accelify.codemods.engine.rule import Example, Rule

@@ -17,7 +17,8 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods import codes
-from accelify.codemods.engine.context import Context, code_of, expression, unwrap
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of, expression, unwrap
 from accelify.codemods.analysis.distributed import DDP_OPTIONS, DDP_PLACEMENT
 from accelify.codemods.analysis.facts import CallSite, Scope
 from accelify.codemods.analysis.names import dotted

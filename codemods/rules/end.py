@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods.engine.context import Context, code_of
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.analysis.facts import Scope
 from accelify.codemods.analysis.plan import block_of
 from accelify.codemods.engine.rule import Example, Rule

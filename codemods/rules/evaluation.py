@@ -11,7 +11,8 @@ import libcst.matchers as m
 
 from accelify.codemods.analysis.collect import target_names
 from accelify.codemods import codes
-from accelify.codemods.engine.context import Context, code_of
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.analysis.facts import Loop, Scope
 from accelify.codemods.engine.rule import Example, Rule
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods import codes
-from accelify.codemods.engine.context import Context, code_of
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.analysis.facts import CallSite, Facts
 from accelify.codemods.engine.rule import Example, Rule
 from accelify.codemods.rules.attributes import MODULE_API

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods.engine.context import Context, code_of, expression, unwrap
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of, expression, unwrap
 from accelify.codemods.analysis.facts import CallSite
 from accelify.codemods.engine.rule import Example, Rule
 from accelify.codemods.rules.data_parallel import unwrap_module_attributes

@@ -21,7 +21,8 @@ import libcst.matchers as m
 
 from accelify.codemods import codes
 from accelify.codemods.analysis.gradient_accumulation import MicroSteps
-from accelify.codemods.engine.context import Context, code_of, expression
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of, expression
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.engine.rule import Example, Rule
 from accelify.codemods.rules.collectives import with_block

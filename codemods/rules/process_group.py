@@ -18,7 +18,8 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods import codes
-from accelify.codemods.engine.context import Context, code_of
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.analysis.distributed import INIT, SET_DEVICE, Distributed
 from accelify.codemods.analysis.launcher_values import QUERIES
 from accelify.codemods.analysis.facts import CallSite, Scope

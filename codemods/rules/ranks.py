@@ -27,7 +27,8 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods.analysis.collect import children
-from accelify.codemods.engine.context import Context, expression
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import expression
 from accelify.codemods.analysis.distributed import IS_INITIALIZED, Distributed
 from accelify.codemods.analysis.launcher_values import env_read, source
 from accelify.codemods.analysis.rank_tests import mode_test, rank_of, rank_test, spawn_test

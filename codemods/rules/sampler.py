@@ -16,7 +16,8 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods import codes
-from accelify.codemods.engine.context import Context, code_of, expression
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of, expression
 from accelify.codemods.analysis.facts import Binding, CallSite, Scope
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.roles import LOADERS

@@ -6,7 +6,8 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods import codes
-from accelify.codemods.engine.context import Context, expression, unwrap
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import expression, unwrap
 from accelify.codemods.analysis.facts import Binding, CallSite
 from accelify.codemods.engine.rule import Example, Rule
 

@@ -17,7 +17,8 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods import codes
-from accelify.codemods.engine.context import Context, code_of, expression
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of, expression
 from accelify.codemods.analysis.facts import CallSite, Loop
 from accelify.codemods.engine.rule import Example, Rule
 from accelify.codemods.rules.accelerator import feeds_training

@@ -22,7 +22,8 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods import codes
-from accelify.codemods.engine.context import Context, code_of, expression, statement
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of, expression, statement
 from accelify.codemods.analysis.facts import CallSite
 from accelify.codemods.engine.rule import Example, Rule
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods import codes
-from accelify.codemods.engine.context import Context, code_of, expression
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of, expression
 from accelify.codemods.engine.edits import is_pure
 from accelify.codemods.analysis.facts import CallSite
 from accelify.codemods.analysis.names import dotted

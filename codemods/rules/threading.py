@@ -11,7 +11,8 @@ import libcst as cst
 
 from accelify.codemods import codes
 from accelify.codemods.analysis.collect import is_docstring
-from accelify.codemods.engine.context import Context, expression
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import expression
 from accelify.codemods.analysis.facts import Loop, Scope
 from accelify.codemods.analysis.roles import CLIPPING
 from accelify.codemods.engine.rule import Example, Rule

@@ -15,7 +15,8 @@ import libcst as cst
 
 from accelify.codemods import codes
 from accelify.codemods.analysis.collect import children
-from accelify.codemods.engine.context import Context, statement
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import statement
 from accelify.codemods.analysis.facts import Loop, Scope
 from accelify.codemods.engine.rule import Example, Rule
 

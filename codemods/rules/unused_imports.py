@@ -14,7 +14,8 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods.analysis.collect import descendants
-from accelify.codemods.engine.context import Context, code_of
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.engine.edits import apply
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.engine.rule import Example, Rule
