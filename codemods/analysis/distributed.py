@@ -61,6 +61,14 @@ DDP_OPTIONS = ("dim", "broadcast_buffers", "bucket_cap_mb", "find_unused_paramet
                "gradient_as_bucket_view", "static_graph")  # what DistributedDataParallelKwargs carries
 DDP_PLACEMENT = ("device_ids", "output_device")  # this process's device: prepare places the model there
 REDUCTIONS = {"SUM": None, "AVG": '"mean"'}  # ReduceOp -> accelerator.reduce's reduction (None: its default, "sum")
+DATA_PARALLEL = "torch.nn.parallel.DataParallel"  # one process's GPUs splitting each batch (``split_batches=True``)
+DATA_PARALLEL_CALLS = {"torch.nn.parallel.data_parallel", "torch.nn.parallel.data_parallel.data_parallel"}
+
+
+def data_parallel_sites(facts: Facts) -> list[CallSite]:
+    """Every DataParallel wrap and functional ``data_parallel`` call of the program."""
+    return [s for s in facts.calls if s.qualname == DATA_PARALLEL or s.qualname in DATA_PARALLEL_CALLS]
+
 
 @dataclass
 class Distributed:

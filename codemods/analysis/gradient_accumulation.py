@@ -1,5 +1,6 @@
-"""Gradient accumulation written by hand, found once for two rules: ``accelerator`` (the
-``gradient_accumulation_steps=`` argument) and ``accumulation`` (the rewrite).
+"""Gradient accumulation written by hand, found once (``plan.analysis(find_accumulation)``) for the rules
+that read it: the accelerator's ``gradient_accumulation_steps=`` (``creation.py``), ``accumulation`` and
+``micro_steps`` (the rewrites).
 
 The shape recognised (the one every tutorial and the 2019-2022 example scripts use)::
 
@@ -44,7 +45,35 @@ class Accumulation:
     models: list[str] = field(default_factory=list)  # what `accelerator.accumulate(...)` receives
 
 
-def find_accumulation(
+@dataclass
+class Accumulations:
+    """Every hand-written accumulation of the program, and the one step count the accelerator takes (None
+    when there is none, or when loops accumulate over different counts: one accelerator cannot do both, and
+    then none is converted)."""
+
+    loops: list[Accumulation] = field(default_factory=list)
+    micro_steps: list["MicroSteps"] = field(default_factory=list)
+    unconverted: list[cst.If] = field(default_factory=list)  # steps of loops accumulating in a shape left alone
+    steps: cst.BaseExpression | None = None
+
+
+def find_accumulation(plan: Plan) -> Accumulations:
+    """The program's accumulation by hand, where the accelerator is made (nothing when it has no home)."""
+    found = Accumulations()
+    home = plan.home
+    if home is None:
+        return found
+    found.loops = _loops(plan.facts, plan, home, found.unconverted)
+    found.micro_steps = _micro_steps(plan.facts, plan, home, plan.distributed.sync_toggles)
+    counts = [a.steps for a in [*found.loops, *found.micro_steps]]
+    if len({code_of(k) for k in counts}) == 1:
+        found.steps = counts[0]
+    elif counts:
+        found.loops, found.micro_steps = [], []
+    return found
+
+
+def _loops(
     facts: Facts, plan: Plan, home: Scope | None, unconverted: list[cst.If]
 ) -> list[Accumulation]:
     """Every loop of the program that accumulates by hand in the recognised shape; ``unconverted`` receives
@@ -175,7 +204,7 @@ class MicroSteps:
     models: list[str] = field(default_factory=list)
 
 
-def find_micro_steps(facts: Facts, plan: Plan, home: Scope | None, toggles: list[cst.BaseStatement]) -> list[MicroSteps]:
+def _micro_steps(facts: Facts, plan: Plan, home: Scope | None, toggles: list[cst.BaseStatement]) -> list[MicroSteps]:
     """Loops over ``range(k)`` that toggle ``require_backward_grad_sync`` and run a backward, and step no
     optimizer (the step follows the loop); ``k`` readable where the accelerator is made."""
     found = []

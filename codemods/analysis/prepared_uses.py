@@ -103,6 +103,16 @@ class PreparedUses(Flow):
                 return self._sees_expr(binding.where, value, binding.stmt, seen)
         return False
 
+    def prepared_model(self, scope: Scope, expr: cst.BaseExpression, at: cst.BaseStatement | None = None) -> Binding | None:
+        """The prepared model ``expr`` holds at ``at`` (as ``prepared`` says), or None for anything else."""
+        found = self.prepared(scope, expr, at)
+        return found if found is not None and found.role == "model" else None
+
+    def model_object(self, scope: Scope, expr: cst.BaseExpression) -> Binding | None:
+        """The model ``prepare`` receives that ``expr`` holds, before or after ``prepare``, or None."""
+        found = self.origin(scope, expr)
+        return found if found is not None and found.role == "model" and found in self.objects else None
+
     def _rebound(self, scope: Scope, key: str, anchor: cst.BaseStatement, at: cst.BaseStatement) -> bool:
         """Whether ``key`` is assigned again between ``prepare`` (after ``anchor``) and ``at``
         (``model = torch.load(f)`` after training: that model is not the prepared one)."""
@@ -214,6 +224,12 @@ class PreparedUses(Flow):
     def training_loops(self, scope: Scope) -> list[Loop]:
         """Loops of ``scope`` that call ``backward`` (directly or through a helper)."""
         return [loop for loop in scope.loops if any(self.reaches_backward(site) for site in loop.calls)]
+
+    def feeds_training(self) -> bool:
+        """Whether a training loop walks a prepared loader (whose batches the runtime places on the device)."""
+        return any(
+            self.loader_of(loop) is not None for loop in self.facts.loops if any(self.reaches_backward(s) for s in loop.calls)
+        )
 
     def trains(self, builder: Scope) -> bool:
         """Whether training (a ``backward``) runs in the builder, in what it calls, or, for a trainer

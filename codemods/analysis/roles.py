@@ -34,6 +34,20 @@ WRAPPERS = {"torch.compile", "torch.nn.parallel.DistributedDataParallel"}
 PASS_THROUGH = {"apex.amp.initialize"}
 
 
+# What a DistributedDataParallel wrapper has too: nn.Module's public API (torch 2.x) and its instance attributes.
+MODULE_API = frozenset({
+    "T_destination", "add_module", "apply", "bfloat16", "buffers", "call_super_init", "children", "compile", "cpu",
+    "cuda", "double", "dump_patches", "eval", "extra_repr", "float", "forward", "get_buffer", "get_extra_state",
+    "get_parameter", "get_submodule", "half", "ipu", "load_state_dict", "modules", "mtia", "named_buffers",
+    "named_children", "named_modules", "named_parameters", "parameters", "register_backward_hook", "register_buffer",
+    "register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook",
+    "register_full_backward_pre_hook", "register_load_state_dict_post_hook", "register_load_state_dict_pre_hook",
+    "register_module", "register_parameter", "register_state_dict_post_hook", "register_state_dict_pre_hook",
+    "requires_grad_", "set_extra_state", "set_submodule", "share_memory", "state_dict", "to", "to_empty", "train",
+    "type", "xpu", "zero_grad", "training", "module", "no_sync",
+})
+
+
 def strip_placement(expr: cst.BaseExpression) -> cst.BaseExpression:
     """``Net().to(device).cuda()`` -> ``Net()``."""
     while (

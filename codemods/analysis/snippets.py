@@ -32,3 +32,17 @@ def statement(code: str) -> cst.BaseStatement:
 def unwrap(node: cst.CSTNode, accelerator: str) -> cst.Call:
     """``accelerator.unwrap_model(<node>)``."""
     return cst.Call(func=expression(f"{accelerator}.unwrap_model"), args=[cst.Arg(node)])  # type: ignore[arg-type]
+
+
+def with_block(header: str, body: list[cst.BaseStatement]) -> cst.BaseStatement:
+    """``with <header>:`` over ``body``; the first statement's blank lines go before the ``with``, its comments stay inside."""
+    shell = statement(f"with {header}:\n    pass\n")
+    assert isinstance(shell, cst.With)
+    first = body[0]
+    blank = []
+    for line in first.leading_lines:
+        if line.comment is not None:
+            break
+        blank.append(line)
+    body = [first.with_changes(leading_lines=list(first.leading_lines)[len(blank):]), *body[1:]]
+    return shell.with_changes(body=cst.IndentedBlock(body), leading_lines=blank)

@@ -80,7 +80,7 @@ def transform(
         warnings = _locate(program, [*ctx.warnings, *stop.warnings])
         return Outcome(ATTENTION, module, (), warnings["__main__"], stop.warnings[0][1].message, _noted(program, warnings))
     warnings = _locate(program, ctx.warnings)
-    if not ctx.accelerators:  # nothing trains here: any edit would be a half conversion
+    if not ctx.accelerating:  # nothing trains here: any edit would be a half conversion
         return Outcome(UNCHANGED, module, (), warnings["__main__"], None, _noted(program, warnings))
     texts = dict(sources or {})
 

@@ -110,7 +110,7 @@ accelerator.end_training()
     def run(self, ctx: Context) -> None:
         sites = [s for s in ctx.facts.calls if (s.qualname or "").startswith("apex.amp.")]
         imports = [s for s in ctx.facts.order if _imports_apex(s)]
-        if not (sites or imports) or not ctx.accelerators:
+        if not (sites or imports) or not ctx.accelerating:
             return
         for stmt in imports:
             ctx.remove(stmt)
@@ -123,16 +123,15 @@ accelerator.end_training()
                 if guard is not None:
                     if id(guard) not in folded:
                         folded.add(id(guard))
-                        ctx.edits.regroup([guard], _else_body)
+                        ctx.regroup([guard], _else_body)
                 elif site.qualname == SCALE_LOSS and isinstance(site.stmt, cst.With) and len(site.stmt.items) == 1:
-                    ctx.edits.regroup([site.stmt], _scaled_body)
+                    ctx.regroup([site.stmt], _scaled_body)
                 else:
                     ctx.warn(codes.AMP, site.node, name=code_of(site.node.func))
                     continue
             else:
                 ctx.warn(codes.AMP, site.node, name=code_of(site.node.func))
                 continue
-            ctx.consumed.add(site.node)
             ctx.change("apex amp -> the accelerator's mixed precision")
 
 

@@ -78,7 +78,7 @@ accelerator.end_training()
     )
 
     def run(self, ctx: Context) -> None:
-        if not ctx.accelerators:
+        if not ctx.accelerating:
             return
         for site in ctx.facts.calls:
             func = site.node.func
@@ -97,7 +97,6 @@ accelerator.end_training()
                 ctx.warn(codes.BACKWARD_ARGS, site.node)
                 continue
             if ctx.replace(site.node, site.stmt, lambda c, a=accelerator: _swap(c, a)):  # type: ignore[misc]
-                ctx.handled.add(site.node)
                 ctx.change("loss.backward() -> accelerator.backward(loss)")
 
 

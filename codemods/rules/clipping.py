@@ -73,7 +73,7 @@ accelerator.end_training()
     )
 
     def run(self, ctx: Context) -> None:
-        if not ctx.accelerators:
+        if not ctx.accelerating:
             return
         for site in ctx.facts.calls:
             if site.qualname not in CLIPPING:

@@ -313,7 +313,6 @@ accelerator.end_training()
                 if named is not None:
                     gather, names = _gather(ctx, loop, named, _inputs(call), _names_used(rest), accelerator)
                     ctx.insert_after(stmt, [gather])
-                    ctx.gathered_stmts[stmt] = names
                 elif _extractable(stmt):
                     name = _fresh_name(loop, "output")
                     # names read after the forward: in the later statements, and in this one outside the call
@@ -321,9 +320,6 @@ accelerator.end_training()
                     gather, names = _gather(ctx, loop, [name], _inputs(call), later, accelerator)
                     ctx.insert_before(stmt, [f"{name} = {code_of(call)}", gather])
                     ctx.replace(call, stmt, lambda _, n=name: cst.Name(n))  # type: ignore[misc]
-                    ctx.gathered_stmts[stmt] = names
-                    ctx.gathered_before.add(stmt)
-                    ctx.gathered_nodes.add(call)
                 else:
                     ctx.warn(codes.LOCAL_METRIC, call)
                     break
@@ -370,8 +366,7 @@ def _is_evaluation(ctx: Context, loop: Loop) -> bool:
 
 def _is_model(ctx: Context, scope: Scope, node: cst.BaseExpression, stmt: cst.BaseStatement) -> bool:
     """Whether ``node`` holds a prepared model in ``scope`` at ``stmt``."""
-    found = ctx.plan.prepared(scope, node, stmt)
-    return found is not None and found.role == "model"
+    return ctx.plan.prepared_model(scope, node, stmt) is not None
 
 
 def _model_call(ctx: Context, loop: Loop, stmt: cst.BaseStatement) -> cst.Call | None:

@@ -80,28 +80,28 @@ accelerator.end_training()
     )
 
     def run(self, ctx: Context) -> None:
-        for scope in ctx.needs:  # a rank test or collective rewritten through an accelerator threading could not bring
-            if ctx.accelerator_in(scope) is None:
+        for scope in ctx.readers():  # a rank test or collective rewritten through an accelerator threading could not bring
+            if scope.kind == "function" and ctx.accelerator_in(scope) is None:
                 ctx.abort(codes.NO_ACCELERATOR_HERE, scope.node, name=scope.name)
         found = ctx.plan.distributed
-        if found and ctx.accelerators:  # never half-distributed: every piece of the hand-written set-up was taken
+        if found and ctx.accelerating:  # never half-distributed: every piece of the hand-written set-up was taken
             for site in [*found.setup, *found.wrappers, *found.samplers, *found.spawns, *found.barriers, *found.reductions, *found.queries]:
-                if site.node not in ctx.handled | ctx.consumed and not any(s in ctx.edits.removed for s in ctx.facts.chain(site.stmt)):
+                if not ctx.rewritten(site.node) and not any(s in ctx.edits.removed for s in ctx.facts.chain(site.stmt)):
                     ctx.abort(codes.MANUAL_DISTRIBUTED, site.node, name=code_of(site.node.func),
                               fix="convert it by hand (the accelerator prepares the model and the loaders, and has the collectives)")
         for site in ctx.facts.calls:
-            if site.node in ctx.handled or ctx.is_skipped(site.stmt):
+            if ctx.rewritten(site.node) or ctx.reported(site.node) or ctx.is_skipped(site.stmt):
                 continue
             if site.method == "cuda" and not site.node.args:
                 ctx.warn(codes.UNKNOWN_CUDA, site.node)
             elif site.method == "to" and site.node.args and site.node.args[0].keyword is None:
                 value = site.node.args[0].value
-                if value in ctx.consumed or not _looks_like_device(value):
+                if ctx.dropped(value) or not _looks_like_device(value):
                     continue
                 found = ctx.plan.origin(site.scope, value)
-                if found is not None and found.role == "device" and ctx.accelerators:
+                if found is not None and found.role == "device" and ctx.accelerating:
                     continue
-                if ctx.accelerators and dotted(value) in ctx.plan.distributed.device_indexes:
+                if ctx.accelerating and dotted(value) in ctx.plan.distributed.device_indexes:
                     continue  # the device hand-written DDP set up: now the accelerator's (``str(accelerator.device)``)
                 ctx.warn(codes.UNKNOWN_TO_DEVICE, site.node, device=code_of(value))
 

@@ -115,14 +115,12 @@ accelerator.end_training()
 
     def run(self, ctx: Context) -> None:
         found = ctx.plan.distributed
-        if not found or not ctx.accelerators:
+        if not found or not ctx.accelerating:
             return
         for site in found.setup:
             stmt = site.stmt
             if _alone(stmt, site.node):
                 ctx.remove(stmt)
-                ctx.consumed.update(m.findall(stmt, m.Name() | m.Attribute()))  # type: ignore[arg-type]
-                ctx.consumed.add(site.node)
                 ctx.change("the launcher and the accelerator set up the processes")
             else:
                 ctx.abort(codes.MANUAL_DISTRIBUTED, site.node, name=code_of(site.node.func),
@@ -157,7 +155,6 @@ accelerator.end_training()
                       "move it out of the branch or remove it")
         for leaf in leaves:
             ctx.remove(leaf)
-            ctx.consumed.update(m.findall(leaf, m.Name() | m.Attribute()))  # type: ignore[arg-type]
         orelse = stmt.orelse
         if isinstance(orelse, cst.Else) and isinstance(orelse.body, cst.IndentedBlock):
             in_body = side == _body(stmt)
@@ -166,7 +163,7 @@ accelerator.end_training()
             parent = ctx.facts.parent_stmt.get(stmt)
             if kept and not (isinstance(parent, cst.If) and parent.orelse is stmt):
                 # one way of being distributed: the script's other path, unconditionally
-                ctx.edits.regroup([stmt], _else_body if in_body else _if_body)
+                ctx.regroup([stmt], _else_body if in_body else _if_body)
         ctx.change("the launcher and the accelerator set up the processes")
 
 

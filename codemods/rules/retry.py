@@ -98,7 +98,7 @@ accelerator.end_training()
     )
 
     def run(self, ctx: Context) -> None:
-        if not ctx.accelerators:
+        if not ctx.accelerating:
             return
         order = ctx.facts.order
         for stmt in order:

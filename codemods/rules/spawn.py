@@ -98,7 +98,7 @@ accelerator.end_training()
     )
 
     def run(self, ctx: Context) -> None:
-        if not ctx.accelerators:
+        if not ctx.accelerating:
             return
         for site in ctx.plan.distributed.spawns:
             direct = _direct_call(ctx, site)
@@ -106,7 +106,6 @@ accelerator.end_training()
                 ctx.abort(codes.MANUAL_DISTRIBUTED, site.node, name=code_of(site.node.func),
                           fix="call the worker directly, once: the launcher starts one process per device")
             ctx.replace(site.node, site.stmt, lambda _, d=direct: d)  # type: ignore[misc]
-            ctx.consumed.add(site.node)
             ctx.change("mp.spawn -> the direct call (the launcher starts the processes)")
 
 

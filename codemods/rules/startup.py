@@ -97,7 +97,7 @@ accelerator.end_training()
     )
 
     def run(self, ctx: Context) -> None:
-        if not ctx.accelerators:
+        if not ctx.accelerating:
             return
         wrapped: set[cst.BaseStatement] = set()
         for site in ctx.facts.calls:

@@ -114,7 +114,7 @@ accelerator.end_training()
 
     def run(self, ctx: Context) -> None:
         for site in ctx.facts.calls:
-            if site.node in ctx.handled:
+            if ctx.rewritten(site.node) or ctx.reported(site.node):
                 continue
             accelerator = ctx.accelerator_in(site.scope)
             if accelerator is None or not ctx.after_accelerator(site.scope, site.stmt):
@@ -124,7 +124,6 @@ accelerator.end_training()
                 self._cuda(ctx, site, device)
             elif site.method == "to" and _cuda_target(ctx, site):
                 if ctx.replace(site.node, site.stmt, lambda c, d=device: _set_first_arg(c, d)):  # type: ignore[misc]
-                    ctx.handled.add(site.node)
                     ctx.change("send other tensors to accelerator.device")
             else:
                 for arg in site.node.args:
@@ -140,7 +139,6 @@ accelerator.end_training()
         positional = [a for a in call.args if a.keyword is None]
         if positional:
             ctx.warn(codes.CUDA_INDEX, call, index=code_of(positional[0].value))
-            ctx.handled.add(call)
             return
         receiver = call.func.value  # type: ignore[attr-defined]
         inner = ctx.facts.sites.get(receiver) if isinstance(receiver, cst.Call) else None
@@ -148,7 +146,6 @@ accelerator.end_training()
             ctx.replace(call, site.stmt, lambda c, d=device: _device_kwarg(c, d))  # type: ignore[misc]
         else:
             ctx.replace(call, site.stmt, lambda c, d=device: _to(c, d))  # type: ignore[misc]
-        ctx.handled.add(call)
         ctx.change("send other tensors to accelerator.device")
         guard = ctx.facts.parent_stmt.get(site.stmt)
         if _only_placement_guard(guard, site.stmt) and ctx.replace(guard, guard, _unguard):  # type: ignore[arg-type]

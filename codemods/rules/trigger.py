@@ -127,7 +127,7 @@ accelerator.end_training()
     def _trains(self, ctx: Context, loop: Loop) -> bool:
         """A loop whose iterations reach a collective: a backward (DDP syncs gradients), or a gather."""
         return any(ctx.plan.reaches_backward(site) for site in loop.calls) or any(
-            stmt in ctx.gathered_stmts for stmt in loop.stmts
+            ctx.agreement.gathers(stmt) for stmt in loop.stmts
         )
 
 

@@ -80,7 +80,7 @@ accelerator.end_training()
     )
 
     def run(self, ctx: Context) -> None:
-        if not ctx.accelerators or not ctx.edits:
+        if not ctx.accelerating or not ctx.edits:
             return
         for facts in ctx.facts.units.values():
             before = _used(facts.module)

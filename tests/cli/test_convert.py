@@ -167,7 +167,7 @@ def test_bad_config_is_an_error(project: Path) -> None:
 def test_internal_error_is_reported_with_traceback_only_when_verbose(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from accelify.codemods import engine
+    from accelify.codemods.engine import transform as engine
 
     class Broken:
         name = "broken"
