@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from accelify.cli import main
-from accelify.source import candidates
+from accelify.migrate.discovery import candidates
 
 SCRIPT = b"import torch\nmodel = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nprint(1)\n"
 CONVERTED_TAIL = b"model, opt = accelerator.prepare(model, opt)\naccelerator.print(1)\naccelerator.end_training()\n"

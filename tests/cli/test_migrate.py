@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from accelify.cli import main
-from accelify.grouping import plan
+from accelify.migrate.grouping import plan
 from accelify.settings import SettingsFinder
 
 SCRIPT = b"import torch\nmodel = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nprint(1)\n"
@@ -197,7 +197,7 @@ def test_gitignore_exclude_settings_and_flags_decide_what_is_converted(project: 
 
 
 def test_bad_input_is_a_row_never_a_crash_and_is_left_untouched(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import accelify.discovery as discovery
+    import accelify.migrate.discovery as discovery
 
     src = project / "src"
     write(project, "src/train.py", SCRIPT)

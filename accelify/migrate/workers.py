@@ -13,7 +13,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from typing import Iterator, Sequence
 
 from accelify.codemods.engine.outcome import FAILED
-from accelify.grouping import Job
+from accelify.migrate.grouping import Job
 from accelify.results import Result
 
 

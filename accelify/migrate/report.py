@@ -23,7 +23,7 @@ from accelify.codemods.engine.outcome import ATTENTION, CONVERTED, FAILED, SKIPP
 from accelify.results import Result
 
 if TYPE_CHECKING:
-    from accelify.migrate import Row, Summary
+    from accelify.migrate.migration import Row, Summary
 
 SCHEMA = "accelify-migrate-report/1"
 CONTEXT = 3  # unchanged lines shown around a change or a warning
