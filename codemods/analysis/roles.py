@@ -48,6 +48,23 @@ MODULE_API = frozenset({
 })
 
 
+def tensor_backward(call: cst.Call, imports: ImportMap) -> bool:
+    """``loss.backward(...)``: a tensor's backward. ``scaler.scale(loss).backward()`` is AMP's; ``self.backward()``,
+    ``super().backward(...)`` and ``torch.autograd.backward(...)`` (a module function) call no tensor's."""
+    func = call.func
+    if not (isinstance(func, cst.Attribute) and func.attr.value == "backward"):
+        return False
+    receiver = func.value
+    if isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute) and receiver.func.attr.value == "scale":
+        return False
+    if isinstance(receiver, cst.Name) and receiver.value in ("self", "cls"):
+        return False
+    if isinstance(receiver, cst.Call):
+        return not (isinstance(receiver.func, cst.Name) and receiver.func.value == "super")
+    name = dotted(receiver)
+    return name is None or name.split(".")[0] not in imports.aliases
+
+
 def strip_placement(expr: cst.BaseExpression) -> cst.BaseExpression:
     """``Net().to(device).cuda()`` -> ``Net()``."""
     while (

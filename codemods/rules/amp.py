@@ -12,7 +12,8 @@ precision, and the script's own flag for when it is on). This rule rewrites the 
   ``scale > scaler.get_scale()`` after the update -> ``accelerator.optimizer_step_was_skipped``, and a
   ``"scaler": scaler.state_dict()`` entry of a checkpoint dict goes with its ``load_state_dict``.
 
-Anything else done with the scaler is left as it is, with ACC005.
+Anything else done with the scaler is left as it is, with ACC005; so is any call of NVIDIA apex's ``amp`` the
+apex rule did not replace.
 """
 
 from __future__ import annotations
@@ -105,8 +106,13 @@ accelerator.end_training()
     )
 
     def run(self, ctx: Context) -> None:
+        if not ctx.accelerating:
+            return
+        for site in ctx.facts.calls:  # apex's amp: what the apex rule did not replace stays, reported
+            if (site.qualname or "").startswith("apex.amp.") and not ctx.rewritten(site.node) and not ctx.is_skipped(site.stmt):
+                ctx.warn(codes.AMP, site.node, name=code_of(site.node.func))
         amp = ctx.plan.analysis(find_amp)
-        if amp is None or not ctx.accelerating:
+        if amp is None:
             return
         for site in amp.autocasts:
             if ctx.replace_through(site.scope, site.node, site.stmt, lambda _, a: expression(f"{a}.autocast()")):

@@ -11,7 +11,7 @@ guards ``amp.initialize``; apex's O1/O2 levels have no counterpart). This rule r
   (``accelerator.clip_grad_norm_`` unscales);
 - a lone ``with amp.scale_loss(loss, optimizer) as scaled_loss:`` block gives its body, on ``loss``.
 
-Any other use of apex's ``amp`` is left alone with ACC005.
+Any other use of apex's ``amp`` is left alone (the amp rule reports it, ACC005).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from accelify.codemods import codes
 from accelify.codemods.analysis.collect import is_import
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import code_of
@@ -127,10 +126,8 @@ accelerator.end_training()
                 elif site.qualname == SCALE_LOSS and isinstance(site.stmt, cst.With) and len(site.stmt.items) == 1:
                     ctx.regroup([site.stmt], _scaled_body)
                 else:
-                    ctx.warn(codes.AMP, site.node, name=code_of(site.node.func))
                     continue
             else:
-                ctx.warn(codes.AMP, site.node, name=code_of(site.node.func))
                 continue
             ctx.change("apex amp -> the accelerator's mixed precision")
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import expression
 from accelify.codemods.analysis.roles import CLIPPING
@@ -80,8 +79,7 @@ accelerator.end_training()
                 continue
             accelerator = ctx.accelerator_in(site.scope)
             if accelerator is None:
-                ctx.warn(codes.NO_ACCELERATOR_HERE, site.node, name=site.qualname.rsplit(".", 1)[-1])
-                continue
+                continue  # where threading could not bring the accelerator: the leftovers rule reports it (ACC009)
             method = site.qualname.rsplit(".", 1)[-1]
             func = expression(f"{accelerator}.{method}")
             if ctx.replace(site.node.func, site.stmt, lambda _, f=func: f):  # type: ignore[misc]

@@ -1,5 +1,10 @@
-"""ReportLeftovers: after every rule has run, any ``.cuda()`` or ``.to(device)`` no rule could convert
-is reported, so a miss is never silent.
+"""ReportLeftovers: after every rule has run, what no rule could convert is reported, so a miss is never silent.
+
+- a ``backward``, a gradient clipping or a ``torch.save`` where the accelerator could not be brought (ACC009:
+  threading passes it to the helpers it can; the rules that convert these leave the others alone); a function
+  whose rank tests or collectives were rewritten through an accelerator it does not get refuses the file;
+- a piece of the hand-written distributed set-up no rule took refuses the file (ACC003: never half-distributed);
+- any ``.cuda()`` or ``.to(device)`` no rule converted (ACC001, ACC002).
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.roles import CLIPPING, tensor_backward
 from accelify.codemods.engine.rule import Example, Rule
 
 
@@ -80,6 +86,8 @@ accelerator.end_training()
     )
 
     def run(self, ctx: Context) -> None:
+        if ctx.accelerating:
+            self._without_accelerator(ctx)
         for scope in ctx.readers():  # a rank test or collective rewritten through an accelerator threading could not bring
             if scope.kind == "function" and ctx.accelerator_in(scope) is None:
                 ctx.abort(codes.NO_ACCELERATOR_HERE, scope.node, name=scope.name)
@@ -104,6 +112,24 @@ accelerator.end_training()
                 if ctx.accelerating and dotted(value) in ctx.plan.distributed.device_indexes:
                     continue  # the device hand-written DDP set up: now the accelerator's (``str(accelerator.device)``)
                 ctx.warn(codes.UNKNOWN_TO_DEVICE, site.node, device=code_of(value))
+
+
+    @staticmethod
+    def _without_accelerator(ctx: Context) -> None:
+        """ACC009 at each backward, clipping and ``torch.save`` in a scope the accelerator does not reach."""
+        keeps_save = ctx.plan.distributed.keeps_save
+        for site in ctx.facts.calls:
+            scope = site.scope
+            if ctx.accelerator_in(scope) is not None:
+                continue
+            if site.method == "backward" and scope.kind == "function":
+                ctx.warn(codes.NO_ACCELERATOR_HERE, site.node, name=scope.name)  # the function that needs it
+            elif site.method == "backward" and tensor_backward(site.node, scope.imports):
+                ctx.warn(codes.NO_ACCELERATOR_HERE, site.node, name="backward")
+            elif site.qualname in CLIPPING:
+                ctx.warn(codes.NO_ACCELERATOR_HERE, site.node, name=site.qualname.rsplit(".", 1)[-1])
+            elif site.qualname == "torch.save" and scope.kind == "function" and not keeps_save(ctx.facts, site):
+                ctx.warn(codes.NO_ACCELERATOR_HERE, site.node, name="torch.save")
 
 
 def _looks_like_device(value: cst.BaseExpression) -> bool:

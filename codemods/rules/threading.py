@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods import codes
 from accelify.codemods.analysis.collect import is_docstring
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import expression
@@ -222,11 +221,7 @@ def main():
                     for s in plan.call_sites(f)
                 )
             }
-            for f in bad:
-                for site in f.calls:
-                    if site.method == "backward":
-                        ctx.warn(codes.NO_ACCELERATOR_HERE, site.node, name=f.name)
-            wanted -= bad
+            wanted -= bad  # (the leftovers rule reports what they needed it for: ACC009)
             shrunk = bool(bad)
         return wanted
 
