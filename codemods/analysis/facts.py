@@ -50,6 +50,15 @@ class Scope:
                 return self.parent
         return None
 
+    def inside(self, outer: "Scope") -> bool:
+        """Whether this scope is nested (at any depth) in ``outer``."""
+        parent = self.parent
+        while parent is not None:
+            if parent is outer:
+                return True
+            parent = parent.parent
+        return False
+
     def binds(self, name: str) -> bool:
         return name in self.bindings or name in self.param_names
 

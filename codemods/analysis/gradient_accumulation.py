@@ -183,9 +183,8 @@ def _models(plan: Plan, loop: Loop) -> list[str]:
     """The prepared models the loop runs (``accelerator.accumulate(model)``), by the names the loop uses."""
     names: list[str] = []
     for site in loop.calls:
-        found = plan.prepared(site.scope, site.node.func, site.stmt)
         key = dotted(site.node.func)
-        if found is not None and found.role == "model" and key is not None and key not in names:
+        if plan.prepared_model(site.scope, site.node.func, site.stmt) is not None and key is not None and key not in names:
             names.append(key)
     return names
 

@@ -77,7 +77,7 @@ class PreparedUses(Flow):
         for obj in self.in_place:
             if obj.key == key and obj.where is scope:
                 return at is None or self.facts.after(at, obj.stmt)
-        if key in names and (scope is target or _nested_in(scope, target)):
+        if key in names and (scope is target or scope.inside(target)):
             anchor = self.prepare_after
             if scope is not target or at is None or anchor is None:
                 return True
@@ -237,15 +237,6 @@ class PreparedUses(Flow):
         owner = builder.class_scope
         scopes = [s for s in self.facts.scopes if s.parent is owner] if owner is not None else [builder]
         return any(self.reaches_backward(site) for scope in scopes for site in scope.calls)
-
-
-def _nested_in(scope: Scope, outer: Scope) -> bool:
-    parent = scope.parent
-    while parent is not None:
-        if parent is outer:
-            return True
-        parent = parent.parent
-    return False
 
 
 def _batch_part(expr: cst.BaseExpression, names: set[str]) -> bool:

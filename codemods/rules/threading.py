@@ -156,7 +156,7 @@ def main():
             return
         functions = [
             s for s in ctx.facts.scopes
-            if s.kind == "function" and s is not home and (home.kind == "module" or not _inside(s, home))
+            if s.kind == "function" and s is not home and (home.kind == "module" or not s.inside(home))
             # a helper without the accelerator; or one that sees the module's but takes `device` as a parameter
             and (ctx.accelerator_in(s) is None or (s.class_scope is None and self._device_params(ctx, s)))
         ]
@@ -309,15 +309,6 @@ def _home(scope: Scope, reachable: set[Scope]) -> Scope | None:
             return current
         current = current.parent if current.kind == "function" else None
     return None
-
-
-def _inside(scope: Scope, outer: Scope) -> bool:
-    parent = scope.parent
-    while parent is not None:
-        if parent is outer:
-            return True
-        parent = parent.parent
-    return False
 
 
 def _rename_param(params: cst.Parameters, name: str) -> cst.Parameters:
