@@ -1,6 +1,6 @@
 """AccumulateGradients: gradient accumulation by hand becomes ``accelerator.accumulate``.
 
-With ``Accelerator(gradient_accumulation_steps=k)`` (the accelerator rule reads ``k`` from the modulo
+With ``Accelerator(gradient_accumulation_steps=k)`` (``analysis/creation.py`` reads ``k`` from the modulo
 test), the loop body up to the optimizer step goes under ``with accelerator.accumulate(model):``, so
 the N processes synchronise gradients only on the steps that update; ``loss = loss / k`` goes
 (``accelerator.backward`` divides), and later reads of the loss keep the divided value, ``(loss / k)``;

@@ -1,6 +1,6 @@
 """ConvertAmp: hand-written mixed precision becomes the accelerator's.
 
-The accelerator rule gives ``Accelerator(mixed_precision=...)`` from what ``analysis/mixed_precision.py`` found (the
+The accelerator's ``mixed_precision=...`` comes from what ``analysis/mixed_precision.py`` found (the
 precision, and the script's own flag for when it is on). This rule rewrites the uses:
 
 - ``with torch.autocast(...):`` / ``with torch.cuda.amp.autocast():`` -> ``with accelerator.autocast():``,

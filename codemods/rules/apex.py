@@ -1,6 +1,6 @@
 """RemoveApex: NVIDIA apex's mixed precision becomes the accelerator's.
 
-The accelerator rule gives ``Accelerator(mixed_precision="fp16" if args.fp16 else "no")`` (the flag that
+The accelerator gets ``mixed_precision="fp16" if args.fp16 else "no"`` (``analysis/creation.py``: the flag that
 guards ``amp.initialize``; apex's O1/O2 levels have no counterpart). This rule removes apex:
 
 - ``from apex import amp`` (also in its ``try: ... except ImportError:`` block) and ``model, optimizer =
