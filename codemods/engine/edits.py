@@ -300,27 +300,23 @@ def _inner_comments(node: cst.CSTNode) -> list[cst.EmptyLine]:
         if isinstance(child, cst.TrailingWhitespace) and child.comment is not None:
             out.append(cst.EmptyLine(comment=child.comment))
         elif isinstance(child, cst.IndentedBlock):
-            if child.header.comment is not None:
-                out.append(cst.EmptyLine(comment=child.header.comment))
-            for stmt in child.body:
-                out += _line_comments(stmt.leading_lines) + _trailing_comment(stmt) + _inner_comments(stmt)
-            out += _line_comments(child.footer)
+            out += _block_comments(child)
         elif isinstance(child, (cst.If, cst.Else, cst.ExceptHandler, cst.Finally)):
             out += _line_comments(child.leading_lines) + _inner_comments(child)
     return out
 
 
+def _block_comments(block: cst.IndentedBlock) -> list[cst.EmptyLine]:
+    """The comments of a block: its header's, its statements' (and theirs), its footer's."""
+    out = [cst.EmptyLine(comment=block.header.comment)] if block.header.comment is not None else []
+    for stmt in block.body:
+        out += _line_comments(stmt.leading_lines) + _trailing_comment(stmt) + _inner_comments(stmt)
+    return out + _line_comments(block.footer)
+
+
 def _comments_of_branch(branch: cst.If) -> list[cst.EmptyLine]:
     """The comments of an ``elif`` and its block, not of the branches after it (they stay)."""
-    block = branch.body
-    out: list[cst.EmptyLine] = []
-    if isinstance(block, cst.IndentedBlock):
-        if block.header.comment is not None:
-            out.append(cst.EmptyLine(comment=block.header.comment))
-        for stmt in block.body:
-            out += _line_comments(stmt.leading_lines) + _trailing_comment(stmt) + _inner_comments(stmt)
-        out += _line_comments(block.footer)
-    return out
+    return _block_comments(branch.body) if isinstance(branch.body, cst.IndentedBlock) else []
 
 
 def _trailing_comment(stmt: cst.BaseStatement) -> list[cst.EmptyLine]:

@@ -113,7 +113,6 @@ accelerator.end_training()
                     continue  # the device hand-written DDP set up: now the accelerator's (``str(accelerator.device)``)
                 ctx.warn(codes.UNKNOWN_TO_DEVICE, site.node, device=code_of(value))
 
-
     @staticmethod
     def _without_accelerator(ctx: Context) -> None:
         """ACC009 at each backward, clipping and ``torch.save`` in a scope the accelerator does not reach."""
