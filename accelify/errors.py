@@ -46,12 +46,22 @@ class OutputError(AccelifyError):
         super().__init__(f"{path}: cannot write: {reason}")
 
 
+class OutputCheckError(AccelifyError):
+    """The converted code does not parse, or would be converted again: a bug in a rule. The pipeline reports the
+    file as failed (``internal error while converting``) and writes nothing."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")
+
+
 class UnknownTargetError(AccelifyError):
     """A ``--target`` (or ``[tool.accelify] target``) that is neither ``accelify`` nor ``accelerate``."""
 
     def __init__(self, target: str) -> None:
         self.target = target
-        from accelify.codemods.targets import TARGET_NAMES
+        from accelify.codemods.engine.targets import TARGET_NAMES
 
         super().__init__(f"unknown target {target!r} (use one of {', '.join(map(repr, TARGET_NAMES))})")
 

@@ -1,8 +1,8 @@
-"""Converting Jupyter notebooks: the code cells as one program, the edits back into their cells.
+"""Jupyter notebooks as programs: the code cells joined into one, the converted program cut back into its cells.
 
 A notebook runs its cells in one Python process, top to bottom, so its code cells are analysed as
-one program in cell order (``convert_source`` on their text joined, each cell after a marker
-comment). IPython syntax is never parsed as Python: a line magic (``%matplotlib inline``), a shell
+one program in cell order (``Notebook.open``: their text joined, each cell after a marker comment;
+``accelify.pipeline.convert_notebook_text`` converts it and ``Notebook.close`` cuts it back). IPython syntax is never parsed as Python: a line magic (``%matplotlib inline``), a shell
 escape (``!pip install ...``, ``files = !ls``), a help request (``model?``) becomes a placeholder
 comment and comes back as it was; a cell magic (``%%bash``) keeps its whole cell out of the program,
 except the magics whose body is Python (``%%time``, ``%%capture``...). The converted program is
@@ -14,7 +14,8 @@ Since the cells run in the notebook's process, training on N processes goes thro
 calls (``main()`` in the last cell), that call becomes ``notebook_launcher(main, ())``, which on one
 process calls it here exactly as before (and on a machine with N GPUs runs it on each). Where the
 training runs in the cells themselves, or the call cannot be launched as it is, the conversion warns
-with the fix (``ACC101``, ``ACC102``): ``codemods/notebook_launch.py``.
+with the fix (``ACC101``, ``ACC102``): the engine's notebook step, ``codemods/engine/notebook_launch.py``.
+Nothing here converts code.
 """
 
 from __future__ import annotations
@@ -25,13 +26,8 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-import libcst as cst
-
-from accelify.codemods.notebook_launch import launch
-from accelify.codemods.outcome import CONVERTED, FAILED, SKIPPED, UNCHANGED, ConversionWarning
-from accelify.codemods.targets import DEFAULT_TARGET
+from accelify.codemods.engine.outcome import CONVERTED, FAILED, NOT_A_CANDIDATE, SKIPPED, UNCHANGED, ConversionWarning
 from accelify.errors import SourceError
-from accelify.program import ModuleText
 from accelify.results import Result
 
 
@@ -250,104 +246,93 @@ def read_notebook(path: str) -> tuple[str, str]:
         raise SourceError(path, f"is not UTF-8 ({error})", "a notebook is UTF-8 JSON: re-save it from Jupyter") from None
 
 
-def convert_notebook(
-    path: str,
-    *,
-    target: str = DEFAULT_TARGET,
-    disabled: frozenset[str] | set[str] = frozenset(),
-    modules: Sequence[ModuleText] | None = None,
-) -> Result:
-    """Read and convert one notebook; nothing is written."""
-    try:
-        text, encoding = read_notebook(path)
-    except SourceError as error:
-        return Result(path, FAILED, "", "", error=str(error))
-    return convert_notebook_text(text, path=path, target=target, disabled=disabled, encoding=encoding, modules=modules)
+class Notebook:
+    """A notebook opened for conversion: its JSON, its code cells joined as one program (``text``), and how to
+    cut a converted program back into the cells (``close``). ``open`` returns a finished ``Result`` instead when
+    the notebook is nothing to convert (not JSON, not Python, no torch)."""
 
+    def __init__(self, path: str, text: str, encoding: str, data: dict[str, Any], program: _Program) -> None:
+        self.path = path
+        self.json = text
+        self.encoding = encoding
+        self.data = data
+        self.program = program
 
-def convert_notebook_text(
-    text: str,
-    *,
-    path: str = "<notebook>",
-    target: str = DEFAULT_TARGET,
-    disabled: frozenset[str] | set[str] = frozenset(),
-    encoding: str = "utf-8",
-    modules: Sequence[ModuleText] | None = None,
-) -> Result:
-    """Convert the JSON text of a notebook (``Result.old``/``new`` are the JSON texts)."""
-    from accelify.pipeline import convert_source
+    @property
+    def text(self) -> str:
+        """The program to convert: the code cells in order, each after a marker line."""
+        return self.program.text
 
-    def done(status: str, **fields: Any) -> Result:
-        return Result(path, status, text, text, encoding=encoding, **fields)
+    @classmethod
+    def open(cls, text: str, *, path: str = "<notebook>", encoding: str = "utf-8") -> "Notebook | Result":
+        def done(status: str, **fields: Any) -> Result:
+            return Result(path, status, text, text, encoding=encoding, **fields)
 
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        return done(FAILED, error=f"{path}:{error.lineno}:{error.colno}: not valid notebook JSON: {error.msg}")
-    if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
-        if isinstance(data, dict) and "worksheets" in data:
-            return done(SKIPPED, reason="an nbformat 3 notebook: upgrade it (`jupyter nbconvert --to notebook "
-                        "--nbformat 4`) to convert it")
-        return done(FAILED, error=f"{path}: not a Jupyter notebook (no list of cells)")
-    language = (data.get("metadata", {}).get("kernelspec", {}).get("language")
-                or data.get("metadata", {}).get("language_info", {}).get("name") or "python")
-    if str(language).lower() != "python":
-        return done(SKIPPED, reason=f"a {language} notebook, not Python")
-    cells = data["cells"]
-    program = _join(cells, path)
-    if isinstance(program, str):
-        return done(FAILED, error=program)
-    if not program.text.strip() or "torch" not in program.text:
-        from accelify.codemods.outcome import NOT_A_CANDIDATE
-
-        return done(SKIPPED, reason=NOT_A_CANDIDATE)
-    result = convert_source(program.text, path=path, target=target, disabled=disabled, modules=modules)
-    if result.status == FAILED:
-        return done(FAILED, error=result.error, detail=result.detail)
-    warnings = list(_in_cells(result.warnings, program.text, path))
-    new_program = result.new
-    if result.status == CONVERTED and result.new != result.old:
         try:
-            new_program, notes = launch(result.new, target)
-        except cst.ParserSyntaxError as error:  # the pipeline checked that it parses: a bug if it does not
-            return done(FAILED, error=f"{path}: internal error while converting: {error}")
-        for code, fields, line, col in notes:
-            index, in_cell = _cell_of(new_program, line)
-            warnings.append(ConversionWarning(code.code, code.message.format(**fields), code.fix.format(**fields),
-                                              in_cell, col, f"{path}:cell_{index + 1}"))
-    cut = _split(new_program, program)
-    if cut is None:
-        return done(FAILED, error=f"{path}: the conversion would move code across cells; export the notebook "
-                    "to a script (`jupyter nbconvert --to script`) and convert that")
-    old_cut = _split(program.text, program)
-    assert old_cut is not None
-    magics = dict(program.magics)
-    changed = False
-    new_cells = []
-    for index, cell in enumerate(cells):
-        if index in cut and cut[index] != old_cut[index]:
-            restored = _unmask(cut[index], magics)
-            if restored is None:
-                return done(FAILED, error=f"{path}:cell_{index + 1}: internal error: an IPython line was lost")
-            old_source = _source_text(cell)
-            if not old_source.endswith("\n") and restored.endswith("\n"):
-                restored = restored[:-1]
-            if restored != old_source:
-                cell = dict(cell, source=_cell_source(cell.get("source"), restored))
-                changed = True
-        new_cells.append(cell)
-    new_text = JsonStyle.of(text).dumps(dict(data, cells=new_cells)) if changed else text
-    status = result.status
-    if status == CONVERTED and not changed and not any(c.changed for c in result.companions):
-        status = UNCHANGED
-    return Result(
-        path, status, text, new_text,
-        changes=result.changes,
-        warnings=tuple(sorted(warnings, key=lambda w: (_cell_number(w.path), w.line, w.col, w.code))),
-        reason=result.reason,
-        encoding=encoding,
-        companions=result.companions,
-    )
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            return done(FAILED, error=f"{path}:{error.lineno}:{error.colno}: not valid notebook JSON: {error.msg}")
+        if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
+            if isinstance(data, dict) and "worksheets" in data:
+                return done(SKIPPED, reason="an nbformat 3 notebook: upgrade it (`jupyter nbconvert --to notebook "
+                            "--nbformat 4`) to convert it")
+            return done(FAILED, error=f"{path}: not a Jupyter notebook (no list of cells)")
+        language = (data.get("metadata", {}).get("kernelspec", {}).get("language")
+                    or data.get("metadata", {}).get("language_info", {}).get("name") or "python")
+        if str(language).lower() != "python":
+            return done(SKIPPED, reason=f"a {language} notebook, not Python")
+        program = _join(data["cells"], path)
+        if isinstance(program, str):
+            return done(FAILED, error=program)
+        if not program.text.strip() or "torch" not in program.text:
+            return done(SKIPPED, reason=NOT_A_CANDIDATE)
+        return cls(path, text, encoding, data, program)
+
+    def close(self, result: Result, notes: Sequence[ConversionWarning] = ()) -> Result:
+        """The notebook's result from the program's: the converted program cut back into its cells, the warnings
+        located in cells (``notes``: warnings positioned in the converted program, the notebook step's)."""
+        path, text, encoding, program = self.path, self.json, self.encoding, self.program
+
+        def done(status: str, **fields: Any) -> Result:
+            return Result(path, status, text, text, encoding=encoding, **fields)
+
+        if result.status == FAILED:
+            return done(FAILED, error=result.error, detail=result.detail)
+        new_program = result.new
+        warnings = [*_in_cells(result.warnings, program.text, path), *_in_cells(notes, new_program, path)]
+        cut = _split(new_program, program)
+        if cut is None:
+            return done(FAILED, error=f"{path}: the conversion would move code across cells; export the notebook "
+                        "to a script (`jupyter nbconvert --to script`) and convert that")
+        old_cut = _split(program.text, program)
+        assert old_cut is not None
+        magics = dict(program.magics)
+        changed = False
+        new_cells = []
+        for index, cell in enumerate(self.data["cells"]):
+            if index in cut and cut[index] != old_cut[index]:
+                restored = _unmask(cut[index], magics)
+                if restored is None:
+                    return done(FAILED, error=f"{path}:cell_{index + 1}: internal error: an IPython line was lost")
+                old_source = _source_text(cell)
+                if not old_source.endswith("\n") and restored.endswith("\n"):
+                    restored = restored[:-1]
+                if restored != old_source:
+                    cell = dict(cell, source=_cell_source(cell.get("source"), restored))
+                    changed = True
+            new_cells.append(cell)
+        new_text = JsonStyle.of(text).dumps(dict(self.data, cells=new_cells)) if changed else text
+        status = result.status
+        if status == CONVERTED and not changed and not any(c.changed for c in result.companions):
+            status = UNCHANGED
+        return Result(
+            path, status, text, new_text,
+            changes=result.changes,
+            warnings=tuple(sorted(warnings, key=lambda w: (_cell_number(w.path), w.line, w.col, w.code))),
+            reason=result.reason,
+            encoding=encoding,
+            companions=result.companions,
+        )
 
 
 def _cell_number(path: str) -> int:

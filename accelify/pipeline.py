@@ -1,6 +1,8 @@
 """The conversion pipeline: source text in, a frozen ``Result`` out. It never prints or exits.
 
 ``read -> parse once -> one analysis -> ordered rules -> one transform -> re-parse check -> Result``.
+A notebook goes the same way as one program (``accelify.notebook.Notebook`` joins its code cells and cuts the
+converted program back; the engine's notebook step puts its training call through ``notebook_launcher``).
 The idempotence check is structural: a converted file creates an ``Accelerator``, and a file that
 creates one is left unchanged, so converting the output again changes nothing.
 """
@@ -15,15 +17,16 @@ from typing import TYPE_CHECKING, Sequence
 
 import libcst as cst
 
-from accelify.codemods.outcome import CONVERTED, FAILED, SKIPPED, UNCHANGED
-from accelify.codemods.targets import DEFAULT_TARGET, TARGETS
-from accelify.errors import SourceError, TooLargeError, UnknownTargetError
+from accelify.codemods.engine.outcome import CONVERTED, FAILED, SKIPPED, UNCHANGED, ConversionWarning
+from accelify.codemods.engine.targets import DEFAULT_TARGET, TARGETS
+from accelify.errors import OutputCheckError, SourceError, TooLargeError, UnknownTargetError
+from accelify.notebook import Notebook, read_notebook
 from accelify.program import ModuleText, local_modules, may_import_local
 from accelify.results import Result
 from accelify.source import read_source
 
 if TYPE_CHECKING:
-    from accelify.codemods.engine import Outcome
+    from accelify.codemods.engine.transform import Outcome
 
 _SKIP_FILE = re.compile(r"^\s*#\s*accelify:\s*skip-file\b", re.MULTILINE)
 _IMPORTS_LOCAL = re.compile(r"^\s*(?:import|from)\s+(?!torch\b|\.)", re.MULTILINE)  # worth looking for local modules
@@ -45,16 +48,30 @@ def convert_source(
     >>> convert_source("x = 1\\n").status
     'skipped'
     """
+    return _convert(code, path=path, target=target, disabled=disabled, encoding=encoding, modules=modules)[0]
+
+
+def _convert(
+    code: str,
+    *,
+    path: str,
+    target: str,
+    disabled: frozenset[str] | set[str],
+    encoding: str,
+    modules: Sequence[ModuleText] | None,
+    notebook: bool = False,
+) -> tuple[Result, tuple[ConversionWarning, ...]]:
+    """``convert_source``, and the notebook step's warnings (positioned in the converted code) for a notebook."""
     if target not in TARGETS:
         raise UnknownTargetError(target)
     if _SKIP_FILE.search(code):
-        return Result(path, SKIPPED, code, code, reason="# accelify: skip-file", encoding=encoding)
+        return Result(path, SKIPPED, code, code, reason="# accelify: skip-file", encoding=encoding), ()
     try:
         module = cst.parse_module(code)
     except cst.ParserSyntaxError as error:
         line, col, message = _syntax_error(code, error)
-        return Result(path, FAILED, code, code, error=f"{path}:{line}:{col}: syntax error: {message}", encoding=encoding)
-    from accelify.codemods.engine import transform  # the rules load only when something is converted
+        return Result(path, FAILED, code, code, error=f"{path}:{line}:{col}: syntax error: {message}", encoding=encoding), ()
+    from accelify.codemods.engine.transform import transform  # the rules load only when something is converted
 
     if modules is None:
         looks = os.path.isfile(path) and _IMPORTS_LOCAL.search(code) and may_import_local(code, path)
@@ -62,7 +79,8 @@ def convert_source(
     try:
         parsed = _parse_modules(modules)
         sources = {"__main__": code, **{local.unit: local.text for local in modules}}
-        outcome = transform(module, target=target, disabled=frozenset(disabled), modules=parsed, sources=sources)
+        outcome = transform(module, target=target, disabled=frozenset(disabled), modules=parsed, sources=sources,
+                            notebook=notebook)
         new = (outcome.code if outcome.code is not None else outcome.module.code) if outcome.status == CONVERTED else code
         if outcome.status == CONVERTED:
             _check_output(new, path, entry=True)
@@ -70,7 +88,7 @@ def convert_source(
     except Exception as error:  # a bug in a rule must not take the other files down
         detail = "".join(traceback.format_exception(error))
         message = f"{path}: internal error while converting: {type(error).__name__}: {error}"
-        return Result(path, FAILED, code, code, error=message, detail=detail, encoding=encoding)
+        return Result(path, FAILED, code, code, error=message, detail=detail, encoding=encoding), ()
     return Result(
         path,
         outcome.status,
@@ -81,7 +99,40 @@ def convert_source(
         reason=outcome.reason,
         encoding=encoding,
         companions=companions,
-    )
+    ), tuple(w.in_file(path) for w in outcome.notes)
+
+
+def convert_notebook_text(
+    text: str,
+    *,
+    path: str = "<notebook>",
+    target: str = DEFAULT_TARGET,
+    disabled: frozenset[str] | set[str] = frozenset(),
+    encoding: str = "utf-8",
+    modules: Sequence[ModuleText] | None = None,
+) -> Result:
+    """Convert the JSON text of a notebook (``Result.old``/``new`` are the JSON texts)."""
+    notebook = Notebook.open(text, path=path, encoding=encoding)
+    if isinstance(notebook, Result):
+        return notebook
+    result, notes = _convert(notebook.text, path=path, target=target, disabled=disabled, encoding="utf-8",
+                             modules=modules, notebook=True)
+    return notebook.close(result, notes)
+
+
+def convert_notebook(
+    path: str,
+    *,
+    target: str = DEFAULT_TARGET,
+    disabled: frozenset[str] | set[str] = frozenset(),
+    modules: Sequence[ModuleText] | None = None,
+) -> Result:
+    """Read and convert one notebook; nothing is written."""
+    try:
+        text, encoding = read_notebook(path)
+    except SourceError as error:
+        return Result(path, FAILED, "", "", error=str(error))
+    return convert_notebook_text(text, path=path, target=target, disabled=disabled, encoding=encoding, modules=modules)
 
 
 def _parse_modules(modules: Sequence[ModuleText]) -> dict[str, cst.Module]:
@@ -122,8 +173,6 @@ def convert_path(
     ``accelify.notebook``) and convert it; nothing is written. A file over the size limit is skipped."""
     name = os.fspath(path)
     if name.endswith(".ipynb"):
-        from accelify.notebook import convert_notebook
-
         return convert_notebook(name, target=target, disabled=disabled)
     try:
         source = read_source(name)
@@ -147,15 +196,11 @@ def _syntax_error(code: str, error: cst.ParserSyntaxError) -> tuple[int, int, st
     return error.raw_line, error.raw_column + 1, error.message
 
 
-class OutputCheckError(Exception):
-    """The converted code does not parse or would be converted again (a bug in a rule)."""
-
-
 def _check_output(new: str, path: str, *, entry: bool) -> None:
     """The converted code parses, and the script creates an Accelerator (so a second run changes nothing)."""
     try:
         tree = ast.parse(new, filename=path)
     except SyntaxError as error:
-        raise OutputCheckError(f"{path}: the converted code does not parse: line {error.lineno}: {error.msg}") from None
+        raise OutputCheckError(path, f"the converted code does not parse: line {error.lineno}: {error.msg}") from None
     if entry and not any(isinstance(node, ast.Name) and node.id == "Accelerator" for node in ast.walk(tree)):
-        raise OutputCheckError("the converted code creates no Accelerator, so a second run would convert it again")
+        raise OutputCheckError(path, "the converted code creates no Accelerator, so a second run would convert it again")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from accelify.codemods.outcome import ATTENTION, CONVERTED, FAILED, STATUSES, ConversionWarning
+from accelify.codemods.engine.outcome import ATTENTION, CONVERTED, FAILED, STATUSES, ConversionWarning
 
 __all__ = ["STATUSES", "ConversionWarning", "Result"]
 

@@ -28,7 +28,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
-from accelify.codemods.targets import DEFAULT_TARGET, TARGET_NAMES
+from accelify.codemods.engine.targets import DEFAULT_TARGET, TARGET_NAMES
 from accelify.errors import ConfigError
 
 if TYPE_CHECKING:

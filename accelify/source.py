@@ -126,16 +126,3 @@ def might_import_torch(data: bytes) -> bool:
     file named explicitly and the same file found in a folder always get the same status.
     """
     return b"torch" in data and b"import" in data
-
-
-def candidates(folder: Path, exclude: tuple[str, ...] = (), root: Path | None = None) -> list[Path]:
-    """The ``*.py``/``*.ipynb`` files under ``folder`` that may import torch (``might_import_torch``),
-    minus ``exclude`` patterns (relative to ``root`` and to ``folder``) and what ``.gitignore`` ignores,
-    skipping hidden, virtual-environment and build folders; sorted. A thin front of
-    ``accelify.discovery``, the one walk ``convert`` and ``migrate`` use. Converting one that does not
-    import torch gives ``skipped``, as naming it would."""
-    from accelify.discovery import candidates_in
-    from accelify.settings import Settings
-
-    settings = Settings(exclude=tuple(exclude), root=root or folder)
-    return candidates_in(folder, lambda path: settings)

@@ -144,7 +144,7 @@ def pipeline_ratio(folder: Path, rounds: int) -> tuple[float, float, int]:
     """Best-of-rounds time of convert_path vs parse + codegen over the candidate files of ``folder``."""
     import libcst
 
-    from accelify.discovery import CANDIDATE, walk
+    from accelify.migrate.discovery import CANDIDATE, walk
     from accelify.pipeline import convert_path
     from accelify.settings import SettingsFinder
 

@@ -1,9 +1,13 @@
 """accelify.codemods: LibCST rules that turn a single-device PyTorch script into an Accelerate-style one.
 
-The engine lives here (``analysis`` -> ``facts``, ``plan`` -> ``context`` -> ``edits``, run by
-``engine.transform``); the rules live in ``rules/``, one per module, in the ordered list
-``rules.RULES``. ``targets`` and ``warnings`` are the small records the tool shares with the engine.
-Importing this package is cheap: the rules (and LibCST) load when ``RULES`` or the engine is used.
+Three layers, each importing only the ones below it:
+
+- ``analysis/``: what the program is (facts, roles, the plan, the analyses rules ask for), found once;
+- ``engine/``: how a conversion runs (``transform``, the ``Context`` a rule sees, the edits, the outcome);
+- ``rules/``: one rule per module, in the ordered list ``rules.RULES``.
+
+``codes`` is the one table of warning codes (each names the rule that raises it). Importing this package
+is cheap: the rules (and LibCST) load when ``RULES`` or the engine is used.
 """
 
 from __future__ import annotations

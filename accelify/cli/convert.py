@@ -1,7 +1,8 @@
 """``accelify convert PATH...``: show, check or write the conversion of training scripts.
 
-Thin on purpose: collect the files, call ``accelify.pipeline.convert_path``, render with
-``accelify.console``, write with ``accelify.source.write_atomic``. Exit codes: 0 clean; 1 when a
+Thin on purpose: collect the files, call ``accelify.pipeline.convert_path``, plan the writes with
+``accelify.writes.plan_writes`` (as ``migrate`` does: a script whose writes conflict fails alone), write with
+``accelify.source.write_together``, render with ``accelify.console``. Exit codes: 0 clean; 1 when a
 file needs attention (refused: converting it would train wrongly; ``--exit-zero`` opts out) or, with
 ``--check``, when a file would change; 2 when a file could not be read or parsed (the others still are).
 
@@ -15,19 +16,21 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import click
 
 from accelify import console as view
 from accelify.cli.exit_codes import INTERRUPTED, fail
-from accelify.errors import AccelifyError, OutputError
+from accelify.errors import AccelifyError
 from accelify.pipeline import convert_path
 from accelify.results import Result
-from accelify.codemods.outcome import NOT_A_CANDIDATE
-from accelify.codemods.targets import TARGET_NAMES
-from accelify.discovery import candidates_in
+from accelify.codemods.engine.outcome import NOT_A_CANDIDATE
+from accelify.codemods.engine.targets import TARGET_NAMES
+from accelify.migrate.discovery import candidates_in
 from accelify.settings import SettingsFinder
-from accelify.source import encode, write_together
+from accelify.source import write_together
+from accelify.writes import Destination, plan_writes
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -68,33 +71,21 @@ def convert(
         settings_for = SettingsFinder(target=target)
         jobs = _expand(paths, settings_for, force_exclude)
         single = len(paths) == 1 and not paths[0].is_dir() and not output_is_folder(output_arg)
-        destinations: dict[Path, bytes] = {}
-        for path, relative, named in jobs:  # one script at a time: an interrupt leaves whole files only
-            settings = settings_for(path)
-            result = settings.filter(convert_path(path, target=settings.target, disabled=settings.disable))
-            if not named and result.reason == NOT_A_CANDIDATE:
-                continue  # found in a folder, and not a candidate after all: not something the user asked for
+
+        def converted() -> Iterator[tuple[Result, Destination]]:
+            for path, relative, named in jobs:  # one script at a time: an interrupt leaves whole files only
+                settings = settings_for(path)
+                result = settings.filter(convert_path(path, target=settings.target, disabled=settings.disable))
+                if not named and result.reason == NOT_A_CANDIDATE:
+                    continue  # found in a folder, and not a candidate after all: not something the user asked for
+                yield result, _destination(path, relative, output=output, single=single)
+
+        for planned in plan_writes(converted()):
+            result = planned.result
             results.append(result)
-            destination = _destination(path, relative, result, in_place=in_place, output=output, single=single)
-            if destination is not None:
-                group = [(destination, result)] + [
-                    (destination.parent / Path(c.path).relative_to(path.parent), c) for c in result.companions if c.changed
-                ]
-                files = []
-                for where, part in group:
-                    if not in_place and part is not result and where.resolve() == Path(part.path).resolve():
-                        raise OutputError(
-                            str(where),
-                            f"converting {path} changes this local module too, and -o would write the conversion over "
-                            "the original; write the program to a folder of its own (-o OUT_DIR/) or use --in-place",
-                        )
-                    data = encode(part.new, part.encoding)
-                    if destinations.get(where, data) != data:
-                        raise OutputError(str(where), "two conversions would write it differently; convert them separately")
-                    destinations[where] = data
-                    files.append((where, data))
-                write_together(files)
-                written.extend((part, str(where)) for where, part in group)
+            if writing and planned.files:
+                write_together([(w.destination, w.data) for w in planned.files])
+                written.extend((w.part, w.destination) for w in planned.files)
             elif not (writing or as_json):
                 view.print_diff(out, result)
                 for companion in result.companions:
@@ -130,23 +121,22 @@ def _expand(paths: tuple[Path, ...], settings_for: SettingsFinder, force_exclude
         elif not (force_exclude and settings_for(path).is_excluded(path)):
             jobs.append((path, Path(path.name), True))
     # a local module of another script given (pre-commit names every staged file) is converted with it
-    from accelify.migrate import plan
+    from accelify.migrate.grouping import plan
 
     scripts = {Path(t.path).resolve() for job in plan([p for p, _, _ in jobs if p.is_file()], settings_for) for t in job.tasks}
     return [job for job in jobs if not job[0].is_file() or job[0].resolve() in scripts]
 
 
-def _destination(
-    path: Path, relative: Path, result: Result, *, in_place: bool, output: Path | None, single: bool
-) -> Path | None:
-    """Where ``result`` is written, or None. Failed files are never written; ``--in-place`` writes only
-    changed files; ``-o`` names the one output file when ``single``, else a folder mirroring the inputs."""
-    if result.failed or result.needs_attention or not (in_place or output is not None):
-        return None
-    if in_place:
-        return path if result.changed else None  # a script whose own code is unchanged has no companions
-    assert output is not None
-    return output if single else output / relative
+def _destination(path: Path, relative: Path, *, output: Path | None, single: bool) -> Destination:
+    """Where each part of ``path``'s result goes: with ``-o``, the script to the one output file when ``single``,
+    else into a folder mirroring the inputs, and its changed local modules beside it as they are beside the
+    script; else (``--in-place``, or a preview, which writes nothing but shows the same conflicts) every changed
+    part over itself."""
+    if output is None:
+        return lambda part: part.path if part.changed else None
+    target = output if single else output / relative
+    script = str(path)
+    return lambda part: target if part.path == script else target.parent / Path(part.path).relative_to(path.parent)
 
 
 def output_is_folder(output: str | None) -> bool:

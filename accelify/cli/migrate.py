@@ -2,7 +2,7 @@
 
 Thin on purpose: parse the flags, run ``accelify.migrate.Migration`` (walk, plan, convert in worker
 processes, write), draw the progress bar and the summary with ``accelify.console``, write the
-reports with ``accelify.report``. Exit codes as ``convert``: 0 clean; 1 when a file needs attention
+reports with ``accelify.migrate.report``. Exit codes as ``convert``: 0 clean; 1 when a file needs attention
 (``--exit-zero`` opts out) or, with ``--check``, when a file would change; 2 when a file failed
 (the others are still converted); 130 after Ctrl-C.
 """
@@ -16,10 +16,10 @@ import click
 
 from accelify import console as view
 from accelify.cli.exit_codes import INTERRUPTED, fail
-from accelify.codemods.targets import TARGET_NAMES
+from accelify.codemods.engine.targets import TARGET_NAMES
 from accelify.errors import AccelifyError
-from accelify.migrate import CHECK, DIFF, IN_PLACE, OUT, PREVIEW, Interrupted, Migration, Options, Row, write_json
-from accelify.workers import default_jobs
+from accelify.migrate.migration import CHECK, DIFF, IN_PLACE, OUT, PREVIEW, Interrupted, Migration, Options, Row, write_json
+from accelify.migrate.workers import default_jobs
 from accelify.results import Result
 
 
@@ -64,7 +64,7 @@ def migrate(
     migration = Migration(Options(folder, mode, out, workers, target, exclude, shown=str(folder)))
     html_report = None
     if html is not None:
-        from accelify.report import HtmlReport
+        from accelify.migrate.report import HtmlReport
 
         html_report = HtmlReport()
     try:
@@ -103,7 +103,7 @@ def migrate(
     command = "accelify migrate " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else f"accelify migrate {folder}"
     try:
         if report is not None:
-            from accelify.report import payload
+            from accelify.migrate.report import payload
 
             write_json(report, payload(summary, root=str(folder), mode=mode, exit_code=code, jobs=workers))
             err.print(f"report: {report}", markup=False)

@@ -16,7 +16,7 @@ from rich.prompt import Confirm, IntPrompt, Prompt
 from rich.table import Table
 from rich.text import Text
 
-from accelify.codemods.outcome import ATTENTION, CONVERTED, FAILED, SKIPPED, UNCHANGED
+from accelify.codemods.engine.outcome import ATTENTION, CONVERTED, FAILED, SKIPPED, UNCHANGED
 from accelify.results import Result
 
 _DIFF_STYLES = (("+++", "bold"), ("---", "bold"), ("@@", "cyan"), ("+", "green"), ("-", "red"))
@@ -206,7 +206,7 @@ from typing import TYPE_CHECKING, Callable, Iterator  # noqa: E402
 
 
 if TYPE_CHECKING:
-    from accelify.migrate import Summary
+    from accelify.migrate.migration import Summary
 
 MIGRATE_LABELS = (
     (CONVERTED, "converted", "green"),
@@ -235,7 +235,7 @@ def migrate_progress(console: Console, total: int) -> Iterator[Callable[[int, st
 def print_migrate_summary(console: Console, summary: "Summary", *, would: bool, limit: int = 200) -> None:
     """The counts by status, then one row per file that needs a look (attention, failed, skipped) with
     its first reason."""
-    from accelify.report import first_reason, rows_needing_a_look
+    from accelify.migrate.report import first_reason, rows_needing_a_look
 
     counts = summary.counts
     totals = Table(title="accelify migrate", title_justify="left", show_header=False, box=None, pad_edge=False)

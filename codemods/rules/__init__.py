@@ -1,25 +1,15 @@
 """The conversion rules, one per module; the module's file name is the rule's ``name``.
 
 ``RULES`` is the one ordered list the engine runs; every rule module in this package is in it (a
-test checks). Order matters: placement runs before threading and the device rule, because they look
-at which uses of ``device`` placement removed; ``unsupported`` runs first (it may stop the file) and
-``leftovers`` last (it reports what no rule took).
-
-Hand-written distributed code: ``model_parallel`` refuses early, like ``unsupported``, and so does
-``forward_methods`` (training through a model method that runs the forward itself). The rules that give
-the script's own distribution to the runtime (``ddp``, ``sampler``, ``collectives``, ``process_group``,
-``spawn``, ``ranks``, ``apex``, ``micro_steps``) run after placement and DataParallel (the set-up
-branches ``process_group`` removes whole must find their placement and wraps already removed, so it
-follows ``ddp`` and ``sampler``; ``ranks`` follows them all, so it leaves alone the tests inside code they
-removed) and before threading (the helpers whose rank tests and collectives now
-read the accelerator are in ``ctx.needs`` by then) and before ``backward``/``clipping`` (apex's branches
-fold to the plain calls those rules then convert). ``unused_imports`` comes after every rule that edits (only
-``leftovers``, which reports, follows it): it reads the whole conversion to drop the imports nothing reads any more.
+test checks). A rule never imports another rule: what it needs to know it asks the plan, and what another
+rule did it reads from the proposed edits. Where a rule reads another's edits, the order matters: each such
+pair is named, with the reason, in ``tests/codemods/test_rule_order.py``; any other order of the list gives
+the same conversions (the same test runs the examples and the corpus in shuffled orders).
 """
 
 from __future__ import annotations
 
-from accelify.codemods.rule import Rule
+from accelify.codemods.engine.rule import Rule
 from accelify.codemods.rules.accelerator import CreateAccelerator
 from accelify.codemods.rules.accumulation import AccumulateGradients
 from accelify.codemods.rules.amp import ConvertAmp
@@ -43,6 +33,7 @@ from accelify.codemods.rules.micro_steps import AccumulateMicroSteps
 from accelify.codemods.rules.placement import RemovePlacement
 from accelify.codemods.rules.prepare import InsertPrepare
 from accelify.codemods.rules.print import SwapPrint
+from accelify.codemods.rules.refusals import RefusePlanProblems
 from accelify.codemods.rules.process_group import RemoveProcessGroup
 from accelify.codemods.rules.ranks import MapRanks
 from accelify.codemods.rules.progress import DisableProgress
@@ -57,12 +48,14 @@ from accelify.codemods.rules.threading import ThreadAccelerator
 from accelify.codemods.rules.trigger import StopTogether
 from accelify.codemods.rules.unsupported import WarnUnsupported
 from accelify.codemods.rules.unused_imports import RemoveUnusedImports
+from accelify.codemods.rules.unwrap_module import UnwrapModule
 from accelify.codemods.rules.writes import MainProcessWrites
 
 RULES: tuple[type[Rule], ...] = (
     WarnUnsupported,
     RefuseModelParallel,
     RefuseForwardMethods,
+    RefusePlanProblems,
     CreateAccelerator,
     AddAcceleratorImport,
     RemovePlacement,
@@ -93,6 +86,7 @@ RULES: tuple[type[Rule], ...] = (
     MainProcessWrites,
     SafeStartup,
     SeedPerProcess,
+    UnwrapModule,
     LoadUnwrapped,
     UnwrapAttributes,
     EndTraining,

@@ -1,6 +1,6 @@
 """AccumulateGradients: gradient accumulation by hand becomes ``accelerator.accumulate``.
 
-With ``Accelerator(gradient_accumulation_steps=k)`` (the accelerator rule reads ``k`` from the modulo
+With ``Accelerator(gradient_accumulation_steps=k)`` (``analysis/creation.py`` reads ``k`` from the modulo
 test), the loop body up to the optimizer step goes under ``with accelerator.accumulate(model):``, so
 the N processes synchronise gradients only on the steps that update; ``loss = loss / k`` goes
 (``accelerator.backward`` divides), and later reads of the loss keep the divided value, ``(loss / k)``;
@@ -17,9 +17,10 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods import codes
-from accelify.codemods.accumulation import Accumulation
-from accelify.codemods.context import Context, code_of, expression, statement
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.analysis.gradient_accumulation import Accumulation, find_accumulation
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of, expression, statement
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class AccumulateGradients(Rule):
@@ -105,9 +106,10 @@ accelerator.end_training()
     )
 
     def run(self, ctx: Context) -> None:
-        for step_if in ctx.unconverted_accumulation:
+        found = ctx.plan.analysis(find_accumulation)
+        for step_if in found.unconverted:
             ctx.warn(codes.ACCUMULATION, step_if)
-        for accumulation in ctx.accumulations:
+        for accumulation in found.loops:
             accelerator = ctx.accelerator_in(accumulation.loop.scope)
             if accelerator is None:
                 continue
@@ -149,7 +151,7 @@ accelerator.end_training()
             block = _under(header, [first.with_changes(leading_lines=[]), *inner[1:]], first.leading_lines)
             return [block, *([_under(sync, rest, [])] if rest else [])]
 
-        ctx.edits.regroup(wrapped, make)
+        ctx.regroup(wrapped, make)
 
     def _keep_divided_reads(self, ctx: Context, accumulation: Accumulation, stmts: list[cst.BaseStatement], steps: str) -> None:
         """``tr_loss += loss.item()`` after ``loss = loss / k`` went: ``tr_loss += (loss / k).item()``; in the
@@ -174,7 +176,7 @@ accelerator.end_training()
             skip = {id(c.func.value) for c in backward} | {id(c.args[0].value) for c in backward if c.args}  # type: ignore[attr-defined]
             targets = {id(t.target) for t in m.findall(stmt, m.AssignTarget())}  # type: ignore[attr-defined]
             for node in m.findall(stmt, m.Name(name)):
-                if id(node) in skip or id(node) in targets or node in ctx.consumed:
+                if id(node) in skip or id(node) in targets or ctx.dropped(node):
                     continue
                 ctx.replace(node, stmt, lambda _, s=steps: expression(f"({name} / {s})"))  # type: ignore[misc]
 

@@ -1,6 +1,6 @@
 """ConvertAmp: hand-written mixed precision becomes the accelerator's.
 
-The accelerator rule gives ``Accelerator(mixed_precision=...)`` from what ``codemods.amp`` found (the
+The accelerator's ``mixed_precision=...`` comes from what ``analysis/mixed_precision.py`` found (the
 precision, and the script's own flag for when it is on). This rule rewrites the uses:
 
 - ``with torch.autocast(...):`` / ``with torch.cuda.amp.autocast():`` -> ``with accelerator.autocast():``,
@@ -12,7 +12,8 @@ precision, and the script's own flag for when it is on). This rule rewrites the 
   ``scale > scaler.get_scale()`` after the update -> ``accelerator.optimizer_step_was_skipped``, and a
   ``"scaler": scaler.state_dict()`` entry of a checkpoint dict goes with its ``load_state_dict``.
 
-Anything else done with the scaler is left as it is, with ACC005.
+Anything else done with the scaler is left as it is, with ACC005; so is any call of NVIDIA apex's ``amp`` the
+apex rule did not replace.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods import codes
-from accelify.codemods.context import Context, code_of, expression
-from accelify.codemods.facts import Binding, CallSite, Scope
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.analysis.mixed_precision import find_amp
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of, expression
+from accelify.codemods.analysis.facts import Binding, CallSite, Scope
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class ConvertAmp(Rule):
@@ -103,15 +106,16 @@ accelerator.end_training()
     )
 
     def run(self, ctx: Context) -> None:
-        amp = ctx.amp
-        if amp is None or not ctx.accelerators:
+        if not ctx.accelerating:
             return
-        # runs before threading: the accelerator's name in each scope is read when the edits are applied,
-        # and the uses of `device` inside a replaced autocast no longer keep a `device` parameter alive
+        for site in ctx.facts.calls:  # apex's amp: what the apex rule did not replace stays, reported
+            if (site.qualname or "").startswith("apex.amp.") and not ctx.rewritten(site.node) and not ctx.is_skipped(site.stmt):
+                ctx.warn(codes.AMP, site.node, name=code_of(site.node.func))
+        amp = ctx.plan.analysis(find_amp)
+        if amp is None:
+            return
         for site in amp.autocasts:
-            if ctx.replace(site.node, site.stmt, lambda _, s=site.scope: expression(f"{_name(ctx, s)}.autocast()")):  # type: ignore[misc]
-                ctx.handled.add(site.node)
-                ctx.consumed.update(m.findall(site.node, m.Name()))
+            if ctx.replace_through(site.scope, site.node, site.stmt, lambda _, a: expression(f"{a}.autocast()")):
                 ctx.change("autocast -> accelerator.autocast()")
         for context in amp.contexts:
             self._context(ctx, context)
@@ -127,8 +131,7 @@ accelerator.end_training()
             ctx.warn(codes.AMP, context.stmt, name=context.key)
             return
         for scope, ref in refs:
-            ctx.replace(ref, withs[id(ref)], lambda _, s=scope: expression(f"{_name(ctx, s)}.autocast()"))  # type: ignore[misc]
-        ctx.consumed.update(m.findall(context.stmt, m.Name()))
+            ctx.replace_through(scope, ref, withs[id(ref)], lambda _, a: expression(f"{a}.autocast()"))
         ctx.remove(context.stmt)
         ctx.change("autocast -> accelerator.autocast()")
 
@@ -155,7 +158,6 @@ accelerator.end_training()
             else:
                 ctx.warn(codes.AMP, site.node, name=code_of(site.node.func))
                 continue
-            ctx.handled.add(site.node)
         if all(id(s.node) in skipped for s in uses):
             ctx.remove(scaler.stmt)
             ctx.change("GradScaler -> the accelerator's mixed precision")
@@ -169,12 +171,11 @@ accelerator.end_training()
             return True
         loss = site.node.args[0].value
 
-        def swap(call: cst.CSTNode) -> cst.CSTNode:
+        def swap(call: cst.CSTNode, accelerator: str) -> cst.CSTNode:
             assert isinstance(call, cst.Call)
-            return call.with_changes(func=expression(f"{_name(ctx, scope)}.backward"), args=[cst.Arg(loss), *call.args])
+            return call.with_changes(func=expression(f"{accelerator}.backward"), args=[cst.Arg(loss), *call.args])
 
-        ctx.replace(outer.node, outer.stmt, swap)
-        ctx.handled.update({outer.node, site.node})
+        ctx.replace_through(scope, outer.node, outer.stmt, swap)
         return True
 
     def _checkpoint_entry(self, ctx: Context, site: CallSite) -> bool:
@@ -196,14 +197,9 @@ accelerator.end_training()
                 return ctx.remove(stmt)  # the first read; the comparison below replaces both
             comparison = assign.value
             if isinstance(comparison, cst.Comparison) and site.node in (comparison.left, comparison.comparisons[0].comparator):
-                ctx.replace(comparison, stmt, lambda _: expression(f"{_name(ctx, scope)}.optimizer_step_was_skipped"))
+                ctx.replace_through(scope, comparison, stmt, lambda _, a: expression(f"{a}.optimizer_step_was_skipped"))
                 return True
         return False
-
-
-def _name(ctx: Context, scope: Scope) -> str:
-    """The accelerator in ``scope`` once every rule has run (threading gives one to helpers that use AMP)."""
-    return ctx.accelerator_in(scope) or "accelerator"
 
 
 def _receiver_is(site: CallSite, key: str) -> bool:

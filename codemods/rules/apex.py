@@ -1,6 +1,6 @@
 """RemoveApex: NVIDIA apex's mixed precision becomes the accelerator's.
 
-The accelerator rule gives ``Accelerator(mixed_precision="fp16" if args.fp16 else "no")`` (the flag that
+The accelerator gets ``mixed_precision="fp16" if args.fp16 else "no"`` (``analysis/creation.py``: the flag that
 guards ``amp.initialize``; apex's O1/O2 levels have no counterpart). This rule removes apex:
 
 - ``from apex import amp`` (also in its ``try: ... except ImportError:`` block) and ``model, optimizer =
@@ -11,7 +11,7 @@ guards ``amp.initialize``; apex's O1/O2 levels have no counterpart). This rule r
   (``accelerator.clip_grad_norm_`` unscales);
 - a lone ``with amp.scale_loss(loss, optimizer) as scaled_loss:`` block gives its body, on ``loss``.
 
-Any other use of apex's ``amp`` is left alone with ACC005.
+Any other use of apex's ``amp`` is left alone (the amp rule reports it, ACC005).
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from accelify.codemods import codes
-from accelify.codemods.analysis import is_import
-from accelify.codemods.context import Context, code_of
-from accelify.codemods.facts import CallSite
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.analysis.collect import is_import
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of
+from accelify.codemods.analysis.facts import CallSite
+from accelify.codemods.engine.rule import Example, Rule
 
 INITIALIZE = "apex.amp.initialize"
 SCALE_LOSS = "apex.amp.scale_loss"
@@ -109,7 +109,7 @@ accelerator.end_training()
     def run(self, ctx: Context) -> None:
         sites = [s for s in ctx.facts.calls if (s.qualname or "").startswith("apex.amp.")]
         imports = [s for s in ctx.facts.order if _imports_apex(s)]
-        if not (sites or imports) or not ctx.accelerators:
+        if not (sites or imports) or not ctx.accelerating:
             return
         for stmt in imports:
             ctx.remove(stmt)
@@ -122,16 +122,13 @@ accelerator.end_training()
                 if guard is not None:
                     if id(guard) not in folded:
                         folded.add(id(guard))
-                        ctx.edits.regroup([guard], _else_body)
+                        ctx.regroup([guard], _else_body)
                 elif site.qualname == SCALE_LOSS and isinstance(site.stmt, cst.With) and len(site.stmt.items) == 1:
-                    ctx.edits.regroup([site.stmt], _scaled_body)
+                    ctx.regroup([site.stmt], _scaled_body)
                 else:
-                    ctx.warn(codes.AMP, site.node, name=code_of(site.node.func))
                     continue
             else:
-                ctx.warn(codes.AMP, site.node, name=code_of(site.node.func))
                 continue
-            ctx.consumed.add(site.node)
             ctx.change("apex amp -> the accelerator's mixed precision")
 
 

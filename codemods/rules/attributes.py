@@ -9,22 +9,10 @@ model forwards them to the module, so the default target leaves them as they are
 
 from __future__ import annotations
 
-from accelify.codemods.context import Context, unwrap
-from accelify.codemods.rule import Example, Rule
-
-# What a DistributedDataParallel wrapper has too: nn.Module's public API (torch 2.x) and its instance attributes.
-MODULE_API = frozenset({
-    "T_destination", "add_module", "apply", "bfloat16", "buffers", "call_super_init", "children", "compile", "cpu",
-    "cuda", "double", "dump_patches", "eval", "extra_repr", "float", "forward", "get_buffer", "get_extra_state",
-    "get_parameter", "get_submodule", "half", "ipu", "load_state_dict", "modules", "mtia", "named_buffers",
-    "named_children", "named_modules", "named_parameters", "parameters", "register_backward_hook", "register_buffer",
-    "register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook",
-    "register_full_backward_pre_hook", "register_load_state_dict_post_hook", "register_load_state_dict_pre_hook",
-    "register_module", "register_parameter", "register_state_dict_post_hook", "register_state_dict_pre_hook",
-    "requires_grad_", "set_extra_state", "set_submodule", "share_memory", "state_dict", "to", "to_empty", "train",
-    "type", "xpu", "zero_grad", "training", "module", "no_sync",
-})
-
+from accelify.codemods.analysis.roles import MODULE_API
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import unwrap
+from accelify.codemods.engine.rule import Example, Rule
 
 class UnwrapAttributes(Rule):
     name = "attributes"
@@ -150,8 +138,7 @@ accelerator.end_training()
                 if node.attr.value in MODULE_API or node.attr.value.startswith("__"):
                     continue
                 accelerator = ctx.accelerator_in(scope)
-                found = ctx.plan.prepared(scope, node.value, stmt) if accelerator is not None else None
-                if found is None or found.role != "model":
+                if accelerator is None or ctx.plan.prepared_model(scope, node.value, stmt) is None:
                     continue
                 if ctx.replace(node.value, stmt, lambda n, a=accelerator: unwrap(n, a)):  # type: ignore[misc]
                     ctx.change("reach the model's own methods through accelerator.unwrap_model(model)")

@@ -10,9 +10,10 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods import codes
-from accelify.codemods.context import Context, expression
-from accelify.codemods.names import dotted
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import expression
+from accelify.codemods.analysis.roles import tensor_backward
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class SwapBackward(Rule):
@@ -77,38 +78,19 @@ accelerator.end_training()
     )
 
     def run(self, ctx: Context) -> None:
-        if not ctx.accelerators:
+        if not ctx.accelerating:
             return
         for site in ctx.facts.calls:
-            func = site.node.func
-            if site.method != "backward" or not isinstance(func, cst.Attribute):
-                continue
-            receiver = func.value
-            if isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute) and receiver.func.attr.value == "scale":
-                continue
-            if _not_a_tensor(site.scope.imports.aliases, receiver):
+            if site.method != "backward" or not tensor_backward(site.node, site.scope.imports):
                 continue
             accelerator = ctx.accelerator_in(site.scope)
             if accelerator is None:
-                ctx.warn(codes.NO_ACCELERATOR_HERE, site.node, name="backward")
-                continue
+                continue  # where threading could not bring the accelerator: the leftovers rule reports it (ACC009)
             if any(a.keyword is None for a in site.node.args):
                 ctx.warn(codes.BACKWARD_ARGS, site.node)
                 continue
             if ctx.replace(site.node, site.stmt, lambda c, a=accelerator: _swap(c, a)):  # type: ignore[misc]
-                ctx.handled.add(site.node)
                 ctx.change("loss.backward() -> accelerator.backward(loss)")
-
-
-def _not_a_tensor(aliases: dict[str, str], receiver: cst.BaseExpression) -> bool:
-    """``self.backward()`` (a method of the class), ``super().backward(...)`` and
-    ``torch.autograd.backward(...)`` (a module function) call no tensor's backward."""
-    if isinstance(receiver, cst.Name) and receiver.value in ("self", "cls"):
-        return True
-    if isinstance(receiver, cst.Call):
-        return isinstance(receiver.func, cst.Name) and receiver.func.value == "super"
-    name = dotted(receiver)
-    return name is not None and name.split(".")[0] in aliases
 
 
 def _swap(call: cst.CSTNode, accelerator: str) -> cst.CSTNode:

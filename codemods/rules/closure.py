@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods.context import Context, code_of, expression
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of, expression
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class ReduceClosureLoss(Rule):

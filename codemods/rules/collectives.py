@@ -14,17 +14,20 @@ that is not a plain name, or another reduction (``MAX``) has no safe counterpart
 
 from __future__ import annotations
 
+from typing import Callable
+
 import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods import codes
-from accelify.codemods.context import Context, code_of, expression, statement
-from accelify.codemods.distributed import REDUCTIONS, Distributed
-from accelify.codemods.launcher_values import MAIN_TESTS
-from accelify.codemods.rank_tests import rank_test
-from accelify.codemods.facts import CallSite, Scope
-from accelify.codemods.names import dotted
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of, expression, statement, with_block
+from accelify.codemods.analysis.distributed import REDUCTIONS, Distributed
+from accelify.codemods.analysis.launcher_values import MAIN_TESTS
+from accelify.codemods.analysis.rank_tests import rank_test
+from accelify.codemods.analysis.facts import CallSite, Scope
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class ReplaceCollectives(Rule):
@@ -104,7 +107,7 @@ accelerator.end_training()
 
     def run(self, ctx: Context) -> None:
         found = ctx.plan.distributed
-        if not found or not ctx.accelerators:
+        if not found or not ctx.accelerating:
             return
         paired = self._pairs(ctx, found)
         for site in found.barriers:
@@ -146,21 +149,13 @@ accelerator.end_training()
             paired |= {site.node, other.node}
             ctx.remove(guard)
             ctx.remove(second)
-            for node in (site.node, other.node):
-                ctx.handled.add(node)
-            if scope.kind == "function" and ctx.accelerator_in(scope) is None:
-                ctx.needs.add(scope)
             method = "local_main_process_first" if local else "main_process_first"
-            ctx.edits.regroup(between, lambda stmts, s=scope, f=method: [with_block(f"{_name(ctx, s)}.{f}()", stmts)])
+            ctx.regroup_through(scope, between, lambda stmts, a, f=method: [with_block(f"{a}.{f}()", stmts)])  # type: ignore[misc]
             ctx.change("a barrier pair -> accelerator.main_process_first()")
         return paired
 
-    def _swap(self, ctx: Context, site: CallSite, text: object) -> None:
-        scope = site.scope
-        if scope.kind == "function" and ctx.accelerator_in(scope) is None:
-            ctx.needs.add(scope)
-        ctx.replace(site.node, site.stmt, lambda _, s=scope: expression(text(_name(ctx, s))))  # type: ignore[operator,misc]
-        ctx.handled.add(site.node)
+    def _swap(self, ctx: Context, site: CallSite, text: Callable[[str], str]) -> None:
+        ctx.replace_through(site.scope, site.node, site.stmt, lambda _, a: expression(text(a)))
         ctx.change("dist.barrier() -> accelerator.wait_for_everyone()")
 
     def _reduce(self, ctx: Context, site: CallSite) -> None:
@@ -173,20 +168,11 @@ accelerator.end_training()
             ctx.abort(codes.MANUAL_DISTRIBUTED, site.node, name=code_of(site.node.func),
                       fix="use `t = accelerator.reduce(t)` (sum) or `accelerator.reduce(t, reduction=\"mean\")`")
         assert isinstance(tensor, cst.Name)
-        scope = site.scope
-        if scope.kind == "function" and ctx.accelerator_in(scope) is None:
-            ctx.needs.add(scope)
         extra = f", reduction={reduction}" if reduction else ""
         name = tensor.value
-        ctx.replace(site.stmt, site.stmt, lambda n, s=scope: n.with_changes(  # type: ignore[attr-defined,misc]
-            body=[statement(f"{name} = {_name(ctx, s)}.reduce({name}{extra})").body[0]]))  # type: ignore[attr-defined]
-        ctx.consumed.update(m.findall(site.node, m.Name()))
-        ctx.handled.add(site.node)
+        ctx.replace_through(site.scope, site.stmt, site.stmt, lambda n, a: n.with_changes(  # type: ignore[attr-defined]
+            body=[statement(f"{name} = {a}.reduce({name}{extra})").body[0]]))  # type: ignore[attr-defined]
         ctx.change("dist.all_reduce(t) -> t = accelerator.reduce(t)")
-
-
-def _name(ctx: Context, scope: Scope) -> str:
-    return ctx.accelerator_in(scope) or "accelerator"
 
 
 def _alone(site: CallSite) -> bool:
@@ -233,17 +219,3 @@ def _under_rank_test(ctx: Context, site: CallSite, found: Distributed) -> bool:
         ):
             return True
     return False
-
-
-def with_block(header: str, body: list[cst.BaseStatement]) -> cst.BaseStatement:
-    """``with <header>:`` over ``body``; the first statement's blank lines go before the ``with``, its comments stay inside."""
-    shell = statement(f"with {header}:\n    pass\n")
-    assert isinstance(shell, cst.With)
-    first = body[0]
-    blank = []
-    for line in first.leading_lines:
-        if line.comment is not None:
-            break
-        blank.append(line)
-    body = [first.with_changes(leading_lines=list(first.leading_lines)[len(blank):]), *body[1:]]
-    return shell.with_changes(body=cst.IndentedBlock(body), leading_lines=blank)

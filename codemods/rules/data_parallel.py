@@ -7,7 +7,7 @@ each batch over the processes: the batch size the script sets stays the global o
 - ``model = nn.DataParallel(model)`` (alone, or under ``if torch.cuda.device_count() > 1:``) goes;
 - ``nn.parallel.data_parallel(module, input, ...)`` (in a ``forward``, behind an ``if input.is_cuda and
   ngpu > 1:``) becomes ``module(input)``, the branch that chose between the two collapsing to it;
-- ``model.module`` of a prepared model becomes ``accelerator.unwrap_model(model)``;
+- (``model.module`` of a prepared model becomes ``accelerator.unwrap_model(model)``: the ``unwrap_module`` rule);
 - a device that was a string (``device = 'cuda' if ... else 'cpu'``) is now ``accelerator.device``, a
   ``torch.device``: ``device == 'cuda'`` compares its type, ``device.type == 'cuda'``.
 """
@@ -17,19 +17,12 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from accelify.codemods.context import Context, code_of, expression, unwrap
-from accelify.codemods.facts import CallSite
-from accelify.codemods.roles import strip_placement
-from accelify.codemods.rule import Example, Rule
-
-WRAPPER = "torch.nn.parallel.DataParallel"
-FUNCTIONAL = {"torch.nn.parallel.data_parallel", "torch.nn.parallel.data_parallel.data_parallel"}
-
-
-def data_parallel_sites(ctx: Context) -> list[CallSite]:
-    """Every DataParallel wrap and functional ``data_parallel`` call of the program."""
-    return [s for s in ctx.facts.calls if s.qualname == WRAPPER or s.qualname in FUNCTIONAL]
-
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.distributed import DATA_PARALLEL, data_parallel_sites
+from accelify.codemods.analysis.facts import CallSite
+from accelify.codemods.analysis.snippets import code_of, expression
+from accelify.codemods.analysis.roles import strip_placement
+from accelify.codemods.engine.rule import Example, Rule
 
 class RemoveDataParallel(Rule):
     name = "data_parallel"
@@ -100,14 +93,13 @@ accelerator.end_training()
     )
 
     def run(self, ctx: Context) -> None:
-        if not ctx.accelerators:
+        if not ctx.accelerating:
             return
-        for site in data_parallel_sites(ctx):
-            if site.qualname == WRAPPER:
+        for site in data_parallel_sites(ctx.facts):
+            if site.qualname == DATA_PARALLEL:
                 self._wrapper(ctx, site)
             else:
                 self._functional(ctx, site)
-        unwrap_module_attributes(ctx)
         self._string_devices(ctx)
 
     def _wrapper(self, ctx: Context, site: CallSite) -> None:
@@ -119,7 +111,6 @@ accelerator.end_training()
             and code_of(stmt.body[0].targets[0].target) == code_of(site.node.args[0].value)
         ):
             ctx.remove(stmt)
-            ctx.consumed.update(m.findall(stmt, m.Name()))
             ctx.change("DataParallel -> one process per GPU (split_batches=True)")
         else:  # `self.net = DataParallel(Net())` and the like: keep the module, drop the wrapper
             inner = site.node.args[0].value if site.node.args else None
@@ -159,7 +150,7 @@ accelerator.end_training()
                 if scope is None or not isinstance(comparison.comparisons[0].comparator, cst.SimpleString):
                     continue
                 if ctx.plan.origin(scope, comparison.left) in strings:
-                    ctx.replace(comparison.left, stmt, lambda n: expression(f"{code_of(n)}.type"))
+                    ctx.replace(comparison.left, stmt, lambda n: cst.Attribute(n, cst.Name("type")))  # type: ignore[arg-type]
                     ctx.change("a string device compared by its type")
 
 
@@ -181,20 +172,3 @@ def _is_string_choice(value: cst.BaseExpression | None) -> bool:
         and isinstance(value.orelse, cst.SimpleString)
     ) or isinstance(value, cst.SimpleString)
 
-
-def unwrap_module_attributes(ctx: Context) -> None:
-    """``model.module`` of a prepared model -> ``accelerator.unwrap_model(model)``, in every scope that has the
-    accelerator by now. The load rule calls it again at the end, for methods that get the accelerator only from
-    threading (``self.model.module`` in a trainer); ``ctx.unwrapped`` keeps each node to one rewrite."""
-    for scope in ctx.facts.scopes:
-        accelerator = ctx.accelerator_in(scope)
-        if accelerator is None:
-            continue
-        for node, stmt in scope.attributes:
-            if node.attr.value != "module" or node in ctx.unwrapped:
-                continue
-            found = ctx.plan.origin(scope, node.value)
-            if found is not None and found.role == "model" and ctx.plan.is_prepared(found):
-                ctx.unwrapped.add(node)
-                if ctx.replace(node, stmt, lambda n, a=accelerator: unwrap(n.value, a)):  # type: ignore[misc,attr-defined]
-                    ctx.change("model.module -> accelerator.unwrap_model(model)")

@@ -17,11 +17,12 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods import codes
-from accelify.codemods.context import Context, code_of, expression, unwrap
-from accelify.codemods.distributed import DDP_OPTIONS, DDP_PLACEMENT
-from accelify.codemods.facts import CallSite, Scope
-from accelify.codemods.names import dotted
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of, expression, unwrap
+from accelify.codemods.analysis.distributed import DDP_OPTIONS, DDP_PLACEMENT
+from accelify.codemods.analysis.facts import CallSite, Scope
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class RemoveDistributedWrapper(Rule):
@@ -91,7 +92,7 @@ accelerator.end_training()
     )
 
     def run(self, ctx: Context) -> None:
-        if not ctx.accelerators:
+        if not ctx.accelerating:
             return
         for site in ctx.plan.distributed.wrappers:
             self._wrapper(ctx, site)
@@ -115,11 +116,8 @@ accelerator.end_training()
             code_of(small.targets[0].target) == code_of(inner)
         ):
             ctx.remove(stmt)
-            ctx.consumed.update(m.findall(stmt, m.Name() | m.Attribute()))  # type: ignore[arg-type]
         else:
             ctx.replace(site.node, stmt, lambda _, i=inner: i)  # type: ignore[misc]
-            ctx.consumed.update(n for a in site.node.args[1:] for n in m.findall(a, m.Name() | m.Attribute()))  # type: ignore[arg-type]
-        ctx.consumed.add(site.node)
         ctx.change("DistributedDataParallel -> accelerator.prepare")
 
     def _unwrapping(self, ctx: Context, scope: Scope) -> None:
@@ -130,16 +128,10 @@ accelerator.end_training()
         for stmt in stmts:
             for node in m.findall(stmt, m.IfExp(body=m.Attribute(attr=m.Name("module"))) | m.Call(func=m.Name("getattr"))):
                 model = _unwrapped_model(node)  # type: ignore[arg-type]
-                if model is None or not self._prepared_model(ctx, scope, model, stmt):
+                if model is None or ctx.plan.model_object(scope, model) is None:
                     continue
-                if scope.kind == "function" and ctx.accelerator_in(scope) is None:
-                    ctx.needs.add(scope)
-                ctx.replace(node, stmt, lambda _, s=scope, x=model: unwrap(x, ctx.accelerator_in(s) or "accelerator"))  # type: ignore[misc]
+                ctx.replace_through(scope, node, stmt, lambda _, a, x=model: unwrap(x, a))  # type: ignore[misc]
                 ctx.change("model.module -> accelerator.unwrap_model(model)")
-
-    def _prepared_model(self, ctx: Context, scope: Scope, expr: cst.BaseExpression, stmt: cst.BaseStatement) -> bool:
-        found = ctx.plan.origin(scope, expr)
-        return found is not None and found.role == "model" and ctx.plan.is_prepared(found)
 
     def _no_sync(self, ctx: Context, stmt: cst.With) -> None:
         for item in stmt.items:
@@ -147,12 +139,10 @@ accelerator.end_training()
             if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and call.func.attr.value == "no_sync"):
                 continue
             site = ctx.facts.sites.get(call)
-            if site is None or not self._prepared_model(ctx, site.scope, call.func.value, stmt):
+            if site is None or ctx.plan.model_object(site.scope, call.func.value) is None:
                 continue
-            scope, model = site.scope, call.func.value
-            ctx.replace(call, stmt, lambda _, s=scope, x=model: expression(
-                f"{ctx.accelerator_in(s) or 'accelerator'}.no_sync({code_of(x)})"))  # type: ignore[misc]
-            ctx.handled.add(call)
+            model = call.func.value
+            ctx.replace_through(site.scope, call, stmt, lambda _, a, x=model: expression(f"{a}.no_sync({code_of(x)})"))  # type: ignore[misc]
             ctx.change("model.no_sync() -> accelerator.no_sync(model)")
 
 

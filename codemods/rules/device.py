@@ -8,9 +8,10 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods import codes
-from accelify.codemods.context import Context, expression
-from accelify.codemods.facts import Binding
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import expression
+from accelify.codemods.analysis.facts import Binding
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class ReplaceDevice(Rule):
@@ -73,11 +74,10 @@ accelerator.end_training()
     )
 
     def run(self, ctx: Context) -> None:
-        if not ctx.accelerators:
+        if not ctx.accelerating:
             return
         for site in ctx.facts.calls:
             if site.qualname == "torch.cuda.set_device" and _alone(site.stmt, site.node) and ctx.remove(site.stmt):
-                ctx.handled.add(site.node)
                 ctx.change("remove torch.cuda.set_device")
         groups: dict[tuple[int, str], list[Binding]] = {}
         for binding in ctx.plan.bindings_with_role("device"):
@@ -85,7 +85,7 @@ accelerator.end_training()
                 groups.setdefault((id(binding.scope), binding.key), []).append(binding)
         for group in groups.values():
             refs = [ref for binding in group for ref in self._refs(ctx, binding)]
-            if all(ref in ctx.consumed for ref in refs):
+            if all(ctx.dropped(ref) for ref in refs):
                 for binding in group:
                     if _single_assign(binding.stmt) and ctx.remove(binding.stmt):
                         ctx.change("remove the unused device variable")

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods.context import Context, code_of
-from accelify.codemods.facts import Scope
-from accelify.codemods.plan import block_of
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of
+from accelify.codemods.analysis.facts import Scope
+from accelify.codemods.analysis.blocks import block_of
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class EndTraining(Rule):
@@ -65,9 +66,9 @@ print(model(torch.ones(2)))
 
     def run(self, ctx: Context) -> None:
         home = ctx.plan.home
-        if home is None or home not in ctx.accelerators:
+        accelerator = ctx.accelerator_in(home) if home is not None else None
+        if home is None or accelerator is None:
             return
-        accelerator = ctx.accelerators[home]
         scope = self._driver(ctx, home) if home.class_scope is not None and accelerator.startswith("self.") else home
         if scope is None or not scope.body:
             return

@@ -9,11 +9,12 @@ from typing import Sequence
 import libcst as cst
 import libcst.matchers as m
 
-from accelify.codemods.analysis import target_names
+from accelify.codemods.analysis.collect import target_names
 from accelify.codemods import codes
-from accelify.codemods.context import Context, code_of
-from accelify.codemods.facts import Loop, Scope
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of
+from accelify.codemods.analysis.facts import Loop, Scope
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class GatherForMetrics(Rule):
@@ -310,19 +311,15 @@ accelerator.end_training()
                     stmt, named, call = derived
                     rest = rest[rest.index(stmt) + 1 :]
                 if named is not None:
-                    gather, names = _gather(ctx, loop, named, _inputs(call), _names_used(rest), accelerator)
+                    gather = _gather(ctx, loop, named, _inputs(call), _names_used(rest), accelerator)
                     ctx.insert_after(stmt, [gather])
-                    ctx.gathered_stmts[stmt] = names
                 elif _extractable(stmt):
                     name = _fresh_name(loop, "output")
                     # names read after the forward: in the later statements, and in this one outside the call
                     later = _names_used(rest) | (_names_used([stmt]) - (_inputs(call) - _names_outside(stmt, call)))
-                    gather, names = _gather(ctx, loop, [name], _inputs(call), later, accelerator)
+                    gather = _gather(ctx, loop, [name], _inputs(call), later, accelerator)
                     ctx.insert_before(stmt, [f"{name} = {code_of(call)}", gather])
                     ctx.replace(call, stmt, lambda _, n=name: cst.Name(n))  # type: ignore[misc]
-                    ctx.gathered_stmts[stmt] = names
-                    ctx.gathered_before.add(stmt)
-                    ctx.gathered_nodes.add(call)
                 else:
                     ctx.warn(codes.LOCAL_METRIC, call)
                     break
@@ -369,8 +366,7 @@ def _is_evaluation(ctx: Context, loop: Loop) -> bool:
 
 def _is_model(ctx: Context, scope: Scope, node: cst.BaseExpression, stmt: cst.BaseStatement) -> bool:
     """Whether ``node`` holds a prepared model in ``scope`` at ``stmt``."""
-    found = ctx.plan.prepared(scope, node, stmt)
-    return found is not None and found.role == "model"
+    return ctx.plan.prepared_model(scope, node, stmt) is not None
 
 
 def _model_call(ctx: Context, loop: Loop, stmt: cst.BaseStatement) -> cst.Call | None:
@@ -484,11 +480,10 @@ def _fresh_name(loop: Loop, base: str) -> str:
     return name
 
 
-def _gather(
-    ctx: Context, loop: Loop, outputs: list[str], inputs: set[str], later: set[str], accelerator: str
-) -> tuple[str, set[str]]:
-    """``output, target = accelerator.gather_for_metrics((output, target))`` and the names it makes global:
-    the outputs, then the batch names used after the forward (targets first, then inputs used again)."""
+def _gather(ctx: Context, loop: Loop, outputs: list[str], inputs: set[str], later: set[str], accelerator: str) -> str:
+    """``output, target = accelerator.gather_for_metrics((output, target))``, gathering the outputs, then the batch
+    names used after the forward (targets first, then inputs used again). The agreement reads what it makes global
+    from this statement."""
     batch = ctx.plan.batch_names(loop)
     ordered = target_names(loop.node.target)
     for stmt in loop.stmts:  # then the parts unpacked from the batch (``images, labels = data``), in order
@@ -499,9 +494,9 @@ def _gather(
     used = [name for name in dict.fromkeys(ordered) if name in batch and name in later and name not in outputs]
     gathered = outputs + [n for n in used if n not in inputs] + [n for n in used if n in inputs]
     if len(gathered) == 1:
-        return f"{gathered[0]} = {accelerator}.gather_for_metrics({gathered[0]})", set(gathered)
+        return f"{gathered[0]} = {accelerator}.gather_for_metrics({gathered[0]})"
     names = ", ".join(gathered)
-    return f"{names} = {accelerator}.gather_for_metrics(({names}))", set(gathered)
+    return f"{names} = {accelerator}.gather_for_metrics(({names}))"
 
 
 def _names_outside(stmt: cst.BaseStatement, call: cst.Call) -> set[str]:

@@ -15,10 +15,11 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods import codes
-from accelify.codemods.context import Context, code_of
-from accelify.codemods.facts import CallSite, Facts
-from accelify.codemods.rule import Example, Rule
-from accelify.codemods.rules.attributes import MODULE_API
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of
+from accelify.codemods.analysis.facts import CallSite, Facts
+from accelify.codemods.analysis.roles import MODULE_API
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class RefuseForwardMethods(Rule):
@@ -107,8 +108,7 @@ accelerator.end_training()
         for site in ctx.facts.calls:
             if site.method not in methods or site.no_grad or not isinstance(site.node.func, cst.Attribute):
                 continue
-            found = ctx.plan.prepared(site.scope, site.node.func.value, site.stmt)
-            if found is None or found.role != "model" or not _trains(ctx, site):
+            if ctx.plan.prepared_model(site.scope, site.node.func.value, site.stmt) is None or not _trains(ctx, site):
                 continue
             ctx.abort(codes.FORWARD_METHOD, site.node, call=f"{code_of(site.node.func)}(...)")
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods.analysis import is_docstring, is_import
-from accelify.codemods.context import Context
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.analysis.collect import is_docstring, is_import
+from accelify.codemods.analysis.creation import Creation
+from accelify.codemods.engine.context import Context
+from accelify.codemods.engine.rule import Example, Rule
 
 
 def schedule_import(ctx: Context, module: str, name: str, *more: str) -> None:
@@ -72,6 +73,6 @@ model = torch.nn.Linear(2, 1)
     )
 
     def run(self, ctx: Context) -> None:
-        if ctx.accelerators:
-            schedule_import(ctx, ctx.import_module, "Accelerator", *ctx.runtime_imports)
+        if ctx.accelerating:
+            schedule_import(ctx, ctx.import_module, "Accelerator", *ctx.plan.analysis(Creation).runtime_imports)
             ctx.change(f"import Accelerator from {ctx.import_module}")

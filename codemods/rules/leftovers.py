@@ -1,5 +1,10 @@
-"""ReportLeftovers: after every rule has run, any ``.cuda()`` or ``.to(device)`` no rule could convert
-is reported, so a miss is never silent.
+"""ReportLeftovers: after every rule has run, what no rule could convert is reported, so a miss is never silent.
+
+- a ``backward``, a gradient clipping or a ``torch.save`` where the accelerator could not be brought (ACC009:
+  threading passes it to the helpers it can; the rules that convert these leave the others alone); a function
+  whose rank tests or collectives were rewritten through an accelerator it does not get refuses the file;
+- a piece of the hand-written distributed set-up no rule took refuses the file (ACC003: never half-distributed);
+- any ``.cuda()`` or ``.to(device)`` no rule converted (ACC001, ACC002).
 """
 
 from __future__ import annotations
@@ -7,9 +12,11 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods import codes
-from accelify.codemods.context import Context, code_of
-from accelify.codemods.names import dotted
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.roles import CLIPPING, tensor_backward
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class ReportLeftovers(Rule):
@@ -79,30 +86,49 @@ accelerator.end_training()
     )
 
     def run(self, ctx: Context) -> None:
-        for scope in ctx.needs:  # a rank test or collective rewritten through an accelerator threading could not bring
-            if ctx.accelerator_in(scope) is None:
+        if ctx.accelerating:
+            self._without_accelerator(ctx)
+        for scope in ctx.readers():  # a rank test or collective rewritten through an accelerator threading could not bring
+            if scope.kind == "function" and ctx.accelerator_in(scope) is None:
                 ctx.abort(codes.NO_ACCELERATOR_HERE, scope.node, name=scope.name)
         found = ctx.plan.distributed
-        if found and ctx.accelerators:  # never half-distributed: every piece of the hand-written set-up was taken
+        if found and ctx.accelerating:  # never half-distributed: every piece of the hand-written set-up was taken
             for site in [*found.setup, *found.wrappers, *found.samplers, *found.spawns, *found.barriers, *found.reductions, *found.queries]:
-                if site.node not in ctx.handled | ctx.consumed and not any(s in ctx.edits.removed for s in ctx.facts.chain(site.stmt)):
+                if not ctx.rewritten(site.node) and not any(s in ctx.edits.removed for s in ctx.facts.chain(site.stmt)):
                     ctx.abort(codes.MANUAL_DISTRIBUTED, site.node, name=code_of(site.node.func),
                               fix="convert it by hand (the accelerator prepares the model and the loaders, and has the collectives)")
         for site in ctx.facts.calls:
-            if site.node in ctx.handled or ctx.is_skipped(site.stmt):
+            if ctx.rewritten(site.node) or ctx.reported(site.node) or ctx.is_skipped(site.stmt):
                 continue
             if site.method == "cuda" and not site.node.args:
                 ctx.warn(codes.UNKNOWN_CUDA, site.node)
             elif site.method == "to" and site.node.args and site.node.args[0].keyword is None:
                 value = site.node.args[0].value
-                if value in ctx.consumed or not _looks_like_device(value):
+                if ctx.dropped(value) or not _looks_like_device(value):
                     continue
                 found = ctx.plan.origin(site.scope, value)
-                if found is not None and found.role == "device" and ctx.accelerators:
+                if found is not None and found.role == "device" and ctx.accelerating:
                     continue
-                if ctx.accelerators and dotted(value) in ctx.plan.distributed.device_indexes:
+                if ctx.accelerating and dotted(value) in ctx.plan.distributed.device_indexes:
                     continue  # the device hand-written DDP set up: now the accelerator's (``str(accelerator.device)``)
                 ctx.warn(codes.UNKNOWN_TO_DEVICE, site.node, device=code_of(value))
+
+    @staticmethod
+    def _without_accelerator(ctx: Context) -> None:
+        """ACC009 at each backward, clipping and ``torch.save`` in a scope the accelerator does not reach."""
+        keeps_save = ctx.plan.distributed.keeps_save
+        for site in ctx.facts.calls:
+            scope = site.scope
+            if ctx.accelerator_in(scope) is not None:
+                continue
+            if site.method == "backward" and scope.kind == "function":
+                ctx.warn(codes.NO_ACCELERATOR_HERE, site.node, name=scope.name)  # the function that needs it
+            elif site.method == "backward" and tensor_backward(site.node, scope.imports):
+                ctx.warn(codes.NO_ACCELERATOR_HERE, site.node, name="backward")
+            elif site.qualname in CLIPPING:
+                ctx.warn(codes.NO_ACCELERATOR_HERE, site.node, name=site.qualname.rsplit(".", 1)[-1])
+            elif site.qualname == "torch.save" and scope.kind == "function" and not keeps_save(ctx.facts, site):
+                ctx.warn(codes.NO_ACCELERATOR_HERE, site.node, name="torch.save")
 
 
 def _looks_like_device(value: cst.BaseExpression) -> bool:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods.context import Context, code_of, expression, unwrap
-from accelify.codemods.facts import CallSite
-from accelify.codemods.rule import Example, Rule
-from accelify.codemods.rules.data_parallel import unwrap_module_attributes
-from accelify.codemods.rules.save import follows_save, outside_with
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of, expression, unwrap
+from accelify.codemods.analysis.facts import CallSite
+from accelify.codemods.engine.rule import Example, Rule
+from accelify.codemods.analysis.blocks import outside_open, previous
 
 
 class LoadUnwrapped(Rule):
@@ -107,7 +107,6 @@ accelerator.end_training()
                     ctx.insert_before(load.stmt, [f"{accelerator}.wait_for_everyone()"])
                     waited.add(load.stmt)
         self._whole_models(ctx, saves, order, waited)
-        unwrap_module_attributes(ctx)  # ``self.model.module`` in methods threading gave the accelerator
         self._state_dicts(ctx)
 
     @staticmethod
@@ -117,13 +116,12 @@ accelerator.end_training()
         model's own (a DDP wrapper's carry a ``module.`` prefix that no plain model loads)."""
         for site in ctx.facts.calls:
             func = site.node.func
-            if site.method != "state_dict" or site.node.args or not isinstance(func, cst.Attribute) or func.value in ctx.unwrapped:
+            if site.method != "state_dict" or site.node.args or not isinstance(func, cst.Attribute) or ctx.edits.replaced(func.value):
                 continue
             accelerator = ctx.accelerator_in(site.scope)
-            found = ctx.plan.prepared(site.scope, func.value, site.stmt) if accelerator is not None else None
-            if found is None or found.role != "model" or _unwrapped_already(func.value):
+            found = ctx.plan.prepared_model(site.scope, func.value, site.stmt) if accelerator is not None else None
+            if found is None or _unwrapped_already(func.value):
                 continue
-            ctx.unwrapped.add(func.value)
             if ctx.replace(func.value, site.stmt, lambda n, a=accelerator: unwrap(n, a)):  # type: ignore[misc]
                 ctx.change("read state dicts from accelerator.unwrap_model(model)")
 
@@ -131,18 +129,17 @@ accelerator.end_training()
         """``model = torch.load(f)`` of a model the script saved whole (``torch.save(model, f)``): every
         process reads it after the main process wrote it, onto the CPU, then onto its own device."""
         for load in ctx.facts.calls:
-            if load.qualname != "torch.load" or load.node in ctx.handled or not _assigns_model(ctx, load):
+            if load.qualname != "torch.load" or ctx.rewritten(load.node) or not _assigns_model(ctx, load):
                 continue
             accelerator = ctx.accelerator_in(load.scope)
             if accelerator is None or not ctx.after_accelerator(load.scope, load.stmt):
                 continue
             if any(a.keyword is not None and a.keyword.value == "map_location" for a in load.node.args):
                 continue
-            ctx.handled.add(load.node)
             device = _device_name(ctx, load) or f"{accelerator}.device"
             ctx.replace(load.node, load.stmt, lambda n, d=device: _to_device(_map_to_cpu(n), d))  # type: ignore[misc]
             ctx.change('torch.load(..., map_location="cpu").to(device)')
-            anchor = outside_with(ctx, load.stmt)
+            anchor = outside_open(ctx.facts, load.stmt)
             if any(order[s.node] < order[load.node] for s in saves) and anchor not in waited and ctx.agreement.agreed(anchor, load.scope):
                 ctx.insert_before(anchor, [f"{accelerator}.wait_for_everyone()"])
                 waited.add(anchor)
@@ -158,11 +155,10 @@ accelerator.end_training()
             binding = ctx.plan.binding_of(site.scope, value.value)
             value = binding.value if binding is not None and binding.value is not None else value
         load = ctx.facts.sites.get(value) if isinstance(value, cst.Call) else None
-        if load is None or load.qualname != "torch.load" or load.node in ctx.handled:
+        if load is None or load.qualname != "torch.load" or ctx.rewritten(load.node):
             return []
         if any(a.keyword is not None and a.keyword.value == "map_location" for a in load.node.args) or len(load.node.args) > 1:
             return []
-        ctx.handled.add(load.node)
         return [load]
 
 
@@ -202,7 +198,8 @@ def _reads_unwaited_save(ctx: Context, load: CallSite, saves: list[CallSite], or
     if not matching:
         return False
     statements = {s.stmt for s in saves}
-    return not any(not follows_save(ctx, s, statements) for s in before[matching[-1] + 1 :])
+    module = ctx.facts.unit_of(load.scope).module
+    return not any(previous(ctx.facts, s.stmt, module) not in statements for s in before[matching[-1] + 1 :])
 
 
 def _path_arg(call: cst.Call, keyword: str, position: int) -> cst.BaseExpression | None:

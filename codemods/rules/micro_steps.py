@@ -2,7 +2,7 @@
 
 nanoGPT runs ``for micro_step in range(k):`` forward and backward, sets ``model.require_backward_grad_sync``
 so that DDP all-reduces on the last micro step only, and steps after the loop. With
-``Accelerator(gradient_accumulation_steps=k)`` (the accelerator rule reads ``k`` from ``range(k)``):
+``Accelerator(gradient_accumulation_steps=k)`` (``analysis/creation.py`` reads ``k`` from ``range(k)``):
 
 - the loop body goes under ``with accelerator.accumulate(model):`` (it decides when gradients synchronise),
   and the toggle goes (with the ``if ddp:`` that held only it; its comments stay at the top of the body);
@@ -20,11 +20,11 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods import codes
-from accelify.codemods.accumulation import MicroSteps
-from accelify.codemods.context import Context, code_of, expression
-from accelify.codemods.names import dotted
-from accelify.codemods.rule import Example, Rule
-from accelify.codemods.rules.collectives import with_block
+from accelify.codemods.analysis.gradient_accumulation import MicroSteps, find_accumulation
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of, expression, with_block
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class AccumulateMicroSteps(Rule):
@@ -114,12 +114,13 @@ accelerator.end_training()
     )
 
     def run(self, ctx: Context) -> None:
-        covered = {id(t) for micro in ctx.micro_steps for t in micro.toggles}
-        for toggle in ctx.plan.distributed.sync_toggles if ctx.accelerators else ():
+        micro_steps = ctx.plan.analysis(find_accumulation).micro_steps
+        covered = {id(t) for micro in micro_steps for t in micro.toggles}
+        for toggle in ctx.plan.distributed.sync_toggles if ctx.accelerating else ():
             if id(toggle) not in covered and id(ctx.facts.parent_stmt.get(toggle)) not in covered:
                 ctx.abort(codes.MANUAL_DISTRIBUTED, toggle, name="require_backward_grad_sync",
                           fix="accumulate under `with accelerator.accumulate(model):`, which decides when gradients synchronise")
-        for micro in ctx.micro_steps:
+        for micro in micro_steps:
             scope = micro.loop.scope
             if ctx.accelerator_in(scope) is None:
                 continue
@@ -130,7 +131,6 @@ accelerator.end_training()
         scope = micro.loop.scope
         for toggle in micro.toggles:
             ctx.remove(toggle)
-            ctx.consumed.update(m.findall(toggle, m.Name()))
         for division in micro.divisions:
             ctx.remove(division)
         steps = code_of(micro.steps)
@@ -140,7 +140,7 @@ accelerator.end_training()
         body = micro.loop.node.body
         assert isinstance(body, cst.IndentedBlock)
         header = f"{ctx.accelerator_in(scope) or 'accelerator'}.accumulate({', '.join(micro.models)})"
-        ctx.edits.regroup(list(body.body), lambda stmts, h=header: [with_block(h, stmts)])
+        ctx.regroup(list(body.body), lambda stmts, h=header: [with_block(h, stmts)])
 
     def _divided_reads(self, ctx: Context, micro: MicroSteps, steps: str) -> None:
         """After ``loss = loss / k`` went: ``loss.item() * k`` -> ``loss.item()``, other reads -> ``(loss / k)``,
@@ -169,13 +169,13 @@ accelerator.end_training()
             skip |= {id(c.func.value) for c in backward} | {id(a.value) for c in backward for a in c.args}  # type: ignore[attr-defined]
             targets = {id(t.target) for t in m.findall(stmt, m.AssignTarget())}  # type: ignore[attr-defined]
             for node in m.findall(stmt, m.Name(name)):
-                if id(node) not in skip and id(node) not in targets and node not in ctx.consumed:
+                if id(node) not in skip and id(node) not in targets and not ctx.dropped(node):
                     ctx.replace(node, stmt, lambda _, s=steps: expression(f"({name} / {s})"))  # type: ignore[misc]
 
     def _steps_changed(self, ctx: Context, micro: MicroSteps, steps: str) -> None:
         """``k //= world_size`` after the accelerator exists: tell it the new count."""
         key = dotted(micro.steps)
-        if key is None or ctx.accelerator_at is None:
+        if key is None:
             return
         scope = micro.loop.scope
         owner = scope.resolve(key.split(".")[0]) or scope

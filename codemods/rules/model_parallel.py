@@ -13,11 +13,12 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods import codes
-from accelify.codemods.context import Context, code_of
-from accelify.codemods.facts import CallSite, Scope
-from accelify.codemods.names import dotted
-from accelify.codemods.roles import PLACEMENT_METHODS, is_module_class
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of
+from accelify.codemods.analysis.facts import CallSite, Scope
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.roles import PLACEMENT_METHODS, is_module_class
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class RefuseModelParallel(Rule):

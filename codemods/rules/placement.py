@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods.context import Context
-from accelify.codemods.facts import Binding, CallSite
-from accelify.codemods.names import dotted
-from accelify.codemods.roles import PLACEMENT_METHODS, rewraps, strip_placement
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.facts import Binding, CallSite
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.roles import PLACEMENT_METHODS, rewraps, strip_placement
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class RemovePlacement(Rule):
@@ -85,29 +85,24 @@ accelerator.end_training()
                 self._strip_value(ctx, binding.value, binding.stmt)
         by_stmt: dict[cst.BaseStatement, list[CallSite]] = {}
         for site in ctx.facts.calls:
-            if site.method in PLACEMENT_METHODS and site.node not in ctx.handled:
+            if site.method in PLACEMENT_METHODS and not ctx.rewritten(site.node):
                 if self._placeable(ctx, site):
                     by_stmt.setdefault(site.stmt, []).append(site)
                 elif self._places_and_converts(ctx, site):
                     # `x.to(device=device, dtype=torch.float32)`: the dtype (or memory format) stays, the device goes
                     ctx.replace(site.node, site.stmt, _without_device)
-                    self._consume(ctx, site, only_device=True)
                     ctx.change("remove device placement of prepared objects and batches")
         for stmt, sites in list(by_stmt.items()):
             if len(sites) == 1 and self._placed_elements(ctx, stmt, sites[0]) and ctx.remove(stmt):
-                self._consume(ctx, sites[0])  # ``batch = tuple(t.to(device) for t in batch)``
                 ctx.change("remove device placement of prepared objects and batches")
                 del by_stmt[stmt]
         for stmt, sites in by_stmt.items():
             if self._whole_statement(stmt, sites) and ctx.remove(stmt):
-                for site in sites:
-                    self._consume(ctx, site)
                 ctx.change("remove device placement of prepared objects and batches")
                 continue
             for site in sites:
                 # a batch moved into a new name (`real = real_cpu.to(device)`) stays: on a prepared batch it is a no-op
                 if self._is_model(ctx, site) and ctx.replace(site.node, site.stmt, _receiver):
-                    self._consume(ctx, site)
                     ctx.change("remove device placement of prepared objects and batches")
 
     def _strip_value(self, ctx: Context, value: cst.BaseExpression, stmt: cst.BaseStatement) -> None:
@@ -121,8 +116,6 @@ accelerator.end_training()
             sites.append(site)
             node = node.func.value
         if sites and ctx.replace(value, stmt, strip_placement):  # type: ignore[arg-type]
-            for site in sites:
-                self._consume(ctx, site)
             ctx.change("remove device placement of prepared objects and batches")
 
     def _placeable(self, ctx: Context, site: CallSite) -> bool:
@@ -159,8 +152,8 @@ accelerator.end_training()
         """A prepared model placed before or after ``prepare`` (placing the raw model is dropped too), not another
         module bound to the same name later (``model = Net.from_pretrained(d)`` after training)."""
         receiver = site.node.func.value  # type: ignore[attr-defined]
-        found = ctx.plan.origin(site.scope, receiver)
-        if found is None or found.role != "model" or not ctx.plan.is_prepared(found):
+        found = ctx.plan.model_object(site.scope, receiver)
+        if found is None:
             return False
         latest = _latest_binding(ctx, site, dotted(receiver))
         return latest is None or ctx.plan.holds(latest) is found
@@ -185,12 +178,6 @@ accelerator.end_training()
             v in calls and dotted(t) is not None and dotted(t) == dotted(v.func.value)  # type: ignore[attr-defined]
             for t, v in pairs
         )
-
-    def _consume(self, ctx: Context, site: CallSite, *, only_device: bool = False) -> None:
-        ctx.handled.add(site.node)
-        for arg in site.node.args:
-            if not only_device or (arg.keyword is not None and arg.keyword.value == "device"):
-                ctx.consumed.add(arg.value)
 
 
 def _element_of_batch(ctx: Context, site: CallSite, name: str) -> str | None:

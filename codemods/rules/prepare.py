@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods.analysis import is_docstring
-from accelify.codemods.context import Context
-from accelify.codemods.facts import Scope
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.analysis.collect import is_docstring
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.facts import Scope
+from accelify.codemods.engine.rule import Example, Rule
 
 LINE_LENGTH = 88
 

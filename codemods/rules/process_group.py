@@ -18,13 +18,14 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods import codes
-from accelify.codemods.context import Context, code_of
-from accelify.codemods.distributed import INIT, SET_DEVICE, Distributed
-from accelify.codemods.launcher_values import QUERIES
-from accelify.codemods.facts import CallSite, Scope
-from accelify.codemods.names import ImportMap, dotted
-from accelify.codemods.roles import LOADERS
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of
+from accelify.codemods.analysis.distributed import INIT, SET_DEVICE, Distributed
+from accelify.codemods.analysis.launcher_values import QUERIES
+from accelify.codemods.analysis.facts import CallSite, Scope
+from accelify.codemods.analysis.names import ImportMap, dotted
+from accelify.codemods.analysis.roles import LOADERS
+from accelify.codemods.engine.rule import Example, Rule
 
 _COUNTS = ("torch.cuda.device_count",)  # what the hand-written set-up divides by
 
@@ -114,14 +115,12 @@ accelerator.end_training()
 
     def run(self, ctx: Context) -> None:
         found = ctx.plan.distributed
-        if not found or not ctx.accelerators:
+        if not found or not ctx.accelerating:
             return
         for site in found.setup:
             stmt = site.stmt
             if _alone(stmt, site.node):
                 ctx.remove(stmt)
-                ctx.consumed.update(m.findall(stmt, m.Name() | m.Attribute()))  # type: ignore[arg-type]
-                ctx.consumed.add(site.node)
                 ctx.change("the launcher and the accelerator set up the processes")
             else:
                 ctx.abort(codes.MANUAL_DISTRIBUTED, site.node, name=code_of(site.node.func),
@@ -156,7 +155,6 @@ accelerator.end_training()
                       "move it out of the branch or remove it")
         for leaf in leaves:
             ctx.remove(leaf)
-            ctx.consumed.update(m.findall(leaf, m.Name() | m.Attribute()))  # type: ignore[arg-type]
         orelse = stmt.orelse
         if isinstance(orelse, cst.Else) and isinstance(orelse.body, cst.IndentedBlock):
             in_body = side == _body(stmt)
@@ -165,7 +163,7 @@ accelerator.end_training()
             parent = ctx.facts.parent_stmt.get(stmt)
             if kept and not (isinstance(parent, cst.If) and parent.orelse is stmt):
                 # one way of being distributed: the script's other path, unconditionally
-                ctx.edits.regroup([stmt], _else_body if in_body else _if_body)
+                ctx.regroup([stmt], _else_body if in_body else _if_body)
         ctx.change("the launcher and the accelerator set up the processes")
 
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods.context import Context, expression
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import expression
+from accelify.codemods.engine.rule import Example, Rule
 
 BARS = {"tqdm.tqdm", "tqdm.trange", "tqdm.auto.trange", "tqdm.notebook.trange"}
 

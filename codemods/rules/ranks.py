@@ -24,16 +24,16 @@ from __future__ import annotations
 from typing import Iterator
 
 import libcst as cst
-import libcst.matchers as m
 
-from accelify.codemods.analysis import children
-from accelify.codemods.context import Context, expression
-from accelify.codemods.distributed import IS_INITIALIZED, Distributed
-from accelify.codemods.launcher_values import env_read, source
-from accelify.codemods.rank_tests import mode_test, rank_of, rank_test, spawn_test
-from accelify.codemods.facts import Scope
-from accelify.codemods.names import dotted
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.analysis.collect import children
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import expression
+from accelify.codemods.analysis.distributed import IS_INITIALIZED, Distributed
+from accelify.codemods.analysis.launcher_values import env_read, source
+from accelify.codemods.analysis.rank_tests import mode_test, rank_of, rank_test, spawn_test
+from accelify.codemods.analysis.facts import Scope
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class MapRanks(Rule):
@@ -106,20 +106,16 @@ accelerator.end_training()
 
     def run(self, ctx: Context) -> None:
         found = ctx.plan.distributed
-        if not found or not ctx.accelerators:
+        if not found or not ctx.accelerating:
             return
         for stmt in ctx.facts.order:
             scope = found.scope_of(stmt)
             if scope is None or any(s in ctx.edits.removed for s in ctx.facts.chain(stmt)):
                 continue
             for node, text in _mapped(stmt, scope, found):
-                if node in ctx.consumed:
+                if ctx.dropped(node):
                     continue  # in code another rule replaced (``RandomSampler(ds) if args.local_rank == -1 else ...``)
-                if ctx.accelerator_in(scope) is None and scope.kind == "function":
-                    ctx.needs.add(scope)
-                if ctx.replace(node, stmt, lambda n, s=scope, t=text: _written(ctx, s, t, n)):  # type: ignore[misc]
-                    ctx.handled.update(m.findall(node, m.Call()))
-                    ctx.consumed.update(m.findall(node, m.Name() | m.Attribute()))  # type: ignore[arg-type]
+                if ctx.replace_through(scope, node, stmt, lambda n, a, t=text: _written(t, n, a)):  # type: ignore[misc]
                     ctx.change("launcher values and rank tests from the accelerator")
 
 
@@ -160,8 +156,8 @@ def _replacement(node: cst.BaseExpression, scope: Scope, found: Distributed) -> 
     return None
 
 
-def _written(ctx: Context, scope: Scope, text: str, node: cst.CSTNode) -> cst.CSTNode:
-    new = expression(text.format(a=ctx.accelerator_in(scope) or "accelerator"))
+def _written(text: str, node: cst.CSTNode, accelerator: str) -> cst.CSTNode:
+    new = expression(text.format(a=accelerator))
     if isinstance(node, cst.BaseExpression) and (node.lpar or node.rpar):
         new = new.with_changes(lpar=node.lpar, rpar=node.rpar)
     return new

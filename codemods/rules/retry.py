@@ -13,8 +13,8 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods import codes
-from accelify.codemods.context import Context
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class WarnRetry(Rule):
@@ -98,7 +98,7 @@ accelerator.end_training()
     )
 
     def run(self, ctx: Context) -> None:
-        if not ctx.accelerators:
+        if not ctx.accelerating:
             return
         order = ctx.facts.order
         for stmt in order:

@@ -13,14 +13,14 @@ A sampler variable used for anything else is left as it is (the unsupported rule
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
 
 from accelify.codemods import codes
-from accelify.codemods.context import Context, code_of, expression
-from accelify.codemods.facts import Binding, CallSite, Scope
-from accelify.codemods.names import dotted
-from accelify.codemods.roles import LOADERS
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of, expression
+from accelify.codemods.analysis.facts import Binding, CallSite, Scope
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.roles import LOADERS
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class RemoveDistributedSampler(Rule):
@@ -94,12 +94,11 @@ accelerator.end_training()
     )
 
     def run(self, ctx: Context) -> None:
-        if not ctx.accelerators:
+        if not ctx.accelerating:
             return
         done: set[int] = set()
         for site in ctx.plan.distributed.samplers:
             if self._sampler(ctx, site, done):
-                ctx.consumed.add(site.node)
                 ctx.change("DistributedSampler -> the prepared loader's sharding")
             else:
                 ctx.abort(codes.MANUAL_DISTRIBUTED, site.node, name=code_of(site.node.func),
@@ -123,7 +122,6 @@ accelerator.end_training()
             if not _is_none(other):
                 keep_body = value.body is not site.node
                 ctx.replace(value, stmt, lambda n, b=keep_body: n.body if b else n.orelse)  # type: ignore[attr-defined]
-                ctx.consumed.update({value.test, *m.findall(value.test, m.Name() | m.Attribute() | m.Comparison())})  # type: ignore[arg-type]
                 self._set_epochs(ctx, binding.where, binding.key)
                 return True
         if id(binding.stmt) in done:
@@ -145,8 +143,6 @@ accelerator.end_training()
     def _loader_call(self, ctx: Context, site: CallSite, shuffle: cst.BaseExpression, key: str | None = None) -> None:
         """``DataLoader(..., sampler=<it>, shuffle=<anything>)`` -> ``DataLoader(..., shuffle=<its shuffle>)``."""
         ctx.replace(site.node, site.stmt, lambda call, s=shuffle: _without_sampler(call, s))  # type: ignore[misc]
-        ctx.consumed.update(n for a in site.node.args if a.keyword is not None and a.keyword.value in ("sampler", "shuffle")
-                            for n in m.findall(a.value, m.Name()))
 
     def _set_epochs(self, ctx: Context, scope: Scope, key: str) -> None:
         """``sampler.set_epoch(epoch)`` (or ``loader.sampler.set_epoch``) alone on its line."""
@@ -158,8 +154,6 @@ accelerator.end_training()
                 stmt = site.stmt
                 if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr):
                     ctx.remove(stmt)
-                    ctx.consumed.update(m.findall(stmt, m.Name()))
-                    ctx.consumed.add(site.node)
 
 
 def _keyword(call: cst.Call, name: str) -> cst.BaseExpression | None:

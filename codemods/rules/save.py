@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods import codes
-from accelify.codemods.context import Context, expression, unwrap
-from accelify.codemods.facts import Binding, CallSite
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.analysis.blocks import outside_open, previous
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import expression, unwrap
+from accelify.codemods.analysis.facts import Binding, CallSite
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class SaveOnMain(Rule):
@@ -79,16 +80,15 @@ accelerator.end_training()
                 continue
             accelerator = ctx.accelerator_in(site.scope)
             if accelerator is None or not ctx.after_accelerator(site.scope, site.stmt):
-                if ctx.accelerators and accelerator is None and site.scope.kind == "function":
-                    ctx.warn(codes.NO_ACCELERATOR_HERE, site.node, name="torch.save")
-                continue
+                continue  # (where threading could not bring the accelerator, the leftovers rule reports it: ACC009)
             if not ctx.replace(site.node.func, site.stmt, lambda _, a=accelerator: expression(f"{a}.save")):  # type: ignore[misc]
                 continue
             self._unwrap_models(ctx, site, accelerator)
             # the barrier is a collective: only where every process gets (a branch on a local value would hang),
             # and outside the `with open(...)` around the save (the writes rule puts it on the main process)
-            anchor = outside_with(ctx, site.stmt)
-            if not follows_save(ctx, site, waited) and ctx.agreement.agreed(anchor, site.scope):
+            anchor = outside_open(ctx.facts, site.stmt)
+            before = previous(ctx.facts, site.stmt, ctx.facts.unit_of(site.scope).module)
+            if (before is None or before not in waited) and ctx.agreement.agreed(anchor, site.scope):
                 ctx.insert_before(anchor, [f"{accelerator}.wait_for_everyone()"])
             waited.add(site.stmt)
             ctx.change("save with accelerator.save after wait_for_everyone()")
@@ -120,8 +120,7 @@ accelerator.end_training()
 
     @staticmethod
     def _unwrap(ctx: Context, node: cst.BaseExpression, stmt: cst.BaseStatement, accelerator: str) -> None:
-        if node not in ctx.unwrapped:  # two saves of one ``state`` dict unwrap its model once
-            ctx.unwrapped.add(node)
+        if not ctx.edits.replaced(node):  # two saves of one ``state`` dict unwrap its model once
             ctx.replace(node, stmt, lambda n, a=accelerator: unwrap(n, a))  # type: ignore[misc]
 
     def _unwrap_in_callers(self, ctx: Context, site: CallSite) -> None:
@@ -138,8 +137,7 @@ accelerator.end_training()
                                     accelerator, arg.value)
 
     def _is_model(self, ctx: Context, site: CallSite, expr: cst.BaseExpression) -> bool:
-        found = ctx.plan.prepared(site.scope, expr, site.stmt)
-        return found is not None and found.role == "model"
+        return ctx.plan.prepared_model(site.scope, expr, site.stmt) is not None
 
 
 def _reaching(ctx: Context, site: CallSite, name: str) -> Binding | None:
@@ -148,30 +146,3 @@ def _reaching(ctx: Context, site: CallSite, name: str) -> Binding | None:
     at = ctx.facts.order[site.stmt][0]
     before = [b for b in site.scope.bindings.get(name, []) if b.where is site.scope and ctx.facts.order[b.stmt][0] < at]
     return max(before, key=lambda b: ctx.facts.order[b.stmt][0]) if before else None
-
-
-def outside_with(ctx: Context, stmt: cst.BaseStatement) -> cst.BaseStatement:
-    """``stmt``, or the outermost ``with open(...)`` statement whose body holds it (``with open(p, "wb") as f: save(f)``)."""
-    parent = ctx.facts.parent_stmt.get(stmt)
-    while isinstance(parent, cst.With) and any(_opens(item.item) for item in parent.items):
-        stmt, parent = parent, ctx.facts.parent_stmt.get(parent)
-    return stmt
-
-
-def _opens(expr: cst.BaseExpression) -> bool:
-    """``open(...)`` / ``path.open(...)``: a file the statements under the ``with`` read or write."""
-    if not isinstance(expr, cst.Call):
-        return False
-    func = expr.func
-    return (isinstance(func, cst.Name) and func.value == "open") or (isinstance(func, cst.Attribute) and func.attr.value == "open")
-
-
-def follows_save(ctx: Context, site: CallSite, waited: set[cst.BaseStatement]) -> bool:
-    """Whether the statement just before this save is another converted save (one wait is enough)."""
-    parent = ctx.facts.parent_stmt.get(site.stmt)
-    body = ctx.facts.unit_of(site.scope).module.body if parent is None else getattr(getattr(parent, "body", None), "body", ())
-    body = list(body)
-    if site.stmt not in body:
-        return False
-    index = body.index(site.stmt)
-    return index > 0 and body[index - 1] in waited

@@ -17,10 +17,10 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods import codes
-from accelify.codemods.context import Context, code_of, expression
-from accelify.codemods.facts import CallSite, Loop
-from accelify.codemods.rule import Example, Rule
-from accelify.codemods.rules.accelerator import feeds_training
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of, expression
+from accelify.codemods.analysis.facts import CallSite, Loop
+from accelify.codemods.engine.rule import Example, Rule
 
 SEEDERS = {
     "torch.manual_seed", "torch.cuda.manual_seed", "torch.cuda.manual_seed_all", "random.seed",
@@ -90,7 +90,7 @@ accelerator.end_training()
     )
 
     def run(self, ctx: Context) -> None:
-        if not ctx.accelerators or feeds_training(ctx):
+        if not ctx.accelerating or ctx.plan.feeds_training():
             return
         if not _draws_while_training(ctx):
             loop = next((lp for lp in ctx.facts.loops if any(ctx.plan.reaches_backward(s) for s in lp.calls)), None)

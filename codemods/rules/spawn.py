@@ -12,9 +12,10 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods import codes
-from accelify.codemods.context import Context, code_of
-from accelify.codemods.facts import CallSite
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of
+from accelify.codemods.analysis.facts import CallSite
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class CollapseSpawn(Rule):
@@ -97,7 +98,7 @@ accelerator.end_training()
     )
 
     def run(self, ctx: Context) -> None:
-        if not ctx.accelerators:
+        if not ctx.accelerating:
             return
         for site in ctx.plan.distributed.spawns:
             direct = _direct_call(ctx, site)
@@ -105,7 +106,6 @@ accelerator.end_training()
                 ctx.abort(codes.MANUAL_DISTRIBUTED, site.node, name=code_of(site.node.func),
                           fix="call the worker directly, once: the launcher starts one process per device")
             ctx.replace(site.node, site.stmt, lambda _, d=direct: d)  # type: ignore[misc]
-            ctx.consumed.add(site.node)
             ctx.change("mp.spawn -> the direct call (the launcher starts the processes)")
 
 

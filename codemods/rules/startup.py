@@ -22,9 +22,10 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods import codes
-from accelify.codemods.context import Context, code_of, expression, statement
-from accelify.codemods.facts import CallSite
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of, expression, statement
+from accelify.codemods.analysis.facts import CallSite
+from accelify.codemods.engine.rule import Example, Rule
 
 _CHECKS = ("os.path.exists", "os.path.isdir", "os.path.lexists")
 
@@ -96,7 +97,7 @@ accelerator.end_training()
     )
 
     def run(self, ctx: Context) -> None:
-        if not ctx.accelerators:
+        if not ctx.accelerating:
             return
         wrapped: set[cst.BaseStatement] = set()
         for site in ctx.facts.calls:

@@ -10,12 +10,13 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods import codes
-from accelify.codemods.context import Context, code_of, expression
-from accelify.codemods.edits import is_pure
-from accelify.codemods.facts import CallSite
-from accelify.codemods.names import dotted
-from accelify.codemods.roles import is_cuda_string, is_module_class
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of, expression
+from accelify.codemods.engine.edits import is_pure
+from accelify.codemods.analysis.facts import CallSite
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.roles import is_cuda_string, is_module_class
+from accelify.codemods.engine.rule import Example, Rule
 
 DETERMINISTIC_FACTORIES = {
     f"torch.{name}"
@@ -113,7 +114,7 @@ accelerator.end_training()
 
     def run(self, ctx: Context) -> None:
         for site in ctx.facts.calls:
-            if site.node in ctx.handled:
+            if ctx.rewritten(site.node) or ctx.reported(site.node):
                 continue
             accelerator = ctx.accelerator_in(site.scope)
             if accelerator is None or not ctx.after_accelerator(site.scope, site.stmt):
@@ -123,7 +124,6 @@ accelerator.end_training()
                 self._cuda(ctx, site, device)
             elif site.method == "to" and _cuda_target(ctx, site):
                 if ctx.replace(site.node, site.stmt, lambda c, d=device: _set_first_arg(c, d)):  # type: ignore[misc]
-                    ctx.handled.add(site.node)
                     ctx.change("send other tensors to accelerator.device")
             else:
                 for arg in site.node.args:
@@ -139,7 +139,6 @@ accelerator.end_training()
         positional = [a for a in call.args if a.keyword is None]
         if positional:
             ctx.warn(codes.CUDA_INDEX, call, index=code_of(positional[0].value))
-            ctx.handled.add(call)
             return
         receiver = call.func.value  # type: ignore[attr-defined]
         inner = ctx.facts.sites.get(receiver) if isinstance(receiver, cst.Call) else None
@@ -147,7 +146,6 @@ accelerator.end_training()
             ctx.replace(call, site.stmt, lambda c, d=device: _device_kwarg(c, d))  # type: ignore[misc]
         else:
             ctx.replace(call, site.stmt, lambda c, d=device: _to(c, d))  # type: ignore[misc]
-        ctx.handled.add(call)
         ctx.change("send other tensors to accelerator.device")
         guard = ctx.facts.parent_stmt.get(site.stmt)
         if _only_placement_guard(guard, site.stmt) and ctx.replace(guard, guard, _unguard):  # type: ignore[arg-type]

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods import codes
-from accelify.codemods.analysis import is_docstring
-from accelify.codemods.context import Context, expression
-from accelify.codemods.facts import Loop, Scope
-from accelify.codemods.roles import CLIPPING
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.analysis.collect import is_docstring
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import expression
+from accelify.codemods.analysis.facts import Loop, Scope
+from accelify.codemods.analysis.roles import CLIPPING
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class ThreadAccelerator(Rule):
@@ -152,11 +152,11 @@ def main():
 
     def run(self, ctx: Context) -> None:
         home = ctx.plan.home
-        if home is None or home not in ctx.accelerators:
+        if home is None or ctx.accelerator_in(home) is None:
             return
         functions = [
             s for s in ctx.facts.scopes
-            if s.kind == "function" and s is not home and (home.kind == "module" or not _inside(s, home))
+            if s.kind == "function" and s is not home and (home.kind == "module" or not s.inside(home))
             # a helper without the accelerator; or one that sees the module's but takes `device` as a parameter
             and (ctx.accelerator_in(s) is None or (s.class_scope is None and self._device_params(ctx, s)))
         ]
@@ -164,9 +164,9 @@ def main():
         classes: list[tuple[Scope, Scope]] = []
         wanted = self._choose(ctx, home, functions, classes)
         for function in wanted:
-            ctx.accelerators[function] = "accelerator"
+            ctx.bind_accelerator(function, "accelerator")  # the parameter ``_thread`` adds
         for cls, init in classes:  # methods reach it as self.accelerator, set in __init__
-            ctx.accelerators[cls] = "self.accelerator"
+            ctx.bind_accelerator(cls, "self.accelerator")
         for cls, init in classes:
             self._thread(ctx, init)
             body = init.body
@@ -194,7 +194,8 @@ def main():
         """The helpers that need the accelerator (or call one that does) and can get it from every caller;
         ``classes`` receives the classes whose methods need it and whose ``__init__`` can take it."""
         plan = ctx.plan
-        wanted = {f for f in functions if self._needs(ctx, f)}
+        readers = set(ctx.readers())  # rank tests, collectives, autocasts rewritten through the accelerator
+        wanted = {f for f in functions if self._needs(ctx, f, readers)}
         grown = True
         while grown:  # callers of helpers that need it need it too, to pass it on
             callers = {f for f in functions if f not in wanted and any(plan.callee(s) in wanted for s in f.calls)}
@@ -220,24 +221,18 @@ def main():
                     for s in plan.call_sites(f)
                 )
             }
-            for f in bad:
-                for site in f.calls:
-                    if site.method == "backward":
-                        ctx.warn(codes.NO_ACCELERATOR_HERE, site.node, name=f.name)
-            wanted -= bad
+            wanted -= bad  # (the leftovers rule reports what they needed it for: ACC009)
             shrunk = bool(bad)
         return wanted
 
-    def _needs(self, ctx: Context, function: Scope) -> bool:
+    def _needs(self, ctx: Context, function: Scope, readers: set[Scope]) -> bool:
         plan = ctx.plan
-        if function in ctx.needs:  # a rank test or a collective rewritten through the accelerator
+        if function in readers:  # a rule already rewrote something here through the accelerator
             return True
         for site in function.calls:
             if site.method == "backward" or site.qualname in CLIPPING:
                 return True
             if site.qualname == "torch.save" and not plan.distributed.keeps_save(ctx.facts, site):
-                return True
-            if site.node in ctx.handled:  # a call a rule already rewrote through the accelerator (autocast)
                 return True
         if any(plan.loader_of(loop) is not None and self._uses_accelerator_in(ctx, loop) for loop in function.loops):
             return True
@@ -250,10 +245,7 @@ def main():
         passes batches on (``for batch in loader: yield batch``) will not."""
         if isinstance(loop.node.iter, cst.Call) and (loop.scope.imports.qualname(loop.node.iter.func) or "").startswith("tqdm"):
             return True
-        return any(
-            (found := ctx.plan.prepared(loop.scope, site.node.func, site.stmt)) is not None and found.role == "model"
-            for site in loop.calls
-        )
+        return any(ctx.plan.prepared_model(loop.scope, site.node.func, site.stmt) is not None for site in loop.calls)
 
     def _device_params(self, ctx: Context, function: Scope) -> list[str]:
         """Parameters every call site passes the device variable to."""
@@ -269,7 +261,7 @@ def main():
             origin = ctx.plan.param_origin(function, name)
             if origin is None or origin.role != "device" or name in function.bindings:
                 continue
-            if all(ref in ctx.consumed for ref in function.refs.get(name, [])):
+            if all(ctx.dropped(ref) for ref in function.refs.get(name, [])):
                 return name
         return None
 
@@ -286,7 +278,6 @@ def main():
                 arg = ctx.plan.arg_for(site, function, replaced)
                 if arg is None:
                     continue
-                ctx.consumed.add(arg.value)
                 value = _passed(ctx, site.scope)
                 ctx.replace(arg, site.stmt, lambda a, v=value: _pass_accelerator(a, v))  # type: ignore[misc]
         else:
@@ -318,15 +309,6 @@ def _home(scope: Scope, reachable: set[Scope]) -> Scope | None:
             return current
         current = current.parent if current.kind == "function" else None
     return None
-
-
-def _inside(scope: Scope, outer: Scope) -> bool:
-    parent = scope.parent
-    while parent is not None:
-        if parent is outer:
-            return True
-        parent = parent.parent
-    return False
 
 
 def _rename_param(params: cst.Parameters, name: str) -> cst.Parameters:

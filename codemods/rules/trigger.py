@@ -14,10 +14,11 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods import codes
-from accelify.codemods.analysis import children
-from accelify.codemods.context import Context, statement
-from accelify.codemods.facts import Loop, Scope
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.analysis.collect import children
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import statement
+from accelify.codemods.analysis.facts import Loop, Scope
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class StopTogether(Rule):
@@ -126,7 +127,7 @@ accelerator.end_training()
     def _trains(self, ctx: Context, loop: Loop) -> bool:
         """A loop whose iterations reach a collective: a backward (DDP syncs gradients), or a gather."""
         return any(ctx.plan.reaches_backward(site) for site in loop.calls) or any(
-            stmt in ctx.gathered_stmts for stmt in loop.stmts
+            ctx.agreement.gathers(stmt) for stmt in loop.stmts
         )
 
 

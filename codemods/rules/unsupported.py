@@ -13,8 +13,8 @@ hand-written set-up no rule took.
 from __future__ import annotations
 
 from accelify.codemods import codes
-from accelify.codemods.context import Abort, Context
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Abort, Context
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class WarnUnsupported(Rule):

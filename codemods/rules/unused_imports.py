@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods.analysis import descendants
-from accelify.codemods.context import Context, code_of
-from accelify.codemods.edits import apply
-from accelify.codemods.names import dotted
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.analysis.collect import descendants
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of
+from accelify.codemods.engine.edits import apply
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.engine.rule import Example, Rule
 
 
 class RemoveUnusedImports(Rule):
@@ -79,7 +80,7 @@ accelerator.end_training()
     )
 
     def run(self, ctx: Context) -> None:
-        if not ctx.accelerators or not ctx.edits:
+        if not ctx.accelerating or not ctx.edits:
             return
         for facts in ctx.facts.units.values():
             before = _used(facts.module)

@@ -9,9 +9,10 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods import codes
-from accelify.codemods.context import Context, code_of, expression
-from accelify.codemods.facts import CallSite
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.snippets import code_of, expression
+from accelify.codemods.analysis.facts import CallSite
+from accelify.codemods.engine.rule import Example, Rule
 
 WRITERS = {
     "json.dump",

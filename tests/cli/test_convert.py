@@ -9,7 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from accelify.cli import main
-from accelify.source import candidates
+from accelify.migrate.discovery import candidates
+
+from _shared_module import SHARED_A, SHARED_B, SHARED_HELPER
 
 SCRIPT = b"import torch\nmodel = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nprint(1)\n"
 CONVERTED_TAIL = b"model, opt = accelerator.prepare(model, opt)\naccelerator.print(1)\naccelerator.end_training()\n"
@@ -167,7 +169,7 @@ def test_bad_config_is_an_error(project: Path) -> None:
 def test_internal_error_is_reported_with_traceback_only_when_verbose(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from accelify.codemods import engine
+    from accelify.codemods.engine import transform as engine
 
     class Broken:
         name = "broken"
@@ -462,3 +464,18 @@ def test_output_file_never_overwrites_a_local_module_the_conversion_changes(proj
     assert result.exit_code == 0, result.output
     assert b"accelerator.backward(loss)" in (project / "out" / "helpers.py").read_bytes()
     assert (project / "helpers.py").read_bytes() == helpers
+
+
+
+def test_scripts_that_edit_a_shared_module_differently_fail_one_at_a_time(project: Path) -> None:
+    """The first script's conversion is written with the module; the second fails alone (exit 2), as in migrate."""
+    for name, data in (("helpers.py", SHARED_HELPER), ("a.py", SHARED_A), ("b.py", SHARED_B)):
+        write(project, name, data)
+    preview = run("b.py", "a.py")  # nothing written: the same plan, the same verdict
+    assert preview.exit_code == 2 and "a.py: its conversion edits helpers.py differently from the conversion of b.py" in preview.stderr
+    assert (project / "helpers.py").read_bytes() == SHARED_HELPER
+    result = run("--in-place", "a.py", "b.py")
+    assert result.exit_code == 2, result.output
+    assert "b.py: its conversion edits helpers.py differently from the conversion of a.py" in result.stderr
+    assert "accelerator.backward(loss)" in (project / "helpers.py").read_text()
+    assert "accelerator.prepare" in (project / "a.py").read_text() and (project / "b.py").read_bytes() == SHARED_B

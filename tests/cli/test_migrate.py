@@ -15,8 +15,10 @@ import pytest
 from click.testing import CliRunner
 
 from accelify.cli import main
-from accelify.grouping import plan
+from accelify.migrate.grouping import plan
 from accelify.settings import SettingsFinder
+
+from _shared_module import SHARED_A, SHARED_B, SHARED_HELPER
 
 SCRIPT = b"import torch\nmodel = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nprint(1)\n"
 CONVERTED_TAIL = b"model, opt = accelerator.prepare(model, opt)\naccelerator.print(1)\naccelerator.end_training()\n"
@@ -197,7 +199,7 @@ def test_gitignore_exclude_settings_and_flags_decide_what_is_converted(project: 
 
 
 def test_bad_input_is_a_row_never_a_crash_and_is_left_untouched(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import accelify.discovery as discovery
+    import accelify.migrate.discovery as discovery
 
     src = project / "src"
     write(project, "src/train.py", SCRIPT)
@@ -362,3 +364,15 @@ def test_sigint_mid_run_exits_130_and_every_file_is_whole(project: Path) -> None
     converted = {f"src/{name}" for name, data in states.items() if data.endswith(CONVERTED_TAIL)}
     assert all(data == SCRIPT or data.endswith(CONVERTED_TAIL) for data in states.values())
     assert converted == written and 0 < len(converted) < count
+
+
+def test_scripts_that_edit_a_shared_module_differently_fail_one_at_a_time(project: Path) -> None:
+    """The same plan as ``convert``: the first script is written with the module, the second fails alone."""
+    write(project, "src/helpers.py", SHARED_HELPER)
+    write(project, "src/a.py", SHARED_A)
+    write(project, "src/b.py", SHARED_B)
+    result = run("--in-place", "src")
+    assert result.exit_code == 2, result.output
+    assert (project / "src" / "b.py").read_bytes() == SHARED_B
+    assert "accelerator.prepare" in (project / "src" / "a.py").read_text()
+    assert "accelerator.backward(loss)" in (project / "src" / "helpers.py").read_text()

@@ -17,7 +17,8 @@ import pytest
 from click.testing import CliRunner
 
 from accelify.cli import main
-from accelify.notebook import JsonStyle, convert_notebook, convert_notebook_text
+from accelify.notebook import JsonStyle
+from accelify.pipeline import convert_notebook, convert_notebook_text
 
 CASES = sorted((Path(__file__).parent / "notebooks").glob("*/input.ipynb"))
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from accelify.codemods.analysis import collect
-from accelify.codemods.plan import Plan
+from accelify.codemods.analysis.collect import collect
+from accelify.codemods.analysis.plan import Plan
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from accelify.codemods.rule import Example, Rule
+from accelify.codemods.engine.rule import Example, Rule
 from accelify.codemods.rules import RULES
 from accelify.pipeline import convert_source
 

@@ -7,7 +7,7 @@ import inspect
 import pkgutil
 
 import accelify.codemods.rules as rules_package
-from accelify.codemods.rule import Rule
+from accelify.codemods.engine.rule import Rule
 from accelify.codemods.rules import RULES
 
 

@@ -9,7 +9,8 @@ import pytest
 
 from accelify.errors import ConfigError
 from accelify.settings import Settings, load_settings
-from accelify.source import candidates, write_atomic
+from accelify.migrate.discovery import candidates
+from accelify.source import write_atomic
 
 
 def test_settings_defaults_file_values_and_flags(tmp_path: Path) -> None:

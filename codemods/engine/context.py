@@ -1,28 +1,33 @@
-"""What a rule sees: the facts, the plan, and the ways to propose edits and warnings."""
+"""What a rule sees: the facts, the plan, and the ways to propose edits and warnings.
+
+A rule keeps nothing here for another rule. What it needs to know about the program it asks the plan
+(``ctx.plan``, and ``ctx.plan.analysis(X)`` for an analysis built once and shared); what another rule already
+did it reads from the edits proposed so far (``rewritten``, ``dropped``, ``accelerator_in``, ``agreement``).
+The only things a conversion accumulates are its outputs: the edits, the warnings and the change notes.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import TYPE_CHECKING, Sequence
+from typing import Callable, Sequence
 
 import libcst as cst
 
+from accelify.codemods.analysis.agreement import Agreement
+from accelify.codemods.analysis.creation import Creation
+from accelify.codemods.analysis.facts import Facts, Scope
+from accelify.codemods.analysis.names import ImportMap
+from accelify.codemods.analysis.plan import Plan
+from accelify.codemods.analysis.snippets import statement
 from accelify.codemods.codes import Code
-from accelify.codemods.edits import Edits, Replacement
-from accelify.codemods.facts import Facts, Scope
-from accelify.codemods.names import ImportMap, code_of  # noqa: F401 - rules import code_of from here
-from accelify.codemods.outcome import ConversionWarning
-from accelify.codemods.plan import Plan
-from accelify.codemods.targets import DEFAULT_TARGET, import_module
-
-if TYPE_CHECKING:
-    from accelify.codemods.agreement import Agreement
-    from accelify.codemods.accumulation import Accumulation, MicroSteps
-    from accelify.codemods.amp import Amp
+from accelify.codemods.engine.edits import Edits, Regroup, Replacement
+from accelify.codemods.engine.outcome import ConversionWarning
+from accelify.codemods.engine.targets import DEFAULT_TARGET, import_module
 
 # A warning about a node; the node's position is resolved once, at the end, by the engine.
 Located = tuple[cst.CSTNode, ConversionWarning]
+# A replacement that writes the accelerator: ``fn(updated node, the accelerator's name in the scope)``.
+Through = Callable[[cst.CSTNode, str], cst.CSTNode]
 
 
 class Abort(Exception):
@@ -35,7 +40,8 @@ class Abort(Exception):
 
 @dataclass
 class Context:
-    """Shared state of one conversion; rules run in order and read what earlier rules decided."""
+    """One conversion as the rules see it: what the program is (``facts``, ``plan``) and what is proposed so far
+    (``edits``, ``warnings``, ``changes``)."""
 
     facts: Facts
     plan: Plan
@@ -43,24 +49,7 @@ class Context:
     edits: Edits = field(init=False)
     warnings: list[Located] = field(default_factory=list)
     changes: list[str] = field(default_factory=list)
-    consumed: set[cst.CSTNode] = field(default_factory=set)  # loads that edits remove
-    handled: set[cst.CSTNode] = field(default_factory=set)  # calls a rule already rewrote
-    unwrapped: set[cst.CSTNode] = field(default_factory=set)  # model expressions already sent through unwrap_model
-    needs: set[Scope] = field(default_factory=set)  # functions a rule rewrote to read the accelerator (threading gives it)
-    runtime_imports: list[str] = field(default_factory=list)  # names imported with Accelerator (DistributedDataParallelKwargs)
-    accelerators: dict[Scope, str] = field(default_factory=dict)  # scope -> "accelerator" / "self.accelerator"
-    # where the accelerator is created: (statement, True) right after it, (statement, False) right before it
-    accelerator_at: tuple[cst.BaseStatement, bool] | None = None
-    # what the evaluation rule made global: names gathered right after a statement (or right before one
-    # in ``gathered_before``), and forward calls replaced by a gathered name
-    gathered_stmts: dict[cst.BaseStatement, set[str]] = field(default_factory=dict)
-    gathered_before: set[cst.BaseStatement] = field(default_factory=set)
-    gathered_nodes: set[cst.CSTNode] = field(default_factory=set)
-    _agreement: "Agreement | None" = None
-    amp: "Amp | None" = None  # the script's hand-written mixed precision (found by the accelerator rule)
-    accumulations: "list[Accumulation]" = field(default_factory=list)  # hand-written accumulation (idem)
-    unconverted_accumulation: list[cst.If] = field(default_factory=list)  # accumulation in a shape left alone
-    micro_steps: "list[MicroSteps]" = field(default_factory=list)  # nanoGPT's micro-step accumulation (idem)
+    _agreement: Agreement | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.edits = Edits(self.facts.parent_stmt)
@@ -75,27 +64,31 @@ class Context:
         return import_module(self.target)
 
     @property
-    def agreement(self) -> "Agreement":
-        """Which values and branches agree between processes (built on first use, after the evaluation
-        rule has recorded what it gathers)."""
+    def agreement(self) -> Agreement:
+        """Which values and branches agree between processes, from the plan and the edits proposed when it is
+        first asked (the gathers the evaluation rule inserts, the statements removed)."""
         if self._agreement is None:
-            from accelify.codemods.agreement import Agreement
-
-            self._agreement = Agreement(self)
+            self._agreement = Agreement(self.facts, self.plan, self.edits)
         return self._agreement
 
-    # where the accelerator is -----------------------------------------------------------------
+    # where the accelerator is: declared by the edits that create it or pass it in ---------------------
+    @property
+    def accelerating(self) -> bool:
+        """Whether an edit creates the accelerator (the accelerator rule did: the conversion goes ahead)."""
+        return bool(self.edits.accelerators)
+
     def accelerator_in(self, scope: Scope) -> str | None:
         """The expression that names the accelerator in ``scope`` (closures see their parent's)."""
+        bound = self.edits.accelerators
         current: Scope | None = scope
         while current is not None:
-            if current in self.accelerators:
-                return self.accelerators[current]
+            if current in bound:
+                return bound[current]
             if current.kind != "function":
                 return None
             if current.parent is not None and current.parent.kind == "class":
                 # a method sees the trainer's `self.accelerator`; a static method has no `self`
-                return self.accelerators.get(current.parent) if current.class_scope is not None else None
+                return bound.get(current.parent) if current.class_scope is not None else None
             current = current.parent
         return None
 
@@ -109,25 +102,46 @@ class Context:
         if self.accelerator_in(scope) is None:
             return False
         home = self.plan.home
-        if self.accelerator_at is None or home is None:
+        anchor = self.plan.analysis(Creation).anchor
+        if anchor is None or home is None:
             return True
         if scope is home:
-            return self._after_creation(stmt)
+            return self._after_creation(stmt, anchor)
         nested = scope
         while nested.parent is not None and nested.parent is not home:
             nested = nested.parent
         if nested.parent is not home or nested.kind != "function" or id(nested) in seen or home.kind == "class":
             return True
-        if self._after_creation(nested.node):  # type: ignore[arg-type]
+        if self._after_creation(nested.node, anchor):  # type: ignore[arg-type]
             return True
         sites = self.plan.call_sites(nested)
         return bool(sites) and all(self.after_accelerator(s.scope, s.stmt, seen | {id(nested)}) for s in sites)
 
-    def _after_creation(self, stmt: cst.BaseStatement) -> bool:
-        assert self.accelerator_at is not None
-        anchor, after = self.accelerator_at
+    def _after_creation(self, stmt: cst.BaseStatement, anchor: tuple[cst.BaseStatement, bool]) -> bool:
+        at, after = anchor
         order = self.facts.order
-        return order[stmt][0] > order[anchor][1] if after else order[stmt][0] >= order[anchor][0]
+        return order[stmt][0] > order[at][1] if after else order[stmt][0] >= order[at][0]
+
+    def bind_accelerator(self, scope: Scope, name: str) -> None:
+        """Declare, with the edit that makes it so, that ``scope`` reads the accelerator as ``name``."""
+        self.edits.bind(scope, name)
+
+    def readers(self) -> list[Scope]:
+        """The scopes whose proposed edits write the accelerator (``replace_through``, ``regroup_through``)."""
+        return list(self.edits.readers)  # type: ignore[arg-type]
+
+    # what is already handled: read from the edits and warnings proposed so far ------------------------
+    def rewritten(self, node: cst.CSTNode) -> bool:
+        """Whether an edit already takes care of ``node`` (it is replaced, or nothing of it is left)."""
+        return self.edits.rewritten(node)
+
+    def dropped(self, node: cst.CSTNode) -> bool:
+        """Whether nothing of ``node`` is left once the edits apply (``device`` in a removed ``x.to(device)``)."""
+        return self.edits.dropped(node)
+
+    def reported(self, node: cst.CSTNode) -> bool:
+        """Whether a warning is already reported about ``node``."""
+        return any(n is node for n, _ in self.warnings)
 
     # edits ------------------------------------------------------------------------------------
     def is_skipped(self, stmt: cst.BaseStatement) -> bool:
@@ -139,6 +153,23 @@ class Context:
             return False
         self.edits.replace(node, stmt, fn)
         return True
+
+    def replace_through(self, scope: Scope, node: cst.CSTNode, stmt: cst.BaseStatement, fn: Through) -> bool:
+        """Replace ``node`` by ``fn(updated node, accelerator)``, ``accelerator`` being what ``scope`` calls it once
+        every rule has run (a rule that runs before threading writes through the accelerator a helper gets later)."""
+        if self.is_skipped(stmt):
+            return False
+        self.edits.replace(node, stmt, lambda n: fn(n, self.accelerator_in(scope) or "accelerator"), reader=scope)
+        return True
+
+    def regroup(self, stmts: Sequence[cst.BaseStatement], make: Regroup) -> None:
+        self.edits.regroup(stmts, make)
+
+    def regroup_through(
+        self, scope: Scope, stmts: Sequence[cst.BaseStatement], make: Callable[[list[cst.BaseStatement], str], list[cst.BaseStatement]]
+    ) -> None:
+        """``regroup`` whose ``make`` also receives the accelerator's name in ``scope`` (as ``replace_through``)."""
+        self.edits.regroup(stmts, lambda group: make(group, self.accelerator_in(scope) or "accelerator"), reader=scope)
 
     def insert_before(self, stmt: cst.BaseStatement, code: Sequence[str]) -> None:
         self.edits.insert_before(stmt, [statement(line) for line in code])
@@ -169,20 +200,3 @@ class Context:
     def abort(self, code: Code, node: cst.CSTNode, **fields: str) -> None:
         """Stop converting this file: it is refused (left unchanged, needing attention), with this warning."""
         raise Abort(self.warning(code, node, **fields))
-
-
-@lru_cache(maxsize=512)
-def expression(code: str) -> cst.BaseExpression:
-    """A parsed expression; nodes are immutable, so one parse serves every use of the same text."""
-    return cst.parse_expression(code)
-
-
-@lru_cache(maxsize=512)
-def statement(code: str) -> cst.BaseStatement:
-    """A parsed statement (cached like ``expression``)."""
-    return cst.parse_statement(code)
-
-
-def unwrap(node: cst.CSTNode, accelerator: str) -> cst.Call:
-    """``accelerator.unwrap_model(<node>)``."""
-    return cst.Call(func=expression(f"{accelerator}.unwrap_model"), args=[cst.Arg(node)])  # type: ignore[arg-type]

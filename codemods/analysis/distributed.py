@@ -35,16 +35,17 @@ from typing import TYPE_CHECKING
 import libcst as cst
 import libcst.matchers as m
 
-from accelify.codemods.analysis import descendants
-from accelify.codemods.facts import Binding, CallSite, Facts, Scope
-from accelify.codemods.launcher_values import (
-    LAUNCH_VARIABLES, MAIN_TESTS, QUERIES, SINGLE_VALUE, Rank, constant, env_read, source,
+from accelify.codemods.analysis.collect import descendants
+from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Scope
+from accelify.codemods.analysis.launcher_values import (
+    LAUNCH_VARIABLES, MAIN_TESTS, QUERIES, SINGLE_TESTS, SINGLE_VALUE, Rank, constant, env_read, source,
 )
-from accelify.codemods.names import code_of, dotted
-from accelify.codemods.rank_tests import find_main_only
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.snippets import code_of
+from accelify.codemods.analysis.rank_tests import mode_test, rank_test, spawn_test
 
 if TYPE_CHECKING:
-    from accelify.codemods.flow import Flow
+    from accelify.codemods.analysis.flow import Flow
 
 INIT = "torch.distributed.init_process_group"
 DESTROY = "torch.distributed.destroy_process_group"
@@ -60,6 +61,14 @@ DDP_OPTIONS = ("dim", "broadcast_buffers", "bucket_cap_mb", "find_unused_paramet
                "gradient_as_bucket_view", "static_graph")  # what DistributedDataParallelKwargs carries
 DDP_PLACEMENT = ("device_ids", "output_device")  # this process's device: prepare places the model there
 REDUCTIONS = {"SUM": None, "AVG": '"mean"'}  # ReduceOp -> accelerator.reduce's reduction (None: its default, "sum")
+DATA_PARALLEL = "torch.nn.parallel.DataParallel"  # one process's GPUs splitting each batch (``split_batches=True``)
+DATA_PARALLEL_CALLS = {"torch.nn.parallel.data_parallel", "torch.nn.parallel.data_parallel.data_parallel"}
+
+
+def data_parallel_sites(facts: Facts) -> list[CallSite]:
+    """Every DataParallel wrap and functional ``data_parallel`` call of the program."""
+    return [s for s in facts.calls if s.qualname == DATA_PARALLEL or s.qualname in DATA_PARALLEL_CALLS]
+
 
 @dataclass
 class Distributed:
@@ -175,7 +184,7 @@ def find_distributed(facts: Facts, flow: "Flow") -> Distributed:
     _find_device_indexes(facts, found)
     _find_modes(facts, found)
     _find_local(facts, found)
-    find_main_only(facts, flow, found)
+    _find_main_only(facts, flow, found)
     for stmt in facts.order:
         if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign):
             target = stmt.body[0].targets[0].target
@@ -326,3 +335,52 @@ def _in_body(outer: cst.BaseStatement, stmt: cst.BaseStatement, facts: Facts) ->
     return facts.top_in(stmt, list(body)) is not None
 
 
+def _main_test(test: cst.BaseExpression, scope: Scope, found: Distributed, facts: Facts, depth: int = 0) -> str | None:
+    """Whether ``test`` is true only on the main process (or the main process of each machine) when there are
+    several: the accelerator's test it amounts to (one of ``MAIN_TESTS``), else None."""
+    if depth > 4:
+        return None
+    whole = mode_test(test, scope, found) or spawn_test(test, found)  # ``not args.distributed or args.rank % n == 0``
+    if whole is not None:
+        return whole if whole in MAIN_TESTS else None
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return _main_test(test.left, scope, found, facts, depth + 1) or _main_test(test.right, scope, found, facts, depth + 1)
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.Or):  # ``alone or rank == 0``
+        sides = [_main_test(s, scope, found, facts, depth + 1) for s in (test.left, test.right)]
+        alone = [rank_test(s, scope, found) in SINGLE_TESTS for s in (test.left, test.right)]
+        if all(t is not None or a for t, a in zip(sides, alone)) and any(sides):
+            return next(t for t in sides if t is not None)
+        return None
+    mapped = rank_test(test, scope, found) or mode_test(test, scope, found)
+    if mapped is not None:
+        return mapped if mapped in MAIN_TESTS else None
+    key = dotted(test)
+    if key is None or key.count(".") > 1:
+        return None
+    bindings = [b for b in facts.bindings() if b.key == key]
+    tests = {constant(b.value) is True or _main_test(b.value, b.where, found, facts, depth + 1) if b.value is not None else None
+             for b in bindings}
+    tests.discard(True)  # ``master_process = True`` where the script runs alone
+    return tests.pop() if len(tests) == 1 and None not in tests and False not in tests else None
+
+
+def _find_main_only(facts: Facts, flow: "Flow", found: Distributed) -> None:
+    scopes = found.scopes
+    for stmt in facts.order:
+        if isinstance(stmt, cst.If) and id(stmt) in scopes:
+            test = _main_test(stmt.test, scopes[id(stmt)], found, facts)
+            if test is not None:
+                found.main_only_stmts[stmt] = test
+    grown = True
+    while grown:
+        grown = False
+        for scope in facts.scopes:
+            if scope.kind != "function" or id(scope) in found.main_only_scopes:
+                continue
+            sites = flow.call_sites(scope)
+            if not sites and scope.class_scope is not None:  # ``model_to_save.save_pretrained(d)``: by the method's name
+                sites = [s for s in facts.calls if s.method == scope.name and flow.callee(s) is None]
+            tests = {found.main_only(facts, s.stmt, s.scope) for s in sites}
+            if sites and None not in tests:
+                found.main_only_scopes[id(scope)] = MAIN_TESTS[1] if MAIN_TESTS[1] in tests else MAIN_TESTS[0]
+                grown = True

@@ -7,7 +7,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from accelify.codemods.names import ImportMap
+from accelify.codemods.analysis.names import ImportMap
 
 
 @dataclass(eq=False)
@@ -49,6 +49,15 @@ class Scope:
             if self.params and self.params[0].name.value == "self":
                 return self.parent
         return None
+
+    def inside(self, outer: "Scope") -> bool:
+        """Whether this scope is nested (at any depth) in ``outer``."""
+        parent = self.parent
+        while parent is not None:
+            if parent is outer:
+                return True
+            parent = parent.parent
+        return False
 
     def binds(self, name: str) -> bool:
         return name in self.bindings or name in self.param_names

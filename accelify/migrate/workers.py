@@ -12,8 +12,8 @@ import signal
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Iterator, Sequence
 
-from accelify.codemods.outcome import FAILED
-from accelify.grouping import Job
+from accelify.codemods.engine.outcome import FAILED
+from accelify.migrate.grouping import Job
 from accelify.results import Result
 
 
@@ -33,7 +33,7 @@ def _context() -> multiprocessing.context.BaseContext:
     modules imported, not from this one (which may run a progress-bar thread)."""
     if "forkserver" in multiprocessing.get_all_start_methods():
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["accelify.pipeline", "accelify.codemods.engine", "accelify.notebook"])
+        context.set_forkserver_preload(["accelify.pipeline", "accelify.codemods.engine.transform", "accelify.notebook"])
         return context
     return multiprocessing.get_context("spawn")
 

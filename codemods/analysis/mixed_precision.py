@@ -1,6 +1,7 @@
 """What a script does by hand for automatic mixed precision, and the ``mixed_precision=`` that does the same.
 
-Found once, read by two rules: ``accelerator`` (the argument) and ``amp`` (the rewrites).
+Found once (``plan.analysis(find_amp)``) for what reads it: the accelerator's ``mixed_precision=`` argument
+(``creation.py``) and the ``amp`` rule (the rewrites).
 
 - scalers: ``torch.cuda.amp.GradScaler(...)`` / ``torch.amp.GradScaler("cuda", enabled=...)`` bindings;
 - autocasts: ``with torch.autocast(...)`` / ``torch.cuda.amp.autocast(...)`` items, and ``ctx = nullcontext() if
@@ -21,11 +22,11 @@ from dataclasses import dataclass, field
 import libcst as cst
 import libcst.matchers as m
 
-from accelify.codemods.context import code_of, expression
-from accelify.codemods.facts import Binding, CallSite, Facts, Scope
-from accelify.codemods.names import dotted
-from accelify.codemods.plan import Plan
-from accelify.codemods.roles import flags_from_test, strip_placement
+from accelify.codemods.analysis.snippets import code_of, expression
+from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Scope
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.plan import Plan
+from accelify.codemods.analysis.roles import flags_from_test, strip_placement
 
 AUTOCAST = {"torch.autocast", "torch.cuda.amp.autocast", "torch.amp.autocast", "torch.cpu.amp.autocast",
             "torch.amp.autocast_mode.autocast"}
@@ -59,8 +60,9 @@ class Amp:
         return f'mixed_precision={precision} if {code_of(_double_quoted(self.enabled))} else "no"'
 
 
-def find_amp(facts: Facts, plan: Plan) -> Amp | None:
+def find_amp(plan: Plan) -> Amp | None:
     """The script's AMP, or None when it has none."""
+    facts = plan.facts
     amp = Amp()
     sites = [s for s in facts.calls if (s.qualname or "") in AUTOCAST]
     amp.scalers = [b for b in plan.bindings_with_role("scaler") if b.loop is None]

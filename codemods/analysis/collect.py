@@ -13,8 +13,8 @@ from typing import Callable, Iterator
 
 import libcst as cst
 
-from accelify.codemods.facts import Binding, CallSite, Facts, Loop, Scope
-from accelify.codemods.names import ImportMap, dotted
+from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Loop, Scope
+from accelify.codemods.analysis.names import ImportMap, dotted
 
 NO_GRAD = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad"}
 

@@ -3,17 +3,18 @@
 ``int(os.environ["RANK"])``, ``os.environ.get("LOCAL_RANK", -1)``, ``dist.get_rank()``,
 ``dist.get_world_size()``: what each holds (a ``Rank``: ``process_index``, ``local_process_index`` or
 ``num_processes``, and whether the script's own value is -1 when it runs alone), and the literal values the
-tests on them compare with. ``codemods/distributed.py`` finds the keys holding them; ``rank_tests.py`` reads the
+tests on them compare with. ``distributed.py`` finds the keys holding them; ``rank_tests.py`` reads the
 tests on them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import libcst as cst
 
-from accelify.codemods.names import ImportMap
+from accelify.codemods.analysis.names import ImportMap
 
 GET_RANK = "torch.distributed.get_rank"
 GET_WORLD_SIZE = "torch.distributed.get_world_size"
@@ -33,6 +34,14 @@ class Rank:
 
     kind: str
     sentinel: bool = False
+
+
+class LauncherKeys(Protocol):
+    """What the tests on launcher values read of the program's distributed code (``distributed.Distributed``)."""
+
+    keys: dict[str, Rank]  # names and ``args.x`` holding a launcher value
+    modes: set[str]  # mode flags (``args.distributed``)
+    spawn_indexes: set[str]  # the index ``mp.spawn`` gives its worker
 
 
 def env_read(expr: cst.BaseExpression, imports: ImportMap) -> tuple[str, bool] | None:

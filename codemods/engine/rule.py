@@ -6,7 +6,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import ClassVar
 
-from accelify.codemods.context import Context
+from accelify.codemods.engine.context import Context
 
 
 @dataclass(frozen=True)

@@ -3,25 +3,21 @@
 A hand-written distributed script decides who logs, saves and evaluates by testing the launcher's values
 (``if args.local_rank in [-1, 0]:``, ``if master_process:``, ``if not args.distributed or args.rank % n == 0:``).
 Each function here says what such a test amounts to in the accelerator's terms (``{a}`` is the accelerator), or
-None when it is no such test; ``find_main_only`` marks the code only the main process runs.
+None when it is no such test (``distributed.py`` uses them to find the code only the main process runs).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 import libcst as cst
 
-from accelify.codemods.facts import Facts, Scope
-from accelify.codemods.launcher_values import MAIN_TESTS, SINGLE_TESTS, Rank, constant, constants, source
-from accelify.codemods.names import dotted
-
-if TYPE_CHECKING:
-    from accelify.codemods.distributed import Distributed
-    from accelify.codemods.flow import Flow
+from accelify.codemods.analysis.facts import Scope
+from accelify.codemods.analysis.launcher_values import MAIN_TESTS, LauncherKeys, Rank, constant, constants, source
+from accelify.codemods.analysis.names import dotted
 
 
-def rank_of(expr: cst.BaseExpression, scope: Scope, found: "Distributed") -> Rank | None:
+def rank_of(expr: cst.BaseExpression, scope: Scope, found: LauncherKeys) -> Rank | None:
     """What launcher value ``expr`` holds (a key, a read, a query), or None."""
     key = dotted(expr)
     if key is not None and key in found.keys:
@@ -29,7 +25,7 @@ def rank_of(expr: cst.BaseExpression, scope: Scope, found: "Distributed") -> Ran
     return source(expr, scope.imports)
 
 
-def rank_test(node: cst.BaseExpression, scope: Scope, found: "Distributed") -> str | None:
+def rank_test(node: cst.BaseExpression, scope: Scope, found: LauncherKeys) -> str | None:
     """The accelerator's way to say what a test on a launcher value says, with ``{a}`` for the accelerator:
     ``rank == 0`` -> ``{a}.is_main_process``; None when ``node`` is no such test."""
     if not isinstance(node, cst.Comparison) or len(node.comparisons) != 1:
@@ -63,7 +59,7 @@ def rank_test(node: cst.BaseExpression, scope: Scope, found: "Distributed") -> s
     return None
 
 
-def spawn_test(node: cst.BaseExpression, found: "Distributed") -> str | None:
+def spawn_test(node: cst.BaseExpression, found: LauncherKeys) -> str | None:
     """``args.gpu is None or args.gpu == 0`` on the spawned worker's index: not spawned, or its first process:
     ``{a}.is_local_main_process``."""
     if not (isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.Or)):
@@ -80,7 +76,7 @@ def spawn_test(node: cst.BaseExpression, found: "Distributed") -> str | None:
     return MAIN_TESTS[1] if kinds == {"alone", "first"} else None
 
 
-def mode_test(node: cst.BaseExpression, scope: Scope, found: "Distributed") -> str | None:
+def mode_test(node: cst.BaseExpression, scope: Scope, found: LauncherKeys) -> str | None:
     """``not args.multiprocessing_distributed or (args.multiprocessing_distributed and args.rank % n == 0)``: a
     boolean test made only of mode flags and one kind of rank test says what that rank test says."""
     leaves = list(_leaves(node))
@@ -107,54 +103,3 @@ def _leaves(node: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
         yield from _leaves(node.expression)
     else:
         yield node
-
-
-def main_test(test: cst.BaseExpression, scope: Scope, found: "Distributed", facts: Facts, depth: int = 0) -> str | None:
-    """Whether ``test`` is true only on the main process (or the main process of each machine) when there are
-    several: the accelerator's test it amounts to (one of ``MAIN_TESTS``), else None."""
-    if depth > 4:
-        return None
-    whole = mode_test(test, scope, found) or spawn_test(test, found)  # ``not args.distributed or args.rank % n == 0``
-    if whole is not None:
-        return whole if whole in MAIN_TESTS else None
-    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
-        return main_test(test.left, scope, found, facts, depth + 1) or main_test(test.right, scope, found, facts, depth + 1)
-    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.Or):  # ``alone or rank == 0``
-        sides = [main_test(s, scope, found, facts, depth + 1) for s in (test.left, test.right)]
-        alone = [rank_test(s, scope, found) in SINGLE_TESTS for s in (test.left, test.right)]
-        if all(t is not None or a for t, a in zip(sides, alone)) and any(sides):
-            return next(t for t in sides if t is not None)
-        return None
-    mapped = rank_test(test, scope, found) or mode_test(test, scope, found)
-    if mapped is not None:
-        return mapped if mapped in MAIN_TESTS else None
-    key = dotted(test)
-    if key is None or key.count(".") > 1:
-        return None
-    bindings = [b for b in facts.bindings() if b.key == key]
-    tests = {constant(b.value) is True or main_test(b.value, b.where, found, facts, depth + 1) if b.value is not None else None
-             for b in bindings}
-    tests.discard(True)  # ``master_process = True`` where the script runs alone
-    return tests.pop() if len(tests) == 1 and None not in tests and False not in tests else None
-
-
-def find_main_only(facts: Facts, flow: "Flow", found: "Distributed") -> None:
-    scopes = found.scopes
-    for stmt in facts.order:
-        if isinstance(stmt, cst.If) and id(stmt) in scopes:
-            test = main_test(stmt.test, scopes[id(stmt)], found, facts)
-            if test is not None:
-                found.main_only_stmts[stmt] = test
-    grown = True
-    while grown:
-        grown = False
-        for scope in facts.scopes:
-            if scope.kind != "function" or id(scope) in found.main_only_scopes:
-                continue
-            sites = flow.call_sites(scope)
-            if not sites and scope.class_scope is not None:  # ``model_to_save.save_pretrained(d)``: by the method's name
-                sites = [s for s in facts.calls if s.method == scope.name and flow.callee(s) is None]
-            tests = {found.main_only(facts, s.stmt, s.scope) for s in sites}
-            if sites and None not in tests:
-                found.main_only_scopes[id(scope)] = MAIN_TESTS[1] if MAIN_TESTS[1] in tests else MAIN_TESTS[0]
-                grown = True

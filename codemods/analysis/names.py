@@ -106,8 +106,3 @@ class ImportMap:
     def imports_any(self, *prefixes: str) -> bool:
         """Whether some import statement names a module under one of ``prefixes``."""
         return any(m == p or m.startswith(p + ".") for m in self.modules for p in prefixes)
-
-
-def code_of(node: cst.CSTNode) -> str:
-    """Source text of a node (for messages and for building new statements)."""
-    return cst.Module(body=[]).code_for_node(node)

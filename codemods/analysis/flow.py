@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods.facts import Binding, CallSite, Facts, Scope
-from accelify.codemods.names import dotted
-from accelify.codemods.roles import PASS_THROUGH, strip_placement, strip_wrapper
+from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Scope
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.roles import PASS_THROUGH, strip_placement, strip_wrapper
 
 _MISSING = object()
 

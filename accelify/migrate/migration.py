@@ -28,14 +28,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from accelify.codemods.outcome import ATTENTION, CONVERTED, FAILED, SKIPPED, UNCHANGED, ConversionWarning
-from accelify.discovery import CANDIDATE, OTHER, SKIP, Entry, walk
+from accelify.codemods.engine.outcome import ATTENTION, CONVERTED, FAILED, SKIPPED, UNCHANGED, ConversionWarning
+from accelify.migrate.discovery import CANDIDATE, OTHER, SKIP, Entry, walk
 from accelify.errors import AccelifyError
-from accelify.grouping import Job, plan
+from accelify.migrate.grouping import Job, plan
 from accelify.results import Result
 from accelify.settings import Settings, SettingsFinder
-from accelify.source import encode, write_together
-from accelify.workers import run, start_workers_early
+from accelify.source import write_together
+from accelify.writes import PlannedWrite, plan_writes
+from accelify.migrate.workers import run, start_workers_early
 
 PREVIEW, DIFF, CHECK, IN_PLACE, OUT = "preview", "diff", "check", "in-place", "out"
 MODES = (PREVIEW, DIFF, CHECK, IN_PLACE, OUT)
@@ -226,23 +227,11 @@ class Migration:
         """Each script's result with its rows (the script's, its companions') and how many candidates it
         accounts for, after writing them; then the job's candidate modules nothing changed."""
         results = [self._relabel(r, self.finder(Path(r.path))) for r in results]
-        chosen: dict[str, tuple[str, str]] = {}  # companion path -> (new text, script that changed it)
         reported: set[str] = set()
         written: dict[str, str] = {}
-        for result in results:
-            conflict = next((
-                c.path for c in result.companions if c.changed and c.path in chosen and chosen[c.path][0] != c.new
-            ), None)
-            if conflict is not None:
-                other = chosen[conflict][1]
-                result = replace(result, status=FAILED, new=result.old, companions=(), error=(
-                    f"{result.path}: its conversion edits {conflict} differently from the conversion of {other}; "
-                    f"convert them one at a time (`accelify convert {result.path}`)"))
-            skip = set(chosen)  # written already, with an earlier script of this job
-            for companion in result.companions:
-                if companion.changed:
-                    chosen.setdefault(companion.path, (companion.new, result.path))
-            written.update(self._write(result, skip=skip))
+        for planned in plan_writes((r, self._destination) for r in results):
+            result = planned.result
+            written.update(self._write(planned))
             rows = [Row.of(result, written=written.get(result.path))]
             for companion in result.companions:
                 if companion.path not in reported:
@@ -282,25 +271,25 @@ class Migration:
         assert self.options.out is not None
         return os.path.join(os.fspath(self.options.out), os.path.relpath(source, self.root))
 
-    def _write(self, result: Result, *, skip: set[str]) -> dict[str, str]:
+    def _destination(self, part: Result) -> str | None:
+        """Where a changed part of a result goes: over itself (``--in-place``, and the previews, which write nothing),
+        or its place in the ``--out`` mirror."""
+        if not part.changed:
+            return None
+        source = self._absolute(part.path)
+        return self._out_path(source) if self.options.mode == OUT else str(source)
+
+    def _write(self, planned: PlannedWrite) -> dict[str, str]:
         """Write a script and its changed companions as one change (``--in-place``, ``--out``; a file
         not converted is copied to ``--out`` byte for byte); return ``{shown path: destination}``."""
         mode = self.options.mode
         if mode not in (IN_PLACE, OUT):
             return {}
-        parts = [] if result.failed or result.needs_attention else [
-            part for part in (result, *result.companions) if part.changed and part.path not in skip
-        ]
-        files: list[tuple[str, bytes]] = []
-        destinations: dict[str, str] = {}
-        for part in parts:
-            source = self._absolute(part.path)
-            destination = str(source) if mode == IN_PLACE else self._out_path(source)
-            files.append((destination, encode(part.new, part.encoding)))
-            destinations[part.path] = part.path if mode == IN_PLACE else destination
+        result = planned.result
+        destinations = {w.part.path: w.part.path if mode == IN_PLACE else w.destination for w in planned.files}
         with deferred_interrupt():
-            if files:
-                write_together(files)
+            if planned.files:
+                write_together([(w.destination, w.data) for w in planned.files])
                 self.summary.written.extend(destinations.values())
             if mode == OUT and result.path not in destinations:
                 self._copy(self._absolute(result.path))  # not converted: the original, byte for byte

@@ -7,21 +7,32 @@ attributes declared here once it has chosen the prepare site; these methods only
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import libcst as cst
 
-from accelify.codemods.analysis import target_names
-from accelify.codemods.distributed import Distributed
-from accelify.codemods.facts import Binding, Loop, Scope
-from accelify.codemods.flow import Flow
-from accelify.codemods.names import dotted
-from accelify.codemods.roles import is_cuda_string, rewraps, strip_placement
-
-if TYPE_CHECKING:
-    from accelify.codemods.plan import Alias
+from accelify.codemods.analysis.collect import target_names
+from accelify.codemods.analysis.distributed import Distributed
+from accelify.codemods.analysis.facts import Binding, Loop, Scope
+from accelify.codemods.analysis.flow import Flow
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.roles import is_cuda_string, rewraps, strip_placement
 
 ITERATION_WRAPPERS = {"enumerate", "iter", "tqdm.tqdm"}
+
+
+@dataclass(frozen=True)
+class Alias:
+    """A name through which a scope holds a prepared object: a binding, or a parameter (``stmt`` None)."""
+
+    key: str
+    obj: Binding
+    stmt: cst.BaseStatement | None
+    many: bool = False  # a list of them: ``*optimizers`` in prepare
+
+    @property
+    def spelled(self) -> str:
+        return f"*{self.key}" if self.many else self.key
 
 
 class PreparedUses(Flow):
@@ -66,7 +77,7 @@ class PreparedUses(Flow):
         for obj in self.in_place:
             if obj.key == key and obj.where is scope:
                 return at is None or self.facts.after(at, obj.stmt)
-        if key in names and (scope is target or _nested_in(scope, target)):
+        if key in names and (scope is target or scope.inside(target)):
             anchor = self.prepare_after
             if scope is not target or at is None or anchor is None:
                 return True
@@ -91,6 +102,16 @@ class PreparedUses(Flow):
             if inner is not None and (inner != key or binding.where is not scope):
                 return self._sees_expr(binding.where, value, binding.stmt, seen)
         return False
+
+    def prepared_model(self, scope: Scope, expr: cst.BaseExpression, at: cst.BaseStatement | None = None) -> Binding | None:
+        """The prepared model ``expr`` holds at ``at`` (as ``prepared`` says), or None for anything else."""
+        found = self.prepared(scope, expr, at)
+        return found if found is not None and found.role == "model" else None
+
+    def model_object(self, scope: Scope, expr: cst.BaseExpression) -> Binding | None:
+        """The model ``prepare`` receives that ``expr`` holds, before or after ``prepare``, or None."""
+        found = self.origin(scope, expr)
+        return found if found is not None and found.role == "model" and found in self.objects else None
 
     def _rebound(self, scope: Scope, key: str, anchor: cst.BaseStatement, at: cst.BaseStatement) -> bool:
         """Whether ``key`` is assigned again between ``prepare`` (after ``anchor``) and ``at``
@@ -204,21 +225,18 @@ class PreparedUses(Flow):
         """Loops of ``scope`` that call ``backward`` (directly or through a helper)."""
         return [loop for loop in scope.loops if any(self.reaches_backward(site) for site in loop.calls)]
 
+    def feeds_training(self) -> bool:
+        """Whether a training loop walks a prepared loader (whose batches the runtime places on the device)."""
+        return any(
+            self.loader_of(loop) is not None for loop in self.facts.loops if any(self.reaches_backward(s) for s in loop.calls)
+        )
+
     def trains(self, builder: Scope) -> bool:
         """Whether training (a ``backward``) runs in the builder, in what it calls, or, for a trainer
         class built in ``__init__``, in one of the class's methods."""
         owner = builder.class_scope
         scopes = [s for s in self.facts.scopes if s.parent is owner] if owner is not None else [builder]
         return any(self.reaches_backward(site) for scope in scopes for site in scope.calls)
-
-
-def _nested_in(scope: Scope, outer: Scope) -> bool:
-    parent = scope.parent
-    while parent is not None:
-        if parent is outer:
-            return True
-        parent = parent.parent
-    return False
 
 
 def _batch_part(expr: cst.BaseExpression, names: set[str]) -> bool:

@@ -19,11 +19,11 @@ from itertools import zip_longest
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 from accelify import __version__
-from accelify.codemods.outcome import ATTENTION, CONVERTED, FAILED, SKIPPED, STATUSES, UNCHANGED, ConversionWarning
+from accelify.codemods.engine.outcome import ATTENTION, CONVERTED, FAILED, SKIPPED, STATUSES, UNCHANGED, ConversionWarning
 from accelify.results import Result
 
 if TYPE_CHECKING:
-    from accelify.migrate import Row, Summary
+    from accelify.migrate.migration import Row, Summary
 
 SCHEMA = "accelify-migrate-report/1"
 CONTEXT = 3  # unchanged lines shown around a change or a warning

@@ -5,29 +5,29 @@ be reached by every process the same number of times, so it may only sit under c
 A value is *local* (it may differ between processes) when it comes from a process's own data: a batch
 of a prepared loader, a prepared model's output on it, a loss, a random draw, the process's rank or
 the clock; and everything computed from such a value is local too. A value is *global* again once it
-went through ``gather_for_metrics``/``gather``/``reduce`` (the evaluation rule inserts those and
-records them in ``Context.gathered``). Everything else (constants, arguments, epochs, parameters of a
+went through ``gather_for_metrics``/``gather``/``reduce`` (read from the edits: the statements ``x, y =
+accelerator.gather_for_metrics((x, y))`` the evaluation rule inserts, and the forward calls it replaced by the
+name it gathers). Everything else (constants, arguments, epochs, parameters of a
 prepared model, ``len(loader.dataset)``) agrees.
 
 The analysis is per function, in source order: a use sees the last assignment before it on its path
 (and, inside a loop, the assignments later in the loop body, from the previous iteration); a
 parameter is local when a call site passes a local value; a function's result is local when a
 ``return`` returns one; ``self.x`` and module globals are local when any assignment of them is.
-It errs towards "local": a branch it cannot prove agrees is treated as one that may not.
+It errs towards "local": a branch it cannot prove agrees is treated as one that may not. It reads the edits
+proposed when it is first asked (``Context.agreement`` builds it then), so it is asked after the evaluation rule.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Iterable, Protocol
 
 import libcst as cst
 
-from accelify.codemods.analysis import children
-from accelify.codemods.facts import Binding, CallSite, Facts, Loop, Scope
-from accelify.codemods.names import dotted
-
-if TYPE_CHECKING:
-    from accelify.codemods.context import Context
+from accelify.codemods.analysis.collect import children, target_names
+from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Loop, Scope
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.plan import Plan
 
 _RANDOM = ("torch.rand", "torch.randn", "torch.randint", "torch.randperm", "torch.bernoulli", "torch.multinomial",
            "torch.normal", "random.", "numpy.random.", "np.random.")
@@ -39,18 +39,54 @@ _RANK_ATTRS = ("process_index", "local_process_index", "is_main_process", "is_lo
 _GLOBAL_METHODS = ("gather_for_metrics", "gather", "reduce", "check_trigger", "pad_across_processes")
 
 
+class ProposedEdits(Protocol):
+    """What the agreement reads of the edits proposed so far (``engine.edits.Edits``)."""
+
+    removed: set[cst.BaseStatement]
+    holders: dict[cst.CSTNode, cst.BaseStatement]  # replaced node -> its statement
+
+    def inserted(self) -> Iterable[tuple[cst.BaseStatement, bool, cst.BaseStatement]]: ...
+
+    def replacement_of(self, node: cst.CSTNode) -> cst.CSTNode | None: ...
+
+
 class Agreement:
     """Answers ``uniform(scope, expr, at)`` and ``agreed(stmt, scope)`` for one conversion."""
 
-    def __init__(self, ctx: "Context") -> None:
-        self.ctx = ctx
-        self.facts = ctx.facts
-        self.plan = ctx.plan
+    def __init__(self, facts: Facts, plan: Plan, edits: ProposedEdits) -> None:
+        self.facts = facts
+        self.plan = plan
+        self.edits = edits
+        # what is global again: names gathered right after a statement (or right before it), and forward calls
+        # replaced by a gathered name
+        self.gathered: dict[cst.BaseStatement, set[str]] = {}
+        self.gathered_before: set[cst.BaseStatement] = set()
+        self.gathered_nodes: set[cst.CSTNode] = set()
+        self._read_gathers(edits)
         self._local_binding: dict[int, bool] = {}
         self._params: dict[tuple[int, str], bool] = {}
         self._returns: dict[int, bool] = {}
         self._contexts: dict[int, bool] = {}
         self._batch_loops: dict[int, bool] = {}
+
+    def _read_gathers(self, edits: ProposedEdits) -> None:
+        for anchor, before, stmt in edits.inserted():
+            names = _gathered_names(stmt)
+            if names:
+                self.gathered.setdefault(anchor, set()).update(names)
+                if before:
+                    self.gathered_before.add(anchor)
+        if not self.gathered_before:
+            return
+        for node, stmt in edits.holders.items():
+            if stmt in self.gathered_before:
+                new = edits.replacement_of(node)
+                if isinstance(new, cst.Name) and new.value in self.gathered[stmt]:
+                    self.gathered_nodes.add(node)
+
+    def gathers(self, stmt: cst.BaseStatement) -> bool:
+        """Whether values are gathered for metrics right before or after ``stmt``."""
+        return stmt in self.gathered
 
     # values -------------------------------------------------------------------------------------
     def uniform(self, scope: Scope, expr: cst.BaseExpression, at: cst.BaseStatement) -> bool:
@@ -58,7 +94,7 @@ class Agreement:
         return not self._local(scope, expr, at, frozenset())
 
     def _local(self, scope: Scope, expr: cst.BaseExpression, at: cst.BaseStatement, seen: frozenset) -> bool:
-        if expr in self.ctx.gathered_nodes:
+        if expr in self.gathered_nodes:
             return False
         if expr in self.plan.distributed.local_nodes:
             return True  # a launcher value the script reads (``int(os.environ["RANK"])``, ``args.local_rank``)
@@ -116,7 +152,7 @@ class Agreement:
             return False
         if owner.kind == "function" and head in owner.param_names and head not in owner.bindings:
             return "." not in key and self._param_local(owner, head, seen)
-        bindings = [b for b in owner.bindings.get(key, []) if b.stmt not in self.ctx.edits.removed]
+        bindings = [b for b in owner.bindings.get(key, []) if b.stmt not in self.edits.removed]
         if "." in key and head != "self" and not owner.bindings.get(key):
             return self._key_local(scope, head, at, seen)  # ``out.data``, ``loss.shape``: an attribute of ``out``
         if owner is not scope or owner.kind != "function":  # self.x, a module global, a closure's variable
@@ -130,9 +166,9 @@ class Agreement:
         order = self.facts.order
         chain = set(self.facts.chain(at))
         events: list[tuple[float, cst.BaseStatement, Binding | None]] = [(order[b.stmt][0], b.stmt, b) for b in bindings]
-        for stmt, names in self.ctx.gathered_stmts.items():
+        for stmt, names in self.gathered.items():
             if key in names:
-                where = order[stmt][0] - 0.5 if stmt in self.ctx.gathered_before else order[stmt][1] + 0.5
+                where = order[stmt][0] - 0.5 if stmt in self.gathered_before else order[stmt][1] + 0.5
                 events.append((where, stmt, None))
         here = order[at][0]
         out: list[Binding] = []
@@ -233,6 +269,16 @@ class Agreement:
         result = all(self.agreed(site.stmt, site.scope) for site in sites)
         self._contexts[id(scope)] = result
         return result
+
+
+def _gathered_names(stmt: cst.BaseStatement) -> list[str]:
+    """The names ``x, y = accelerator.gather_for_metrics((x, y))`` binds, or none for any other statement."""
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
+        return []
+    value = stmt.body[0].value
+    if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "gather_for_metrics"):
+        return []
+    return [name for target in stmt.body[0].targets for name in target_names(target.target)]
 
 
 def _subexpressions(expr: cst.BaseExpression) -> list[cst.BaseExpression]:

@@ -205,3 +205,12 @@ def candidates_in(folder: Path, settings_for: Callable[[Path], Settings]) -> lis
     """The candidate files under ``folder`` (minus excluded ones), sorted, as paths below ``folder`` as
     given: what ``convert DIR`` converts."""
     return [folder / e.relative for e in walk(folder, settings_for) if e.kind == CANDIDATE and not e.excluded]
+
+
+def candidates(folder: Path, exclude: tuple[str, ...] = (), root: Path | None = None) -> list[Path]:
+    """The ``*.py``/``*.ipynb`` files under ``folder`` that may import torch (``might_import_torch``),
+    minus ``exclude`` patterns (relative to ``root`` and to ``folder``) and what ``.gitignore`` ignores,
+    skipping hidden, virtual-environment and build folders; sorted: ``candidates_in`` with settings made of
+    ``exclude`` alone. Converting one that does not import torch gives ``skipped``, as naming it would."""
+    settings = Settings(exclude=tuple(exclude), root=root or folder)
+    return candidates_in(folder, lambda path: settings)

@@ -1,7 +1,7 @@
-"""The notebook's last step: its training call goes through ``notebook_launcher``.
+"""The engine's notebook step: a notebook's training call goes through ``notebook_launcher``.
 
-Runs on the whole converted program of a notebook (its code cells joined, as ``accelify/notebook.py`` builds
-it), after the rules: a top-level call of a function that creates the ``Accelerator`` (or calls one that does),
+``transform(..., notebook=True)`` runs it on the whole converted program of a notebook (its code cells joined, as
+``accelify/notebook.py`` builds it), after the rules: a top-level call of a function that creates the ``Accelerator`` (or calls one that does),
 ``main(a, b)``, becomes ``notebook_launcher(main, (a, b))``, which on one process calls it here exactly as before
 and on a machine with N GPUs runs it on each. Where the training runs in the cells themselves (``ACC101``) or
 the call cannot be launched as it is (keyword arguments, a used result: ``ACC102``), it notes why instead.
@@ -15,11 +15,9 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from accelify.codemods.codes import NOTEBOOK_IN_PROCESS, NOTEBOOK_LAUNCH_BY_HAND, Code
-from accelify.codemods.targets import import_module
-
-IN_PROCESS, LAUNCH_BY_HAND = NOTEBOOK_IN_PROCESS, NOTEBOOK_LAUNCH_BY_HAND
-CODES: tuple[Code, ...] = (IN_PROCESS, LAUNCH_BY_HAND)
+from accelify.codemods import codes
+from accelify.codemods.codes import Code
+from accelify.codemods.engine.targets import import_module
 
 
 class _Launch(cst.CSTTransformer):
@@ -61,10 +59,9 @@ def _calls(node: cst.CSTNode) -> set[str]:
     return {c.func.value for c in m.findall(node, m.Call(func=m.Name()))}  # type: ignore[union-attr]
 
 
-def launch(code: str, target: str) -> tuple[str, list[tuple[Code, dict[str, str], int, int]]]:
+def launch(module: cst.Module, target: str) -> tuple[cst.Module, list[tuple[Code, dict[str, str], int, int]]]:
     """The converted program with its training call going through ``notebook_launcher``, and the
-    notes (code, fields, line, column) where that cannot be done."""
-    module = cst.parse_module(code)
+    notes (code, fields, line, column in ``module``'s code) where that cannot be done."""
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     positions = wrapper.resolve(PositionProvider)
     functions = {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
@@ -84,7 +81,7 @@ def launch(code: str, target: str) -> tuple[str, list[tuple[Code, dict[str, str]
         if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
             continue
         if _creates_accelerator(statement):
-            notes.append((IN_PROCESS, {}, *at(statement)))
+            notes.append((codes.NOTEBOOK_IN_PROCESS, {}, *at(statement)))
             continue
         for call in m.findall(statement, m.Call(func=m.Name())):
             name = call.func.value  # type: ignore[union-attr]
@@ -96,7 +93,7 @@ def launch(code: str, target: str) -> tuple[str, list[tuple[Code, dict[str, str]
             if not launchable:
                 why = ("it passes keyword arguments" if any(a.keyword is not None or a.star for a in call.args)  # type: ignore[attr-defined]
                        else "its result is used, and notebook_launcher returns one result per process")
-                notes.append((LAUNCH_BY_HAND, {"name": name, "why": why}, *at(call)))
+                notes.append((codes.NOTEBOOK_LAUNCH_BY_HAND, {"name": name, "why": why}, *at(call)))
     transformer = _Launch(trains)
     new = module.visit(transformer) if trains else module
     if transformer.launched:
@@ -106,5 +103,5 @@ def launch(code: str, target: str) -> tuple[str, list[tuple[Code, dict[str, str]
     elif not notes:  # an Accelerator created elsewhere (a class, a function no cell calls)
         first = next(iter(m.findall(wrapper.module, m.Call(func=m.Name("Accelerator")))), None)
         if first is not None:
-            notes.append((IN_PROCESS, {}, *at(first)))
-    return new.code, notes
+            notes.append((codes.NOTEBOOK_IN_PROCESS, {}, *at(first)))
+    return new, notes

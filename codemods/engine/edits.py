@@ -3,15 +3,22 @@
 Rules never rebuild the tree themselves (Fixit's model): they register replacements for nodes and
 statement insertions/removals; ``apply`` visits only the statements that contain an edit.
 Replacements compose: each is a function of the node as already updated by edits inside it.
+
+What is already handled is read from the edits themselves, never kept on the side: ``replaced(node)``
+(some rule replaces it), ``dropped(node)`` (nothing of it is left once the edits apply: its statement is
+removed, or an edit around it does not keep it), ``rewritten(node)`` (either), ``readers`` (the scopes
+whose edits read the accelerator, resolved when the edits apply), ``accelerators`` (the scopes where an
+edit creates the accelerator or passes it in, and the name it has there).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Hashable, Iterable, Sequence
 
 import libcst as cst
 
-from accelify.codemods.names import dotted
+from accelify.codemods.analysis.collect import descendants
+from accelify.codemods.analysis.names import dotted
 
 Replacement = Callable[[cst.CSTNode], cst.CSTNode]
 Regroup = Callable[[list[cst.BaseStatement]], list[cst.BaseStatement]]
@@ -23,13 +30,20 @@ class Edits:
     def __init__(self, parent_stmt: dict[cst.BaseStatement, cst.BaseStatement | None]) -> None:
         self._parent = parent_stmt
         self.replacements: dict[cst.CSTNode, list[Replacement]] = {}
+        self.holders: dict[cst.CSTNode, cst.BaseStatement] = {}  # replaced node -> the statement that holds it
         self.before: dict[cst.BaseStatement, list[cst.BaseStatement]] = {}
         self.after: dict[cst.BaseStatement, list[cst.BaseStatement]] = {}
         self.removed: set[cst.BaseStatement] = set()
         self.groups: list[tuple[list[cst.BaseStatement], Regroup]] = []
         self.dirty: set[cst.BaseStatement] = set()
+        self.readers: dict[Hashable, list[cst.CSTNode]] = {}  # scope -> what its edits write with the accelerator
+        self.accelerators: dict[Hashable, str] = {}  # scope -> the accelerator's name there, once the edits apply
         self.version = 0  # counts the edits proposed; ``apply`` reuses its last result while it is unchanged
         self._applied: dict[int, tuple[int, cst.Module, cst.Module]] = {}
+        self._gone: set[int] = set()  # ids of original nodes the edits so far leave out
+        self._results: dict[cst.CSTNode, tuple[int, cst.CSTNode]] = {}  # replaced node -> (fns applied, result)
+        self._pending: list[cst.CSTNode] = []  # removed statements, replaced nodes and regrouped statements not yet read
+        self._groups_seen = 0
 
     def __bool__(self) -> bool:
         return bool(self.replacements or self.before or self.after or self.removed or self.groups)
@@ -40,9 +54,14 @@ class Edits:
             self.dirty.add(stmt)
             stmt = self._parent.get(stmt)
 
-    def replace(self, node: cst.CSTNode, stmt: cst.BaseStatement, fn: Replacement) -> None:
-        """Replace ``node`` (inside ``stmt``) by ``fn(updated node)``."""
+    def replace(self, node: cst.CSTNode, stmt: cst.BaseStatement, fn: Replacement, *, reader: Hashable | None = None) -> None:
+        """Replace ``node`` (inside ``stmt``) by ``fn(updated node)``; ``reader``: the scope whose accelerator
+        ``fn`` writes (the name is read when the edits apply)."""
         self.replacements.setdefault(node, []).append(fn)
+        self.holders[node] = stmt
+        self._pending.append(node)
+        if reader is not None:
+            self.readers.setdefault(reader, []).append(node)
         self._touch(stmt)
 
     def insert_before(self, stmt: cst.BaseStatement, new: Sequence[cst.BaseStatement]) -> None:
@@ -55,7 +74,14 @@ class Edits:
 
     def remove(self, stmt: cst.BaseStatement) -> None:
         self.removed.add(stmt)
+        self._pending.append(stmt)
         self._touch(self._parent.get(stmt))
+
+    def bind(self, scope: Hashable, name: str) -> None:
+        """Declare that the edits make the accelerator readable in ``scope`` as ``name`` (the statement that
+        creates it, the parameter or attribute that passes it in: the rule that writes it declares it)."""
+        self.accelerators[scope] = name
+        self.version += 1
 
     def vanishes(self, stmt: cst.BaseStatement) -> bool:
         """Whether nothing of ``stmt`` is left: it is removed, or it is an ``if`` (side-effect-free test, no ``else``)
@@ -66,12 +92,72 @@ class Edits:
             return all(self.vanishes(s) for s in stmt.body.body)
         return False
 
-    def regroup(self, stmts: Sequence[cst.BaseStatement], make: "Regroup") -> None:
+    def regroup(self, stmts: Sequence[cst.BaseStatement], make: "Regroup", *, reader: Hashable | None = None) -> None:
         """Replace the consecutive statements ``stmts`` of one block, as updated by every other edit (the
         statements inserted around them included), by ``make(those statements)`` (to wrap them in a
-        ``with``, say)."""
+        ``with``, say); ``reader`` as for ``replace``."""
         self.groups.append((list(stmts), make))
+        if reader is not None:
+            self.readers.setdefault(reader, []).extend(stmts)
         self._touch(self._parent.get(stmts[0]))
+
+    # what the edits so far do to a node of the original code ----------------------------------------
+    def replaced(self, node: cst.CSTNode) -> bool:
+        """Whether some edit replaces ``node`` itself."""
+        return node in self.replacements
+
+    def dropped(self, node: cst.CSTNode) -> bool:
+        """Whether nothing of ``node`` is left once the edits apply: a removed statement holds it, or an edit
+        of a node around it (or of itself) gives a node without it (``x.to(device)`` -> ``x`` drops ``device``)."""
+        self._read()
+        return id(node) in self._gone
+
+    def rewritten(self, node: cst.CSTNode) -> bool:
+        """Whether an edit already takes care of ``node``: it is replaced, or dropped."""
+        return node in self.replacements or self.dropped(node)
+
+    def replacement_of(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        """What the replacements of ``node`` make of it (computed on the original node), or None."""
+        fns = self.replacements.get(node)
+        if not fns:
+            return None
+        count, result = self._results.get(node, (0, node))
+        for fn in fns[count:]:
+            result = fn(result)
+        self._results[node] = (len(fns), result)
+        return result
+
+    def inserted(self) -> Iterable[tuple[cst.BaseStatement, bool, cst.BaseStatement]]:
+        """Every inserted statement: ``(anchor, before, statement)``, ``before`` True for one inserted before ``anchor``."""
+        for before, table in ((True, self.before), (False, self.after)):
+            for anchor, new in table.items():
+                for stmt in new:
+                    yield anchor, before, stmt
+
+    def _read(self) -> None:
+        """Account for the edits proposed since the last question (each is read once)."""
+        pending, self._pending = self._pending, []
+        for node in pending:
+            if node in self.removed:
+                self._gone.update(id(n) for n in descendants(node))
+            else:
+                self._leave_out([node], [self.replacement_of(node)])  # type: ignore[list-item]
+        for stmts, make in self.groups[self._groups_seen:]:
+            self._leave_out(stmts, make(list(stmts)))
+        self._groups_seen = len(self.groups)
+
+    def _leave_out(self, originals: Sequence[cst.CSTNode], results: Sequence[cst.CSTNode]) -> None:
+        """Mark what of ``originals`` is not in ``results`` (nodes are kept by identity)."""
+        inside = {id(n) for original in originals for n in descendants(original)}
+        kept: set[int] = set()
+        for result in results:
+            for n in descendants(result, lambda n: id(n) not in inside):
+                if id(n) in inside:
+                    kept.add(id(n))
+        for original in originals:
+            for n in descendants(original, lambda n: id(n) not in kept):
+                if id(n) not in kept:
+                    self._gone.add(id(n))
 
 
 class _Applier(cst.CSTTransformer):
@@ -214,27 +300,23 @@ def _inner_comments(node: cst.CSTNode) -> list[cst.EmptyLine]:
         if isinstance(child, cst.TrailingWhitespace) and child.comment is not None:
             out.append(cst.EmptyLine(comment=child.comment))
         elif isinstance(child, cst.IndentedBlock):
-            if child.header.comment is not None:
-                out.append(cst.EmptyLine(comment=child.header.comment))
-            for stmt in child.body:
-                out += _line_comments(stmt.leading_lines) + _trailing_comment(stmt) + _inner_comments(stmt)
-            out += _line_comments(child.footer)
+            out += _block_comments(child)
         elif isinstance(child, (cst.If, cst.Else, cst.ExceptHandler, cst.Finally)):
             out += _line_comments(child.leading_lines) + _inner_comments(child)
     return out
 
 
+def _block_comments(block: cst.IndentedBlock) -> list[cst.EmptyLine]:
+    """The comments of a block: its header's, its statements' (and theirs), its footer's."""
+    out = [cst.EmptyLine(comment=block.header.comment)] if block.header.comment is not None else []
+    for stmt in block.body:
+        out += _line_comments(stmt.leading_lines) + _trailing_comment(stmt) + _inner_comments(stmt)
+    return out + _line_comments(block.footer)
+
+
 def _comments_of_branch(branch: cst.If) -> list[cst.EmptyLine]:
     """The comments of an ``elif`` and its block, not of the branches after it (they stay)."""
-    block = branch.body
-    out: list[cst.EmptyLine] = []
-    if isinstance(block, cst.IndentedBlock):
-        if block.header.comment is not None:
-            out.append(cst.EmptyLine(comment=block.header.comment))
-        for stmt in block.body:
-            out += _line_comments(stmt.leading_lines) + _trailing_comment(stmt) + _inner_comments(stmt)
-        out += _line_comments(block.footer)
-    return out
+    return _block_comments(branch.body) if isinstance(branch.body, cst.IndentedBlock) else []
 
 
 def _trailing_comment(stmt: cst.BaseStatement) -> list[cst.EmptyLine]:

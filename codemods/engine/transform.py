@@ -1,5 +1,9 @@
 """Run the ordered rules over one program (a script and the local modules it uses): one analysis per
-module, one plan, one batched transform per module, one status."""
+module, one plan, one batched transform per module, one status.
+
+The steps, in order: ``collect`` (facts, per module) -> ``Plan`` -> the rules (``rules.RULES``, each proposing
+edits and warnings on one ``Context``) -> ``apply`` (one pass per module) -> for a notebook's program, the
+notebook step (``notebook_launch.launch``: its training call through ``notebook_launcher``) -> ``Outcome``."""
 
 from __future__ import annotations
 
@@ -8,15 +12,16 @@ from typing import Mapping
 
 import libcst as cst
 
-from accelify.codemods.analysis import collect
-from accelify.codemods.context import Abort, Context, Located
-from accelify.codemods.edits import apply
-from accelify.codemods.facts import Facts
-from accelify.codemods.outcome import ATTENTION, CONVERTED, NOT_A_CANDIDATE, SKIPPED, UNCHANGED, ConversionWarning
-from accelify.codemods.plan import Plan
-from accelify.codemods.positions import locate
+from accelify.codemods.analysis.collect import collect
+from accelify.codemods.engine.context import Abort, Context, Located
+from accelify.codemods.engine.edits import apply
+from accelify.codemods.engine.notebook_launch import launch
+from accelify.codemods.analysis.facts import Facts
+from accelify.codemods.engine.outcome import ATTENTION, CONVERTED, NOT_A_CANDIDATE, SKIPPED, UNCHANGED, ConversionWarning
+from accelify.codemods.analysis.plan import Plan
+from accelify.codemods.engine.positions import locate
 from accelify.codemods.rules import RULES
-from accelify.codemods.targets import DEFAULT_TARGET, TARGETS
+from accelify.codemods.engine.targets import DEFAULT_TARGET, TARGETS
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,7 @@ class Outcome:
     reason: str | None = None
     companions: tuple[Companion, ...] = ()
     code: str | None = None  # the converted text, for a converted outcome (``module.code``, generated once)
+    notes: tuple[ConversionWarning, ...] = ()  # the notebook step's warnings, positioned in ``code``
 
 
 def _uses_accelerator(facts: Facts) -> bool:
@@ -58,11 +64,13 @@ def transform(
     disabled: frozenset[str] = frozenset(),
     modules: Mapping[str, cst.Module] | None = None,
     sources: Mapping[str, str] | None = None,
+    notebook: bool = False,
 ) -> Outcome:
     """Convert the script ``module``; ``modules`` are the local modules it imports, by import name
     (``{"loops": ...}``), analysed with it; ``sources`` their texts and the script's (``"__main__"``) where the
-    caller has them (generating code is a large part of the cost). Never raises for a pattern it does not
-    understand (it warns or refuses instead)."""
+    caller has them (generating code is a large part of the cost); ``notebook``: ``module`` is a notebook's
+    code cells joined, and its training call goes through ``notebook_launcher`` (the notebook step). Never
+    raises for a pattern it does not understand (it warns or refuses instead)."""
     facts = collect(module)
     if _uses_accelerator(facts):
         return Outcome(UNCHANGED, module, (), (), "already uses an Accelerator")
@@ -80,7 +88,7 @@ def transform(
         warnings = _locate(program, [*ctx.warnings, *stop.warnings])
         return Outcome(ATTENTION, module, (), warnings["__main__"], stop.warnings[0][1].message, _noted(program, warnings))
     warnings = _locate(program, ctx.warnings)
-    if not ctx.accelerators:  # nothing trains here: any edit would be a half conversion
+    if not ctx.accelerating:  # nothing trains here: any edit would be a half conversion
         return Outcome(UNCHANGED, module, (), warnings["__main__"], None, _noted(program, warnings))
     texts = dict(sources or {})
 
@@ -101,7 +109,13 @@ def transform(
             companions.append(Companion(unit, edited, warnings.get(unit, ()), edited_code))
     if new_code == text("__main__") and not any(c.code != text(c.unit) for c in companions):
         return Outcome(UNCHANGED, module, (), warnings["__main__"], None, tuple(companions))
-    return Outcome(CONVERTED, new, tuple(ctx.changes), warnings["__main__"], None, tuple(companions), new_code)
+    notes: tuple[ConversionWarning, ...] = ()
+    if notebook and new_code != text("__main__"):
+        new, found = launch(new, target)
+        new_code = new.code
+        notes = tuple(ConversionWarning(code.code, code.message.format(**fields), code.fix.format(**fields), line, col)
+                      for code, fields, line, col in found)
+    return Outcome(CONVERTED, new, tuple(ctx.changes), warnings["__main__"], None, tuple(companions), new_code, notes)
 
 
 def _noted(program: Facts, warnings: dict[str, tuple[ConversionWarning, ...]]) -> tuple[Companion, ...]:

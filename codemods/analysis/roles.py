@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 import libcst as cst
 import libcst.matchers as m
 
-from accelify.codemods.names import ImportMap, dotted
+from accelify.codemods.analysis.names import ImportMap, dotted
 
 if TYPE_CHECKING:
-    from accelify.codemods.facts import Binding
+    from accelify.codemods.analysis.facts import Binding
 
 LOADERS = {"torch.utils.data.DataLoader"}
 SCALERS = {"torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler"}
@@ -32,6 +32,37 @@ PLACEMENT_METHODS = ("to", "cuda")
 WRAPPERS = {"torch.compile", "torch.nn.parallel.DistributedDataParallel"}
 # Calls that return the objects they receive, in order: ``model, optimizer = amp.initialize(model, optimizer)``.
 PASS_THROUGH = {"apex.amp.initialize"}
+
+
+# What a DistributedDataParallel wrapper has too: nn.Module's public API (torch 2.x) and its instance attributes.
+MODULE_API = frozenset({
+    "T_destination", "add_module", "apply", "bfloat16", "buffers", "call_super_init", "children", "compile", "cpu",
+    "cuda", "double", "dump_patches", "eval", "extra_repr", "float", "forward", "get_buffer", "get_extra_state",
+    "get_parameter", "get_submodule", "half", "ipu", "load_state_dict", "modules", "mtia", "named_buffers",
+    "named_children", "named_modules", "named_parameters", "parameters", "register_backward_hook", "register_buffer",
+    "register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook",
+    "register_full_backward_pre_hook", "register_load_state_dict_post_hook", "register_load_state_dict_pre_hook",
+    "register_module", "register_parameter", "register_state_dict_post_hook", "register_state_dict_pre_hook",
+    "requires_grad_", "set_extra_state", "set_submodule", "share_memory", "state_dict", "to", "to_empty", "train",
+    "type", "xpu", "zero_grad", "training", "module", "no_sync",
+})
+
+
+def tensor_backward(call: cst.Call, imports: ImportMap) -> bool:
+    """``loss.backward(...)``: a tensor's backward. ``scaler.scale(loss).backward()`` is AMP's; ``self.backward()``,
+    ``super().backward(...)`` and ``torch.autograd.backward(...)`` (a module function) call no tensor's."""
+    func = call.func
+    if not (isinstance(func, cst.Attribute) and func.attr.value == "backward"):
+        return False
+    receiver = func.value
+    if isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute) and receiver.func.attr.value == "scale":
+        return False
+    if isinstance(receiver, cst.Name) and receiver.value in ("self", "cls"):
+        return False
+    if isinstance(receiver, cst.Call):
+        return not (isinstance(receiver.func, cst.Name) and receiver.func.value == "super")
+    name = dotted(receiver)
+    return name is None or name.split(".")[0] not in imports.aliases
 
 
 def strip_placement(expr: cst.BaseExpression) -> cst.BaseExpression:

@@ -1,5 +1,6 @@
-"""Gradient accumulation written by hand, found once for two rules: ``accelerator`` (the
-``gradient_accumulation_steps=`` argument) and ``accumulation`` (the rewrite).
+"""Gradient accumulation written by hand, found once (``plan.analysis(find_accumulation)``) for the rules
+that read it: the accelerator's ``gradient_accumulation_steps=`` (``creation.py``), ``accumulation`` and
+``micro_steps`` (the rewrites).
 
 The shape recognised (the one every tutorial and the 2019-2022 example scripts use)::
 
@@ -24,10 +25,10 @@ from dataclasses import dataclass, field
 import libcst as cst
 import libcst.matchers as m
 
-from accelify.codemods.context import code_of
-from accelify.codemods.facts import Facts, Loop, Scope
-from accelify.codemods.names import dotted
-from accelify.codemods.plan import Plan
+from accelify.codemods.analysis.snippets import code_of
+from accelify.codemods.analysis.facts import Facts, Loop, Scope
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.plan import Plan
 
 _MODULO = m.BinaryOperation(operator=m.Modulo())
 
@@ -44,7 +45,35 @@ class Accumulation:
     models: list[str] = field(default_factory=list)  # what `accelerator.accumulate(...)` receives
 
 
-def find_accumulation(
+@dataclass
+class Accumulations:
+    """Every hand-written accumulation of the program, and the one step count the accelerator takes (None
+    when there is none, or when loops accumulate over different counts: one accelerator cannot do both, and
+    then none is converted)."""
+
+    loops: list[Accumulation] = field(default_factory=list)
+    micro_steps: list["MicroSteps"] = field(default_factory=list)
+    unconverted: list[cst.If] = field(default_factory=list)  # steps of loops accumulating in a shape left alone
+    steps: cst.BaseExpression | None = None
+
+
+def find_accumulation(plan: Plan) -> Accumulations:
+    """The program's accumulation by hand, where the accelerator is made (nothing when it has no home)."""
+    found = Accumulations()
+    home = plan.home
+    if home is None:
+        return found
+    found.loops = _loops(plan.facts, plan, home, found.unconverted)
+    found.micro_steps = _micro_steps(plan.facts, plan, home, plan.distributed.sync_toggles)
+    counts = [a.steps for a in [*found.loops, *found.micro_steps]]
+    if len({code_of(k) for k in counts}) == 1:
+        found.steps = counts[0]
+    elif counts:
+        found.loops, found.micro_steps = [], []
+    return found
+
+
+def _loops(
     facts: Facts, plan: Plan, home: Scope | None, unconverted: list[cst.If]
 ) -> list[Accumulation]:
     """Every loop of the program that accumulates by hand in the recognised shape; ``unconverted`` receives
@@ -154,9 +183,8 @@ def _models(plan: Plan, loop: Loop) -> list[str]:
     """The prepared models the loop runs (``accelerator.accumulate(model)``), by the names the loop uses."""
     names: list[str] = []
     for site in loop.calls:
-        found = plan.prepared(site.scope, site.node.func, site.stmt)
         key = dotted(site.node.func)
-        if found is not None and found.role == "model" and key is not None and key not in names:
+        if plan.prepared_model(site.scope, site.node.func, site.stmt) is not None and key is not None and key not in names:
             names.append(key)
     return names
 
@@ -175,7 +203,7 @@ class MicroSteps:
     models: list[str] = field(default_factory=list)
 
 
-def find_micro_steps(facts: Facts, plan: Plan, home: Scope | None, toggles: list[cst.BaseStatement]) -> list[MicroSteps]:
+def _micro_steps(facts: Facts, plan: Plan, home: Scope | None, toggles: list[cst.BaseStatement]) -> list[MicroSteps]:
     """Loops over ``range(k)`` that toggle ``require_backward_grad_sync`` and run a backward, and step no
     optimizer (the step follows the loop); ``k`` readable where the accelerator is made."""
     found = []

@@ -14,23 +14,26 @@ Rules read the plan; none of them walks the tree again. The decisions, in order:
    when it runs after ``prepare`` in the prepare scope, or receives it from there (parameters, ``self.x``,
    module globals).
 
-Whatever cannot be followed is recorded in ``problems`` for the rules to refuse the file with.
+Whatever cannot be followed is recorded in ``problems`` (``rules/refusals.py`` refuses the file with them, or
+warns). What a rule needs beyond these decisions is an analysis it asks for, ``plan.analysis(find_amp)``: built on
+first use from the plan, and shared, so every rule gets the same answer whoever asks first.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
 
 import libcst as cst
 
-from accelify.codemods import codes
-from accelify.codemods.analysis import target_names
-from accelify.codemods.codes import Code
-from accelify.codemods.distributed import find_distributed
-from accelify.codemods.facts import Binding, CallSite, Facts, Scope
-from accelify.codemods.prepared_uses import PreparedUses
-from accelify.codemods.names import code_of, dotted
-from accelify.codemods.roles import (
+from accelify.codemods.analysis.blocks import block_of
+from accelify.codemods.analysis.collect import target_names
+from accelify.codemods.analysis.distributed import find_distributed
+from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Scope
+from accelify.codemods.analysis.prepared_uses import Alias, PreparedUses
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.snippets import code_of
+from accelify.codemods.analysis.roles import (
     classify,
     element_call,
     names_a_device,
@@ -41,31 +44,28 @@ from accelify.codemods.roles import (
 )
 
 PREPARED_ROLES = ("model", "optimizer", "loader", "scheduler")
+T = TypeVar("T")
 _BUILTIN_DATA = {"range", "list", "zip", "enumerate", "iter", "tuple", "sorted", "reversed", "map", "filter", "itertools.count",
                  "tqdm.trange", "tqdm.auto.trange"}
 _BLOCKS = (cst.If, cst.With, cst.Try, cst.Else, cst.Finally, cst.ExceptHandler)
 
 
-@dataclass(frozen=True)
-class Alias:
-    """A name through which a scope holds a prepared object: a binding, or a parameter (``stmt`` None)."""
-
-    key: str
-    obj: Binding
-    stmt: cst.BaseStatement | None
-    many: bool = False  # a list of them: ``*optimizers`` in prepare
-
-    @property
-    def spelled(self) -> str:
-        return f"*{self.key}" if self.many else self.key
+# What the plan can find it cannot settle (``Problem.kind``); ``rules/refusals.py`` gives each its warning code.
+MODEL_IN_LOOP = "model_in_loop"  # a model or optimizer built inside a loop: refused
+SCHEDULER_IN_LOOP = "scheduler_in_loop"  # a scheduler built inside a loop: left out of prepare
+CREATED_AFTER_LOOP = "created_after_loop"  # an object created after training starts: refused
+BUILT_ELSEWHERE = "built_elsewhere"  # no scope holds every object: refused
+UNSHARDED = "unsharded"  # training walks a loader as it was before prepare: refused
+UNKNOWN_DATA = "unknown_data"  # training walks data that cannot be followed
+SELF_TRAINING_MODULE = "self_training_module"  # a module that builds and steps its own optimizer: refused
 
 
 @dataclass(frozen=True)
 class Problem:
-    """Something the plan could not settle: a code, the node to point at, the message fields, and
+    """Something the plan could not settle: what kind, the node to point at, the message fields, and
     whether it stops the conversion (``refuse``) or only warns."""
 
-    code: Code
+    kind: str
     node: cst.CSTNode
     fields: tuple[tuple[str, str], ...]
     refuse: bool = True
@@ -91,11 +91,19 @@ class Plan(PreparedUses):
         self.home_block: list[cst.BaseStatement] = []
         self.home_call: CallSite | None = None  # the call in the home that leads to the prepare scope
         self._prepared_memo: dict[tuple[int, str, int], bool] = {}
+        self._analyses: dict[Callable[..., Any], Any] = {}
         if self.objects and not any(p.refuse for p in self.problems):
             self._choose_prepare_site()
         if self.prepare_scope is not None:
             self._choose_home()
             self._check_training_data()
+
+    def analysis(self, build: Callable[["Plan"], T]) -> T:
+        """The analysis ``build`` makes of this plan (``find_amp``, ``find_accumulation``, ``Creation``), built on
+        first use and then shared: every rule that asks gets the same answer, whoever asks first."""
+        if build not in self._analyses:
+            self._analyses[build] = build(self)
+        return self._analyses[build]  # type: ignore[no-any-return]
 
     @property
     def builder(self) -> Scope | None:
@@ -236,13 +244,13 @@ class Plan(PreparedUses):
         objects: list[Binding] = []
         for optimizer in optimizers:
             if optimizer.loop is not None:
-                self._problem(codes.MODEL_IN_LOOP, optimizer.stmt, name=optimizer.key)
+                self._problem(MODEL_IN_LOOP, optimizer.stmt, name=optimizer.key)
             objects.append(optimizer)
             for where, owner in self.trained_by(optimizer):
                 model = self.origin(where, owner)
                 if model is not None and model.role == "model" and model not in objects:
                     if model.loop is not None:
-                        self._problem(codes.MODEL_IN_LOOP, model.stmt, name=model.key)
+                        self._problem(MODEL_IN_LOOP, model.stmt, name=model.key)
                     objects.append(model)
         if not optimizers:
             # no optimizer: parameters updated by hand (`for p in model.parameters(): p.data.add_(p.grad, ...)`)
@@ -273,7 +281,7 @@ class Plan(PreparedUses):
                 self.in_place.append(obj)  # a loader rebuilt every epoch: prepared right where it is built
                 kept.append(obj)
             elif obj.loop is not None and obj.role == "scheduler":
-                self._problem(codes.BUILT_IN_LOOP, obj.stmt, refuse=False, name=obj.key)
+                self._problem(SCHEDULER_IN_LOOP, obj.stmt, refuse=False, name=obj.key)
             else:
                 kept.append(obj)
         return kept
@@ -301,8 +309,8 @@ class Plan(PreparedUses):
         """Whether ``binding`` creates an object that ``prepare`` receives."""
         return binding is not None and binding in self.objects
 
-    def _problem(self, code: Code, node: cst.CSTNode, *, refuse: bool = True, **fields: str) -> None:
-        self.problems.append(Problem(code, node, tuple(fields.items()), refuse))
+    def _problem(self, kind: str, node: cst.CSTNode, *, refuse: bool = True, **fields: str) -> None:
+        self.problems.append(Problem(kind, node, tuple(fields.items()), refuse))
 
     # the prepare site ---------------------------------------------------------------------------
     def _choose_prepare_site(self) -> None:
@@ -333,7 +341,7 @@ class Plan(PreparedUses):
             first = required[0]
             missing = [o for o in required if all(id(o) not in a for a in by_scope.values() if id(first) in a)]
             culprit = (missing or required)[0]
-            self._problem(codes.BUILT_ELSEWHERE, culprit.stmt, name=culprit.key)
+            self._problem(BUILT_ELSEWHERE, culprit.stmt, name=culprit.key)
             return
         scope = self._shallowest(candidates)
         aliases = list(by_scope[scope].values())
@@ -380,7 +388,7 @@ class Plan(PreparedUses):
             for index, stmt in enumerate(block[: block.index(last)]):
                 if self.drives_training(scope, stmt):
                     culprit = next(a for a, t in zip((a for a in aliases if a.stmt is not None), tops) if t is last)
-                    self._problem(codes.CREATED_AFTER_LOOP, culprit.stmt, name=culprit.key)  # type: ignore[arg-type]
+                    self._problem(CREATED_AFTER_LOOP, culprit.stmt, name=culprit.key)  # type: ignore[arg-type]
                     return
         self.prepare_scope, self.prepare_block, self.prepare_after, self.aliases = scope, block, last, aliases
 
@@ -406,9 +414,9 @@ class Plan(PreparedUses):
             found = self.origin(loop.scope, source)
             if found is not None and found.role == "loader":
                 if self.loader_of(loop) is None:
-                    self._problem(codes.UNSHARDED, loop.node.iter, name=dotted(source) or "the loader", line=found.key)
+                    self._problem(UNSHARDED, loop.node.iter, name=dotted(source) or "the loader", line=found.key)
             elif dotted(source) is not None and self._unknown_data(loop.scope, source, found):
-                self._problem(codes.UNKNOWN_DATA, loop.node.iter, refuse=False, name=dotted(source) or "")
+                self._problem(UNKNOWN_DATA, loop.node.iter, refuse=False, name=dotted(source) or "")
 
     def _unknown_data(self, scope: Scope, source: cst.BaseExpression, found: Binding | None) -> bool:
         """Training data that may be a DataLoader nobody can see being built: made by a call of a library
@@ -452,7 +460,7 @@ class Plan(PreparedUses):
                 scope, via = caller, sites  # ``train_model(model, device)``, and its retry after an OOM
         if scope.class_scope is not None and _torch_module_class(scope.class_scope.name, self.facts.classes):
             # forward-forward style: each layer makes and steps its own optimizer in a method of its own
-            self._problem(codes.SELF_TRAINING_MODULE, scope.node, name=f"{scope.class_scope.name}.{scope.name}")
+            self._problem(SELF_TRAINING_MODULE, scope.node, name=f"{scope.class_scope.name}.{scope.name}")
         self.home, self.home_call = scope, (via[0] if via else None)
         self.home_block = self.prepare_block if not via else _common_block(self.facts, scope, [s.stmt for s in via])
 
@@ -505,12 +513,6 @@ def _from_torch_optim(binding: Binding) -> bool:
     """Whether ``binding`` holds a ``torch.optim`` optimizer (not just a call that takes parameters)."""
     where, core = _maker(binding)
     return (where.imports.qualname(core.func) or "").startswith("torch.optim.")
-
-
-def block_of(stmt: cst.BaseStatement) -> list[cst.BaseStatement] | None:
-    """The statements of a compound statement's first block (``if``/``with``/``try`` bodies), or None."""
-    body = getattr(stmt, "body", None)
-    return list(body.body) if isinstance(body, cst.IndentedBlock) else None
 
 
 def _common_block(facts: Facts, scope: Scope, stmts: list[cst.BaseStatement]) -> list[cst.BaseStatement]:

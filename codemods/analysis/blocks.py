@@ -1,0 +1,41 @@
+"""Where a statement sits among its neighbours: the block of a compound statement, the statement before it,
+the ``with open(...)`` around it."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.codemods.analysis.facts import Facts
+
+
+def block_of(stmt: cst.BaseStatement) -> list[cst.BaseStatement] | None:
+    """The statements of a compound statement's first block (``if``/``with``/``try`` bodies), or None."""
+    body = getattr(stmt, "body", None)
+    return list(body.body) if isinstance(body, cst.IndentedBlock) else None
+
+
+def previous(facts: Facts, stmt: cst.BaseStatement, module: cst.Module) -> cst.BaseStatement | None:
+    """The statement right before ``stmt`` in its block (``module``'s body for a top-level one), or None: the
+    first of its block, or in a block other than its parent's first (an ``else``)."""
+    parent = facts.parent_stmt.get(stmt)
+    body = list(module.body if parent is None else getattr(getattr(parent, "body", None), "body", ()))
+    if stmt not in body:
+        return None
+    index = body.index(stmt)
+    return body[index - 1] if index > 0 else None
+
+
+def outside_open(facts: Facts, stmt: cst.BaseStatement) -> cst.BaseStatement:
+    """``stmt``, or the outermost ``with open(...)`` statement whose body holds it (``with open(p, "wb") as f: save(f)``)."""
+    parent = facts.parent_stmt.get(stmt)
+    while isinstance(parent, cst.With) and any(_opens(item.item) for item in parent.items):
+        stmt, parent = parent, facts.parent_stmt.get(parent)
+    return stmt
+
+
+def _opens(expr: cst.BaseExpression) -> bool:
+    """``open(...)`` / ``path.open(...)``: a file the statements under the ``with`` read or write."""
+    if not isinstance(expr, cst.Call):
+        return False
+    func = expr.func
+    return (isinstance(func, cst.Name) and func.value == "open") or (isinstance(func, cst.Attribute) and func.attr.value == "open")

@@ -1,0 +1,280 @@
+"""How and where the ``Accelerator`` is created: its name, its arguments and its place, decided once.
+
+Asked by the rules through ``plan.analysis(Creation)``: the accelerator rule writes the constructor, the
+imports rule imports what the arguments name (``DistributedDataParallelKwargs``), and a rule that must know
+whether a statement runs after the accelerator exists reads ``anchor``.
+
+- name: ``self.accelerator`` in a trainer class that builds its objects in ``__init__``, else ``accelerator``;
+- arguments: ``cpu=<flag>`` from the script's device choice (``cpu=True`` when it never chooses a device),
+  ``split_batches=True`` where DataParallel split each batch, ``mixed_precision=`` from its AMP,
+  ``gradient_accumulation_steps=`` from its accumulation, ``kwargs_handlers=`` from its DDP options;
+- place: as early as possible in the home block (the builder, or the caller that builds the objects), after
+  the statements its arguments read (``args = parser.parse_args()``), before the first use of the objects
+  and of the launcher's values.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from accelify.codemods.analysis.collect import is_docstring, is_import
+from accelify.codemods.analysis.distributed import data_parallel_sites
+from accelify.codemods.analysis.facts import Binding, Scope
+from accelify.codemods.analysis.gradient_accumulation import find_accumulation
+from accelify.codemods.analysis.mixed_precision import find_amp
+from accelify.codemods.analysis.names import ImportMap, dotted
+from accelify.codemods.analysis.plan import Plan
+from accelify.codemods.analysis.roles import (
+    AVAILABILITY,
+    cpu_flag,
+    flags_from_test,
+    is_cpu_device,
+    is_cuda_flag,
+    join_terms,
+    split_terms,
+)
+from accelify.codemods.analysis.snippets import code_of
+
+_REFS = m.Name() | m.Attribute(value=m.Name())
+LINE_LENGTH = 88
+
+
+class Creation:
+    """The accelerator of one program (``home`` None: nothing to create it for)."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.home: Scope | None = plan.home
+        self.name = "accelerator"
+        self.arguments: list[str] = []
+        self.runtime_imports: tuple[str, ...] = ()  # names imported beside ``Accelerator``
+        self.block: list[cst.BaseStatement] = []
+        self.index = 0
+        self.after = False  # ``(index, True)``: right after ``block[index - 1]``; else right before ``block[index]``
+        self.late: str | None = None  # a value the arguments read, bound only after a launcher read needs the accelerator
+        if self.home is not None:
+            self._decide(self.home)
+
+    @property
+    def anchor(self) -> tuple[cst.BaseStatement, bool] | None:
+        """Where the accelerator is created: ``(statement, True)`` right after it, ``(statement, False)`` right before."""
+        if self.home is None or not self.block:
+            return None
+        return (self.block[self.index - 1], True) if self.after else (self.block[self.index], False)
+
+    def code(self) -> str:
+        """``accelerator = Accelerator(...)``, one argument per line (black's way) when it would pass 88 columns."""
+        assert self.home is not None
+        facts = self.plan.facts
+        depth = len(facts.chain(self.block[0])) - 1
+        indent = facts.unit_of(self.home).module.default_indent
+        line = f"{self.name} = Accelerator({', '.join(self.arguments)})"
+        if len(indent) * depth + len(line) <= LINE_LENGTH or len(self.arguments) < 2:
+            return line
+        return f"{self.name} = Accelerator(\n" + "".join(f"{indent}{a},\n" for a in self.arguments) + ")"
+
+    # the decisions --------------------------------------------------------------------------------
+    def _decide(self, home: Scope) -> None:
+        plan = self.plan
+        facts = plan.facts
+        in_class = home.class_scope is not None and any(a.key.startswith("self.") for a in plan.aliases)
+        self.name = "self.accelerator" if in_class else "accelerator"
+        flag = self._cpu_flag(home)
+        arguments = [f"cpu={code_of(flag)}"] if flag is not None else []
+        if flag is None and not self._names_a_device():
+            # the script never chooses a device: it runs on the CPU (tensors it makes stay there), with the
+            # CPU's random stream; so does the conversion (cpu=True: a GPU would need the script to place them)
+            arguments = ["cpu=True"]
+        if plan.distributed.global_batch(facts, bool(data_parallel_sites(facts))):
+            arguments.append("split_batches=True")  # DataParallel split each batch over the GPUs: so do the processes
+        options = plan.distributed.ddp_options()  # DistributedDataParallel(model, find_unused_parameters=True)
+        amp = plan.analysis(find_amp)
+        depends: list[cst.BaseExpression] = [flag] if flag is not None else []
+        depends += [a.value for a in options]
+        if amp is not None and amp.argument() is not None:
+            arguments.append(amp.argument())  # type: ignore[arg-type]
+            depends += [e for e in (amp.precision, amp.enabled) if e is not None]
+        accumulation = plan.analysis(find_accumulation)
+        if accumulation.steps is not None:
+            arguments.append(f"gradient_accumulation_steps={code_of(accumulation.steps)}")
+            depends.append(accumulation.steps)
+        if options:  # the accelerator wraps the model in DDP with the script's options
+            handler = ", ".join(f"{a.keyword.value}={code_of(a.value)}" for a in options)  # type: ignore[union-attr]
+            arguments.append(f"kwargs_handlers=[DistributedDataParallelKwargs({handler})]")
+            self.runtime_imports = ("DistributedDataParallelKwargs",)
+        self.arguments = arguments
+        block = plan.home_block
+        if any(facts.top_stmt(u, home) is not None and facts.top_in(u, block) is None for u in plan.distributed.uses):
+            block = home.body  # a rank read outside the block that calls training reads the accelerator too
+        self.block = block
+        self.index, self.after = self._position(home, block, depends)
+        self.late = self._late(home, block, self.index, depends)
+
+    def _cpu_flag(self, home: Scope) -> cst.BaseExpression | None:
+        """``cpu=...`` from the device expression, following ``use_cuda``/``args.cuda`` style flags."""
+        imports = home.imports
+        devices = [b for b in _bindings(home) if b.role == "device" and b.value is not None]
+        flag = self._branch_flag(devices, imports)
+        if flag is not None:
+            return flag
+        for device in devices:
+            flag = cpu_flag(device.value, imports)  # type: ignore[arg-type]
+            if flag is not None:
+                break
+        if flag is None:
+            # a `args.cuda = not args.no_cuda and torch.cuda.is_available()` flag with no device variable
+            for b in _bindings(home):
+                if b.value is not None and is_cuda_flag(b.value, imports):
+                    flag = flags_from_test(b.value, imports)
+                    break
+            # nanoGPT: `device = args.device` ("cpu", "cuda", "cuda:1"), the device hand-written DDP sets up
+            for b in _bindings(home):
+                if flag is None and b.key in self.plan.distributed.device_indexes and isinstance(b.value, cst.Attribute):
+                    flag = cst.Comparison(cst.parse_expression(b.key), [cst.ComparisonTarget(cst.Equal(), cst.SimpleString('"cpu"'))])
+            return flag
+        return self._expand(home, flag)
+
+    def _late(self, home: Scope, block: list[cst.BaseStatement], index: int, depends: list[cst.BaseExpression]) -> str | None:
+        """A launcher read must see the accelerator, and the accelerator its arguments' values: a value the
+        arguments read that is bound only after the first such read (``ddp = int(os.environ.get("RANK", -1)) != -1``
+        above ``steps = 4``) leaves no right place. That value's name, or None."""
+        if not self.plan.distributed or index >= len(block):
+            return None
+        facts = self.plan.facts
+        before = {b.key for b in _bindings(home) if (top := facts.top_in(b.stmt, block)) is not None and block.index(top) < index}
+        bound = {b.key for b in _bindings(home)}
+        attributes = {id(a.attr) for d in depends for a in m.findall(d, m.Attribute()) if isinstance(a, cst.Attribute)}
+        names = {dotted(r) for d in depends for r in m.findall(d, _REFS) if id(r) not in attributes}  # type: ignore[arg-type]
+        late = sorted(n for n in names if n and n in bound and n not in before and n.split(".")[0] not in before)
+        return late[0] if late else None
+
+    def _position(self, home: Scope, block: list[cst.BaseStatement], depends: list[cst.BaseExpression]) -> tuple[int, bool]:
+        """Where the accelerator goes in ``block``, as early as possible: ``(index, True)`` right after
+        ``block[index - 1]``, the last statement its arguments depend on (``args = parser.parse_args()``),
+        else ``(index, False)``: before ``block[index]``, the first statement that is not an import or a
+        docstring."""
+        plan = self.plan
+        facts = plan.facts
+        uses = [a.stmt for a in plan.aliases if a.stmt is not None and plan.prepare_scope is home]
+        if plan.home_call is not None:
+            uses.append(plan.home_call.stmt)
+        uses += plan.distributed.uses  # ``ddp = int(os.environ.get("RANK", -1)) != -1`` reads the accelerator once converted
+        tops = [facts.top_in(stmt, block) for stmt in uses]
+        first_use = min((block.index(t) for t in tops if t is not None), default=len(block) - 1)
+        start = 1 if block and is_docstring(block[0]) else 0
+        while start < first_use and _declares(block[start]):
+            start += 1  # ``global best_acc1`` stays the first statement of the function
+        if home.kind == "module":
+            for i, stmt in enumerate(block[:first_use]):
+                if is_import(stmt):
+                    start = i + 1
+        after = False
+        keys: set[str] = set()
+        for flag in depends:
+            names_of_attributes = {id(a.attr) for a in m.findall(flag, m.Attribute()) if isinstance(a, cst.Attribute)}
+            for ref in m.findall(flag, _REFS):
+                if id(ref) in names_of_attributes:
+                    continue  # the `device` of `args.device` is no variable
+                key = dotted(ref)  # type: ignore[arg-type]
+                if key:
+                    keys.update((key, key.split(".")[0]))
+        for b in _bindings(home):
+            if b.key in keys:
+                top = facts.top_in(b.stmt, block)
+                if top is not None and start <= block.index(top) < first_use:
+                    start, after = block.index(top) + 1, True
+        return start, after
+
+    def _names_a_device(self) -> bool:
+        """Whether the program places anything on a device: a device variable, ``.cuda()``, ``.to(<device>)``,
+        ``device="cuda"``, or a ``torch.cuda``/``torch.accelerator`` call."""
+        plan = self.plan
+        if plan.bindings_with_role("device"):
+            return True
+        for site in plan.facts.calls:
+            if site.method == "cuda" or (site.qualname or "").startswith(("torch.cuda.", "torch.accelerator.", "torch.backends.mps")):
+                return True
+            if site.method == "to" and plan.placement_device(site.scope, site.node) is not None:
+                return True
+            if any(a.keyword is not None and a.keyword.value == "device" for a in site.node.args):
+                return True
+        return False
+
+    def _branch_flag(self, devices: list[Binding], imports: ImportMap) -> cst.BaseExpression | None:
+        """``if opt.cuda: device = torch.device("cuda:0") / elif use_mps: device = ... "mps" / else: device =
+        torch.device("cpu")``: the CPU unless a branch picks another device, ``not (opt.cuda or use_mps)``."""
+        for device in devices:
+            chain = self.plan.facts.chain(device.stmt)
+            if len(chain) > 1 and isinstance(chain[1], cst.If):
+                tests: list[cst.BaseExpression] = []
+                branch: cst.If = chain[1]
+                while True:
+                    value = _assigned(branch.body, device.key)
+                    if value is None or is_cpu_device(value, imports):
+                        return None
+                    test = self._enabling(device.where, branch.test, imports)
+                    if test is None:
+                        return None  # ``if torch.cuda.is_available():``: availability alone decides, as the accelerator does
+                    tests.append(test)
+                    if isinstance(branch.orelse, cst.If):
+                        branch = branch.orelse
+                        continue
+                    last = _assigned(branch.orelse.body, device.key) if isinstance(branch.orelse, cst.Else) else None
+                    if last is None or not is_cpu_device(last, imports):
+                        return None
+                    break
+                if all(isinstance(t, cst.UnaryOperation) and isinstance(t.operator, cst.Not) for t in tests):
+                    # ``not args.no_cuda`` / ``not args.no_mps``: the CPU when every opt-out is set
+                    parts = [t.expression.with_changes(lpar=[], rpar=[]) for t in tests]  # type: ignore[attr-defined]
+                    return join_terms(parts, cst.And())
+                joined: cst.BaseExpression = join_terms(tests)  # type: ignore[assignment]
+                if len(tests) > 1:
+                    joined = joined.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+                return cst.UnaryOperation(cst.Not(), joined)
+        return None
+
+    def _enabling(self, scope: Scope, test: cst.BaseExpression, imports: ImportMap) -> cst.BaseExpression | None:
+        """What in a branch's test the user chose: ``opt.cuda`` of ``opt.cuda and torch.cuda.is_available()``, ``opt.mps``
+        of ``use_mps`` bound to ``opt.mps and torch.backends.mps.is_available()``; None for availability alone."""
+        key = dotted(test)
+        if key is not None:
+            found = self.plan.binding_of(scope, key)
+            if found is not None and found.value is not None and is_cuda_flag(found.value, imports):
+                test = found.value
+        terms = [t for t in split_terms(test, cst.And) if not (isinstance(t, cst.Call) and imports.qualname(t.func) in AVAILABILITY)]
+        return join_terms([terms[0].with_changes(lpar=[], rpar=[]), *terms[1:]], cst.And()) if terms else None
+
+    def _expand(self, builder: Scope, flag: cst.BaseExpression) -> cst.BaseExpression:
+        """``not use_cuda`` where ``use_cuda = not args.no_cuda and torch.cuda.is_available()`` -> ``args.no_cuda``."""
+        if isinstance(flag, cst.UnaryOperation) and isinstance(flag.operator, cst.Not):
+            key = dotted(flag.expression)
+            if key is not None:
+                found = self.plan.binding_of(builder, key)
+                if found is not None and found.value is not None and is_cuda_flag(found.value, builder.imports):
+                    expanded = flags_from_test(found.value, builder.imports)
+                    if expanded is not None:
+                        return expanded
+        return flag
+
+
+def _declares(stmt: cst.BaseStatement) -> bool:
+    """``global x`` / ``nonlocal x``."""
+    return isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, (cst.Global, cst.Nonlocal)) for s in stmt.body)
+
+
+def _bindings(scope: Scope) -> list[Binding]:
+    """Bindings made by statements in ``scope`` (including ``self.x`` stored on its class)."""
+    owners = [scope] + ([scope.class_scope] if scope.class_scope is not None else [])
+    return [b for owner in owners for bs in owner.bindings.values() for b in bs if b.where is scope]
+
+
+def _assigned(block: cst.BaseSuite, key: str) -> cst.BaseExpression | None:
+    """The value ``key`` is set to in ``block`` (the only statement doing so), or None."""
+    if not isinstance(block, cst.IndentedBlock):
+        return None
+    values = [
+        small.value for stmt in block.body if isinstance(stmt, cst.SimpleStatementLine) for small in stmt.body
+        if isinstance(small, cst.Assign) and any(dotted(t.target) == key for t in small.targets)
+    ]
+    return values[0] if len(values) == 1 else None
