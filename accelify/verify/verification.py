@@ -12,6 +12,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from accelify.verify.deadlocks import deadlock_check
 from accelify.verify.distributed import distributed_checks, skipped_distributed_checks
 from accelify.verify.equivalence import one_process_checks, skipped_one_process_checks
 from accelify.verify.report import FAILED, PASSED, SKIPPED, CheckResult, RunSummary, VerifyOptions, VerifyReport
@@ -71,6 +72,8 @@ def verify_files(
             source, status = converted_label or converted.name, "given"
             conversion = CheckResult("conversion", CONVERT_STAGE, PASSED, f"the converted script was given: {source}")
         checks.append(conversion)
+        if conversion.status == PASSED:
+            checks.append(deadlock_check(converted, CONVERT_STAGE))
         if conversion.status != PASSED:
             reason = "nothing was converted" if conversion.status == SKIPPED else "the conversion failed"
             checks += skipped_one_process_checks(reason)

@@ -60,7 +60,7 @@ def convert_files(files: ScriptFiles, *, target: str = "accelify") -> tuple[Scri
     from accelify.pipeline import convert_source
     from accelify.program import ModuleText
 
-    used = _imported_modules(files)
+    used = imported_modules(files)
     local = [ModuleText(name[:-3], name, source) for name, source in files.modules if name in used]
     result = convert_source(files.source, path=files.name, target=target, modules=local)
     converted = {c.path: c.new for c in result.companions if c.changed}
@@ -68,7 +68,7 @@ def convert_files(files: ScriptFiles, *, target: str = "accelify") -> tuple[Scri
     return replace(files, source=result.new, modules=modules), result
 
 
-def _imported_modules(files: ScriptFiles) -> set[str]:
+def imported_modules(files: ScriptFiles) -> set[str]:
     """The file names of the modules beside the script that it imports, directly or through each other: only
     those are analysed with it (as ``accelify convert`` does), never an unrelated script of the same folder."""
     import libcst as cst

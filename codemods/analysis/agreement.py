@@ -36,6 +36,8 @@ _RANDOM_METHODS = ("sample", "rsample", "sample_n", "multinomial", "bernoulli", 
                    "exponential_", "geometric_", "cauchy_", "log_normal_", "bernoulli_")
 _CLOCK = ("time.time", "time.perf_counter", "time.monotonic", "datetime.")
 _RANK_ATTRS = ("process_index", "local_process_index", "is_main_process", "is_local_main_process", "is_last_process")
+_WALK_WRAPPERS = ("tqdm.tqdm", "tqdm.trange", "tqdm.auto.tqdm", "tqdm.auto.trange", "tqdm.notebook.tqdm",
+                  "tqdm.notebook.trange", "enumerate", "builtins.enumerate")
 _GLOBAL_METHODS = ("gather_for_metrics", "gather", "reduce", "check_trigger", "pad_across_processes")
 
 
@@ -117,6 +119,10 @@ class Agreement:
         qualname = (site.qualname if site is not None else None) or ""
         if isinstance(call.func, cst.Attribute) and call.func.attr.value in _GLOBAL_METHODS:
             return False
+        if qualname in _WALK_WRAPPERS:
+            # a progress bar or counter walks the items it is given, whatever it shows: ``tqdm(loader, disable=not
+            # accelerator.is_main_process)`` hands every process the same number of items
+            return any(self._local(scope, a.value, at, seen) for a in call.args if a.keyword is None)
         if qualname.startswith(_CLOCK):
             return True
         if isinstance(call.func, cst.Attribute) and call.func.attr.value in _RANDOM_METHODS and not qualname.startswith("torch."):

@@ -194,7 +194,7 @@ class Flow:
             call, index = binding.unpacked
             if not isinstance(call, cst.Call):
                 return None
-            if binding.where.imports.qualname(call.func) in PASS_THROUGH and index < len(call.args):
+            if (binding.where.imports.qualname(call.func) in PASS_THROUGH or self._prepares(binding.where, call)) and index < len(call.args):
                 passed = call.args[index].value  # ``model, optimizer = amp.initialize(model, optimizer)``
                 return self._held_before(binding) if dotted(passed) == binding.key else self.origin(binding.where, passed)
             # what a function of the program returns, or, when that cannot be followed, an object made here
@@ -202,6 +202,8 @@ class Flow:
         if binding.value is None:
             return None
         value = strip_placement(strip_wrapper(binding.value, binding.where.imports))
+        if isinstance(value, cst.Call) and len(value.args) == 1 and self._prepares(binding.where, value):
+            value = value.args[0].value  # ``model = accelerator.prepare(model)`` in a converted program
         if isinstance(value, cst.Call):
             # a call of a function of the program gives what it returns; any other call creates the object here
             return (self._returned(binding.where, value, None) or binding) if self._local_call(value) else binding
@@ -211,6 +213,16 @@ class Flow:
         if key != binding.key:
             return self.origin(binding.where, value)
         return self._held_before(binding)
+
+    def _prepares(self, scope: Scope, call: cst.Call) -> bool:
+        """Whether ``call`` is ``accelerator.prepare(...)`` on an ``Accelerator`` made in the program: in a converted
+        program (which ``accelify verify`` checks) the objects it returns are the ones it is given."""
+        if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "prepare"):
+            return False
+        key = dotted(call.func.value)
+        bound = self.binding_of(scope, key) if key is not None and key.count(".") <= 1 else None
+        made = bound.value if bound is not None else None
+        return isinstance(made, cst.Call) and (bound.where.imports.qualname(made.func) or "").rsplit(".", 1)[-1] == "Accelerator"
 
     def _held_before(self, binding: Binding) -> Binding | None:
         """``model = model.to(device)``: what the name held before this statement."""

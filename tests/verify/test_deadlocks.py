@@ -1,0 +1,86 @@
+"""The static half of verify: collectives under process-local conditions, read from the converted program."""
+
+from __future__ import annotations
+
+import textwrap
+
+from accelify.verify.deadlocks import latent_deadlocks
+
+HEAD = """\
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+
+accelerator = Accelerator()
+model = torch.nn.Linear(2, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2)
+model, opt, loader = accelerator.prepare(model, opt, loader)
+"""
+
+
+def _found(body: str, *modules: tuple[str, str]) -> list[str]:
+    return [d.format() for d in latent_deadlocks(("train.py", HEAD + textwrap.dedent(body)), modules)]
+
+
+def test_a_collective_under_a_test_on_the_local_loss_is_named_with_its_line() -> None:
+    found = _found("""\
+        for x, y in loader:
+            loss = ((model(x) - y) ** 2).mean()
+            accelerator.backward(loss)
+            if loss.item() > 1:
+                accelerator.wait_for_everyone()
+        """)
+    assert len(found) == 1 and found[0].startswith("train.py:15: accelerator.wait_for_everyone() sits under an `if`")
+    assert "`loss.item() > 1`" in found[0]
+
+
+def test_rank_tests_torch_distributed_and_local_loop_exits_are_found() -> None:
+    found = _found("""\
+        for x, y in loader:
+            loss = ((model(x) - y) ** 2).mean()
+            accelerator.backward(loss)
+            if accelerator.is_main_process:
+                dist.barrier()
+            if loss.item() < 1e-3:
+                break
+        """)
+    assert any("train.py:13: accelerator.backward()" in f and "`break` under `if loss.item() < 1e-3`" in f for f in found)
+    assert any("train.py:15: dist.barrier() sits under an `if`" in f for f in found)
+
+
+def test_agreed_places_are_not_findings() -> None:
+    found = _found("""\
+        from tqdm import tqdm
+        best = None
+        for epoch in tqdm(range(3), disable=not accelerator.is_main_process):
+            for step, (x, y) in enumerate(tqdm(loader, disable=not accelerator.is_local_main_process)):
+                loss = ((model(x) - y) ** 2).mean()
+                accelerator.backward(loss)
+                opt.step()
+            total = accelerator.reduce(loss.detach(), reduction="mean")
+            if total.item() < 1e-3:
+                accelerator.wait_for_everyone()
+                break
+            if accelerator.is_main_process:
+                accelerator.save(model.state_dict(), "m.pt")
+            accelerator.wait_for_everyone()
+        """)
+    assert found == []
+
+
+def test_a_helper_module_called_from_a_local_branch_is_named_in_its_file() -> None:
+    helper = ("evaluation.py", "def sync(accelerator):\n    accelerator.wait_for_everyone()\n")
+    found = _found("""\
+        from evaluation import sync
+        for x, y in loader:
+            loss = ((model(x) - y) ** 2).mean()
+            if loss.item() > 1:
+                sync(accelerator)
+        """, helper)
+    assert found and found[0].startswith("evaluation.py:2: accelerator.wait_for_everyone() is in `sync`")
+
+
+def test_a_file_that_does_not_parse_has_no_findings() -> None:
+    assert latent_deadlocks(("train.py", "def (:\n")) == []
