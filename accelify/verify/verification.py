@@ -17,7 +17,7 @@ from accelify.verify.distributed import distributed_checks, skipped_distributed_
 from accelify.verify.equivalence import one_process_checks, skipped_one_process_checks
 from accelify.verify.report import FAILED, PASSED, SKIPPED, CheckResult, RunSummary, VerifyOptions, VerifyReport
 from accelify.verify.runner import Launcher, RunOutcome, RunSpec
-from accelify.verify.workspace import ScriptFiles, convert_files
+from accelify.verify.workspace import ScriptFiles, convert_files, stage
 
 CONVERT_STAGE = "convert"
 
@@ -113,8 +113,7 @@ def _run_all(workdir: Path, original: ScriptFiles, converted: ScriptFiles, optio
     specs = []
     for label, files, processes in (("original", original, 1), ("converted", converted, 1),
                                     ("distributed", converted, options.processes)):
-        folder = workdir / label
-        files.write(folder)
+        folder = stage(files, workdir / label)
         specs.append(RunSpec(label=label, folder=folder, target=files.name, logs=workdir / "logs" / label,
                              args=options.args, processes=processes, steps=options.steps, seed=options.seed,
                              timeout=options.timeout))

@@ -69,6 +69,9 @@ def install_from_environment() -> bool:
     prefix = os.environ.get(ENV_RECORD)
     if not prefix or _recorder is not None:
         return False
+    import accelify_verify_sandbox
+
+    accelify_verify_sandbox.install_from_environment()  # every process of the run writes copy-on-write
     if int(os.environ.get(ENV_PROCESSES, "1") or 1) > 1 and "RANK" not in os.environ:
         return False  # torchrun's agent: it runs no training
     _recorder = _Recorder(
@@ -197,6 +200,9 @@ class _Recorder:
         # this module's folder is on sys.path in the script's process (PYTHONPATH, or the fork server's child)
         from accelify_verify_patches import batches_per_epoch, leading_size, patch_torch
 
+        import accelify_verify_sandbox
+
+        accelify_verify_sandbox.patch_torch(torch)
         torch.manual_seed(self.seed)
         self.torch = torch
         self.owner: Any = WeakIdKeyDictionary()  # parameter -> index of the DDP wrapper that holds it
