@@ -21,6 +21,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("accelify.cli.config:config", "Write, show or create the launch configuration."),
     "env": ("accelify.cli.env:env", "Print versions, devices and the config in use (for bug reports)."),
     "test": ("accelify.cli.test:test", "Launch a bundled check script with the configured processes."),
+    "rules": ("accelify.cli.rules:rules", "List every conversion rule and warning code."),
+    "rule": ("accelify.cli.rules:rule", "Explain one warning code (ACC016) or rule, with its before/after example."),
 }
 
 
