@@ -369,3 +369,38 @@ def notebook_diff(result: Result) -> str:
         )
         out.extend(lines)
     return "".join(out)
+
+
+class NotebookProgramError(SourceError):
+    """A notebook that cannot be run as a program (not JSON, not Python, a cell that does not parse)."""
+
+
+def runnable_program(text: str, path: str = "<notebook>") -> tuple[str, tuple[str, ...]]:
+    """The notebook's code cells as a program Python can run on its own (what ``accelify launch nb.ipynb`` and
+    ``accelify verify nb.ipynb`` run), and the IPython lines it leaves out (``cell_N: line``).
+
+    The cells run in order, as "Run all" would; an IPython line (``%matplotlib inline``, ``!pip install``,
+    ``files = !ls``) becomes ``pass`` with the line kept in a comment, since plain Python cannot run it; a
+    non-Python cell magic (``%%bash``) is left out whole. Raises :class:`NotebookProgramError`."""
+    opened = Notebook.open(text, path=path)
+    if isinstance(opened, Result):
+        if opened.error:
+            raise NotebookProgramError(path, opened.error.removeprefix(f"{path}:").strip(), "fix the notebook in Jupyter")
+        raise NotebookProgramError(path, f"has nothing to run ({opened.reason})", "check that it is the right notebook")
+    program = opened.program
+    skipped: list[str] = []
+    cells = {m.start(): int(m.group(1)) + 1 for m in _CELL_LINE.finditer(program.text)}
+    out: list[str] = []
+    cell = 0
+    offset = 0
+    for line in program.text.split("\n"):
+        cell = cells.get(offset, cell)
+        offset += len(line) + 1
+        match = _MAGIC_LINE.match(line)
+        if match is None:
+            out.append(line)
+            continue
+        original = program.magics[int(match.group(2))]
+        skipped.append(f"cell_{cell}: {original.strip()}")
+        out.append(f"{match.group(1)}pass  # IPython, not run as a program: {original.strip()}")
+    return "\n".join(out), tuple(skipped)

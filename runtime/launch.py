@@ -116,9 +116,14 @@ def notebook_launcher(function: Callable[..., Any], args: Sequence[Any] = (), nu
     Create the ``Accelerator`` inside ``function``. With two processes,
     ``notebook_launcher(train, (cfg,), num_processes=2)`` runs ``train(cfg)`` twice, as ranks 0
     and 1 (on CPU with Gloo when there is no GPU), and returns ``{0: result0, 1: result1}``.
-    With one process the function runs here and its result is returned as it is. ``use_port``
+    With one process the function runs here and its result is returned as it is; so it does in each process of a
+    launch (``accelify launch -n 2 nb.ipynb``: the launch made the processes). ``use_port``
     ``0`` picks a free port. A failing worker raises :class:`WorkerFailedError` naming it.
     """
+    if _launched():
+        # already one of N launched processes (`accelify launch nb.ipynb`, torchrun): the launch made the processes,
+        # so each runs the function here, in the group the launch set up, whatever num_processes says
+        return function(*args)
     gpus = read_device_facts().gpu_count
     device = default_device(gpus)  # the GPUs when there are any (like `accelify launch` without --cpu)
     precision = check_mixed_precision(mixed_precision, device, where="notebook_launcher")
@@ -135,6 +140,13 @@ def notebook_launcher(function: Callable[..., Any], args: Sequence[Any] = (), nu
         return _run_here(function, args, settings)
     port = int(use_port) or _free_port()
     return _run(function, args, count, settings, port, max_restarts, monitor_interval)
+
+
+def _launched() -> bool:
+    """Whether this process is a worker of a launch (torchrun's variables set, more than one process)."""
+    import os
+
+    return int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 and "RANK" in os.environ and "LOCAL_RANK" in os.environ
 
 
 def _run_here(function: Callable[..., Any], args: Sequence[Any], settings: LaunchSettings) -> Any:

@@ -48,10 +48,21 @@ def failure_from_error(error: Any) -> WorkerFailure:
     return summarise_failure(error.failures, hidden_file=WORKER_FILE)
 
 
-def check_script(plan: LaunchPlan) -> None:
-    """Raise :class:`LaunchError` when the plan's script file does not exist (``-m`` modules are not checked)."""
+def check_script(plan: LaunchPlan) -> tuple[str, ...]:
+    """Raise :class:`LaunchError` when the plan's script file does not exist (``-m`` modules are not checked), or is
+    a notebook that cannot run as a program; the notes to show (a notebook's IPython lines that will not run)."""
     if not plan.module and not os.path.isfile(plan.script):
         raise LaunchError(f"{plan.script}: no such script; check the path (or pass -m to run a module).")
+    if plan.module or not plan.script.endswith(".ipynb"):
+        return ()
+    from accelify.errors import SourceError
+    from accelify.notebook import read_notebook, runnable_program
+
+    try:
+        _, skipped = runnable_program(read_notebook(plan.script)[0], plan.script)
+    except SourceError as error:
+        raise LaunchError(f"{error}; a notebook runs as its code cells in order") from None
+    return tuple(f"{plan.script}:{line} (IPython: not run as a program)" for line in skipped)
 
 
 def execute(plan: LaunchPlan) -> LaunchResult:

@@ -41,6 +41,21 @@ def _user_traceback(tb: TracebackType | None) -> TracebackType | None:
     return tb
 
 
+def _run_notebook(path: str) -> None:
+    """Run a notebook's code cells as ``__main__`` (``accelify.notebook.runnable_program``); a traceback shows the
+    program's lines (registered with linecache under the notebook's name)."""
+    import linecache
+    import types
+
+    from accelify.notebook import read_notebook, runnable_program
+
+    code, _ = runnable_program(read_notebook(path)[0], path)
+    linecache.cache[path] = (len(code), None, code.splitlines(True), path)
+    module = types.ModuleType("__main__")  # functions the cells define pickle as __main__.name, as in Jupyter
+    sys.modules["__main__"] = module
+    exec(compile(code, path, "exec"), module.__dict__)
+
+
 def main(argv: list[str]) -> None:
     """Run ``argv`` (``[script, *args]`` or ``["-m", module, *args]``) as ``__main__``."""
     if not argv or argv == ["-m"]:
@@ -52,6 +67,10 @@ def main(argv: list[str]) -> None:
         if as_module:
             sys.argv = [target, *args]
             runpy.run_module(target, run_name="__main__", alter_sys=True)
+        elif target.endswith(".ipynb"):
+            sys.argv = [target, *args]
+            sys.path[0] = os.path.dirname(os.path.abspath(target))
+            _run_notebook(target)
         else:
             sys.argv = [target, *args]
             sys.path[0] = os.path.dirname(os.path.abspath(target))

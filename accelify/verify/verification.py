@@ -17,7 +17,7 @@ from accelify.verify.distributed import distributed_checks, skipped_distributed_
 from accelify.verify.equivalence import one_process_checks, skipped_one_process_checks
 from accelify.verify.report import FAILED, PASSED, SKIPPED, CheckResult, RunSummary, VerifyOptions, VerifyReport
 from accelify.verify.runner import Launcher, RunOutcome, RunSpec
-from accelify.verify.workspace import ScriptFiles, convert_files, stage
+from accelify.verify.workspace import ScriptFiles, as_program, convert_files, stage
 
 CONVERT_STAGE = "convert"
 
@@ -73,6 +73,7 @@ def verify_files(
             conversion = CheckResult("conversion", CONVERT_STAGE, PASSED, f"the converted script was given: {source}")
         checks.append(conversion)
         if conversion.status == PASSED:
+            original, converted = as_program(original), as_program(converted)  # a notebook runs as its cells
             checks.append(deadlock_check(converted, CONVERT_STAGE))
         if conversion.status != PASSED:
             reason = "nothing was converted" if conversion.status == SKIPPED else "the conversion failed"

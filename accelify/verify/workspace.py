@@ -112,10 +112,26 @@ def convert_files(files: ScriptFiles, *, target: str = "accelify") -> tuple[Scri
 
     used = imported_modules(files)
     local = [ModuleText(name[:-3], name, source) for name, source in files.modules if name in used]
-    result = convert_source(files.source, path=files.name, target=target, modules=local)
+    if files.name.endswith(".ipynb"):
+        from accelify.pipeline import convert_notebook_text
+
+        result = convert_notebook_text(files.source, path=files.name, target=target, modules=local)
+    else:
+        result = convert_source(files.source, path=files.name, target=target, modules=local)
     converted = {c.path: c.new for c in result.companions if c.changed}
     modules = tuple((name, converted.get(name, source)) for name, source in files.modules)
     return replace(files, source=result.new, modules=modules), result
+
+
+def as_program(files: ScriptFiles) -> ScriptFiles:
+    """A notebook's files as the program its runs execute (``nb.ipynb`` -> ``nb.ipynb.py``, its code cells in
+    order, IPython lines as ``pass``: ``accelify.notebook.runnable_program``); a script as it is."""
+    if not files.name.endswith(".ipynb"):
+        return files
+    from accelify.notebook import runnable_program
+
+    code, _ = runnable_program(files.source, files.name)
+    return replace(files, name=files.name + ".py", source=code)
 
 
 def imported_modules(files: ScriptFiles) -> set[str]:
@@ -127,7 +143,7 @@ def imported_modules(files: ScriptFiles) -> set[str]:
 
     sources = dict(files.modules)
     used: set[str] = set()
-    pending = [files.source]
+    pending = [as_program(files).source] if files.name.endswith(".ipynb") else [files.source]
     while pending:
         try:
             module = cst.parse_module(pending.pop())

@@ -1,0 +1,61 @@
+"""Every command takes a notebook: ``accelify launch nb.ipynb`` runs its code cells as a program on N processes and
+``accelify verify nb.ipynb`` verifies it (``accelify.notebook.runnable_program``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from accelify.errors import SourceError
+from accelify.notebook import runnable_program
+
+ACCELIFY = [sys.executable, "-c", "from accelify.cli import main; main()"]
+MAGICS = Path(__file__).parent / "notebooks" / "magics_outputs"
+
+
+def _notebook(*sources: str) -> str:
+    cells = [{"cell_type": "markdown", "metadata": {}, "source": "# a title"}]
+    cells += [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": s} for s in sources]
+    return json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+
+
+def test_the_program_is_the_code_cells_in_order_with_ipython_lines_as_pass() -> None:
+    text = _notebook("%matplotlib inline\nimport torch", "files = !ls\nif True:\n    !echo hi\n    x = 1", "%%bash\necho no",
+                     "%%time\ny = 2")
+    code, skipped = runnable_program(text, "nb.ipynb")
+    assert skipped == ("cell_2: %matplotlib inline", "cell_3: files = !ls", "cell_3: !echo hi", "cell_5: %%time")
+    namespace: dict[str, object] = {}
+    exec(compile(code, "nb.ipynb", "exec"), namespace)  # it runs: the IPython lines are `pass`, %%bash left out
+    assert namespace["x"] == 1 and namespace["y"] == 2
+    assert "    pass  # IPython, not run as a program: !echo hi" in code and "echo no" not in code
+
+
+@pytest.mark.parametrize("text, words", [("{not json", "not valid notebook JSON"),
+                                          (_notebook("def (:"), "syntax error")])
+def test_a_notebook_that_cannot_run_is_an_error_that_names_it(text: str, words: str) -> None:
+    with pytest.raises(SourceError, match=words):
+        runnable_program(text, "nb.ipynb")
+
+
+@pytest.mark.multiprocess
+def test_launch_and_verify_take_a_converted_notebook(tmp_path: Path, clean_env) -> None:  # type: ignore[no-untyped-def]
+    """The converted golden notebook (IPython lines, %%bash, notebook_launcher(main, ...)) runs on 2 processes, the
+    launch telling which IPython lines it skips; verify runs the original notebook against its conversion."""
+    (tmp_path / "nb.ipynb").write_text((MAGICS / "input.ipynb").read_text())
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "nb.ipynb").write_text((MAGICS / "expected.ipynb").read_text())
+    env = clean_env({"CUDA_VISIBLE_DEVICES": ""})
+    launch = subprocess.run([*ACCELIFY, "launch", "-n", "2", "--cpu", "out/nb.ipynb"],
+                            capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    assert launch.returncode == 0, launch.stderr
+    assert "out/nb.ipynb:cell_2: %matplotlib inline (IPython: not run as a program)" in launch.stderr
+    assert "2 processes" in launch.stderr
+    assert len([line for line in launch.stdout.splitlines() if line.startswith("epoch")]) == 3  # printed once
+    verify = subprocess.run([*ACCELIFY, "verify", "nb.ipynb", "--steps", "3"],
+                            capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert "verified" in verify.stdout
