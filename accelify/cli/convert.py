@@ -43,6 +43,7 @@ from accelify.writes import Destination, plan_writes
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when a file needs attention (it is still reported).")
 @click.option("--target", type=click.Choice(TARGET_NAMES), default=None, help="Import Accelerator from accelify.runtime (default) or accelerate.")
 @click.option("--force-exclude", is_flag=True, help="Apply the settings' exclude patterns to files named explicitly too.")
+@click.option("--quiet", "-q", is_flag=True, help="Only warnings and errors (and the diffs with --diff; with --check, the files that would change).")
 @click.option("--verbose", "-v", is_flag=True, help="Show tracebacks for internal errors.")
 def convert(
     paths: tuple[Path, ...],
@@ -54,6 +55,7 @@ def convert(
     exit_zero: bool,
     target: str | None,
     force_exclude: bool,
+    quiet: bool,
     verbose: bool,
 ) -> None:
     """Convert single-device PyTorch training scripts to distributed-ready ones."""
@@ -86,7 +88,11 @@ def convert(
             if writing and planned.files:
                 write_together([(w.destination, w.data) for w in planned.files])
                 written.extend((w.part, w.destination) for w in planned.files)
-            elif not (writing or as_json):
+            elif quiet and check and not as_json:
+                for part in (result, *result.companions):
+                    if part.changed:
+                        out.print(f"would convert: {part.path}", markup=False)
+            elif not (writing or as_json or (quiet and not show_diff)):
                 view.print_diff(out, result)
                 for companion in result.companions:
                     view.print_diff(out, companion)
@@ -100,10 +106,16 @@ def convert(
         view.print_json(sys.stdout, results)
     else:
         view.print_warnings(err, results)
-        view.print_written(out, written)
-        view.print_skipped(err, results)
+        if not quiet:
+            view.print_written(out, written)
+            view.print_skipped(err, results)
         view.print_errors(err, results, verbose=verbose)
-        view.print_summary(err, results, would=not writing)
+        if not results and all(p.is_dir() for p in paths):
+            if not quiet:
+                err.print(f"No Python files or notebooks that import torch found under {', '.join(map(str, paths))}",
+                          markup=False)
+        elif not quiet:
+            view.print_summary(err, results, would=not writing)
     if any(r.failed for r in results):
         sys.exit(2)
     if (check and any(r.changed for r in results)) or (not exit_zero and any(r.needs_attention for r in results)):

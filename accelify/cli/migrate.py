@@ -35,6 +35,7 @@ from accelify.results import Result
 @click.option("--diff", "show_diff", is_flag=True, help="Print the unified diffs; write nothing.")
 @click.option("--target", type=click.Choice(TARGET_NAMES), default=None, help="Import Accelerator from accelify.runtime (default) or accelerate.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when a file needs attention (it is still reported).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar, totals or written list: only warnings, errors and the files that need a look.")
 @click.option("--verbose", "-v", is_flag=True, help="Show tracebacks for internal errors.")
 def migrate(
     folder: Path,
@@ -48,6 +49,7 @@ def migrate(
     show_diff: bool,
     target: str | None,
     exit_zero: bool,
+    quiet: bool,
     verbose: bool,
 ) -> None:
     """Convert every PyTorch training script under FOLDER (.py and .ipynb files that import torch).
@@ -70,7 +72,7 @@ def migrate(
     try:
         total = migration.prepare()
         view.print_notes(err, migration.notes)
-        with view.migrate_progress(err, total) as advance:
+        with view.migrate_progress(err, 0 if quiet else total) as advance:
 
             def on_result(result: Result | None, rows: list[Row], count: int) -> None:
                 advance(count, rows[0].path if rows else "")
@@ -92,13 +94,17 @@ def migrate(
     except AccelifyError as error:
         fail(error, verbose=verbose)
     code = summary.exit_code(check=check, exit_zero=exit_zero)
-    if mode != DIFF or not summary.written:
+    if (mode != DIFF or not summary.written) and not quiet:
         view.print_migrate_written(stdout, summary.written, summary.copied, interrupted=False)
-    view.print_warnings(err, [_as_result(row) for row in summary.rows if row.warnings])
+    view.print_warnings_grouped(err, [_as_result(row) for row in summary.rows if row.warnings])
     if verbose:
         view.print_errors(err, [_as_result(row) for row in summary.rows if row.error], verbose=True)
-    view.print_migrate_summary(err, summary, would=mode not in (IN_PLACE, OUT))
-    if mode == OUT:
+    if total == 0 and not summary.rows:
+        if not quiet:
+            err.print(f"No Python files or notebooks that import torch found under {folder}", markup=False)
+    else:
+        view.print_migrate_summary(err, summary, would=mode not in (IN_PLACE, OUT), quiet=quiet)
+    if mode == OUT and not quiet:
         err.print(f"{out}: {len(summary.written)} converted, {summary.copied} copied as they were", markup=False)
     command = "accelify migrate " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else f"accelify migrate {folder}"
     try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 from collections import Counter
 from typing import Iterable, Sequence, TextIO
 
@@ -24,7 +25,9 @@ _DIFF_STYLES = (("+++", "bold"), ("---", "bold"), ("@@", "cyan"), ("+", "green")
 
 def make_console(file: TextIO | None = None, *, stderr: bool = False) -> Console:
     """A console that never wraps, highlights or interprets markup in what it prints."""
-    return Console(file=file, stderr=stderr, highlight=False, soft_wrap=True, emoji=False)
+    plain = bool(os.environ.get("NO_COLOR"))  # no-color.org: no colour, and no bold or underline either
+    return Console(file=file, stderr=stderr, highlight=False, soft_wrap=True, emoji=False,
+                   color_system=None if plain else "auto")
 
 
 def unified_diff(result: Result) -> str:
@@ -68,6 +71,28 @@ def print_warnings(console: Console, results: Iterable[Result]) -> None:
         for part in (result, *result.companions):
             for warning in part.warnings:
                 console.print(Text(warning.format(), style="yellow"), markup=False)
+
+
+def print_warnings_grouped(console: Console, results: Iterable[Result], *, repeated: int = 3, shown: int = 3) -> None:
+    """Like :func:`print_warnings`, but a warning (same code and message) reported in ``repeated`` files or more is
+    shown once, with its count and its first ``shown`` places (``accelify migrate`` over a large tree)."""
+    every = [w for result in results for part in (result, *result.companions) for w in part.warnings]
+    groups: dict[tuple[str, str, str], list] = {}
+    for warning in every:
+        groups.setdefault((warning.code, warning.message, warning.fix), []).append(warning)
+    for warning in every:
+        group = groups.get((warning.code, warning.message, warning.fix))
+        if group is None:
+            continue  # already shown with its group
+        if len({w.path for w in group}) < repeated:
+            console.print(Text(warning.format(), style="yellow"), markup=False)
+            continue
+        del groups[(warning.code, warning.message, warning.fix)]
+        places = ", ".join(f"{w.path}:{w.line}" for w in group[:shown])
+        more = f" and {len(group) - shown} more" if len(group) > shown else ""
+        files = len({w.path for w in group})
+        console.print(Text(f"{warning.code} {warning.message} ({warning.fix}): {len(group)} times in {files} files: "
+                           f"{places}{more}", style="yellow"), markup=False)
 
 
 def print_errors(console: Console, results: Iterable[Result], *, verbose: bool = False) -> None:
@@ -232,11 +257,17 @@ def migrate_progress(console: Console, total: int) -> Iterator[Callable[[int, st
         yield lambda n, label: bar.update(task, advance=n, description=label)
 
 
-def print_migrate_summary(console: Console, summary: "Summary", *, would: bool, limit: int = 200) -> None:
+def print_migrate_summary(console: Console, summary: "Summary", *, would: bool, limit: int = 200,
+                          quiet: bool = False) -> None:
     """The counts by status, then one row per file that needs a look (attention, failed, skipped) with
-    its first reason."""
+    its first reason; ``quiet``: only those files, one plain line each."""
     from accelify.migrate.report import first_reason, rows_needing_a_look
 
+    if quiet:
+        labels = {status: label for status, label, _ in MIGRATE_LABELS}
+        for row in rows_needing_a_look(summary.rows)[:limit]:
+            console.print(f"{row.path}: {labels[row.status]}: {first_reason(row)}", markup=False)
+        return
     counts = summary.counts
     totals = Table(title="accelify migrate", title_justify="left", show_header=False, box=None, pad_edge=False)
     totals.add_column("status")

@@ -30,7 +30,7 @@ from typing import Callable, Iterable, Iterator
 
 from accelify.codemods.engine.outcome import ATTENTION, CONVERTED, FAILED, SKIPPED, UNCHANGED, ConversionWarning
 from accelify.migrate.discovery import CANDIDATE, OTHER, SKIP, Entry, walk
-from accelify.errors import AccelifyError
+from accelify.errors import AccelifyError, OutputError
 from accelify.migrate.grouping import Job, plan
 from accelify.results import Result
 from accelify.settings import Settings, SettingsFinder
@@ -218,6 +218,9 @@ class Migration:
                     on_result(result, rows, advance)
         except KeyboardInterrupt:
             raise Interrupted(list(summary.written), summary.copied) from None
+        except OSError as error:  # the --out tree cannot be made (a read-only or full file system, a file in the way)
+            where = error.filename if isinstance(error.filename, str) else str(self.options.out)
+            raise OutputError(where, f"{error.strerror or error}; the copy in --out is incomplete") from None
         summary.rows.sort(key=lambda r: r.path)
         return summary
 
