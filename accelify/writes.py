@@ -79,3 +79,40 @@ def plan_writes(results: Iterable[tuple[Result, Destination]]) -> Iterator[Plann
         for write in files:
             chosen[os.path.realpath(write.destination)] = (write.data, result.path)
         yield PlannedWrite(result, tuple(files))
+
+
+def program_copies(result: Result, destination: Destination, written: set[str]) -> list[tuple[str, bytes]]:
+    """The local modules of ``result``'s script that its conversion left as they were, as ``(destination, bytes)``
+    to copy beside the written script, so that a program written elsewhere (``convert -o OUT_DIR/``) runs there:
+    every module it imports, changed or not, in its place. ``written`` (resolved destinations already written in
+    this run) are left alone."""
+    import libcst as cst
+
+    from accelify.program import local_modules
+
+    if result.failed or result.needs_attention or result.path.endswith(".ipynb"):
+        return []
+    try:
+        modules = local_modules(result.path, cst.parse_module(result.old))
+    except cst.ParserSyntaxError:
+        return []
+    done = {c.path for c in result.companions if c.changed}
+    paths = [m.path for m in modules if m.path not in done]
+    home = os.path.dirname(result.path)
+    for module in list(paths):  # the packages on the way: ``utils/__init__.py`` for ``utils/meters.py``
+        folder = os.path.dirname(module)
+        while folder and os.path.normpath(folder) != os.path.normpath(home or "."):
+            init = os.path.join(folder, "__init__.py")
+            if os.path.isfile(init) and init not in paths and init not in done:
+                paths.append(init)
+            folder = os.path.dirname(folder)
+    out: list[tuple[str, bytes]] = []
+    taken = set(written)
+    for path in paths:
+        where = destination(Result(path, FAILED, "", ""))
+        if where is None or os.path.realpath(where) in taken or os.path.realpath(where) == os.path.realpath(path):
+            continue
+        taken.add(os.path.realpath(where))
+        with open(path, "rb") as source:  # byte for byte, as the user wrote it
+            out.append((os.fspath(where), source.read()))
+    return out

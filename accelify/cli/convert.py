@@ -30,7 +30,7 @@ from accelify.codemods.engine.targets import TARGET_NAMES
 from accelify.migrate.discovery import candidates_in
 from accelify.settings import SettingsFinder
 from accelify.source import write_together
-from accelify.writes import Destination, plan_writes
+from accelify.writes import Destination, plan_writes, program_copies
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -71,8 +71,10 @@ def convert(
     written: list[tuple[Result, str]] = []
     try:
         settings_for = SettingsFinder(target=target)
-        jobs = _expand(paths, settings_for, force_exclude)
+        jobs = _expand(paths, settings_for, force_exclude, programs=not writing)
         single = len(paths) == 1 and not paths[0].is_dir() and not output_is_folder(output_arg)
+
+        destinations: dict[str, Destination] = {}
 
         def converted() -> Iterator[tuple[Result, Destination]]:
             for path, relative, named in jobs:  # one script at a time: an interrupt leaves whole files only
@@ -80,13 +82,19 @@ def convert(
                 result = settings.filter(convert_path(path, target=settings.target, disabled=settings.disable))
                 if not named and result.reason == NOT_A_CANDIDATE:
                     continue  # found in a folder, and not a candidate after all: not something the user asked for
-                yield result, _destination(path, relative, output=output, single=single)
+                destinations[result.path] = _destination(path, relative, output=output, single=single)
+                yield result, destinations[result.path]
 
+        copied: set[str] = set()
         for planned in plan_writes(converted()):
             result = planned.result
             results.append(result)
             if writing and planned.files:
-                write_together([(w.destination, w.data) for w in planned.files])
+                files = [(w.destination, w.data) for w in planned.files]
+                if output is not None and not single:  # a runnable copy: the modules it imports, changed or not
+                    files += program_copies(result, destinations[result.path], copied | _resolved(files))
+                write_together(files)
+                copied |= _resolved(files)
                 written.extend((w.part, w.destination) for w in planned.files)
             elif quiet and check and not as_json:
                 for part in (result, *result.companions):
@@ -122,9 +130,14 @@ def convert(
         sys.exit(1)
 
 
-def _expand(paths: tuple[Path, ...], settings_for: SettingsFinder, force_exclude: bool) -> list[tuple[Path, Path, bool]]:
+def _expand(paths: tuple[Path, ...], settings_for: SettingsFinder, force_exclude: bool,
+            programs: bool = False) -> list[tuple[Path, Path, bool]]:
     """``(file, path relative to the output, named explicitly)`` for every file to convert; folders give
-    their candidates; with ``force_exclude`` an excluded file named explicitly is left out."""
+    their candidates; with ``force_exclude`` an excluded file named explicitly is left out. With ``programs`` (a
+    preview or a check), a module named alone is checked with the scripts beside it that import it: staging
+    ``engine.py`` alone must not pass when ``train.py``'s conversion would change it."""
+    from accelify.migrate.grouping import entries_using, plan
+
     jobs: list[tuple[Path, Path, bool]] = []
     for path in paths:
         if path.is_dir():
@@ -132,8 +145,15 @@ def _expand(paths: tuple[Path, ...], settings_for: SettingsFinder, force_exclude
                 jobs.append((found, Path(path.resolve().name) / found.relative_to(path), False))
         elif not (force_exclude and settings_for(path).is_excluded(path)):
             jobs.append((path, Path(path.name), True))
+    if programs:
+        given = {p.resolve() for p, _, _ in jobs}
+        for path, _, named in list(jobs):
+            if named and path.suffix == ".py" and path.is_file():
+                for entry in entries_using(path):
+                    if entry.resolve() not in given and not settings_for(entry).is_excluded(entry):
+                        given.add(entry.resolve())
+                        jobs.append((entry, Path(entry.name), True))
     # a local module of another script given (pre-commit names every staged file) is converted with it
-    from accelify.migrate.grouping import plan
 
     scripts = {Path(t.path).resolve() for job in plan([p for p, _, _ in jobs if p.is_file()], settings_for) for t in job.tasks}
     return [job for job in jobs if not job[0].is_file() or job[0].resolve() in scripts]
@@ -149,6 +169,12 @@ def _destination(path: Path, relative: Path, *, output: Path | None, single: boo
     target = output if single else output / relative
     script = str(path)
     return lambda part: target if part.path == script else target.parent / Path(part.path).relative_to(path.parent)
+
+
+def _resolved(files: list[tuple[str, bytes]]) -> set[str]:
+    import os
+
+    return {os.path.realpath(where) for where, _ in files}
 
 
 def output_is_folder(output: str | None) -> bool:

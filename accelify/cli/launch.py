@@ -33,7 +33,7 @@ def launch(script: str, script_args: tuple[str, ...], quiet: bool, **flags: obje
     with exit_on_error():
         options = planning.LaunchOptions(script=script, script_args=script_args, **flags)  # type: ignore[arg-type]
         plan = planning.resolve_plan(options)
-        notes = run.check_script(plan)  # before the banner: a missing file must not look like a start
+        notes = run.check_script(plan) or ()  # before the banner: a missing file must not look like a start
         for warning in (*plan.warnings, *notes):
             click.echo(f"warning: {warning}", err=True)
         if not quiet:

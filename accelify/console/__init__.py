@@ -149,7 +149,7 @@ def summary_line(results: Sequence[Result], *, would: bool) -> str:
     if counts[ATTENTION]:
         parts.append(f"{counts[ATTENTION]} need{'s' if counts[ATTENTION] == 1 else ''} attention")
     parts += [f"{counts[s]} {s}" for s in (UNCHANGED, SKIPPED, FAILED) if counts[s]]
-    warnings = sum(len(r.warnings) for r in results)
+    warnings = sum(len(part.warnings) for r in results for part in (r, *r.companions))  # every module shown
     text = ", ".join(parts)
     return f"{text}; {warnings} warning{'s' if warnings != 1 else ''}" if warnings else text
 

@@ -129,3 +129,20 @@ def plan(candidates: Sequence[Path], settings_for: Callable[[Path], Settings]) -
         modules = sorted({str(real[m]) for e in members for m in uses[e] if m in real and m not in members}, key=str)
         jobs.append(Job(tuple(tasks), tuple(modules)))
     return sorted(jobs, key=lambda j: j.tasks[0].path)
+
+
+def entries_using(module: Path) -> list[Path]:
+    """The scripts beside ``module`` (``.py`` and ``.ipynb`` files of its folder, and of the folders above it up to the
+    package root) that import it, directly or through other local modules: the programs it belongs to. A module
+    checked alone (a pre-commit hook names only the staged file) is checked with them."""
+    target = module.resolve()
+    folder = module.parent  # as given, so the scripts are named as the user names the module
+    while (folder / "__init__.py").is_file() and folder.resolve().parent != folder.resolve():
+        folder = folder.parent if folder != Path(".") else Path("..")  # a package's programs sit above it
+    cache: dict[Path, list[str]] = {}
+    found: list[Path] = []
+    for candidate in sorted([*folder.glob("*.py"), *folder.glob("*.ipynb")]):
+        resolved = candidate.resolve()
+        if resolved != target and candidate.is_file() and target in local_closure(resolved, cache):
+            found.append(candidate)
+    return found

@@ -76,3 +76,56 @@ def test_an_out_folder_that_cannot_be_made_is_a_one_line_error(tmp_path: Path) -
     assert result.exit_code == 2
     assert "Traceback" not in result.output
     assert "cannot write: Not a directory; the copy in --out is incomplete" in result.output
+
+
+PROGRAM = {
+    "train.py": """\
+import torch
+from model import Net
+from data import make_loader
+from utils.meters import report
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in make_loader():
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+report(loss.item())
+""",
+    "model.py": "import torch\n\n\nclass Net(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                "        self.fc = torch.nn.Linear(2, 1)\n\n    def forward(self, x):\n        return self.fc(x)\n",
+    "data.py": "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n\ndef make_loader():\n"
+               "    return DataLoader(TensorDataset(torch.randn(16, 2), torch.randn(16, 1)), batch_size=4)\n",
+    "utils/__init__.py": "",
+    "utils/meters.py": "def report(value):\n    print('loss', value)\n",
+}
+
+
+def _program(root: Path) -> Path:
+    for name, text in PROGRAM.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def test_a_program_written_to_a_folder_is_runnable_there(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """-o OUT_DIR/ writes every local module the script imports, changed or not, in its place."""
+    _program(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["convert", "train.py", "-o", "out/"])
+    assert result.exit_code == 0, result.output
+    written = sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*.py"))
+    assert written == ["data.py", "model.py", "train.py", "utils/__init__.py", "utils/meters.py"]
+    assert (tmp_path / "out" / "model.py").read_bytes() == (tmp_path / "model.py").read_bytes()
+
+
+def test_checking_a_module_alone_checks_the_program_it_belongs_to(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A pre-commit hook names only the staged file: model.py alone must not pass while train.py would change."""
+    _program(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    for staged in ("model.py", "utils/meters.py"):
+        result = CliRunner().invoke(main, ["convert", "--check", "-q", staged])
+        assert result.exit_code == 1, result.output
+        assert "would convert: train.py" in result.output
