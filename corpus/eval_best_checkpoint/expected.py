@@ -43,6 +43,7 @@ def train(model, loader, optimizer, accelerator):
         accelerator.backward(loss)
         optimizer.step()
         train_loss += loss.item()
+    train_loss = accelerator.reduce(torch.tensor(train_loss, dtype=torch.float64, device=accelerator.device), "mean").item()
     return train_loss / len(loader)
 
 

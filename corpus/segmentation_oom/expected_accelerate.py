@@ -140,6 +140,7 @@ def train_model(model, accelerator, epochs=3, batch_size=8, learning_rate=1e-3, 
                 global_step += 1
                 epoch_loss += loss.item()
                 pbar.set_postfix(**{"loss (batch)": loss.item()})
+            epoch_loss = accelerator.reduce(torch.tensor(epoch_loss, dtype=torch.float64, device=accelerator.device), "mean").item()
 
         val_score = evaluate(model, val_loader, accelerator)
         scheduler.step(val_score)
