@@ -182,6 +182,8 @@ class Agreement:
             if binding is not None:
                 out.append(binding)
             parent = self.facts.parent_stmt.get(stmt)
+            while isinstance(parent, cst.With) and parent not in chain:  # a ``with`` body runs whenever the ``with`` does
+                parent = self.facts.parent_stmt.get(parent)
             on_path = stmt in chain if binding is not None and isinstance(stmt, (cst.For, cst.While)) else (
                 parent is None or parent in chain
             )

@@ -4,8 +4,9 @@ goes, the place the ``Accelerator`` is created, and which uses see the prepared 
 Rules read the plan; none of them walks the tree again. The decisions, in order:
 
 1. roles: every binding that creates a model, optimizer, scheduler, data loader or device;
-2. objects: the optimizers, the models they train, their schedulers and every iterated data loader
-   (``Flow.origin`` follows them through calls, returns, attributes and local modules);
+2. objects: the optimizers, the models they train, their schedulers stepped per batch (``schedules.per_batch``:
+   one stepped once per epoch stays out) and every iterated data loader (``Flow.origin`` follows them through
+   calls, returns, attributes and local modules);
 3. the prepare site: the scope closest to the entry point that holds all of them as names (a
    parameter, a local, ``self.x``), in the innermost block that binds them all, right after the last;
 4. the home: where ``accelerator = Accelerator(...)`` goes: the prepare scope, or the caller that
@@ -32,6 +33,7 @@ from accelify.codemods.analysis.distributed import find_distributed
 from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Scope
 from accelify.codemods.analysis.prepared_uses import Alias, PreparedUses
 from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.schedules import per_batch
 from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.analysis.roles import (
     classify,
@@ -262,8 +264,8 @@ class Plan(PreparedUses):
         for scheduler in self.bindings_with_role("scheduler"):
             core = strip_placement(scheduler.value)  # type: ignore[arg-type]
             first = core.args[0].value if isinstance(core, cst.Call) and core.args else None
-            if first is not None and self.origin(scheduler.where, first) in objects:
-                objects.append(scheduler)
+            if first is not None and self.origin(scheduler.where, first) in objects and per_batch(self, scheduler) is not False:
+                objects.append(scheduler)  # one stepped once per epoch stays out: prepared, it would move N epochs per epoch
         iterated = {id(found) for loop in self.facts.loops if (found := self.origin(loop.scope, self.loop_source(loop)))
                     and not self.distributed.main_only(self.facts, loop.node, loop.scope)}
         by_main = {id(found) for loop in self.facts.loops if (found := self.origin(loop.scope, self.loop_source(loop)))

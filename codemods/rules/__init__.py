@@ -14,6 +14,7 @@ from accelify.codemods.rules.accelerator import CreateAccelerator
 from accelify.codemods.rules.accumulation import AccumulateGradients
 from accelify.codemods.rules.amp import ConvertAmp
 from accelify.codemods.rules.apex import RemoveApex
+from accelify.codemods.rules.averages import ReduceAverages
 from accelify.codemods.rules.attributes import UnwrapAttributes
 from accelify.codemods.rules.backward import SwapBackward
 from accelify.codemods.rules.clipping import SwapClipping
@@ -78,6 +79,7 @@ RULES: tuple[type[Rule], ...] = (
     AccumulateGradients,
     ReduceClosureLoss,
     GatherForMetrics,
+    ReduceAverages,
     StopTogether,
     WarnRetry,
     SwapPrint,

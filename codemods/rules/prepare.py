@@ -3,6 +3,19 @@ created, before the first training loop.
 
 Models, then optimizers, then data loaders, then schedulers, each in creation order; a long call is
 split over lines the way black would.
+
+Schedulers (``plan.objects``, decided by ``analysis/schedules.per_batch``): a prepared scheduler moves
+``num_processes`` times per ``step()`` call (Accelerate's ``AcceleratedScheduler``, ``split_batches=False``), which
+is right for one stepped once per batch: each process walks 1/N of the batches. One stepped once per epoch is
+left out, and steps as in the original, once per epoch on every process (prepared, a ``StepLR(step_size=2)``
+would decay every epoch on 2 processes).
+
+A per-batch schedule's length computed from the loader (``OneCycleLR(total_steps=epochs * len(loader))``,
+``T_max``, ``num_training_steps``) needs no change: ``prepare`` goes after the scheduler is built, so
+``len(loader)`` there is the unprepared loader's, B batches; on N processes each process walks about B/N of
+them per epoch and each call moves N steps, B per epoch, the length the original planned (with uneven
+batches at most N - 1 more, which the scheduler stops at its ``total_steps``). Computed from a prepared
+loader it would be N times too short; this rule never puts ``prepare`` before the scheduler it receives.
 """
 
 from __future__ import annotations
@@ -19,7 +32,7 @@ LINE_LENGTH = 88
 
 class InsertPrepare(Rule):
     name = "prepare"
-    description = "Prepare every model, optimizer, data loader and scheduler in one call."
+    description = "Prepare every model, optimizer, data loader and per-batch scheduler in one call."
     examples = (
         Example(
             before='''\
@@ -45,6 +58,57 @@ model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
 for x in torch.ones(4, 2):
     accelerator.backward(model(x).sum())
     optimizer.step()
+    scheduler.step()
+accelerator.end_training()
+''',
+        ),
+        Example(
+            # stepped once per epoch, after a helper that trains: left out of prepare, it steps as it did
+            before='''\
+import torch
+from torch.optim.lr_scheduler import StepLR
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train(model, loader, optimizer):
+    for x, y in loader:
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+scheduler = StepLR(optimizer, step_size=2)
+for epoch in range(3):
+    train(model, loader, optimizer)
+    scheduler.step()
+''',
+            after='''\
+import torch
+from torch.optim.lr_scheduler import StepLR
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+
+
+accelerator = Accelerator(cpu=True)
+
+
+def train(model, loader, optimizer):
+    for x, y in loader:
+        accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+scheduler = StepLR(optimizer, step_size=2)
+for epoch in range(3):
+    train(model, loader, optimizer)
     scheduler.step()
 accelerator.end_training()
 ''',

@@ -60,6 +60,7 @@ for epoch in range(10):
         accelerator.backward(loss)
         optimizer.step()
         total += loss.item()
+    total = accelerator.reduce(torch.tensor(total, dtype=torch.float64, device=accelerator.device), "sum").item()
     if total < 0.5:
         accelerator.set_trigger()
     if accelerator.check_trigger():

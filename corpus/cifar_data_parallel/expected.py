@@ -91,10 +91,10 @@ if args.resume:
 criterion = nn.CrossEntropyLoss()
 optimizer = optim.SGD(net.parameters(), lr=args.lr,
                       momentum=0.9, weight_decay=5e-4)
-scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=200)
-net, optimizer, trainloader, testloader, scheduler = accelerator.prepare(
-    net, optimizer, trainloader, testloader, scheduler
+net, optimizer, trainloader, testloader = accelerator.prepare(
+    net, optimizer, trainloader, testloader
 )
+scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=200)
 
 
 # Training

@@ -64,6 +64,7 @@ def train(epoch):
         accelerator.backward(loss)
         optimizer.step()
         total += loss.item()
+    total = accelerator.reduce(torch.tensor(total, dtype=torch.float64, device=accelerator.device), "mean").item()
     accelerator.print("Train Epoch: {} Average loss: {:.6f}".format(epoch, total / len(train_loader)))
 
 

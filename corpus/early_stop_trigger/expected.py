@@ -57,6 +57,7 @@ def main():
             accelerator.backward(loss)
             optimizer.step()
             running += loss.item()
+        running = accelerator.reduce(torch.tensor(running, dtype=torch.float64, device=accelerator.device), "mean").item()
         epoch_loss = running / len(loader)
         accelerator.print(f"epoch {epoch} loss {epoch_loss:.5f}")
         if epoch_loss < best_loss - args.min_delta:

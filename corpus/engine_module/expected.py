@@ -61,10 +61,10 @@ def main(args):
     accelerator.print("number of params:", n_parameters)
 
     optimizer = torch.optim.AdamW(model_without_ddp.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-    lr_scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs)
-    model, optimizer, data_loader_train, data_loader_val, lr_scheduler = accelerator.prepare(
-        model, optimizer, data_loader_train, data_loader_val, lr_scheduler
+    model, optimizer, data_loader_train, data_loader_val = accelerator.prepare(
+        model, optimizer, data_loader_train, data_loader_val
     )
+    lr_scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs)
     criterion = torch.nn.CrossEntropyLoss(label_smoothing=0.1)
 
     output_dir = Path(args.output_dir)

@@ -43,6 +43,7 @@ def train(model, loader, optimizer, accelerator):
         accelerator.backward(loss)
         optimizer.step()
         train_loss += loss.item()
+    train_loss = accelerator.reduce(torch.tensor(train_loss, dtype=torch.float64, device=accelerator.device), "mean").item()
     return train_loss / len(loader)
 
 
@@ -72,10 +73,10 @@ def main():
     testloader = DataLoader(make_signals(230, seed=12), batch_size=64, shuffle=False)
     model = ConvNet()
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=5e-4)
-    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs)
-    model, optimizer, trainloader, testloader, scheduler = accelerator.prepare(
-        model, optimizer, trainloader, testloader, scheduler
+    model, optimizer, trainloader, testloader = accelerator.prepare(
+        model, optimizer, trainloader, testloader
     )
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs)
 
     best_acc = test(model, testloader, accelerator)
     accelerator.print(f"Accuracy before training: {best_acc:.3f}%")

@@ -162,6 +162,7 @@ def train(args, train_dataset, model, accelerator):
         if args.max_steps > 0 and global_step > args.max_steps:
             train_iterator.close()
             break
+    tr_loss = accelerator.reduce(torch.tensor(tr_loss, dtype=torch.float64, device=accelerator.device), "mean").item()
 
     return global_step, tr_loss / global_step
 

@@ -113,11 +113,11 @@ def main():
 
     model = Net()
     optimizer = optim.Adadelta(model.parameters(), lr=args.lr)
+    model, optimizer, train_loader, test_loader = accelerator.prepare(
+        model, optimizer, train_loader, test_loader
+    )
 
     scheduler = StepLR(optimizer, step_size=1, gamma=args.gamma)
-    model, optimizer, train_loader, test_loader, scheduler = accelerator.prepare(
-        model, optimizer, train_loader, test_loader, scheduler
-    )
     for epoch in range(1, args.epochs + 1):
         train(args, model, accelerator, train_loader, optimizer, epoch)
         test(model, accelerator, test_loader)

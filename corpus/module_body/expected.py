@@ -27,6 +27,7 @@ for epoch in range(4):
         accelerator.backward(loss)
         optimizer.step()
         running += loss.item()
+    running = accelerator.reduce(torch.tensor(running, dtype=torch.float64, device=accelerator.device), "mean").item()
     accelerator.print(f"epoch {epoch} loss {running / len(loader):.6f}")
 
 accelerator.wait_for_everyone()

@@ -106,10 +106,10 @@ def train_model(model, accelerator, epochs=3, batch_size=8, learning_rate=1e-3, 
 
     # 4. Set up the optimizer, the loss and the learning rate scheduler
     optimizer = optim.RMSprop(model.parameters(), lr=learning_rate, weight_decay=weight_decay, momentum=momentum)
-    scheduler = optim.lr_scheduler.ReduceLROnPlateau(optimizer, "max", patience=0, factor=0.5)  # goal: maximize Dice score
-    model, optimizer, train_loader, val_loader, scheduler = accelerator.prepare(
-        model, optimizer, train_loader, val_loader, scheduler
+    model, optimizer, train_loader, val_loader = accelerator.prepare(
+        model, optimizer, train_loader, val_loader
     )
+    scheduler = optim.lr_scheduler.ReduceLROnPlateau(optimizer, "max", patience=0, factor=0.5)  # goal: maximize Dice score
     criterion = nn.CrossEntropyLoss()
     global_step = 0
 
@@ -140,6 +140,7 @@ def train_model(model, accelerator, epochs=3, batch_size=8, learning_rate=1e-3, 
                 global_step += 1
                 epoch_loss += loss.item()
                 pbar.set_postfix(**{"loss (batch)": loss.item()})
+            epoch_loss = accelerator.reduce(torch.tensor(epoch_loss, dtype=torch.float64, device=accelerator.device), "mean").item()
 
         val_score = evaluate(model, val_loader, accelerator)
         scheduler.step(val_score)

@@ -37,10 +37,10 @@ def main():
     train_dl, test_dl, classes = data.make_loaders(args.batch_size)
     model = SmallCNN(len(classes))
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
-    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.8)
-    model, optimizer, train_dl, test_dl, scheduler = accelerator.prepare(
-        model, optimizer, train_dl, test_dl, scheduler
+    model, optimizer, train_dl, test_dl = accelerator.prepare(
+        model, optimizer, train_dl, test_dl
     )
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.8)
 
     val_loss, val_acc = evaluate(model, test_dl, accelerator)
     accelerator.print(f"before training val_loss {val_loss:.5f} val_acc {val_acc:.4f}")

@@ -49,6 +49,7 @@ def main():
             optimizer.step()
             epoch_loss += loss.item()
             progress.set_postfix(loss=f"{loss.item():.4f}")
+        epoch_loss = accelerator.reduce(torch.tensor(epoch_loss, dtype=torch.float64, device=accelerator.device), "mean").item()
         accelerator.print(f"epoch {epoch} loss {epoch_loss / len(loader):.6f}")
     accelerator.end_training()
 

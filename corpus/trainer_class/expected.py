@@ -49,6 +49,7 @@ class Trainer:
             self.accelerator.backward(loss)
             self.optimizer.step()
             total += loss.item()
+        total = self.accelerator.reduce(torch.tensor(total, dtype=torch.float64, device=self.accelerator.device), "mean").item()
         return total / len(self.train_loader)
 
     @torch.no_grad()

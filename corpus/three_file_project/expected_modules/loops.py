@@ -12,6 +12,7 @@ def train_epoch(model, loader, optimizer, accelerator):
         accelerator.backward(loss)
         optimizer.step()
         running += loss.item()
+    running = accelerator.reduce(torch.tensor(running, dtype=torch.float64, device=accelerator.device), "mean").item()
     return running / len(loader)
 
 

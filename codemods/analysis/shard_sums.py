@@ -1,0 +1,257 @@
+"""Running sums over a prepared (sharded) loader that are read after the loop: what to reduce, and how.
+
+On N processes each process walks 1/N of the batches, so ``total += loss.item()``, ``correct += (pred ==
+y).sum().item()``, ``n += y.size(0)`` summed over a prepared loader hold one process's share. Printed,
+returned, logged or compared after the loop, they must be reduced across processes first. This analysis
+finds them; ``rules/averages.py`` inserts the reduction right after the loop (and leaves out the sums of values
+that are already global, which it reads from the gathers the evaluation rule inserted).
+
+An ``Accumulator`` is a name set to a number outside the loop, incremented with ``+=`` in the loop's own body,
+and read after it. It is reduced once it is complete: right after the loop when it is set again before each
+pass (``running = 0.0`` inside the epoch loop), after the loop around it at the depth where it is set when it
+sums several passes (``tr_loss = 0.0`` before the epoch loop), so a reduction never counts a previous pass
+twice. Its ``kind`` says how to reduce it:
+
+- ``"int"`` / ``"float"``: a Python number (``.item()``, ``.size(0)``, ``len(...)``): reduced as a 0-d tensor,
+  ``int64`` or ``float64`` (exact, so one process prints what the original printed), then ``.item()``;
+- ``"tensor"``: a tensor (``total += loss.detach()``): reduced as it is.
+
+``mean`` is set when a read after the loop divides it by a per-process count, ``len(loader)`` of a prepared
+loader or a batch counter (``steps += 1``): with even batches (Accelerate's default, ours too) every process
+walks the same number of batches, so the mean of the per-process sums over that count is the global average.
+Divided by a global count (``len(loader.dataset)``, a count summed too) it is summed. Divided by anything else
+it cannot be told which, and it is ``kept``, as is a running value held by an object (``meter.update(v, n)``),
+a list (``losses.append(loss.item())``) or a sum carried over several passes: the rule reports those.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+import libcst.matchers as m
+
+from accelify.codemods.analysis.facts import Binding, Loop, Scope
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.plan import Plan
+from accelify.codemods.analysis.schedules import enclosing_loop
+
+_INT_CALLS = ("size", "numel", "nelement", "dim")
+_KEPT_METHODS = ("update", "append", "extend", "add")
+
+
+@dataclass(frozen=True)
+class Accumulator:
+    """``name`` summed over the prepared loader ``loop`` walks, read after it."""
+
+    name: str
+    loop: Loop
+    end: cst.For | cst.While  # the sum is complete after this loop (``loop``, or an epoch loop around it)
+    updates: tuple[cst.BaseStatement, ...]
+    increments: tuple[cst.BaseExpression, ...]
+    kind: str  # "int" | "float" | "tensor"
+    mean: bool  # divided by a per-process count: the mean of the processes' sums
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A running value over a prepared loader this cannot reduce: the update, and what it is kept in."""
+
+    name: str
+    loop: Loop
+    node: cst.BaseStatement
+    values: tuple[cst.BaseExpression, ...]  # what is added at each batch (the rule reports only local ones)
+
+
+@dataclass
+class Averages:
+    accumulators: list[Accumulator] = field(default_factory=list)
+    kept: list[Kept] = field(default_factory=list)
+
+
+def find_averages(plan: Plan) -> Averages:
+    """Every running sum over a prepared loader read after the loop (see the module docstring)."""
+    found = Averages()
+    for loop in plan.facts.loops:
+        if plan.loader_of(loop) is None:
+            continue
+        updates: dict[str, list[tuple[cst.BaseStatement, cst.BaseExpression]]] = {}
+        for stmt in loop.stmts:
+            if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):
+                continue
+            small = stmt.body[0]
+            if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign) and isinstance(small.target, cst.Name):
+                updates.setdefault(small.target.value, []).append((stmt, small.value))
+            elif isinstance(small, cst.Expr) and m.matches(small.value, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name()))):
+                call = small.value
+                assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+                name = call.func.value.value  # type: ignore[attr-defined]
+                if call.func.attr.value in _KEPT_METHODS and _read_after(plan, loop, name) and _made_before(loop, name):
+                    found.kept.append(Kept(name, loop, stmt, tuple(a.value for a in call.args)))
+        counters = {n for n, ups in updates.items() if all(isinstance(v, cst.Integer) for _, v in ups)}
+        for name, ups in updates.items():
+            if name in counters or not _read_after(plan, loop, name):
+                continue
+            kept = Kept(name, loop, ups[0][0], tuple(v for _, v in ups))
+            first = _init(plan, loop, name)
+            if first is None or any(_assigned_in(loop, name, s) for s in loop.stmts if s not in {u for u, _ in ups}):
+                found.kept.append(kept)
+                continue
+            init, end = first
+            if end is not loop.node and any(not plan.facts.after(r, end) for r in _reads_after(plan, loop.node, loop.scope, name)):
+                found.kept.append(kept)  # read between the passes (``print(total / step)`` every epoch) and summed on
+                continue
+            mean = _divided_by(plan, end, loop, name, counters, set(updates) - counters)
+            kind = _kind(init, [v for _, v in ups])
+            if mean is None or kind is None:
+                found.kept.append(kept)
+                continue
+            found.accumulators.append(
+                Accumulator(name, loop, end, tuple(u for u, _ in ups), tuple(v for _, v in ups), kind, mean)
+            )
+    return found
+
+
+def _reads_after(plan: Plan, node: cst.BaseStatement, scope: Scope, name: str) -> list[cst.BaseStatement]:
+    """The statements of ``scope`` after ``node`` that read ``name``."""
+    out = []
+    for ref in scope.refs.get(name, []):
+        holder = scope.holders.get(id(ref))
+        if holder is not None and plan.facts.after(holder, node) and holder not in out:
+            out.append(holder)
+    return out
+
+
+def _read_after(plan: Plan, loop: Loop, name: str) -> bool:
+    return bool(_reads_after(plan, loop.node, loop.scope, name))
+
+
+def _made_before(loop: Loop, name: str) -> bool:
+    """``meter = AverageMeter()`` / ``losses = []`` in the loop's scope, outside the loop."""
+    return any(b.loop is not loop and not b.aug for b in loop.scope.bindings.get(name, []))
+
+
+def _init(plan: Plan, loop: Loop, name: str) -> tuple[Binding, cst.For | cst.While] | None:
+    """The last assignment of ``name`` to a number before the loop, and the loop after which the sum is
+    complete: the loop itself, or the loop around it at the assignment's depth (``tr_loss = 0.0`` before the
+    epoch loop: summed over every epoch, complete after the epoch loop)."""
+    scope: Scope = loop.scope
+    inits = [
+        b for b in scope.bindings.get(name, [])
+        if not b.aug and b.stmt is not loop.node and plan.facts.order[b.stmt][1] < plan.facts.order[loop.node][0]
+    ]
+    if not inits or not isinstance(inits[-1].value, (cst.Integer, cst.Float)):
+        return None
+    init = inits[-1]
+    around = enclosing_loop(plan, init.stmt)
+    end: cst.For | cst.While | None = loop.node
+    while end is not None and enclosing_loop(plan, end) is not around:
+        end = enclosing_loop(plan, end)
+    return (init, end) if end is not None and plan.facts.after(end, init.stmt) else None
+
+
+def _assigned_in(loop: Loop, name: str, stmt: cst.BaseStatement) -> bool:
+    return any(b.stmt is stmt for b in loop.scope.bindings.get(name, []))
+
+
+def _kind(init: Binding, increments: list[cst.BaseExpression]) -> str | None:
+    kinds = {_increment_kind(v) for v in increments}
+    if None in kinds or len(kinds - {"int"}) > 1:
+        return None
+    if "tensor" in kinds:
+        return "tensor"
+    if "float" in kinds or isinstance(init.value, cst.Float):
+        return "float"
+    return "int"
+
+
+def _increment_kind(expr: cst.BaseExpression) -> str | None:
+    """``int`` for a count (``y.size(0)``, ``len(x)``, ``(pred == y).sum().item()``), ``float`` for another
+    ``.item()`` (``loss.item() * x.size(0)``), ``tensor`` for a tensor expression, None when unsure."""
+    if isinstance(expr, cst.Integer):
+        return "int"
+    if isinstance(expr, cst.Float):
+        return "float"
+    if isinstance(expr, cst.Call):
+        func = expr.func
+        name = dotted(func)
+        if name in ("len", "int"):
+            return "int"
+        if name == "float":
+            return "float"
+        if isinstance(func, cst.Attribute):
+            method = func.attr.value
+            if method in _INT_CALLS:
+                return "int"
+            if method == "item":
+                return "int" if _counts(func.value) else "float"
+            if method in ("sum", "mean", "detach", "float", "double", "norm"):
+                return "tensor"
+        return None
+    if isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Attribute) and expr.value.attr.value == "shape":
+        return "int"
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Multiply, cst.Add, cst.Subtract)):
+        kinds = {_increment_kind(expr.left), _increment_kind(expr.right)}
+        if None in kinds:
+            return None
+        return "tensor" if "tensor" in kinds else "float" if "float" in kinds else "int"
+    return None
+
+
+def _counts(expr: cst.BaseExpression) -> bool:
+    """``(pred == y).sum()``, ``pred.eq(y).sum()``, ``(pred == y).float().sum()`` is not: a count of matches."""
+    if not (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "sum"):
+        return False
+    inner = expr.func.value
+    if isinstance(inner, cst.Comparison):
+        return True
+    return isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute) and inner.func.attr.value in ("eq", "ne")
+
+
+def _divided_by(plan: Plan, end: cst.BaseStatement, loop: Loop, name: str, counters: set[str], summed: set[str]) -> bool | None:
+    """Whether the reads after the loop divide ``name`` by a per-process count (True), by a global one or
+    by nothing (False), or by something else (None)."""
+    answers: set[bool | None] = set()
+    for stmt in _reads_after(plan, end, loop.scope, name):
+        for division in m.findall(stmt, m.BinaryOperation(operator=m.Divide() | m.FloorDivide())):
+            assert isinstance(division, cst.BinaryOperation)
+            if not m.findall(division.left, m.Name(name)):
+                continue
+            answers.add(_per_process(plan, loop, division.right, counters, summed))
+        for aug in m.findall(stmt, m.AugAssign(target=m.Name(name), operator=m.DivideAssign())):  # ``loss /= len(loader)``
+            answers.add(_per_process(plan, loop, aug.value, counters, summed))  # type: ignore[attr-defined]
+    if None in answers or len(answers) > 1:
+        return None
+    return answers.pop() if answers else False
+
+
+def _per_process(plan: Plan, loop: Loop, divisor: cst.BaseExpression, counters: set[str], summed: set[str]) -> bool | None:
+    """True for a per-process count, False for a global one, None when unsure."""
+    scope = loop.scope
+    if isinstance(divisor, cst.Name):
+        if divisor.value in counters:
+            return True
+        if divisor.value in summed:
+            return False
+        found = plan.binding_of(scope, divisor.value)
+        if found is not None and found.value is not None and found.where is scope and _simple_len(found.value):
+            # ``steps = len(loader)``: counted where it is bound
+            return _per_process_len(plan, scope, found.value, found.stmt)
+        return None
+    if _simple_len(divisor):
+        return _per_process_len(plan, scope, divisor, None)
+    return None
+
+
+def _simple_len(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Call) and dotted(expr.func) == "len" and len(expr.args) == 1
+
+
+def _per_process_len(plan: Plan, scope: Scope, call: cst.BaseExpression, at: cst.BaseStatement | None) -> bool | None:
+    arg = call.args[0].value  # type: ignore[attr-defined]
+    if isinstance(arg, cst.Attribute) and arg.attr.value == "dataset":
+        return False  # the whole data set, whatever the loader
+    found = plan.origin(scope, arg)
+    if found is not None and found.role == "loader":
+        return plan.prepared(scope, arg, at) is not None  # before prepare, the whole loader
+    return None

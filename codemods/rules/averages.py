@@ -1,0 +1,256 @@
+"""ReduceAverages: a running sum over a prepared loader, read after the loop, is reduced across processes
+right after the loop, so the average printed, returned, logged or compared is the whole data set's.
+
+What is summed and how is ``analysis/shard_sums.py``'s. A number goes through a 0-d tensor and back
+(``accelerator.reduce`` takes tensors, in Hugging Face Accelerate too), ``float64`` for a float so that one
+process prints exactly what the original printed; a tensor is reduced as it is. ``"sum"`` unless the value is
+divided by a per-process count (``len(loader)``, a batch counter): then ``"mean"``, the processes walking the same
+number of batches. Sums of values already global (gathered for metrics by the evaluation rule) are left alone;
+so are running values printed inside the loop every N steps (one process's, by convention). What cannot be
+reduced (an ``AverageMeter``, a list of per-batch values, a sum divided by a count it cannot place, a loop some
+processes may not run) is reported (ACC028).
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from accelify.codemods import codes
+from accelify.codemods.analysis.agreement import Agreement
+from accelify.codemods.analysis.collect import target_names
+from accelify.codemods.analysis.facts import Loop, Scope
+from accelify.codemods.analysis.shard_sums import Accumulator, find_averages
+from accelify.codemods.engine.context import Context
+from accelify.codemods.engine.rule import Example, Rule
+
+
+class ReduceAverages(Rule):
+    name = "averages"
+    description = "Reduce running sums over a sharded loader across processes before they are read after the loop."
+    examples = (
+        Example(
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train(model, loader, optimizer):
+    total, seen = 0.0, 0
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        total += loss.item() * x.size(0)
+        seen += x.size(0)
+    return total / seen
+
+
+def epoch(model, loader, optimizer):
+    running = 0.0
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        running += loss.item()
+    return running / len(loader)
+
+
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2)
+print(train(model, loader, optimizer), epoch(model, loader, optimizer))
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+
+
+accelerator = Accelerator(cpu=True)
+
+
+def train(model, loader, optimizer):
+    total, seen = 0.0, 0
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        accelerator.backward(loss)
+        optimizer.step()
+        total += loss.item() * x.size(0)
+        seen += x.size(0)
+    total = accelerator.reduce(torch.tensor(total, dtype=torch.float64, device=accelerator.device), "sum").item()
+    seen = accelerator.reduce(torch.tensor(seen, device=accelerator.device), "sum").item()
+    return total / seen
+
+
+def epoch(model, loader, optimizer):
+    running = 0.0
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        accelerator.backward(loss)
+        optimizer.step()
+        running += loss.item()
+    running = accelerator.reduce(torch.tensor(running, dtype=torch.float64, device=accelerator.device), "mean").item()
+    return running / len(loader)
+
+
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+accelerator.print(train(model, loader, optimizer), epoch(model, loader, optimizer))
+accelerator.end_training()
+''',
+        ),
+        Example(
+            # a running value kept in an object: it cannot be reduced where it is, so it is reported
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from meters import AverageMeter
+
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2)
+meter = AverageMeter()
+for x, y in loader:
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+    meter.update(loss.item(), x.size(0))
+print(meter.avg)
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from meters import AverageMeter
+from accelify.runtime import Accelerator
+
+accelerator = Accelerator(cpu=True)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+meter = AverageMeter()
+for x, y in loader:
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    accelerator.backward(loss)
+    optimizer.step()
+    meter.update(loss.item(), x.size(0))
+accelerator.print(meter.avg)
+accelerator.end_training()
+''',
+            warnings=("ACC028:13",),
+        ),
+        Example(
+            # printed inside the loop every N steps (one process's, by convention), and a sum of gathered values
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2)
+running = 0.0
+for i, (x, y) in enumerate(loader):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+    running += loss.item()
+    if i % 2 == 1:
+        print(running / 2)
+        running = 0.0
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+accelerator = Accelerator(cpu=True)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+running = 0.0
+for i, (x, y) in enumerate(loader):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    accelerator.backward(loss)
+    optimizer.step()
+    running += loss.item()
+    if i % 2 == 1:
+        accelerator.print(running / 2)
+        running = 0.0
+accelerator.end_training()
+''',
+            fires=False,
+        ),
+    )
+
+    def run(self, ctx: Context) -> None:
+        found = ctx.plan.analysis(find_averages)
+        if not found.accumulators and not found.kept:
+            return
+        agreement = ctx.agreement
+        for kept in found.kept:
+            gathered = _gathered_in(agreement, kept.loop)
+            if any(ctx.reported(site.node) for site in kept.loop.calls):
+                continue  # the loop's metric is already reported as local (ACC016)
+            if any(not _global(agreement, kept.loop.scope, v, kept.node, gathered) for v in kept.values):
+                ctx.warn(codes.SHARD_AVERAGE, kept.node, name=kept.name)
+        reductions: dict[cst.For | cst.While, list[str]] = {}
+        for acc in found.accumulators:
+            scope = acc.loop.scope
+            gathered = _gathered_in(agreement, acc.loop)
+            if all(_global(agreement, scope, v, u, gathered) for v, u in zip(acc.increments, acc.updates)):
+                continue  # sums of gathered values: already the whole data set's
+            accelerator = ctx.accelerator_in(scope)
+            torch = _torch_name(ctx, acc)
+            if accelerator is None or torch is None or not agreement.agreed(acc.end, scope) or ctx.is_skipped(acc.end):
+                ctx.warn(codes.SHARD_AVERAGE, acc.updates[0], name=acc.name)
+                continue
+            reductions.setdefault(acc.end, []).append(_reduction(acc, accelerator, torch))
+        for loop, code in reductions.items():
+            ctx.insert_after(loop, code)
+            ctx.change("reduce running sums over a sharded loader across processes")
+
+
+def _gathered_in(agreement: Agreement, loop: Loop) -> set[str]:
+    """The names a loop gathers for metrics, and those it computes from them alone (``_, predicted =
+    torch.max(outputs.data, 1)`` after ``outputs, labels = accelerator.gather_for_metrics(...)``)."""
+    names: set[str] = set()
+    for stmt in loop.stmts:
+        if agreement.gathers(stmt):
+            names |= agreement.gathered[stmt]
+        elif names and isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign):
+            assign = stmt.body[0]
+            reads = _reads(assign.value)
+            if reads & names and all(n in names or agreement.uniform(loop.scope, cst.Name(n), stmt) for n in reads):
+                names |= {n for t in assign.targets for n in target_names(t.target)}
+    return names
+
+
+def _reads(expr: cst.BaseExpression) -> set[str]:
+    """The variables ``expr`` reads (not attribute names, not keywords)."""
+    skip = {id(a.attr) for a in m.findall(expr, m.Attribute())} | {id(a.keyword) for a in m.findall(expr, m.Arg()) if a.keyword}
+    return {n.value for n in m.findall(expr, m.Name()) if id(n) not in skip}
+
+
+def _global(agreement: Agreement, scope: Scope, value: cst.BaseExpression, at: cst.BaseStatement, gathered: set[str]) -> bool:
+    """Whether ``value`` is the same on every process: the agreement says so, or every name it reads that the
+    agreement cannot prove global is one the loop gathers (module-level code, which it does not follow in order)."""
+    if agreement.uniform(scope, value, at):
+        return True
+    names = _reads(value)
+    return bool(gathered) and all(n in gathered or agreement.uniform(scope, cst.Name(n), at) for n in names)
+
+
+def _reduction(acc: Accumulator, accelerator: str, torch: str) -> str:
+    reduction = '"mean"' if acc.mean else '"sum"'
+    if acc.kind == "tensor":
+        return f"{acc.name} = {accelerator}.reduce({acc.name}, {reduction})"
+    dtype = f"dtype={torch}.float64, " if acc.kind == "float" or acc.mean else ""
+    return f"{acc.name} = {accelerator}.reduce({torch}.tensor({acc.name}, {dtype}device={accelerator}.device), {reduction}).item()"
+
+
+def _torch_name(ctx: Context, acc: Accumulator) -> str | None:
+    """How the loop's module spells ``torch`` (``import torch``), or None when it does not import it whole."""
+    imports = ctx.facts.unit_of(acc.loop.scope).imports
+    return next((local for local, full in imports.aliases.items() if full == "torch"), None)
