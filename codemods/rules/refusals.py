@@ -72,6 +72,30 @@ accelerator.end_training()
 ''',
             fires=False,
         ),
+        Example(
+            before='''\
+import torch
+
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+for step in range(100):
+    x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+# fine-tune the last layer with a smaller learning rate
+head_optimizer = torch.optim.SGD(model[2].parameters(), lr=1e-4)
+for step in range(20):
+    x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    head_optimizer.zero_grad()
+    loss.backward()
+    head_optimizer.step()
+''',
+            warnings=("ACC008:13",),
+        ),
     )
 
     def run(self, ctx: Context) -> None:
