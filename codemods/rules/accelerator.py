@@ -64,6 +64,27 @@ print(model(torch.ones(2)))
 ''',
             fires=False,
         ),
+        Example(
+            before='''\
+import torch
+
+x = torch.linspace(-1, 1, 100).unsqueeze(1)
+y = 3 * x + 0.5 + 0.1 * torch.randn_like(x)
+w = torch.zeros(1, requires_grad=True)
+b = torch.zeros(1, requires_grad=True)
+lr = 0.1
+for epoch in range(200):
+    loss = ((x * w + b - y) ** 2).mean()
+    loss.backward()
+    with torch.no_grad():
+        w -= lr * w.grad
+        b -= lr * b.grad
+        w.grad.zero_()
+        b.grad.zero_()
+print(f"w={w.item():.2f} b={b.item():.2f}")
+''',
+            warnings=("ACC012:10",),
+        ),
     )
 
     def run(self, ctx: Context) -> None:

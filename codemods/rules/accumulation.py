@@ -103,6 +103,48 @@ accelerator.end_training()
 ''',
             fires=False,
         ),
+        Example(
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+accum_steps = 4
+loader = DataLoader(TensorDataset(torch.randn(64, 16), torch.randn(64, 1)), batch_size=8)
+model = torch.nn.Linear(16, 1).cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+for i, (x, y) in enumerate(loader):
+    x, y = x.cuda(), y.cuda()
+    loss = torch.nn.functional.mse_loss(model(x), y) / accum_steps
+    loss.backward()
+    if (i + 1) % accum_steps == 0:
+        optimizer.step()
+        optimizer.zero_grad()
+    else:
+        print(f"accumulating {i + 1}")
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+
+accelerator = Accelerator()
+accum_steps = 4
+loader = DataLoader(TensorDataset(torch.randn(64, 16), torch.randn(64, 1)), batch_size=8)
+model = torch.nn.Linear(16, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for i, (x, y) in enumerate(loader):
+    loss = torch.nn.functional.mse_loss(model(x), y) / accum_steps
+    accelerator.backward(loss)
+    if (i + 1) % accum_steps == 0:
+        optimizer.step()
+        optimizer.zero_grad()
+    else:
+        accelerator.print(f"accumulating {i + 1}")
+accelerator.end_training()
+''',
+            warnings=("ACC006:12",),
+        ),
     )
 
     def run(self, ctx: Context) -> None:

@@ -103,6 +103,65 @@ accelerator.end_training()
 ''',
             fires=False,
         ),
+        Example(
+            before='''\
+from contextlib import nullcontext
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def evaluate(model, loader, ctx):
+    with torch.no_grad(), ctx:
+        return sum(torch.nn.functional.mse_loss(model(x), y).item() for x, y in loader)
+
+
+use_amp = torch.cuda.is_available()
+ctx = torch.autocast("cuda", dtype=torch.bfloat16) if use_amp else nullcontext()
+train = DataLoader(TensorDataset(torch.randn(64, 16), torch.randn(64, 1)), batch_size=8)
+val = DataLoader(TensorDataset(torch.randn(16, 16), torch.randn(16, 1)), batch_size=8)
+model = torch.nn.Linear(16, 1)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for x, y in train:
+    with ctx:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+print("val loss", evaluate(model, val, ctx))
+''',
+            after='''\
+from contextlib import nullcontext
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+
+
+accelerator = Accelerator(mixed_precision="bf16" if torch.cuda.is_available() else "no")
+
+
+def evaluate(model, loader, ctx):
+    with torch.no_grad(), ctx:
+        return sum(torch.nn.functional.mse_loss(model(x), y).item() for x, y in loader)
+
+
+use_amp = torch.cuda.is_available()
+ctx = torch.autocast("cuda", dtype=torch.bfloat16) if use_amp else nullcontext()
+train = DataLoader(TensorDataset(torch.randn(64, 16), torch.randn(64, 1)), batch_size=8)
+val = DataLoader(TensorDataset(torch.randn(16, 16), torch.randn(16, 1)), batch_size=8)
+model = torch.nn.Linear(16, 1)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+model, optimizer, train, val = accelerator.prepare(model, optimizer, train, val)
+for x, y in train:
+    with ctx:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+    optimizer.zero_grad()
+    accelerator.backward(loss)
+    optimizer.step()
+accelerator.print("val loss", evaluate(model, val, ctx))
+accelerator.end_training()
+''',
+            warnings=("ACC005:12",),
+        ),
     )
 
     def run(self, ctx: Context) -> None:

@@ -75,6 +75,41 @@ accelerator.end_training()
 ''',
             fires=False,
         ),
+        Example(
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+loader = DataLoader(TensorDataset(torch.randn(64, 16), torch.randn(64, 4)), batch_size=8)
+model = torch.nn.Linear(16, 4)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+weights = torch.tensor([1.0, 0.5, 0.5, 0.1])
+for x, y in loader:
+    optimizer.zero_grad()
+    per_output = ((model(x) - y) ** 2).mean(dim=0)
+    per_output.backward(weights)
+    optimizer.step()
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+
+accelerator = Accelerator(cpu=True)
+loader = DataLoader(TensorDataset(torch.randn(64, 16), torch.randn(64, 4)), batch_size=8)
+model = torch.nn.Linear(16, 4)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+weights = torch.tensor([1.0, 0.5, 0.5, 0.1])
+for x, y in loader:
+    optimizer.zero_grad()
+    per_output = ((model(x) - y) ** 2).mean(dim=0)
+    per_output.backward(weights)
+    optimizer.step()
+accelerator.end_training()
+''',
+            warnings=("ACC010:11",),
+        ),
     )
 
     def run(self, ctx: Context) -> None:

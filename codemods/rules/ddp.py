@@ -89,6 +89,29 @@ accelerator.end_training()
 ''',
             fires=False,
         ),
+        Example(
+            before='''\
+import os
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("nccl")
+local_rank = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(local_rank)
+model = torch.nn.Linear(10, 1).cuda()
+model = DDP(model, device_ids=[local_rank], process_group=dist.group.WORLD)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(100):
+    x = torch.randn(32, 10).cuda()
+    loss = model(x).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+dist.destroy_process_group()
+''',
+            warnings=("ACC004:10",),
+        ),
     )
 
     def run(self, ctx: Context) -> None:

@@ -71,6 +71,58 @@ accelerator.end_training()
             fires=False,
             warnings=('ACC002:6',),
         ),
+        Example(
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+print(f"training on {device}")
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(64, 16), torch.randn(64, 1)), batch_size=8)
+    model = torch.nn.Linear(16, 1).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+print(f"training on {device}")
+
+
+def main():
+    accelerator = Accelerator()
+    loader = DataLoader(TensorDataset(torch.randn(64, 16), torch.randn(64, 1)), batch_size=8)
+    model = torch.nn.Linear(16, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        accelerator.backward(loss)
+        optimizer.step()
+    accelerator.end_training()
+
+
+if __name__ == "__main__":
+    main()
+''',
+            warnings=("ACC011:4",),
+        ),
     )
 
     def run(self, ctx: Context) -> None:

@@ -83,6 +83,128 @@ accelerator.end_training()
 ''',
             fires=False,
         ),
+        Example(
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def to_gpu(batch):
+    return [t.cuda() for t in batch]
+
+
+def main():
+    data = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+    loader = DataLoader(data, batch_size=16, shuffle=True)
+    model = torch.nn.Linear(8, 2).cuda()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for x, y in loader:
+        x, y = to_gpu((x, y))
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+
+
+def to_gpu(batch):
+    return [t.cuda() for t in batch]
+
+
+def main():
+    accelerator = Accelerator()
+    data = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+    loader = DataLoader(data, batch_size=16, shuffle=True)
+    model = torch.nn.Linear(8, 2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for x, y in loader:
+        x, y = to_gpu((x, y))
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        accelerator.backward(loss)
+        optimizer.step()
+    accelerator.end_training()
+
+
+if __name__ == "__main__":
+    main()
+''',
+            warnings=("ACC001:6",),
+        ),
+        Example(
+            before='''\
+import sys
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train_step(model, optimizer, x, y):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(64, 16), torch.randn(64, 1)), batch_size=8)
+    model = torch.nn.Linear(16, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for x, y in loader:
+        print(train_step(model, optimizer, x, y))
+
+
+if __name__ == "__main__":
+    if "--smoke-test" in sys.argv:
+        tiny = torch.nn.Linear(16, 1)
+        train_step(tiny, torch.optim.SGD(tiny.parameters(), lr=0.1), torch.randn(2, 16), torch.randn(2, 1))
+    else:
+        main()
+''',
+            after='''\
+import sys
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+
+
+def train_step(model, optimizer, x, y):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def main():
+    accelerator = Accelerator(cpu=True)
+    loader = DataLoader(TensorDataset(torch.randn(64, 16), torch.randn(64, 1)), batch_size=8)
+    model = torch.nn.Linear(16, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for x, y in loader:
+        accelerator.print(train_step(model, optimizer, x, y))
+    accelerator.end_training()
+
+
+if __name__ == "__main__":
+    if "--smoke-test" in sys.argv:
+        tiny = torch.nn.Linear(16, 1)
+        train_step(tiny, torch.optim.SGD(tiny.parameters(), lr=0.1), torch.randn(2, 16), torch.randn(2, 1))
+    else:
+        main()
+''',
+            warnings=("ACC009:9",),
+        ),
     )
 
     def run(self, ctx: Context) -> None:

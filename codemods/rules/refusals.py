@@ -72,6 +72,201 @@ accelerator.end_training()
 ''',
             fires=False,
         ),
+        Example(
+            before='''\
+import torch
+
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+for step in range(100):
+    x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+# fine-tune the last layer with a smaller learning rate
+head_optimizer = torch.optim.SGD(model[2].parameters(), lr=1e-4)
+for step in range(20):
+    x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    head_optimizer.zero_grad()
+    loss.backward()
+    head_optimizer.step()
+''',
+            warnings=("ACC008:13",),
+        ),
+        Example(
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Experiment:
+    def __init__(self, lr):
+        self.model = torch.nn.Linear(16, 1)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=lr)
+
+
+def train(exp, loader):
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(exp.model(x), y)
+        exp.optimizer.zero_grad()
+        loss.backward()
+        exp.optimizer.step()
+
+
+if __name__ == "__main__":
+    loader = DataLoader(TensorDataset(torch.randn(64, 16), torch.randn(64, 1)), batch_size=8)
+    train(Experiment(lr=0.01), loader)
+''',
+            warnings=("ACC014:20",),
+        ),
+        Example(
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def fit(model, loader):
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+def main():
+    model = torch.nn.Linear(16, 1)
+    loader = DataLoader(TensorDataset(torch.randn(64, 16), torch.randn(64, 1)), batch_size=8)
+    fit(model, loader)
+    fisher = [torch.zeros_like(p) for p in model.parameters()]  # for EWC on the next task
+    for x, y in loader:
+        model.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        for f, p in zip(fisher, model.parameters()):
+            f += p.grad ** 2 / len(loader)
+    torch.save(fisher, "fisher.pt")
+
+
+main()
+''',
+            warnings=("ACC020:19",),
+        ),
+        Example(
+            before='''\
+import torch
+from my_project.data import get_train_loader
+
+
+def main():
+    model = torch.nn.Linear(16, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    train_loader = get_train_loader(batch_size=32)
+    for epoch in range(10):
+        for x, y in train_loader:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''\
+import torch
+from my_project.data import get_train_loader
+from accelify.runtime import Accelerator
+
+
+def main():
+    accelerator = Accelerator(cpu=True)
+    model = torch.nn.Linear(16, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    train_loader = get_train_loader(batch_size=32)
+    for epoch in range(10):
+        for x, y in train_loader:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            accelerator.backward(loss)
+            optimizer.step()
+    accelerator.end_training()
+
+
+if __name__ == "__main__":
+    main()
+''',
+            warnings=("ACC021:10",),
+        ),
+        Example(
+            before='''\
+import torch
+
+
+class Regressor(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+
+    def forward(self, x):
+        return self.net(x)
+
+    def fit(self, x, y, epochs=100):
+        optimizer = torch.optim.Adam(self.parameters(), lr=1e-3)
+        for epoch in range(epochs):
+            loss = torch.nn.functional.mse_loss(self(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        return self
+
+
+model = Regressor().fit(torch.randn(64, 16), torch.randn(64, 1))
+''',
+            warnings=("ACC026:12",),
+        ),
+        Example(
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+loader = DataLoader(TensorDataset(torch.randn(64, 16), torch.randn(64, 1)), batch_size=8)
+model = torch.nn.Linear(16, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for cycle in range(3):  # warm restarts: a fresh one-cycle schedule each round
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=len(loader))
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+
+accelerator = Accelerator(cpu=True)
+loader = DataLoader(TensorDataset(torch.randn(64, 16), torch.randn(64, 1)), batch_size=8)
+model = torch.nn.Linear(16, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for cycle in range(3):  # warm restarts: a fresh one-cycle schedule each round
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=len(loader))
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        accelerator.backward(loss)
+        optimizer.step()
+        scheduler.step()
+accelerator.end_training()
+''',
+            warnings=("ACC027:8",),
+        ),
     )
 
     def run(self, ctx: Context) -> None:

@@ -94,6 +94,59 @@ accelerator.end_training()
 ''',
             fires=False,
         ),
+        Example(
+            before='''\
+import torch
+import torchvision
+from torch.utils.data import DataLoader
+from torchvision import transforms
+
+train_set = torchvision.datasets.MNIST("data", train=True, download=True, transform=transforms.ToTensor())
+
+
+def main():
+    loader = DataLoader(train_set, batch_size=64, shuffle=True)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(28 * 28, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for images, labels in loader:
+        loss = torch.nn.functional.cross_entropy(model(images), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''\
+import torch
+import torchvision
+from torch.utils.data import DataLoader
+from torchvision import transforms
+from accelify.runtime import Accelerator
+
+train_set = torchvision.datasets.MNIST("data", train=True, download=True, transform=transforms.ToTensor())
+
+
+def main():
+    accelerator = Accelerator(cpu=True)
+    loader = DataLoader(train_set, batch_size=64, shuffle=True)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(28 * 28, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for images, labels in loader:
+        loss = torch.nn.functional.cross_entropy(model(images), labels)
+        optimizer.zero_grad()
+        accelerator.backward(loss)
+        optimizer.step()
+    accelerator.end_training()
+
+
+if __name__ == "__main__":
+    main()
+''',
+            warnings=("ACC018:6",),
+        ),
     )
 
     def run(self, ctx: Context) -> None:

@@ -110,6 +110,42 @@ accelerator.end_training()
 ''',
             fires=False,
         ),
+        Example(
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+loader = DataLoader(TensorDataset(torch.randn(64, 16), torch.randint(0, 4, (64,))), batch_size=8)
+model = torch.nn.Linear(16, 4).cuda()
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+criterion = torch.nn.CrossEntropyLoss(weight=torch.tensor([1.0, 2.0, 2.0, 4.0]).cuda(0))
+for x, y in loader:
+    x, y = x.cuda(), y.cuda()
+    loss = criterion(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+
+accelerator = Accelerator()
+loader = DataLoader(TensorDataset(torch.randn(64, 16), torch.randint(0, 4, (64,))), batch_size=8)
+model = torch.nn.Linear(16, 4)
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+criterion = torch.nn.CrossEntropyLoss(weight=torch.tensor([1.0, 2.0, 2.0, 4.0]).cuda(0))
+for x, y in loader:
+    loss = criterion(model(x), y)
+    optimizer.zero_grad()
+    accelerator.backward(loss)
+    optimizer.step()
+accelerator.end_training()
+''',
+            warnings=("ACC013:7",),
+        ),
     )
 
     def run(self, ctx: Context) -> None:

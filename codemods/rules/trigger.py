@@ -105,6 +105,30 @@ accelerator.end_training()
 ''',
             fires=False,
         ),
+        Example(
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train(model, loader, epochs=100):
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for epoch in range(epochs):
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        if loss.item() < 1e-3:
+            return epoch
+    return epochs
+
+
+loader = DataLoader(TensorDataset(torch.randn(64, 16), torch.randn(64, 1)), batch_size=8)
+print("converged after", train(torch.nn.Linear(16, 1), loader), "epochs")
+''',
+            warnings=("ACC017:14",),
+        ),
     )
 
     def run(self, ctx: Context) -> None:
