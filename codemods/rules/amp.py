@@ -162,6 +162,43 @@ accelerator.end_training()
 ''',
             warnings=("ACC005:12",),
         ),
+        Example(  # a use left (reported) keeps the object it reads
+            before='''
+import torch
+model = torch.nn.Linear(2, 1).cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.cuda.amp.GradScaler()
+loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+for x, y in loader:
+    x, y = x.cuda(), y.cuda()
+    with torch.autocast("cuda"):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    print("scale", scaler.get_scale())
+''',
+            after='''
+import torch
+from accelify.runtime import Accelerator
+accelerator = Accelerator(mixed_precision="fp16" if torch.cuda.is_available() else "no")
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.cuda.amp.GradScaler()
+loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for x, y in loader:
+    with accelerator.autocast():
+        loss = torch.nn.functional.mse_loss(model(x), y)
+    optimizer.zero_grad()
+    accelerator.backward(loss)
+    optimizer.step()
+    accelerator.print("scale", scaler.get_scale())
+accelerator.end_training()
+''',
+            warnings=('ACC005:14',),
+        ),
     )
 
     def run(self, ctx: Context) -> None:
@@ -196,11 +233,13 @@ accelerator.end_training()
 
     def _scaler(self, ctx: Context, scaler: Binding) -> None:
         uses = [s for s in ctx.facts.calls if _receiver_is(s, scaler.key) and ctx.plan.binding_of(s.scope, scaler.key) is scaler]
-        skipped = {id(s.node) for s in uses}
+        left: list[CallSite] = []  # uses reported and kept: the scaler they read must stay
         gets = [s for s in uses if s.method == "get_scale"]
         for site in uses:
             scope = site.scope
-            if site.method == "scale" and self._scaled_backward(ctx, site, scope):
+            if site.method == "scale":
+                if not self._scaled_backward(ctx, site, scope):
+                    left.append(site)
                 continue
             if site.method in ("unscale_", "update") and _alone(site):
                 ctx.remove(site.stmt)
@@ -214,20 +253,21 @@ accelerator.end_training()
             elif site.method == "get_scale":
                 if not self._skip_idiom(ctx, site, gets, scope):
                     ctx.warn(codes.AMP, site.node, name=f"{scaler.key}.get_scale()")
+                    left.append(site)
             else:
                 ctx.warn(codes.AMP, site.node, name=code_of(site.node.func))
-                continue
-        if all(id(s.node) in skipped for s in uses):
+                left.append(site)
+        if not left:
             ctx.remove(scaler.stmt)
             ctx.change("GradScaler -> the accelerator's mixed precision")
 
     def _scaled_backward(self, ctx: Context, site: CallSite, scope: Scope) -> bool:
-        """``scaler.scale(loss).backward(...)`` -> ``accelerator.backward(loss, ...)``."""
+        """``scaler.scale(loss).backward(...)`` -> ``accelerator.backward(loss, ...)``; False when it is left, reported."""
         outer = next((s for s in ctx.facts.calls if s.method == "backward" and isinstance(s.node.func, cst.Attribute)
                       and s.node.func.value is site.node), None)
         if outer is None or not site.node.args:
             ctx.warn(codes.AMP, site.node, name=code_of(site.node.func))
-            return True
+            return False
         loss = site.node.args[0].value
 
         def swap(call: cst.CSTNode, accelerator: str) -> cst.CSTNode:

@@ -21,7 +21,7 @@ import libcst.matchers as m
 
 from accelify.codemods.analysis.collect import is_import
 from accelify.codemods.engine.context import Context
-from accelify.codemods.analysis.snippets import code_of
+from accelify.codemods.analysis.snippets import code_of, expression
 from accelify.codemods.analysis.facts import CallSite
 from accelify.codemods.engine.rule import Example, Rule
 
@@ -104,6 +104,39 @@ accelerator.end_training()
 ''',
             fires=False,
         ),
+        Example(  # master_params outside an fp16 branch: the optimizer's parameters
+            before='''
+import torch
+from apex import amp
+model = torch.nn.Linear(2, 1).cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+for x, y in loader:
+    loss = torch.nn.functional.mse_loss(model(x.cuda()), y.cuda())
+    optimizer.zero_grad()
+    with amp.scale_loss(loss, optimizer) as scaled_loss:
+        scaled_loss.backward()
+    torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0)
+    optimizer.step()
+''',
+            after='''
+import torch
+from accelify.runtime import Accelerator
+accelerator = Accelerator(mixed_precision="fp16")
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for x, y in loader:
+    loss = torch.nn.functional.mse_loss(model(x.to(accelerator.device)), y.to(accelerator.device))
+    optimizer.zero_grad()
+    accelerator.backward(loss)
+    accelerator.clip_grad_norm_((p for group in optimizer.param_groups for p in group["params"]), 1.0)
+    optimizer.step()
+accelerator.end_training()
+''',
+        ),
     )
 
     def run(self, ctx: Context) -> None:
@@ -111,9 +144,8 @@ accelerator.end_training()
         imports = [s for s in ctx.facts.order if _imports_apex(s)]
         if not (sites or imports) or not ctx.accelerating:
             return
-        for stmt in imports:
-            ctx.remove(stmt)
         folded: set[int] = set()
+        left = False  # an apex call left as it is (reported by the amp rule) keeps the import it needs
         for site in sites:
             if site.qualname == INITIALIZE and _assigns(site):
                 ctx.remove(site.stmt)
@@ -125,11 +157,21 @@ accelerator.end_training()
                         ctx.regroup([guard], _else_body)
                 elif site.qualname == SCALE_LOSS and isinstance(site.stmt, cst.With) and len(site.stmt.items) == 1:
                     ctx.regroup([site.stmt], _scaled_body)
+                elif site.qualname == MASTER_PARAMS and len(site.node.args) == 1 and site.node.args[0].keyword is None:
+                    # apex's master parameters are the optimizer's (fp32 under the accelerator's mixed precision)
+                    optimizer = code_of(site.node.args[0].value)
+                    ctx.replace(site.node, site.stmt, lambda _, o=optimizer: expression(  # type: ignore[misc]
+                        f"(p for group in {o}.param_groups for p in group[\"params\"])"))
                 else:
+                    left = True
                     continue
             else:
+                left = left or not ctx.is_skipped(site.stmt)
                 continue
             ctx.change("apex amp -> the accelerator's mixed precision")
+        if not left:
+            for stmt in imports:
+                ctx.remove(stmt)
 
 
 def _imports_apex(stmt: cst.BaseStatement) -> bool:
