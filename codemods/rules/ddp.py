@@ -129,7 +129,9 @@ dist.destroy_process_group()
         stmt = site.stmt
         inner = site.node.args[0].value if site.node.args and site.node.args[0].keyword is None else None
         options = ctx.plan.distributed.ddp_options()
-        unknown = [a for a in site.node.args[1:] if a.keyword is None or a.keyword.value not in (*DDP_OPTIONS, *DDP_PLACEMENT)]
+        # positionally, DDP(module, device_ids, output_device, ...): the placement prepare does anyway
+        unknown = [a for i, a in enumerate(site.node.args[1:], 1) if (a.keyword is None and i > len(DDP_PLACEMENT))
+                   or (a.keyword is not None and a.keyword.value not in (*DDP_OPTIONS, *DDP_PLACEMENT))]
         differs = [a for a in site.node.args if a.keyword is not None and a.keyword.value in DDP_OPTIONS
                    and code_of(a) not in {code_of(o) for o in options}]
         if inner is None or unknown or differs:
