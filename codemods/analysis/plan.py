@@ -389,7 +389,7 @@ class Plan(PreparedUses):
         if last is not None:
             for index, stmt in enumerate(block[: block.index(last)]):
                 if self.drives_training(scope, stmt):
-                    culprit = next(a for a, t in zip((a for a in aliases if a.stmt is not None), tops) if t is last)
+                    culprit = next(a for a in aliases if a.stmt is not None and self.facts.top_in(a.stmt, block) is last)
                     self._problem(CREATED_AFTER_LOOP, culprit.stmt, name=culprit.key)  # type: ignore[arg-type]
                     return
         self.prepare_scope, self.prepare_block, self.prepare_after, self.aliases = scope, block, last, aliases

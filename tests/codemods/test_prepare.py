@@ -328,3 +328,27 @@ def test_a_module_that_trains_itself_is_refused() -> None:
     ))
     assert result.status == "attention"
     assert [w.code for w in result.warnings] == ["ACC026"]
+
+
+def test_created_after_the_loop_names_the_object_created_late_not_the_first_prepared() -> None:
+    """A fine-tuning stage: its optimizer comes after the first loop; the loader (created first, walked by both
+    loops) is not the culprit."""
+    code = """
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4)
+    head = torch.nn.Linear(4, 1)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), head)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    head_optimizer = torch.optim.SGD(head.parameters(), lr=0.01)
+    for x, y in loader:
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        head_optimizer.step()
+    """
+    result = convert_source(dedent(code))
+    assert result.status == "attention"
+    assert [(w.code, w.line) for w in result.warnings] == [("ACC008", 11)]
+    assert "`head_optimizer` is created after the training loop starts" in result.warnings[0].message
