@@ -350,5 +350,5 @@ def test_created_after_the_loop_names_the_object_created_late_not_the_first_prep
     """
     result = convert_source(dedent(code))
     assert result.status == "attention"
-    assert [(w.code, w.line) for w in result.warnings] == [("ACC008", 11)]
+    assert [(w.code, w.line) for w in result.warnings] == [("ACC008", 10)]
     assert "`head_optimizer` is created after the training loop starts" in result.warnings[0].message
