@@ -15,7 +15,9 @@ The shape recognised (the one every tutorial and the 2019-2022 example scripts u
             global_step += 1 ...             # bookkeeping
 
 ``k`` must be something the accelerator can read where it is created (a literal, or a name of that
-scope such as ``args.gradient_accumulation_steps``).
+scope such as ``args.gradient_accumulation_steps``). Only this exact shape: one optimizer, a backward on every
+batch and none under the condition, ``step()`` and ``zero_grad()`` together under it (``_one_optimizer_under``).
+A schedule that trains another model every k batches (a WGAN's ``if i % n_critic == 0:``) is left as it is.
 """
 
 from __future__ import annotations
@@ -93,6 +95,8 @@ def _loops(
             steps = _modulo_divisor(stmt.test)
             if steps is None or not _steps_optimizer(plan, loop, stmt) or not _backward_outside(plan, loop, stmt):
                 continue  # (an n_critic schedule runs its generator's backward inside the `if`: no accumulation)
+            if not _one_optimizer_under(plan, loop, stmt):
+                continue  # a WGAN's critic schedule: another optimizer steps every batch; left as it is
             if home is not None and not _readable(home, steps):
                 unconverted.append(stmt)
                 continue
@@ -129,6 +133,32 @@ def _steps_optimizer(plan: Plan, loop: Loop, stmt: cst.If) -> bool:
             if found is not None and found.role == "optimizer":
                 return True
     return False
+
+
+def _one_optimizer_under(plan: Plan, loop: Loop, stmt: cst.If) -> bool:
+    """The exact shape accumulation is: one optimizer in the loop, its ``step()`` under the condition and its
+    ``zero_grad()`` (or the model's), if the loop has one, there too, neither anywhere else in the loop, and no
+    backward under it (the gradients of
+    every batch pile up). Anything else (a WGAN's ``if i % n_critic == 0:`` training the generator while the
+    critic steps every batch, a backward inside the condition) is not accumulation."""
+    inside = _inside(plan.facts, stmt)
+    optimizers: set[int] = set()
+    step_in = False
+    for site in loop.calls:
+        if site.method not in ("step", "zero_grad") or not isinstance(site.node.func, cst.Attribute):
+            continue
+        receivers = [site.node.func.value, *(a.value for a in site.node.args if site.method == "step" and not a.star)]
+        roles = [(found, found.role) for r in receivers if (found := plan.origin(site.scope, r)) is not None]
+        owner = next((f for f, role in roles if role == "optimizer"), None)
+        if owner is None and not (site.method == "zero_grad" and any(role == "model" for _, role in roles)):
+            continue  # ``scheduler.step()``, ``scaler.step(...)`` without an optimizer
+        if site.stmt not in inside:
+            return False  # stepped or zeroed every batch: not accumulated
+        if owner is not None:
+            optimizers.add(id(owner))
+        step_in = step_in or (site.method == "step" and owner is not None)
+    backward_in = any(plan.reaches_backward(site) and site.stmt in inside for site in loop.calls)
+    return len(optimizers) == 1 and step_in and not backward_in
 
 
 def _backward_outside(plan: Plan, loop: Loop, stmt: cst.If) -> bool:

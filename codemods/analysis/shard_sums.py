@@ -102,7 +102,7 @@ def find_averages(plan: Plan) -> Averages:
                 found.kept.append(kept)  # read between the passes (``print(total / step)`` every epoch) and summed on
                 continue
             mean = _divided_by(plan, end, loop, name, counters, set(updates) - counters)
-            kind = _kind(init, [v for _, v in ups])
+            kind = _kind(init, [v for _, v in ups], _known(loop))
             if mean is None or kind is None:
                 found.kept.append(kept)
                 continue
@@ -154,8 +154,23 @@ def _assigned_in(loop: Loop, name: str, stmt: cst.BaseStatement) -> bool:
     return any(b.stmt is stmt for b in loop.scope.bindings.get(name, []))
 
 
-def _kind(init: Binding, increments: list[cst.BaseExpression]) -> str | None:
-    kinds = {_increment_kind(v) for v in increments}
+def _known(loop: Loop) -> dict[str, str]:
+    """What names bound in the loop hold: ``loss`` whose ``backward()`` is called is a tensor, ``l = loss.item()``
+    a float."""
+    known = {dotted(s.node.func.value): "tensor" for s in loop.calls  # type: ignore[attr-defined]
+             if s.method == "backward" and isinstance(s.node.func, cst.Attribute) and isinstance(s.node.func.value, cst.Name)}
+    for stmt in loop.stmts:
+        if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign):
+            assign = stmt.body[0]
+            if len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
+                kind = _increment_kind(assign.value, known)
+                if kind is not None:
+                    known.setdefault(assign.targets[0].target.value, kind)
+    return {k: v for k, v in known.items() if k is not None}
+
+
+def _kind(init: Binding, increments: list[cst.BaseExpression], known: dict[str, str]) -> str | None:
+    kinds = {_increment_kind(v, known) for v in increments}
     if None in kinds or len(kinds - {"int"}) > 1:
         return None
     if "tensor" in kinds:
@@ -165,11 +180,13 @@ def _kind(init: Binding, increments: list[cst.BaseExpression]) -> str | None:
     return "int"
 
 
-def _increment_kind(expr: cst.BaseExpression) -> str | None:
+def _increment_kind(expr: cst.BaseExpression, known: dict[str, str]) -> str | None:
     """``int`` for a count (``y.size(0)``, ``len(x)``, ``(pred == y).sum().item()``), ``float`` for another
     ``.item()`` (``loss.item() * x.size(0)``), ``tensor`` for a tensor expression, None when unsure."""
     if isinstance(expr, cst.Integer):
         return "int"
+    if isinstance(expr, cst.Name):
+        return known.get(expr.value)
     if isinstance(expr, cst.Float):
         return "float"
     if isinstance(expr, cst.Call):
@@ -191,7 +208,7 @@ def _increment_kind(expr: cst.BaseExpression) -> str | None:
     if isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Attribute) and expr.value.attr.value == "shape":
         return "int"
     if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Multiply, cst.Add, cst.Subtract)):
-        kinds = {_increment_kind(expr.left), _increment_kind(expr.right)}
+        kinds = {_increment_kind(expr.left, known), _increment_kind(expr.right, known)}
         if None in kinds:
             return None
         return "tensor" if "tensor" in kinds else "float" if "float" in kinds else "int"

@@ -145,6 +145,57 @@ accelerator.end_training()
 ''',
             warnings=("ACC006:12",),
         ),
+        Example(
+            # a WGAN's critic schedule: the generator trains every n_critic batches while the critic steps on every
+            # batch; two optimizers, a backward under the condition: not accumulation, left as it is
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+G = torch.nn.Linear(2, 2)
+D = torch.nn.Linear(2, 1)
+opt_g = torch.optim.Adam(G.parameters())
+opt_d = torch.optim.Adam(D.parameters())
+loader = DataLoader(TensorDataset(torch.randn(16, 2)), batch_size=2)
+n_critic = 5
+for i, (real,) in enumerate(loader):
+    opt_d.zero_grad()
+    z = torch.randn(real.size(0), 2)
+    d_loss = D(G(z).detach()).mean() - D(real).mean()
+    d_loss.backward()
+    opt_d.step()
+    if i % n_critic == 0:
+        opt_g.zero_grad()
+        g_loss = -D(G(z)).mean()
+        g_loss.backward()
+        opt_g.step()
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+accelerator = Accelerator(cpu=True)
+G = torch.nn.Linear(2, 2)
+D = torch.nn.Linear(2, 1)
+opt_g = torch.optim.Adam(G.parameters())
+opt_d = torch.optim.Adam(D.parameters())
+loader = DataLoader(TensorDataset(torch.randn(16, 2)), batch_size=2)
+G, D, opt_g, opt_d, loader = accelerator.prepare(G, D, opt_g, opt_d, loader)
+n_critic = 5
+for i, (real,) in enumerate(loader):
+    opt_d.zero_grad()
+    z = torch.randn(real.size(0), 2)
+    d_loss = D(G(z).detach()).mean() - D(real).mean()
+    accelerator.backward(d_loss)
+    opt_d.step()
+    if i % n_critic == 0:
+        opt_g.zero_grad()
+        g_loss = -D(G(z)).mean()
+        accelerator.backward(g_loss)
+        opt_g.step()
+accelerator.end_training()
+''',
+            fires=False,
+        ),
     )
 
     def run(self, ctx: Context) -> None:

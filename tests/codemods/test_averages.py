@@ -1,0 +1,165 @@
+"""``rules/averages.py`` (with ``analysis/shard_sums.py``): which running sums over a sharded loader are reduced
+after the loop, how, and which are reported instead. Each case is a training loop over a prepared loader;
+``STEP`` marks the forward, backward and optimizer step."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from tests.codemods._convert import codes, converted
+
+HEAD = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+model = torch.nn.Linear(2, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randint(0, 2, (8,))), batch_size=2)
+"""
+STEP = ["out = model(x)", "loss = torch.nn.functional.cross_entropy(out, y)", "loss.backward()", "optimizer.step()"]
+
+
+def _script(body: str) -> str:
+    lines = []
+    for line in textwrap.dedent(body).lstrip("\n").splitlines():
+        if line.strip() == "STEP":
+            indent = line[: len(line) - len(line.lstrip())]
+            lines += [indent + s for s in STEP]
+        else:
+            lines.append(line)
+    return HEAD + "\n".join(lines) + "\n"
+
+
+# the script's body -> the reductions inserted, in order, each right after the loop where the sum is complete
+REDUCED = {
+    "a count over the data set": ("""
+        for epoch in range(2):
+            correct = 0
+            for x, y in loader:
+                STEP
+                correct += (out.argmax(1) == y).sum().item()
+            print(correct / len(loader.dataset))
+        """, ['    correct = accelerator.reduce(torch.tensor(correct, device=accelerator.device), "sum").item()']),
+    "a mean over the batches": ("""
+        for epoch in range(2):
+            total = 0.0
+            for x, y in loader:
+                STEP
+                total += loss.item()
+            print(total / len(loader))
+        """, ['    total = accelerator.reduce(torch.tensor(total, dtype=torch.float64, device=accelerator.device), "mean").item()']),
+    "a tensor sum over a batch counter": ("""
+        total, n = 0, 0
+        for x, y in loader:
+            STEP
+            total += loss.detach()
+            n += 1
+        print(total / n)
+        """, ['total = accelerator.reduce(total, "mean")']),
+    "a sum and its count": ("""
+        seen, total = 0, 0.0
+        for x, y in loader:
+            STEP
+            total += loss.item() * x.size(0)
+            seen += y.shape[0]
+        result = total / seen
+        """, ['total = accelerator.reduce(torch.tensor(total, dtype=torch.float64, device=accelerator.device), "sum").item()',
+              'seen = accelerator.reduce(torch.tensor(seen, device=accelerator.device), "sum").item()']),
+    "summed over every epoch, read after them": ("""
+        total = 0.0
+        for epoch in range(2):
+            for x, y in loader:
+                STEP
+                total += loss.item()
+        print(total)
+        """, ['total = accelerator.reduce(torch.tensor(total, dtype=torch.float64, device=accelerator.device), "sum").item()']),
+}
+
+
+@pytest.mark.parametrize("name", list(REDUCED))
+def test_reduced_after_the_loop(name: str) -> None:
+    body, lines = REDUCED[name]
+    code = _script(body)
+    new = converted(code).splitlines()
+    assert codes(code) == []
+    assert [line for line in new if ".reduce(" in line] == lines
+    first = new.index(lines[0])
+    indent = len(lines[0]) - len(lines[0].lstrip())
+    before = new[first - 1]
+    assert len(before) - len(before.lstrip()) > indent, "the reduction comes right after the loop's body"
+
+
+LEFT = {
+    "printed every N steps inside the loop": ("""
+        running = 0.0
+        for i, (x, y) in enumerate(loader):
+            STEP
+            running += loss.item()
+            if i % 2 == 1:
+                print(running / 2)
+                running = 0.0
+        """, []),
+    "a batch counter alone": ("""
+        n = 0
+        for x, y in loader:
+            STEP
+            n += 1
+        print(n)
+        """, []),
+    "not read after the loop": ("""
+        total = 0.0
+        for x, y in loader:
+            STEP
+            total += loss.item()
+        """, []),
+    "an AverageMeter": ("""
+        from meters import AverageMeter
+        meter = AverageMeter()
+        for x, y in loader:
+            STEP
+            meter.update(loss.item(), x.size(0))
+        print(meter.avg)
+        """, ["ACC028:13"]),
+    "a list of per-batch losses": ("""
+        losses = []
+        for x, y in loader:
+            STEP
+            losses.append(loss.item())
+        print(sum(losses) / len(losses))
+        """, ["ACC028:12"]),
+    "summed over epochs and read between them": ("""
+        total = 0.0
+        for epoch in range(2):
+            for x, y in loader:
+                STEP
+                total += loss.item()
+            print(total)
+        """, ["ACC028:13"]),
+    "divided by a count it cannot place": ("""
+        total = 0.0
+        for x, y in loader:
+            STEP
+            total += loss.item()
+        print(total / 7)
+        """, ["ACC028:12"]),
+    "a loader walked only on the main process": ("""
+        for x, y in loader:
+            STEP
+        import torch.distributed as dist
+        if dist.get_rank() == 0:
+            correct = 0
+            for x, y in DataLoader(TensorDataset(torch.randn(8, 2), torch.randint(0, 2, (8,)))):
+                correct += (model(x).argmax(1) == y).sum().item()
+            print(correct)
+        """, None),
+}
+
+
+@pytest.mark.parametrize("name", list(LEFT))
+def test_left_alone(name: str) -> None:
+    body, warnings = LEFT[name]
+    code = _script(body)
+    assert ".reduce(" not in converted(code)
+    if warnings is not None:
+        assert codes(code) == warnings
