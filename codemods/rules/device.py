@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
 from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
@@ -123,6 +124,34 @@ if __name__ == "__main__":
 ''',
             warnings=("ACC011:4",),
         ),
+        Example(  # a string device compared with a type keeps its meaning: accelerator.device is a torch.device
+            before='''\
+import torch
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model = torch.nn.Linear(2, 1).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in torch.ones(4, 2):
+    model(x.to(device)).sum().backward()
+    optimizer.step()
+if device == "cuda":
+    print(torch.cuda.max_memory_allocated())
+''',
+            after='''\
+import torch
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+device = accelerator.device
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+for x in torch.ones(4, 2):
+    accelerator.backward(model(x.to(device)).sum())
+    optimizer.step()
+if device.type == "cuda":
+    accelerator.print(torch.cuda.max_memory_allocated())
+accelerator.end_training()
+''',
+        ),
     )
 
     def run(self, ctx: Context) -> None:
@@ -155,6 +184,33 @@ if __name__ == "__main__":
         assert binding.value is not None
         if ctx.replace(binding.value, stmt, lambda _, a=accelerator: expression(f"{a}.device")):  # type: ignore[misc]
             ctx.change("use accelerator.device")
+            self._type_tests(ctx, binding)
+
+    def _type_tests(self, ctx: Context, binding: Binding) -> None:
+        """``device == "cuda"`` and ``str(device) == "cuda"`` compare a string; ``accelerator.device`` is a
+        ``torch.device`` (``cuda:0``), which equals no string: they become ``device.type == "cuda"``."""
+        refs = {id(ref) for ref in self._refs(ctx, binding)}
+        if not refs:
+            return
+        holder: dict[int, cst.BaseStatement] = {}
+        for stmt in ctx.facts.order:  # pre-order: the innermost statement holding a comparison comes last
+            for comparison in m.findall(stmt, m.Comparison()):
+                holder[id(comparison)] = stmt
+        for stmt in set(holder.values()):
+            for comparison in m.findall(stmt, m.Comparison()):
+                if holder.get(id(comparison)) is not stmt:
+                    continue
+                assert isinstance(comparison, cst.Comparison)
+                sides = [comparison.left, *(t.comparator for t in comparison.comparisons)]
+                if len(sides) != 2 or not all(isinstance(t.operator, (cst.Equal, cst.NotEqual, cst.Is, cst.IsNot))
+                                              for t in comparison.comparisons):
+                    continue
+                device, other = (sides if _device_ref(sides[0], refs) else reversed(sides))
+                if not _device_ref(device, refs) or _device_type(other) is None:
+                    continue
+                name = device.args[0].value if isinstance(device, cst.Call) else device
+                if ctx.replace(device, stmt, lambda _, n=name: cst.Attribute(n, cst.Name("type"))):  # type: ignore[misc]
+                    ctx.change("compare the device's type")
 
     def _refs(self, ctx: Context, binding: Binding) -> list[cst.BaseExpression]:
         """Every load, in any scope, that may see ``binding`` (through helper parameters too)."""
@@ -170,6 +226,23 @@ if __name__ == "__main__":
                     if origin is binding or (origin is None and key == binding.key and scope.resolve(key.split(".")[0])):
                         found.append(ref)
         return found
+
+
+def _device_ref(node: cst.BaseExpression, refs: set[int]) -> bool:
+    """``device`` (a load of the tied variable) or ``str(device)``."""
+    if id(node) in refs:
+        return True
+    return (isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "str"
+            and len(node.args) == 1 and id(node.args[0].value) in refs)
+
+
+def _device_type(node: cst.BaseExpression) -> str | None:
+    """``"cuda"``, ``'cpu'``: a string that names a device type (not ``"cuda:1"``)."""
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        if isinstance(value, str) and value in ("cuda", "cpu", "mps", "xpu", "npu", "hpu", "xla", "meta"):
+            return value
+    return None
 
 
 def _single_assign(stmt: cst.BaseStatement) -> bool:
