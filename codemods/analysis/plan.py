@@ -398,10 +398,30 @@ class Plan(PreparedUses):
         """Whether ``stmt`` runs a training step (a ``backward``, directly or through a call)."""
         first, last = self.facts.order[stmt]
         return any(
-            first <= self.facts.order[site.stmt][0] <= last and self.reaches_backward(site)
+            first <= self.facts.order[site.stmt][0] <= last and self.reaches_backward(site) and not self.demo_backward(site)
             for site in self.facts.calls
             if site.scope is scope  # a function defined here runs only when it is called
         )
+
+    def demo_backward(self, site: CallSite) -> bool:
+        """``y.backward()`` once, outside any loop, with no optimizer stepped in its scope: an autograd demo (a
+        notebook's ``x.grad`` before the model), not a training step."""
+        if site.method != "backward" or site.loop is not None:
+            return False
+        if any(isinstance(outer, cst.While) for outer in self.facts.chain(site.stmt)[1:]):
+            return False
+        parent = self.facts.parent_stmt.get(site.stmt)
+        for other in site.scope.calls:
+            if other.method != "step" or not isinstance(other.node.func, cst.Attribute):
+                continue
+            chain = self.facts.chain(other.stmt)
+            # a step in the backward's own straight-line code (not in a loop that trains on its own)
+            if not any(isinstance(s, (cst.For, cst.While)) for s in chain) and (
+                    parent is None or parent in chain):
+                found = self.origin(other.scope, other.node.func.value)
+                if found is None or found.role in ("optimizer", None):
+                    return False  # a step of an optimizer, or of something that may be one
+        return True
 
     # never a silent partial conversion ------------------------------------------------------------
     def _check_training_data(self) -> None:

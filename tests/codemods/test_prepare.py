@@ -352,3 +352,27 @@ def test_created_after_the_loop_names_the_object_created_late_not_the_first_prep
     assert result.status == "attention"
     assert [(w.code, w.line) for w in result.warnings] == [("ACC008", 10)]
     assert "`head_optimizer` is created after the training loop starts" in result.warnings[0].message
+
+
+def test_an_autograd_demo_before_the_model_is_not_training_that_started_early() -> None:
+    """A notebook's first cells show autograd on a toy tensor (``y.backward(); print(x.grad)``), then build the
+    model: that backward, once, outside any loop and with no optimizer step beside it, does not start training."""
+    code = """
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+    x = torch.ones(2, requires_grad=True)
+    y = (x * x).sum()
+    y.backward()
+    print(x.grad)
+    loader = DataLoader(TensorDataset(torch.randn(16, 2), torch.randn(16, 1)), batch_size=4)
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for xb, yb in loader:
+        loss = torch.nn.functional.mse_loss(model(xb), yb)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    """
+    result = convert_source(dedent(code))
+    assert result.status == "converted", result.warnings
+    assert "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)" in result.new
