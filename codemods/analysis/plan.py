@@ -60,6 +60,7 @@ BUILT_ELSEWHERE = "built_elsewhere"  # no scope holds every object: refused
 UNSHARDED = "unsharded"  # training walks a loader as it was before prepare: refused
 UNKNOWN_DATA = "unknown_data"  # training walks data that cannot be followed
 SELF_TRAINING_MODULE = "self_training_module"  # a module that builds and steps its own optimizer: refused
+SECOND_EXPERIMENT = "second_experiment"  # a name re-bound to a new object after training: a second experiment
 
 
 @dataclass(frozen=True)
@@ -390,9 +391,23 @@ class Plan(PreparedUses):
             for index, stmt in enumerate(block[: block.index(last)]):
                 if self.drives_training(scope, stmt):
                     culprit = next(a for a in aliases if a.stmt is not None and self.facts.top_in(a.stmt, block) is last)
-                    self._problem(CREATED_AFTER_LOOP, culprit.stmt, name=culprit.key)  # type: ignore[arg-type]
+                    assert culprit.stmt is not None
+                    if self._second_experiment(scope, culprit, stmt):
+                        self._problem(SECOND_EXPERIMENT, culprit.stmt, name=culprit.key)
+                    else:
+                        self._problem(CREATED_AFTER_LOOP, culprit.stmt, name=culprit.key)
                     return
         self.prepare_scope, self.prepare_block, self.prepare_after, self.aliases = scope, block, last, aliases
+
+    def _second_experiment(self, scope: Scope, culprit: Alias, loop: cst.BaseStatement) -> bool:
+        """Whether ``culprit``'s name was bound to an object of the same kind before the training ``loop`` (a first
+        experiment), rather than the object being simply created late."""
+        role = culprit.obj.role
+        order = self.facts.order[loop][0]
+        for binding in scope.bindings.get(culprit.key, []):
+            if binding.role == role and binding.stmt is not culprit.stmt and self.facts.order[binding.stmt][0] < order:
+                return True
+        return False
 
     def drives_training(self, scope: Scope, stmt: cst.BaseStatement) -> bool:
         """Whether ``stmt`` runs a training step (a ``backward``, directly or through a call)."""

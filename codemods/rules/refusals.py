@@ -28,6 +28,7 @@ CODES = {
     found.UNSHARDED: codes.UNSHARDED,
     found.UNKNOWN_DATA: codes.UNKNOWN_DATA,
     found.SELF_TRAINING_MODULE: codes.SELF_TRAINING_MODULE,
+    found.SECOND_EXPERIMENT: codes.SECOND_EXPERIMENT,
 }
 
 
@@ -266,6 +267,33 @@ for cycle in range(3):  # warm restarts: a fresh one-cycle schedule each round
 accelerator.end_training()
 ''',
             warnings=("ACC027:8",),
+        ),
+        Example(  # a second experiment re-binds the first one's model and optimizer after it trained
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+loader = DataLoader(TensorDataset(torch.randn(16, 2), torch.randn(16, 1)), batch_size=4)
+
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for xb, yb in loader:
+    loss = torch.nn.functional.mse_loss(model(xb), yb)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+print("sgd", loss.item())
+
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+for xb, yb in loader:
+    loss = torch.nn.functional.mse_loss(model(xb), yb)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+print("adam", loss.item())
+''',
+            warnings=('ACC035:16',),
         ),
     )
 
