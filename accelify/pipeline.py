@@ -13,15 +13,17 @@ import ast
 import os
 import re
 import traceback
+from dataclasses import replace
 from typing import TYPE_CHECKING, Sequence
 
 import libcst as cst
 
+from accelify.codemods.codes import NOTHING_TO_PREPARE
 from accelify.codemods.engine.outcome import CONVERTED, FAILED, SKIPPED, UNCHANGED, ConversionWarning
 from accelify.codemods.engine.targets import DEFAULT_TARGET, TARGETS
 from accelify.errors import OutputCheckError, SourceError, TooLargeError, UnknownTargetError
 from accelify.notebook import Notebook, read_notebook
-from accelify.program import ModuleText, local_modules, may_import_local
+from accelify.program import ModuleText, local_modules, may_import_local, package_of
 from accelify.results import Result
 from accelify.source import read_source
 
@@ -79,8 +81,9 @@ def _convert(
     try:
         parsed = _parse_modules(modules)
         sources = {"__main__": code, **{local.unit: local.text for local in modules}}
+        packages = {local.unit: package_of(local.unit, local.path) for local in modules}
         outcome = transform(module, target=target, disabled=frozenset(disabled), modules=parsed, sources=sources,
-                            notebook=notebook)
+                            notebook=notebook, packages=packages)
         new = (outcome.code if outcome.code is not None else outcome.module.code) if outcome.status == CONVERTED else code
         if outcome.status == CONVERTED:
             _check_output(new, path, entry=True)
@@ -180,7 +183,26 @@ def convert_path(
         return Result(name, SKIPPED, "", "", reason=error.reason)
     except SourceError as error:
         return Result(name, FAILED, "", "", error=str(error))
-    return convert_source(source.text, path=name, target=target, disabled=disabled, encoding=source.encoding)
+    result = convert_source(source.text, path=name, target=target, disabled=disabled, encoding=source.encoding)
+    return _name_the_entry(result)
+
+
+def _name_the_entry(result: Result) -> Result:
+    """A module that trains objects its caller builds (ACC012, converted alone) names the script to convert instead:
+    the one beside it (or above its package) that imports it."""
+    if not result.needs_attention or not any(w.code == NOTHING_TO_PREPARE.code for w in result.warnings):
+        return result
+    from pathlib import Path
+
+    from accelify.migrate.grouping import entries_using
+
+    entries = entries_using(Path(result.path))
+    if not entries:
+        return result
+    fix = (f"convert {entries[0]} instead: it imports this module, which is converted with it (the loop here trains "
+           "the objects that script builds)")
+    warnings = tuple(replace(w, fix=fix) if w.code == NOTHING_TO_PREPARE.code else w for w in result.warnings)
+    return replace(result, warnings=warnings)
 
 
 def _syntax_error(code: str, error: cst.ParserSyntaxError) -> tuple[int, int, str]:

@@ -32,20 +32,44 @@ class ModuleText:
     encoding: str = "utf-8"
 
 
-def imported_names(module: cst.Module) -> list[str]:
+def imported_names(module: cst.Module, package: str | None = None) -> list[str]:
     """Absolute module names a module imports, in order (``from a.b import c`` gives ``a.b`` and ``a.b.c``:
-    ``c`` may be a module). Relative imports are left out: a script run as a file has no package."""
+    ``c`` may be a module). Relative imports count in a module of ``package`` (``from .trainer import Trainer``
+    in ``trainer/__init__.py`` gives ``trainer.trainer``); a script run as a file has no package."""
     names: list[str] = []
     for node in m.findall(module, m.Import() | m.ImportFrom()):
         if isinstance(node, cst.Import):
             for alias in node.names:
                 names.append(_dotted(alias.name))
-        elif isinstance(node, cst.ImportFrom) and not node.relative and node.module is not None:
-            base = _dotted(node.module)
+        elif isinstance(node, cst.ImportFrom) and (node.module is not None or node.relative):
+            base = _dotted(node.module) if node.module is not None else ""
+            if node.relative:
+                base = _relative(package, len(node.relative), base)
+                if not base:
+                    continue
             names.append(base)
             if not isinstance(node.names, cst.ImportStar):
                 names.extend(f"{base}.{_dotted(alias.name)}" for alias in node.names)
     return [n for n in dict.fromkeys(names) if n]
+
+
+def _relative(package: str | None, level: int, module: str) -> str:
+    """The absolute name of a relative import (``..a`` from package ``p.q`` is ``p.a``), or "" outside a package."""
+    if not package:
+        return ""
+    parts = package.split(".")
+    if level - 1 > len(parts) - (0 if module else 1):
+        return ""
+    kept = parts[: len(parts) - (level - 1)]
+    return ".".join([*kept, *([module] if module else [])])
+
+
+def package_of(unit: str, path: str | os.PathLike[str]) -> str | None:
+    """The package a local module's relative imports start from: itself for an ``__init__.py``, else its parent
+    package (None for a top-level module)."""
+    if os.path.basename(os.fspath(path)) == "__init__.py":
+        return unit
+    return unit.rpartition(".")[0] or None
 
 
 def _dotted(node: cst.BaseExpression) -> str:
@@ -89,7 +113,7 @@ def local_modules(script: str | os.PathLike[str], module: cst.Module) -> list[Mo
         except (SourceError, cst.ParserSyntaxError):
             continue
         found.append(ModuleText(name, str(shown / path.relative_to(folder)), source.text, source.encoding))
-        pending.extend((inner, parsed) for inner in imported_names(parsed))
+        pending.extend((inner, parsed) for inner in imported_names(parsed, package_of(name, path)))
     return found
 
 

@@ -359,10 +359,12 @@ class _Collector:
             loop.calls.append(site)
 
 
-def collect(module: cst.Module, unit: str = "__main__") -> Facts:
+def collect(module: cst.Module, unit: str = "__main__", package: str | None = None) -> Facts:
     """Walk ``module`` once and return the facts the rules read; ``unit`` names the module in a program
-    (``__main__`` for the script, the import name for a local module it uses)."""
+    (``__main__`` for the script, the import name for a local module it uses); ``package`` is the package its
+    relative imports start from (``trainer`` for ``trainer/__init__.py`` and ``trainer/trainer.py``)."""
     collector = _Collector(module, unit)
+    collector.imports.package = package
     collector.walk(module)
     collector.imports.define(unit, collector.definitions)
     qualify = collector.imports.qualname

@@ -81,21 +81,35 @@ class Flow:
             where = scope.resolve(func.value)
             cls = self.facts.class_scope(func.value, where) if where is not None and where.unit == scope.unit else None
         if cls is None:
-            qualname = scope.imports.qualname(func) or ""
-            unit, _, cls_name = qualname.rpartition(".")
-            module = self._units.get(unit)
-            cls = self.facts.class_scope(cls_name, module) if module is not None and unit != "__main__" else None
+            found = self.defined(scope.imports.qualname(func))
+            cls = self.facts.class_scope(found[1], found[0]) if found is not None else None
         return self.facts.function(method, cls) if cls is not None else None
 
     def _imported(self, qualname: str | None) -> Scope | None:
         """``loops.fit`` -> the function ``fit`` of the local module ``loops`` (or a class's ``__init__``)."""
-        if not qualname or "." not in qualname:
+        found = self.defined(qualname)
+        if found is None:
             return None
-        unit, _, name = qualname.rpartition(".")
-        module = self._units.get(unit)
-        if module is None or unit == "__main__":
-            return None
+        module, name = found
         return self.facts.function(name, module) or self._init(self.facts.class_scope(name, module))
+
+    def defined(self, qualname: str | None) -> tuple[Scope, str] | None:
+        """The local module and name that define ``qualname``, through a package's re-exports (``engine.fit``
+        where ``engine/__init__.py`` says ``from .loops import fit``: ``engine.loops``'s ``fit``)."""
+        for _ in range(8):  # re-exports of re-exports, never a cycle
+            if not qualname or "." not in qualname:
+                return None
+            unit, _, name = qualname.rpartition(".")
+            module = self._units.get(unit)
+            if module is None or unit == "__main__":
+                return None
+            if self.facts.function(name, module) is not None or self.facts.class_scope(name, module) is not None:
+                return module, name
+            target = module.imports.aliases.get(name)
+            if target is None or target == qualname:
+                return None
+            qualname = target
+        return None
 
     def _init(self, cls: Scope | None) -> Scope | None:
         return self.facts.function("__init__", cls) if cls is not None else None

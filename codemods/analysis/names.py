@@ -51,6 +51,7 @@ class ImportMap:
         self.modules: set[str] = set()
         self.unit = "__main__"
         self.definitions: frozenset[str] = frozenset()
+        self.package: str | None = None  # the package a relative import starts from (None: a script, no package)
 
     def define(self, unit: str, names: list[str]) -> None:
         """This module is ``unit`` of a program; ``names`` are the functions and classes it defines.
@@ -59,6 +60,16 @@ class ImportMap:
         ``unit.name``, as the modules that import it see it (``from loops import fit`` -> ``loops.fit``)."""
         self.unit = unit
         self.definitions = frozenset(names)
+
+    def _absolute(self, level: int, module: str | None) -> str | None:
+        """``from ..a import b`` in package ``p.q``: ``p.a``; None outside a package (or above its top)."""
+        if self.package is None:
+            return None
+        parts = self.package.split(".")
+        if level - 1 >= len(parts) + (0 if module else 1):
+            return None
+        parts = parts[: len(parts) - (level - 1)]
+        return ".".join([*parts, *([module] if module else [])]) or None
 
     def add(self, node: cst.Import | cst.ImportFrom) -> list[str]:
         """Record one import statement; returns the local names it binds."""
@@ -76,8 +87,11 @@ class ImportMap:
                 bound.append(local)
             return bound
         if node.relative:
-            return bound
-        base = module_name(node.module) or ""
+            base = self._absolute(len(node.relative), module_name(node.module))
+            if base is None:
+                return bound
+        else:
+            base = module_name(node.module) or ""
         self.modules.add(base)
         if isinstance(node.names, cst.ImportStar):
             return bound

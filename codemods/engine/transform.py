@@ -65,10 +65,12 @@ def transform(
     modules: Mapping[str, cst.Module] | None = None,
     sources: Mapping[str, str] | None = None,
     notebook: bool = False,
+    packages: Mapping[str, str | None] | None = None,
 ) -> Outcome:
     """Convert the script ``module``; ``modules`` are the local modules it imports, by import name
     (``{"loops": ...}``), analysed with it; ``sources`` their texts and the script's (``"__main__"``) where the
-    caller has them (generating code is a large part of the cost); ``notebook``: ``module`` is a notebook's
+    caller has them (generating code is a large part of the cost); ``packages`` the package each local module's
+    relative imports start from; ``notebook``: ``module`` is a notebook's
     code cells joined, and its training call goes through ``notebook_launcher`` (the notebook step). Never
     raises for a pattern it does not understand (it warns or refuses instead)."""
     facts = collect(module)
@@ -76,7 +78,7 @@ def transform(
         return Outcome(UNCHANGED, module, (), (), "already uses an Accelerator")
     if not facts.imports.imports_any("torch"):
         return Outcome(SKIPPED, module, (), (), NOT_A_CANDIDATE)
-    others = [collect(m, unit) for unit, m in (modules or {}).items() if unit != "__main__"]
+    others = [collect(m, unit, (packages or {}).get(unit)) for unit, m in (modules or {}).items() if unit != "__main__"]
     others = [f for f in others if not _uses_accelerator(f)]  # an already converted helper is left as it is
     program = Facts.program(facts, others) if others else facts
     ctx = Context(program, Plan(program), target=target)

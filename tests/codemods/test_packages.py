@@ -1,0 +1,120 @@
+"""Programs whose training lives in their own packages: relative imports are followed (``from .loops import fit``
+in ``engine/__init__.py``), re-exports resolved, and the functions and classes found there converted with the
+script; what stays out of the accelerator's reach is reported, never silently left."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from accelify.pipeline import convert_path
+
+TRAIN = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from engine import fit
+
+
+def main():
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(16, 2), torch.randn(16, 1)), batch_size=4)
+    fit(model, optimizer, loader, epochs=2)
+
+
+if __name__ == "__main__":
+    main()
+"""
+LOOPS = """\
+import torch
+from .steps import step
+
+
+def fit(model, optimizer, loader, epochs):
+    for epoch in range(epochs):
+        for x, y in loader:
+            loss = step(model, optimizer, x, y)
+        print(f"epoch {epoch} last loss {loss:.4f}")
+        torch.save(model.state_dict(), "model.pt")
+"""
+STEPS = """\
+import torch
+
+
+def step(model, optimizer, x, y):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+"""
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+def test_a_package_reached_by_relative_imports_is_converted_with_the_script(tmp_path: Path) -> None:
+    _write(tmp_path, {"train.py": TRAIN, "engine/__init__.py": "from .loops import fit\n",
+                      "engine/loops.py": LOOPS, "engine/steps.py": STEPS})
+    result = convert_path(tmp_path / "train.py")
+    assert result.status == "converted" and not result.warnings, result.warnings
+    parts = {Path(c.path).relative_to(tmp_path).as_posix(): c.new for c in result.companions if c.changed}
+    assert set(parts) == {"engine/loops.py", "engine/steps.py"}
+    assert "def fit(model, optimizer, loader, epochs, accelerator):" in parts["engine/loops.py"]
+    assert "accelerator.save(accelerator.unwrap_model(model).state_dict(), \"model.pt\")" in parts["engine/loops.py"]
+    assert "    accelerator.backward(loss)\n" in parts["engine/steps.py"]
+    assert "fit(model, optimizer, loader, epochs=2, accelerator=accelerator)" in result.new
+
+
+TRAINER = """\
+from base import BaseTrainer
+
+
+class Trainer(BaseTrainer):
+    def __init__(self, model, criterion, optimizer, data_loader, epochs):
+        super().__init__(model, criterion, optimizer, epochs)
+        self.data_loader = data_loader
+
+    def _train_epoch(self, epoch):
+        for data, target in self.data_loader:
+            self.optimizer.zero_grad()
+            loss = self.criterion(self.model(data), target)
+            loss.backward()
+            self.optimizer.step()
+        return loss.item()
+"""
+BASE = """\
+import torch
+
+
+class BaseTrainer:
+    def __init__(self, model, criterion, optimizer, epochs):
+        self.model = model
+        self.criterion = criterion
+        self.optimizer = optimizer
+        self.epochs = epochs
+
+    def train(self):
+        for epoch in range(self.epochs):
+            self._train_epoch(epoch)
+            torch.save(self.model.state_dict(), "checkpoint.pt")
+"""
+RUN = TRAIN.replace("from engine import fit", "from trainer import Trainer").replace(
+    "    fit(model, optimizer, loader, epochs=2)",
+    "    trainer = Trainer(model, torch.nn.functional.mse_loss, optimizer, loader, epochs=2)\n    trainer.train()")
+
+
+def test_a_template_projects_trainer_subclass_in_a_package_gets_the_accelerator(tmp_path: Path) -> None:
+    """The loop of ``Trainer(BaseTrainer)`` (``trainer/``, re-exported by its ``__init__``) is converted; what the base
+    class in another package does without the accelerator (its save) is reported by name and line."""
+    _write(tmp_path, {"train.py": RUN, "trainer/__init__.py": "from .trainer import Trainer\n",
+                      "trainer/trainer.py": TRAINER, "base/__init__.py": "from .base_trainer import BaseTrainer\n",
+                      "base/base_trainer.py": BASE})
+    result = convert_path(tmp_path / "train.py")
+    assert result.status == "converted"
+    trainer = next(c.new for c in result.companions if c.path.endswith("trainer/trainer.py"))
+    assert "            self.accelerator.backward(loss)\n" in trainer
+    warnings = [(w.code, Path(w.path).name, w.line) for c in result.companions for w in c.warnings]
+    assert ("ACC009", "base_trainer.py", 14) in warnings
