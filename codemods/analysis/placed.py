@@ -68,15 +68,28 @@ def _in_loader_loop(plan: Plan, site: CallSite) -> bool:
 
 
 def _makers(plan: Plan) -> set[int]:
-    """The functions of the program that make tensors, directly or through the functions they call."""
-    makers = {id(site.scope) for site in plan.facts.calls if site.qualname in FACTORIES and site.scope.kind == "function"}
+    """The functions of the program that make tensors, directly or through the functions they call; not the
+    prepare scope nor the functions that lead to it (``main()``): their own calls are checked where they are."""
+    assert plan.prepare_scope is not None
+    drivers = {id(plan.prepare_scope)}
+    pending = [plan.prepare_scope]
+    while pending:
+        for site in plan.call_sites(pending.pop()):
+            if id(site.scope) not in drivers:
+                drivers.add(id(site.scope))
+                pending.append(site.scope)
+    makers = {
+        id(site.scope) for site in plan.facts.calls
+        if site.qualname in FACTORIES and site.scope.kind == "function" and id(site.scope) not in drivers
+    }
     changed = True
     while changed:
         changed = False
         for site in plan.facts.calls:
             callee = plan.callee(site)
-            if callee is not None and id(callee) in makers and site.scope.kind == "function" and id(site.scope) not in makers:
-                makers.add(id(site.scope))
+            scope = site.scope
+            if callee is not None and id(callee) in makers and scope.kind == "function" and id(scope) not in makers | drivers:
+                makers.add(id(scope))
                 changed = True
     return makers
 
