@@ -5,7 +5,8 @@ imports rule imports what the arguments name (``DistributedDataParallelKwargs``)
 whether a statement runs after the accelerator exists reads ``anchor``.
 
 - name: ``self.accelerator`` in a trainer class that builds its objects in ``__init__``, else ``accelerator``;
-- arguments: ``cpu=<flag>`` from the script's device choice (``cpu=True`` when it never chooses a device),
+- arguments: ``cpu=<flag>`` from the script's device choice (none when it never chooses a device and the runtime
+  places everything training touches, ``analysis/placed.py``; else ``cpu=True`` when it never chooses one),
   ``split_batches=True`` where DataParallel split each batch, ``mixed_precision=`` from its AMP,
   ``gradient_accumulation_steps=`` from its accumulation, ``kwargs_handlers=`` from its DDP options;
 - place: as early as possible in the home block (the builder, or the caller that builds the objects), after
@@ -24,6 +25,7 @@ from accelify.codemods.analysis.facts import Binding, Scope
 from accelify.codemods.analysis.gradient_accumulation import find_accumulation
 from accelify.codemods.analysis.mixed_precision import find_amp
 from accelify.codemods.analysis.names import ImportMap, dotted
+from accelify.codemods.analysis.placed import placed_by_runtime
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.roles import (
     AVAILABILITY,
@@ -82,9 +84,11 @@ class Creation:
         self.name = "self.accelerator" if in_class else "accelerator"
         flag = self._cpu_flag(home)
         arguments = [f"cpu={code_of(flag)}"] if flag is not None else []
-        if flag is None and not self._names_a_device():
-            # the script never chooses a device: it runs on the CPU (tensors it makes stay there), with the
-            # CPU's random stream; so does the conversion (cpu=True: a GPU would need the script to place them)
+        if flag is None and not self._names_a_device() and not placed_by_runtime(plan):
+            # the script never chooses a device and makes tensors training reads: they stay on the CPU, so the
+            # conversion does too (cpu=True: a GPU would need the script to place them). When the runtime
+            # places everything training touches (prepared model, prepared loaders' batches), no pin:
+            # ``Accelerator()`` runs on the machine's device (analysis/placed.py)
             arguments = ["cpu=True"]
         if plan.distributed.global_batch(facts, bool(data_parallel_sites(facts))):
             arguments.append("split_batches=True")  # DataParallel split each batch over the GPUs: so do the processes

@@ -46,6 +46,7 @@ from accelify.codemods.rules.spawn import CollapseSpawn
 from accelify.codemods.rules.startup import SafeStartup
 from accelify.codemods.rules.tensors import PlaceTensors
 from accelify.codemods.rules.threading import ThreadAccelerator
+from accelify.codemods.rules.tracing import TraceUnwrapped
 from accelify.codemods.rules.trigger import StopTogether
 from accelify.codemods.rules.unsupported import WarnUnsupported
 from accelify.codemods.rules.unused_imports import RemoveUnusedImports
@@ -70,6 +71,7 @@ RULES: tuple[type[Rule], ...] = (
     RemoveApex,
     AccumulateMicroSteps,
     ConvertAmp,
+    TraceUnwrapped,
     ThreadAccelerator,
     ReplaceDevice,
     PlaceTensors,

@@ -50,7 +50,7 @@ for i, (x, y) in enumerate(loader):
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 from accelify.runtime import Accelerator
-accelerator = Accelerator(cpu=True, gradient_accumulation_steps=2)
+accelerator = Accelerator(gradient_accumulation_steps=2)
 loader = DataLoader(TensorDataset(torch.randn(16, 2), torch.randn(16, 1)), batch_size=4)
 model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -88,7 +88,7 @@ for i, (x, y) in enumerate(loader):
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 from accelify.runtime import Accelerator
-accelerator = Accelerator(cpu=True)
+accelerator = Accelerator()
 loader = DataLoader(TensorDataset(torch.randn(16, 2), torch.randn(16, 1)), batch_size=4)
 model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

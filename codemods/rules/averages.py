@@ -67,7 +67,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from accelify.runtime import Accelerator
 
 
-accelerator = Accelerator(cpu=True)
+accelerator = Accelerator()
 
 
 def train(model, loader, optimizer):
@@ -126,7 +126,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from meters import AverageMeter
 from accelify.runtime import Accelerator
 
-accelerator = Accelerator(cpu=True)
+accelerator = Accelerator()
 model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2)
@@ -164,7 +164,7 @@ for i, (x, y) in enumerate(loader):
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 from accelify.runtime import Accelerator
-accelerator = Accelerator(cpu=True)
+accelerator = Accelerator()
 model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2)

@@ -73,7 +73,7 @@ for x, y in loader:
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 from accelify.runtime import Accelerator
-accelerator = Accelerator(cpu=True)
+accelerator = Accelerator()
 loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
 model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

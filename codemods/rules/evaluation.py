@@ -42,7 +42,7 @@ print(correct / len(loader.dataset))
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 from accelify.runtime import Accelerator
-accelerator = Accelerator(cpu=True)
+accelerator = Accelerator()
 loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
 model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -101,7 +101,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from accelify.runtime import Accelerator
 
 
-accelerator = Accelerator(cpu=True)
+accelerator = Accelerator()
 
 
 class Net(torch.nn.Module):
@@ -172,7 +172,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from accelify.runtime import Accelerator
 
 
-accelerator = Accelerator(cpu=True)
+accelerator = Accelerator()
 
 
 class Net(torch.nn.Module):
@@ -227,7 +227,7 @@ print(correct / total)
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 from accelify.runtime import Accelerator
-accelerator = Accelerator(cpu=True)
+accelerator = Accelerator()
 loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randint(0, 2, (8,))), batch_size=4)
 model = torch.nn.Linear(2, 2)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -264,7 +264,7 @@ for x, y in loader:
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 from accelify.runtime import Accelerator
-accelerator = Accelerator(cpu=True)
+accelerator = Accelerator()
 loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
 model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

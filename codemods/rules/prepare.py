@@ -92,7 +92,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from accelify.runtime import Accelerator
 
 
-accelerator = Accelerator(cpu=True)
+accelerator = Accelerator()
 
 
 def train(model, loader, optimizer):

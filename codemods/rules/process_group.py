@@ -61,7 +61,7 @@ import argparse
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 from accelify.runtime import Accelerator
-accelerator = Accelerator(cpu=True, split_batches=True)
+accelerator = Accelerator(split_batches=True)
 parser = argparse.ArgumentParser()
 parser.add_argument("--distributed", action="store_true")
 parser.add_argument("--batch-size", type=int, default=4)

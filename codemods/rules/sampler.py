@@ -49,7 +49,7 @@ for epoch in range(2):
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 from accelify.runtime import Accelerator
-accelerator = Accelerator(cpu=True)
+accelerator = Accelerator()
 ds = TensorDataset(torch.randn(8, 2), torch.randn(8, 1))
 loader = DataLoader(ds, batch_size=4, shuffle=True)
 model = torch.nn.Linear(2, 1)
@@ -78,7 +78,7 @@ for x, y in loader:
 import torch
 from torch.utils.data import DataLoader, RandomSampler, TensorDataset
 from accelify.runtime import Accelerator
-accelerator = Accelerator(cpu=True)
+accelerator = Accelerator()
 ds = TensorDataset(torch.randn(8, 2), torch.randn(8, 1))
 loader = DataLoader(ds, batch_size=4, sampler=RandomSampler(ds))
 model = torch.nn.Linear(2, 1)

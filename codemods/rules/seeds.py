@@ -74,7 +74,7 @@ for (x,) in loader:
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 from accelify.runtime import Accelerator
-accelerator = Accelerator(cpu=True)
+accelerator = Accelerator()
 torch.manual_seed(0)
 loader = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4)
 model = torch.nn.Linear(2, 1)

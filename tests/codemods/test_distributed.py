@@ -115,7 +115,7 @@ CONVERTED = [
         import torch
         from torch.utils.data import DataLoader, TensorDataset
         from accelify.runtime import Accelerator
-        accelerator = Accelerator(cpu=True)
+        accelerator = Accelerator()
         with accelerator.main_process_first():
             ds = TensorDataset(torch.randn(8, 2))
         loader = DataLoader(ds, batch_size=4)
@@ -185,7 +185,7 @@ CONVERTED = [
         import torch
         from torch.utils.data import DataLoader, TensorDataset
         from accelify.runtime import Accelerator
-        accelerator = Accelerator(cpu=True)
+        accelerator = Accelerator()
         parser = argparse.ArgumentParser()
         parser.add_argument("--distributed", action="store_true")
         args = parser.parse_args()

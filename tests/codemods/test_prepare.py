@@ -33,7 +33,7 @@ def test_gan_two_models_two_optimizers_loader_and_scheduler() -> None:
         from torch.optim.lr_scheduler import StepLR as Step
         from accelify.runtime import Accelerator
         def main():
-            accelerator = Accelerator(cpu=True)
+            accelerator = Accelerator()
             loader = torch.utils.data.DataLoader(ds)
             netG = Generator()
             netD = torch.nn.Linear(4, 1)

@@ -32,7 +32,7 @@ MUST_FOLLOW: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
                                                           "accelerator")),
      "they convert only once an edit creates the accelerator, and read its name where it is (ctx.accelerating, "
      "ctx.accelerator_in)"),
-    (("placement", "data_parallel", "ddp", "sampler", "collectives", "process_group", "spawn", "ranks", "amp"),
+    (("placement", "data_parallel", "ddp", "sampler", "collectives", "process_group", "spawn", "ranks", "amp", "tracing"),
      ("threading",),
      "threading passes the accelerator to the helpers whose edits write it (replace_through: ctx.readers()) and "
      "turns a device parameter whose uses the edits dropped into the accelerator"),

@@ -102,7 +102,7 @@ def test_hand_written_ddp_is_converted_to_the_runtime() -> None:
 
 
         def main():
-            accelerator = Accelerator(cpu=True)
+            accelerator = Accelerator()
             rank = accelerator.process_index
             model = torch.nn.Linear(2, 1)
             loader = DataLoader(ds, shuffle=True)

@@ -1,0 +1,89 @@
+"""``analysis/placed.py``: a script that never chooses a device gets ``Accelerator()`` when the runtime places
+everything training touches, and keeps ``cpu=True`` when it makes tensors training reads (they would stay on the
+CPU while the model and the batches go to the GPU)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.codemods._convert import converted, dedent
+
+HEAD = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+x = torch.randn(8, 2)
+y = (x.sum(1) > 0).long()
+loader = DataLoader(TensorDataset(x, y), batch_size=4)
+model = torch.nn.Linear(2, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+"""
+
+PINNED = {
+    "noise made in the loop": """
+        for xb, yb in loader:
+            out = model(xb + 0.1 * torch.randn(xb.shape))
+            torch.nn.functional.cross_entropy(out, yb).backward()
+            optimizer.step()
+        """,
+    "a tensor made before and read in training": """
+        weights = torch.tensor([1.0, 2.0])
+        for xb, yb in loader:
+            torch.nn.functional.cross_entropy(model(xb), yb, weight=weights).backward()
+            optimizer.step()
+        """,
+    "the data itself read after prepare": """
+        for xb, yb in loader:
+            torch.nn.functional.cross_entropy(model(xb), yb).backward()
+            optimizer.step()
+        print(model(x).argmax(1))
+        """,
+    "a loop over tensors, not a loader": """
+        for xb in x.split(4):
+            model(xb).sum().backward()
+            optimizer.step()
+        """,
+}
+
+
+@pytest.mark.parametrize("name", list(PINNED))
+def test_pinned_to_the_cpu(name: str) -> None:
+    assert "Accelerator(cpu=True)" in converted(HEAD + dedent(PINNED[name]))
+
+
+def test_placed_by_the_runtime() -> None:
+    out = converted(dedent("""
+        import torch
+        from torch.utils.data import ConcatDataset, DataLoader, TensorDataset
+        def make_data(n):
+            x = torch.randn(n, 2)
+            return TensorDataset(x, (x.sum(1) > 0).long())
+        base = make_data(8)
+        extra = TensorDataset(torch.randn(4, 2), torch.zeros(4, dtype=torch.long))
+        loader = DataLoader(ConcatDataset([base, extra]), batch_size=4)
+        model = torch.nn.Linear(2, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for xb, yb in loader:
+            torch.nn.functional.cross_entropy(model(xb), yb).backward()
+            optimizer.step()
+        """))
+    assert "accelerator = Accelerator()\n" in out
+
+
+def test_a_model_that_makes_tensors_in_its_forward_stays_on_the_cpu() -> None:
+    out = converted(dedent("""
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = torch.nn.Linear(2, 2)
+            def forward(self, x):
+                return self.fc(x) + torch.zeros(2)
+        loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.zeros(8, dtype=torch.long)), batch_size=4)
+        model = Net()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for xb, yb in loader:
+            torch.nn.functional.cross_entropy(model(xb), yb).backward()
+            optimizer.step()
+        """))
+    assert "Accelerator(cpu=True)" in out
