@@ -251,7 +251,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 from accelify.runtime import Accelerator
 
-accelerator = Accelerator(cpu=True)
+accelerator = Accelerator()
 loader = DataLoader(TensorDataset(torch.randn(64, 16), torch.randn(64, 1)), batch_size=8)
 model = torch.nn.Linear(16, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -129,7 +129,7 @@ train_set = torchvision.datasets.MNIST("data", train=True, download=True, transf
 
 
 def main():
-    accelerator = Accelerator(cpu=True)
+    accelerator = Accelerator()
     loader = DataLoader(train_set, batch_size=64, shuffle=True)
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(28 * 28, 10))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
