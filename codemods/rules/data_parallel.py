@@ -8,14 +8,12 @@ each batch over the processes: the batch size the script sets stays the global o
 - ``nn.parallel.data_parallel(module, input, ...)`` (in a ``forward``, behind an ``if input.is_cuda and
   ngpu > 1:``) becomes ``module(input)``, the branch that chose between the two collapsing to it;
 - (``model.module`` of a prepared model becomes ``accelerator.unwrap_model(model)``: the ``unwrap_module`` rule);
-- a device that was a string (``device = 'cuda' if ... else 'cpu'``) is now ``accelerator.device``, a
-  ``torch.device``: ``device == 'cuda'`` compares its type, ``device.type == 'cuda'``.
+- (a device that was a string and is now ``accelerator.device`` compares its type: the ``device`` rule).
 """
 
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
 
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.distributed import DATA_PARALLEL, data_parallel_sites
@@ -100,7 +98,6 @@ accelerator.end_training()
                 self._wrapper(ctx, site)
             else:
                 self._functional(ctx, site)
-        self._string_devices(ctx)
 
     def _wrapper(self, ctx: Context, site: CallSite) -> None:
         """``model = nn.DataParallel(model)`` goes (the model it wraps is the one prepared)."""
@@ -135,24 +132,6 @@ accelerator.end_training()
         ctx.replace(site.node, site.stmt, lambda _, c=call: c)  # type: ignore[misc]
         ctx.change("data_parallel(module, input) -> module(input)")
 
-    def _string_devices(self, ctx: Context) -> None:
-        """``device == 'cuda'`` where ``device`` was a string and is now ``accelerator.device``."""
-        strings = [b for b in ctx.plan.bindings_with_role("device") if _is_string_choice(b.value)]
-        if not strings:
-            return
-        owners = {id(ref): scope for scope in ctx.facts.scopes for refs in scope.refs.values() for ref in refs}
-        for stmt in ctx.facts.order:
-            if not isinstance(stmt, (cst.If, cst.While)):
-                continue
-            for comparison in m.findall(stmt.test, m.Comparison(left=m.Name())):
-                assert isinstance(comparison, cst.Comparison)
-                scope = owners.get(id(comparison.left))
-                if scope is None or not isinstance(comparison.comparisons[0].comparator, cst.SimpleString):
-                    continue
-                if ctx.plan.origin(scope, comparison.left) in strings:
-                    ctx.replace(comparison.left, stmt, lambda n: cst.Attribute(n, cst.Name("type")))  # type: ignore[arg-type]
-                    ctx.change("a string device compared by its type")
-
 
 def _single(block: cst.BaseSuite) -> cst.BaseStatement | None:
     return block.body[0] if isinstance(block, cst.IndentedBlock) and len(block.body) == 1 else None
@@ -162,13 +141,3 @@ def _else_branch(node: cst.CSTNode) -> cst.CSTNode:
     assert isinstance(node, cst.If) and isinstance(node.orelse, cst.Else)
     inner = node.orelse.body.body[0]  # type: ignore[union-attr]
     return inner.with_changes(leading_lines=[*node.leading_lines, *inner.leading_lines])
-
-
-def _is_string_choice(value: cst.BaseExpression | None) -> bool:
-    """``'cuda' if ... else 'cpu'`` (a device named by a string)."""
-    return (
-        isinstance(value, cst.IfExp)
-        and isinstance(value.body, cst.SimpleString)
-        and isinstance(value.orelse, cst.SimpleString)
-    ) or isinstance(value, cst.SimpleString)
-

@@ -59,3 +59,38 @@ def test_launch_and_verify_take_a_converted_notebook(tmp_path: Path, clean_env) 
                             capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert "verified" in verify.stdout
+
+
+def test_experiments_one_after_another_are_refused_at_the_cell_that_starts_the_second() -> None:
+    from accelify.pipeline import convert_notebook_text
+
+    setup = "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n" \
+            "loader = DataLoader(TensorDataset(torch.randn(16, 2), torch.randn(16, 1)), batch_size=4)"
+    experiment = "model = torch.nn.Linear(2, 1)\noptimizer = torch.optim.{}(model.parameters(), lr=0.05)\n" \
+                 "for x, y in loader:\n    loss = torch.nn.functional.mse_loss(model(x), y)\n" \
+                 "    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\nprint(loss.item())"
+    result = convert_notebook_text(_notebook(setup, experiment.format("SGD"), experiment.format("Adam")), path="nb.ipynb")
+    assert result.status == "attention"
+    assert [(w.code, w.path, w.line) for w in result.warnings] == [("ACC035", "nb.ipynb:cell_4", 2)]
+
+
+NOTEBOOKS = Path(__file__).parent / "notebooks"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("case", ["autograd_demo", "device_cuda"])
+def test_notebook_cases_run_on_two_processes_and_verify(case: str, tmp_path: Path, clean_env) -> None:  # type: ignore[no-untyped-def]
+    """The README's notebook shapes, end to end: the golden conversion runs on 2 processes (its epoch lines printed
+    once) and verify passes the original against the tool's conversion."""
+    (tmp_path / "nb.ipynb").write_text((NOTEBOOKS / case / "input.ipynb").read_text())
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "nb.ipynb").write_text((NOTEBOOKS / case / "expected.ipynb").read_text())
+    env = clean_env({"CUDA_VISIBLE_DEVICES": ""})
+    launch = subprocess.run([*ACCELIFY, "launch", "-n", "2", "--cpu", "-q", "out/nb.ipynb"],
+                            capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    assert launch.returncode == 0, launch.stderr
+    assert [line.split(" loss ")[0] for line in launch.stdout.splitlines() if line.startswith("epoch")] == \
+        ["epoch 0", "epoch 1", "epoch 2"]
+    verify = subprocess.run([*ACCELIFY, "verify", "nb.ipynb", "--steps", "4"],
+                            capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
