@@ -26,6 +26,7 @@ from .devices import default_device, default_process_count, processes_fit, read_
 from .launch_options import OPTIONS
 from .launch_settings import LaunchSettings
 from .precision_rules import check_mixed_precision
+from .process_group import declared_processes
 
 
 class WorkerFailedError(AccelifyRuntimeError):
@@ -143,10 +144,9 @@ def notebook_launcher(function: Callable[..., Any], args: Sequence[Any] = (), nu
 
 
 def _launched() -> bool:
-    """Whether this process is a worker of a launch (torchrun's variables set, more than one process)."""
-    import os
-
-    return int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 and "RANK" in os.environ and "LOCAL_RANK" in os.environ
+    """Whether this process is a worker of a launch (a launcher declared more than one process, and this one's rank)."""
+    _, world, rank = declared_processes()
+    return world > 1 and rank is not None
 
 
 def _run_here(function: Callable[..., Any], args: Sequence[Any], settings: LaunchSettings) -> Any:
