@@ -143,6 +143,13 @@ def _init(plan: Plan, loop: Loop, name: str) -> tuple[Binding, cst.For | cst.Whi
     if not inits or not isinstance(inits[-1].value, (cst.Integer, cst.Float)):
         return None
     init = inits[-1]
+    outer = enclosing_loop(plan, loop.node)
+    if outer is not None and any(
+        not b.aug and isinstance(b.value, (cst.Integer, cst.Float)) and b.stmt is not init.stmt
+        and any(n is outer for n in plan.facts.chain(b.stmt)[1:]) and not any(n is loop.node for n in plan.facts.chain(b.stmt))
+        for b in scope.bindings.get(name, [])
+    ):
+        return init, loop.node  # set again on every pass of the loop around (``running = 0.0`` after the print)
     around = enclosing_loop(plan, init.stmt)
     end: cst.For | cst.While | None = loop.node
     while end is not None and enclosing_loop(plan, end) is not around:

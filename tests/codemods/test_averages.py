@@ -163,3 +163,22 @@ def test_left_alone(name: str) -> None:
     assert ".reduce(" not in converted(code)
     if warnings is not None:
         assert codes(code) == warnings
+
+
+def test_a_sum_set_again_after_each_pass_is_reduced_after_each_pass() -> None:
+    code = _script("""
+        running = 0.0
+        for epoch in range(2):
+            for x, y in loader:
+                STEP
+                running += loss.item()
+            print(running / len(loader))
+            running = 0.0
+        """)
+    new = converted(code)
+    assert codes(code) == []
+    assert (
+        '        running += loss.item()\n'
+        '    running = accelerator.reduce(torch.tensor(running, dtype=torch.float64, device=accelerator.device), "mean").item()\n'
+        '    accelerator.print(running / len(loader))\n'
+    ) in new
