@@ -19,7 +19,8 @@ twice. Its ``kind`` says how to reduce it:
 ``mean`` is set when a read after the loop divides it by a per-process count, ``len(loader)`` of a prepared
 loader or a batch counter (``steps += 1``): with even batches (Accelerate's default, ours too) every process
 walks the same number of batches, so the mean of the per-process sums over that count is the global average.
-Divided by a global count (``len(loader.dataset)``, a count summed too) it is summed. Divided by anything else
+Divided by a global count (``len(loader.dataset)``, ``len(train_set)`` of a data set, a count summed too) it is
+summed. Divided by anything else
 it cannot be told which, and it is ``kept``, as is a running value held by an object (``meter.update(v, n)``),
 a list (``losses.append(loss.item())``) or a sum carried over several passes: the rule reports those.
 """
@@ -278,4 +279,22 @@ def _per_process_len(plan: Plan, scope: Scope, call: cst.BaseExpression, at: cst
     found = plan.origin(scope, arg)
     if found is not None and found.role == "loader":
         return plan.prepared(scope, arg, at) is not None  # before prepare, the whole loader
+    if _data_set(plan, scope, arg):
+        return False  # ``len(train_set)``: the whole data set
     return None
+
+
+def _data_set(plan: Plan, scope: Scope, expr: cst.BaseExpression) -> bool:
+    """``train_set`` bound to a ``torch.utils.data`` data set (``TensorDataset``, ``Subset``, ``random_split``'s
+    parts) or to an instance of the program's ``Dataset`` subclass."""
+    key = dotted(expr)
+    binding = plan.binding_of(scope, key) if key is not None else None
+    if binding is None:
+        return False
+    value = binding.unpacked[0] if binding.unpacked is not None else binding.value
+    if not isinstance(value, cst.Call):
+        return False
+    qualname = binding.where.imports.qualname(value.func) or ""
+    if qualname.startswith("torch.utils.data.") and not qualname.endswith("DataLoader"):
+        return True
+    return any("Dataset" in base for base in plan.facts.classes.get(qualname, []))

@@ -66,6 +66,15 @@ REDUCED = {
         result = total / seen
         """, ['total = accelerator.reduce(torch.tensor(total, dtype=torch.float64, device=accelerator.device), "sum").item()',
               'seen = accelerator.reduce(torch.tensor(seen, device=accelerator.device), "sum").item()']),
+    "a sum over a data set's length": ("""
+        train_set = TensorDataset(torch.randn(8, 2), torch.randint(0, 2, (8,)))
+        train_loader = DataLoader(train_set, batch_size=2)
+        total = 0.0
+        for x, y in train_loader:
+            STEP
+            total += loss.item() * x.size(0)
+        print(total / len(train_set))
+        """, ['total = accelerator.reduce(torch.tensor(total, dtype=torch.float64, device=accelerator.device), "sum").item()']),
     "summed over every epoch, read after them": ("""
         total = 0.0
         for epoch in range(2):
