@@ -75,6 +75,21 @@ REDUCED = {
             total += loss.item() * x.size(0)
         print(total / len(train_set))
         """, ['total = accelerator.reduce(torch.tensor(total, dtype=torch.float64, device=accelerator.device), "sum").item()']),
+    "a count through torch.sum": ("""
+        correct = 0
+        for x, y in loader:
+            STEP
+            correct += torch.sum(out.argmax(1) == y).item()
+        print(f"{correct} right")
+        """, ['correct = accelerator.reduce(torch.tensor(correct, device=accelerator.device), "sum").item()']),
+    "an item of unknown type keeps its type": ("""
+        hits = 0
+        for x, y in loader:
+            STEP
+            mask = out.argmax(1) == y
+            hits += mask.sum().item()
+        print(f"{hits} right")
+        """, ['hits = type(hits)(accelerator.reduce(torch.tensor(hits, dtype=torch.float64, device=accelerator.device), "sum").item())']),
     "summed over every epoch, read after them": ("""
         total = 0.0
         for epoch in range(2):
