@@ -14,12 +14,15 @@ twice. Its ``kind`` says how to reduce it:
 
 - ``"int"`` / ``"float"``: a Python number (``.item()``, ``.size(0)``, ``len(...)``): reduced as a 0-d tensor,
   ``int64`` or ``float64`` (exact, so one process prints what the original printed), then ``.item()``;
+- ``"number"``: an ``.item()`` that may be either (``mask.sum().item()``): reduced as ``float64`` and turned back
+  into the type it had (``type(total)(...)``);
 - ``"tensor"``: a tensor (``total += loss.detach()``): reduced as it is.
 
 ``mean`` is set when a read after the loop divides it by a per-process count, ``len(loader)`` of a prepared
 loader or a batch counter (``steps += 1``): with even batches (Accelerate's default, ours too) every process
 walks the same number of batches, so the mean of the per-process sums over that count is the global average.
-Divided by a global count (``len(loader.dataset)``, a count summed too) it is summed. Divided by anything else
+Divided by a global count (``len(loader.dataset)``, ``len(train_set)`` of a data set, a count summed too) it is
+summed. Divided by anything else
 it cannot be told which, and it is ``kept``, as is a running value held by an object (``meter.update(v, n)``),
 a list (``losses.append(loss.item())``) or a sum carried over several passes: the rule reports those.
 """
@@ -143,6 +146,13 @@ def _init(plan: Plan, loop: Loop, name: str) -> tuple[Binding, cst.For | cst.Whi
     if not inits or not isinstance(inits[-1].value, (cst.Integer, cst.Float)):
         return None
     init = inits[-1]
+    outer = enclosing_loop(plan, loop.node)
+    if outer is not None and any(
+        not b.aug and isinstance(b.value, (cst.Integer, cst.Float)) and b.stmt is not init.stmt
+        and any(n is outer for n in plan.facts.chain(b.stmt)[1:]) and not any(n is loop.node for n in plan.facts.chain(b.stmt))
+        for b in scope.bindings.get(name, [])
+    ):
+        return init, loop.node  # set again on every pass of the loop around (``running = 0.0`` after the print)
     around = enclosing_loop(plan, init.stmt)
     end: cst.For | cst.While | None = loop.node
     while end is not None and enclosing_loop(plan, end) is not around:
@@ -171,18 +181,19 @@ def _known(loop: Loop) -> dict[str, str]:
 
 def _kind(init: Binding, increments: list[cst.BaseExpression], known: dict[str, str]) -> str | None:
     kinds = {_increment_kind(v, known) for v in increments}
-    if None in kinds or len(kinds - {"int"}) > 1:
+    if None in kinds:
         return None
     if "tensor" in kinds:
-        return "tensor"
+        return "tensor" if kinds == {"tensor"} or kinds <= {"tensor", "int"} else None
     if "float" in kinds or isinstance(init.value, cst.Float):
         return "float"
-    return "int"
+    return "number" if "number" in kinds else "int"
 
 
 def _increment_kind(expr: cst.BaseExpression, known: dict[str, str]) -> str | None:
-    """``int`` for a count (``y.size(0)``, ``len(x)``, ``(pred == y).sum().item()``), ``float`` for another
-    ``.item()`` (``loss.item() * x.size(0)``), ``tensor`` for a tensor expression, None when unsure."""
+    """``int`` for a count (``y.size(0)``, ``len(x)``, ``(pred == y).sum().item()``), ``float`` for a loss's
+    ``.item()`` or a mean's (``loss.item() * x.size(0)``), ``number`` for another ``.item()`` (an int or a float:
+    the reduction keeps its type), ``tensor`` for a tensor expression, None when unsure."""
     if isinstance(expr, cst.Integer):
         return "int"
     if isinstance(expr, cst.Name):
@@ -201,7 +212,9 @@ def _increment_kind(expr: cst.BaseExpression, known: dict[str, str]) -> str | No
             if method in _INT_CALLS:
                 return "int"
             if method == "item":
-                return "int" if _counts(func.value) else "float"
+                if _counts(func.value):
+                    return "int"
+                return "float" if _floating(func.value, known) else "number"
             if method in ("sum", "mean", "detach", "float", "double", "norm"):
                 return "tensor"
         return None
@@ -211,15 +224,32 @@ def _increment_kind(expr: cst.BaseExpression, known: dict[str, str]) -> str | No
         kinds = {_increment_kind(expr.left, known), _increment_kind(expr.right, known)}
         if None in kinds:
             return None
-        return "tensor" if "tensor" in kinds else "float" if "float" in kinds else "int"
+        for kind in ("tensor", "float", "number"):
+            if kind in kinds:
+                return kind
+        return "int"
     return None
 
 
+def _floating(expr: cst.BaseExpression, known: dict[str, str]) -> bool:
+    """A floating-point tensor: a loss (``loss``, whose ``backward()`` is called), a mean, ``.float()``."""
+    if isinstance(expr, cst.Name):
+        return known.get(expr.value) == "tensor"
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+        if expr.func.attr.value in ("mean", "float", "double", "norm", "std", "var"):
+            return True
+        if expr.func.attr.value in ("detach", "cpu", "squeeze"):
+            return _floating(expr.func.value, known)
+    return False
+
+
 def _counts(expr: cst.BaseExpression) -> bool:
-    """``(pred == y).sum()``, ``pred.eq(y).sum()``, ``(pred == y).float().sum()`` is not: a count of matches."""
+    """``(pred == y).sum()``, ``pred.eq(y).sum()``, ``torch.sum(pred == y)``: a count of matches."""
     if not (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "sum"):
         return False
     inner = expr.func.value
+    if dotted(inner) == "torch" and expr.args:
+        inner = expr.args[0].value
     if isinstance(inner, cst.Comparison):
         return True
     return isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute) and inner.func.attr.value in ("eq", "ne")
@@ -271,4 +301,22 @@ def _per_process_len(plan: Plan, scope: Scope, call: cst.BaseExpression, at: cst
     found = plan.origin(scope, arg)
     if found is not None and found.role == "loader":
         return plan.prepared(scope, arg, at) is not None  # before prepare, the whole loader
+    if _data_set(plan, scope, arg):
+        return False  # ``len(train_set)``: the whole data set
     return None
+
+
+def _data_set(plan: Plan, scope: Scope, expr: cst.BaseExpression) -> bool:
+    """``train_set`` bound to a ``torch.utils.data`` data set (``TensorDataset``, ``Subset``, ``random_split``'s
+    parts) or to an instance of the program's ``Dataset`` subclass."""
+    key = dotted(expr)
+    binding = plan.binding_of(scope, key) if key is not None else None
+    if binding is None:
+        return False
+    value = binding.unpacked[0] if binding.unpacked is not None else binding.value
+    if not isinstance(value, cst.Call):
+        return False
+    qualname = binding.where.imports.qualname(value.func) or ""
+    if qualname.startswith("torch.utils.data.") and not qualname.endswith("DataLoader"):
+        return True
+    return any("Dataset" in base for base in plan.facts.classes.get(qualname, []))

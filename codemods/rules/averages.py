@@ -3,7 +3,8 @@ right after the loop, so the average printed, returned, logged or compared is th
 
 What is summed and how is ``analysis/shard_sums.py``'s. A number goes through a 0-d tensor and back
 (``accelerator.reduce`` takes tensors, in Hugging Face Accelerate too), ``float64`` for a float so that one
-process prints exactly what the original printed; a tensor is reduced as it is. ``"sum"`` unless the value is
+process prints exactly what the original printed (an ``.item()`` that may be an int or a float keeps its type:
+``type(total)(...)``); a tensor is reduced as it is. ``"sum"`` unless the value is
 divided by a per-process count (``len(loader)``, a batch counter): then ``"mean"``, the processes walking the same
 number of batches. Sums of values already global (gathered for metrics by the evaluation rule) are left alone;
 so are running values printed inside the loop every N steps (one process's, by convention). What cannot be
@@ -246,8 +247,11 @@ def _reduction(acc: Accumulator, accelerator: str, torch: str) -> str:
     reduction = '"mean"' if acc.mean else '"sum"'
     if acc.kind == "tensor":
         return f"{acc.name} = {accelerator}.reduce({acc.name}, {reduction})"
-    dtype = f"dtype={torch}.float64, " if acc.kind == "float" or acc.mean else ""
-    return f"{acc.name} = {accelerator}.reduce({torch}.tensor({acc.name}, {dtype}device={accelerator}.device), {reduction}).item()"
+    dtype = f"dtype={torch}.float64, " if acc.kind in ("float", "number") or acc.mean else ""
+    reduced = f"{accelerator}.reduce({torch}.tensor({acc.name}, {dtype}device={accelerator}.device), {reduction}).item()"
+    if acc.kind == "number" and not acc.mean:
+        reduced = f"type({acc.name})({reduced})"  # an int stays an int, a float a float
+    return f"{acc.name} = {reduced}"
 
 
 def _torch_name(ctx: Context, acc: Accumulator) -> str | None:

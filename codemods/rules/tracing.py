@@ -5,7 +5,7 @@
 wrapper they trace the wrapper (or crash on it), and on N processes they export the same file N times. The model
 goes through ``accelerator.unwrap_model(...)``; a call that is a statement of its own runs under ``if
 accelerator.is_main_process:`` (a call whose result is kept, ``traced = torch.jit.trace(...)``, runs on every
-process: each needs the result). Code the script already runs on the main process alone is only unwrapped.
+process: each needs the result; its ``traced.save(path)`` runs on the main process). Code the script already runs on the main process alone is only unwrapped.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ for x, y in loader:
     optimizer.step()
 torch.onnx.export(model, x, "model.onnx")
 traced = torch.jit.trace(model, x)
+traced.save("traced.pt")
 ''',
             after='''\
 import torch
@@ -60,6 +61,8 @@ for x, y in loader:
 if accelerator.is_main_process:
     torch.onnx.export(accelerator.unwrap_model(model), x, "model.onnx")
 traced = torch.jit.trace(accelerator.unwrap_model(model), x)
+if accelerator.is_main_process:
+    traced.save("traced.pt")
 accelerator.end_training()
 ''',
         ),
@@ -105,9 +108,31 @@ accelerator.end_training()
             stmt = site.stmt
             alone = isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr) \
                 and stmt.body[0].value is site.node
-            if alone and plan.distributed.main_only(ctx.facts, stmt, site.scope) is None and not ctx.rewritten(stmt):
+            if plan.distributed.main_only(ctx.facts, stmt, site.scope) is not None:
+                continue
+            if alone and not ctx.rewritten(stmt):
                 ctx.replace_through(site.scope, stmt, stmt, _guard)
                 ctx.change("trace on the main process only")
+            for save in _saves_of(ctx, site):  # ``traced.save(path)``: written once
+                if not ctx.rewritten(save):
+                    ctx.replace_through(site.scope, save, save, _guard)
+
+
+def _saves_of(ctx: Context, site: CallSite) -> list[cst.BaseStatement]:
+    """``traced.save(path)`` statements of the scope, for ``traced = torch.jit.trace(...)``."""
+    stmt = site.stmt
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)
+            and stmt.body[0].value is site.node and len(stmt.body[0].targets) == 1
+            and isinstance(stmt.body[0].targets[0].target, cst.Name)):
+        return []
+    name = stmt.body[0].targets[0].target.value
+    return [
+        s.stmt for s in site.scope.calls
+        if s.method == "save" and isinstance(s.node.func, cst.Attribute) and isinstance(s.node.func.value, cst.Name)
+        and s.node.func.value.value == name and ctx.facts.after(s.stmt, stmt)
+        and isinstance(s.stmt, cst.SimpleStatementLine) and len(s.stmt.body) == 1 and isinstance(s.stmt.body[0], cst.Expr)
+        and s.stmt.body[0].value is s.node
+    ]
 
 
 def _traces(site: CallSite) -> bool:

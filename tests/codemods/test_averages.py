@@ -66,6 +66,30 @@ REDUCED = {
         result = total / seen
         """, ['total = accelerator.reduce(torch.tensor(total, dtype=torch.float64, device=accelerator.device), "sum").item()',
               'seen = accelerator.reduce(torch.tensor(seen, device=accelerator.device), "sum").item()']),
+    "a sum over a data set's length": ("""
+        train_set = TensorDataset(torch.randn(8, 2), torch.randint(0, 2, (8,)))
+        train_loader = DataLoader(train_set, batch_size=2)
+        total = 0.0
+        for x, y in train_loader:
+            STEP
+            total += loss.item() * x.size(0)
+        print(total / len(train_set))
+        """, ['total = accelerator.reduce(torch.tensor(total, dtype=torch.float64, device=accelerator.device), "sum").item()']),
+    "a count through torch.sum": ("""
+        correct = 0
+        for x, y in loader:
+            STEP
+            correct += torch.sum(out.argmax(1) == y).item()
+        print(f"{correct} right")
+        """, ['correct = accelerator.reduce(torch.tensor(correct, device=accelerator.device), "sum").item()']),
+    "an item of unknown type keeps its type": ("""
+        hits = 0
+        for x, y in loader:
+            STEP
+            mask = out.argmax(1) == y
+            hits += mask.sum().item()
+        print(f"{hits} right")
+        """, ['hits = type(hits)(accelerator.reduce(torch.tensor(hits, dtype=torch.float64, device=accelerator.device), "sum").item())']),
     "summed over every epoch, read after them": ("""
         total = 0.0
         for epoch in range(2):
@@ -163,3 +187,22 @@ def test_left_alone(name: str) -> None:
     assert ".reduce(" not in converted(code)
     if warnings is not None:
         assert codes(code) == warnings
+
+
+def test_a_sum_set_again_after_each_pass_is_reduced_after_each_pass() -> None:
+    code = _script("""
+        running = 0.0
+        for epoch in range(2):
+            for x, y in loader:
+                STEP
+                running += loss.item()
+            print(running / len(loader))
+            running = 0.0
+        """)
+    new = converted(code)
+    assert codes(code) == []
+    assert (
+        '        running += loss.item()\n'
+        '    running = accelerator.reduce(torch.tensor(running, dtype=torch.float64, device=accelerator.device), "mean").item()\n'
+        '    accelerator.print(running / len(loader))\n'
+    ) in new
