@@ -348,9 +348,8 @@ class Sentinels:
                 if check.label == "end" else f"after step {check.label} of `{check.optimizer}`")
         lines = [f"Parameters of `{check.name}` differ between processes {when}:"]
         for r, g in sorted(differing.items()):
-            a, b = (self.rank, r) if self.rank == 0 else (r, 0)
             where = f"first at `{check.groups[g]}`" if check.groups else "its parameters have different shapes"
-            lines.append(f"  - process {a} differs from process {b} ({where})")
+            lines.append(f"  - process {r if self.rank == 0 else self.rank} differs from process 0 ({where})")
         for r in missing:
             lines.append(f"  - process {r} never reached that step")
         steps = {r: s for r, (s, _) in records.items()}
