@@ -76,7 +76,7 @@ def caller_name(obj: Any) -> str:
 
 def fingerprint(module: torch.nn.Module) -> tuple[list[str], list[float]]:
     """``(names, values)``: per group of consecutive parameter tensors, the float64 sum, sum of squares and
-    count of a strided sample of each tensor; ``names[g]`` is the first parameter of group ``g``."""
+    count of a strided sample of each tensor; ``names[g]`` names group ``g``'s parameter (``a` to `b`` for several)."""
     params = [(name, p) for name, p in module.named_parameters() if p.device.type != "meta"]
     if not params:
         return [], []
@@ -96,7 +96,9 @@ def fingerprint(module: torch.nn.Module) -> tuple[list[str], list[float]]:
         squares = torch.zeros(groups, dtype=torch.float64, device=data.device).index_add_(0, index, data * data)
         rows = torch.stack([sums, squares]).cpu().tolist()
     values = [v for g in range(groups) for v in (rows[0][g], rows[1][g], float(counts[g]))]
-    return [params[g * per][0] for g in range(groups)], values
+    names = [params[g * per][0] if per == 1 else f"{params[g * per][0]}` to `{params[min(len(params), (g + 1) * per) - 1][0]}"
+             for g in range(groups)]
+    return names, values
 
 
 def first_difference(mine: Sequence[float], theirs: Sequence[float]) -> int | None:
@@ -348,7 +350,7 @@ class Sentinels:
                 if check.label == "end" else f"after step {check.label} of `{check.optimizer}`")
         lines = [f"Parameters of `{check.name}` differ between processes {when}:"]
         for r, g in sorted(differing.items()):
-            where = f"first at `{check.groups[g]}`" if check.groups else "its parameters have different shapes"
+            where = f"first difference in `{check.groups[g]}`" if check.groups else "its parameters have different shapes"
             lines.append(f"  - process {r if self.rank == 0 else self.rank} differs from process 0 ({where})")
         for r in missing:
             lines.append(f"  - process {r} never reached that step")

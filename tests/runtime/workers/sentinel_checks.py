@@ -157,7 +157,7 @@ def main() -> None:
     message = diverged_run(rank)
     assert message is not None, "diverged parameters were not caught"
     assert message.startswith("Parameters of `net` differ between processes after step 4 of `optimizer`"), message
-    assert "process 1 differs from process 0 (first at `2.weight`)" in message and "trained outside the prepared model" in message, message
+    assert "process 1 differs from process 0 (first difference in `2.weight`)" in message and "trained outside the prepared model" in message, message
     assert diverged_run(rank, sentinels=False) is None  # switched off: nothing
 
     found = no_gradient_run()
