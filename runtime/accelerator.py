@@ -64,6 +64,9 @@ class Accelerator:
 
     Arguments left as ``None`` come from ``accelify launch`` (the launch file) or the
     ``ACCELIFY_*`` / ``ACCELERATE_*`` environment variables, in that order, then the defaults.
+    ``sentinels`` (accelify's own; default on unless ``ACCELIFY_SENTINELS=0``) runs cheap checks of
+    a real run (see :mod:`.sentinels`): with two processes, a prepared model whose weights differ
+    between them after step 4 raises ``ParametersDifferError`` naming it.
     Example (with two processes, each sees half of every epoch and the same weights)::
 
         accelerator = Accelerator(mixed_precision="bf16")
