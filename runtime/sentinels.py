@@ -325,6 +325,9 @@ class Sentinels:
         return 0
 
     def _compare(self, final: bool) -> None:
+        """Compare the pending fingerprints whose peers' keys are there. ``final`` (after ``end_training``'s
+        barrier): compare what is there and drop the rest. A key missing then belongs to a process with the
+        sentinels off, another Accelerator numbering, or fewer steps; the last shows in the ``end`` comparison."""
         store = default_store()
         peers = list(range(1, self.world)) if self.rank == 0 else [0]
         waiting = []
@@ -334,26 +337,22 @@ class Sentinels:
                 waiting.append(check)  # a peer has not got there yet: look again at the next check
                 continue
             present = [r for r, key in zip(peers, keys) if not final or store.check([key])]
-            missing = [r for r in peers if r not in present]
             records = {r: pickle.loads(store.get(self._key(check.index, check.label, r))) for r in present}
             differing = {r: g for r, (_, values) in records.items()
                          if (g := first_difference(check.values, values)) is not None}
-            if differing or missing:
+            if differing:
                 self.failed = True
                 self.pending = []
-                raise ParametersDifferError(self._message(check, differing, missing, records))
+                raise ParametersDifferError(self._message(check, differing, records))
         self.pending = waiting
 
-    def _message(self, check: _ModelCheck, differing: dict[int, int], missing: list[int],
-                 records: dict[int, tuple[int, list[float]]]) -> str:
+    def _message(self, check: _ModelCheck, differing: dict[int, int], records: dict[int, tuple[int, list[float]]]) -> str:
         when = (f"at end_training (after {check.steps} steps of `{check.optimizer}` on process {self.rank})"
                 if check.label == "end" else f"after step {check.label} of `{check.optimizer}`")
         lines = [f"Parameters of `{check.name}` differ between processes {when}:"]
         for r, g in sorted(differing.items()):
             where = f"first difference in `{check.groups[g]}`" if check.groups else "its parameters have different shapes"
             lines.append(f"  - process {r if self.rank == 0 else self.rank} differs from process 0 ({where})")
-        for r in missing:
-            lines.append(f"  - process {r} never reached that step")
         steps = {r: s for r, (s, _) in records.items()}
         if check.label == "end" and any(s != check.steps for s in steps.values()):
             counts = ", ".join(f"process {r}: {s}" for r, s in sorted({self.rank: check.steps, **steps}.items()))

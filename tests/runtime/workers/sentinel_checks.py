@@ -175,6 +175,11 @@ def main() -> None:
         assert found == [], found  # said once, by process 0
     assert per_epoch_run(inside_loop=True) == []  # stepped inside the loop: per batch, even every epoch-length
     assert per_epoch_run(sentinels=False) == []
+
+    # an Accelerator made on process 0 only shifts its numbering of the store's keys: nothing matches, nothing raises
+    if rank == 0:
+        Accelerator(kwargs_handlers=HANDLERS)
+    assert correct_run() == []
     print(f"SENTINEL-WORKER-OK {rank}", flush=True)
 
 
