@@ -9,7 +9,9 @@ paired ratios: the compared loops alternate step by step):
 * accumulation: accelify ``accumulate()`` vs DDP ``no_sync`` by hand, two processes (target <= 1.03)
 * sentinels: accelify with its sentinels on (the default) vs ``Accelerator(sentinels=False)``, one and two
   processes (target <= 1.01), as the median of paired ratios and as the ratio of total times (the checks
-  run at steps 1, 2, 3, 4, 8, 16, ...: a median of per-step ratios would not see them, totals do)
+  run at steps 1, 2, 3, 4, 8, 16, ...: a median of per-step ratios would not see them, totals do), and the
+  time spent inside the checks as a share of the step time (noise-free where the ratios are not: on a
+  loaded machine two identical loops differ by 1-2%)
 
 ``--sentinels`` runs only the sentinel comparisons.
 
@@ -106,13 +108,26 @@ def plain_loop(model: nn.Module, opt: torch.optim.Optimizer, loader: DataLoader,
     return stepper(loader, autocast if bf16 else accumulate if ddp_accum else plain)
 
 
-def accelify_loop(mixed_precision: str = "no", accum: int = 1, sentinels: bool = True) -> Step:
+def accelify_loop(mixed_precision: str = "no", accum: int = 1, sentinels: bool = True,
+                  clock: list[float] | None = None) -> Step:
+    """``clock``: the duration of each sentinel check is appended to it (the checks' own share of the time)."""
     from accelify.runtime import Accelerator
 
     acc = Accelerator(mixed_precision=mixed_precision, gradient_accumulation_steps=accum, sentinels=sentinels)
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     model, opt, loader = acc.prepare(model, opt, make_data())
+    if clock is not None and opt._sentinel is not None:
+        check = opt._sentinel
+
+        def timed(optimizer: Any, step: int) -> int:
+            start = time.perf_counter()
+            try:
+                return check(optimizer, step)
+            finally:
+                clock.append(time.perf_counter() - start)
+
+        opt._sentinel = timed
     loss_fn = nn.CrossEntropyLoss()
 
     def body(i: int, batch: Any) -> None:
@@ -194,10 +209,12 @@ def two_process_worker(only_sentinels: bool = False) -> None:
 
     dist.init_process_group("gloo")  # the hand-written DDP way; accelify adopts this group
     rank, world = dist.get_rank(), dist.get_world_size()
+    clock: list[float] = []
     if only_sentinels:
-        samples = measure({"d": accelify_loop(), "d_off": accelify_loop(sentinels=False)})
+        samples = measure({"d": accelify_loop(clock=clock), "d_off": accelify_loop(sentinels=False)})
         if rank == 0:
-            ratios = {"sent": paired_ratio(samples, "d", "d_off"), "sent_total": total_ratio(samples, "d", "d_off")}
+            ratios = {"sent": paired_ratio(samples, "d", "d_off"), "sent_total": total_ratio(samples, "d", "d_off"),
+                      "sent_share": sum(clock) / sum(samples["d"]), "sent_checks": len(clock)}
             print("RESULTS " + " ".join(f"{k}={v:.9f}" for k, v in ratios.items()), flush=True)
         dist.destroy_process_group()
         return
@@ -208,7 +225,7 @@ def two_process_worker(only_sentinels: bool = False) -> None:
     samples = measure(
         {
             "c": plain_loop(ddp, ddp_opt, make_data((rank, world))),
-            "d": accelify_loop(),
+            "d": accelify_loop(clock=clock),
             "accum_hand": plain_loop(acc_ddp, acc_opt, make_data((rank, world)), ddp_accum=True),
             "accum_accelify": accelify_loop(accum=ACCUM),
             "d_off": accelify_loop(sentinels=False),
@@ -216,7 +233,8 @@ def two_process_worker(only_sentinels: bool = False) -> None:
     )
     if rank == 0:
         ratios = {"d/c": paired_ratio(samples, "d", "c"), "accum": paired_ratio(samples, "accum_accelify", "accum_hand"),
-                  "sent": paired_ratio(samples, "d", "d_off"), "sent_total": total_ratio(samples, "d", "d_off")}
+                  "sent": paired_ratio(samples, "d", "d_off"), "sent_total": total_ratio(samples, "d", "d_off"),
+                  "sent_share": sum(clock) / sum(samples["d"]), "sent_checks": len(clock)}
         medians = {k: statistics.median(v) for k, v in samples.items()}
         print("RESULTS " + " ".join(f"{k}={v:.9f}" for k, v in {**medians, **ratios}.items()), flush=True)
     dist.destroy_process_group()
@@ -253,9 +271,12 @@ def main() -> None:
         ("sentinels on/off, 2 processes (median of paired ratios)", two["sent"], 1.01),
         ("sentinels on/off, 2 processes (total times)", two["sent_total"], 1.01),
     ]
+    share = (f"time inside the sentinels' checks, 2 processes: {two['sent_share'] * 100:.3f}% of the measured step "
+             f"time ({int(two['sent_checks'])} checks; those of the warm-up steps included, so an upper bound)")
     if args.sentinels:
         for label, ratio, target in sentinel_rows:
             print(f"{label}: {ratio:.4f} (target <= {target})")
+        print(share)
         return
     med = {k: statistics.median(v) for k, v in one.items() if k.endswith("#0")}
     med = {k.split("#")[0]: v for k, v in med.items()}
@@ -274,6 +295,7 @@ def main() -> None:
         print(f"{label}: {ratio:.3f} (target <= {target})")
     for label, ratio, target in sentinel_rows:
         print(f"{label}: {ratio:.4f} (target <= {target})")
+    print(share)
 
 
 if __name__ == "__main__":
