@@ -185,3 +185,65 @@ def test_many_tensors_are_grouped() -> None:
     names, values = fingerprint(model)
     assert len(names) == 50 and len(values) == 150  # 4 tensors per group
     assert names[1] == "2.weight` to `3.bias" and names[-1] == "98.weight` to `99.bias"
+
+
+# -- a prepared scheduler stepped per epoch: the watch on its own, as process 0 of 2 (no process group needed) --
+def _scheduler_warnings(pattern: str, accumulation: int = 1, epochs: int = 4, metric: float | None = None,
+                        **options: Any) -> list[str]:
+    """Train ``epochs`` passes over a 10-batch shard and step the scheduler as ``pattern`` says."""
+    from torch.utils.data import DataLoader
+
+    from accelify.runtime import AcceleratedOptimizer, AcceleratedScheduler, GradientState, prepare_data_loader
+    from accelify.runtime.accumulation import Accumulate
+    from accelify.runtime.prepared import PreparedObjects
+    from accelify.runtime.sentinels import Sentinels
+
+    state = GradientState(accumulation)
+    prepared = PreparedObjects()
+    sentinels = Sentinels(prepared, num_processes=2, process_index=0, gradient_state=state)
+    train_loader = prepare_data_loader(DataLoader(range(40), batch_size=2), num_processes=2, process_index=0,
+                                       put_on_device=False)
+    prepared.dataloaders.append(train_loader)
+    sentinels.remember(train_loader, train_loader)
+    optimizer = AcceleratedOptimizer(torch.optim.SGD(nn.Linear(1, 1).parameters(), lr=0.1), gradient_state=state)
+    raw = options.pop("scheduler", None) or torch.optim.lr_scheduler.StepLR(optimizer.optimizer, step_size=1)
+    scheduler = AcceleratedScheduler(raw, [optimizer], gradient_state=state, num_processes=2, **options)
+    sentinels.remember(scheduler, scheduler)
+    sentinels.watch_scheduler(scheduler)
+
+    def train() -> None:
+        for _ in range(epochs):
+            if pattern == "epoch start":
+                scheduler.step()
+            for i, _batch in enumerate(train_loader):
+                with Accumulate(state, ()):
+                    optimizer.step()
+                    if pattern == "batch" or (pattern == "every 10 batches" and i % 10 == 9):
+                        scheduler.step()
+            if pattern == "epoch end":
+                scheduler.step(*([] if metric is None else [metric]))
+
+    return _caught(train)
+
+
+def test_a_prepared_scheduler_stepped_per_epoch_warns_once_naming_it() -> None:
+    found = _scheduler_warnings("epoch end")
+    assert len(found) == 1, found
+    assert found[0].startswith("Scheduler `scheduler` is stepped once per epoch (every 10 optimizer steps, once per "
+                               "pass over `train_loader`) but was passed to prepare: on 2 processes it moves 2 steps "
+                               "per call, so its schedule runs 2 times too fast. Do not pass it to prepare"), found
+    assert len(_scheduler_warnings("epoch end", epochs=2)) == 1  # the first gap is measured from prepare
+    assert len(_scheduler_warnings("epoch start")) == 1  # stepped before each pass: seen at the third call
+    accumulated = _scheduler_warnings("epoch end", accumulation=3)
+    assert len(accumulated) == 1 and "every 4 optimizer steps" in accumulated[0]  # 10 batches, 3 per step
+
+
+def test_no_warning_per_batch_every_k_batches_or_where_a_call_moves_one_step() -> None:
+    assert _scheduler_warnings("batch") == []
+    assert _scheduler_warnings("batch", accumulation=2) == []
+    assert _scheduler_warnings("every 10 batches") == []  # inside the loop, even every epoch-length: right
+    assert _scheduler_warnings("epoch end", epochs=1) == []  # one call: nothing to compare yet
+    assert _scheduler_warnings("epoch end", split_batches=True) == []  # one step per call: right
+    assert _scheduler_warnings("epoch end", step_with_optimizer=False) == []
+    plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(torch.optim.SGD(nn.Linear(1, 1).parameters(), lr=0.1))
+    assert _scheduler_warnings("epoch end", scheduler=plateau, metric=1.0) == []
