@@ -107,10 +107,11 @@ def first_difference(mine: Sequence[float], theirs: Sequence[float]) -> int | No
         return 0
     for g in range(0, len(mine), 3):
         (s1, q1, n), (s2, q2, _) = mine[g:g + 3], theirs[g:g + 3]
-        if _both_nan(s1, s2) and _both_nan(q1, q2):
-            continue  # diverged to NaN everywhere alike: not a disagreement
+        if (s1 == s2 or _both_nan(s1, s2)) and (q1 == q2 or _both_nan(q1, q2)):
+            continue  # equal, or diverged to inf/NaN everywhere alike: not a disagreement
         scale = max(q1, q2)
-        if not (abs(s1 - s2) <= _RTOL * math.sqrt(n * scale) and abs(q1 - q2) <= _RTOL * scale):
+        if not all(map(math.isfinite, (s1, s2, scale))) or not (
+                abs(s1 - s2) <= _RTOL * math.sqrt(n * scale) and abs(q1 - q2) <= _RTOL * scale):
             return g // 3
     return None
 

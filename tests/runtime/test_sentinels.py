@@ -178,6 +178,8 @@ def test_fingerprint_finds_the_first_differing_parameter_and_ignores_what_agrees
     assert first_difference(mine, mine[:-3]) == 0  # shapes differ
     nan = [float("nan")] * 3
     assert first_difference(nan, nan) is None  # diverged alike everywhere: not a disagreement
+    inf = [float("inf"), float("inf"), 3.0]
+    assert first_difference(inf, inf) is None and first_difference(inf, [1.0, 1.0, 3.0]) == 0
 
 
 def test_many_tensors_are_grouped() -> None:
