@@ -135,7 +135,7 @@ def _has_gradients(param_groups: Iterable[dict[str, Any]]) -> bool | None:
 class _ModelCheck:
     """One model's fingerprint at one step, waiting for the other processes' to compare with."""
 
-    index: int  # in the Accelerator's prepared models: the same on every process
+    serial: int  # the model's number among those this Accelerator checked: the same on every process
     name: str
     label: str  # "4" or "end"
     steps: int
@@ -151,7 +151,7 @@ class _OptimizerWatch:
         self.sentinels = sentinels
         self.name = name
         self.steps_without_gradients: int | None = 0  # None once gradients were seen (or nothing is trainable)
-        self.models: list[tuple[int, weakref.ref[Any]]] | None = None  # DDP models this optimizer trains
+        self.models: list[weakref.ref[Any]] | None = None  # the DDP models this optimizer trains
 
     def __call__(self, optimizer: Any, step: int) -> int:
         if step in _NO_GRAD_STEPS and self.steps_without_gradients is not None:
@@ -198,7 +198,7 @@ class _SchedulerWatch:
     def __call__(self, scheduler: Any, call: int) -> int:
         self.snapshots.append(self._snapshot())
         if len(self.snapshots) >= 3 and self._per_epoch(*self.snapshots[-3:]):
-            self._warn(scheduler, self.snapshots[-1][0] - self.snapshots[-2][0])
+            self._warn(self.snapshots[-1][0] - self.snapshots[-2][0])
             return 0
         return call + 1 if call < 4 else 0
 
@@ -221,7 +221,7 @@ class _SchedulerWatch:
                 return True
         return False
 
-    def _warn(self, scheduler: Any, gap: int) -> None:
+    def _warn(self, gap: int) -> None:
         if self.sentinels.rank != 0:
             return  # every process sees it alike: say it once
         n = self.sentinels.world
@@ -243,6 +243,7 @@ class Sentinels:
         self.instance = next(_INSTANCES)
         self.names: dict[int, str] = {}  # id(prepared object) -> the user's name for it
         self.owners: dict[int, _OptimizerWatch] = {}  # id(DDP model) -> the optimizer whose steps check it
+        self.serials: dict[int, tuple[int, weakref.ref[Any]]] = {}  # id(DDP model) -> (its number in the keys, it)
         self.pending: list[_ModelCheck] = []
         self.failed = False  # a difference was raised: check no more
 
@@ -275,30 +276,39 @@ class Sentinels:
             return
         if watch.models is None:
             watch.models = self._claim(watch, optimizer)
-        for index, ref in watch.models:
+        for ref in watch.models:
             model = ref()
             if model is not None:
-                self._publish(index, model, str(step), step, watch.name)
+                self._publish(model, str(step), step, watch.name)
         self._compare(final=False)
 
-    def _claim(self, watch: _OptimizerWatch, optimizer: Any) -> list[tuple[int, weakref.ref[Any]]]:
+    def _claim(self, watch: _OptimizerWatch, optimizer: Any) -> list[weakref.ref[Any]]:
         params = {id(p) for group in optimizer.param_groups for p in group["params"]}
         claimed = []
-        for index, model in enumerate(self.prepared.models):
+        for model in self.prepared.models:
             if (isinstance(model, DistributedDataParallel) and id(model) not in self.owners
                     and any(id(p) in params for p in model.parameters())):
                 self.owners[id(model)] = watch
-                claimed.append((index, weakref.ref(model)))
+                claimed.append(weakref.ref(model))
         return claimed
 
-    def _key(self, index: int, label: str, rank: int) -> str:
-        return f"{_PREFIX}/{self.instance}/{index}/{label}/{rank}"
+    def _serial(self, model: Any) -> int:
+        """The model's number in the store's keys: given in the order models are first checked, which is the
+        script's order on every process (an index into the prepared models would be reused after free_memory)."""
+        serial = self.serials.get(id(model))
+        if serial is None or serial[1]() is not model:
+            serial = self.serials[id(model)] = (len(self.serials), weakref.ref(model))
+        return serial[0]
 
-    def _publish(self, index: int, model: Any, label: str, steps: int, optimizer: str) -> None:
+    def _key(self, serial: int, label: str, rank: int) -> str:
+        return f"{_PREFIX}/{self.instance}/{serial}/{label}/{rank}"
+
+    def _publish(self, model: Any, label: str, steps: int, optimizer: str) -> None:
         groups, values = fingerprint(model.module)
-        default_store().set(self._key(index, label, self.rank), pickle.dumps((steps, values)))
+        serial = self._serial(model)
+        default_store().set(self._key(serial, label, self.rank), pickle.dumps((steps, values)))
         name = self.names.get(id(model), type(model.module).__name__)
-        self.pending.append(_ModelCheck(index, name, label, steps, optimizer, groups, values))
+        self.pending.append(_ModelCheck(serial, name, label, steps, optimizer, groups, values))
         if len(self.pending) > _PENDING_MAX:  # a process far behind: forget the oldest rather than grow
             self.pending.pop(0)
 
@@ -306,12 +316,10 @@ class Sentinels:
         """``end_training``, before its barrier: publish every DDP model's fingerprint."""
         if self.world == 1 or self.failed or default_store() is None:
             return
-        for index, model in enumerate(self.prepared.models):
+        for model in self.prepared.models:
             if isinstance(model, DistributedDataParallel):
                 owner = self.owners.get(id(model))
-                optimizer = owner.name if owner is not None else "no optimizer"
-                steps = self._steps_of(owner)
-                self._publish(index, model, "end", steps, optimizer)
+                self._publish(model, "end", self._steps_of(owner), owner.name if owner is not None else "")
 
     def after_end(self) -> None:
         """``end_training``, after its barrier (every process published): compare everything still pending."""
@@ -333,12 +341,12 @@ class Sentinels:
         peers = list(range(1, self.world)) if self.rank == 0 else [0]
         waiting = []
         for check in self.pending:
-            keys = [self._key(check.index, check.label, r) for r in peers]
+            keys = [self._key(check.serial, check.label, r) for r in peers]
             if not final and not store.check(keys):
                 waiting.append(check)  # a peer has not got there yet: look again at the next check
                 continue
             present = [r for r, key in zip(peers, keys) if not final or store.check([key])]
-            records = {r: pickle.loads(store.get(self._key(check.index, check.label, r))) for r in present}
+            records = {r: pickle.loads(store.get(key)) for r, key in zip(peers, keys) if r in present}
             differing = {r: g for r, (_, values) in records.items()
                          if (g := first_difference(check.values, values)) is not None}
             if differing:
@@ -348,8 +356,12 @@ class Sentinels:
         self.pending = waiting
 
     def _message(self, check: _ModelCheck, differing: dict[int, int], records: dict[int, tuple[int, list[float]]]) -> str:
-        when = (f"at end_training (after {check.steps} steps of `{check.optimizer}` on process {self.rank})"
-                if check.label == "end" else f"after step {check.label} of `{check.optimizer}`")
+        if check.label != "end":
+            when = f"after step {check.label} of `{check.optimizer}`"
+        elif check.optimizer:
+            when = f"at end_training (after {check.steps} steps of `{check.optimizer}` on process {self.rank})"
+        else:
+            when = "at end_training"
         lines = [f"Parameters of `{check.name}` differ between processes {when}:"]
         for r, g in sorted(differing.items()):
             where = f"first difference in `{check.groups[g]}`" if check.groups else "its parameters have different shapes"

@@ -76,6 +76,25 @@ def accumulation_run() -> list[str]:
     return sentinel_warnings(caught)
 
 
+def free_memory_run() -> list[str]:
+    """Two models trained one after the other with free_memory between: the second is compared with itself only."""
+    acc = Accelerator(kwargs_handlers=HANDLERS)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for seed in (0, 1):
+            torch.manual_seed(seed)
+            net = nn.Linear(4, 1)
+            optimizer = torch.optim.SGD(net.parameters(), lr=0.05)
+            net, optimizer = acc.prepare(net, optimizer)
+            for _ in range(4):
+                optimizer.zero_grad()
+                acc.backward(net(torch.ones(2, 4)).sum())
+                optimizer.step()
+            net, optimizer = acc.free_memory(net, optimizer)
+        acc.end_training()
+    return sentinel_warnings(caught)
+
+
 def diverged_run(rank: int, sentinels: bool | None = None) -> str | None:
     """Process 1 changes a weight outside DDP after step 2: the check after step 4 names `net` and step 4."""
     acc = Accelerator(kwargs_handlers=HANDLERS, sentinels=sentinels)
@@ -153,6 +172,7 @@ def main() -> None:
 
     assert correct_run() == [], "a right DDP run warned"
     assert accumulation_run() == [], "a right accumulation run warned"
+    assert free_memory_run() == []
 
     message = diverged_run(rank)
     assert message is not None, "diverged parameters were not caught"
