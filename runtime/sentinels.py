@@ -242,8 +242,10 @@ class Sentinels:
         self.gradient_state = gradient_state
         self.instance = next(_INSTANCES)
         self.names: dict[int, str] = {}  # id(prepared object) -> the user's name for it
-        self.owners: dict[int, _OptimizerWatch] = {}  # id(DDP model) -> the optimizer whose steps check it
+        # id(DDP model) -> (the optimizer whose steps check it, the model): ids are reused once a model is freed
+        self.owners: dict[int, tuple[_OptimizerWatch, weakref.ref[Any]]] = {}
         self.serials: dict[int, tuple[int, weakref.ref[Any]]] = {}  # id(DDP model) -> (its number in the keys, it)
+        self.numbers = itertools.count()
         self.pending: list[_ModelCheck] = []
         self.failed = False  # a difference was raised: check no more
 
@@ -286,18 +288,22 @@ class Sentinels:
         params = {id(p) for group in optimizer.param_groups for p in group["params"]}
         claimed = []
         for model in self.prepared.models:
-            if (isinstance(model, DistributedDataParallel) and id(model) not in self.owners
+            if (isinstance(model, DistributedDataParallel) and self._owner(model) is None
                     and any(id(p) in params for p in model.parameters())):
-                self.owners[id(model)] = watch
+                self.owners[id(model)] = (watch, weakref.ref(model))
                 claimed.append(weakref.ref(model))
         return claimed
+
+    def _owner(self, model: Any) -> _OptimizerWatch | None:
+        owner = self.owners.get(id(model))
+        return owner[0] if owner is not None and owner[1]() is model else None
 
     def _serial(self, model: Any) -> int:
         """The model's number in the store's keys: given in the order models are first checked, which is the
         script's order on every process (an index into the prepared models would be reused after free_memory)."""
         serial = self.serials.get(id(model))
         if serial is None or serial[1]() is not model:
-            serial = self.serials[id(model)] = (len(self.serials), weakref.ref(model))
+            serial = self.serials[id(model)] = (next(self.numbers), weakref.ref(model))
         return serial[0]
 
     def _key(self, serial: int, label: str, rank: int) -> str:
@@ -318,7 +324,7 @@ class Sentinels:
             return
         for model in self.prepared.models:
             if isinstance(model, DistributedDataParallel):
-                owner = self.owners.get(id(model))
+                owner = self._owner(model)
                 self._publish(model, "end", self._steps_of(owner), owner.name if owner is not None else "")
 
     def after_end(self) -> None:

@@ -92,6 +92,7 @@ def free_memory_run() -> list[str]:
                 optimizer.step()
             net, optimizer = acc.free_memory(net, optimizer)
         acc.end_training()
+    assert next(acc._sentinels.numbers) == 2  # each model checked under its own number
     return sentinel_warnings(caught)
 
 
