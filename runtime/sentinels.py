@@ -278,11 +278,13 @@ class Sentinels:
             return
         if watch.models is None:
             watch.models = self._claim(watch, optimizer)
+        earlier = len(self.pending)
         for ref in watch.models:
             model = ref()
             if model is not None:
                 self._publish(model, str(step), step, watch.name)
-        self._compare(final=False)
+        # the peers are rarely done with this step yet, but always with the previous check: compare that
+        self._compare(final=False, upto=earlier)
 
     def _claim(self, watch: _OptimizerWatch, optimizer: Any) -> list[weakref.ref[Any]]:
         params = {id(p) for group in optimizer.param_groups for p in group["params"]}
@@ -339,20 +341,22 @@ class Sentinels:
                 return int(optimizer._steps_taken)
         return 0
 
-    def _compare(self, final: bool) -> None:
-        """Compare the pending fingerprints whose peers' keys are there. ``final`` (after ``end_training``'s
-        barrier): compare what is there and drop the rest. A key missing then belongs to a process with the
-        sentinels off, another Accelerator numbering, or fewer steps; the last shows in the ``end`` comparison."""
+    def _compare(self, final: bool, upto: int | None = None) -> None:
+        """Compare the pending fingerprints (the first ``upto`` of them) whose peers' keys are there. ``final``
+        (after ``end_training``'s barrier): compare what is there and drop the rest. A key missing then belongs to
+        a process with the sentinels off, another Accelerator numbering, or fewer steps; the last shows in the
+        ``end`` comparison. Three store round trips at most per check: ``check``, ``multi_get`` (and the ``set``)."""
         store = default_store()
         peers = list(range(1, self.world)) if self.rank == 0 else [0]
         waiting = []
-        for check in self.pending:
+        for position, check in enumerate(self.pending):
             keys = [self._key(check.serial, check.label, r) for r in peers]
-            if not final and not store.check(keys):
+            if upto is not None and position >= upto or not final and not store.check(keys):
                 waiting.append(check)  # a peer has not got there yet: look again at the next check
                 continue
-            present = [r for r, key in zip(peers, keys) if not final or store.check([key])]
-            records = {r: pickle.loads(store.get(key)) for r, key in zip(peers, keys) if r in present}
+            present = [(r, key) for r, key in zip(peers, keys) if not final or store.check([key])]
+            values = store.multi_get([key for _, key in present]) if present else []
+            records = {r: pickle.loads(value) for (r, _), value in zip(present, values)}
             differing = {r: g for r, (_, values) in records.items()
                          if (g := first_difference(check.values, values)) is not None}
             if differing:
