@@ -4,9 +4,9 @@
   ``end_training``, a fingerprint of each DDP-wrapped model it trains (float64 sum and sum of squares of
   a strided sample of at most 64 values per tensor, in at most 64 groups of tensors) is written to the
   process group's store under ``accelify/sentinel/<accelerator>/<model>/<step>/<rank>``. Process 0
-  compares it with every other process's, the others with process 0's, as soon as the keys are there
-  (``store.check``: nothing waits, no collective is added, the script's collective order is untouched);
-  ``end_training`` compares what is left after its own barrier. A difference raises
+  compares it with every other process's, the others with process 0's, at the next check, when the keys
+  are there (``store.check``: nothing waits, no collective is added, the script's collective order is
+  untouched); ``end_training`` compares what is left after its own barrier. A difference raises
   :class:`~.errors.ParametersDifferError` naming the model (its variable name when ``prepare`` could
   see it), the step and the first differing parameter.
 * **An optimizer stepping without gradients** (any N): when none of a prepared optimizer's parameters
