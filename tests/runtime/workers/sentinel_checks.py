@@ -121,6 +121,28 @@ def diverged_run(rank: int, sentinels: bool | None = None) -> str | None:
     return None if caught is None else str(caught)
 
 
+def extra_step_run(rank: int) -> str:
+    """Process 1 takes one more step than process 0, through the module inside DDP: end_training counts both."""
+    acc = Accelerator(kwargs_handlers=HANDLERS)
+    net = make_net()
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.05)
+    net, optimizer = acc.prepare(net, optimizer)
+    x, y = data(2).tensors
+    for _ in range(3):
+        optimizer.zero_grad()
+        acc.backward(nn.functional.mse_loss(net(x), y))
+        optimizer.step()
+    if rank == 1:  # a step only this process takes, outside DDP (no all-reduce to wait for)
+        optimizer.zero_grad()
+        nn.functional.mse_loss(net.module(x), y).backward()
+        optimizer.step()
+    try:
+        acc.end_training()
+    except ParametersDifferError as error:
+        return str(error)
+    raise AssertionError("an extra step on one process was not caught")
+
+
 def no_gradient_run(sentinels: bool | None = None) -> list[str]:
     """A GAN-like loop whose generator's loss never reaches it (the fake batch is detached)."""
     acc = Accelerator(kwargs_handlers=HANDLERS, sentinels=sentinels)
@@ -180,6 +202,10 @@ def main() -> None:
     assert message.startswith("Parameters of `net` differ between processes after step 4 of `optimizer`"), message
     assert "process 1 differs from process 0 (first difference in `2.weight`)" in message and "trained outside the prepared model" in message, message
     assert diverged_run(rank, sentinels=False) is None  # switched off: nothing
+    message = extra_step_run(rank)
+    assert message.startswith(f"Parameters of `net` differ between processes at end_training (after {3 + rank} steps "
+                              f"of `optimizer` on process {rank}):"), message
+    assert "steps of `optimizer` taken (process 0: 3, process 1: 4)" in message, message
 
     found = no_gradient_run()
     assert len(found) == 1, found  # once, for the generator's optimizer only
