@@ -64,6 +64,8 @@ _EXPORTS: dict[str, str] = {
     "DistributedSetupError": "errors",
     "DistributedOperationException": "errors",
     "CheckpointError": "errors",
+    "ParametersDifferError": "errors",
+    "SentinelWarning": "errors",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -27,10 +27,11 @@ from .data_loader import skip_first_batches as _skip_first_batches
 from .errors import ConfigurationError, UnusedParametersError
 from .kwargs import AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs, sort_handlers
 from .launch_options import check_accumulation_steps
-from .launch_settings import load_launch_settings
+from .launch_settings import load_launch_settings, sentinels_enabled
 from .optimizer import AcceleratedOptimizer
 from .prepared import PreparedObjects
 from .scheduler import AcceleratedScheduler
+from .sentinels import Sentinels
 from .state import AcceleratorState, DistributedType, GradientState, PartialState
 from .tracking import GeneralTracker, filter_trackers
 
@@ -63,6 +64,9 @@ class Accelerator:
 
     Arguments left as ``None`` come from ``accelify launch`` (the launch file) or the
     ``ACCELIFY_*`` / ``ACCELERATE_*`` environment variables, in that order, then the defaults.
+    ``sentinels`` (accelify's own; default on unless ``ACCELIFY_SENTINELS=0``) runs cheap checks of
+    a real run (see :mod:`.sentinels`): with two processes, a prepared model whose weights differ
+    between them after step 4 raises ``ParametersDifferError`` naming it.
     Example (with two processes, each sees half of every epoch and the same weights)::
 
         accelerator = Accelerator(mixed_precision="bf16")
@@ -93,6 +97,7 @@ class Accelerator:
         even_batches: bool | None = None,
         debug: bool | None = None,
         dynamo_backend: str | None = None,
+        sentinels: bool | None = None,
         **unsupported: Any,
     ) -> None:
         if unsupported:
@@ -153,6 +158,12 @@ class Accelerator:
         self.flag_tensor: torch.Tensor | None = None
         self.trackers: list[GeneralTracker] = []  # started by init_trackers
         self._prepared = PreparedObjects()
+        # accelify's own (Hugging Face Accelerate has no such argument): see runtime/sentinels.py
+        self._sentinels = (
+            Sentinels(self._prepared, num_processes=self.num_processes, process_index=self.process_index,
+                      gradient_state=self.gradient_state)
+            if sentinels_enabled(sentinels) else None
+        )
 
     _models = _prepared_list("models")
     _optimizers = _prepared_list("optimizers")
@@ -304,6 +315,7 @@ class Accelerator:
             gradient_state=self.gradient_state, split_batches=self.split_batches, even_batches=self.even_batches,
             rng_types=self.rng_types, dispatch_batches=self.dispatch_batches,
             step_scheduler_with_optimizer=self.step_scheduler_with_optimizer, non_blocking=self.non_blocking,
+            sentinels=self._sentinels,
         )
 
     # -- models -----------------------------------------------------------------------------
@@ -405,10 +417,15 @@ class Accelerator:
         Face Accelerate, the process group is left up: the prepared DDP models the script still holds
         reference it, and destroying it under them made Gloo abort processes at exit (4 runs in 25).
         It is torn down when the process exits; ``accelerator.state.destroy_process_group()`` closes
-        it explicitly once the models are gone.
+        it explicitly once the models are gone. With sentinels on, it compares the prepared models'
+        parameters between processes around that barrier (raising ``ParametersDifferError``).
         """
+        if self._sentinels is not None:
+            self._sentinels.before_end()
         tracking.finish_trackers(self.trackers, is_main_process=self.is_main_process)
         self.wait_for_everyone()
+        if self._sentinels is not None:
+            self._sentinels.after_end()
 
     # -- collectives ------------------------------------------------------------------------
     def gather(self, tensor: Any) -> Any:

@@ -48,6 +48,15 @@ def _default_store() -> Any:
         return None
 
 
+def default_store() -> Any:
+    """The store of the default process group (a ``PrefixStore`` over torchrun's ``TCPStore``), or None.
+
+    Debug mode's exchange and the sentinels (:mod:`.sentinels`) talk through it: no collective, so
+    processes never wait on each other in an order the script did not choose.
+    """
+    return _default_store()
+
+
 def _key(seq: int, rank: int) -> str:
     return f"{_PREFIX}/{seq}/{rank}"
 

@@ -24,6 +24,16 @@ class UnusedParametersError(AccelifyRuntimeError):
     """DDP found parameters that got no gradient; the message names them and the fix."""
 
 
+class ParametersDifferError(AccelifyRuntimeError):
+    """A sentinel found a prepared model's parameters different between processes (see :mod:`.sentinels`);
+    the message names the model, the step, the first differing parameter and the likely causes."""
+
+
+class SentinelWarning(UserWarning):
+    """A sentinel saw a likely mistake that does not stop training (see :mod:`.sentinels`): an optimizer stepping
+    with no gradients, a prepared scheduler stepped once per epoch. Each is warned once, naming the object."""
+
+
 class CheckpointError(AccelifyRuntimeError):
     """A checkpoint cannot be written or read as asked; the message names the file and the fix."""
 

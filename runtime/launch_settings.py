@@ -19,10 +19,11 @@ what was read (for a test that rewrites a launch file in place; :func:`.launch_s
 calls it around the file it writes).
 
 Process identity (rank, world size, ...) is not here: ``process_group.ProcessInfo`` reads what
-``torch.distributed.run`` sets. Two variables that are not launch settings are read here too, at the
+``torch.distributed.run`` sets. Three variables that are not launch settings are read here too, at the
 moment their user is created: ``ACCELIFY_LOG_LEVEL`` / ``ACCELERATE_LOG_LEVEL`` (:func:`log_level`,
-read by each ``get_logger`` call, as Hugging Face does) and ``ACCELIFY_DURABLE_CHECKPOINTS``
-(:func:`durable_checkpoints`, read by each ``ProjectConfiguration``).
+read by each ``get_logger`` call, as Hugging Face does), ``ACCELIFY_DURABLE_CHECKPOINTS``
+(:func:`durable_checkpoints`, read by each ``ProjectConfiguration``) and ``ACCELIFY_SENTINELS``
+(:func:`sentinels_enabled`, read by each ``Accelerator`` not given ``sentinels=``).
 
 (The tool has its own, unrelated settings: ``[tool.accelify]`` in ``pyproject.toml``, read by
 ``accelify/settings.py`` for the conversion.)
@@ -40,6 +41,7 @@ from .launch_options import OPTIONS, SETTINGS, parse_bool
 LAUNCH_CONFIG_VAR = "ACCELIFY_LAUNCH_CONFIG"
 LOG_LEVEL_VARS = ("ACCELIFY_LOG_LEVEL", "ACCELERATE_LOG_LEVEL")
 DURABLE_ENV = "ACCELIFY_DURABLE_CHECKPOINTS"
+SENTINELS_ENV = "ACCELIFY_SENTINELS"
 
 # Launch files read in this process: path -> the validated values (see load_launch_settings).
 _READ: dict[str, dict[str, Any]] = {}
@@ -127,3 +129,12 @@ def durable_checkpoints(environ: Mapping[str, str] | None = None) -> bool:
     """``ACCELIFY_DURABLE_CHECKPOINTS`` (default on); only an explicit 0/false/no/off turns fsyncs off."""
     env = os.environ if environ is None else environ
     return parse_bool(env.get(DURABLE_ENV, ""), DURABLE_ENV, empty=True)
+
+
+def sentinels_enabled(explicit: bool | None = None, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether an ``Accelerator`` runs the sentinels (:mod:`.sentinels`): its ``sentinels=`` argument when given,
+    else ``ACCELIFY_SENTINELS`` (default on; only an explicit 0/false/no/off turns them off)."""
+    if explicit is not None:
+        return bool(explicit)
+    env = os.environ if environ is None else environ
+    return parse_bool(env.get(SENTINELS_ENV, ""), SENTINELS_ENV, empty=True)

@@ -36,6 +36,11 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self._unscaled = False
         self._zero_grad_takes_set_to_none = "set_to_none" in inspect.signature(optimizer.zero_grad).parameters
         self._step_called = False
+        # steps really taken (not skipped by accumulation or the fp16 scaler); the sentinels (see
+        # .sentinels) are called at step ``_sentinel_at`` and say the next one (0: never)
+        self._steps_taken = 0
+        self._sentinel: Callable[[Any, int], int] | None = None
+        self._sentinel_at = 0
         if device_placement and optimizer.state:
             # load_state_dict casts each state tensor to its parameter's device and dtype
             optimizer.load_state_dict(optimizer.state_dict())
@@ -136,13 +141,19 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         if not self.gradient_state.sync_gradients:
             return None
         if self.scaler is None:
-            return self.optimizer.step(closure) if closure is not None else self.optimizer.step()
-        try:
-            result = self._scaler_step(closure)
-            self.scaler.update()
-        finally:
-            self._unscaled = False
-        self._is_overflow = not self._step_called
+            result = self.optimizer.step(closure) if closure is not None else self.optimizer.step()
+        else:
+            try:
+                result = self._scaler_step(closure)
+                self.scaler.update()
+            finally:
+                self._unscaled = False
+            self._is_overflow = not self._step_called
+            if self._is_overflow:
+                return result
+        steps = self._steps_taken = self._steps_taken + 1
+        if steps == self._sentinel_at:
+            self._sentinel_at = self._sentinel(self, steps)  # type: ignore[misc]
         return result
 
     @property
@@ -152,8 +163,9 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
 
     # torch.optim.Optimizer's own pickling keeps only defaults/state/param_groups and patches the
     # class's ``step`` on unpickling; this wrapper's state is its attributes, the optimizer among them.
+    # The sentinel belongs to the Accelerator of this process: a copy is not watched.
     def __getstate__(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {**self.__dict__, "_sentinel": None, "_sentinel_at": 0}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        self.__dict__.update({"_steps_taken": 0, "_sentinel": None, "_sentinel_at": 0, **state})

@@ -92,6 +92,7 @@ class PrepareSettings:
     dispatch_batches: Any
     step_scheduler_with_optimizer: bool
     non_blocking: bool = False  # DataLoaderConfiguration(non_blocking=True): asynchronous copies from pinned memory
+    sentinels: Any = None  # the Accelerator's sentinels.Sentinels (None when off): told what was prepared
 
     def placement(self, device_placement: bool | None) -> bool:
         """The call's own ``device_placement`` when given, else the accelerator's."""
@@ -134,9 +135,11 @@ def prepare_model(prepared: PreparedObjects, settings: PrepareSettings, model: t
     """
     if any(model is m for m in prepared.models):
         return model
+    raw = model
     if isinstance(model, DistributedDataParallel):  # wrapped by the script itself: keep its DDP
         precision.attach_autocast(model.module, settings.mixed_precision, settings.device)
         prepared.models.append(model)
+        _remember(settings, raw, model)
         return model
     to_rebind = [o.optimizer for o in prepared.optimizers] + list(optimizers)
     if settings.use_fsdp and not evaluation_mode:
@@ -156,6 +159,7 @@ def prepare_model(prepared: PreparedObjects, settings: PrepareSettings, model: t
                 options.update(device_ids=[settings.device.index], output_device=settings.device.index)
             model = _DDP(model, **options)
     prepared.models.append(model)
+    _remember(settings, raw, model)
     return model
 
 
@@ -176,6 +180,9 @@ def prepare_optimizer(prepared: PreparedObjects, settings: PrepareSettings, opti
     wrapped = AcceleratedOptimizer(optimizer, settings.placement(device_placement), settings.scaler,
                                    settings.gradient_state)
     prepared.optimizers.append(wrapped)
+    if settings.sentinels is not None:
+        settings.sentinels.remember(optimizer, wrapped)
+        settings.sentinels.watch_optimizer(wrapped)
     return wrapped
 
 
@@ -197,6 +204,7 @@ def prepare_data_loader(prepared: PreparedObjects, settings: PrepareSettings, da
         non_blocking=settings.non_blocking,
     )
     prepared.dataloaders.append(loader)
+    _remember(settings, data_loader, loader)
     return loader
 
 
@@ -215,4 +223,13 @@ def prepare_scheduler(prepared: PreparedObjects, settings: PrepareSettings, sche
         split_batches=settings.split_batches,
     )
     prepared.schedulers.append(wrapped)
+    if settings.sentinels is not None:
+        settings.sentinels.remember(scheduler, wrapped)
+        settings.sentinels.watch_scheduler(wrapped)
     return wrapped
+
+
+def _remember(settings: PrepareSettings, raw: Any, prepared: Any) -> None:
+    """Tell the sentinels (when on) the user's name for what was prepared."""
+    if settings.sentinels is not None:
+        settings.sentinels.remember(raw, prepared)

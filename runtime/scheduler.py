@@ -44,9 +44,15 @@ class AcceleratedScheduler:
         self.num_processes = num_processes
         self.step_with_optimizer = step_with_optimizer
         self.split_batches = split_batches
+        self._calls = 0  # step() calls; the sentinels (see .sentinels) look at call ``_sentinel_at`` (0: never)
+        self._sentinel: Any = None
+        self._sentinel_at = 0
 
     def step(self, *args: Any, **kwargs: Any) -> None:
         """Advance the schedule if the optimizer stepped (``num_processes`` times unless batches are split)."""
+        calls = self._calls = self._calls + 1
+        if calls == self._sentinel_at:
+            self._sentinel_at = self._sentinel(self, calls)
         if not self.step_with_optimizer or isinstance(self.scheduler, ReduceLROnPlateau):
             self.scheduler.step(*args, **kwargs)
             return
@@ -84,6 +90,13 @@ class AcceleratedScheduler:
         if name == "scheduler":
             raise AttributeError(name)
         return getattr(self.scheduler, name)
+
+    # The sentinel belongs to the Accelerator of this process: a copy is not watched.
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_sentinel": None, "_sentinel_at": 0}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update({"_calls": 0, "_sentinel": None, "_sentinel_at": 0, **state})
 
     def __repr__(self) -> str:
         return f"AcceleratedScheduler({self.scheduler!r})"

@@ -3,7 +3,9 @@
 A run never edits the script: the recorder comes in through ``PYTHONPATH`` (the startup-hook folder first) and the
 ``ACCELIFY_VERIFY_*`` variables. Every run gets a clean environment: no ``ACCELIFY_*``/``ACCELERATE_*``/torchrun
 variables inherited, no GPU (``CUDA_VISIBLE_DEVICES=""``, so N processes means N Gloo processes), one thread per
-process and a fixed ``PYTHONHASHSEED``, so that two runs of the same script compute the same numbers.
+process and a fixed ``PYTHONHASHSEED``, so that two runs of the same script compute the same numbers. The runtime's
+sentinels are off (``ACCELIFY_SENTINELS=0``): verify makes the same checks itself, exactly, from what the recorder
+saw, and a sentinel's error would end the run before verify could name the check that fails.
 
 A run that outlives its timeout is a hang: every recorded process is asked for its Python stacks (SIGUSR1, which
 the recorder hands to faulthandler), then every process of the run is killed (each worker's session, then the
@@ -97,6 +99,7 @@ def run_environment(spec: RunSpec, base: Mapping[str, str] | None = None) -> dic
         PYTHONUNBUFFERED="1",
         OMP_NUM_THREADS="1",
         CUDA_VISIBLE_DEVICES="",
+        ACCELIFY_SENTINELS="0",  # verify checks the same things itself (see the module docstring)
     )
     env[recorder.ENV_RECORD] = str(spec.record_prefix)
     env[recorder.ENV_STEPS] = str(spec.steps)
