@@ -29,6 +29,7 @@ from accelify.codemods.rules.imports import AddAcceleratorImport
 from accelify.codemods.rules.leftovers import ReportLeftovers
 from accelify.codemods.rules.model_parallel import RefuseModelParallel
 from accelify.codemods.rules.load import LoadUnwrapped
+from accelify.codemods.rules.logging import MainProcessLogging
 from accelify.codemods.rules.micro_steps import AccumulateMicroSteps
 from accelify.codemods.rules.placement import RemovePlacement
 from accelify.codemods.rules.prepare import InsertPrepare
@@ -84,6 +85,7 @@ RULES: tuple[type[Rule], ...] = (
     DisableProgress,
     SaveOnMain,
     MainProcessWrites,
+    MainProcessLogging,
     SafeStartup,
     SeedPerProcess,
     UnwrapModule,
