@@ -42,6 +42,7 @@ from accelify.codemods.rules.save import SaveOnMain
 from accelify.codemods.rules.retry import WarnRetry
 from accelify.codemods.rules.sampler import RemoveDistributedSampler
 from accelify.codemods.rules.seeds import SeedPerProcess
+from accelify.codemods.rules.shared_draws import SeedSharedDraws
 from accelify.codemods.rules.spawn import CollapseSpawn
 from accelify.codemods.rules.startup import SafeStartup
 from accelify.codemods.rules.tensors import PlaceTensors
@@ -88,6 +89,7 @@ RULES: tuple[type[Rule], ...] = (
     MainProcessLogging,
     SafeStartup,
     SeedPerProcess,
+    SeedSharedDraws,
     UnwrapModule,
     LoadUnwrapped,
     UnwrapAttributes,

@@ -50,6 +50,8 @@ MUST_FOLLOW: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
     (("apex",), ("amp",), "amp reports the apex calls the apex rule did not replace (ACC005)"),
     (("evaluation",), ("trigger", "startup", "seeds", "save", "load"),
      "the agreement they ask is built when first asked, from the gathers the evaluation rule inserted"),
+    (("placement", "data_parallel", "ddp", "sampler", "collectives", "process_group", "spawn", "device", "apex", "amp"),
+     ("shared_draws",), "the seed goes before a statement that stays: it reads which statements their edits removed"),
     (tuple(n for n in ALL if n not in ("unused_imports", "leftovers")), ("unused_imports",),
      "it drops the imports nothing reads once every other edit applies"),
     (tuple(n for n in ALL if n != "leftovers"), ("leftovers",), "it reports what no rule took, from all the edits"),
