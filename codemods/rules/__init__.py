@@ -25,6 +25,7 @@ from accelify.codemods.rules.device import ReplaceDevice
 from accelify.codemods.rules.end import EndTraining
 from accelify.codemods.rules.evaluation import GatherForMetrics
 from accelify.codemods.rules.forward_methods import RefuseForwardMethods
+from accelify.codemods.rules.gathered_shapes import ShapeFromGather
 from accelify.codemods.rules.imports import AddAcceleratorImport
 from accelify.codemods.rules.leftovers import ReportLeftovers
 from accelify.codemods.rules.model_parallel import RefuseModelParallel
@@ -80,6 +81,7 @@ RULES: tuple[type[Rule], ...] = (
     AccumulateGradients,
     ReduceClosureLoss,
     GatherForMetrics,
+    ShapeFromGather,
     StopTogether,
     WarnRetry,
     SwapPrint,

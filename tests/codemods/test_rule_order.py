@@ -39,7 +39,7 @@ MUST_FOLLOW: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
     (("micro_steps",), ("threading",),
      "micro_steps converts a micro-step loop only where the accelerator already is when it runs (the home)"),
     (("threading",), ("device", "tensors", "prepare", "backward", "clipping", "accumulation", "closure", "evaluation",
-                      "trigger", "print", "progress", "save", "writes", "logging", "startup", "seeds", "unwrap_module", "load",
+                      "trigger", "print", "progress", "save", "writes", "logging", "gathered_shapes", "startup", "seeds", "unwrap_module", "load",
                       "attributes"),
      "they write the accelerator's name in helpers as they go (ctx.accelerator_in), so the helpers must have it; the "
      "device rule also reads which uses of the device threading dropped"),
@@ -48,6 +48,7 @@ MUST_FOLLOW: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
     (("placement", "data_parallel", "ddp", "sampler", "collectives", "process_group", "spawn"), ("ranks",),
      "a rank test inside code those rules removed or replaced is left alone"),
     (("apex",), ("amp",), "amp reports the apex calls the apex rule did not replace (ACC005)"),
+    (("evaluation",), ("gathered_shapes",), "it reshapes what the evaluation rule gathered (the agreement's gathers)"),
     (("evaluation",), ("trigger", "startup", "seeds", "save", "load"),
      "the agreement they ask is built when first asked, from the gathers the evaluation rule inserted"),
     (("placement", "data_parallel", "ddp", "sampler", "collectives", "process_group", "spawn", "device", "apex", "amp"),
