@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 
 import libcst as cst
+import libcst.matchers as m
 
 from accelify.codemods import codes
 from accelify.codemods.analysis.facts import CallSite, Loop
@@ -160,25 +161,36 @@ accelerator.end_training()
             return
         agreement = ctx.agreement
         for anchor, names in agreement.gathered.items():
-            loop = _loop_of(ctx, anchor)
-            if loop is None:
-                continue
             first = ctx.facts.order[anchor][0] if anchor in agreement.gathered_before else ctx.facts.order[anchor][1] + 1
-            gathered = set(names)
-            for site in sorted(loop.calls, key=lambda s: ctx.facts.order[s.stmt][0]):
-                if site.scope is not loop.scope or ctx.facts.order[site.stmt][0] < first:
-                    continue
-                _spread(site, gathered)
-                if site.method in _SHAPERS and _on_gathered(ctx, site, gathered):
-                    self._shape(ctx, loop, site)
+            self._after(ctx, anchor, first, set(names), edit=True)
 
-    def _shape(self, ctx: Context, loop: Loop, site: CallSite) -> None:
+    def recheck(self, ctx: Context) -> None:
+        """Converted code: a gathered tensor still shaped by the per-process batch size (ACC033)."""
+        for site in ctx.facts.calls:
+            if site.method == "gather_for_metrics":
+                names = _gathered_names(site.stmt, site.node)
+                if names:
+                    self._after(ctx, site.stmt, ctx.facts.order[site.stmt][1] + 1, names, edit=False)
+
+    def _after(self, ctx: Context, anchor: cst.BaseStatement, first: int, gathered: set[str], *, edit: bool) -> None:
+        """The shaped uses of ``gathered`` names in the loop around ``anchor``, from statement order ``first``."""
+        loop = _loop_of(ctx, anchor)
+        if loop is None:
+            return
+        for site in sorted(loop.calls, key=lambda s: ctx.facts.order[s.stmt][0]):
+            if site.scope is not loop.scope or ctx.facts.order[site.stmt][0] < first:
+                continue
+            _spread(site, gathered)
+            if site.method in _SHAPERS and _on_gathered(ctx, site, gathered):
+                self._shape(ctx, loop, site, edit)
+
+    def _shape(self, ctx: Context, loop: Loop, site: CallSite, edit: bool = True) -> None:
         args = site.node.args
         if not args or args[0].keyword is not None or args[0].star or not _batch_size(ctx, loop, args[0].value):
             return
         if ctx.rewritten(args[0].value) or ctx.reported(site.node):
             return
-        if len(args) == 1 or any(_minus_one(a.value) or a.star for a in args[1:]):
+        if not edit or len(args) == 1 or any(_minus_one(a.value) or a.star for a in args[1:]):
             ctx.warn(codes.GATHERED_SHAPE, site.node, call=code_of(site.node.func), size=code_of(args[0].value))
             return
         if ctx.replace(args[0].value, site.stmt, lambda _: expression("-1")):
@@ -237,6 +249,13 @@ def _batch_size(ctx: Context, loop: Loop, expr: cst.BaseExpression) -> bool:
         given += [a.value for a in value.args[1:2] if a.keyword is None]
         return any(code_of(g) == text for g in given)
     return False
+
+
+def _gathered_names(stmt: cst.BaseStatement, call: cst.Call) -> set[str]:
+    """``x, y = accelerator.gather_for_metrics((x, y))``: the names it binds."""
+    if isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], cst.Assign) and stmt.body[0].value is call:
+        return {n.value for t in stmt.body[0].targets for n in m.findall(t.target, m.Name())}
+    return set()
 
 
 def _minus_one(expr: cst.BaseExpression) -> bool:

@@ -28,6 +28,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods import codes
+from accelify.codemods.analysis.blocks import under_main_process
 from accelify.codemods.analysis.facts import CallSite, Scope
 from accelify.codemods.analysis.snippets import code_of, expression
 from accelify.codemods.engine.context import Context
@@ -186,6 +187,16 @@ accelerator.end_training()
 ''',
         ),
     )
+
+    def recheck(self, ctx: Context) -> None:
+        """Converted code: a set-up still run by every process (ACC031), unless it depends on the process."""
+        for site in ctx.facts.calls:
+            if not _configures(site) or ctx.is_skipped(site.stmt) or under_main_process(ctx.facts, site.stmt):
+                continue
+            if ctx.plan.distributed.main_only(ctx.facts, site.stmt, site.scope) is not None:
+                continue
+            if all(ctx.agreement.uniform(site.scope, value, site.stmt) for value in _values(site.stmt)):
+                ctx.warn(codes.LOG_EVERY_PROCESS, site.node, name=code_of(site.node.func))
 
     def run(self, ctx: Context) -> None:
         if not ctx.accelerating:

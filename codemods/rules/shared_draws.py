@@ -145,9 +145,15 @@ accelerator.end_training()
         ),
     )
 
+    def recheck(self, ctx: Context) -> None:
+        """Converted code: values drawn before training from a generator still unseeded (ACC032)."""
+        self._seed(ctx, edit=False)
+
     def run(self, ctx: Context) -> None:
-        if not ctx.accelerating:
-            return
+        if ctx.accelerating:
+            self._seed(ctx, edit=True)
+
+    def _seed(self, ctx: Context, *, edit: bool) -> None:
         walk = _Walk(ctx)
         home = ctx.plan.home
         if not walk.block(ctx.facts.module_scope.body, ctx.facts.module_scope) and home is not None:
@@ -167,6 +173,9 @@ accelerator.end_training()
                 ctx.warn(codes.UNSEEDED_DRAWS, draw, name=code_of(draw.func), why=f"`{module}` is not imported as a module here")
                 return
             lines.append(line.format(alias))
+        if not edit:
+            ctx.warn(codes.UNSEEDED_DRAWS, draw, name=code_of(draw.func), why="no seed is set before them")
+            return
         if ctx.is_skipped(stmt) or stmt in ctx.edits.removed:
             ctx.warn(codes.UNSEEDED_DRAWS, draw, name=code_of(draw.func), why="the statement before which the seed goes is skipped")
             return
