@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from accelify.codemods.engine.outcome import ATTENTION, CONVERTED, FAILED, STATUSES, ConversionWarning
+from accelify.codemods.engine.outcome import ALREADY_CONVERTED, ATTENTION, CONVERTED, FAILED, STATUSES, UNCHANGED, ConversionWarning
 
 __all__ = ["STATUSES", "ConversionWarning", "Result"]
 
@@ -36,6 +36,11 @@ class Result:
     @property
     def changed(self) -> bool:
         return self.status == CONVERTED
+
+    @property
+    def problems_left(self) -> bool:
+        """A file converted before whose second look still reports problems left to the user (``--check`` fails)."""
+        return self.status == UNCHANGED and self.reason == ALREADY_CONVERTED and bool(self.warnings)
 
     @property
     def needs_attention(self) -> bool:

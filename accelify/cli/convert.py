@@ -4,7 +4,8 @@ Thin on purpose: collect the files, call ``accelify.pipeline.convert_path``, pla
 ``accelify.writes.plan_writes`` (as ``migrate`` does: a script whose writes conflict fails alone), write with
 ``accelify.source.write_together``, render with ``accelify.console``. Exit codes: 0 clean; 1 when a
 file needs attention (refused: converting it would train wrongly; ``--exit-zero`` opts out) or, with
-``--check``, when a file would change; 2 when a file could not be read or parsed (the others still are).
+``--check``, when a file would change or a file converted before still has problems left to the user (its
+warnings: checking it again re-runs the rules' checks); 2 when a file could not be read or parsed (the others still are).
 
 A directory argument converts the candidate ``*.py``/``*.ipynb`` files in it (those that import torch),
 minus what ``.gitignore`` ignores and the ``[tool.accelify] exclude`` patterns; ``accelify migrate``
@@ -38,7 +39,7 @@ from accelify.writes import Destination, plan_writes, program_copies
 @click.option("--diff", "show_diff", is_flag=True, help="Print the unified diff and write nothing (the default).")
 @click.option("--in-place", "-i", is_flag=True, help="Rewrite the files (atomically).")
 @click.option("-o", "--output", "output_arg", type=click.Path(), help="Write here instead: a file, or a folder (a trailing `/`, or several inputs).")
-@click.option("--check", is_flag=True, help="Write nothing; exit 1 if a file would change (for pre-commit).")
+@click.option("--check", is_flag=True, help="Write nothing; exit 1 if a file would change, or a converted file still has warnings (for pre-commit).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of diffs.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when a file needs attention (it is still reported).")
 @click.option("--target", type=click.Choice(TARGET_NAMES), default=None, help="Import Accelerator from accelify.runtime (default) or accelerate.")
@@ -100,6 +101,8 @@ def convert(
                 for part in (result, *result.companions):
                     if part.changed:
                         out.print(f"would convert: {part.path}", markup=False)
+                    elif part.problems_left:
+                        out.print(f"problems left: {part.path}", markup=False)
             elif not (writing or as_json or (quiet and not show_diff)):
                 view.print_diff(out, result)
                 for companion in result.companions:
@@ -126,7 +129,9 @@ def convert(
             view.print_summary(err, results, would=not writing)
     if any(r.failed for r in results):
         sys.exit(2)
-    if (check and any(r.changed for r in results)) or (not exit_zero and any(r.needs_attention for r in results)):
+    if (check and any(r.changed or r.problems_left for r in results)) or (
+        not exit_zero and any(r.needs_attention for r in results)
+    ):
         sys.exit(1)
 
 

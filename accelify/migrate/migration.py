@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from accelify.codemods.engine.outcome import ATTENTION, CONVERTED, FAILED, SKIPPED, UNCHANGED, ConversionWarning
+from accelify.codemods.engine.outcome import ALREADY_CONVERTED, ATTENTION, CONVERTED, FAILED, SKIPPED, UNCHANGED, ConversionWarning
 from accelify.migrate.discovery import CANDIDATE, OTHER, SKIP, Entry, walk
 from accelify.errors import AccelifyError, OutputError
 from accelify.migrate.grouping import Job, plan
@@ -112,7 +112,8 @@ class Summary:
         counts = self.counts
         if counts[FAILED]:
             return 2
-        if (check and counts[CONVERTED]) or (counts[ATTENTION] and not exit_zero):
+        problems_left = any(r.status == UNCHANGED and r.reason == ALREADY_CONVERTED and r.warnings for r in self.rows)
+        if (check and (counts[CONVERTED] or problems_left)) or (counts[ATTENTION] and not exit_zero):
             return 1
         return 0
 

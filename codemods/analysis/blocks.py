@@ -39,3 +39,21 @@ def _opens(expr: cst.BaseExpression) -> bool:
         return False
     func = expr.func
     return (isinstance(func, cst.Name) and func.value == "open") or (isinstance(func, cst.Attribute) and func.attr.value == "open")
+
+
+def under_main_process(facts: Facts, stmt: cst.BaseStatement) -> bool:
+    """Whether ``stmt`` is in the body of an ``if accelerator.is_main_process:`` (or ``is_local_main_process``)
+    test: converted code that runs on one process only."""
+    inner = stmt
+    for outer in facts.chain(stmt)[1:]:
+        if isinstance(outer, cst.If) and _main_test(outer.test) and isinstance(outer.body, cst.IndentedBlock):
+            if inner in outer.body.body:
+                return True
+        inner = outer
+    return False
+
+
+def _main_test(test: cst.BaseExpression) -> bool:
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return _main_test(test.left) or _main_test(test.right)
+    return isinstance(test, cst.Attribute) and test.attr.value in ("is_main_process", "is_local_main_process")

@@ -275,6 +275,8 @@ class Plan(PreparedUses):
         for loader in self.bindings_with_role("loader"):
             if id(loader) in by_main - iterated:
                 continue  # walked only by code the main process runs alone: all of it, unprepared
+            if self._data_pass(loader):
+                continue  # a function's own pass over data (statistics), whether the training calls it or not
             objects.append(loader)
             if id(loader) not in iterated:  # prepared where the others are, if it is in hand there
                 self._optional.add(id(loader))
@@ -288,6 +290,34 @@ class Plan(PreparedUses):
             else:
                 kept.append(obj)
         return kept
+
+    def _data_pass(self, loader: Binding) -> bool:
+        """A loader a function builds, walks and keeps to itself, without training or touching a model or an
+        optimizer (``compute_mean_std(dataset)`` in a helper module, called before training or never): a pass
+        over data, not training data. Unprepared, every process walks all of it, as the original did, so each
+        computes the same statistics; and a function the training never calls does not decide whether the
+        training converts."""
+        where = loader.where
+        if where.kind != "function" or where.class_scope is not None or loader.loop is not None or "." in loader.key:
+            return False
+        if any(self.reaches_backward(site) for site in where.calls):
+            return False
+        if any(b.role in ("model", "optimizer", "scheduler") for found in where.bindings.values() for b in found):
+            return False  # the function builds what trains: its loader is the training's
+        loops = [lp for lp in self.facts.loops if lp.scope is where and dotted(self.loop_source(lp)) == loader.key]
+        if not loops:
+            return False
+        walked = {id(lp.node) for lp in loops}
+        for ref in where.refs.get(loader.key, []):
+            holder = where.holders.get(id(ref))
+            if holder is None or (id(holder) not in walked and f"len({loader.key})" not in code_of(holder)):
+                return False  # returned, stored or passed on: someone else may train on it
+        for loop in loops:
+            for site in loop.calls:
+                found = self.origin(loop.scope, site.node.func) if isinstance(site.node.func, cst.Name) else None
+                if found is not None and found.role in ("model", "optimizer"):
+                    return False
+        return True
 
     def _updated_by_hand(self) -> list[Binding]:
         """Models whose parameters a loop updates from their gradients (SGD written by hand)."""

@@ -50,6 +50,8 @@ class Context:
     warnings: list[Located] = field(default_factory=list)
     changes: list[str] = field(default_factory=list)
     _agreement: Agreement | None = field(default=None, init=False, repr=False)
+    # converted code (a second look): where the code itself creates the accelerator, instead of the plan's place
+    created: tuple[Scope, cst.BaseStatement] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.edits = Edits(self.facts.parent_stmt)
@@ -101,8 +103,10 @@ class Context:
         have the accelerator (helpers it is passed to, methods of a trainer) run after it exists."""
         if self.accelerator_in(scope) is None:
             return False
-        home = self.plan.home
-        anchor = self.plan.analysis(Creation).anchor
+        if self.created is not None:
+            home, anchor = self.created[0], (self.created[1], True)
+        else:
+            home, anchor = self.plan.home, self.plan.analysis(Creation).anchor
         if anchor is None or home is None:
             return True
         if scope is home:
@@ -121,6 +125,11 @@ class Context:
         at, after = anchor
         order = self.facts.order
         return order[stmt][0] > order[at][1] if after else order[stmt][0] >= order[at][0]
+
+    def found_accelerator(self, scope: Scope, name: str, stmt: cst.BaseStatement) -> None:
+        """Converted code: ``stmt`` in ``scope`` creates the accelerator, read there as ``name``."""
+        self.created = (scope, stmt)
+        self.edits.bind(scope, name)
 
     def bind_accelerator(self, scope: Scope, name: str) -> None:
         """Declare, with the edit that makes it so, that ``scope`` reads the accelerator as ``name``."""

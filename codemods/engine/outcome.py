@@ -15,6 +15,7 @@ ATTENTION = "attention"  # refused: converting would train wrongly; the warnings
 SKIPPED = "skipped"  # not a candidate (no torch import, a notebook, ``# accelify: skip-file``)
 FAILED = "failed"  # could not be read or parsed, or a rule failed
 STATUSES: tuple[str, ...] = (CONVERTED, UNCHANGED, ATTENTION, SKIPPED, FAILED)
+ALREADY_CONVERTED = "already uses an Accelerator"  # the ``reason`` of an unchanged file that was converted before
 NOT_A_CANDIDATE = "does not import torch"  # the ``reason`` of a file skipped because it does not import torch
 
 

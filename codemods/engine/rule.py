@@ -58,3 +58,8 @@ class Rule:
 
     def run(self, ctx: Context) -> None:  # pragma: no cover - every rule overrides it
         raise TypeError(f"{type(self).__name__} must define run()")
+
+    def recheck(self, ctx: Context) -> None:
+        """A second look at converted code (the file already uses an ``Accelerator``): report, without editing,
+        the problems this rule leaves to the user that are still there, so ``convert --check`` keeps failing on
+        them until they are fixed. ``ctx`` knows where the code creates the accelerator; nothing is proposed."""

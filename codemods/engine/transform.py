@@ -17,7 +17,7 @@ from accelify.codemods.engine.context import Abort, Context, Located
 from accelify.codemods.engine.edits import apply
 from accelify.codemods.engine.notebook_launch import launch
 from accelify.codemods.analysis.facts import Facts
-from accelify.codemods.engine.outcome import ATTENTION, CONVERTED, NOT_A_CANDIDATE, SKIPPED, UNCHANGED, ConversionWarning
+from accelify.codemods.engine.outcome import ALREADY_CONVERTED, ATTENTION, CONVERTED, NOT_A_CANDIDATE, SKIPPED, UNCHANGED, ConversionWarning
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.engine.positions import locate
 from accelify.codemods.rules import RULES
@@ -75,7 +75,7 @@ def transform(
     raises for a pattern it does not understand (it warns or refuses instead)."""
     facts = collect(module)
     if _uses_accelerator(facts):
-        return Outcome(UNCHANGED, module, (), (), "already uses an Accelerator")
+        return Outcome(UNCHANGED, module, (), _recheck(facts, target, disabled), ALREADY_CONVERTED)
     if not facts.imports.imports_any("torch"):
         return Outcome(SKIPPED, module, (), (), NOT_A_CANDIDATE)
     others = [collect(m, unit, (packages or {}).get(unit)) for unit, m in (modules or {}).items() if unit != "__main__"]
@@ -118,6 +118,44 @@ def transform(
         notes = tuple(ConversionWarning(code.code, code.message.format(**fields), code.fix.format(**fields), line, col)
                       for code, fields, line, col in found)
     return Outcome(CONVERTED, new, tuple(ctx.changes), warnings["__main__"], None, tuple(companions), new_code, notes)
+
+
+def _recheck(facts: Facts, target: str, disabled: frozenset[str]) -> tuple[ConversionWarning, ...]:
+    """A second look at converted code: the problems the rules leave to the user that are still there (each
+    rule's ``recheck``), so checking a converted file again reports them until they are fixed."""
+    ctx = Context(facts, Plan(facts), target=target)
+    _find_accelerator(ctx)
+    if ctx.created is None:
+        return ()
+    try:
+        for rule in RULES:
+            if rule.name not in disabled:
+                rule().recheck(ctx)
+    except Abort:  # pragma: no cover - a recheck only warns
+        pass
+    return _locate(facts, ctx.warnings)["__main__"]
+
+
+def _find_accelerator(ctx: Context) -> None:
+    """Where the code creates its accelerator (``accelerator = Accelerator(...)``, ``self.accelerator = ...``),
+    and the helpers and classes it is passed to (a parameter, ``self.accelerator = accelerator``)."""
+    name = None
+    for binding in ctx.facts.bindings():
+        value = binding.value
+        if isinstance(value, cst.Call) and (binding.where.imports.qualname(value.func) or "").rsplit(".", 1)[-1] == "Accelerator":
+            name = binding.key.rsplit(".", 1)[-1]
+            ctx.found_accelerator(binding.scope, binding.key, binding.stmt)
+            if binding.scope is not binding.where:
+                ctx.created = (binding.where, binding.stmt)
+            break
+    if name is None:
+        return
+    for scope in ctx.facts.scopes:
+        if scope.kind == "function" and name in scope.param_names and ctx.created is not None and scope is not ctx.created[0]:
+            ctx.bind_accelerator(scope, name)
+    for binding in ctx.facts.bindings():
+        if binding.key == f"self.{name}" and isinstance(binding.value, cst.Name) and binding.value.value == name:
+            ctx.bind_accelerator(binding.scope, binding.key)
 
 
 def _noted(program: Facts, warnings: dict[str, tuple[ConversionWarning, ...]]) -> tuple[Companion, ...]:

@@ -26,10 +26,12 @@ from accelify.codemods.rules.device import ReplaceDevice
 from accelify.codemods.rules.end import EndTraining
 from accelify.codemods.rules.evaluation import GatherForMetrics
 from accelify.codemods.rules.forward_methods import RefuseForwardMethods
+from accelify.codemods.rules.gathered_shapes import ShapeFromGather
 from accelify.codemods.rules.imports import AddAcceleratorImport
 from accelify.codemods.rules.leftovers import ReportLeftovers
 from accelify.codemods.rules.model_parallel import RefuseModelParallel
 from accelify.codemods.rules.load import LoadUnwrapped
+from accelify.codemods.rules.logging import MainProcessLogging
 from accelify.codemods.rules.micro_steps import AccumulateMicroSteps
 from accelify.codemods.rules.placement import RemovePlacement
 from accelify.codemods.rules.prepare import InsertPrepare
@@ -42,6 +44,7 @@ from accelify.codemods.rules.save import SaveOnMain
 from accelify.codemods.rules.retry import WarnRetry
 from accelify.codemods.rules.sampler import RemoveDistributedSampler
 from accelify.codemods.rules.seeds import SeedPerProcess
+from accelify.codemods.rules.shared_draws import SeedSharedDraws
 from accelify.codemods.rules.spawn import CollapseSpawn
 from accelify.codemods.rules.startup import SafeStartup
 from accelify.codemods.rules.tensors import PlaceTensors
@@ -82,14 +85,17 @@ RULES: tuple[type[Rule], ...] = (
     ReduceClosureLoss,
     GatherForMetrics,
     ReduceAverages,
+    ShapeFromGather,
     StopTogether,
     WarnRetry,
     SwapPrint,
     DisableProgress,
     SaveOnMain,
     MainProcessWrites,
+    MainProcessLogging,
     SafeStartup,
     SeedPerProcess,
+    SeedSharedDraws,
     UnwrapModule,
     LoadUnwrapped,
     UnwrapAttributes,

@@ -44,6 +44,7 @@ for x in torch.ones(4, 2):
 import torch
 from accelify.runtime import Accelerator
 accelerator = Accelerator()
+torch.manual_seed(0)
 model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 model, optimizer = accelerator.prepare(model, optimizer)

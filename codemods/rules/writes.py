@@ -10,6 +10,7 @@ import libcst as cst
 
 from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.blocks import under_main_process
 from accelify.codemods.analysis.snippets import code_of, expression
 from accelify.codemods.analysis.facts import CallSite
 from accelify.codemods.engine.rule import Example, Rule
@@ -131,6 +132,12 @@ accelerator.end_training()
         ),
     )
 
+    def recheck(self, ctx: Context) -> None:
+        """Converted code: a handle or ``SummaryWriter`` still opened on every process (ACC024)."""
+        for site in ctx.facts.calls:
+            if _writes(site) and ctx.after_accelerator(site.scope, site.stmt) and _outermost_write(ctx, site) is None:
+                _warn_kept_open(ctx, site, set())
+
     def run(self, ctx: Context) -> None:
         wrapped: set[cst.BaseStatement] = set()
         for site in ctx.facts.calls:
@@ -157,8 +164,10 @@ def _warn_kept_open(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement
     assign = stmt.body[0]
     if assign.value is not site.node or len(assign.targets) != 1 or any(s in wrapped for s in ctx.facts.chain(stmt)):
         return
-    if ctx.plan.distributed.main_only(ctx.facts, stmt, site.scope) is not None:
+    if ctx.plan.distributed.main_only(ctx.facts, stmt, site.scope) is not None or under_main_process(ctx.facts, stmt):
         return  # ``if rank == 0: writer = SummaryWriter()``: the script already keeps it to one process
+    if not all(ctx.agreement.uniform(site.scope, a.value, stmt) for a in site.node.args):
+        return  # ``SummaryWriter(f"runs/{accelerator.process_index}")``: a file of its own on each process
     target = code_of(assign.targets[0].target)
     ctx.warn(codes.SHARED_WRITER, site.node, name=code_of(site.node.func), target=target)
 

@@ -57,6 +57,29 @@ def test_check_exits_1_when_something_would_change_and_0_when_clean(project: Pat
     assert run("--check", "train.py").exit_code == 0
 
 
+WRITER_SCRIPT = (
+    b"import torch\nfrom torch.utils.tensorboard import SummaryWriter\nwriter = SummaryWriter('runs')\n"
+    b"model = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    b"for x in torch.ones(4, 2):\n    loss = model(x).sum()\n    loss.backward()\n    opt.step()\n"
+    b"    writer.add_scalar('loss', loss.item())\n"
+)
+
+
+def test_check_keeps_failing_on_problems_left_in_a_converted_file(project: Path) -> None:
+    """A warning left to the user (a SummaryWriter on every process) is reported again when the converted file is
+    checked, and --check fails until it is fixed; then it is quiet."""
+    path = write(project, "train.py", WRITER_SCRIPT)
+    assert "ACC024" in run("--in-place", "train.py").stderr
+    result = run("--check", "train.py")
+    assert result.exit_code == 1 and "ACC024" in result.stderr and "+" not in result.stdout
+    assert run("--check", "-q", "train.py").stdout == "problems left: train.py\n"
+    fixed = path.read_text().replace("writer = SummaryWriter('runs')",
+                                     "writer = SummaryWriter('runs') if accelerator.is_main_process else None")
+    path.write_text(fixed.replace("    writer.add_scalar(", "    if writer is not None:\n        writer.add_scalar("))
+    clean = run("--check", "train.py")
+    assert clean.exit_code == 0 and "ACC024" not in clean.stderr
+
+
 def test_in_place_reports_written_files_and_warnings(project: Path) -> None:
     write(project, "train.py", SCRIPT + b"x = y.cuda(3)\n")
     result = run("--in-place", "train.py")

@@ -1,0 +1,88 @@
+"""Fit a small regressor; the run's log goes to the console and to a file in the output folder."""
+import argparse
+import logging
+import os
+import sys
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+
+logger = logging.getLogger(__name__)
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description="regression with a log file")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--out-dir", default="runs/latest")
+    return parser.parse_args()
+
+
+def make_dataset(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 8, generator=g)
+    w = torch.linspace(-1.0, 1.0, 8)
+    y = x @ w + 0.1 * torch.randn(n, generator=g)
+    return TensorDataset(x, y.unsqueeze(1))
+
+
+class Trainer:
+    def __init__(self, model, optimizer, loader, device, accelerator):
+        self.accelerator = accelerator
+        self.model = model
+        self.optimizer = optimizer
+        self.loader = loader
+        self.device = device
+        self.loss_fn = nn.MSELoss()
+
+    def train_epoch(self, epoch):
+        self.model.train()
+        for step, (x, y) in enumerate(self.loader):
+            self.optimizer.zero_grad()
+            loss = self.loss_fn(self.model(x), y)
+            self.accelerator.backward(loss)
+            self.optimizer.step()
+            if step % 8 == 0:
+                logger.debug("epoch %d step %d loss %.6f", epoch, step, loss.item())
+        return loss.item()
+
+    def fit(self, epochs):
+        for epoch in range(epochs):
+            last = self.train_epoch(epoch)
+            logger.info("epoch %d last_loss %.6f", epoch, last)
+
+
+def main():
+    accelerator = Accelerator()
+    args = parse_args()
+    os.makedirs(args.out_dir, exist_ok=True)
+    log_file = os.path.join(args.out_dir, "train.log")
+    if accelerator.is_main_process:
+        logging.basicConfig(
+            level=logging.INFO,
+            format="%(levelname)s %(message)s",
+            handlers=[logging.FileHandler(log_file, mode="w"), logging.StreamHandler(sys.stdout)],
+        )
+    logger.info("training for %d epochs, lr %.3f", args.epochs, args.lr)
+
+    torch.manual_seed(0)
+    device = accelerator.device
+    loader = DataLoader(make_dataset(256, seed=1), batch_size=args.batch_size, shuffle=True)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+
+    trainer = Trainer(model, optimizer, loader, device, accelerator)
+    trainer.fit(args.epochs)
+
+    with open(log_file) as f:
+        lines = f.read().splitlines()
+    accelerator.print(f"log has {len(lines)} lines, first: {lines[0]}")
+    accelerator.end_training()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""A function the training never calls, or a pass over data that trains nothing, does not decide whether the
+training converts: its own DataLoader is left unprepared (every process walks all of it, as before)."""
+
+from __future__ import annotations
+
+import pytest
+
+from accelify.pipeline import convert_source
+from accelify.program import ModuleText
+
+STATS = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def make_dataset(n):
+    x = torch.arange(n * 4, dtype=torch.float32).view(n, 4)
+    return TensorDataset(x, x.sum(1, keepdim=True))
+
+
+def compute_mean_std(dataset):
+    loader = DataLoader(dataset, batch_size=64)
+    total, count = 0.0, 0
+    for x, _ in loader:
+        total += x.sum(0)
+        count += x.size(0)
+    return total / count, len(loader)
+"""
+TRAIN = """\
+import torch
+from torch.utils.data import DataLoader
+from data import compute_mean_std, make_dataset
+
+
+def main():
+    ds = make_dataset(128)
+{call}    loader = DataLoader(ds, batch_size=16, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+"""
+
+
+@pytest.mark.parametrize("call", ["", "    mean, n = compute_mean_std(ds)\n"], ids=["never-called", "called-first"])
+def test_a_statistics_pass_in_a_helper_module_does_not_block(call: str) -> None:
+    result = convert_source(TRAIN.format(call=call), modules=[ModuleText("data", "data.py", STATS)])
+    assert result.status == "converted", [w.format() for w in result.warnings]
+    assert "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)" in result.new
+    assert not result.companions  # data.py is left as it is: its loader stays whole on every process
+    assert result.warnings == ()
+
+
+def test_a_returned_loader_is_still_prepared() -> None:
+    """Handed on, the loader may be trained on: it is prepared where it is received, as before."""
+    helper = STATS.replace("    return total / count, len(loader)\n", "    return loader\n")
+    code = TRAIN.format(call="").replace("    for x, y in loader:", "    held = compute_mean_std(ds)\n    for x, y in loader:")
+    result = convert_source(code, modules=[ModuleText("data", "data.py", helper)])
+    assert "accelerator.prepare(model, optimizer, loader, held)" in result.new
+
+
+def test_a_pass_that_runs_the_model_still_counts() -> None:
+    """An evaluation over a loader of its own, with the model: its loader belongs with the others (refused)."""
+    helper = STATS.replace("def compute_mean_std(dataset):", "def compute_mean_std(dataset, model):").replace(
+        "        total += x.sum(0)\n", "        total += model(x).sum(0)\n"
+    )
+    code = TRAIN.format(call="").replace("    for x, y in loader:", "    held = compute_mean_std(ds, model)\n    for x, y in loader:")
+    result = convert_source(code, modules=[ModuleText("data", "data.py", helper)])
+    assert result.status == "attention"
+    assert [w.code for c in result.companions for w in c.warnings] == ["ACC014"]

@@ -1,0 +1,95 @@
+"""SeedSharedDraws: values drawn before training with no seed are seeded alike on every process."""
+
+from __future__ import annotations
+
+import pytest
+from _convert import codes, converted
+
+LOOP = (
+    "    loader = DataLoader(ds, batch_size=8, shuffle=True)\n"
+    "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "    for xb, yb in loader:\n"
+    "        torch.nn.functional.mse_loss(model(xb), yb).backward()\n"
+    "        optimizer.step()\n"
+)
+HEAD = "import random\nimport numpy as np\nimport torch\nfrom torch.utils.data import DataLoader, TensorDataset, random_split\n"
+
+
+@pytest.mark.parametrize(
+    "code, before, seeds",
+    [
+        # a target drawn at import time, before main() builds anything
+        (
+            "W = torch.randn(4, 1)\n\ndef main():\n    x = torch.randn(64, 4)\n    ds = TensorDataset(x, x @ W)\n"
+            "    model = torch.nn.Linear(4, 1)\n" + LOOP + "\nmain()\n",
+            "W = torch.randn(4, 1)",
+            "torch.manual_seed(0)",
+        ),
+        # the data made by a helper, after the model: the seed goes before the first use of the random state
+        (
+            "def make(n):\n    x = np.random.randn(n, 4).astype('float32')\n    x = torch.from_numpy(x)\n"
+            "    return TensorDataset(x, x.sum(1, keepdim=True))\n\n"
+            "def main():\n    model = torch.nn.Linear(4, 1)\n    ds = make(64)\n" + LOOP,
+            "    model = torch.nn.Linear(4, 1)",
+            "    np.random.seed(0)",
+        ),
+        # a split drawn from torch's generator, and Python's random
+        (
+            "def main():\n    x = torch.randn(64, 4)\n    k = random.randint(0, 3)\n"
+            "    ds, val = random_split(TensorDataset(x, x[:, k:k + 1]), [48, 16])\n"
+            "    model = torch.nn.Linear(4, 1)\n" + LOOP,
+            "    x = torch.randn(64, 4)",
+            "    random.seed(0)\n    torch.manual_seed(0)",
+        ),
+        # a data set class that draws its samples in __init__
+        (
+            "class Synthetic(torch.utils.data.Dataset):\n    def __init__(self, n):\n        self.x = torch.rand(n, 4)\n"
+            "    def __len__(self):\n        return len(self.x)\n    def __getitem__(self, i):\n        return self.x[i], self.x[i].sum(0, keepdim=True)\n\n"
+            "def main():\n    ds = Synthetic(64)\n    model = torch.nn.Linear(4, 1)\n" + LOOP,
+            "    ds = Synthetic(64)",
+            "    torch.manual_seed(0)",
+        ),
+    ],
+)
+def test_seeded_before_the_first_use(code: str, before: str, seeds: str) -> None:
+    new = converted(HEAD + code)
+    assert f"{seeds}\n{before}\n" in new, new
+    assert new.count("seed(0)") == seeds.count("seed(0)")
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        # seeded before the draws
+        "def main():\n    torch.manual_seed(3)\n    x = torch.randn(64, 4)\n    ds = TensorDataset(x, x)\n"
+        "    model = torch.nn.Linear(4, 4)\n" + LOOP,
+        "def main():\n    np.random.seed(3)\n    x = torch.from_numpy(np.random.rand(64, 4))\n    ds = TensorDataset(x, x)\n"
+        "    model = torch.nn.Linear(4, 4)\n" + LOOP,
+        # drawn from a generator of its own
+        "def main():\n    g = torch.Generator().manual_seed(5)\n    x = torch.randn(64, 4, generator=g)\n"
+        "    ds = TensorDataset(x, x)\n    model = torch.nn.Linear(4, 4)\n" + LOOP,
+        # only the model's own weights are random (prepare broadcasts them); noise drawn while training
+        "def main():\n    ds = TensorDataset(torch.ones(64, 4), torch.ones(64, 4))\n    model = torch.nn.Linear(4, 4)\n"
+        + LOOP.replace("model(xb)", "model(xb + torch.randn_like(xb))"),
+        # samples drawn right into a data set: each process its own samples of one distribution
+        "def main():\n    ds = TensorDataset(torch.randn(64, 4), torch.randn(64, 4).float())\n    model = torch.nn.Linear(4, 4)\n"
+        + LOOP,
+        # a seed drawn at random, then set (DCGAN's --manualSeed): each run its own seed, as before
+        "def main():\n    seed = random.randint(1, 10000)\n    torch.manual_seed(seed)\n    x = torch.randn(64, 4)\n"
+        "    ds = TensorDataset(x, x)\n    model = torch.nn.Linear(4, 4)\n" + LOOP,
+    ],
+)
+def test_near_misses(code: str) -> None:
+    new = converted(HEAD + code)
+    assert "seed(0)" not in new
+    assert not any(c.startswith("ACC032") for c in codes(HEAD + code))
+
+
+def test_numpy_imported_by_name_only_is_reported() -> None:
+    code = (
+        "import torch\nfrom numpy.random import rand\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+        "def main():\n    x = torch.from_numpy(rand(64, 4)).float()\n    ds = TensorDataset(x, x)\n"
+        "    model = torch.nn.Linear(4, 4)\n" + LOOP
+    )
+    assert "seed(0)" not in converted(code)
+    assert codes(code) == ["ACC032:5"]
