@@ -60,6 +60,7 @@ BUILT_ELSEWHERE = "built_elsewhere"  # no scope holds every object: refused
 UNSHARDED = "unsharded"  # training walks a loader as it was before prepare: refused
 UNKNOWN_DATA = "unknown_data"  # training walks data that cannot be followed
 SELF_TRAINING_MODULE = "self_training_module"  # a module that builds and steps its own optimizer: refused
+MODELS_IN_A_COLLECTION = "models_in_a_collection"  # an optimizer trains models kept in a list: refused
 SECOND_EXPERIMENT = "second_experiment"  # a name re-bound to a new object after training: a second experiment
 
 
@@ -251,6 +252,10 @@ class Plan(PreparedUses):
             objects.append(optimizer)
             for where, owner in self.trained_by(optimizer):
                 model = self.origin(where, owner)
+                if model is None and self._model_collection(where, owner):
+                    # ``nets = [Net(), Net(bn=True)]`` and an optimizer per net: prepare cannot take the list's models
+                    # where they are used, and unprepared they would train as N independent copies
+                    self._problem(MODELS_IN_A_COLLECTION, optimizer.stmt, name=dotted(owner) or "the models")
                 if model is not None and model.role == "model" and model not in objects:
                     if model.loop is not None:
                         self._problem(MODEL_IN_LOOP, model.stmt, name=model.key)
@@ -428,6 +433,22 @@ class Plan(PreparedUses):
                         self._problem(CREATED_AFTER_LOOP, culprit.stmt, name=culprit.key)
                     return
         self.prepare_scope, self.prepare_block, self.prepare_after, self.aliases = scope, block, last, aliases
+
+    def _model_collection(self, scope: Scope, owner: cst.BaseExpression) -> bool:
+        """Whether ``owner`` names a list, tuple or dict the program fills with models (``[Net(), Net()]``)."""
+        key = dotted(owner)
+        binding = self.binding_of(scope, key) if key is not None and key.count(".") <= 1 else None
+        value = binding.value if binding is not None else None
+        if isinstance(value, cst.ListComp):
+            elements = [value.elt]
+        elif isinstance(value, (cst.List, cst.Tuple)):
+            elements = [e.value for e in value.elements]
+        elif isinstance(value, cst.Dict):
+            elements = [e.value for e in value.elements if isinstance(e, cst.DictElement)]
+        else:
+            return False
+        return bool(elements) and any(
+            classify(e, binding.where.imports, self.facts.classes) == "model" for e in elements)  # type: ignore[union-attr]
 
     def _second_experiment(self, scope: Scope, culprit: Alias, loop: cst.BaseStatement) -> bool:
         """Whether ``culprit``'s name was bound to an object of the same kind before the training ``loop`` (a first

@@ -29,6 +29,7 @@ CODES = {
     found.UNKNOWN_DATA: codes.UNKNOWN_DATA,
     found.SELF_TRAINING_MODULE: codes.SELF_TRAINING_MODULE,
     found.SECOND_EXPERIMENT: codes.SECOND_EXPERIMENT,
+    found.MODELS_IN_A_COLLECTION: codes.MODELS_IN_A_COLLECTION,
 }
 
 
@@ -294,6 +295,24 @@ for xb, yb in loader:
 print("adam", loss.item())
 ''',
             warnings=('ACC035:16',),
+        ),
+        Example(  # two networks compared side by side, kept in a list, each with its optimizer
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+loader = DataLoader(TensorDataset(torch.randn(64, 1), torch.randn(64, 1)), batch_size=16, shuffle=True)
+nets = [torch.nn.Sequential(torch.nn.Linear(1, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1)) for _ in range(2)]
+opts = [torch.optim.Adam(net.parameters(), lr=0.01) for net in nets]
+for epoch in range(3):
+    for x, y in loader:
+        for net, opt in zip(nets, opts):
+            loss = torch.nn.functional.mse_loss(net(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+''',
+            warnings=('ACC036:6',),
         ),
     )
 
