@@ -71,6 +71,17 @@ def _handlers(cls: type) -> tuple:
     )
 
 
+def _is_main_guard(test: cst.BaseExpression) -> bool:
+    """``__name__ == "__main__"`` (either way round)."""
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+            and isinstance(test.comparisons[0].operator, cst.Equal)):
+        return False
+    sides = [test.left, test.comparisons[0].comparator]
+    names = [s for s in sides if isinstance(s, cst.Name) and s.value == "__name__"]
+    strings = [s for s in sides if isinstance(s, cst.SimpleString) and s.evaluated_value == "__main__"]
+    return len(names) == 1 and len(strings) == 1
+
+
 def children(node: cst.CSTNode) -> list[cst.CSTNode]:
     """The child nodes of ``node`` in source order, trivia left out (much cheaper than LibCST's ``children``)."""
     cls = type(node)
@@ -264,6 +275,11 @@ class _Collector:
     def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
         assert self.scope.parent is not None
         self.scope = self.scope.parent
+
+    def visit_If(self, node: cst.If) -> bool:
+        """An imported module's ``if __name__ == "__main__":`` block never runs in the program (a module's own
+        self-test or demo): it is not walked, so nothing in it decides how the program converts."""
+        return not (self.unit != "__main__" and self.scope is self.module_scope and _is_main_guard(node.test))
 
     def visit_Import(self, node: cst.Import) -> bool:
         for name in self.imports.add(node):

@@ -118,3 +118,26 @@ def test_a_template_projects_trainer_subclass_in_a_package_gets_the_accelerator(
     assert "            self.accelerator.backward(loss)\n" in trainer
     warnings = [(w.code, Path(w.path).name, w.line) for c in result.companions for w in c.warnings]
     assert ("ACC009", "base_trainer.py", 14) in warnings
+
+
+def test_an_imported_modules_own_main_block_does_not_decide_the_conversion(tmp_path: Path) -> None:
+    """``name_dataset.py`` tests itself under ``if __name__ == "__main__":`` with a DataLoader of its own: imported by
+    the training script, that block never runs, so it neither blocks the program (ACC014 before) nor is edited."""
+    dataset = (
+        "import torch\nfrom torch.utils.data import Dataset, DataLoader\n\n\n"
+        "class Numbers(Dataset):\n    def __len__(self):\n        return 16\n\n"
+        "    def __getitem__(self, i):\n        return torch.tensor([float(i)]), torch.tensor([2.0 * i])\n\n\n"
+        "if __name__ == \"__main__\":\n    loader = DataLoader(Numbers(), batch_size=4)\n"
+        "    for x, y in loader:\n        print(x, y)\n"
+    )
+    train = (
+        "import torch\nfrom torch.utils.data import DataLoader\nfrom numbers_data import Numbers\n\n"
+        "loader = DataLoader(Numbers(), batch_size=4, shuffle=True)\nmodel = torch.nn.Linear(1, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.001)\nfor x, y in loader:\n"
+        "    loss = torch.nn.functional.mse_loss(model(x), y)\n    optimizer.zero_grad()\n    loss.backward()\n"
+        "    optimizer.step()\n"
+    )
+    _write(tmp_path, {"train.py": train, "numbers_data.py": dataset})
+    result = convert_path(tmp_path / "train.py")
+    assert result.status == "converted" and not result.warnings, result.warnings
+    assert not any(c.changed for c in result.companions)
