@@ -425,6 +425,15 @@ class Plan(PreparedUses):
         if last is not None:
             for index, stmt in enumerate(block[: block.index(last)]):
                 if self.drives_training(scope, stmt):
+                    late = [a for a in aliases if a.stmt is not None
+                            and block.index(self.facts.top_in(a.stmt, block) or block[0]) > index]  # type: ignore[arg-type]
+                    if late and all(self._later_experiment(scope, a, stmt) for a in late):
+                        # experiments one after another (a notebook's): each later one's objects are prepared
+                        # right where they are built, as the first one's are before its loop
+                        self.in_place.extend(a.obj for a in late)
+                        self.in_place.extend(self._rebound_models(scope, late, stmt))
+                        self._place_prepare(scope, [a for a in aliases if a not in late])
+                        return
                     culprit = next(a for a in aliases if a.stmt is not None and self.facts.top_in(a.stmt, block) is last)
                     assert culprit.stmt is not None
                     if self._second_experiment(scope, culprit, stmt):
@@ -433,6 +442,31 @@ class Plan(PreparedUses):
                         self._problem(CREATED_AFTER_LOOP, culprit.stmt, name=culprit.key)
                     return
         self.prepare_scope, self.prepare_block, self.prepare_after, self.aliases = scope, block, last, aliases
+
+    def _rebound_models(self, scope: Scope, late: list[Alias], loop: cst.BaseStatement) -> list[Binding]:
+        """The models a later experiment's optimizers train, built again after ``loop`` (``model = Net()`` right
+        before ``optimizer = Adam(model.parameters())``): the last such binding before each optimizer."""
+        start = self.facts.order[loop][1]
+        found: list[Binding] = []
+        for alias in late:
+            if alias.obj.role != "optimizer" or alias.stmt is None:
+                continue
+            at = self.facts.order[alias.stmt][0]
+            for _, owner in self.trained_by(alias.obj):
+                key = dotted(owner)
+                earlier = [b for b in scope.bindings.get(key or "", []) if b.role == "model"
+                           and isinstance(b.stmt, cst.SimpleStatementLine) and start < self.facts.order[b.stmt][0] < at]
+                if earlier and earlier[-1] not in found and earlier[-1] not in self.in_place:
+                    found.append(earlier[-1])
+        return found
+
+    def _later_experiment(self, scope: Scope, alias: Alias, loop: cst.BaseStatement) -> bool:
+        """Whether ``alias`` re-binds, after training started at ``loop``, a name an earlier experiment bound to an
+        object of the same kind, in a plain statement of the prepare scope (so it can be prepared where it is)."""
+        plain = (isinstance(alias.stmt, cst.SimpleStatementLine) and alias.obj.where is scope and not alias.many
+                 and alias.obj.loop is None)
+        # a later experiment's own data (``big = DataLoader(...)``) is prepared where it is built too
+        return plain and (alias.obj.role == "loader" or self._second_experiment(scope, alias, loop))
 
     def _model_collection(self, scope: Scope, owner: cst.BaseExpression) -> bool:
         """Whether ``owner`` names a list, tuple or dict the program fills with models (``[Net(), Net()]``)."""

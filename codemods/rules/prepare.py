@@ -122,6 +122,62 @@ print(len(ordered))
 ''',
             fires=False,
         ),
+        Example(  # experiments one after another (a notebook's): each later one is prepared where it is built
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+loader = DataLoader(TensorDataset(torch.randn(16, 2), torch.randn(16, 1)), batch_size=4)
+
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for xb, yb in loader:
+    loss = torch.nn.functional.mse_loss(model(xb), yb)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+print("sgd", loss.item())
+
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+for xb, yb in loader:
+    loss = torch.nn.functional.mse_loss(model(xb), yb)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+print("adam", loss.item())
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+
+accelerator = Accelerator()
+loader = DataLoader(TensorDataset(torch.randn(16, 2), torch.randn(16, 1)), batch_size=4)
+
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for xb, yb in loader:
+    loss = torch.nn.functional.mse_loss(model(xb), yb)
+    optimizer.zero_grad()
+    accelerator.backward(loss)
+    optimizer.step()
+accelerator.print("sgd", loss.item())
+
+model = torch.nn.Linear(2, 1)
+model = accelerator.prepare(model)
+optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+optimizer = accelerator.prepare(optimizer)
+for xb, yb in loader:
+    loss = torch.nn.functional.mse_loss(model(xb), yb)
+    optimizer.zero_grad()
+    accelerator.backward(loss)
+    optimizer.step()
+accelerator.print("adam", loss.item())
+accelerator.end_training()
+''',
+        ),
     )
 
     def run(self, ctx: Context) -> None:

@@ -269,32 +269,30 @@ accelerator.end_training()
 ''',
             warnings=("ACC027:8",),
         ),
-        Example(  # a second experiment re-binds the first one's model and optimizer after it trained
+        Example(  # a second experiment re-binds a list of optimizers after the first one trained
             before='''\
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 loader = DataLoader(TensorDataset(torch.randn(16, 2), torch.randn(16, 1)), batch_size=4)
-
-model = torch.nn.Linear(2, 1)
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model = torch.nn.Sequential(torch.nn.Linear(2, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+optimizers = [torch.optim.SGD(model[0].parameters(), lr=0.1), torch.optim.SGD(model[2].parameters(), lr=0.01)]
 for xb, yb in loader:
     loss = torch.nn.functional.mse_loss(model(xb), yb)
-    optimizer.zero_grad()
     loss.backward()
-    optimizer.step()
-print("sgd", loss.item())
+    for opt in optimizers:
+        opt.step()
+        opt.zero_grad()
 
-model = torch.nn.Linear(2, 1)
-optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+optimizers = [torch.optim.Adam(model[0].parameters()), torch.optim.Adam(model[2].parameters())]
 for xb, yb in loader:
     loss = torch.nn.functional.mse_loss(model(xb), yb)
-    optimizer.zero_grad()
     loss.backward()
-    optimizer.step()
-print("adam", loss.item())
+    for opt in optimizers:
+        opt.step()
+        opt.zero_grad()
 ''',
-            warnings=('ACC035:16',),
+            warnings=('ACC035:14',),
         ),
         Example(  # two networks compared side by side, kept in a list, each with its optimizer
             before='''\

@@ -61,7 +61,7 @@ def test_launch_and_verify_take_a_converted_notebook(tmp_path: Path, clean_env) 
     assert "verified" in verify.stdout
 
 
-def test_experiments_one_after_another_are_refused_at_the_cell_that_starts_the_second() -> None:
+def test_experiments_one_after_another_each_prepare_their_own_objects() -> None:
     from accelify.pipeline import convert_notebook_text
 
     setup = "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n" \
@@ -70,8 +70,10 @@ def test_experiments_one_after_another_are_refused_at_the_cell_that_starts_the_s
                  "for x, y in loader:\n    loss = torch.nn.functional.mse_loss(model(x), y)\n" \
                  "    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\nprint(loss.item())"
     result = convert_notebook_text(_notebook(setup, experiment.format("SGD"), experiment.format("Adam")), path="nb.ipynb")
-    assert result.status == "attention"
-    assert [(w.code, w.path, w.line) for w in result.warnings] == [("ACC035", "nb.ipynb:cell_4", 2)]
+    assert result.status == "converted", result.warnings
+    cells = ["".join(c["source"]) for c in json.loads(result.new)["cells"]]
+    assert "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)" in cells[2]
+    assert "model = accelerator.prepare(model)\n" in cells[3] and "optimizer = accelerator.prepare(optimizer)\n" in cells[3]
 
 
 NOTEBOOKS = Path(__file__).parent / "notebooks"
