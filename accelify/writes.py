@@ -90,10 +90,19 @@ def program_copies(result: Result, destination: Destination, written: set[str]) 
 
     from accelify.program import local_modules
 
-    if result.failed or result.needs_attention or result.path.endswith(".ipynb"):
+    if result.failed or result.needs_attention:
         return []
+    text = result.old
+    if result.path.endswith(".ipynb"):  # a notebook imports what its code cells import
+        from accelify.errors import SourceError
+        from accelify.notebook import runnable_program
+
+        try:
+            text = runnable_program(result.old, result.path)[0]
+        except SourceError:
+            return []
     try:
-        modules = local_modules(result.path, cst.parse_module(result.old))
+        modules = local_modules(result.path, cst.parse_module(text))
     except cst.ParserSyntaxError:
         return []
     done = {c.path for c in result.companions if c.changed}

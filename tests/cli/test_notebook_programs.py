@@ -96,3 +96,22 @@ def test_notebook_cases_run_on_two_processes_and_verify(case: str, tmp_path: Pat
     verify = subprocess.run([*ACCELIFY, "verify", "nb.ipynb", "--steps", "4"],
                             capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_a_notebook_written_to_a_folder_takes_the_local_modules_its_cells_import(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from click.testing import CliRunner
+
+    from accelify.cli import main
+
+    (tmp_path / "res").mkdir()
+    (tmp_path / "res" / "__init__.py").write_text("")
+    (tmp_path / "res" / "plot_lib.py").write_text("def set_default():\n    return None\n")
+    cells = ("import torch\nfrom res.plot_lib import set_default\nset_default()",
+             "model = torch.nn.Linear(2, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+             "for x in torch.ones(4, 2):\n    model(x).sum().backward()\n    optimizer.step()")
+    (tmp_path / "nb.ipynb").write_text(_notebook(*cells))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["convert", "nb.ipynb", "-o", "out/"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out" / "res" / "plot_lib.py").read_text() == "def set_default():\n    return None\n"
+    assert (tmp_path / "out" / "res" / "__init__.py").exists()
