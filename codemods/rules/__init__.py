@@ -43,6 +43,7 @@ from accelify.codemods.rules.save import SaveOnMain
 from accelify.codemods.rules.retry import WarnRetry
 from accelify.codemods.rules.sampler import RemoveDistributedSampler
 from accelify.codemods.rules.seeds import SeedPerProcess
+from accelify.codemods.rules.shared_files import WriteOnceReadAll
 from accelify.codemods.rules.shared_draws import SeedSharedDraws
 from accelify.codemods.rules.spawn import CollapseSpawn
 from accelify.codemods.rules.startup import SafeStartup
@@ -72,6 +73,7 @@ RULES: tuple[type[Rule], ...] = (
     RemoveApex,
     AccumulateMicroSteps,
     ConvertAmp,
+    WriteOnceReadAll,
     ThreadAccelerator,
     ReplaceDevice,
     PlaceTensors,

@@ -36,6 +36,8 @@ MUST_FOLLOW: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
      ("threading",),
      "threading passes the accelerator to the helpers whose edits write it (replace_through: ctx.readers()) and "
      "turns a device parameter whose uses the edits dropped into the accelerator"),
+    (("shared_files",), ("threading",),
+     "threading passes the accelerator to a helper whose start-up files shared_files gated through it (regroup_through)"),
     (("micro_steps",), ("threading",),
      "micro_steps converts a micro-step loop only where the accelerator already is when it runs (the home)"),
     (("threading",), ("device", "tensors", "prepare", "backward", "clipping", "accumulation", "closure", "evaluation",
