@@ -219,13 +219,14 @@ def main():
 
 
 def _read_back(ctx: Context, site: CallSite) -> bool:
-    """Whether a later call in the program reads the path ``site`` wrote (the same expression or name)."""
+    """Whether the program reads the path ``site`` wrote (the same expression or name) after it, or in another
+    function (which may run after it): a barrier then goes between."""
     path = code_of(site.node.args[0].value)
     order = ctx.facts.order
     return any(
-        other.scope is site.scope and (other.method or (other.qualname or "").rsplit(".", 1)[-1]) in _READS
+        (other.method or (other.qualname or "").rsplit(".", 1)[-1]) in _READS
         and other.node.args and code_of(other.node.args[0].value) == path
-        and order[other.stmt][0] > order[site.stmt][1]
+        and (other.scope is not site.scope or order[other.stmt][0] > order[site.stmt][1])  # elsewhere: it may run later
         for other in ctx.facts.calls
     )
 
