@@ -200,7 +200,7 @@ def main():
             if ctx.plan.distributed.main_only(ctx.facts, site.stmt, site.scope) is not None:
                 continue
             unit = _unit(ctx, site)
-            if unit is None or not _ready(ctx, site.scope, unit):
+            if unit is None or not ctx.will_be_after_accelerator(site.scope, unit):
                 ctx.warn(codes.STARTUP_RACE, site.node, name=code_of(site.node.func))
                 continue
             done.add(id(site.stmt))
@@ -267,20 +267,6 @@ def _checks(scope: Scope, test: cst.BaseExpression) -> bool:
         scope.imports.qualname(c.func) in _CHECKS or (isinstance(c.func, cst.Attribute) and c.func.attr.value in ("exists", "is_dir"))
         or scope.imports.qualname(c.func) in ("os.path.join", "pathlib.Path")
         for c in calls  # type: ignore[union-attr]
-    )
-
-
-def _ready(ctx: Context, scope: Scope, stmt: cst.BaseStatement) -> bool:
-    """Whether the accelerator exists when ``stmt`` runs: in the home after its creation, or in a helper every
-    caller calls after it (threading then passes it in)."""
-    if ctx.accelerator_in(scope) is not None:
-        return ctx.after_accelerator(scope, stmt)
-    if scope.kind != "function" or scope.class_scope is not None:
-        return False
-    sites = ctx.plan.call_sites(scope)
-    return bool(sites) and all(
-        ctx.accelerator_in(s.scope) is not None and ctx.after_accelerator(s.scope, s.stmt)
-        and not any(a.star for a in s.node.args) for s in sites
     )
 
 
