@@ -85,6 +85,7 @@ class Plan(PreparedUses):
         self.problems: list[Problem] = []
         self.in_place: list[Binding] = []  # loaders built inside a loop: each prepared right after it is built
         self.distributed = find_distributed(facts, self)  # hand-written distributed code (rank tests, device indexes)
+        self._bystanders: set[int] | None = None
         self._assign_roles()
         self.objects: list[Binding] = self._find_objects()
         self.prepare_scope: Scope | None = None
@@ -244,7 +245,7 @@ class Plan(PreparedUses):
 
     # the objects to prepare ---------------------------------------------------------------------
     def _find_objects(self) -> list[Binding]:
-        optimizers = self.bindings_with_role("optimizer")
+        optimizers = [o for o in self.bindings_with_role("optimizer") if not self.bystander(o.where)]
         objects: list[Binding] = []
         for optimizer in optimizers:
             if optimizer.loop is not None:
@@ -263,7 +264,7 @@ class Plan(PreparedUses):
         if not optimizers:
             # no optimizer: parameters updated by hand (`for p in model.parameters(): p.data.add_(p.grad, ...)`)
             for model in self._updated_by_hand():
-                if model not in objects:
+                if model not in objects and not self.bystander(model.where):
                     objects.append(model)
             if not objects:
                 return []
@@ -278,6 +279,8 @@ class Plan(PreparedUses):
                    and self.distributed.main_only(self.facts, loop.node, loop.scope)}
         self._optional: set[int] = set()
         for loader in self.bindings_with_role("loader"):
+            if self.bystander(loader.where):
+                continue
             if id(loader) in by_main - iterated:
                 continue  # walked only by code the main process runs alone: all of it, unprepared
             if self._data_pass(loader):
@@ -295,6 +298,28 @@ class Plan(PreparedUses):
             else:
                 kept.append(obj)
         return kept
+
+    def bystander(self, scope: Scope) -> bool:
+        """Whether ``scope`` is a module-level function nothing in the program refers to (no call, no name read,
+        no attribute of that name) while the script's own top level trains: the training never runs it (a
+        ``sanity_check()`` kept for debugging by hand), so it does not decide what is prepared or refused."""
+        if self._bystanders is None:
+            self._bystanders = self._find_bystanders()
+        return id(_outermost(scope)) in self._bystanders  # a function nested in a bystander is one too
+
+    def _find_bystanders(self) -> set[int]:
+        entry = self.facts.module_scope
+        if not any(self.reaches_backward(site) for site in entry.calls):
+            return set()  # no training entry in the script itself (a library, a main() called from elsewhere)
+        read = {name for scope in self.facts.scopes for name in scope.refs}
+        read |= {attribute.attr.value for scope in self.facts.scopes for attribute, _ in scope.attributes}
+        found = {
+            id(scope) for scope in self.facts.scopes
+            if scope.kind == "function" and scope.parent is not None and scope.parent.kind == "module"
+            and scope.name not in read and not self.call_sites(scope)
+        }
+        outside = [o for o in self.bindings_with_role("optimizer") if id(_outermost(o.where)) not in found]
+        return found if outside else set()  # what trains is all in them: the script's entry is elsewhere
 
     def _data_pass(self, loader: Binding) -> bool:
         """A loader a function builds, walks and keeps to itself, without training or touching a model or an
@@ -530,7 +555,7 @@ class Plan(PreparedUses):
         every process the whole data set: the file is refused, naming it. Data that cannot be followed at
         all is reported."""
         for loop in self.facts.loops:
-            if not any(self.reaches_backward(site) for site in loop.calls):
+            if not any(self.reaches_backward(site) for site in loop.calls) or self.bystander(loop.scope):
                 continue
             source = self.loop_source(loop)
             found = self.origin(loop.scope, source)
@@ -595,6 +620,13 @@ class Plan(PreparedUses):
             if found is not None and found.where is caller and (found in self.objects or found.role == "device"):
                 return True
         return False
+
+
+def _outermost(scope: Scope) -> Scope:
+    """The module-level function (or class) ``scope`` is in, or ``scope`` itself."""
+    while scope.parent is not None and scope.parent.kind != "module":
+        scope = scope.parent
+    return scope
 
 
 def _torch_module_class(name: str, classes: dict[str, list[str]], seen: frozenset[str] = frozenset()) -> bool:

@@ -121,6 +121,21 @@ class Context:
         sites = self.plan.call_sites(nested)
         return bool(sites) and all(self.after_accelerator(s.scope, s.stmt, seen | {id(nested)}) for s in sites)
 
+    def will_be_after_accelerator(self, scope: Scope, stmt: cst.BaseStatement) -> bool:
+        """For a rule that runs before threading: whether ``stmt`` in ``scope`` will run after the accelerator
+        exists and see it: ``after_accelerator`` where it is already; in a plain helper, when every call of it
+        is after the accelerator in a scope that has it, with plain arguments (threading then passes it in, once
+        an edit writes through it: ``replace_through``, ``regroup_through``)."""
+        if self.accelerator_in(scope) is not None:
+            return self.after_accelerator(scope, stmt)
+        if scope.kind != "function" or scope.class_scope is not None:
+            return False
+        sites = self.plan.call_sites(scope)
+        return bool(sites) and all(
+            self.accelerator_in(s.scope) is not None and self.after_accelerator(s.scope, s.stmt)
+            and not any(a.star for a in s.node.args) for s in sites
+        )
+
     def _after_creation(self, stmt: cst.BaseStatement, anchor: tuple[cst.BaseStatement, bool]) -> bool:
         at, after = anchor
         order = self.facts.order

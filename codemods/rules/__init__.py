@@ -44,6 +44,7 @@ from accelify.codemods.rules.save import SaveOnMain
 from accelify.codemods.rules.retry import WarnRetry
 from accelify.codemods.rules.sampler import RemoveDistributedSampler
 from accelify.codemods.rules.seeds import SeedPerProcess
+from accelify.codemods.rules.shared_files import WriteOnceReadAll
 from accelify.codemods.rules.shared_draws import SeedSharedDraws
 from accelify.codemods.rules.spawn import CollapseSpawn
 from accelify.codemods.rules.startup import SafeStartup
@@ -75,6 +76,8 @@ RULES: tuple[type[Rule], ...] = (
     AccumulateMicroSteps,
     ConvertAmp,
     TraceUnwrapped,
+    WriteOnceReadAll,
+    MainProcessLogging,
     ThreadAccelerator,
     ReplaceDevice,
     PlaceTensors,
@@ -92,7 +95,6 @@ RULES: tuple[type[Rule], ...] = (
     DisableProgress,
     SaveOnMain,
     MainProcessWrites,
-    MainProcessLogging,
     SafeStartup,
     SeedPerProcess,
     SeedSharedDraws,

@@ -17,9 +17,10 @@ What is set up:
   file when it is made), and the formatters made among them: consecutive set-up statements go under one
   ``if``.
 
-Left as it is, with ACC031: set-up that runs before the accelerator exists (at the top of the module when the
-accelerator is made in ``main()``; moving it would reorder side effects), or in a helper that does not get
-the accelerator; a handler that is used elsewhere too (it would not exist on the other processes).
+A helper that sets logging up (``setup_logging(run_dir)``) called by ``main()`` after the accelerator exists gets
+the accelerator. Left as it is, with ACC031: set-up that runs before the accelerator exists (at the top of the
+module when the accelerator is made in ``main()``; moving it would reorder side effects, and a helper called
+before it); a handler that is used elsewhere too (it would not exist on the other processes).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods import codes
+from accelify.codemods.analysis.agreement import Agreement
 from accelify.codemods.analysis.blocks import under_main_process
 from accelify.codemods.analysis.facts import CallSite, Scope
 from accelify.codemods.analysis.snippets import code_of, expression
@@ -75,7 +77,8 @@ accelerator.end_training()
 ''',
         ),
         Example(
-            # a handler made, dressed and added: one set-up, under one test
+            # a handler made, dressed and added: one set-up, under one test (the logger's level with it: on the other
+            # processes it stays unset, so only warnings pass, which is what they are meant to log)
             before='''\
 import logging
 import torch
@@ -106,8 +109,8 @@ def main():
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     model, optimizer = accelerator.prepare(model, optimizer)
     logger = logging.getLogger("train")
-    logger.setLevel(logging.INFO)
     if accelerator.is_main_process:
+        logger.setLevel(logging.INFO)
         formatter = logging.Formatter("%(asctime)s %(message)s")
         handler = logging.FileHandler("train.log")
         handler.setFormatter(formatter)
@@ -202,6 +205,7 @@ accelerator.end_training()
         if not ctx.accelerating:
             return
         done: set[cst.BaseStatement] = set()
+        agreement: Agreement | None = None
         for site in ctx.facts.calls:
             if not _configures(site) or site.stmt in done:
                 continue
@@ -209,16 +213,18 @@ accelerator.end_training()
                 continue  # the script already sets it up on one process
             block = _block(ctx, site)
             group = _group(ctx, site, block) if block is not None else None
-            if group is None or not ctx.after_accelerator(site.scope, group[0]) or any(ctx.is_skipped(s) for s in group):
+            ready = group is not None and ctx.will_be_after_accelerator(site.scope, group[0])
+            if group is None or not ready or any(ctx.is_skipped(s) for s in group):
                 if not ctx.is_skipped(site.stmt):
                     ctx.warn(codes.LOG_EVERY_PROCESS, site.node, name=code_of(site.node.func))
                 done.add(site.stmt)
                 continue
             done.update(group)
-            if not all(ctx.agreement.uniform(site.scope, value, s) for s in group for value in _values(s)):
+            if agreement is None:  # its own: the shared one is built after the evaluation rule's gathers
+                agreement = Agreement(ctx.facts, ctx.plan, ctx.edits)
+            if not all(agreement.uniform(site.scope, value, s) for s in group for value in _values(s)):
                 continue  # ``level=INFO if local_rank in [-1, 0] else WARN``, a file per rank: already per process
-            accelerator = ctx.accelerator_in(site.scope)
-            ctx.regroup(group, lambda stmts, a=accelerator: [_under(f"{a}.is_main_process", stmts)])  # type: ignore[misc]
+            ctx.regroup_through(site.scope, group, lambda stmts, a: [_under(f"{a}.is_main_process", stmts)])
             ctx.change("set up logging on the main process only")
 
 
@@ -264,11 +270,14 @@ def _group(ctx: Context, site: CallSite, block: list[cst.BaseStatement]) -> list
         group = group[:-1]  # made after the set-up: not part of it
     while group and (name := _made(scope, group[0])) is not None and not _reads(name, group[1:]):
         group = group[1:]  # made before but not used by this set-up
+    for stmt in block:
+        name = _made(scope, stmt)
+        if stmt not in group and name is not None and _handler(scope, stmt) and _reads(name, group):
+            return None  # a handler made apart from the set-up opens its file on every process anyway
+    inside = {id(n) for stmt in group for n in m.findall(stmt, m.Name())}
     for name in _names_made(scope, group):
-        for ref in scope.refs.get(name, []):
-            holder = scope.holders.get(id(ref))
-            if holder is None or ctx.facts.top_in(holder, group) is None:
-                return None
+        if any(id(n) not in inside for n in m.findall(scope.node, m.Name(name))):
+            return None  # read outside the set-up (``handler.flush()`` later): it must exist on every process
     return group if site.stmt in group else None
 
 
@@ -286,13 +295,19 @@ def _made(scope: Scope, stmt: cst.BaseStatement) -> str | None:
     return None
 
 
+def _handler(scope: Scope, stmt: cst.BaseStatement) -> bool:
+    """``h = logging.FileHandler(p)`` (not a formatter)."""
+    assert isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], cst.Assign)
+    return (scope.imports.qualname(stmt.body[0].value.func) or "").endswith("Handler")  # type: ignore[attr-defined]
+
+
 def _names_made(scope: Scope, stmts: list[cst.BaseStatement]) -> list[str]:
     return [name for s in stmts if (name := _made(scope, s)) is not None]
 
 
 def _dresses(scope: Scope, stmt: cst.BaseStatement, made: set[str]) -> bool:
-    """``basicConfig(...)``, ``logger.addHandler(h)``, ``h.setFormatter(fmt)`` / ``h.setLevel(...)`` on a handler
-    made in the block: a set-up statement."""
+    """``basicConfig(...)``, ``logger.addHandler(h)``, ``x.setFormatter(fmt)`` / ``x.setLevel(...)`` / ``x.addFilter``,
+    any method of a handler made in the block: a set-up statement."""
     if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr)):
         return False
     call = stmt.body[0].value
@@ -303,6 +318,8 @@ def _dresses(scope: Scope, stmt: cst.BaseStatement, made: set[str]) -> bool:
     if not isinstance(call.func, cst.Attribute):
         return False
     owner = call.func.value
+    if call.func.attr.value in ("addHandler", "setLevel", "setFormatter", "addFilter") and isinstance(owner, cst.Name):
+        return True  # ``logger.setLevel(logging.INFO)`` among them: harmless on the main process only
     return call.func.attr.value == "addHandler" or (isinstance(owner, cst.Name) and owner.value in made)
 
 

@@ -20,6 +20,17 @@ def parse_args():
     return parser.parse_args()
 
 
+def setup_logging(log_file):
+    formatter = logging.Formatter("%(levelname)s %(message)s")
+    file_handler = logging.FileHandler(log_file, mode="w")
+    file_handler.setFormatter(formatter)
+    console = logging.StreamHandler(sys.stdout)
+    console.setFormatter(formatter)
+    logger.setLevel(logging.INFO)
+    logger.addHandler(file_handler)
+    logger.addHandler(console)
+
+
 def make_dataset(n, seed):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, 8, generator=g)
@@ -58,11 +69,7 @@ def main():
     args = parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
     log_file = os.path.join(args.out_dir, "train.log")
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(levelname)s %(message)s",
-        handlers=[logging.FileHandler(log_file, mode="w"), logging.StreamHandler(sys.stdout)],
-    )
+    setup_logging(log_file)
     logger.info("training for %d epochs, lr %.3f", args.epochs, args.lr)
 
     torch.manual_seed(0)

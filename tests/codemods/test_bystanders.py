@@ -70,3 +70,47 @@ def test_a_pass_that_runs_the_model_still_counts() -> None:
     result = convert_source(code, modules=[ModuleText("data", "data.py", helper)])
     assert result.status == "attention"
     assert [w.code for c in result.companions for w in c.warnings] == ["ACC014"]
+
+
+SANITY = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def sanity_check():
+    \"\"\"Overfit one batch (run by hand when debugging).\"\"\"
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(10):
+        opt.zero_grad()
+        model(torch.ones(8, 4)).pow(2).mean().backward()
+        opt.step()
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.ones(64, 4), torch.ones(64, 1)), batch_size=8)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+
+
+{entry}
+"""
+
+
+def test_a_function_the_training_never_calls_does_not_decide() -> None:
+    """``sanity_check`` builds a model and an optimizer of its own but nothing calls it: the training converts (its
+    own backward, out of the accelerator's reach, is reported), where before the file was refused (ACC014)."""
+    result = convert_source(SANITY.format(entry='if __name__ == "__main__":\n    main()'))
+    assert result.status == "converted"
+    assert "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n" in result.new
+    assert "        model(torch.ones(8, 4)).pow(2).mean().backward()\n" in result.new
+    assert [w.code for w in result.warnings] == ["ACC009"]
+
+
+def test_called_it_counts_again() -> None:
+    result = convert_source(SANITY.format(entry='if __name__ == "__main__":\n    sanity_check()\n    main()'))
+    assert result.status == "attention" and [w.code for w in result.warnings] == ["ACC014"]

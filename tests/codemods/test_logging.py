@@ -45,6 +45,11 @@ def test_one_statement_set_ups_are_guarded(setup: str) -> None:
     [
         # the handler is used after the set-up too: it would not exist on the other processes
         ("fh = logging.FileHandler('a.log')\nlogger.addHandler(fh)\n" + LOOP + "fh.flush()\n", ["ACC031:9"]),
+        # the handler made apart from where it is added (something else between): its file opens on every process
+        ("fh = logging.FileHandler('a.log')\nsteps = 4\nlogger.addHandler(fh)\n" + LOOP, ["ACC031:10"]),
+        # dressed apart from the set-up
+        ("fh = logging.FileHandler('a.log')\nlogger.addHandler(fh)\nsteps = 4\nfh.setLevel(logging.INFO)\n" + LOOP,
+         ["ACC031:9"]),
     ],
 )
 def test_left_and_reported(code: str, expected: list[str]) -> None:
@@ -52,12 +57,21 @@ def test_left_and_reported(code: str, expected: list[str]) -> None:
     assert codes(HEAD + code) == expected
 
 
-def test_a_helper_without_the_accelerator_is_reported() -> None:
-    code = (
-        "import logging\nimport torch\n\ndef setup():\n    logging.basicConfig(filename='a.log')\n\n"
-        "def main():\n    setup()\n    model = torch.nn.Linear(2, 1)\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-        "    for x in torch.ones(4, 2):\n        model(x).sum().backward()\n        opt.step()\n"
-    )
+HELPER = (
+    "import logging\nimport torch\n\ndef setup():\n    logging.basicConfig(filename='a.log')\n\n"
+    "def main():\n    setup()\n    model = torch.nn.Linear(2, 1)\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "    for x in torch.ones(4, 2):\n        model(x).sum().backward()\n        opt.step()\n"
+)
+
+
+def test_a_helper_main_calls_gets_the_accelerator() -> None:
+    new = converted(HELPER)
+    assert "def setup(accelerator):\n    if accelerator.is_main_process:\n        logging.basicConfig(" in new
+    assert "    setup(accelerator)\n" in new and codes(HELPER) == []
+
+
+def test_a_helper_also_called_where_there_is_no_accelerator_is_reported() -> None:
+    code = HELPER + "\nsetup()\nmain()\n"
     assert "is_main_process" not in converted(code)
     assert codes(code) == ["ACC031:5"]
 

@@ -8,6 +8,9 @@ disappears once the code is fixed.
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
+
 import pytest
 from _convert import dedent
 
@@ -87,3 +90,17 @@ def test_a_fixed_logging_set_up_is_quiet() -> None:
         """
     )
     assert convert_source(code).warnings == ()
+
+
+CORPUS = Path(__file__).resolve().parents[2] / "corpus"
+LISTED = [d for d in sorted(CORPUS.glob("*/")) if (d / "expected.py").exists() and (d / "run.toml").exists()
+          and any(w.split(":")[0] in RECHECKED for w in tomllib.loads((d / "run.toml").read_text()).get("warnings", []))]
+
+
+@pytest.mark.parametrize("case", LISTED, ids=[d.name for d in LISTED])
+def test_a_corpus_conversion_checked_again_reports_what_was_left(case: Path) -> None:
+    """The conversion's warnings left to the user come back, at their lines in the converted file."""
+    listed = sorted(w.split(":")[0] for w in tomllib.loads((case / "run.toml").read_text())["warnings"])
+    again = convert_source((case / "expected.py").read_text())
+    assert again.status == "unchanged"
+    assert sorted(w.code for w in again.warnings if w.code in RECHECKED) == [c for c in listed if c in RECHECKED]

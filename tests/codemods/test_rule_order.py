@@ -36,10 +36,13 @@ MUST_FOLLOW: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
      ("threading",),
      "threading passes the accelerator to the helpers whose edits write it (replace_through: ctx.readers()) and "
      "turns a device parameter whose uses the edits dropped into the accelerator"),
+    (("shared_files", "logging"), ("threading",),
+     "threading passes the accelerator to a helper whose start-up files or logging set-up they gated through it "
+     "(regroup_through)"),
     (("micro_steps",), ("threading",),
      "micro_steps converts a micro-step loop only where the accelerator already is when it runs (the home)"),
     (("threading",), ("device", "tensors", "prepare", "backward", "clipping", "accumulation", "closure", "evaluation",
-                      "averages", "trigger", "print", "progress", "save", "writes", "logging", "gathered_shapes", "startup", "seeds", "unwrap_module", "load",
+                      "averages", "trigger", "print", "progress", "save", "writes", "gathered_shapes", "startup", "seeds", "unwrap_module", "load",
                       "attributes"),
      "they write the accelerator's name in helpers as they go (ctx.accelerator_in), so the helpers must have it; the "
      "device rule also reads which uses of the device threading dropped"),
@@ -49,7 +52,7 @@ MUST_FOLLOW: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
      "a rank test inside code those rules removed or replaced is left alone"),
     (("apex",), ("amp",), "amp reports the apex calls the apex rule did not replace (ACC005)"),
     (("evaluation",), ("gathered_shapes",), "it reshapes what the evaluation rule gathered (the agreement's gathers)"),
-    (("evaluation",), ("averages", "trigger", "startup", "seeds", "save", "load", "writes", "logging"),
+    (("evaluation",), ("averages", "trigger", "startup", "seeds", "save", "load", "writes"),
      "the agreement they ask is built when first asked, from the gathers the evaluation rule inserted"),
     (("placement", "data_parallel", "ddp", "sampler", "collectives", "process_group", "spawn", "device", "apex", "amp"),
      ("shared_draws",), "the seed goes before a statement that stays: it reads which statements their edits removed"),

@@ -1,0 +1,60 @@
+"""Train a small classifier and keep a tab-separated metrics file open for the whole run."""
+import argparse
+import os
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+
+
+def make_data(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 10, generator=g)
+    y = (x[:, :3].sum(1) > 0).long()
+    return TensorDataset(x, y)
+
+
+class Trainer:
+    def __init__(self, model, optimizer, loader, metrics_file, device, accelerator):
+        self.accelerator = accelerator
+        self.device = device
+        self.model = model
+        self.optimizer = optimizer
+        self.loader = loader
+        self.metrics = metrics_file
+        self.loss_fn = nn.CrossEntropyLoss()
+
+    def fit(self, epochs):
+        self.metrics.write("epoch\tlast_loss\n")
+        for epoch in range(epochs):
+            for x, y in self.loader:
+                self.optimizer.zero_grad()
+                loss = self.loss_fn(self.model(x), y)
+                self.accelerator.backward(loss)
+                self.optimizer.step()
+            self.metrics.write(f"{epoch}\t{loss.item():.6f}\n")
+            self.accelerator.print(f"epoch {epoch} last_loss {loss.item():.6f}")
+
+
+def main():
+    accelerator = Accelerator()
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--out", default="out")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    device = accelerator.device
+    os.makedirs(args.out, exist_ok=True)
+    metrics = open(os.path.join(args.out, "metrics.tsv"), "w")
+    loader = DataLoader(make_data(512, 1), batch_size=32, shuffle=True)
+    model = nn.Sequential(nn.Linear(10, 16), nn.ReLU(), nn.Linear(16, 2))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    Trainer(model, optimizer, loader, metrics, device, accelerator).fit(args.epochs)
+    metrics.close()
+    accelerator.end_training()
+
+
+if __name__ == "__main__":
+    main()
