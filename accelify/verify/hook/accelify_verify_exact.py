@@ -21,8 +21,9 @@ parameters can be compared with the original's step by step. What this module ch
   tensor whose first dimension is this process's share of the current batch draw for the whole batch and keep the
   share (the original drew for the whole batch from the same RNG state); a dropout on another shape (sequence-first
   tensors), ``dropout2d`` and the like are marked inexact: from that step on the draws differ from the original's;
-- BatchNorm in training mode on a share: the statistics are over the share, not the batch; such steps are marked
-  inexact, named "BatchNorm statistics over a shard".
+- BatchNorm in training mode on a share: the rows of every process are gathered (autograd-aware, over a Gloo group
+  of its own), normalised together as the original did, and this process keeps its own; where that cannot be done
+  (a batch that does not split evenly) the step is marked inexact, "BatchNorm statistics over a shard".
 
 A step marked inexact ends the step-by-step parameter comparison (``accelify/verify/exactness.py``): what follows it
 legitimately differs. Learning rates and step counts are still compared to the end. Only the N-process run is in
@@ -114,6 +115,20 @@ class ExactMode:
             random.setstate(states["random"])
         if "numpy" in states and numpy is not None:
             numpy.random.set_state(states["numpy"])
+
+    def gather_group(self) -> Any:
+        """The Gloo group BatchNorm gathers rows over (made at the first prepare, apart from the group DDP's
+        all-reduces use, so the two never interleave); None without a process group."""
+        return getattr(self, "_group", None)
+
+    def make_group(self) -> None:
+        """Make :meth:`gather_group`'s group; every process calls it at its first prepare."""
+        dist = self.recorder.torch.distributed
+        if self._world()[1] > 1:
+            try:
+                self._group = dist.new_group(backend="gloo")
+            except Exception as error:
+                self.recorder.write({"event": "hook_note", "note": f"exact mode: no Gloo group: {error}"})
 
     # -- marks the recorder reads ------------------------------------------------------------------------------
     def take_inexact(self) -> list[str]:
@@ -250,15 +265,26 @@ def patch_torch(torch: ModuleType, exact: ExactMode) -> None:
     batch_norm = F.batch_norm
 
     @functools.wraps(batch_norm)
-    def marked_batch_norm(input: Any, *args: Any, **kwargs: Any) -> Any:
+    def whole_batch_norm(input: Any, *args: Any, **kwargs: Any) -> Any:
         training = kwargs.get("training", args[4] if len(args) > 4 else False)
         share = exact.share
-        if training and share is not None and input.dim() > 0 and input.shape[0] == share[2] - share[1] \
-                and share[0] != share[2] - share[1]:
+        if not training or share is None or not isinstance(input, torch.Tensor) or input.dim() == 0:
+            return batch_norm(input, *args, **kwargs)
+        rows, lo, hi = share
+        if input.shape[0] != hi - lo or rows == hi - lo:
+            return batch_norm(input, *args, **kwargs)
+        group = exact.gather_group()
+        if group is None or rows % (hi - lo):
             exact.inexact.add("BatchNorm statistics over a shard")
-        return batch_norm(input, *args, **kwargs)
+            return batch_norm(input, *args, **kwargs)
+        # the statistics of the whole batch, as the original computed them: gather every process's rows (the
+        # gather's backward sums each process's gradient for them), normalise all, keep this process's rows
+        from torch.distributed.nn.functional import all_gather
 
-    F.batch_norm = marked_batch_norm
+        whole = torch.cat(all_gather(input.contiguous(), group=group), dim=0)
+        return batch_norm(whole, *args, **kwargs)[lo:hi]
+
+    F.batch_norm = whole_batch_norm
 
 
 def _size_of(function: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, tuple[Any, ...], str]:
@@ -290,6 +316,7 @@ def patch_runtime(prepare: ModuleType, exact: ExactMode) -> None:
         if not exact.synced:
             exact.synced = True
             exact.sync_rngs("prepare")
+            exact.make_group()
         return prepare_all(*args, **kwargs)
 
     @functools.wraps(prepare_loader)
