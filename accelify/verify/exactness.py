@@ -10,8 +10,11 @@ one-process record and every process's record of the N-process run, four checks:
                      real launch, though exact mode moves it one)
 ``parameters train`` every optimizer whose parameters moved in the original moves them on N processes
 ``same as original`` after every step process 0's parameters equal the original's, up to the first step exact mode
-                     marked inexact (a batch that does not split evenly, BatchNorm over a share, dropout on a tensor
-                     that is not batch-first): what follows it legitimately differs
+                     marked inexact (a batch that does not split evenly, dropout on a tensor that is not batch-first,
+                     a mean loss with class weights or ignored targets): what follows it legitimately differs
+
+Without a prepared DataLoader (batches drawn by hand, episodes of an environment) the processes do not share the
+original's batches: the step counts, learning rates and parameters are not compared (skipped, saying so).
 
 Tolerance: N processes sum gradients in another order than one process, and float differences grow with each step.
 Steps up to ``HORIZON`` are compared with ``rtol 1e-4, atol 1e-6``; after it both grow by a factor 2 every
@@ -31,6 +34,8 @@ NAMES = ("same data", "same schedule", "parameters train", "same as original")
 HORIZON = 8
 RTOL, ATOL, MAX_GROWTH = 1e-4, 1e-6, 100.0
 LR_RTOL = 1e-6
+_NOT_SHARED = ("no prepared DataLoader fed the processes: they do not share the original's batches, so their steps "
+               "are not the original's (each process draws its own batches)")
 
 
 def skipped_exact_checks(reason: str, processes: int) -> list[CheckResult]:
@@ -103,13 +108,17 @@ def _same_schedule(mine: ProcessRecord, reference: ProcessRecord, n: int) -> Che
             f"the scheduler moved {n} steps per call: it is stepped once per epoch, and a prepared scheduler moves "
             f"num_processes steps each call, so on {n} processes it decays {n}x too fast; do not prepare it "
             "(leave it out of accelerator.prepare)")
+    if not mine.batches:
+        return CheckResult(name, stage, SKIPPED, _NOT_SHARED)
     counts, expected = Counter(s.optimizer for s in mine.steps), Counter(s.optimizer for s in reference.steps)
     if counts != expected:
         label = {s.optimizer: s.label for s in mine.steps + reference.steps}
         words = ", ".join(f"{label[k]} {counts.get(k, 0)} (original {expected.get(k, 0)})"
                           for k in sorted(set(counts) | set(expected)))
         return CheckResult(name, stage, FAILED, f"process 0 took other optimizer steps than the original: {words}",
-                           "the conversion changes how often an optimizer steps over the same data")
+                           "the conversion changes how often an optimizer steps over the same data (an early stop "
+                           "or a loop bound decided on a value computed from one process's share of the data, "
+                           "not reduced over the processes?)")
     for theirs, ours in zip(reference.steps, mine.steps):
         if theirs.optimizer != ours.optimizer:
             return CheckResult(name, stage, FAILED, f"step {ours.n} is taken by {ours.label}, by {theirs.label} in "
@@ -175,6 +184,8 @@ def tolerance(step: int) -> tuple[float, float]:
 
 def _same_as_original(mine: ProcessRecord, reference: ProcessRecord, n: int) -> CheckResult:
     name, stage = NAMES[3], _stage(n)
+    if not mine.batches:
+        return CheckResult(name, stage, SKIPPED, _NOT_SHARED)
     compared = 0
     for theirs, ours in zip(reference.steps, mine.steps):
         if ours.inexact:

@@ -38,7 +38,18 @@ def table(report: VerifyReport) -> str:
     return buffer.getvalue()
 
 
-@pytest.mark.parametrize("name", IDS)
+# Conversions the exact N-process check finds wrong (issue 23's classes; the converter is being fixed elsewhere).
+PER_EPOCH_SCHEDULER = "issue 23 class 1: a per-epoch scheduler is prepared, so it moves N steps per call"
+KNOWN_WRONG = {
+    **{name: PER_EPOCH_SCHEDULER for name in (
+        "cifar_data_parallel", "contract_example", "engine_module", "eval_best_checkpoint", "imagenet_spawn",
+        "main_helpers", "mnist_style", "segmentation_oom", "three_file_project")},
+    "early_stop_trigger": "issue 23 class 2: the early stop branches on an epoch average over one process's share",
+}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN_WRONG[n], strict=True))
+                                  if n in KNOWN_WRONG else n for n in IDS])
 def test_corpus_case_verifies(verification_pool: VerificationPool, name: str) -> None:
     case = Case.load(CORPUS / name)
     report = verification_pool.corpus(name)

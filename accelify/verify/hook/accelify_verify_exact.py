@@ -286,6 +286,27 @@ def patch_torch(torch: ModuleType, exact: ExactMode) -> None:
 
     F.batch_norm = whole_batch_norm
 
+    def weighted(name: str) -> Any:
+        original = getattr(F, name)
+
+        @functools.wraps(original)
+        def mean_over_share(input: Any, target: Any, weight: Any = None, *args: Any, **kwargs: Any) -> Any:
+            if exact.share is not None and kwargs.get("reduction", "mean") == "mean":
+                ignore = kwargs.get("ignore_index", -100)
+                if weight is not None:
+                    exact.inexact.add(f"{name} with class weights: the mean over each share, averaged over the "
+                                      "processes, is not the batch's weighted mean")
+                elif isinstance(target, torch.Tensor) and not target.is_floating_point() and \
+                        bool((target == ignore).any()):
+                    exact.inexact.add(f"{name} ignores some targets: the mean over each share, averaged over the "
+                                      "processes, is not the batch's mean")
+            return original(input, target, weight, *args, **kwargs)
+
+        return mean_over_share
+
+    for name in ("cross_entropy", "nll_loss"):
+        setattr(F, name, weighted(name))
+
 
 def _size_of(function: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, tuple[Any, ...], str]:
     """The shape a ``torch.randn``-like call asks for, the arguments before it, and its keyword (or "")."""
