@@ -279,9 +279,14 @@ def patch_torch(torch: ModuleType, exact: ExactMode) -> None:
             return batch_norm(input, *args, **kwargs)
         # the statistics of the whole batch, as the original computed them: gather every process's rows (the
         # gather's backward sums each process's gradient for them), normalise all, keep this process's rows
+        import warnings
+
         from torch.distributed.nn.functional import all_gather
 
-        whole = torch.cat(all_gather(input.contiguous(), group=group), dim=0)
+        with warnings.catch_warnings():  # deprecated for functional collectives, whose backward Gloo lacks
+            warnings.simplefilter("ignore", FutureWarning)
+            parts = all_gather(input.contiguous(), group=group)
+        whole = torch.cat(parts, dim=0)
         return batch_norm(whole, *args, **kwargs)[lo:hi]
 
     F.batch_norm = whole_batch_norm
