@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from accelify.verify.exactness import exact_checks, frozen_optimizer, per_epoch_scheduler, tolerance
 from accelify.verify.records import BatchMark, Group, Parameter, ProcessRecord, SchedulerCall, Step
 from accelify.verify.report import FAILED, PASSED, SKIPPED, CheckResult, VerifyOptions
@@ -107,4 +109,4 @@ def test_without_a_prepared_loader_the_steps_are_not_compared() -> None:
 
 def test_the_tolerance_is_tight_up_to_the_horizon_then_grows() -> None:
     assert tolerance(1) == tolerance(8) == (1e-4, 1e-6)
-    assert tolerance(16) == (2e-4, 2e-6) and tolerance(10_000) == (1e-2, 1e-4)
+    assert tolerance(16) == pytest.approx((2e-4, 2e-6)) and tolerance(10_000) == pytest.approx((1e-2, 1e-4))
