@@ -40,6 +40,7 @@ import functools
 import os
 import pickle
 import random
+import sys
 import threading
 from types import ModuleType
 from typing import Any
@@ -105,7 +106,7 @@ class ExactMode:
             states["torch"] = torch.get_rng_state()
         if "random" in which:
             states["random"] = random.getstate()
-        numpy = __import__("sys").modules.get("numpy")
+        numpy = sys.modules.get("numpy")
         if "numpy" in which and numpy is not None:
             states["numpy"] = numpy.random.get_state()
         states = self._from_rank0(key, states)
