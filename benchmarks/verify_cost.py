@@ -70,9 +70,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="accelify-verify-cost-") as folder:
         script = Path(folder) / "train.py"
         script.write_text(SCRIPT, encoding="utf-8")
-        one, three = plain_run(script, 1), plain_run(script, 3)
-        per_epoch = max((three - one) / 2, 1e-3)
-        epochs = max(1, round((args.seconds - (one - per_epoch)) / per_epoch))
+        base = plain_run(script, 0)  # interpreter and torch import
+        epochs, seconds = 1, plain_run(script, 1)
+        while seconds - base < min(3.0, args.seconds / 3) and epochs < 4096:  # long enough to time an epoch
+            epochs *= 2
+            seconds = plain_run(script, epochs)
+        per_epoch = max((seconds - base) / epochs, 1e-3)
+        epochs = max(1, round((args.seconds - base) / per_epoch))
         ratios = []
         for _ in range(args.reps):
             own = plain_run(script, epochs)
@@ -81,7 +85,7 @@ def main() -> None:
                                                                  args=(str(epochs),)))
             cost = time.perf_counter() - start
             ratios.append(cost / own)
-            print(f"epochs {epochs}: script {own:.1f} s, verify {cost:.1f} s ({report.verdict[:60]})")
+            print(f"epochs {epochs}: script {own:.1f} s, verify {cost:.1f} s ({report.verdict[:60]})", flush=True)
         print(f"verify / script: {statistics.median(ratios):.2f} (target <= 4)")
 
 
