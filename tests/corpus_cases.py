@@ -3,7 +3,8 @@
 A corpus case is ``corpus/<name>/`` (see ``corpus/README.md``): ``input.py``, its local modules in ``input_modules/``
 (imported by ``input.py`` by file name), ``expected.py`` (and ``expected_modules/``), ``run.toml``. A planted case is
 ``tests/verify/planted/<name>/``: ``original.py``, a wrong ``converted.py``, and ``case.toml`` naming the check that
-``accelify verify`` must fail first, with words its detail and its meaning must contain.
+``accelify verify`` must fail first, with words its detail and its meaning must contain; ``right.py``, where there is
+one, is the right conversion, which verify must pass.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ SCRIPT = "train.py"  # the name every case's script runs under (loops are report
 CASE_DIRS = sorted(p.parent for p in CORPUS.glob("*/input.py"))
 IDS = [d.name for d in CASE_DIRS]
 PLANTED_IDS = sorted(p.parent.name for p in PLANTED.glob("*/case.toml"))
+RIGHT_IDS = sorted(p.parent.name for p in PLANTED.glob("*/right.py"))
 
 
 @dataclass(frozen=True)
@@ -95,3 +97,8 @@ class PlantedCase:
 
     def converted(self) -> ScriptFiles:
         return ScriptFiles(SCRIPT, (self.directory / "converted.py").read_text(encoding="utf-8"))
+
+    def right(self) -> ScriptFiles | None:
+        """The right conversion (``right.py``), which verify must pass; None for a case without one."""
+        path = self.directory / "right.py"
+        return ScriptFiles(SCRIPT, path.read_text(encoding="utf-8")) if path.exists() else None

@@ -61,17 +61,24 @@ class VerificationPool:
         """``accelify verify`` of planted case ``name`` (its ``converted.py`` against its ``original.py``)."""
         return self.submit(f"planted/{name}", lambda: self._planted(name)).result()
 
+    def planted_right(self, name: str) -> VerifyReport:
+        """``accelify verify`` of planted case ``name``'s right conversion (its ``right.py``)."""
+        return self.submit(f"planted-right/{name}", lambda: self._planted(name, right=True)).result()
+
     def _corpus(self, name: str) -> VerifyReport:
         case = Case.load(CORPUS / name)
         options = VerifyOptions(steps=0, processes=2, timeout=CORPUS_TIMEOUT, args=case.runs[0])
         return verify_files(case.files(), options=options, launcher=self.launcher, concurrent=False,
                             label=f"corpus/{name}/input.py")
 
-    def _planted(self, name: str) -> VerifyReport:
+    def _planted(self, name: str, right: bool = False) -> VerifyReport:
         case = PlantedCase.load(name)
         options = VerifyOptions(steps=case.steps, processes=2, timeout=case.timeout)
-        return verify_files(case.original(), case.converted(), options=options, launcher=self.launcher,
-                            concurrent=False, label=f"planted/{name}", converted_label=f"planted/{name}/converted.py")
+        converted = case.right() if right else case.converted()
+        assert converted is not None, f"planted/{name} has no right.py"
+        script = "right.py" if right else "converted.py"
+        return verify_files(case.original(), converted, options=options, launcher=self.launcher,
+                            concurrent=False, label=f"planted/{name}", converted_label=f"planted/{name}/{script}")
 
     def close(self) -> None:
         """Cancel what has not started, wait for what has, stop the fork servers."""

@@ -7,8 +7,9 @@
 The layout, one job per module: ``hook/`` (the startup-hook folder: the recorder that runs inside the script's
 processes), ``runner`` (one process, or N through torch.distributed.run; timeouts and stack dumps),
 ``forkserver`` (one-process runs forked from a server that imported torch once), ``records`` (what the recorder
-wrote, read back), ``compare`` (``torch.allclose`` on fingerprints; where a hung process waits), ``equivalence``
-and ``distributed`` (records -> checks), ``report`` (the frozen report and its JSON), ``workspace`` (a script and
+wrote, read back), ``compare`` (``torch.allclose`` on fingerprints; where a hung process waits), ``equivalence``,
+``distributed`` and ``exactness`` (records -> checks; ``exactness`` compares the N-process run, in exact mode, with
+the original step by step), ``report`` (the frozen report and its JSON), ``workspace`` (a script and
 its local modules, converted and written out), ``verification`` (the whole sequence).
 """
 

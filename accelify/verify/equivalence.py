@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from accelify.verify.compare import allclose, step_difference, waiting_at
+from accelify.verify.exactness import frozen_optimizer
 from accelify.verify.records import Backward, ProcessRecord
 from accelify.verify.report import FAILED, PASSED, SKIPPED, CheckResult, VerifyOptions
 from accelify.verify.runner import RunOutcome
@@ -90,7 +91,9 @@ def _same_losses(original: ProcessRecord, converted: ProcessRecord, options: Ver
         if not allclose([theirs.loss], [mine.loss], options.rtol, options.atol):
             detail = (f"backward {mine.n}: the converted script's loss is {theirs.loss:.6g}, the original's "
                       f"{mine.loss:.6g} ({tolerance})")
-            return CheckResult(name, STAGE, FAILED, detail, _loss_meaning(pairs[index:] if index == 0 else []))
+            frozen = frozen_optimizer(converted.steps, original.steps)
+            meaning = "in the converted script " + frozen if frozen else _loss_meaning(pairs[index:] if index == 0 else [])
+            return CheckResult(name, STAGE, FAILED, detail, meaning)
     if len(original.backwards) != len(converted.backwards):
         detail = (f"the converted script called backward {len(converted.backwards)} times, the original "
                   f"{len(original.backwards)}")
@@ -124,7 +127,9 @@ def _same_parameters(original: ProcessRecord, converted: ProcessRecord, options:
         if difference is not None:
             detail = (f"after step {mine.n} (optimizer {mine.optimizer}), {difference.what} differs from the "
                       f"original's {difference.how} ({tolerance})")
+            frozen = frozen_optimizer(converted.steps, original.steps)
             return CheckResult(name, STAGE, FAILED, detail,
+                               "in the converted script " + frozen if frozen else
                                "on one process the converted script updates the weights differently from the "
                                "original (the optimizer, the learning rate, clipping or the gradients changed)")
     if len(original.steps) != len(converted.steps):

@@ -40,6 +40,7 @@ class Parameter:
     sampled: bool
     grad: bool  # it had a gradient at this step (it was trained)
     wrapper: int | str | None  # index of the DDP wrapper holding it, "sharded" (FSDP2 DTensor), or None
+    grads: tuple[float, ...] = ()  # up to 1024 evenly spaced values of its gradient at this step
 
     def describe(self, index: int) -> str:
         """``parameter 2 (64x20)``."""
@@ -91,6 +92,34 @@ class Step:
     wrappers: tuple[Wrapper, ...]
     loaders: Mapping[str, Loader]
     backwards: int
+    name: str | None = None  # the optimizer's variable in the script
+    model: str | None = None  # the variable of the model holding its first parameter
+    lrs: tuple[float | None, ...] = ()  # learning rate of each param group after the step
+    inexact: tuple[str, ...] = ()  # exact mode: why this step is not comparable with the original's
+
+    @property
+    def label(self) -> str:
+        """```optimizer_G``` or ``optimizer 1``: how messages name the optimizer."""
+        return f"`{self.name}`" if self.name else f"optimizer {self.optimizer}"
+
+
+@dataclass(frozen=True)
+class SchedulerCall:
+    """Exact mode: a call of a prepared scheduler's ``step()``, with the optimizer steps and epochs before it."""
+
+    name: str | None
+    steps: int
+    epochs: int
+
+
+@dataclass(frozen=True)
+class BatchMark:
+    """Exact mode: the sum of every number of one whole batch a prepared loader yielded on this process."""
+
+    loader: int  # the loader's order of preparation
+    epoch: int
+    index: int
+    total: float
 
 
 @dataclass(frozen=True)
@@ -106,6 +135,8 @@ class ProcessRecord:
     exited: bool = False  # the interpreter exited (after the script ended or raised)
     error: str | None = None  # the uncaught exception, ``Type: message``
     hook_errors: tuple[str, ...] = ()
+    schedulers: tuple[SchedulerCall, ...] = ()
+    batches: tuple[BatchMark, ...] = ()
     stack: str = field(default="", repr=False)  # Python stacks dumped when the run was ended at the timeout
 
     @property
@@ -149,6 +180,8 @@ def _read(path: Path, rank: int, pid: int) -> ProcessRecord:
     backwards: list[Backward] = []
     steps: list[Step] = []
     hook_errors: list[str] = []
+    schedulers: list[SchedulerCall] = []
+    batches: list[BatchMark] = []
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
             event = json.loads(line)
@@ -170,18 +203,23 @@ def _read(path: Path, rank: int, pid: int) -> ProcessRecord:
             fields["exited"] = True
         elif kind == "error":
             fields["error"] = str(event.get("error"))
+        elif kind == "scheduler":
+            schedulers.append(SchedulerCall(event.get("name"), int(event["steps"]), int(event["epochs"])))
+        elif kind == "batch":
+            batches.append(BatchMark(int(event["loader"]), int(event["epoch"]), int(event["index"]),
+                                     float(event["sum"])))
         elif kind == "hook_error":
             hook_errors.append(str(event.get("traceback") or event.get("error")))
     stack_path = path.with_suffix(".stack")
     stack = stack_path.read_text(encoding="utf-8", errors="replace") if stack_path.exists() else ""
     return ProcessRecord(backwards=tuple(backwards), steps=tuple(steps), hook_errors=tuple(hook_errors),
-                         stack=stack, **fields)
+                         schedulers=tuple(schedulers), batches=tuple(batches), stack=stack, **fields)
 
 
 def _step(event: Mapping[str, Any]) -> Step:
     params = tuple(
         Parameter(tuple(p["shape"]), int(p["numel"]), float(p["sum"]), tuple(p["values"]), bool(p["sampled"]),
-                  bool(p["grad"]), p.get("wrapper"))
+                  bool(p["grad"]), p.get("wrapper"), tuple(p.get("grads", ())))
         for p in event.get("params", ())
     )
     group = Group(**event.get("group", {"initialized": False}))
@@ -194,4 +232,5 @@ def _step(event: Mapping[str, Any]) -> Step:
         for key, info in event.get("loaders", {}).items()
     }
     return Step(int(event["n"]), int(event["optimizer"]), params, group, wrappers, loaders,
-                int(event.get("backwards", 0)))
+                int(event.get("backwards", 0)), event.get("name"), event.get("model"),
+                tuple(event.get("lrs", ())), tuple(event.get("inexact", ())))

@@ -59,6 +59,7 @@ class RunSpec:
     seed: int = 0
     timeout: float = 300.0
     module: bool = False
+    exact: bool = False  # exact mode (hook/accelify_verify_exact.py): split batches, per-process seeds
 
     @property
     def record_prefix(self) -> Path:
@@ -106,6 +107,8 @@ def run_environment(spec: RunSpec, base: Mapping[str, str] | None = None) -> dic
     env[recorder.ENV_SEED] = str(spec.seed)
     env[recorder.ENV_PROCESSES] = str(spec.processes)
     env[recorder.ENV_ROOT] = str(spec.folder)
+    if spec.exact:
+        env[recorder.ENV_EXACT] = "1"
     return env
 
 

@@ -1,7 +1,9 @@
 """``verify_script`` / ``verify_files``: convert, run, check, and return a frozen :class:`VerifyReport`.
 
 The order of work: convert (unless a conversion is given); run the original and the conversion on one process each
-(side by side), then the conversion on N processes; turn the records into checks. Each run has its own folder in a
+(side by side), then the conversion on N processes in exact mode (they share the original's batches); turn the
+records into checks: one process against the original, the N processes among themselves, and the N processes
+against the original step by step (``exactness``). Each run has its own folder in a
 temporary working directory that is removed at the end; the report keeps what each process printed.
 """
 
@@ -15,6 +17,7 @@ from pathlib import Path
 from accelify.verify.deadlocks import deadlock_check
 from accelify.verify.distributed import distributed_checks, skipped_distributed_checks
 from accelify.verify.equivalence import one_process_checks, skipped_one_process_checks
+from accelify.verify.exactness import exact_checks, skipped_exact_checks
 from accelify.verify.report import FAILED, PASSED, SKIPPED, CheckResult, RunSummary, VerifyOptions, VerifyReport
 from accelify.verify.runner import Launcher, RunOutcome, RunSpec
 from accelify.verify.workspace import ScriptFiles, as_program, convert_files, stage
@@ -79,12 +82,14 @@ def verify_files(
             reason = "nothing was converted" if conversion.status == SKIPPED else "the conversion failed"
             checks += skipped_one_process_checks(reason)
             checks += skipped_distributed_checks(reason, options.processes)
+            checks += skipped_exact_checks(reason, options.processes)
         else:
             with tempfile.TemporaryDirectory(prefix="accelify-verify-") as workdir:
                 runs = _run_all(Path(workdir), original, converted, options, launcher, concurrent)
                 first, second, distributed = runs  # judged while the files exist: a hang names their lines
                 checks += one_process_checks(first, second, options)
                 checks += distributed_checks(distributed, second, options)
+                checks += exact_checks(distributed, first, options)
     finally:
         if own_launcher:
             launcher.close()
@@ -117,7 +122,7 @@ def _run_all(workdir: Path, original: ScriptFiles, converted: ScriptFiles, optio
         folder = stage(files, workdir / label)
         specs.append(RunSpec(label=label, folder=folder, target=files.name, logs=workdir / "logs" / label,
                              args=options.args, processes=processes, steps=options.steps, seed=options.seed,
-                             timeout=options.timeout))
+                             timeout=options.timeout, exact=processes > 1))
     if concurrent:
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="accelify-verify") as pool:
             alone = list(pool.map(launcher.run, specs[:2]))

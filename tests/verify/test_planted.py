@@ -1,13 +1,14 @@
 """Wrong conversions are caught: ``accelify verify`` fails every planted one with the right verdict.
 
 Each ``tests/verify/planted/<name>/`` holds an ``original.py``, a ``converted.py`` that is wrong in one way, and
-``case.toml`` naming the check that must fail first, with words its detail and its meaning must contain.
+``case.toml`` naming the check that must fail first, with words its detail and its meaning must contain; the right
+conversion, ``right.py`` where the case has one, must verify.
 """
 
 from __future__ import annotations
 
 import pytest
-from corpus_cases import PLANTED_IDS, PlantedCase
+from corpus_cases import PLANTED_IDS, RIGHT_IDS, PlantedCase
 from verification_pool import VerificationPool
 
 from accelify.verify.report import FAILED, PASSED
@@ -29,12 +30,19 @@ def test_planted_wrong_conversion_fails_with_its_verdict(verification_pool: Veri
     assert not report.passed
 
 
+@pytest.mark.parametrize("planted", RIGHT_IDS)
+def test_right_conversion_of_planted_case_verifies(verification_pool: VerificationPool, planted: str) -> None:
+    report = verification_pool.planted_right(planted)
+    summary = "\n".join(f"{c.stage}: {c.name}: {c.status}: {c.detail}" for c in report.checks)
+    assert report.passed, f"planted/{planted}/right.py: {report.verdict}\n{summary}"
+
+
 def test_every_planted_case_fails_in_its_own_check() -> None:
     """The planted corpus covers each distributed failure verify names, and the one-process comparison (a hang is
     caught first by the static check; the run's own hang check is tested below, on the same case)."""
     checks = {PlantedCase.load(name).check for name in PLANTED_IDS}
     assert {"same losses", "one process group", "model wrapped", "data sharded", "parameters agree",
-            "no latent deadlock"} <= checks
+            "no latent deadlock", "same data", "same schedule"} <= checks
 
 
 def test_a_hang_names_where_each_process_waits_and_keeps_their_stacks(verification_pool: VerificationPool) -> None:

@@ -14,18 +14,24 @@ through these variables:
 ``ACCELIFY_VERIFY_PROCESSES``  processes in the run; with more than one only torchrun's workers (``RANK`` set)
                                record, not its agent
 ``ACCELIFY_VERIFY_ROOT``       folder of the script and its local modules: loops are named ``file:line`` from it
+``ACCELIFY_VERIFY_EXACT``      1: exact mode (``accelify_verify_exact.py``): per-process seeds, split batches
 
 The record is one JSON object per line, written as it happens:
 
 ``start``     pid, parent pid, rank
 ``backward``  the value of the loss handed to ``torch.autograd.backward`` (``loss.backward()``,
               ``accelerator.backward(loss)``), the data loader that yielded the last batch, the process group
-``step``      after each optimizer step (a global step post-hook): a fingerprint of every parameter of that
-              optimizer (all values up to a per-tensor budget, evenly spaced ones beyond, and the exact sum),
+``step``      after each optimizer step (a global step post-hook): the optimizer's name in the script (the
+              variable bound to it in a calling frame) and the learning rate of each of its param groups, the
+              name of the model holding its first parameter, a fingerprint of every parameter of that
+              optimizer (all values up to a per-tensor budget, evenly spaced ones beyond, and the exact sum,
+              with up to ``GRADS_PER_TENSOR`` gradient values), in exact mode why the step is not comparable,
               whether each is owned by a DistributedDataParallel wrapper or sharded (DTensor), the wrappers and
               how often their forward ran, the process group joined, and every iterated data loader
               (iteration site, batches per epoch, samples in its first batch, batches drawn, whether a backward
               followed its batches)
+``scheduler`` (exact mode) a prepared scheduler's ``step()`` call: its name, optimizer steps and epochs before it
+``batch``     (exact mode) the sum of every number of one of the first batches of a prepared loader, per epoch
 ``error``     the script raised an exception it did not catch (written by ``sys.excepthook``)
 ``stop``      the step limit was reached: the process ends with exit code 0 right after writing it
 ``exit``      the interpreter is exiting normally
@@ -54,10 +60,12 @@ ENV_STEPS = "ACCELIFY_VERIFY_STEPS"
 ENV_SEED = "ACCELIFY_VERIFY_SEED"
 ENV_PROCESSES = "ACCELIFY_VERIFY_PROCESSES"
 ENV_ROOT = "ACCELIFY_VERIFY_ROOT"
+ENV_EXACT = "ACCELIFY_VERIFY_EXACT"
 
 STACK_SIGNAL = signal.SIGUSR1
 VALUES_PER_TENSOR = 4096  # fingerprint budget per parameter tensor ...
 VALUES_PER_STEP = 1 << 18  # ... and per step, shared between the tensors of a large model
+GRADS_PER_TENSOR = 1024  # gradient values recorded per parameter tensor (evenly spaced)
 PEER_WAIT = 30.0  # seconds a process at the step limit waits for the others of its group
 
 _recorder: "_Recorder | None" = None
@@ -80,6 +88,7 @@ def install_from_environment() -> bool:
         steps=int(os.environ.get(ENV_STEPS, "0") or 0),
         seed=int(os.environ.get(ENV_SEED, "0") or 0),
         root=os.environ.get(ENV_ROOT) or os.getcwd(),
+        exact=os.environ.get(ENV_EXACT, "") not in ("", "0"),
     )
     _recorder.start()
     return True
@@ -88,10 +97,16 @@ def install_from_environment() -> bool:
 class _Recorder:
     """The per-process recording state; all torch patches call into the one instance."""
 
-    def __init__(self, *, prefix: str, rank: int, steps: int, seed: int, root: str) -> None:
+    def __init__(self, *, prefix: str, rank: int, steps: int, seed: int, root: str, exact: bool = False) -> None:
         self.prefix = f"{prefix}.rank{rank}.pid{os.getpid()}"
         self.rank = rank
         self.limit = steps
+        self.exact: Any = None  # the ExactMode, once torch is imported (exact mode only)
+        self.exact_asked = exact
+        if exact:
+            from accelify_verify_exact import rank_seed
+
+            seed = rank_seed(seed, rank)
         self.seed = seed
         self.root = os.path.join(os.path.realpath(root), "")
         self.active = True
@@ -211,6 +226,21 @@ class _Recorder:
         self.site_objects: dict[str, Any] = {}  # iteration site -> WeakIdKeyDictionary(loader -> ordinal)
         self.batches_per_epoch, self.leading_size = batches_per_epoch, leading_size
         patch_torch(torch, self)
+        self.names: Any = WeakIdKeyDictionary()  # object -> its variable name in the script (None: not found)
+        self.models: Any = WeakIdKeyDictionary()  # optimizer -> name of the model holding its first parameter
+        if self.exact_asked:
+            import accelify_verify_exact as exact
+
+            from accelify_verify_patches import AfterImport
+
+            self.exact = exact.ExactMode(self)
+            exact.patch_torch(torch, self.exact)
+            patch_runtime = self._reporting(lambda module: exact.patch_runtime(module, self.exact))
+            name = "accelify.runtime.prepare"
+            if name in sys.modules:
+                patch_runtime(sys.modules[name])
+            else:
+                sys.meta_path.insert(0, AfterImport({name: patch_runtime}))
 
     # -- events ------------------------------------------------------------------------------------------------
     def on_backward(self, tensors: Any) -> None:
@@ -264,6 +294,7 @@ class _Recorder:
                                             "batch": None, "training": False}
             info["iterations"] += 1
             info["current"] = 0
+            info["split"] = getattr(loader, "_accelify_verify_split", 1)  # exact mode: a share of each batch
             info["len"] = self.batches_per_epoch(loader)
         return key
 
@@ -274,7 +305,9 @@ class _Recorder:
                 info["draws"] += 1
                 info["current"] += 1
                 if info["batch"] is None:
-                    info["batch"] = self.leading_size(batch, self.torch.Tensor)
+                    rows = self.leading_size(batch, self.torch.Tensor)
+                    split = info.get("split", 1)
+                    info["batch"] = -(-rows // split) if rows is not None and split > 1 else rows
             self.last_loader = key
 
     def on_epoch_end(self, key: str) -> None:
@@ -287,6 +320,7 @@ class _Recorder:
     def on_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if not self.active:
             return
+        from accelify_verify_names import number
         with self.lock:
             index = self.optimizers.get(optimizer)
             if index is None:
@@ -298,6 +332,10 @@ class _Recorder:
                 "event": "step",
                 "n": self.steps,
                 "optimizer": index,
+                "name": self.name_of(optimizer),
+                "model": self._model_name(optimizer, params),
+                "lrs": [number(group.get("lr")) for group in optimizer.param_groups],
+                "inexact": self.exact.take_inexact() if self.exact is not None else [],
                 "params": [self._parameter(p, budget) for p in params],
                 "group": self._group(),
                 "wrappers": sorted((dict(w) for w in self.wrappers.values()), key=lambda w: w["index"]),
@@ -322,6 +360,13 @@ class _Recorder:
             sample = flat.index_select(0, index)
         else:
             sample = flat
+        grads: list[float] = []
+        if parameter.grad is not None and type(parameter.grad).__name__ != "DTensor":
+            grad = parameter.grad.detach().reshape(-1)
+            if grad.numel() > GRADS_PER_TENSOR:
+                grad = grad.index_select(0, torch.linspace(0, count - 1, GRADS_PER_TENSOR,
+                                                           device=grad.device).round().long())
+            grads = grad.double().cpu().tolist()
         owner = "sharded" if sharded else self.owner.get(parameter)
         return {
             "shape": list(parameter.shape),
@@ -330,6 +375,7 @@ class _Recorder:
             "values": sample.double().cpu().tolist(),
             "sampled": count > budget,
             "grad": parameter.grad is not None,
+            "grads": grads,
             "wrapper": owner,
         }
 
@@ -340,15 +386,45 @@ class _Recorder:
         return {"initialized": True, "world_size": dist.get_world_size(), "rank": dist.get_rank(),
                 "backend": str(dist.get_backend())}
 
+    def training_epochs(self) -> int:
+        """Epochs run to their end so far by the loaders whose batches fed a backward."""
+        with self.lock:
+            return sum(len(info["epoch_draws"]) for info in self.loaders.values() if info["training"])
+
+    def name_of(self, target: Any) -> str | None:
+        """The name a frame of the script binds to ``target`` (or to a wrapper of it), looked up once per object."""
+        from accelify_verify_names import bound_name
+
+        try:
+            if target in self.names:
+                return self.names[target]
+        except TypeError:
+            return None
+        found = self.names[target] = bound_name(sys._getframe(1), target, self._relative)
+        return found
+
+    def _model_name(self, optimizer: Any, params: list[Any]) -> str | None:
+        """The name of the module (or its wrapper) in the script holding the optimizer's first parameter."""
+        from accelify_verify_names import model_name
+
+        if optimizer not in self.models:
+            self.models[optimizer] = model_name(sys._getframe(1), params[0], self._relative, self.torch.nn.Module) \
+                if params else None
+        return self.models[optimizer]
+
+    def _relative(self, filename: str) -> str | None:
+        relative = self._paths.get(filename, "")
+        if relative == "":
+            real = os.path.realpath(filename) if not filename.startswith("<") else ""
+            relative = self._paths[filename] = real[len(self.root):] if real.startswith(self.root) else None
+        return relative
+
     def _site(self, frame: Any) -> str:
         """``file:line`` of the innermost frame in the script's folder (the loop that iterates the loader)."""
         while frame is not None:
-            filename = frame.f_code.co_filename
-            relative = self._paths.get(filename, "")
-            if relative == "":
-                real = os.path.realpath(filename) if not filename.startswith("<") else ""
-                relative = self._paths[filename] = real[len(self.root):] if real.startswith(self.root) else None
+            relative = self._relative(frame.f_code.co_filename)
             if relative:
                 return f"{relative}:{frame.f_lineno}"
             frame = frame.f_back
         return "<outside the script>"
+

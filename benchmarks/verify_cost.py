@@ -1,0 +1,93 @@
+"""What ``accelify verify`` costs against the script's own run: wall time of verify / wall time of ``python train.py``.
+
+The script is a small MLP regression on synthetic data whose epochs are set so that its own run takes about
+``--seconds`` (default 30) on this machine. Verify converts it and runs it as a user would (fresh interpreters: the
+original and the conversion on one process side by side, then the conversion on 2 processes through
+torch.distributed.run, in exact mode) to the script's end (``steps=0``). Target: a ratio of at most 4.
+
+    python benchmarks/verify_cost.py [--seconds 30] [--reps 1]
+
+The ratio depends on free cores: the two one-process runs share the machine, and the 2-process run needs 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from accelify.verify import VerifyOptions, verify_script
+
+SCRIPT = '''
+import sys
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main(epochs):
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(4096, 64, generator=g)
+    y = torch.tanh(x @ torch.randn(64, 1, generator=g))
+    loader = DataLoader(TensorDataset(x, y), batch_size=64, shuffle=True)
+    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 1))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for epoch in range(epochs):
+        total = 0.0
+        for inputs, targets in loader:
+            optimizer.zero_grad()
+            loss = nn.functional.mse_loss(model(inputs), targets)
+            loss.backward()
+            optimizer.step()
+            total += loss.item()
+        print(f"epoch {epoch} loss {total / len(loader):.6f}")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))
+'''
+
+
+def plain_run(script: Path, epochs: int) -> float:
+    """Seconds of ``python train.py EPOCHS``, torch's import included (as the user's own run pays it)."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, str(script), str(epochs)], check=True, cwd=script.parent,
+                   stdout=subprocess.DEVNULL, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin",
+                                                   "CUDA_VISIBLE_DEVICES": ""})
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=30.0, help="about how long the script's own run takes")
+    parser.add_argument("--reps", type=int, default=1)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="accelify-verify-cost-") as folder:
+        script = Path(folder) / "train.py"
+        script.write_text(SCRIPT, encoding="utf-8")
+        base = plain_run(script, 0)  # interpreter and torch import
+        epochs, seconds = 1, plain_run(script, 1)
+        while seconds - base < min(3.0, args.seconds / 3) and epochs < 4096:  # long enough to time an epoch
+            epochs *= 2
+            seconds = plain_run(script, epochs)
+        per_epoch = max((seconds - base) / epochs, 1e-3)
+        epochs = max(1, round((args.seconds - base) / per_epoch))
+        ratios = []
+        for _ in range(args.reps):
+            own = plain_run(script, epochs)
+            start = time.perf_counter()
+            report = verify_script(script, options=VerifyOptions(steps=0, timeout=max(600.0, 20 * own),
+                                                                 args=(str(epochs),)))
+            cost = time.perf_counter() - start
+            ratios.append(cost / own)
+            print(f"epochs {epochs}: script {own:.1f} s, verify {cost:.1f} s ({report.verdict[:60]})", flush=True)
+        print(f"verify / script: {statistics.median(ratios):.2f} (target <= 4)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""The exact checks on hand-made records: each failure names the first step, the quantity and a cause."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from accelify.verify.exactness import exact_checks, frozen_optimizer, per_epoch_scheduler, tolerance
+from accelify.verify.records import BatchMark, Group, Parameter, ProcessRecord, SchedulerCall, Step
+from accelify.verify.report import FAILED, PASSED, SKIPPED, CheckResult, VerifyOptions
+from accelify.verify.runner import RunOutcome, RunSpec
+
+OPTIONS = VerifyOptions(steps=0, processes=2, timeout=30)
+
+
+def parameter(values: list[float], grads: list[float] = (), wrapper: int | None = 0) -> Parameter:
+    return Parameter((len(values),), len(values), sum(values), tuple(values), False, True, wrapper, tuple(grads))
+
+
+def step(n: int, values: list[float], *, grads: list[float] = (1.0, 2.0), lr: float = 0.1, optimizer: int = 0,
+         name: str = "optimizer", wrapper: int | None = 0, inexact: tuple[str, ...] = ()) -> Step:
+    return Step(n, optimizer, (parameter(values, list(grads), wrapper),), Group(True, 2, 0, "gloo"), (), {}, n,
+                name, "model", (lr,), inexact)
+
+
+def record(rank: int, steps: list[Step], **fields: object) -> ProcessRecord:
+    batches = fields.pop("batches", (BatchMark(0, 0, 0, 1.5),))
+    return ProcessRecord(rank=rank, pid=100 + rank, ppid=1, steps=tuple(steps), stopped=True,
+                         batches=batches, **fields)  # type: ignore[arg-type]
+
+
+def outcome(records: list[ProcessRecord]) -> RunOutcome:
+    folder = Path("/nowhere")
+    spec = RunSpec("run", folder, "train.py", folder / "logs", processes=len(records))
+    return RunOutcome(spec, 0, False, 1.0, ("",) * len(records), ("",) * len(records), tuple(records))
+
+
+def judged(original: list[Step], ranks: list[ProcessRecord]) -> dict[str, CheckResult]:
+    checks = exact_checks(outcome(ranks), outcome([record(0, original)]), OPTIONS)
+    return {c.name: c for c in checks}
+
+
+def moving(count: int, **kwargs: object) -> list[Step]:
+    return [step(i + 1, [1.0 - 0.1 * i, 2.0 + 0.1 * i], **kwargs) for i in range(count)]  # type: ignore[arg-type]
+
+
+def test_the_original_steps_on_n_processes_pass_every_exact_check() -> None:
+    checks = judged(moving(4), [record(0, moving(4)), record(1, moving(4))])
+    assert {c.status for c in checks.values()} == {PASSED}, checks
+
+
+def test_a_batch_that_differs_between_processes_is_data_drawn_per_process() -> None:
+    other = record(1, moving(4), batches=(BatchMark(0, 0, 0, 7.25),))
+    check = judged(moving(4), [record(0, moving(4)), other])["same data"]
+    assert check.status == FAILED and "batch 1 of epoch 1" in check.detail and "own data" in check.meaning
+
+
+def test_a_prepared_scheduler_called_once_per_epoch_is_named() -> None:
+    calls = (SchedulerCall("scheduler", 4, 1), SchedulerCall("scheduler", 8, 2))
+    assert per_epoch_scheduler(record(0, moving(8), schedulers=calls)) == ("scheduler", 2, 8)
+    per_batch = tuple(SchedulerCall("scheduler", i, i // 4) for i in range(1, 9))
+    assert per_epoch_scheduler(record(0, moving(8), schedulers=per_batch)) is None
+    check = judged(moving(8), [record(0, moving(8), schedulers=calls), record(1, moving(8))])["same schedule"]
+    assert check.status == FAILED and "moved 2 steps per call" in check.meaning and "`scheduler`" in check.detail
+
+
+def test_a_learning_rate_that_differs_names_the_step() -> None:
+    scaled = moving(3)
+    scaled[1] = replace(scaled[1], lrs=(0.2,))
+    check = judged(moving(3), [record(0, scaled), record(1, scaled)])["same schedule"]
+    assert check.status == FAILED and "after step 2" in check.detail and "0.2" in check.detail
+
+
+def test_an_optimizer_that_never_moves_its_parameters_is_named() -> None:
+    frozen = [step(i + 1, [1.0, 2.0], name="optimizer_G") for i in range(3)]
+    assert "`optimizer_G` stepped 3 times and its parameters never changed" in frozen_optimizer(
+        tuple(frozen), tuple(moving(3)))
+    check = judged(moving(3), [record(0, frozen), record(1, frozen)])["parameters train"]
+    assert check.status == FAILED and "never changed" in check.detail
+
+
+def test_gradients_at_one_nth_name_a_summed_loss() -> None:
+    halved = moving(2, grads=(0.5, 1.0))
+    halved[0] = step(1, [1.5, 2.5], grads=(0.5, 1.0))
+    check = judged(moving(2), [record(0, halved), record(1, halved)])["same as original"]
+    assert check.status == FAILED and "after step 1" in check.detail and "1/2 of the original's" in check.meaning
+
+
+def test_a_parameter_outside_ddp_names_its_model() -> None:
+    outside = [replace(s, params=(replace(s.params[0], wrapper=None),)) for s in moving(2)]
+    outside[0] = replace(outside[0], params=(parameter([9.0, 9.0], [1.0, 2.0], None),))
+    check = judged(moving(2), [record(0, outside), record(1, outside)])["same as original"]
+    assert check.status == FAILED and "`model` was trained outside the prepared model" in check.meaning
+
+
+def test_an_inexact_step_ends_the_comparison_and_says_why() -> None:
+    later = moving(3)
+    later[1] = replace(later[1], inexact=("BatchNorm statistics over a shard",), params=(parameter([5.0, 5.0]),))
+    check = judged(moving(3), [record(0, later), record(1, later)])["same as original"]
+    assert check.status == PASSED and "not exact from step 2 on: BatchNorm" in check.detail
+
+
+def test_without_a_prepared_loader_the_steps_are_not_compared() -> None:
+    checks = judged(moving(3), [record(0, moving(2), batches=()), record(1, moving(2), batches=())])
+    assert checks["same data"].status == SKIPPED and checks["same as original"].status == SKIPPED
+
+
+def test_the_tolerance_is_tight_up_to_the_horizon_then_grows() -> None:
+    assert tolerance(1) == tolerance(8) == (1e-4, 1e-6)
+    assert tolerance(16) == pytest.approx((2e-4, 2e-6)) and tolerance(10_000) == pytest.approx((1e-2, 1e-4))
