@@ -86,7 +86,10 @@ def _convert(
                             notebook=notebook, packages=packages)
         new = (outcome.code if outcome.code is not None else outcome.module.code) if outcome.status == CONVERTED else code
         if outcome.status == CONVERTED:
-            _check_output(new, path, entry=True)
+            # the accelerator may be created in a local module the conversion changed (a trainer class's ``run()``
+            # in a package): converting the script again then finds nothing left to do there either
+            elsewhere = any("Accelerator(" in (c.code or "") for c in outcome.companions)
+            _check_output(new, path, entry=not elsewhere)
         companions = _companions(outcome, modules)
     except Exception as error:  # a bug in a rule must not take the other files down
         detail = "".join(traceback.format_exception(error))

@@ -16,6 +16,8 @@ whether a statement runs after the accelerator exists reads ``anchor``.
 
 from __future__ import annotations
 
+import copy
+
 import libcst as cst
 import libcst.matchers as m
 
@@ -97,6 +99,7 @@ class Creation:
         depends: list[cst.BaseExpression] = [flag] if flag is not None else []
         depends += [a.value for a in options]
         if amp is not None and amp.argument() is not None:
+            amp = self._seen_from(home, amp)
             arguments.append(amp.argument())  # type: ignore[arg-type]
             depends += [e for e in (amp.precision, amp.enabled) if e is not None]
         accumulation = plan.analysis(find_accumulation)
@@ -114,6 +117,33 @@ class Creation:
         self.block = block
         self.index, self.after = self._position(home, block, depends)
         self.late = self._late(home, block, self.index, depends)
+
+    def _seen_from(self, home: Scope, amp: "Amp") -> "Amp":
+        """``amp`` with its on/off flag as ``home`` sees it: a parameter of the function that trains
+        (``train_model(..., amp=False)``, ``enabled=amp and torch.cuda.is_available()``) becomes what every call in
+        ``home`` passes for it (``args.amp``)."""
+        enabled = amp.enabled
+        if enabled is None:
+            return amp
+        where = next((s.scope for s in amp.autocasts), None) or next((b.where for b in amp.scalers), None)
+        function = where
+        while function is not None and function.kind != "function":
+            function = function.parent
+        if function is None or function is home:
+            return amp
+        names = {n.value for n in m.findall(enabled, m.Name()) if n.value in function.param_names}  # type: ignore[union-attr]
+        calls = [c for c in self.plan.call_sites(function) if c.scope is home]
+        if not names or not calls:
+            return amp
+        passed: dict[str, cst.BaseExpression] = {}
+        for name in names:
+            args = [self.plan.arg_for(c, function, name) for c in calls]
+            if any(a is None for a in args) or len({code_of(a.value) for a in args}) != 1:  # type: ignore[union-attr]
+                return amp
+            passed[name] = args[0].value  # type: ignore[union-attr]
+        seen = copy.copy(amp)
+        seen.enabled = enabled.visit(_Passed(passed))  # type: ignore[assignment]
+        return seen
 
     def _cpu_flag(self, home: Scope) -> cst.BaseExpression | None:
         """``cpu=...`` from the device expression, following ``use_cuda``/``args.cuda`` style flags."""
@@ -282,3 +312,20 @@ def _assigned(block: cst.BaseSuite, key: str) -> cst.BaseExpression | None:
         if isinstance(small, cst.Assign) and any(dotted(t.target) == key for t in small.targets)
     ]
     return values[0] if len(values) == 1 else None
+
+
+class _Passed(cst.CSTTransformer):
+    """Each parameter name replaced by the expression its callers pass for it."""
+
+    def __init__(self, passed: dict[str, cst.BaseExpression]) -> None:
+        super().__init__()
+        self.passed = passed
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+        return self.passed.get(original.value, updated)
+
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.Attribute:
+        return updated.with_changes(attr=original.attr)  # ``x.amp``: an attribute, not the parameter
+
+    def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg:
+        return updated.with_changes(keyword=original.keyword)  # ``f(amp=...)``: a keyword, not the parameter

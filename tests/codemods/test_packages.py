@@ -141,3 +141,33 @@ def test_an_imported_modules_own_main_block_does_not_decide_the_conversion(tmp_p
     result = convert_path(tmp_path / "train.py")
     assert result.status == "converted" and not result.warnings, result.warnings
     assert not any(c.changed for c in result.companions)
+
+
+def test_a_trainer_whose_loop_is_a_while_loop_out_of_reach_is_refused_naming_it(tmp_path: Path) -> None:
+    """minGPT's layout: ``Trainer.run`` builds its optimizer and loader and trains in ``while True:``; what the script
+    builds is not what trains, and the loop cannot get the accelerator: refused at the loop's backward, never a
+    conversion that prepares the optimizer alone (or an internal error)."""
+    trainer = (
+        "import torch\nfrom torch.utils.data import DataLoader\n\n\nclass Trainer:\n"
+        "    def __init__(self, model, dataset, max_iters):\n        self.model = model\n"
+        "        self.dataset = dataset\n        self.max_iters = max_iters\n\n    def run(self):\n"
+        "        optimizer = self.model.configure_optimizers()\n"
+        "        loader = DataLoader(self.dataset, batch_size=4, shuffle=True)\n        it = 0\n"
+        "        while True:\n            for x, y in loader:\n"
+        "                loss = torch.nn.functional.mse_loss(self.model(x), y)\n"
+        "                self.model.zero_grad()\n                loss.backward()\n                optimizer.step()\n"
+        "                it += 1\n            if it >= self.max_iters:\n                break\n"
+    )
+    model = ("import torch\n\n\nclass Net(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+             "        self.fc = torch.nn.Linear(2, 1)\n\n    def forward(self, x):\n        return self.fc(x)\n\n"
+             "    def configure_optimizers(self):\n        return torch.optim.AdamW(self.parameters(), lr=1e-3)\n")
+    script = ("import torch\nfrom torch.utils.data import TensorDataset\nfrom minilib.model import Net\n"
+              "from minilib.trainer import Trainer\n\nif __name__ == \"__main__\":\n"
+              "    trainer = Trainer(Net(), TensorDataset(torch.randn(16, 2), torch.randn(16, 1)), max_iters=8)\n"
+              "    trainer.run()\n")
+    _write(tmp_path, {"chargpt.py": script, "minilib/__init__.py": "", "minilib/model.py": model,
+                      "minilib/trainer.py": trainer})
+    result = convert_path(tmp_path / "chargpt.py")
+    assert result.status == "attention", (result.status, result.error, result.warnings)
+    every = [w for part in (result, *result.companions) for w in part.warnings]
+    assert any(w.code in ("ACC009", "ACC012") and w.path.endswith("minilib/trainer.py") for w in every), every

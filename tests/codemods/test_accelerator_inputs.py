@@ -1,0 +1,46 @@
+"""The accelerator's arguments as the place it is created sees them (issue 23 class 10)."""
+
+from __future__ import annotations
+
+from accelify.pipeline import convert_source
+
+UNET_LIKE = """\
+import argparse
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train_model(model, device, epochs=1, amp=False):
+    loader = DataLoader(TensorDataset(torch.randn(16, 2), torch.randn(16, 1)), batch_size=4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.cuda.amp.GradScaler(enabled=amp)
+    for epoch in range(epochs):
+        for x, y in loader:
+            with torch.autocast(device.type, enabled=amp):
+                loss = torch.nn.functional.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--amp", action="store_true")
+    args = parser.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = torch.nn.Linear(2, 1).to(device)
+    train_model(model, device, epochs=2, amp=args.amp)
+"""
+
+
+def test_a_flag_passed_to_the_training_function_is_read_where_the_accelerator_is_created() -> None:
+    """``enabled=amp`` is ``train_model``'s parameter; the accelerator goes in the ``__main__`` block that calls it,
+    where the flag is ``args.amp``: it reads ``args.amp``, after ``args`` exists (a NameError before)."""
+    result = convert_source(UNET_LIKE)
+    assert result.status == "converted", [w.format() for w in result.warnings]
+    lines = result.new.splitlines()
+    created = next(i for i, line in enumerate(lines) if "Accelerator(" in line and "import" not in line)
+    assert 'mixed_precision="fp16" if args.amp' in lines[created]
+    assert created > next(i for i, line in enumerate(lines) if line.strip().startswith("args = "))
+    compile(result.new, "train.py", "exec")
