@@ -33,6 +33,10 @@ WRITERS = {
 }
 WRITE_MODES = ("w", "a", "x")
 # Loggers that write files of their own from every process that creates one.
+# experiment trackers: a run per process on their servers (N runs of one training), never guarded by hand here
+# (their later ``log`` calls would then fail on the other processes): reported (ACC024)
+TRACKERS = {"wandb.init", "mlflow.start_run", "neptune.init_run", "neptune.init", "comet_ml.Experiment",
+            "clearml.Task.init"}
 LOG_WRITERS = {"torch.utils.tensorboard.SummaryWriter", "tensorboardX.SummaryWriter", "torch.utils.tensorboard.writer.SummaryWriter"}
 
 
@@ -135,12 +139,17 @@ accelerator.end_training()
     def recheck(self, ctx: Context) -> None:
         """Converted code: a handle or ``SummaryWriter`` still opened on every process (ACC024)."""
         for site in ctx.facts.calls:
-            if _writes(site) and ctx.after_accelerator(site.scope, site.stmt) and _outermost_write(ctx, site) is None:
+            if site.qualname in TRACKERS:
+                _warn_tracker(ctx, site)
+            elif _writes(site) and ctx.after_accelerator(site.scope, site.stmt) and _outermost_write(ctx, site) is None:
                 _warn_kept_open(ctx, site, set())
 
     def run(self, ctx: Context) -> None:
         wrapped: set[cst.BaseStatement] = set()
         for site in ctx.facts.calls:
+            if site.qualname in TRACKERS:
+                _warn_tracker(ctx, site)
+                continue
             if not (_writes(site) and ctx.after_accelerator(site.scope, site.stmt)):
                 continue
             stmt = _outermost_write(ctx, site)
@@ -169,6 +178,17 @@ def _warn_kept_open(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement
     if not all(ctx.agreement.uniform(site.scope, a.value, stmt) for a in site.node.args):
         return  # ``SummaryWriter(f"runs/{accelerator.process_index}")``: a file of its own on each process
     target = code_of(assign.targets[0].target)
+    ctx.warn(codes.SHARED_WRITER, site.node, name=code_of(site.node.func), target=target)
+
+
+def _warn_tracker(ctx: Context, site: CallSite) -> None:
+    """``wandb.init(...)`` run by every process: N runs of one training on the tracker (ACC024), unless the script
+    already keeps it to one process."""
+    stmt = site.stmt
+    if ctx.plan.distributed.main_only(ctx.facts, stmt, site.scope) is not None or under_main_process(ctx.facts, stmt):
+        return
+    small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
+    target = code_of(small.targets[0].target) if isinstance(small, cst.Assign) and len(small.targets) == 1 else "run"
     ctx.warn(codes.SHARED_WRITER, site.node, name=code_of(site.node.func), target=target)
 
 

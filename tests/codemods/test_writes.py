@@ -53,3 +53,18 @@ def test_image_writers_run_on_the_main_process() -> None:
         "    out.sum().backward()\n    opt.step()\n    vutils.save_image(out.view(1, 1, 2, 2), 'fake.png')\n"
     )
     assert "    if accelerator.is_main_process:\n        vutils.save_image(" in out
+
+
+def test_an_experiment_tracker_started_on_every_process_is_reported() -> None:
+    """``wandb.init`` on N processes makes N runs of one training on the tracker: reported (ACC024), not guarded
+    (its later ``log`` calls would then fail on the other processes)."""
+    from accelify.pipeline import convert_source
+
+    code = (
+        "import torch\nimport wandb\nrun = wandb.init(project='p')\nmodel = torch.nn.Linear(2, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nfor x in torch.ones(4, 2):\n"
+        "    loss = model(x).sum()\n    loss.backward()\n    optimizer.step()\n    run.log({'loss': loss.item()})\n"
+    )
+    result = convert_source(code)
+    assert [(w.code, w.line) for w in result.warnings] == [("ACC024", 3)]
+    assert "run = wandb.init(project='p')\n" in result.new
