@@ -205,7 +205,8 @@ def _only_placement_guard(guard: cst.BaseStatement | None, stmt: cst.BaseStateme
 
 
 def _unguard(node: cst.CSTNode) -> cst.CSTNode:
-    assert isinstance(node, cst.If) and isinstance(node.body, cst.IndentedBlock)
+    if not (isinstance(node, cst.If) and isinstance(node.body, cst.IndentedBlock)):
+        return node  # unguarded already: both ``inputs.cuda(), targets.cuda()`` of one guarded line ask for it
     inner = node.body.body[0]
     return inner.with_changes(leading_lines=[*node.leading_lines, *inner.leading_lines])
 

@@ -37,6 +37,8 @@ WRITE_MODES = ("w", "a", "x")
 # (their later ``log`` calls would then fail on the other processes): reported (ACC024)
 TRACKERS = {"wandb.init", "mlflow.start_run", "neptune.init_run", "neptune.init", "comet_ml.Experiment",
             "clearml.Task.init"}
+TF_WRITERS = {"tensorflow.summary.FileWriter", "tensorflow.summary.create_file_writer",
+              "tensorflow.compat.v1.summary.FileWriter"}
 LOG_WRITERS = {"torch.utils.tensorboard.SummaryWriter", "tensorboardX.SummaryWriter", "torch.utils.tensorboard.writer.SummaryWriter"}
 
 
@@ -150,6 +152,9 @@ accelerator.end_training()
             if site.qualname in TRACKERS:
                 _warn_tracker(ctx, site)
                 continue
+            if _writer_class(ctx, site) and ctx.after_accelerator(site.scope, site.stmt):
+                _warn_kept_open(ctx, site, wrapped)  # ``logger = Logger("./logs")``: a class of the program's own
+                continue
             if not (_writes(site) and ctx.after_accelerator(site.scope, site.stmt)):
                 continue
             stmt = _outermost_write(ctx, site)
@@ -179,6 +184,15 @@ def _warn_kept_open(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement
         return  # ``SummaryWriter(f"runs/{accelerator.process_index}")``: a file of its own on each process
     target = code_of(assign.targets[0].target)
     ctx.warn(codes.SHARED_WRITER, site.node, name=code_of(site.node.func), target=target)
+
+
+def _writer_class(ctx: Context, site: CallSite) -> bool:
+    """Whether ``site`` makes an instance of a class of the program whose ``__init__`` opens a log or a file for
+    writing (a ``Logger`` wrapping a TensorBoard or TensorFlow summary writer)."""
+    function = ctx.plan.callee(site)
+    if function is None or not isinstance(function.node, cst.FunctionDef) or function.node.name.value != "__init__":
+        return False
+    return any(_writes(s) or (s.qualname or "") in TF_WRITERS for s in function.calls)
 
 
 def _warn_tracker(ctx: Context, site: CallSite) -> None:

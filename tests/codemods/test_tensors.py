@@ -77,3 +77,20 @@ def test_device_keyword_of_a_function_that_is_not_torch_is_left_and_warned() -> 
 )
 def test_device_keyword_and_guarded_cuda(before: str, after: str) -> None:
     assert f"\n{after}\n" in converted(TENSORS_HEAD + before + "\n")
+
+
+def test_a_guarded_line_placing_two_tensors_is_unguarded_once() -> None:
+    """``if train_on_gpu: inputs, targets = inputs.cuda(), targets.cuda()``: both calls ask to drop the same guard
+    (an internal error before)."""
+    from accelify.pipeline import convert_source
+
+    code = (
+        "import torch\ntrain_on_gpu = torch.cuda.is_available()\n\n\ndef train(net, batches):\n"
+        "    opt = torch.optim.Adam(net.parameters())\n    for inputs, targets in batches:\n"
+        "        if(train_on_gpu):\n            inputs, targets = inputs.cuda(), targets.cuda()\n"
+        "        loss = (net(inputs) - targets).pow(2).mean()\n        loss.backward()\n        opt.step()\n\n\n"
+        "train(torch.nn.Linear(1, 1), [(torch.ones(2, 1), torch.ones(2, 1))])\n"
+    )
+    result = convert_source(code)
+    assert result.status == "converted", result.error
+    assert "        inputs, targets = inputs.to(accelerator.device), targets.to(accelerator.device)\n" in result.new

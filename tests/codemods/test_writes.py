@@ -68,3 +68,20 @@ def test_an_experiment_tracker_started_on_every_process_is_reported() -> None:
     result = convert_source(code)
     assert [(w.code, w.line) for w in result.warnings] == [("ACC024", 3)]
     assert "run = wandb.init(project='p')\n" in result.new
+
+
+def test_a_logger_class_of_the_program_that_opens_a_writer_is_reported() -> None:
+    """``logger = Logger("./logs")``, a local class whose ``__init__`` makes a summary writer: N processes, N logs."""
+    from accelify.pipeline import convert_source
+    from accelify.program import ModuleText
+
+    logger = ("from torch.utils.tensorboard import SummaryWriter\n\n\nclass Logger:\n    def __init__(self, log_dir):\n"
+              "        self.writer = SummaryWriter(log_dir)\n\n    def scalar(self, tag, value, step):\n"
+              "        self.writer.add_scalar(tag, value, step)\n")
+    code = (
+        "import torch\nfrom logger import Logger\nlogger = Logger('./logs')\nmodel = torch.nn.Linear(2, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nfor step, x in enumerate(torch.ones(4, 2)):\n"
+        "    loss = model(x).sum()\n    loss.backward()\n    optimizer.step()\n    logger.scalar('loss', loss.item(), step)\n"
+    )
+    result = convert_source(code, modules=[ModuleText("logger", "logger.py", logger)])
+    assert ("ACC024", 3) in [(w.code, w.line) for w in result.warnings]
