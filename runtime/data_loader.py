@@ -389,6 +389,9 @@ def prepare_data_loader(
         if per_process is not None and split_batches and not presharded:
             per_process //= n
         object.__setattr__(loader, "batch_size", per_process)  # DataLoader sets None with a batch_sampler
+        # the script's own sampler stays readable: ``len(loader.sampler)`` counts what the script chose to walk
+        # (a SubsetRandomSampler's subset), not the whole data set (the loader iterates the batch sampler only)
+        object.__setattr__(loader, "sampler", dataloader.sampler)
     elif isinstance(dataloader.sampler, BatchSampler):
         loader = DataLoaderShard(dataset, sampler=sharded, batch_size=None, **common, **kwargs)
     else:

@@ -319,3 +319,15 @@ def test_pin_memory_is_dropped_for_a_cpu_device_without_a_warning() -> None:
     assert prepared.pin_memory is False
     kept = prepare_data_loader(loader, num_processes=1, process_index=0, put_on_device=False)
     assert kept.pin_memory is True  # no device to judge by: the user's setting stays
+
+
+def test_a_prepared_loader_keeps_the_scripts_sampler_for_its_length() -> None:
+    from torch.utils.data import DataLoader, SubsetRandomSampler, TensorDataset
+
+    from accelify.runtime.data_loader import prepare_data_loader
+
+    loader = DataLoader(TensorDataset(torch.arange(100.0).view(-1, 1)), batch_size=10,
+                        sampler=SubsetRandomSampler(list(range(20))))
+    prepared = prepare_data_loader(loader, num_processes=1, process_index=0)
+    assert len(prepared.sampler) == 20 and len(prepared) == 2
+    assert sum(len(batch[0]) for batch in prepared) == 20
