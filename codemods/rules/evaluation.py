@@ -484,6 +484,9 @@ def _gather(ctx: Context, loop: Loop, outputs: list[str], inputs: set[str], late
     """``output, target = accelerator.gather_for_metrics((output, target))``, gathering the outputs, then the batch
     names used after the forward (targets first, then inputs used again). The agreement reads what it makes global
     from this statement."""
+    # a state the forward returns and takes back (an RNN's hidden state: ``out, h = net(x, h)``) stays this
+    # process's own: gathered, it would come back with every process's rows
+    outputs = [o for o in outputs if o not in inputs] or outputs
     batch = ctx.plan.batch_names(loop)
     ordered = target_names(loop.node.target)
     for stmt in loop.stmts:  # then the parts unpacked from the batch (``images, labels = data``), in order

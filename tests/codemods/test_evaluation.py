@@ -129,3 +129,24 @@ def test_a_stop_on_rewards_of_sampled_actions_stops_every_process() -> None:
         """
     )
     assert "accelerator.set_trigger()" in out and "if accelerator.check_trigger():" in out
+
+
+def test_a_hidden_state_the_forward_takes_back_is_not_gathered() -> None:
+    """``output, val_h = net(inputs, val_h)`` in an evaluation loop: the hidden state goes back into the model on the
+    next batch, so it stays this process's own; only the output and the targets are gathered (a crash before)."""
+    from accelify.pipeline import convert_source
+
+    code = (
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n\nclass Net(torch.nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.rnn = torch.nn.GRU(3, 4, batch_first=True)\n"
+        "        self.fc = torch.nn.Linear(4, 1)\n\n    def forward(self, x, h):\n        out, h = self.rnn(x, h)\n"
+        "        return self.fc(out[:, -1]), h\n\n\n"
+        "loader = DataLoader(TensorDataset(torch.randn(16, 5, 3), torch.randn(16, 1)), batch_size=4, drop_last=True)\n"
+        "net = Net()\noptimizer = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+        "for x, y in loader:\n    out, _ = net(x, torch.zeros(1, 4, 4))\n    loss = torch.nn.functional.mse_loss(out, y)\n"
+        "    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+        "h = torch.zeros(1, 4, 4)\ntotal = 0.0\nwith torch.no_grad():\n    for x, y in loader:\n"
+        "        output, h = net(x, h)\n        total += torch.nn.functional.mse_loss(output, y).item()\nprint(total)\n"
+    )
+    result = convert_source(code)
+    assert "output, y = accelerator.gather_for_metrics((output, y))" in result.new, result.new
