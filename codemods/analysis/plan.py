@@ -490,8 +490,9 @@ class Plan(PreparedUses):
         object of the same kind, in a plain statement of the prepare scope (so it can be prepared where it is)."""
         plain = (isinstance(alias.stmt, cst.SimpleStatementLine) and alias.obj.where is scope and not alias.many
                  and alias.obj.loop is None)
-        # a later experiment's own data (``big = DataLoader(...)``) is prepared where it is built too
-        return plain and (alias.obj.role == "loader" or self._second_experiment(scope, alias, loop))
+        # a later experiment's own data (``big = DataLoader(...)``) and model under a new name (``model_1 = ...``,
+        # trained by the re-bound optimizer) are prepared where they are built too
+        return plain and (alias.obj.role in ("loader", "model") or self._second_experiment(scope, alias, loop))
 
     def _model_collection(self, scope: Scope, owner: cst.BaseExpression) -> bool:
         """Whether ``owner`` names a list, tuple or dict the program fills with models (``[Net(), Net()]``)."""

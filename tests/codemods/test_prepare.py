@@ -376,3 +376,27 @@ def test_an_autograd_demo_before_the_model_is_not_training_that_started_early() 
     result = convert_source(dedent(code))
     assert result.status == "converted", result.warnings
     assert "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)" in result.new
+
+
+def test_a_later_experiment_with_a_model_under_a_new_name_is_prepared_where_it_is_built() -> None:
+    """``model_1 = ...`` then ``optimizer = SGD(model_1.parameters())`` after the first experiment trained
+    ``model_0`` (a course notebook's shape): both are prepared where they are built."""
+    code = """
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+    loader = DataLoader(TensorDataset(torch.randn(16, 2), torch.randn(16, 1)), batch_size=4)
+    model_0 = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(params=model_0.parameters(), lr=0.01)
+    for xb, yb in loader:
+        torch.nn.functional.mse_loss(model_0(xb), yb).backward()
+        optimizer.step()
+    model_1 = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(params=model_1.parameters(), lr=0.01)
+    for xb, yb in loader:
+        torch.nn.functional.mse_loss(model_1(xb), yb).backward()
+        optimizer.step()
+    """
+    result = convert_source(dedent(code))
+    assert result.status == "converted", result.warnings
+    assert "model_1 = accelerator.prepare(model_1)\n" in result.new
+    assert "optimizer = accelerator.prepare(optimizer)\n" in result.new
