@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from tests.codemods._convert import codes, converted
+from _convert import codes, converted
 
 HEAD = """\
 import torch

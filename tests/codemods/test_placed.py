@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.codemods._convert import converted, dedent
+from _convert import converted, dedent
 
 HEAD = """\
 import torch

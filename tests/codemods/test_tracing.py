@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.codemods._convert import converted
+from _convert import converted
 
 SCRIPT = '''\
 import torch
