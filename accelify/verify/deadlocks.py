@@ -80,11 +80,12 @@ def latent_deadlocks(script: tuple[str, str], modules: tuple[tuple[str, str], ..
                 return []
     every = [collect(module, unit) for unit, (_, module) in units.items()]
     program = Facts.program(every[0], every[1:]) if len(every) > 1 else every[0]
-    agreement = Agreement(program, Plan(program), _NoEdits())
+    plan = Plan(program)
+    agreement = Agreement(program, plan, _NoEdits())
     lines: dict[str, dict[cst.CSTNode, int]] = {}
     found: list[Deadlock] = []
     for site in program.calls:
-        what = _collective(site, program)
+        what = _collective(site, program, plan)
         if what is None:
             continue
         why = _why(agreement, program, site)
@@ -99,7 +100,7 @@ def latent_deadlocks(script: tuple[str, str], modules: tuple[tuple[str, str], ..
     return sorted(found, key=lambda d: (d.file != script[0], d.file, d.line))
 
 
-def _collective(site: CallSite, facts: Facts) -> str | None:
+def _collective(site: CallSite, facts: Facts, plan: Plan) -> str | None:
     """``accelerator.gather(...)`` as the name to show when ``site`` calls a collective, else None."""
     qualname = site.qualname or ""
     if qualname.startswith("torch.distributed.") and qualname.rsplit(".", 1)[-1] in _TORCH_DISTRIBUTED:
@@ -110,18 +111,14 @@ def _collective(site: CallSite, facts: Facts) -> str | None:
     if not isinstance(func, cst.Attribute) or site.method is None:
         return None
     receiver = dotted(func.value) or ""
-    if site.method in _ACCELERATOR_ONLY or (site.method in _ACCELERATOR_TOO and _is_accelerator(site.scope, receiver)):
+    if site.method in _ACCELERATOR_ONLY or (site.method in _ACCELERATOR_TOO and _is_accelerator(plan, site.scope, func.value, receiver)):
         return f"{receiver or '...'}.{site.method}()"
     return None
 
 
-def _is_accelerator(scope: Scope, receiver: str) -> bool:
+def _is_accelerator(plan: Plan, scope: Scope, expr: cst.BaseExpression, receiver: str) -> bool:
     """Whether ``receiver`` names the program's ``Accelerator`` (made by it, or passed in under that name)."""
-    if receiver.rsplit(".", 1)[-1] in ("accelerator", "accel"):
-        return True
-    owner = scope.resolve(receiver.split(".")[0]) if receiver and "." not in receiver else None
-    made = [b.value for b in (owner.bindings.get(receiver, []) if owner is not None else [])]
-    return any(isinstance(v, cst.Call) and (scope.imports.qualname(v.func) or "").endswith("Accelerator") for v in made)
+    return receiver.rsplit(".", 1)[-1] in ("accelerator", "accel") or plan.made_accelerator(scope, expr)
 
 
 def _why(agreement: Agreement, facts: Facts, site: CallSite) -> str | None:

@@ -189,6 +189,10 @@ class Facts:
             node = self.parent_stmt.get(node)
         return out
 
+    def looped(self, site: "CallSite") -> bool:
+        """Whether ``site`` runs in a ``for`` or ``while`` loop of its own function."""
+        return site.loop is not None or any(isinstance(s, (cst.For, cst.While)) for s in self.chain(site.stmt)[1:])
+
     def top_stmt(self, stmt: cst.BaseStatement, scope: Scope) -> cst.BaseStatement | None:
         """The statement directly in ``scope``'s body that contains ``stmt``."""
         return self.top_in(stmt, scope.body)

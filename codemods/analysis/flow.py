@@ -233,7 +233,11 @@ class Flow:
         program (which ``accelify verify`` checks) the objects it returns are the ones it is given."""
         if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "prepare"):
             return False
-        key = dotted(call.func.value)
+        return self.made_accelerator(scope, call.func.value)
+
+    def made_accelerator(self, scope: Scope, expr: cst.BaseExpression) -> bool:
+        """Whether ``expr`` (``accelerator``, ``self.accelerator``) is bound in ``scope`` to an ``Accelerator(...)``."""
+        key = dotted(expr)
         bound = self.binding_of(scope, key) if key is not None and key.count(".") <= 1 else None
         made = bound.value if bound is not None else None
         return isinstance(made, cst.Call) and (bound.where.imports.qualname(made.func) or "").rsplit(".", 1)[-1] == "Accelerator"

@@ -532,9 +532,7 @@ class Plan(PreparedUses):
     def demo_backward(self, site: CallSite) -> bool:
         """``y.backward()`` once, outside any loop, with no optimizer stepped in its scope: an autograd demo (a
         notebook's ``x.grad`` before the model), not a training step."""
-        if site.method != "backward" or site.loop is not None:
-            return False
-        if any(isinstance(outer, cst.While) for outer in self.facts.chain(site.stmt)[1:]):
+        if site.method != "backward" or self.facts.looped(site):
             return False
         parent = self.facts.parent_stmt.get(site.stmt)
         for other in site.scope.calls:

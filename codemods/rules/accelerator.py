@@ -9,11 +9,8 @@ imports rule reads too; this rule writes the statement and declares where the ac
 
 from __future__ import annotations
 
-import libcst as cst
-
 from accelify.codemods import codes
 from accelify.codemods.analysis.creation import Creation
-from accelify.codemods.analysis.facts import CallSite
 from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
@@ -95,7 +92,7 @@ print(f"w={w.item():.2f} b={b.item():.2f}")
         home = creation.home
         if home is None:
             backward = next((s for s in ctx.facts.calls if s.method == "backward"), None)
-            if backward is not None and _in_a_loop(ctx, backward):
+            if backward is not None and ctx.facts.looped(backward):
                 # it trains, and nothing here can be prepared: "unchanged" (exit 0) would pass over a training
                 # that is not converted, so the file needs attention
                 ctx.abort(codes.NOTHING_TO_PREPARE, backward.node)
@@ -114,8 +111,3 @@ print(f"w={w.item():.2f} b={b.item():.2f}")
         if creation.name.startswith("self.") and home.class_scope is not None:
             ctx.bind_accelerator(home.class_scope, creation.name)
         ctx.change(f"create the Accelerator in {home.name}")
-
-
-def _in_a_loop(ctx: Context, site: CallSite) -> bool:
-    """Whether ``site`` runs in a ``for`` or ``while`` loop (of its function, or of a loop method's body)."""
-    return site.loop is not None or any(isinstance(s, (cst.For, cst.While)) for s in ctx.facts.chain(site.stmt)[1:])

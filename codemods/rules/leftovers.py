@@ -244,8 +244,7 @@ if __name__ == "__main__":
             if ctx.accelerator_in(scope) is not None:
                 continue
             if site.method == "backward" and scope.kind == "function":
-                looped = site.loop is not None or any(isinstance(s, cst.While) for s in ctx.facts.chain(site.stmt)[1:])
-                if looped and not ctx.plan.bystander(scope):
+                if ctx.facts.looped(site) and not ctx.plan.bystander(scope):
                     # the training loop itself out of the accelerator's reach (a trainer
                     # class's epoch method in a package): converting around it would leave it half-converted
                     ctx.abort(codes.NO_ACCELERATOR_HERE, site.node, name=scope.name)
