@@ -123,6 +123,17 @@ class BatchMark:
 
 
 @dataclass(frozen=True)
+class PrintedLine:
+    """A line the script printed to stdout (holding a digit), and when: inside a DataLoader epoch or after one."""
+
+    text: str
+    site: str  # the script's ``file:line`` that printed it
+    in_epoch: bool  # a batch was drawn and its loader's epoch had not ended: a per-step value
+    backwards: int  # backwards taken before it
+    steps: int  # optimizer steps taken before it
+
+
+@dataclass(frozen=True)
 class ProcessRecord:
     """Everything one process recorded, in order."""
 
@@ -137,6 +148,7 @@ class ProcessRecord:
     hook_errors: tuple[str, ...] = ()
     schedulers: tuple[SchedulerCall, ...] = ()
     batches: tuple[BatchMark, ...] = ()
+    lines: tuple[PrintedLine, ...] = ()
     stack: str = field(default="", repr=False)  # Python stacks dumped when the run was ended at the timeout
 
     @property
@@ -182,6 +194,7 @@ def _read(path: Path, rank: int, pid: int) -> ProcessRecord:
     hook_errors: list[str] = []
     schedulers: list[SchedulerCall] = []
     batches: list[BatchMark] = []
+    lines: list[PrintedLine] = []
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
             event = json.loads(line)
@@ -208,12 +221,16 @@ def _read(path: Path, rank: int, pid: int) -> ProcessRecord:
         elif kind == "batch":
             batches.append(BatchMark(int(event["loader"]), int(event["epoch"]), int(event["index"]),
                                      float(event["sum"])))
+        elif kind == "line":
+            lines.append(PrintedLine(str(event["text"]), str(event.get("site", "")), bool(event.get("in_epoch")),
+                                     int(event.get("backwards", 0)), int(event.get("steps", 0))))
         elif kind == "hook_error":
             hook_errors.append(str(event.get("traceback") or event.get("error")))
     stack_path = path.with_suffix(".stack")
     stack = stack_path.read_text(encoding="utf-8", errors="replace") if stack_path.exists() else ""
     return ProcessRecord(backwards=tuple(backwards), steps=tuple(steps), hook_errors=tuple(hook_errors),
-                         schedulers=tuple(schedulers), batches=tuple(batches), stack=stack, **fields)
+                         schedulers=tuple(schedulers), batches=tuple(batches), lines=tuple(lines),
+                         stack=stack, **fields)
 
 
 def _step(event: Mapping[str, Any]) -> Step:

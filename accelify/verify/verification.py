@@ -3,7 +3,8 @@
 The order of work: convert (unless a conversion is given); run the original and the conversion on one process each
 (side by side), then the conversion on N processes in exact mode (they share the original's batches); turn the
 records into checks: one process against the original, the N processes among themselves, and the N processes
-against the original step by step (``exactness``). Each run has its own folder in a
+against the original step by step (``exactness``), and what process 0 printed after each epoch against what the
+original printed (``printed``). Each run has its own folder in a
 temporary working directory that is removed at the end; the report keeps what each process printed.
 """
 
@@ -18,6 +19,7 @@ from accelify.verify.deadlocks import deadlock_check
 from accelify.verify.distributed import distributed_checks, skipped_distributed_checks
 from accelify.verify.equivalence import one_process_checks, skipped_one_process_checks
 from accelify.verify.exactness import exact_checks, skipped_exact_checks
+from accelify.verify.printed import printed_values_check, skipped_printed_check
 from accelify.verify.report import FAILED, PASSED, SKIPPED, CheckResult, RunSummary, VerifyOptions, VerifyReport
 from accelify.verify.runner import Launcher, RunOutcome, RunSpec
 from accelify.verify.workspace import ScriptFiles, as_program, convert_files, stage
@@ -83,6 +85,7 @@ def verify_files(
             checks += skipped_one_process_checks(reason)
             checks += skipped_distributed_checks(reason, options.processes)
             checks += skipped_exact_checks(reason, options.processes)
+            checks.append(skipped_printed_check(reason, options.processes))
         else:
             with tempfile.TemporaryDirectory(prefix="accelify-verify-") as workdir:
                 runs = _run_all(Path(workdir), original, converted, options, launcher, concurrent)
@@ -90,6 +93,7 @@ def verify_files(
                 checks += one_process_checks(first, second, options)
                 checks += distributed_checks(distributed, second, options)
                 checks += exact_checks(distributed, first, options)
+                checks.append(printed_values_check(distributed, first, second, options.processes))
     finally:
         if own_launcher:
             launcher.close()

@@ -157,3 +157,21 @@ def test_a_forked_run_sees_the_interpreter_a_fresh_run_sees(tmp_path: Path, fork
     assert fresh.ok and child.ok, (fresh.stderr, child.stderr)
     assert child.stdout[0] == fresh.stdout[0]
     assert f'"{folder.resolve()}"' in fresh.stdout[0] and '"__main__"' in fresh.stdout[0]
+
+
+def test_printed_lines_are_recorded_with_their_line_and_whether_an_epoch_was_running(
+        tmp_path: Path, forked: ForkServerLauncher) -> None:
+    script = ("import sys\nimport torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+              "loader = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4)\n"
+              "print('before', 1)\n"
+              "for (x,) in loader:\n"
+              "    print('batch', x.shape[0])\n"
+              "sys.stdout.write('after 2.5')\n"
+              "sys.stdout.write(' and 3\\nno digits here\\n')\n")
+    folder = folder_with(tmp_path, "printed", {"train.py": script})
+    outcome = run(forked, folder)
+    assert outcome.ok, outcome.stderr
+    assert outcome.stdout[0] == "before 1\nbatch 4\nbatch 4\nafter 2.5 and 3\nno digits here\n"
+    lines = [(line.text, line.site, line.in_epoch) for line in outcome.records[0].lines]
+    assert lines == [("before 1", "train.py:5", False), ("batch 4", "train.py:7", True),
+                     ("batch 4", "train.py:7", True), ("after 2.5 and 3", "train.py:9", False)]

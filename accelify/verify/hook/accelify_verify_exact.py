@@ -392,7 +392,10 @@ def _split_class(base: type, exact: ExactMode) -> type:
                 if index < 64:
                     exact.recorder.write({"event": "batch", "loader": self._accelify_verify_ordinal, "epoch": epoch,
                                           "index": index, "sum": batch_fingerprint(batch, torch)})
-                yield exact.split(batch, rank, world) if world > 1 else batch
+                share = exact.split(batch, rank, world) if world > 1 else batch
+                exact.recorder.in_epoch = True  # the prepared loader reads one batch ahead: its epoch ends here,
+                yield share
+            exact.recorder.in_epoch = False  # after the script's last batch, as in the original's loader
         finally:
             exact.share = None
 

@@ -32,6 +32,9 @@ The record is one JSON object per line, written as it happens:
               followed its batches)
 ``scheduler`` (exact mode) a prepared scheduler's ``step()`` call: its name, optimizer steps and epochs before it
 ``batch``     (exact mode) the sum of every number of one of the first batches of a prepared loader, per epoch
+``line``      a line the script printed to stdout holding a digit (``accelify_verify_stdout.py``): its text, the
+              script's ``file:line`` that printed it, whether a DataLoader epoch was in progress (a batch drawn and
+              its epoch not ended: a per-step value), the backwards and optimizer steps taken before it
 ``error``     the script raised an exception it did not catch (written by ``sys.excepthook``)
 ``stop``      the step limit was reached: the process ends with exit code 0 right after writing it
 ``exit``      the interpreter is exiting normally
@@ -115,6 +118,7 @@ class _Recorder:
         self.steps = 0
         self.loaders: dict[str, dict[str, Any]] = {}
         self.last_loader: str | None = None
+        self.in_epoch = False  # a batch was drawn and its loader's epoch has not ended (see on_line)
         self._paths: dict[str, str | None] = {}
         self._file = open(self.prefix + ".jsonl", "w", encoding="utf-8", buffering=1)
         self._stack = open(self.prefix + ".stack", "w", encoding="utf-8")
@@ -133,6 +137,9 @@ class _Recorder:
             previous_hook(kind, value, traceback)
 
         sys.excepthook = excepthook
+        from accelify_verify_stdout import install
+
+        install(self.on_line, lambda: self.active)
         random.seed(self.seed)
         waiting: dict[str, Callable[[ModuleType], None]] = {}
         for name, callback in (("numpy", self._seed_numpy), ("torch", self._patch_torch)):
@@ -309,6 +316,7 @@ class _Recorder:
                     split = info.get("split", 1)
                     info["batch"] = -(-rows // split) if rows is not None and split > 1 else rows
             self.last_loader = key
+            self.in_epoch = True
 
     def on_epoch_end(self, key: str) -> None:
         with self.lock:
@@ -316,6 +324,14 @@ class _Recorder:
             if info is not None:
                 info["epoch_draws"].append(info["current"])
                 info["current"] = 0
+            self.in_epoch = False
+
+    def on_line(self, text: str, caller: Any) -> None:
+        """A line printed to stdout (holding a digit): recorded with where and when it was printed."""
+        with self.lock:
+            event = {"event": "line", "text": text, "site": self._site(caller), "in_epoch": self.in_epoch,
+                     "backwards": self.backwards, "steps": self.steps}
+        self.write(event)
 
     def on_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if not self.active:

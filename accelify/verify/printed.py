@@ -1,0 +1,206 @@
+"""The printed-values check: every aggregate the script prints on N processes equals the original's on one.
+
+What the check reads: every line each run printed to stdout that holds a digit (``print``, ``accelerator.print``,
+``sys.stdout.write``, a logging handler writing to stdout), recorded by the recorder with the script line that
+printed it and whether a DataLoader's epoch was in progress at that moment (``hook/accelify_verify_stdout.py``).
+
+How it tells an aggregate from a per-step value:
+
+- a line printed while an epoch of a loader was in progress (a batch drawn, the epoch not ended: inside a batch
+  loop) is a per-step value: on N processes process 0 sees its share of the batch, so it may legitimately differ
+  and is not compared;
+- a line printed after a loader's epoch ended (or before any batch) is an aggregate (an epoch average, an accuracy,
+  a best value): it must equal the original's;
+- except a number that is the last step's loss (``print(f"epoch {e} loss {loss.item()}")`` after the loop, the
+  conventional per-step loss printed from one process): in the converted script's one-process run and in process 0's
+  it stands in the same ratio to the loss handed to the last ``backward`` (1, or the accumulation divisor), so it is
+  recognised as that step's loss and not compared.
+
+Which numbers are compared: the converted script's one-process run is the determinism control. A number is
+compared only where the original and the one-process conversion printed the same value (timings, memory, run ids
+differ between two runs and are left out thereby); numbers written with a time unit (``0.5s``, ``12 ms``,
+``3 it/s``) and clock times (``12:03:44``) are left out too, since the N-process run is slower than both. The lines
+of the original and of process 0 are matched in order by their text with the numbers blanked (``difflib``); a line
+only one of them printed is not compared.
+
+Tolerance: one unit in the last printed digit of either value, plus the exact mode's float tolerance at the step
+the line was printed (``exactness.tolerance``: rtol 1e-4, growing after ``HORIZON`` steps).
+
+Not covered: a value the script only returns, logs to a tracker (``accelerator.log``) or branches on without
+printing it. Branching on a value computed from one process's share shows as another number of optimizer steps
+(``same schedule``) when it changes the training; a best value saved to a file is not compared.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+
+from accelify.verify.exactness import tolerance
+from accelify.verify.records import PrintedLine, ProcessRecord
+from accelify.verify.report import FAILED, PASSED, SKIPPED, CheckResult
+from accelify.verify.runner import RunOutcome
+
+NAME = "same printed values"
+BASE_RTOL, ATOL = 1e-4, 1e-9
+NEAR = 0.25  # a value within 25% of original/N (or N x original) is named as such
+_NUMBER = re.compile(r"(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|\b(?:nan|inf)\b", re.IGNORECASE)
+_SIGNED = re.compile(r"[-+]?(?:" + _NUMBER.pattern + ")", re.IGNORECASE)
+_TIME_UNIT = re.compile(r"\s?(?:ms|us|µs|ns|s|sec|secs|seconds?|mins?|minutes?|h|hrs?|hours?|it/s|s/it)\b",
+                        re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Number:
+    """One number of a printed line: its text, value, and whether it may be compared at all."""
+
+    text: str
+    value: float
+    comparable: bool
+
+    @property
+    def unit(self) -> float:
+        """One unit in the last printed digit (``0.125`` -> 0.001, ``1.5e-03`` -> 1e-4, ``456`` -> 1)."""
+        mantissa, _, exponent = self.text.lower().lstrip("+-").partition("e")
+        decimals = len(mantissa.partition(".")[2])
+        try:
+            return 10.0 ** (int(exponent or 0) - decimals)
+        except ValueError:
+            return 0.0
+
+
+def numbers(text: str) -> list[Number]:
+    """The numbers of ``text`` in order, each with whether it is comparable (not part of a name, a time, a clock)."""
+    found = []
+    for match in _NUMBER.finditer(text):
+        start, end = match.span()
+        token = match.group()
+        if start and text[start - 1] == "-" and (start < 2 or not text[start - 2].isalnum()):
+            token, start = "-" + token, start - 1  # a minus sign, not a hyphen inside a word or a range
+        before, after = text[start - 1] if start else " ", text[end] if end < len(text) else " "
+        clock = (before == ":" and text[start - 2:start - 1].isdigit()) or (
+            after == ":" and text[end + 1:end + 2].isdigit())
+        comparable = not (before.isalpha() or before == "_" or after.isalpha() or after == "_" or clock
+                          or _TIME_UNIT.match(text, end))
+        found.append(Number(token, float(token), comparable))
+    return found
+
+
+def template(text: str) -> str:
+    """The line with every number blanked: what two runs of the same print statement share."""
+    return _SIGNED.sub("#", text).strip()
+
+
+def _same(a: Number, b: Number, rtol: float) -> bool:
+    if a.value != a.value or b.value != b.value:  # nan
+        return (a.value != a.value) == (b.value != b.value)
+    return abs(a.value - b.value) <= max(a.unit, b.unit) + ATOL + rtol * max(abs(a.value), abs(b.value))
+
+
+def _aggregates(record: ProcessRecord) -> list[PrintedLine]:
+    return [line for line in record.lines if not line.in_epoch]
+
+
+def _matches(ours: list[PrintedLine], theirs: list[PrintedLine]) -> dict[int, int]:
+    """Index in ``theirs`` of each line of ``ours`` with the same template, matched in order."""
+    matcher = difflib.SequenceMatcher(None, [template(l.text) for l in ours], [template(l.text) for l in theirs],
+                                      autojunk=False)
+    return {block.a + k: block.b + k for block in matcher.get_matching_blocks() for k in range(block.size)}
+
+
+def _last_loss(record: ProcessRecord, line: PrintedLine) -> float | None:
+    if not line.backwards or line.backwards > len(record.backwards):
+        return None
+    return record.backwards[line.backwards - 1].loss
+
+
+def _step_loss(value: float, loss: float | None, control: float, control_loss: float | None, unit: float) -> bool:
+    """``value`` stands to the last backward's ``loss`` as ``control`` to ``control_loss``: it is that step's loss."""
+    if not loss or not control_loss:
+        return False
+    ratio = control / control_loss
+    return ratio != 0 and abs(value - ratio * loss) <= unit + 1e-4 * abs(value)
+
+
+def skipped_printed_check(reason: str, processes: int) -> CheckResult:
+    """The check, skipped for ``reason``."""
+    return CheckResult(NAME, f"{processes} processes", SKIPPED, reason)
+
+
+def printed_values_check(distributed: RunOutcome, original: RunOutcome, control: RunOutcome, n: int) -> CheckResult:
+    """Compare what process 0 of ``distributed`` printed with ``original``'s, ``control`` (the converted script on
+    one process) telling values of the training from values that vary between runs (see the module docstring)."""
+    if not original.ok or not original.records or not control.ok or not control.records:
+        return skipped_printed_check("a one-process run, the reference or the control, did not finish", n)
+    if not distributed.ok or not distributed.records:
+        return skipped_printed_check(f"the run on {n} processes did not finish", n)
+    main = min(distributed.records, key=lambda r: r.rank)
+    return printed_check(main, original.records[0], control.records[0], n)
+
+
+def printed_check(run: ProcessRecord, original: ProcessRecord, control: ProcessRecord, n: int) -> CheckResult:
+    """Compare process 0's printed aggregates (``run``) with the original's (see the module docstring)."""
+    stage = f"{n} processes"
+    ours, theirs = _aggregates(original), _aggregates(run)
+    in_run, in_control = _matches(ours, theirs), _matches(ours, _aggregates(control))
+    compared = lines = step_losses = varying = 0
+    controls = _aggregates(control)
+    for i, j in sorted(in_run.items()):
+        k = in_control.get(i)
+        if k is None:
+            continue
+        mine, again, line = numbers(ours[i].text), numbers(controls[k].text), theirs[j]
+        got = numbers(line.text)
+        if not (len(mine) == len(again) == len(got)):
+            continue
+        counted = False
+        rtol = max(BASE_RTOL, tolerance(line.steps)[0])
+        for a, c, d in zip(mine, again, got):
+            if not (a.comparable and d.comparable):
+                continue
+            if a.value != c.value and not (a.value != a.value and c.value != c.value):
+                varying += 1  # two one-process runs printed different values: not a value of the training
+                continue
+            if _same(a, d, rtol):
+                compared, counted = compared + 1, True
+                continue
+            if _step_loss(d.value, _last_loss(run, line), c.value, _last_loss(control, controls[k]), d.unit):
+                step_losses += 1
+                continue
+            return CheckResult(
+                NAME, stage, FAILED,
+                f"{_where(line)}the original printed {ours[i].text.strip()!r}, process 0 of {n} printed "
+                f"{line.text.strip()!r} ({a.text} vs {d.text}, after {line.steps} optimizer steps)",
+                _cause(a.value, d.value, n))
+        lines += counted
+    notes = []
+    if step_losses:
+        notes.append(f"{step_losses} last-step loss{'es' if step_losses != 1 else ''} printed after a loop "
+                     "(process 0's share, as is conventional) not compared")
+    if varying:
+        differ = "s that differ" if varying != 1 else " that differs"
+        notes.append(f"{varying} number{differ} between two one-process runs (timings, ids) not compared")
+    tail = f"; {'; '.join(notes)}" if notes else ""
+    if not compared:
+        return CheckResult(NAME, stage, PASSED, "no number printed outside a batch loop to compare (values printed "
+                                                f"inside one are per-step and may differ){tail}")
+    return CheckResult(NAME, stage, PASSED, f"{compared} numbers in {lines} lines printed after an epoch equal the "
+                                            f"original's{tail}")
+
+
+def _where(line: PrintedLine) -> str:
+    return f"{line.site}: " if line.site and not line.site.startswith("<") else ""
+
+
+def _cause(original: float, value: float, n: int) -> str:
+    """Why process 0 printed another value than the original, in words a user acts on."""
+    if original and abs(value - original / n) <= NEAR * abs(original / n):
+        return (f"the value is about 1/{n} of the original: an average over one process's shard divided by the "
+                f"whole data set's size; reduce it across processes (accelerator.reduce(total, 'sum'), or "
+                "accelerator.gather_for_metrics on the values) before dividing and printing")
+    if original and abs(value - original * n) <= NEAR * abs(original * n):
+        return (f"the value is about {n}x the original: a sum over the processes of values that are already "
+                "averages (reduce with 'mean', or sum the totals before dividing)")
+    return ("this printed value is process 0's share: it is computed from the prepared loader's shard only; gather "
+            "(accelerator.gather_for_metrics) or reduce (accelerator.reduce) it over the processes before printing")

@@ -1,0 +1,28 @@
+"""A regression that prints its epoch's mean training loss: per-sample losses summed, divided by the data set's size."""
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(256, 8, generator=g)
+    y = x @ torch.randn(8, 1, generator=g) + 0.1 * torch.randn(256, 1, generator=g)
+    loader = DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True)
+    model = nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    criterion = nn.MSELoss()
+    for epoch in range(3):
+        running = 0.0
+        for inputs, targets in loader:
+            optimizer.zero_grad()
+            loss = criterion(model(inputs), targets)
+            loss.backward()
+            optimizer.step()
+            running += loss.item() * inputs.size(0)
+        print(f"epoch {epoch} train loss {running / len(loader.dataset):.6f}")
+
+
+if __name__ == "__main__":
+    main()

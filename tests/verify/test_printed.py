@@ -1,0 +1,76 @@
+"""The printed-values check on hand-made records: aggregates printed after an epoch must equal the original's;
+per-step values, the last step's loss printed after a loop, and numbers that vary between runs are not compared."""
+
+from __future__ import annotations
+
+from accelify.verify.printed import numbers, printed_check, template
+from accelify.verify.records import Backward, PrintedLine, ProcessRecord
+from accelify.verify.report import FAILED, PASSED
+
+
+def record(*lines: tuple[str, bool], losses: tuple[float, ...] = (1.0,)) -> ProcessRecord:
+    """A process that took one backward per loss, then printed ``lines`` ((text, inside an epoch))."""
+    backwards = tuple(Backward(i + 1, loss, (), None, i) for i, loss in enumerate(losses))
+    printed = tuple(PrintedLine(text, "train.py:9", inside, len(backwards), len(backwards)) for text, inside in lines)
+    return ProcessRecord(rank=0, pid=1, ppid=0, backwards=backwards, lines=printed, exited=True)
+
+
+def judge(original: ProcessRecord, run: ProcessRecord, control: ProcessRecord | None = None):
+    return printed_check(run, original, control or original, 2)
+
+
+def test_numbers_keep_values_and_leave_out_names_times_and_clocks() -> None:
+    found = numbers("epoch 3/10 conv1 loss: -0.125 lr=1e-3 took 0.52s 12 ms at 12:03:44")
+    assert [(n.text, n.comparable) for n in found] == [
+        ("3", True), ("10", True), ("1", False), ("-0.125", True), ("1e-3", True), ("0.52", False), ("12", False),
+        ("12", False), ("03", False), ("44", False)]
+    assert [n.unit for n in numbers("0.125 1.5e-03 456")] == [0.001, 0.0001, 1.0]
+    assert template("loss -0.5 acc 91.25%") == template("loss 0.25 acc 90.00%") == "loss # acc #%"
+
+
+def test_equal_aggregates_pass_within_one_unit_of_the_last_printed_digit() -> None:
+    original = record(("epoch 0 loss 0.123456", False), ("test accuracy 91.25%", False))
+    run = record(("epoch 0 loss 0.123457", False), ("test accuracy 91.25%", False))
+    check = judge(original, run)
+    assert check.status == PASSED and "3 numbers in 2 lines" in check.detail
+
+
+def test_an_average_over_one_shard_is_named_one_nth_of_the_original() -> None:
+    check = judge(record(("epoch 1 train loss 4.5000", False)), record(("epoch 1 train loss 2.2100", False)))
+    assert check.status == FAILED and "'epoch 1 train loss 4.5000'" in check.detail and "train.py:9" in check.detail
+    assert "about 1/2 of the original" in check.meaning and "reduce" in check.meaning
+
+
+def test_a_metric_of_process_0s_share_is_named_so() -> None:
+    check = judge(record(("accuracy 59.38% (76/128)", False)), record(("accuracy 60.94% (39/64)", False)))
+    assert check.status == FAILED and "59.38 vs 60.94" in check.detail
+    assert "process 0's share" in check.meaning
+
+
+def test_values_printed_inside_a_batch_loop_are_per_step_and_not_compared() -> None:
+    check = judge(record(("step 1 loss 0.9", True)), record(("step 1 loss 0.4", True)))
+    assert check.status == PASSED and "no number printed outside a batch loop" in check.detail
+
+
+def test_the_last_steps_loss_printed_after_the_loop_is_not_compared() -> None:
+    original = record(("epoch 0 loss 0.812000", False), losses=(0.9, 0.812))
+    run = record(("epoch 0 loss 0.700000", False), losses=(0.8, 0.7))  # process 0's share of the last batch
+    check = judge(original, run)
+    assert check.status == PASSED and "1 last-step loss printed after a loop" in check.detail
+    other = record(("epoch 0 loss 0.650000", False), losses=(0.8, 0.7))  # not the last backward's loss
+    assert judge(original, other).status == FAILED
+
+
+def test_numbers_that_differ_between_two_one_process_runs_are_not_compared() -> None:
+    original = record(("epoch 0 done, run id 81723, loss 0.5", False))
+    control = record(("epoch 0 done, run id 11872, loss 0.5", False))
+    run = record(("epoch 0 done, run id 99341, loss 0.5", False))
+    check = judge(original, run, control)
+    assert check.status == PASSED and "1 number that differs between two one-process runs" in check.detail
+
+
+def test_lines_only_one_run_printed_are_skipped_and_the_rest_still_matched() -> None:
+    original = record(("epoch 0 acc 0.5", False), ("epoch 1 acc 0.75", False))
+    run = record(("using 2 processes", False), ("epoch 0 acc 0.5", False), ("epoch 1 acc 0.25", False))
+    check = judge(original, run)
+    assert check.status == FAILED and "'epoch 1 acc 0.75'" in check.detail
