@@ -38,7 +38,7 @@ HORIZON = 8
 COMPARED_STEPS = 64  # parameters are compared for this many steps; learning rates and step counts to the end
 RTOL, ATOL, MAX_GROWTH = 1e-4, 1e-6, 100.0
 LR_RTOL = 1e-6
-_NOT_SHARED = ("no prepared DataLoader fed the processes: they do not share the original's batches, so their steps "
+NOT_SHARED = ("no prepared DataLoader fed the processes: they do not share the original's batches, so their steps "
                "are not the original's (each process draws its own batches)")
 
 
@@ -113,7 +113,7 @@ def _same_schedule(mine: ProcessRecord, reference: ProcessRecord, n: int) -> Che
             f"num_processes steps each call, so on {n} processes it decays {n}x too fast; do not prepare it "
             "(leave it out of accelerator.prepare)")
     if not mine.batches:
-        return CheckResult(name, stage, SKIPPED, _NOT_SHARED)
+        return CheckResult(name, stage, SKIPPED, NOT_SHARED)
     counts, expected = Counter(s.optimizer for s in mine.steps), Counter(s.optimizer for s in reference.steps)
     if counts != expected:
         label = {s.optimizer: s.label for s in mine.steps + reference.steps}
@@ -190,7 +190,7 @@ def tolerance(step: int) -> tuple[float, float]:
 def _same_as_original(mine: ProcessRecord, reference: ProcessRecord, n: int) -> CheckResult:
     name, stage = NAMES[3], _stage(n)
     if not mine.batches:
-        return CheckResult(name, stage, SKIPPED, _NOT_SHARED)
+        return CheckResult(name, stage, SKIPPED, NOT_SHARED)
     compared = 0
     for theirs, ours in zip(reference.steps, mine.steps):
         if ours.inexact:

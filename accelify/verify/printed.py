@@ -29,6 +29,11 @@ the line was printed (``exactness.tolerance``: rtol 1e-4, growing after ``HORIZO
 Not covered: a value the script only returns, logs to a tracker (``accelerator.log``) or branches on without
 printing it. Branching on a value computed from one process's share shows as another number of optimizer steps
 (``same schedule``) when it changes the training; a best value saved to a file is not compared.
+
+Like ``same as original``, the check needs the processes to share the original's batches (a prepared DataLoader;
+else it is skipped) and stops at the first step exact mode marked inexact (a batch that does not split evenly,
+...): a line printed after it legitimately differs and is not compared; where that leaves nothing compared, the
+check is skipped with the reason.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ import difflib
 import re
 from dataclasses import dataclass
 
-from accelify.verify.exactness import tolerance
+from accelify.verify.exactness import NOT_SHARED, tolerance
 from accelify.verify.records import PrintedLine, ProcessRecord
 from accelify.verify.report import FAILED, PASSED, SKIPPED, CheckResult
 from accelify.verify.runner import RunOutcome
@@ -136,21 +141,27 @@ def printed_values_check(distributed: RunOutcome, original: RunOutcome, control:
     if not distributed.ok or not distributed.records:
         return skipped_printed_check(f"the run on {n} processes did not finish", n)
     main = min(distributed.records, key=lambda r: r.rank)
+    if not main.batches:
+        return skipped_printed_check(NOT_SHARED, n)
     return printed_check(main, original.records[0], control.records[0], n)
 
 
 def printed_check(run: ProcessRecord, original: ProcessRecord, control: ProcessRecord, n: int) -> CheckResult:
     """Compare process 0's printed aggregates (``run``) with the original's (see the module docstring)."""
     stage = f"{n} processes"
+    inexact = next((step for step in run.steps if step.inexact), None)
     ours, theirs = _aggregates(original), _aggregates(run)
     in_run, in_control = _matches(ours, theirs), _matches(ours, _aggregates(control))
-    compared = lines = step_losses = varying = 0
+    compared = lines = step_losses = varying = late = 0
     controls = _aggregates(control)
     for i, j in sorted(in_run.items()):
         k = in_control.get(i)
         if k is None:
             continue
         mine, again, line = numbers(ours[i].text), numbers(controls[k].text), theirs[j]
+        if inexact is not None and line.steps >= inexact.n:
+            late += 1  # printed after a step exact mode could not make exact: it legitimately differs
+            continue
         got = numbers(line.text)
         if not (len(mine) == len(again) == len(got)):
             continue
@@ -181,11 +192,18 @@ def printed_check(run: ProcessRecord, original: ProcessRecord, control: ProcessR
     if varying:
         differ = "s that differ" if varying != 1 else " that differs"
         notes.append(f"{varying} number{differ} between two one-process runs (timings, ids) not compared")
+    if late:
+        notes.append(f"{late} line{'s' if late != 1 else ''} printed after step {inexact.n} not compared (not exact "
+                     f"from there: {inexact.inexact[0]})")
     tail = f"; {'; '.join(notes)}" if notes else ""
+    if not compared and late:
+        return CheckResult(NAME, stage, SKIPPED, f"not exact from step {inexact.n} on ({inexact.inexact[0]}): every "
+                                                 f"aggregate was printed after it{tail}")
     if not compared:
         return CheckResult(NAME, stage, PASSED, "no number printed outside a batch loop to compare (values printed "
                                                 f"inside one are per-step and may differ){tail}")
-    return CheckResult(NAME, stage, PASSED, f"{compared} numbers in {lines} lines printed after an epoch equal the "
+    return CheckResult(NAME, stage, PASSED, f"{compared} number{'s' if compared != 1 else ''} in {lines} "
+                                            f"line{'s' if lines != 1 else ''} printed after an epoch equal the "
                                             f"original's{tail}")
 
 

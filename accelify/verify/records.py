@@ -8,8 +8,10 @@ is not among them is the rank's process. A line cut short by a killed process is
 
 from __future__ import annotations
 
+import base64
 import json
 import re
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -235,8 +237,8 @@ def _read(path: Path, rank: int, pid: int) -> ProcessRecord:
 
 def _step(event: Mapping[str, Any]) -> Step:
     params = tuple(
-        Parameter(tuple(p["shape"]), int(p["numel"]), float(p["sum"]), tuple(p["values"]), bool(p["sampled"]),
-                  bool(p["grad"]), p.get("wrapper"), tuple(p.get("grads", ())))
+        Parameter(tuple(p["shape"]), int(p["numel"]), float(p["sum"]), _floats(p["values"]), bool(p["sampled"]),
+                  bool(p["grad"]), p.get("wrapper"), _floats(p.get("grads", ())))
         for p in event.get("params", ())
     )
     group = Group(**event.get("group", {"initialized": False}))
@@ -251,3 +253,11 @@ def _step(event: Mapping[str, Any]) -> Step:
     return Step(int(event["n"]), int(event["optimizer"]), params, group, wrappers, loaders,
                 int(event.get("backwards", 0)), event.get("name"), event.get("model"),
                 tuple(event.get("lrs", ())), tuple(event.get("inexact", ())))
+
+
+def _floats(values: Any) -> tuple[float, ...]:
+    """Values as the recorder wrote them: float64 bytes in base64 (a string), or a JSON list."""
+    if isinstance(values, str):
+        raw = base64.b64decode(values)
+        return tuple(array("d", raw)) if raw else ()
+    return tuple(values)

@@ -26,9 +26,10 @@ pytestmark = pytest.mark.multiprocess
 # Checks a script's own structure can leave unjudged (skipped with the reason): batches that do not come from a
 # DataLoader (sharding; in exact mode, the processes' batches), weights updated without a torch.optim optimizer (the
 # parameter checks and the schedule), and a first step exact mode cannot make exact (BatchNorm in training mode over
-# a share of the batch, a batch that does not split evenly: "same as original").
+# a share of the batch, a batch that does not split evenly: "same as original", and "same printed values" when every
+# aggregate was printed after such a step).
 STRUCTURAL = {"data sharded", "same parameters", "model wrapped", "parameters agree", "same data", "same schedule",
-              "parameters train", "same as original"}
+              "parameters train", "same as original", "same printed values"}
 
 
 def table(report: VerifyReport) -> str:
@@ -43,9 +44,17 @@ def table(report: VerifyReport) -> str:
 # then differs from the original's by float noise (6e-6) past the tolerance.
 VERIFY_LIMITS = {"autoencoder_grid": "exact mode does not rescale a loss summed over the batch (reduction='sum')"}
 
+# Conversions verify finds wrong (the converter's to fix, not verify's): "same printed values" shows the converted
+# script printing an epoch aggregate computed from process 0's share of the data, without a reduce.
+CONVERSIONS_FOUND_WRONG = {
+    "engine_module": "the epoch's 'Averaged stats' average process 0's per-step losses only (no reduce)",
+    "vae_decode": "the epoch's 'Average loss' sums process 0's shard and divides by the whole data set (1/N)",
+}
+EXPECTED_FAILURES = VERIFY_LIMITS | CONVERSIONS_FOUND_WRONG
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=VERIFY_LIMITS[n], strict=True))
-                                  if n in VERIFY_LIMITS else n for n in IDS])
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=EXPECTED_FAILURES[n], strict=True))
+                                  if n in EXPECTED_FAILURES else n for n in IDS])
 def test_corpus_case_verifies(verification_pool: VerificationPool, name: str) -> None:
     case = Case.load(CORPUS / name)
     report = verification_pool.corpus(name)

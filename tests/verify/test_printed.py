@@ -4,8 +4,10 @@ per-step values, the last step's loss printed after a loop, and numbers that var
 from __future__ import annotations
 
 from accelify.verify.printed import numbers, printed_check, template
-from accelify.verify.records import Backward, PrintedLine, ProcessRecord
-from accelify.verify.report import FAILED, PASSED
+from dataclasses import replace
+
+from accelify.verify.records import Backward, Group, PrintedLine, ProcessRecord, Step
+from accelify.verify.report import FAILED, PASSED, SKIPPED
 
 
 def record(*lines: tuple[str, bool], losses: tuple[float, ...] = (1.0,)) -> ProcessRecord:
@@ -74,3 +76,11 @@ def test_lines_only_one_run_printed_are_skipped_and_the_rest_still_matched() -> 
     run = record(("using 2 processes", False), ("epoch 0 acc 0.5", False), ("epoch 1 acc 0.25", False))
     check = judge(original, run)
     assert check.status == FAILED and "'epoch 1 acc 0.75'" in check.detail
+
+
+def test_lines_printed_after_a_step_exact_mode_could_not_make_exact_are_not_compared() -> None:
+    uneven = Step(1, 0, (), Group(True, 2, 0, "gloo"), (), {}, 1, inexact=("a batch of 25 rows does not split evenly",))
+    original = record(("epoch 0 val_loss 0.317", False))
+    run = replace(record(("epoch 0 val_loss 0.314", False)), steps=(uneven,))
+    check = judge(original, run)
+    assert check.status == SKIPPED and "not exact from step 1 on (a batch of 25 rows" in check.detail

@@ -175,3 +175,20 @@ def test_printed_lines_are_recorded_with_their_line_and_whether_an_epoch_was_run
     lines = [(line.text, line.site, line.in_epoch) for line in outcome.records[0].lines]
     assert lines == [("before 1", "train.py:5", False), ("batch 4", "train.py:7", True),
                      ("batch 4", "train.py:7", True), ("after 2.5 and 3", "train.py:9", False)]
+
+
+def test_parameters_are_fingerprinted_in_full_where_verify_compares_them(tmp_path: Path,
+                                                                         forked: ForkServerLauncher) -> None:
+    """Every value for the first 64 steps, at powers of two and at the step limit; a sample and the sum between."""
+    script = ("import torch\nmodel = torch.nn.Linear(64, 4)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+              "for _ in range(200):\n    optimizer.zero_grad()\n    model(torch.randn(8, 64)).pow(2).mean().backward()\n"
+              "    optimizer.step()\n")
+    folder = folder_with(tmp_path, "sparse", {"train.py": script})
+    outcome = run(forked, folder, steps=130)
+    assert outcome.ok, outcome.stderr
+    weights = {step.n: step.params[0] for step in outcome.records[0].steps}
+    for n in (1, 64, 128, 130):
+        assert len(weights[n].values) == 256 and len(weights[n].grads) == 256 and not weights[n].sampled
+    for n in (65, 100, 129):
+        assert len(weights[n].values) == 16 and weights[n].grads == () and weights[n].sampled
+        assert weights[n].total != weights[n - 1].total

@@ -25,7 +25,10 @@ The record is one JSON object per line, written as it happens:
               variable bound to it in a calling frame) and the learning rate of each of its param groups, the
               name of the model holding its first parameter, a fingerprint of every parameter of that
               optimizer (all values up to a per-tensor budget, evenly spaced ones beyond, and the exact sum,
-              with up to ``GRADS_PER_TENSOR`` gradient values), in exact mode why the step is not comparable,
+              with up to ``GRADS_PER_TENSOR`` gradient values; after step ``FULL_STEPS``, except at powers of
+              two and at the step limit, ``SPARSE_VALUES`` values and the sum only: verify compares parameters
+              step by step for the first 64 steps, and recording every value of every step cost more than the
+              training), in exact mode why the step is not comparable,
               whether each is owned by a DistributedDataParallel wrapper or sharded (DTensor), the wrappers and
               how often their forward ran, the process group joined, and every iterated data loader
               (iteration site, batches per epoch, samples in its first batch, batches drawn, whether a backward
@@ -69,6 +72,8 @@ STACK_SIGNAL = signal.SIGUSR1
 VALUES_PER_TENSOR = 4096  # fingerprint budget per parameter tensor ...
 VALUES_PER_STEP = 1 << 18  # ... and per step, shared between the tensors of a large model
 GRADS_PER_TENSOR = 1024  # gradient values recorded per parameter tensor (evenly spaced)
+FULL_STEPS = 64  # steps fingerprinted in full (verify compares parameters step by step this far) ...
+SPARSE_VALUES = 16  # ... later steps, except powers of two and the step limit: this many values per tensor, no grads
 PEER_WAIT = 30.0  # seconds a process at the step limit waits for the others of its group
 
 _recorder: "_Recorder | None" = None
@@ -343,7 +348,9 @@ class _Recorder:
                 index = self.optimizers[optimizer] = len(self.optimizers)
             self.steps += 1
             params = [p for group in optimizer.param_groups for p in group["params"]]
-            budget = max(16, min(VALUES_PER_TENSOR, VALUES_PER_STEP // max(1, len(params))))
+            n = self.steps
+            full = n <= FULL_STEPS or n & (n - 1) == 0 or (self.limit and n >= self.limit)
+            budget = max(16, min(VALUES_PER_TENSOR, VALUES_PER_STEP // max(1, len(params)))) if full else SPARSE_VALUES
             event = {
                 "event": "step",
                 "n": self.steps,
@@ -352,7 +359,7 @@ class _Recorder:
                 "model": self._model_name(optimizer, params),
                 "lrs": [number(group.get("lr")) for group in optimizer.param_groups],
                 "inexact": self.exact.take_inexact() if self.exact is not None else [],
-                "params": [self._parameter(p, budget) for p in params],
+                "params": [self._parameter(p, budget, full) for p in params],
                 "group": self._group(),
                 "wrappers": sorted((dict(w) for w in self.wrappers.values()), key=lambda w: w["index"]),
                 "loaders": {k: {n: v for n, v in info.items() if n != "current"} for k, info in self.loaders.items()},
@@ -363,7 +370,7 @@ class _Recorder:
             self.stop()
 
     # -- helpers -----------------------------------------------------------------------------------------------
-    def _parameter(self, parameter: Any, budget: int) -> dict[str, Any]:
+    def _parameter(self, parameter: Any, budget: int, grads_too: bool = True) -> dict[str, Any]:
         torch = self.torch
         tensor = parameter.detach()
         sharded = type(tensor).__name__ == "DTensor"
@@ -376,19 +383,19 @@ class _Recorder:
             sample = flat.index_select(0, index)
         else:
             sample = flat
-        grads: list[float] = []
-        if parameter.grad is not None and type(parameter.grad).__name__ != "DTensor":
+        grads = ""
+        if grads_too and parameter.grad is not None and type(parameter.grad).__name__ != "DTensor":
             grad = parameter.grad.detach().reshape(-1)
             if grad.numel() > GRADS_PER_TENSOR:
                 grad = grad.index_select(0, torch.linspace(0, count - 1, GRADS_PER_TENSOR,
                                                            device=grad.device).round().long())
-            grads = grad.double().cpu().tolist()
+            grads = _packed(grad)
         owner = "sharded" if sharded else self.owner.get(parameter)
         return {
             "shape": list(parameter.shape),
             "numel": count,
             "sum": float(flat.double().sum().item()) if count else 0.0,
-            "values": sample.double().cpu().tolist(),
+            "values": _packed(sample),
             "sampled": count > budget,
             "grad": parameter.grad is not None,
             "grads": grads,
@@ -444,3 +451,17 @@ class _Recorder:
             frame = frame.f_back
         return "<outside the script>"
 
+
+def _packed(tensor: Any) -> str:
+    """A tensor's values as float64 bytes (this machine's order) in base64: JSON floats cost more than the training
+    step when written for thousands of values a step; ``records.py`` unpacks them."""
+    import base64
+
+    data = tensor.detach().double().cpu().contiguous()
+    try:
+        raw = data.numpy().tobytes()
+    except Exception:  # torch without numpy
+        from array import array
+
+        raw = array("d", data.tolist()).tobytes()
+    return base64.b64encode(raw).decode("ascii")
