@@ -191,7 +191,9 @@ accelerator.end_training()
         accelerator = ctx.accelerator_in(scope) if scope is not None else None
         if scope is None or accelerator is None or not plan.aliases:
             return
-        names = [a.spelled for a in plan.aliases]
+        # one name for every object it holds (an optimizer built in either branch of an ``if``): listed once, since
+        # a name passed twice comes back as two wrappers of one object
+        names = list(dict.fromkeys(a.spelled for a in plan.aliases))
         code = _prepare_code(names, accelerator, _depth(ctx, plan.prepare_block) * _indent(ctx, scope))
         block = plan.prepare_block
         following = block[block.index(plan.prepare_after) + 1:] if plan.prepare_after in block else []

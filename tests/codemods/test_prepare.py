@@ -400,3 +400,23 @@ def test_a_later_experiment_with_a_model_under_a_new_name_is_prepared_where_it_i
     assert result.status == "converted", result.warnings
     assert "model_1 = accelerator.prepare(model_1)\n" in result.new
     assert "optimizer = accelerator.prepare(optimizer)\n" in result.new
+
+
+def test_an_object_built_in_either_branch_of_an_if_is_listed_once() -> None:
+    out = converted(
+        """
+        import torch
+        def train(model, loader, sgd):
+            if sgd:
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            else:
+                optimizer = torch.optim.Adam(model.parameters())
+            for x, y in loader:
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                optimizer.step()
+        net = torch.nn.Linear(4, 1)
+        data = torch.utils.data.DataLoader(ds)
+        train(net, data, True)
+        """
+    )
+    assert "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)" in out, out
