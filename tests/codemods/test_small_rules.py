@@ -140,3 +140,21 @@ for frame in range(10):
 def test_an_acting_method_is_no_training_forward(returned: str, refused: bool) -> None:
     found = codes(ACTING.replace("RETURN", returned))
     assert any(c.startswith("ACC025:") for c in found) is refused, found
+
+
+def test_a_tensor_sliced_by_an_inner_loop_is_reported_as_the_same_data_everywhere() -> None:
+    # the epoch loop (``range(2)``) walks no data; the inner loop slices the helper's tensor
+    code = """
+    import torch
+    from data_utils import Corpus
+    ids = Corpus().get_data('train.txt', 4)
+    model = torch.nn.Embedding(10, 10)
+    optimizer = torch.optim.Adam(model.parameters())
+    for epoch in range(2):
+        for i in range(0, ids.size(1) - 5, 5):
+            x, y = ids[:, i:i+5], ids[:, i+1:i+6]
+            loss = torch.nn.functional.cross_entropy(model(x).reshape(-1, 10), y.reshape(-1))
+            loss.backward()
+            optimizer.step()
+    """
+    assert "ACC022:7" in codes(code), codes(code)
