@@ -31,6 +31,7 @@ from accelify.codemods.analysis.blocks import block_of
 from accelify.codemods.analysis.collect import target_names
 from accelify.codemods.analysis.distributed import find_distributed
 from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Scope
+from accelify.codemods.analysis.flow import loader_mapping
 from accelify.codemods.analysis.prepared_uses import Alias, PreparedUses
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.schedules import per_batch
@@ -290,8 +291,9 @@ class Plan(PreparedUses):
                 self._optional.add(id(loader))
         kept = []
         for obj in objects:
-            if obj.loop is not None and obj.role == "loader":
-                self.in_place.append(obj)  # a loader rebuilt every epoch: prepared right where it is built
+            if obj.role == "loader" and (obj.loop is not None or loader_mapping(obj)):
+                # a loader rebuilt every epoch, or loaders kept in a dict: prepared right where they are built
+                self.in_place.append(obj)
                 kept.append(obj)
             elif obj.loop is not None and obj.role == "scheduler":
                 self._problem(SCHEDULER_IN_LOOP, obj.stmt, refuse=False, name=obj.key)
@@ -387,6 +389,8 @@ class Plan(PreparedUses):
                 previous = aliases.get(id(held))
                 # the first name that holds it (``model``, not a later ``model_without_ddp = model``), bound last
                 later = previous is not None and previous.stmt is not None and self.facts.order[previous.stmt] < self.facts.order[binding.stmt]
+                if later and self.drives_training(binding.where, binding.stmt):
+                    continue  # ``model = train_model(model, ...)``: what the training returns, not a place to prepare
                 if previous is None or previous.stmt is None or (later and previous.key == binding.key):
                     aliases[id(held)] = Alias(binding.key, held, self._completed(binding), binding.many)
         for scope in self.facts.scopes:

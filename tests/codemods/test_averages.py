@@ -206,3 +206,34 @@ def test_a_sum_set_again_after_each_pass_is_reduced_after_each_pass() -> None:
         '    running = accelerator.reduce(torch.tensor(running, dtype=torch.float64, device=accelerator.device), "mean").item()\n'
         '    accelerator.print(running / len(loader))\n'
     ) in new
+
+
+def test_metrics_a_helper_sums_into_a_dict_are_reported_with_their_count() -> None:
+    # usuyama's U-Net notebook: ``calc_loss(outputs, labels, metrics)`` does ``metrics['loss'] += ...``; reducing
+    # ``epoch_samples`` alone would print a 1/N loss, so both are left as they are and reported
+    code = """
+    from collections import defaultdict
+    import torch
+    from torch.utils.data import DataLoader
+    def calc_loss(pred, target, metrics):
+        loss = torch.nn.functional.mse_loss(pred, target)
+        metrics['loss'] += loss.item() * target.size(0)
+        return loss
+    def train_model(model, optimizer, loader):
+        for epoch in range(2):
+            metrics = defaultdict(float)
+            epoch_samples = 0
+            for inputs, labels in loader:
+                loss = calc_loss(model(inputs), labels, metrics)
+                loss.backward()
+                optimizer.step()
+                epoch_samples += inputs.size(0)
+            print(metrics['loss'] / epoch_samples)
+        return model
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(ds, batch_size=4)
+    model = train_model(model, optimizer, loader)
+    """
+    assert codes(code) == ["ACC028:13", "ACC028:16"]
+    assert "accelerator.reduce" not in converted(code)

@@ -420,3 +420,32 @@ def test_an_object_built_in_either_branch_of_an_if_is_listed_once() -> None:
         """
     )
     assert "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)" in out, out
+
+
+def test_loaders_in_a_dict_are_prepared_and_prepare_goes_before_a_training_call_whose_result_is_kept() -> None:
+    # usuyama's U-Net notebook: ``dataloaders[phase]`` in the loop, ``model = train_model(model, ...)``
+    out = converted(
+        """
+        import torch
+        from torch.utils.data import DataLoader
+        dataloaders = {'train': DataLoader(train_set, batch_size=5, shuffle=True), 'val': DataLoader(val_set, batch_size=5)}
+        def train_model(model, optimizer, num_epochs=25):
+            for epoch in range(num_epochs):
+                for phase in ['train', 'val']:
+                    for inputs, labels in dataloaders[phase]:
+                        loss = torch.nn.functional.mse_loss(model(inputs), labels)
+                        if phase == 'train':
+                            loss.backward()
+                            optimizer.step()
+            return model
+        model = torch.nn.Linear(4, 1)
+        optimizer_ft = torch.optim.Adam(model.parameters())
+        model = train_model(model, optimizer_ft, num_epochs=2)
+        """
+    )
+    assert "dataloaders = {k: accelerator.prepare(v) for k, v in dataloaders.items()}\ndef train_model" in out, out
+    assert (
+        "model, optimizer_ft = accelerator.prepare(model, optimizer_ft)\n"
+        "model = train_model(model, optimizer_ft, num_epochs=2)\n"
+    ) in out, out
+    assert "ACC022" not in " ".join(codes(out))
