@@ -356,6 +356,9 @@ def _per_process_len(plan: Plan, scope: Scope, call: cst.BaseExpression, at: cst
     arg = call.args[0].value  # type: ignore[attr-defined]
     if isinstance(arg, cst.Attribute) and arg.attr.value == "dataset":
         return False  # the whole data set, whatever the loader
+    if isinstance(arg, cst.Attribute) and arg.attr.value == "sampler" and (
+            (found := plan.origin(scope, arg.value)) is not None and found.role == "loader"):
+        return False  # ``len(train_loader.sampler)``: the script's sampler (a split's size), kept by prepare
     found = plan.origin(scope, arg)
     if found is not None and found.role == "loader":
         return plan.prepared(scope, arg, at) is not None  # before prepare, the whole loader

@@ -237,3 +237,37 @@ def test_metrics_a_helper_sums_into_a_dict_are_reported_with_their_count() -> No
     """
     assert codes(code) == ["ACC028:13", "ACC028:16"]
     assert "accelerator.reduce" not in converted(code)
+
+
+SPLIT = """
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+from torch.utils.data.sampler import SubsetRandomSampler
+indices = list(range(len(train_data)))
+np.random.shuffle(indices)
+train_loader = DataLoader(train_data, batch_size=20, sampler=SubsetRandomSampler(indices[40:]))
+model = torch.nn.Linear(4, 3)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+for epoch in range(2):
+    train_loss = 0.0
+    for data, target in train_loader:
+        loss = torch.nn.functional.cross_entropy(model(data), target)
+        loss.backward()
+        optimizer.step()
+        train_loss += loss.item() * data.size(0)
+    print(train_loss / len(train_loader.sampler))
+"""
+
+
+def test_a_sum_over_a_split_divided_by_the_samplers_size_is_summed_across_processes() -> None:
+    # udacity's CIFAR notebook: ``len(loader.sampler)`` is the split's size (the runtime keeps the sampler)
+    new = converted(SPLIT)
+    assert 'train_loss = accelerator.reduce(torch.tensor(train_loss, dtype=torch.float64, device=accelerator.device), "sum").item()' in new
+    assert "np.random.seed(0)\nnp.random.shuffle(indices)" in new  # the split drawn alike everywhere
+    assert codes(SPLIT) == []
+
+
+def test_hugging_face_accelerate_reads_the_scripts_sampler_through_the_batch_sampler() -> None:
+    new = converted(SPLIT, target="accelerate")
+    assert "print(train_loss / len(train_loader.batch_sampler.sampler))" in new, new
