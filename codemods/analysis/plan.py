@@ -278,6 +278,8 @@ class Plan(PreparedUses):
                     and not self.distributed.main_only(self.facts, loop.node, loop.scope)}
         by_main = {id(found) for loop in self.facts.loops if (found := self.origin(loop.scope, self.loop_source(loop)))
                    and self.distributed.main_only(self.facts, loop.node, loop.scope)}
+        trained_on = {id(found) for loop in self.facts.loops if (found := self.origin(loop.scope, self.loop_source(loop)))
+                      and any(self.reaches_backward(site) for site in loop.calls)}
         self._optional: set[int] = set()
         for loader in self.bindings_with_role("loader"):
             if self.bystander(loader.where):
@@ -287,7 +289,10 @@ class Plan(PreparedUses):
             if self._data_pass(loader):
                 continue  # a function's own pass over data (statistics), whether the training calls it or not
             objects.append(loader)
-            if id(loader) not in iterated:  # prepared where the others are, if it is in hand there
+            if id(loader) not in iterated or id(loader) not in trained_on:
+                # prepared where the others are, if it is in hand there; out of reach, a loader no one iterates, or
+                # one only evaluation walks (``eval_split`` in a training callback), is left as it is: every process
+                # then evaluates all of it, and it does not decide whether the training converts
                 self._optional.add(id(loader))
         kept = []
         for obj in objects:
