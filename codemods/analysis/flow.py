@@ -157,6 +157,9 @@ class Flow:
         expr = strip_placement(expr)
         if isinstance(expr, cst.Call):
             return self._returned(scope, expr, None)
+        if isinstance(expr, cst.Subscript):  # ``dataloaders[phase]``: one of a dict's loaders
+            found = self.origin(scope, expr.value)
+            return found if found is not None and loader_mapping(found) else None
         key = dotted(expr)
         if key is None or key.count(".") > 1:
             return None
@@ -349,3 +352,8 @@ class Flow:
                 if function is not None:
                     found.append(function)
         return found
+
+
+def loader_mapping(binding: Binding) -> bool:
+    """``dataloaders = {"train": DataLoader(...), ...}``: loaders kept in a dict, prepared one by one."""
+    return binding.role == "loader" and isinstance(binding.value, cst.Dict)

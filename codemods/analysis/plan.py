@@ -31,6 +31,7 @@ from accelify.codemods.analysis.blocks import block_of
 from accelify.codemods.analysis.collect import target_names
 from accelify.codemods.analysis.distributed import find_distributed
 from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Scope
+from accelify.codemods.analysis.flow import loader_mapping
 from accelify.codemods.analysis.prepared_uses import Alias, PreparedUses
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.schedules import per_batch
@@ -277,6 +278,8 @@ class Plan(PreparedUses):
                     and not self.distributed.main_only(self.facts, loop.node, loop.scope)}
         by_main = {id(found) for loop in self.facts.loops if (found := self.origin(loop.scope, self.loop_source(loop)))
                    and self.distributed.main_only(self.facts, loop.node, loop.scope)}
+        trained_on = {id(found) for loop in self.facts.loops if (found := self.origin(loop.scope, self.loop_source(loop)))
+                      and any(self.reaches_backward(site) for site in loop.calls)}
         self._optional: set[int] = set()
         for loader in self.bindings_with_role("loader"):
             if self.bystander(loader.where):
@@ -286,12 +289,16 @@ class Plan(PreparedUses):
             if self._data_pass(loader):
                 continue  # a function's own pass over data (statistics), whether the training calls it or not
             objects.append(loader)
-            if id(loader) not in iterated:  # prepared where the others are, if it is in hand there
+            if id(loader) not in iterated or id(loader) not in trained_on:
+                # prepared where the others are, if it is in hand there; out of reach, a loader no one iterates, or
+                # one only evaluation walks (``eval_split`` in a training callback), is left as it is: every process
+                # then evaluates all of it, and it does not decide whether the training converts
                 self._optional.add(id(loader))
         kept = []
         for obj in objects:
-            if obj.loop is not None and obj.role == "loader":
-                self.in_place.append(obj)  # a loader rebuilt every epoch: prepared right where it is built
+            if obj.role == "loader" and (obj.loop is not None or loader_mapping(obj)):
+                # a loader rebuilt every epoch, or loaders kept in a dict: prepared right where they are built
+                self.in_place.append(obj)
                 kept.append(obj)
             elif obj.loop is not None and obj.role == "scheduler":
                 self._problem(SCHEDULER_IN_LOOP, obj.stmt, refuse=False, name=obj.key)
@@ -387,6 +394,8 @@ class Plan(PreparedUses):
                 previous = aliases.get(id(held))
                 # the first name that holds it (``model``, not a later ``model_without_ddp = model``), bound last
                 later = previous is not None and previous.stmt is not None and self.facts.order[previous.stmt] < self.facts.order[binding.stmt]
+                if later and self.drives_training(binding.where, binding.stmt):
+                    continue  # ``model = train_model(model, ...)``: what the training returns, not a place to prepare
                 if previous is None or previous.stmt is None or (later and previous.key == binding.key):
                     aliases[id(held)] = Alias(binding.key, held, self._completed(binding), binding.many)
         for scope in self.facts.scopes:

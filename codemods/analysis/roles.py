@@ -262,6 +262,10 @@ def classify(value: cst.BaseExpression | None, imports: ImportMap, classes: dict
         ):
             return None
         return "optimizer" if classify(element, imports, classes) == "optimizer" else None
+    if isinstance(value, cst.Dict) and value.elements and all(
+        isinstance(e, cst.DictElement) and classify(e.value, imports, classes) == "loader" for e in value.elements
+    ):
+        return "loader"  # ``dataloaders = {"train": DataLoader(...), "val": DataLoader(...)}``, walked as ``dataloaders[phase]``
     if is_device_expr(value, imports):
         return "device"
     core = strip_placement(value)

@@ -64,6 +64,7 @@ class Kept:
     loop: Loop
     node: cst.BaseStatement
     values: tuple[cst.BaseExpression, ...]  # what is added at each batch (the rule reports only local ones)
+    local: bool = False  # known to be this process's share whatever is added (a count kept with one of those)
 
 
 @dataclass
@@ -91,6 +92,13 @@ def find_averages(plan: Plan) -> Averages:
                 name = call.func.value.value  # type: ignore[attr-defined]
                 if call.func.attr.value in _KEPT_METHODS and _read_after(plan, loop, name) and _made_before(loop, name):
                     found.kept.append(Kept(name, loop, stmt, tuple(a.value for a in call.args)))
+            elif (isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Subscript)
+                  and isinstance(small.target.value, cst.Name)):  # ``metrics['loss'] += loss.item() * n``
+                name = small.target.value.value
+                if _read_after(plan, loop, name) and _made_before(loop, name):
+                    found.kept.append(Kept(name, loop, stmt, (small.value,)))
+        found.kept.extend(_summed_by_helpers(plan, loop))
+        kept_here = {k.name for k in found.kept if k.loop is loop}
         counters = {n for n, ups in updates.items() if all(isinstance(v, cst.Integer) for _, v in ups)}
         for name, ups in updates.items():
             if name in counters or not _read_after(plan, loop, name):
@@ -109,10 +117,60 @@ def find_averages(plan: Plan) -> Averages:
             if mean is None or kind is None:
                 found.kept.append(kept)
                 continue
+            if any(_mixed(r, name, kept_here) for r in _reads_after(plan, loop.node, loop.scope, name)):
+                # ``metrics['loss'] / epoch_samples`` with the metrics left per process: a reduced count alone
+                # would make the printed value 1/N of the truth; both stay one process's share, reported
+                found.kept.append(Kept(name, loop, ups[0][0], kept.values, local=True))
+                continue
             found.accumulators.append(
                 Accumulator(name, loop, end, tuple(u for u, _ in ups), tuple(v for _, v in ups), kind, mean)
             )
     return found
+
+
+def _summed_by_helpers(plan: Plan, loop: Loop) -> list[Kept]:
+    """``loss = calc_loss(out, y, metrics)`` in the loop where the helper does ``metrics['bce'] += ...`` to its
+    parameter: a running value the loop keeps through a helper (usuyama's U-Net notebook)."""
+    out: list[Kept] = []
+    for site in loop.calls:
+        function = plan.callee(site)
+        if function is None or site.loop is not loop and (site.loop is None or site.loop.node not in _inner(loop)):
+            continue
+        for arg in site.node.args:
+            if not isinstance(arg.value, cst.Name) or arg.star:
+                continue
+            name = arg.value.value
+            param = next((p for p in function.param_names if plan.arg_for(site, function, p) is arg), None)
+            if param is None or not _read_after(plan, loop, name) or not _made_before(loop, name):
+                continue
+            if any(isinstance(a, cst.AugAssign) and isinstance(a.target, cst.Subscript)
+                   and m.matches(a.target.value, m.Name(param))
+                   for a in m.findall(function.node, m.AugAssign())):
+                out.append(Kept(name, loop, site.stmt, (site.node,), local=True))
+    return out
+
+
+def _inner(loop: Loop) -> set[cst.CSTNode]:
+    return set(m.findall(loop.node.body, m.For() | m.While()))
+
+
+def _mixed(stmt: cst.BaseStatement, name: str, kept: set[str]) -> bool:
+    """``metrics['loss'] / epoch_samples`` or ``print_metrics(metrics, epoch_samples)``: ``name`` computed with a
+    running value that stays one process's share."""
+    for node in m.findall(stmt, m.BinaryOperation()):
+        assert isinstance(node, cst.BinaryOperation)
+        sides = [_names(node.left), _names(node.right)]
+        if (name in sides[0] and sides[1] & kept) or (name in sides[1] and sides[0] & kept):
+            return True
+    for call in m.findall(stmt, m.Call()):
+        direct = {a.value.value for a in call.args if isinstance(a.value, cst.Name)}  # type: ignore[attr-defined]
+        if name in direct and direct & kept:
+            return True
+    return False
+
+
+def _names(expr: cst.BaseExpression) -> set[str]:
+    return {n.value for n in m.findall(expr, m.Name())}  # type: ignore[attr-defined]
 
 
 def _reads_after(plan: Plan, node: cst.BaseStatement, scope: Scope, name: str) -> list[cst.BaseStatement]:
@@ -298,6 +356,9 @@ def _per_process_len(plan: Plan, scope: Scope, call: cst.BaseExpression, at: cst
     arg = call.args[0].value  # type: ignore[attr-defined]
     if isinstance(arg, cst.Attribute) and arg.attr.value == "dataset":
         return False  # the whole data set, whatever the loader
+    if isinstance(arg, cst.Attribute) and arg.attr.value == "sampler" and (
+            (found := plan.origin(scope, arg.value)) is not None and found.role == "loader"):
+        return False  # ``len(train_loader.sampler)``: the script's sampler (a split's size), kept by prepare
     found = plan.origin(scope, arg)
     if found is not None and found.role == "loader":
         return plan.prepared(scope, arg, at) is not None  # before prepare, the whole loader

@@ -5,10 +5,19 @@ On N processes Hugging Face Accelerate's prepared model is a ``DistributedDataPa
 has ``nn.Module``'s methods but not the model's own (``model.decode(z)``, ``policy.saved_log_probs``,
 ``model.generate(...)``, ``model.fc``): they raise ``AttributeError``. ``accelify.runtime``'s prepared
 model forwards them to the module, so the default target leaves them as they are.
+
+A prepared loader's ``loader.sampler`` is the same kind of thing: Hugging Face Accelerate rebuilds the loader
+around a sharding batch sampler, and its ``sampler`` becomes a plain sampler over the whole data set, so
+``valid_loss / len(valid_loader.sampler)`` of a ``SubsetRandomSampler`` split divides by the data set's size (a
+wrong loss even on one process). The script's sampler is ``loader.batch_sampler.sampler`` there; the runtime
+keeps ``loader.sampler`` as the script made it.
 """
 
 from __future__ import annotations
 
+import libcst as cst
+
+from accelify.codemods.analysis.facts import Scope
 from accelify.codemods.analysis.roles import MODULE_API
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import unwrap
@@ -135,6 +144,10 @@ accelerator.end_training()
             return
         for scope in ctx.facts.scopes:
             for node, stmt in scope.attributes:
+                if node.attr.value == "sampler" and _prepared_loader(ctx, scope, node.value, stmt):
+                    if ctx.replace(node, stmt, lambda n: n.with_changes(value=cst.Attribute(n.value, cst.Name("batch_sampler")))):
+                        ctx.change("read a prepared loader's own sampler through its batch sampler")
+                    continue
                 if node.attr.value in MODULE_API or node.attr.value.startswith("__"):
                     continue
                 accelerator = ctx.accelerator_in(scope)
@@ -142,3 +155,8 @@ accelerator.end_training()
                     continue
                 if ctx.replace(node.value, stmt, lambda n, a=accelerator: unwrap(n, a)):  # type: ignore[misc]
                     ctx.change("reach the model's own methods through accelerator.unwrap_model(model)")
+
+
+def _prepared_loader(ctx: Context, scope: Scope, expr: cst.BaseExpression, stmt: cst.BaseStatement) -> bool:
+    found = ctx.plan.prepared(scope, expr, stmt)
+    return found is not None and found.role == "loader"

@@ -194,7 +194,7 @@ accelerator.end_training()
             gathered = _gathered_in(agreement, kept.loop)
             if any(ctx.reported(site.node) for site in kept.loop.calls):
                 continue  # the loop's metric is already reported as local (ACC016)
-            if any(not _global(agreement, kept.loop.scope, v, kept.node, gathered) for v in kept.values):
+            if kept.local or any(not _global(agreement, kept.loop.scope, v, kept.node, gathered) for v in kept.values):
                 ctx.warn(codes.SHARD_AVERAGE, kept.node, name=kept.name)
         reductions: dict[cst.For | cst.While, list[str]] = {}
         for acc in found.accumulators:

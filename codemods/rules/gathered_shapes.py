@@ -7,6 +7,10 @@ The evaluation rule gathers the outputs and targets of every process right after
 ``-1``: the tensor's own number of elements decides it, which on one process is exactly the batch size the
 original named (or the original would have failed), and on N processes is the gathered batch.
 
+A loop over the batch's rows sized by the per-process batch (``for i in range(batch_size): class_correct[target[i]]
++= correct[i]``, udacity's CIFAR notebook) would count one process's share of the gathered rows: its bound becomes
+the gathered tensor's length (``range(len(target))``).
+
 Left as it is, with ACC033: a shape that already has a ``-1`` elsewhere (``.view(batch_size, -1)``), or given
 as one tuple, where the gathered tensor's size is not known to be its first dimension: use
 ``t.size(0)`` by hand, or shape the tensor before the gather.
@@ -183,6 +187,26 @@ accelerator.end_training()
             _spread(site, gathered)
             if site.method in _SHAPERS and _on_gathered(ctx, site, gathered):
                 self._shape(ctx, loop, site, edit)
+        for inner in m.findall(loop.node.body, m.For()):
+            assert isinstance(inner, cst.For)
+            if ctx.facts.order[inner][0] >= first:
+                self._rows(ctx, loop, inner, gathered, edit)
+
+    def _rows(self, ctx: Context, loop: Loop, inner: cst.For, gathered: set[str], edit: bool) -> None:
+        """``for i in range(batch_size): ... target[i]`` over gathered rows: bounded by ``len(target)``."""
+        bound = _range_bound(inner)
+        if bound is None or not isinstance(inner.target, cst.Name) or not _batch_size(ctx, loop, bound):
+            return
+        index = inner.target.value
+        rows = next((root for sub in m.findall(inner.body, m.Subscript())
+                     for root in [_root(sub.value)]  # type: ignore[attr-defined]
+                     if root in gathered and _indexed_by(sub, index)), None)  # type: ignore[arg-type]
+        if rows is None or ctx.rewritten(bound) or ctx.reported(inner.iter):
+            return
+        if not edit:
+            ctx.warn(codes.GATHERED_SHAPE, inner.iter, call="range", size=code_of(bound))
+        elif ctx.replace(bound, inner, lambda _: expression(f"len({rows})")):
+            ctx.change("walk gathered rows by their own number")
 
     def _shape(self, ctx: Context, loop: Loop, site: CallSite, edit: bool = True) -> None:
         args = site.node.args
@@ -256,6 +280,21 @@ def _gathered_names(stmt: cst.BaseStatement, call: cst.Call) -> set[str]:
     if isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], cst.Assign) and stmt.body[0].value is call:
         return {n.value for t in stmt.body[0].targets for n in m.findall(t.target, m.Name())}
     return set()
+
+
+def _range_bound(loop: cst.For) -> cst.BaseExpression | None:
+    """``n`` of ``for i in range(n):``."""
+    it = loop.iter
+    if (isinstance(it, cst.Call) and m.matches(it.func, m.Name("range")) and len(it.args) == 1
+            and it.args[0].keyword is None and not it.args[0].star):
+        return it.args[0].value
+    return None
+
+
+def _indexed_by(sub: cst.Subscript, index: str) -> bool:
+    """``t[i]`` or ``t[i, ...]``: the first index is the loop's variable."""
+    first = sub.slice[0].slice if sub.slice else None
+    return isinstance(first, cst.Index) and m.matches(first.value, m.Name(index))
 
 
 def _minus_one(expr: cst.BaseExpression) -> bool:

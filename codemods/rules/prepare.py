@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accelify.codemods.analysis.flow import loader_mapping
+
 from accelify.codemods.analysis.collect import is_docstring
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.facts import Scope
@@ -185,13 +187,19 @@ accelerator.end_training()
         for loader in plan.in_place:  # rebuilt every epoch: prepared every time, right where it is built
             accelerator = ctx.accelerator_in(loader.where)
             if accelerator is not None and isinstance(loader.stmt, cst.SimpleStatementLine):
-                ctx.insert_after(loader.stmt, [f"{loader.key} = {accelerator}.prepare({loader.key})"])
+                if loader_mapping(loader):  # ``dataloaders = {"train": ..., "val": ...}``: each one
+                    code = f"{loader.key} = {{k: {accelerator}.prepare(v) for k, v in {loader.key}.items()}}"
+                else:
+                    code = f"{loader.key} = {accelerator}.prepare({loader.key})"
+                ctx.insert_after(loader.stmt, [code])
                 ctx.change(f"prepare {loader.key} where it is built")
         scope = plan.prepare_scope
         accelerator = ctx.accelerator_in(scope) if scope is not None else None
         if scope is None or accelerator is None or not plan.aliases:
             return
-        names = [a.spelled for a in plan.aliases]
+        # one name for every object it holds (an optimizer built in either branch of an ``if``): listed once, since
+        # a name passed twice comes back as two wrappers of one object
+        names = list(dict.fromkeys(a.spelled for a in plan.aliases))
         code = _prepare_code(names, accelerator, _depth(ctx, plan.prepare_block) * _indent(ctx, scope))
         block = plan.prepare_block
         following = block[block.index(plan.prepare_after) + 1:] if plan.prepare_after in block else []

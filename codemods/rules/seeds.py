@@ -93,7 +93,12 @@ accelerator.end_training()
         if not ctx.accelerating or ctx.plan.feeds_training():
             return
         if not _draws_while_training(ctx):
-            loop = next((lp for lp in ctx.facts.loops if any(ctx.plan.reaches_backward(s) for s in lp.calls)), None)
+            training = [lp for lp in ctx.facts.loops if any(ctx.plan.reaches_backward(s) for s in lp.calls)]
+            loop = training[0] if training else None
+            if loop is not None and not _walks_data(loop):
+                # ``for epoch in range(2)`` around ``for i in range(0, ids.size(1) - n, n): x = ids[:, i:i+n]``:
+                # the inner loop slices the data
+                loop = next((lp for lp in training if _walks_data(lp) and _slices(lp)), loop)
             reported = any(node is loop.node.iter for node, _ in ctx.warnings) if loop is not None else True
             if loop is not None and not reported and ctx.accelerator_in(loop.scope) is not None and _walks_data(loop):
                 ctx.warn(codes.SAME_DATA, loop.node.iter)
@@ -143,6 +148,16 @@ def _walks_data(loop: Loop) -> bool:
         isinstance(n, cst.Name) and n.value not in imports and loop.scope.resolve(n.value) is not None
         for n in m.findall(loop.node.iter, m.Name())
     )
+
+
+def _slices(loop: Loop) -> bool:
+    """Whether the loop's body indexes a tensor by the loop's variable (``ids[:, i:i + n]``, ``data[i]``)."""
+    for sub in m.findall(loop.node.body, m.Subscript()):
+        assert isinstance(sub, cst.Subscript)
+        used = {n.value for el in sub.slice for n in m.findall(el, m.Name())}  # type: ignore[attr-defined]
+        if used & set(loop.targets) and isinstance(sub.value, cst.Name) and sub.value.value not in loop.targets:
+            return True
+    return False
 
 
 def _seed_argument(site: CallSite) -> cst.BaseExpression | None:

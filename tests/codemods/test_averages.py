@@ -206,3 +206,68 @@ def test_a_sum_set_again_after_each_pass_is_reduced_after_each_pass() -> None:
         '    running = accelerator.reduce(torch.tensor(running, dtype=torch.float64, device=accelerator.device), "mean").item()\n'
         '    accelerator.print(running / len(loader))\n'
     ) in new
+
+
+def test_metrics_a_helper_sums_into_a_dict_are_reported_with_their_count() -> None:
+    # usuyama's U-Net notebook: ``calc_loss(outputs, labels, metrics)`` does ``metrics['loss'] += ...``; reducing
+    # ``epoch_samples`` alone would print a 1/N loss, so both are left as they are and reported
+    code = """
+    from collections import defaultdict
+    import torch
+    from torch.utils.data import DataLoader
+    def calc_loss(pred, target, metrics):
+        loss = torch.nn.functional.mse_loss(pred, target)
+        metrics['loss'] += loss.item() * target.size(0)
+        return loss
+    def train_model(model, optimizer, loader):
+        for epoch in range(2):
+            metrics = defaultdict(float)
+            epoch_samples = 0
+            for inputs, labels in loader:
+                loss = calc_loss(model(inputs), labels, metrics)
+                loss.backward()
+                optimizer.step()
+                epoch_samples += inputs.size(0)
+            print(metrics['loss'] / epoch_samples)
+        return model
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(ds, batch_size=4)
+    model = train_model(model, optimizer, loader)
+    """
+    assert codes(code) == ["ACC028:13", "ACC028:16"]
+    assert "accelerator.reduce" not in converted(code)
+
+
+SPLIT = """
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+from torch.utils.data.sampler import SubsetRandomSampler
+indices = list(range(len(train_data)))
+np.random.shuffle(indices)
+train_loader = DataLoader(train_data, batch_size=20, sampler=SubsetRandomSampler(indices[40:]))
+model = torch.nn.Linear(4, 3)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+for epoch in range(2):
+    train_loss = 0.0
+    for data, target in train_loader:
+        loss = torch.nn.functional.cross_entropy(model(data), target)
+        loss.backward()
+        optimizer.step()
+        train_loss += loss.item() * data.size(0)
+    print(train_loss / len(train_loader.sampler))
+"""
+
+
+def test_a_sum_over_a_split_divided_by_the_samplers_size_is_summed_across_processes() -> None:
+    # udacity's CIFAR notebook: ``len(loader.sampler)`` is the split's size (the runtime keeps the sampler)
+    new = converted(SPLIT)
+    assert 'train_loss = accelerator.reduce(torch.tensor(train_loss, dtype=torch.float64, device=accelerator.device), "sum").item()' in new
+    assert "np.random.seed(0)\nnp.random.shuffle(indices)" in new  # the split drawn alike everywhere
+    assert codes(SPLIT) == []
+
+
+def test_hugging_face_accelerate_reads_the_scripts_sampler_through_the_batch_sampler() -> None:
+    new = converted(SPLIT, target="accelerate")
+    assert "print(train_loss / len(train_loader.batch_sampler.sampler))" in new, new

@@ -4,6 +4,7 @@ training converts: its own DataLoader is left unprepared (every process walks al
 from __future__ import annotations
 
 import pytest
+from _convert import dedent
 
 from accelify.pipeline import convert_source
 from accelify.program import ModuleText
@@ -61,15 +62,56 @@ def test_a_returned_loader_is_still_prepared() -> None:
     assert "accelerator.prepare(model, optimizer, loader, held)" in result.new
 
 
-def test_a_pass_that_runs_the_model_still_counts() -> None:
-    """An evaluation over a loader of its own, with the model: its loader belongs with the others (refused)."""
+def test_a_pass_that_runs_the_model_without_training_does_not_decide_the_conversion() -> None:
+    """An evaluation over a loader of its own, with the model, out of prepare's reach: left as it is (every process
+    evaluates all of it, the same numbers), and the training converts (class 11: it was refused with ACC014)."""
     helper = STATS.replace("def compute_mean_std(dataset):", "def compute_mean_std(dataset, model):").replace(
         "        total += x.sum(0)\n", "        total += model(x).sum(0)\n"
     )
     code = TRAIN.format(call="").replace("    for x, y in loader:", "    held = compute_mean_std(ds, model)\n    for x, y in loader:")
     result = convert_source(code, modules=[ModuleText("data", "data.py", helper)])
-    assert result.status == "attention"
-    assert [w.code for c in result.companions for w in c.warnings] == ["ACC014"]
+    assert result.status == "converted"
+    assert "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n    held = compute_mean_std(ds, model)" in result.new
+    assert not result.companions and not result.warnings
+
+
+def test_an_evaluation_loader_built_in_a_training_callback_does_not_block_the_training() -> None:
+    """minGPT's adder: ``eval_split`` (its own DataLoader) runs from the trainer's on_batch_end callback."""
+    code = dedent(
+        """
+        import torch
+        from torch.utils.data import DataLoader
+        class Trainer:
+            def __init__(self, model, train_dataset):
+                self.model, self.train_dataset, self.callbacks = model, train_dataset, []
+            def run(self):
+                model = self.model
+                self.optimizer = torch.optim.AdamW(model.parameters())
+                train_loader = DataLoader(self.train_dataset, batch_size=8, shuffle=True)
+                for x, y in train_loader:
+                    loss = torch.nn.functional.mse_loss(model(x), y)
+                    loss.backward()
+                    self.optimizer.step()
+                    for cb in self.callbacks:
+                        cb(self)
+        if __name__ == '__main__':
+            model = torch.nn.Linear(4, 1)
+            trainer = Trainer(model, train_dataset)
+            def eval_split(trainer, split):
+                loader = DataLoader({'train': train_dataset, 'test': test_dataset}[split], batch_size=16)
+                for x, y in loader:
+                    print(torch.nn.functional.mse_loss(model(x), y).item())
+            def batch_end_callback(trainer):
+                with torch.no_grad():
+                    eval_split(trainer, 'test')
+            trainer.callbacks.append(batch_end_callback)
+            trainer.run()
+        """
+    )
+    result = convert_source(code)
+    assert result.status == "converted", [w.message for w in result.warnings]
+    assert "model, self.optimizer, train_loader = self.accelerator.prepare(" in result.new
+    assert "loader = DataLoader({'train'" in result.new and "prepare(loader)" not in result.new
 
 
 SANITY = """\

@@ -48,3 +48,25 @@ def test_a_second_minus_one_is_reported() -> None:
     code = HEAD + "        flat = recon.view(args.batch_size, -1)\n"
     assert "recon.view(args.batch_size, -1)" in converted(code)
     assert codes(code) == ["ACC033:16"]
+
+
+ROWS = HEAD.replace("recon = model(x)\n", "recon = model(x)\n        correct = recon.argmax(1)\n")
+
+
+def test_a_loop_over_the_batch_rows_walks_the_gathered_rows() -> None:
+    new = converted(ROWS + "        for i in range(args.batch_size):\n            print(x[i], correct[i].item())\n")
+    assert "gather_for_metrics" in new and "for i in range(len(x)):" in new, new
+
+
+def test_a_loop_sized_by_the_batch_that_reads_no_gathered_row_is_left_alone() -> None:
+    code = ROWS + "        for i in range(args.batch_size):\n            print(i)\n"
+    assert "for i in range(args.batch_size):" in converted(code)
+    assert "ACC033" not in " ".join(codes(code))
+
+
+def test_converted_code_walking_gathered_rows_by_the_batch_size_is_reported() -> None:
+    code = ROWS.replace(
+        "        recon = model(x)\n", "        recon = model(x)\n        recon, x = accelerator.gather_for_metrics((recon, x))\n"
+    ).replace("import torch\n", "import torch\nfrom accelify.runtime import Accelerator\naccelerator = Accelerator()\n", 1)
+    code += "        for i in range(args.batch_size):\n            print(x[i])\n"
+    assert any(c.startswith("ACC033:") for c in codes(code)), codes(code)

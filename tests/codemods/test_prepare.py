@@ -400,3 +400,52 @@ def test_a_later_experiment_with_a_model_under_a_new_name_is_prepared_where_it_i
     assert result.status == "converted", result.warnings
     assert "model_1 = accelerator.prepare(model_1)\n" in result.new
     assert "optimizer = accelerator.prepare(optimizer)\n" in result.new
+
+
+def test_an_object_built_in_either_branch_of_an_if_is_listed_once() -> None:
+    out = converted(
+        """
+        import torch
+        def train(model, loader, sgd):
+            if sgd:
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            else:
+                optimizer = torch.optim.Adam(model.parameters())
+            for x, y in loader:
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                optimizer.step()
+        net = torch.nn.Linear(4, 1)
+        data = torch.utils.data.DataLoader(ds)
+        train(net, data, True)
+        """
+    )
+    assert "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)" in out, out
+
+
+def test_loaders_in_a_dict_are_prepared_and_prepare_goes_before_a_training_call_whose_result_is_kept() -> None:
+    # usuyama's U-Net notebook: ``dataloaders[phase]`` in the loop, ``model = train_model(model, ...)``
+    out = converted(
+        """
+        import torch
+        from torch.utils.data import DataLoader
+        dataloaders = {'train': DataLoader(train_set, batch_size=5, shuffle=True), 'val': DataLoader(val_set, batch_size=5)}
+        def train_model(model, optimizer, num_epochs=25):
+            for epoch in range(num_epochs):
+                for phase in ['train', 'val']:
+                    for inputs, labels in dataloaders[phase]:
+                        loss = torch.nn.functional.mse_loss(model(inputs), labels)
+                        if phase == 'train':
+                            loss.backward()
+                            optimizer.step()
+            return model
+        model = torch.nn.Linear(4, 1)
+        optimizer_ft = torch.optim.Adam(model.parameters())
+        model = train_model(model, optimizer_ft, num_epochs=2)
+        """
+    )
+    assert "dataloaders = {k: accelerator.prepare(v) for k, v in dataloaders.items()}\ndef train_model" in out, out
+    assert (
+        "model, optimizer_ft = accelerator.prepare(model, optimizer_ft)\n"
+        "model = train_model(model, optimizer_ft, num_epochs=2)\n"
+    ) in out, out
+    assert "ACC022" not in " ".join(codes(out))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from _convert import converted
+from _convert import codes, converted
 
 HEAD = "import torch\nmodel = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
 
@@ -103,3 +103,58 @@ def test_nested_helper_called_before_the_accelerator_keeps_print() -> None:
     code = MAIN_HEAD.replace("    args = ", "    def log(m):\n        print(m)\n    log('parsing')\n    args = ")
     out = converted(code + "    log('built')\n")
     assert "        print(m)\n" in out
+
+
+ACTING = """
+import torch
+import torch.nn as nn
+class DQN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+    def forward(self, x):
+        return self.fc(x)
+    def act(self, state):
+        RETURN
+model = DQN()
+optimizer = torch.optim.Adam(model.parameters())
+for frame in range(10):
+    state = torch.rand(1, 4)
+    action = model.act(state)
+    loss = (model(state)[0, action] - 1.0).pow(2)
+    loss.backward()
+    optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    "returned, refused",
+    [
+        ("return self(state).argmax(1).item()", False),  # picks an action: no graph leaves it
+        ("q = self.forward(state)\n        return int(q.max(1)[1])", False),
+        ("with torch.no_grad():\n            q = self(state)\n        return q.argmax(1)", False),
+        ("return self(state).max(1)[0]", True),  # the values of the max carry the graph
+        ("q = self(state)\n        return q, q.argmax(1).item()", True),  # the output itself is returned too
+    ],
+)
+def test_an_acting_method_is_no_training_forward(returned: str, refused: bool) -> None:
+    found = codes(ACTING.replace("RETURN", returned))
+    assert any(c.startswith("ACC025:") for c in found) is refused, found
+
+
+def test_a_tensor_sliced_by_an_inner_loop_is_reported_as_the_same_data_everywhere() -> None:
+    # the epoch loop (``range(2)``) walks no data; the inner loop slices the helper's tensor
+    code = """
+    import torch
+    from data_utils import Corpus
+    ids = Corpus().get_data('train.txt', 4)
+    model = torch.nn.Embedding(10, 10)
+    optimizer = torch.optim.Adam(model.parameters())
+    for epoch in range(2):
+        for i in range(0, ids.size(1) - 5, 5):
+            x, y = ids[:, i:i+5], ids[:, i+1:i+6]
+            loss = torch.nn.functional.cross_entropy(model(x).reshape(-1, 10), y.reshape(-1))
+            loss.backward()
+            optimizer.step()
+    """
+    assert "ACC022:7" in codes(code), codes(code)
