@@ -58,6 +58,10 @@ class Flow:
             method = self._instance_method(site.scope, func.value.value, func.attr.value)
             if method is not None:
                 return method
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Call):
+            cls = self._class_of(site.scope, func.value.func)  # ``GAN().train(loader)``: GAN's ``train``
+            if cls is not None:
+                return self.facts.function(func.attr.value, cls)
         if isinstance(func, cst.Name):
             owner = site.scope.resolve(func.value)
             if owner is not None and owner.unit == site.scope.unit:
@@ -75,7 +79,11 @@ class Flow:
                         and self.facts.class_scope(b.value.func.value, scope.resolve(b.value.func.value)) is not None]
         if len(bindings) != 1 or not isinstance(bindings[0].value, cst.Call):
             return None
-        func = bindings[0].value.func
+        cls = self._class_of(scope, bindings[0].value.func)
+        return self.facts.function(method, cls) if cls is not None else None
+
+    def _class_of(self, scope: Scope, func: cst.BaseExpression) -> Scope | None:
+        """The class of the program that a call of ``func`` in ``scope`` instantiates (None: not one)."""
         cls = None
         if isinstance(func, cst.Name):
             where = scope.resolve(func.value)
@@ -83,7 +91,7 @@ class Flow:
         if cls is None:
             found = self.defined(scope.imports.qualname(func))
             cls = self.facts.class_scope(found[1], found[0]) if found is not None else None
-        return self.facts.function(method, cls) if cls is not None else None
+        return cls
 
     def _imported(self, qualname: str | None) -> Scope | None:
         """``loops.fit`` -> the function ``fit`` of the local module ``loops`` (or a class's ``__init__``)."""
@@ -214,7 +222,7 @@ class Flow:
             # what a function of the program returns, or, when that cannot be followed, an object made here
             return (self._returned(binding.where, call, index) or binding) if self._local_call(call) else binding
         if binding.value is None:
-            return None
+            return self._imported_value(binding) if _is_import(binding.stmt) else None
         value = strip_placement(strip_wrapper(binding.value, binding.where.imports))
         if isinstance(value, cst.Call) and len(value.args) == 1 and self._prepares(binding.where, value):
             value = value.args[0].value  # ``model = accelerator.prepare(model)`` in a converted program
@@ -227,6 +235,23 @@ class Flow:
         if key != binding.key:
             return self.origin(binding.where, value)
         return self._held_before(binding)
+
+    def _imported_value(self, binding: Binding) -> Binding | None:
+        """``from data import loader`` (or ``from data import *``): the object the local module ``data`` binds to
+        ``loader`` at import time, when it binds it once; None for a library's name."""
+        qualname = binding.where.imports.aliases.get(binding.key)
+        for _ in range(8):  # re-exports of re-exports, never a cycle
+            unit, _, name = (qualname or "").rpartition(".")
+            module = self._units.get(unit)
+            if module is None or unit == "__main__":
+                return None
+            found = module.bindings.get(name, [])
+            if len(found) != 1:
+                return None
+            if not _is_import(found[0].stmt):
+                return self.holds(found[0])
+            qualname = module.imports.aliases.get(name)
+        return None
 
     def _prepares(self, scope: Scope, call: cst.Call) -> bool:
         """Whether ``call`` is ``accelerator.prepare(...)`` on an ``Accelerator`` made in the program: in a converted
@@ -349,3 +374,8 @@ class Flow:
                 if function is not None:
                     found.append(function)
         return found
+
+
+def _is_import(stmt: cst.BaseStatement) -> bool:
+    """Whether ``stmt`` is an import line (its bindings hold what another module binds)."""
+    return isinstance(stmt, cst.SimpleStatementLine) and any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
