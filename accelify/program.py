@@ -12,6 +12,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import libcst as cst
 import libcst.matchers as m
@@ -90,31 +91,52 @@ def find_local(name: str, folder: Path) -> Path | None:
     return None
 
 
-def local_modules(script: str | os.PathLike[str], module: cst.Module) -> list[ModuleText]:
-    """The local modules ``script`` (already parsed as ``module``) uses, directly or through each other.
+# Where a program's module is: import name -> (its path as shown, text, encoding), or None (not a local module).
+Finder = Callable[[str], "tuple[str, str, str] | None"]
 
-    A local module that cannot be read or parsed is left out: the script's own conversion then treats
-    what comes from it as unknown, and warns where that matters."""
+
+def discover(module: cst.Module, find: Finder) -> list[ModuleText]:
+    """The local modules a program's entry (parsed as ``module``) uses, directly or through each other, in the order
+    they are first imported, up to ``LIMIT``; ``find`` says where an import name's module is. The one search that
+    ``convert`` (modules on disk, ``local_modules``) and ``verify`` (a run's files) share, so that both read the same
+    program. A module that cannot be parsed is left out: what comes from it is unknown to the conversion."""
+    found: list[ModuleText] = []
+    seen: set[str] = set()
+    pending = list(imported_names(module))
+    while pending and len(found) < LIMIT:
+        name = pending.pop(0)
+        hit = find(name)
+        if hit is None or hit[0] in seen:
+            continue
+        path, text, encoding = hit
+        seen.add(path)
+        try:
+            parsed = cst.parse_module(text)
+        except cst.ParserSyntaxError:
+            continue
+        found.append(ModuleText(name, path, text, encoding))
+        pending.extend(imported_names(parsed, package_of(name, path)))
+    return found
+
+
+def local_modules(script: str | os.PathLike[str], module: cst.Module) -> list[ModuleText]:
+    """The local modules ``script`` (already parsed as ``module``) uses, directly or through each other, found on
+    disk beside it (paths as the user wrote the script's). A module that cannot be read is left out."""
     entry = Path(script).resolve()
     folder = entry.parent
-    shown = Path(os.path.dirname(os.fspath(script)))  # paths as the user wrote the script's
-    found: list[ModuleText] = []
-    seen = {entry}
-    pending = [(name, module) for name in imported_names(module)]
-    while pending and len(found) < LIMIT:
-        name, _ = pending.pop(0)
+    shown = Path(os.path.dirname(os.fspath(script)))
+
+    def find(name: str) -> tuple[str, str, str] | None:
         path = find_local(name, folder)
-        if path is None or path.resolve() in seen:
-            continue
-        seen.add(path.resolve())
+        if path is None or path.resolve() == entry:
+            return None
         try:
             source = read_source(path)
-            parsed = cst.parse_module(source.text)
-        except (SourceError, cst.ParserSyntaxError):
-            continue
-        found.append(ModuleText(name, str(shown / path.relative_to(folder)), source.text, source.encoding))
-        pending.extend((inner, parsed) for inner in imported_names(parsed, package_of(name, path)))
-    return found
+        except SourceError:
+            return None
+        return str(shown / path.relative_to(folder)), source.text, source.encoding
+
+    return discover(module, find)
 
 
 _IMPORTED_FIRST = re.compile(r"(?:^|;)[ \t]*(?:import|from)[ \t]+([\w, \t]+)", re.MULTILINE)

@@ -14,6 +14,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from accelify.program import ModuleText
 from accelify.verify import ScriptFiles
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,10 +60,8 @@ class Case:
         return (self.directory / "input.py").read_text(encoding="utf-8")
 
     def files(self) -> ScriptFiles:
-        """``input.py`` as ``train.py``, with the modules of ``input_modules/`` next to it."""
-        modules = tuple((p.name, p.read_text(encoding="utf-8"))
-                        for p in sorted((self.directory / "input_modules").glob("*.py")))
-        return ScriptFiles(SCRIPT, self.source(), modules)
+        """``input.py`` as ``train.py``, with the modules of ``input_modules/`` next to it (packages in their folders)."""
+        return ScriptFiles(SCRIPT, self.source(), tuple((m.path, m.text) for m in case_modules(self.directory)))
 
     def compared(self, stdout: str) -> list[str]:
         return [line for line in stdout.splitlines() if self.compare.search(line)]
@@ -70,6 +69,20 @@ class Case:
     def metrics(self, stdout: str) -> list[str]:
         """The lines of ``stdout`` the ``metric`` regex picks (none when the case has no metric)."""
         return [line for line in stdout.splitlines() if self.metric and self.metric.search(line)]
+
+
+def case_modules(directory: Path, *folders: str) -> list[ModuleText]:
+    """A case's local modules: every ``.py`` under ``input_modules/`` (``trainer/trainer.py`` is the module
+    ``trainer.trainer``, ``base/__init__.py`` the package ``base``), each read from the first of ``folders`` that has
+    it (``expected_modules``), else from ``input_modules``."""
+    root = directory / "input_modules"
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root).as_posix()
+        source = next(directory / f / relative for f in (*folders, "input_modules") if (directory / f / relative).is_file())
+        unit = relative[:-3].replace("/", ".").removesuffix(".__init__")
+        out.append(ModuleText(unit, relative, source.read_text(encoding="utf-8")))
+    return out
 
 
 @dataclass(frozen=True)

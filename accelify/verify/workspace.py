@@ -1,9 +1,10 @@
 """The files a verification runs: a script and its local modules, read, converted, and written to a run folder.
 
-A script often imports modules that sit next to it (``from model import Net``). :meth:`ScriptFiles.from_path`
-takes the script, the other ``.py`` files of its folder and its package folders (those with an ``__init__.py``);
-:func:`convert_files` converts the script with those ``.py`` modules as one program, as ``accelify convert`` does (a
-module the conversion does not edit stays as it is; package folders are copied as they are). Each run gets its own folder, so
+A script often imports modules that sit next to it (``from model import Net``, ``from trainer import Trainer``).
+:meth:`ScriptFiles.from_path` takes the script, the other ``.py`` files of its folder and its package folders (those
+with an ``__init__.py``, and those the program imports modules from); :func:`convert_files` converts the script with
+the modules it imports, found as ``accelify convert`` finds them (:func:`program_modules`), as one program (a module
+the conversion does not edit stays as it is; package folders are copied, then their converted modules written). Each run gets its own folder, so
 what one run writes (checkpoints, logs) never reaches another.
 
 :func:`stage` puts a run's files where the script's relative paths work: in a mirror of the script's folder and
@@ -18,9 +19,13 @@ import os
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from accelify.results import Result
 from accelify.verify.hook.accelify_verify_sandbox import MARKER
+
+if TYPE_CHECKING:
+    from accelify.program import ModuleText
 
 LEVELS_UP = 2
 """How many folders above the script's the mirror holds (``../data``, ``../../datasets`` as examples read them)."""
@@ -53,16 +58,21 @@ class ScriptFiles:
             for other in sorted(folder.glob("*.py"))
             if other.name != script.name and other.is_file()
         )
-        packages = tuple(sorted(p for p in folder.iterdir() if p.is_dir() and (p / "__init__.py").is_file()))
-        return cls(script.name, read_source(str(script)).text, modules, packages, folder)
+        folders = [p for p in folder.iterdir() if p.is_dir()]
+        packages = {p for p in folders if (p / "__init__.py").is_file()}
+        files = cls(script.name, read_source(str(script)).text, modules, tuple(folders), folder)
+        # and a folder without an ``__init__.py`` whose modules the program imports (``from models.gan import GAN``)
+        packages |= {folder / Path(m.path).parts[0] for m in program_modules(files) if len(Path(m.path).parts) > 1}
+        return replace(files, packages=tuple(sorted(packages)))
 
     def write(self, folder: Path) -> Path:
         """Write the script and its modules into ``folder`` (created), copy the packages; the script's path."""
         folder.mkdir(parents=True, exist_ok=True)
-        for name, source in self.modules:
-            (folder / name).write_text(source, encoding="utf-8")
         for package in self.packages:
             shutil.copytree(package, folder / package.name, ignore=_IGNORED, dirs_exist_ok=True)
+        for name, source in self.modules:  # after the packages: a converted package module replaces its original
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_text(source, encoding="utf-8")
         script = folder / self.name
         script.write_text(self.source, encoding="utf-8")
         return script
@@ -83,7 +93,7 @@ def stage(files: ScriptFiles, root: Path) -> Path:
             break
         chain.append(parent)
     top = chain[-1]
-    own = {files.name, "__pycache__", *(name for name, _ in files.modules), *(p.name for p in files.packages)}
+    own = {files.name, "__pycache__", *(Path(name).parts[0] for name, _ in files.modules), *(p.name for p in files.packages)}
     for below, folder in zip([None, *chain], chain):
         here = root / folder.relative_to(top)
         here.mkdir(parents=True, exist_ok=True)
@@ -105,13 +115,13 @@ def _crowded(folder: Path) -> bool:
 
 
 def convert_files(files: ScriptFiles, *, target: str = "accelify") -> tuple[ScriptFiles, Result]:
-    """The conversion of ``files`` (the script with its ``.py`` modules, converted together as the tool converts
-    them: a module the script's conversion edits is a companion of its result) and the pipeline's result."""
+    """The conversion of ``files`` and the pipeline's result: the script with the local modules it imports, found as
+    ``accelify convert`` finds them (``program_modules``: modules beside it, packages, relative imports), converted
+    together as one program. A module the conversion edits (a companion of the result) is replaced by its
+    conversion, in its package folder too (``trainer/trainer.py``)."""
     from accelify.pipeline import convert_source
-    from accelify.program import ModuleText
 
-    used = imported_modules(files)
-    local = [ModuleText(name[:-3], name, source) for name, source in files.modules if name in used]
+    local = program_modules(files)
     if files.name.endswith(".ipynb"):
         from accelify.pipeline import convert_notebook_text
 
@@ -119,8 +129,8 @@ def convert_files(files: ScriptFiles, *, target: str = "accelify") -> tuple[Scri
     else:
         result = convert_source(files.source, path=files.name, target=target, modules=local)
     converted = {c.path: c.new for c in result.companions if c.changed}
-    modules = tuple((name, converted.get(name, source)) for name, source in files.modules)
-    return replace(files, source=result.new, modules=modules), result
+    modules = tuple((name, converted.pop(name, source)) for name, source in files.modules)
+    return replace(files, source=result.new, modules=modules + tuple(converted.items())), result
 
 
 def as_program(files: ScriptFiles) -> ScriptFiles:
@@ -134,24 +144,43 @@ def as_program(files: ScriptFiles) -> ScriptFiles:
     return replace(files, name=files.name + ".py", source=code)
 
 
-def imported_modules(files: ScriptFiles) -> set[str]:
-    """The file names of the modules beside the script that it imports, directly or through each other: only
-    those are analysed with it (as ``accelify convert`` does), never an unrelated script of the same folder."""
+def program_modules(files: ScriptFiles) -> list["ModuleText"]:
+    """The local modules the script imports, directly or through each other, found as ``accelify convert`` finds
+    them on disk (``accelify.program.discover``), among ``files``' modules and package folders: only those are
+    analysed with it, never an unrelated script of the same folder. Paths are relative to the script's folder."""
     import libcst as cst
 
-    from accelify.program import imported_names
+    from accelify.errors import SourceError
+    from accelify.program import discover
+    from accelify.source import read_source
 
-    sources = dict(files.modules)
-    used: set[str] = set()
-    pending = [as_program(files).source] if files.name.endswith(".ipynb") else [files.source]
-    while pending:
-        try:
-            module = cst.parse_module(pending.pop())
-        except cst.ParserSyntaxError:
-            continue
-        for name in imported_names(module):
-            file = name.split(".")[0] + ".py"
-            if file in sources and file not in used:
-                used.add(file)
-                pending.append(sources[file])
-    return used
+    texts = dict(files.modules)
+    folders = {p.name: p for p in files.packages}
+
+    def find(name: str) -> tuple[str, str, str] | None:
+        base = name.replace(".", "/")
+        for relative in (f"{base}.py", f"{base}/__init__.py"):
+            if relative == files.name:
+                return None
+            if relative in texts:
+                return relative, texts[relative], "utf-8"
+            top, _, rest = relative.partition("/")
+            path = folders[top] / rest if top in folders and rest else None
+            if path is not None and path.is_file():
+                try:
+                    source = read_source(str(path))
+                except SourceError:
+                    return None  # as convert: a module it cannot read is unknown to the conversion
+                return relative, source.text, source.encoding
+        return None
+
+    try:
+        module = cst.parse_module(as_program(files).source)
+    except (cst.ParserSyntaxError, SourceError):
+        return []
+    return discover(module, find)
+
+
+def imported_modules(files: ScriptFiles) -> set[str]:
+    """The paths (relative to the script's folder) of the local modules the script imports (``program_modules``)."""
+    return {module.path for module in program_modules(files)}

@@ -15,6 +15,7 @@ import libcst as cst
 
 from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Loop, Scope
 from accelify.codemods.analysis.names import ImportMap, dotted
+from accelify.codemods.analysis.exports import Exports
 
 NO_GRAD = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad"}
 
@@ -375,12 +376,14 @@ class _Collector:
             loop.calls.append(site)
 
 
-def collect(module: cst.Module, unit: str = "__main__", package: str | None = None) -> Facts:
+def collect(module: cst.Module, unit: str = "__main__", package: str | None = None, exports: Exports | None = None) -> Facts:
     """Walk ``module`` once and return the facts the rules read; ``unit`` names the module in a program
     (``__main__`` for the script, the import name for a local module it uses); ``package`` is the package its
-    relative imports start from (``trainer`` for ``trainer/__init__.py`` and ``trainer/trainer.py``)."""
+    relative imports start from (``trainer`` for ``trainer/__init__.py`` and ``trainer/trainer.py``); ``exports``
+    what ``from X import *`` binds for the local modules X (``exports.star_exports``)."""
     collector = _Collector(module, unit)
     collector.imports.package = package
+    collector.imports.exports = exports or {}
     collector.walk(module)
     collector.imports.define(unit, collector.definitions)
     qualify = collector.imports.qualname

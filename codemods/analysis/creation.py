@@ -190,7 +190,8 @@ class Creation:
         docstring."""
         plan = self.plan
         facts = plan.facts
-        uses = [a.stmt for a in plan.aliases if a.stmt is not None and plan.prepare_scope is home]
+        # an object imported from a local module (``from data import loader``) exists before any statement here
+        uses = [a.stmt for a in plan.aliases if a.stmt is not None and plan.prepare_scope is home and not is_import(a.stmt)]
         if plan.home_call is not None:
             uses.append(plan.home_call.stmt)
         uses += plan.distributed.uses  # ``ddp = int(os.environ.get("RANK", -1)) != -1`` reads the accelerator once converted

@@ -167,6 +167,23 @@ class Facts:
         """A class defined in ``owner`` (default: the module) by name."""
         return self._classes.get((id(owner or self.module_scope), name))
 
+    def subclasses(self, cls: Scope) -> list[Scope]:
+        """The classes of the program that derive from ``cls`` (directly or not; a base re-exported by its package,
+        ``from base import BaseTrainer``, is recognised) that are not themselves bases of another."""
+        def qualname(scope: Scope) -> str:
+            return scope.name if scope.unit == "__main__" else f"{scope.unit}.{scope.name}"
+
+        def derives(name: str, target: str, seen: frozenset[str]) -> bool:
+            for base in self.classes.get(name, []):
+                base = defined_class(base, self.classes)
+                if base == target or (base not in seen and derives(base, target, seen | {base})):
+                    return True
+            return False
+
+        target = qualname(cls)
+        found = [s for s in self.scopes if s.kind == "class" and s is not cls and derives(qualname(s), target, frozenset())]
+        return [s for s in found if not any(derives(qualname(o), qualname(s), frozenset()) for o in found if o is not s)]
+
     def unit_of(self, scope: Scope) -> "Facts":
         return self.units[scope.unit]
 
@@ -207,3 +224,13 @@ class Facts:
     def after(self, stmt: cst.BaseStatement, anchor: cst.BaseStatement) -> bool:
         """Whether ``stmt`` comes after ``anchor`` and everything inside it, in source order."""
         return self.order[stmt][0] > self.order[anchor][1]
+
+
+def defined_class(name: str, classes: dict[str, list[str]]) -> str:
+    """``base.BaseTrainer`` (re-exported by ``base/__init__.py``) -> ``base.base_trainer.BaseTrainer`` when one class of
+    the program has that name in that package."""
+    if name in classes:
+        return name
+    package, _, last = name.rpartition(".")
+    found = [k for k in classes if package and k.rsplit(".", 1)[-1] == last and k.startswith(package + ".")]
+    return found[0] if len(found) == 1 else name

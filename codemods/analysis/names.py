@@ -7,6 +7,8 @@ by qualified name whatever the spelling: ``import torch.nn as nn``, ``from torch
 
 from __future__ import annotations
 
+from typing import Mapping
+
 import libcst as cst
 
 # Private module paths that torch re-exports under a public name.
@@ -52,6 +54,9 @@ class ImportMap:
         self.unit = "__main__"
         self.definitions: frozenset[str] = frozenset()
         self.package: str | None = None  # the package a relative import starts from (None: a script, no package)
+        # what ``from X import *`` binds, for the local modules X of the program (``exports.star_exports``)
+        self.exports: Mapping[str, Mapping[str, str]] = {}
+        self._starred: set[str] = set()  # the names a star import bound
 
     def define(self, unit: str, names: list[str]) -> None:
         """This module is ``unit`` of a program; ``names`` are the functions and classes it defines.
@@ -60,6 +65,8 @@ class ImportMap:
         ``unit.name``, as the modules that import it see it (``from loops import fit`` -> ``loops.fit``)."""
         self.unit = unit
         self.definitions = frozenset(names)
+        for name in self._starred & self.definitions:  # ``from utils import *`` then ``def train``: this module's own
+            self.aliases.pop(name, None)
 
     def _absolute(self, level: int, module: str | None) -> str | None:
         """``from ..a import b`` in package ``p.q``: ``p.a``; None outside a package (or above its top)."""
@@ -86,14 +93,15 @@ class ImportMap:
                     self.aliases.setdefault(local, local)
                 bound.append(local)
             return bound
-        if node.relative:
-            base = self._absolute(len(node.relative), module_name(node.module))
-            if base is None:
-                return bound
-        else:
-            base = module_name(node.module) or ""
+        base = self.source_module(node)
+        if base is None:
+            return bound
         self.modules.add(base)
         if isinstance(node.names, cst.ImportStar):
+            for local, full in self.exports.get(base, {}).items():  # a local module's names, as if imported by name
+                self.aliases[local] = full
+                self._starred.add(local)
+                bound.append(local)
             return bound
         for alias in node.names:
             name = dotted(alias.name) or ""
@@ -103,6 +111,12 @@ class ImportMap:
             self.aliases[local] = f"{base}.{name}"
             bound.append(local)
         return bound
+
+    def source_module(self, node: cst.ImportFrom) -> str | None:
+        """The absolute module an ``from ... import`` statement imports from (None: a relative import outside a package)."""
+        if node.relative:
+            return self._absolute(len(node.relative), module_name(node.module))
+        return module_name(node.module) or ""
 
     def qualname(self, expr: cst.BaseExpression) -> str | None:
         """The qualified name of a name/attribute chain (``nn.Linear`` -> ``torch.nn.Linear``)."""

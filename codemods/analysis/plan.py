@@ -39,6 +39,7 @@ from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.analysis.roles import (
     classify,
     element_call,
+    factory_role,
     names_a_device,
     parameter_owners,
     parameter_owners_in,
@@ -674,7 +675,8 @@ def _rooted_at_self(expr: cst.BaseExpression) -> bool:
 def _from_torch_optim(binding: Binding) -> bool:
     """Whether ``binding`` holds a ``torch.optim`` optimizer (not just a call that takes parameters)."""
     where, core = _maker(binding)
-    return (where.imports.qualname(core.func) or "").startswith("torch.optim.")
+    return (where.imports.qualname(core.func) or "").startswith("torch.optim.") or \
+        factory_role(core, where.imports, {}) == "optimizer"  # ``config.init_obj('optimizer', torch.optim, params)``
 
 
 def _common_block(facts: Facts, scope: Scope, stmts: list[cst.BaseStatement]) -> list[cst.BaseStatement]:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 import libcst.matchers as m
 
+from accelify.codemods.analysis.facts import defined_class
 from accelify.codemods.analysis.names import ImportMap, dotted
 
 if TYPE_CHECKING:
@@ -287,6 +288,47 @@ def classify(value: cst.BaseExpression | None, imports: ImportMap, classes: dict
         return "model"
     if last[:1].isupper() and any(m.findall(arg.value, _PARAMETERS) for arg in core.args):
         return "optimizer"
+    return factory_role(core, imports, classes)
+
+
+# Modules a factory is handed to build from, and what it then builds.
+FACTORY_MODULES = {"torch.optim": "optimizer", "torch.optim.lr_scheduler": "scheduler", "torchvision.models": "model"}
+_CLASS_ROLES = (("torch.nn.Module", "model"), ("torch.utils.data.DataLoader", "loader"))
+
+
+def factory_role(call: cst.Call, imports: ImportMap, classes: dict[str, list[str]]) -> str | None:
+    """What a factory that is handed a module builds: ``config.init_obj('optimizer', torch.optim, params)`` and
+    ``getattr(torch.optim, name)(params)`` an optimizer, ``torch.optim.lr_scheduler`` a scheduler, and a module of
+    the program whose classes are all DataLoaders (or all models) one of those (``config.init_obj('data_loader',
+    module_data)``). Only an imported module counts (a variable named like one does not)."""
+    func = call.func
+    if isinstance(func, cst.Call) and imports.qualname(func.func) == "getattr" and func.args:
+        handed = [func.args[0].value]
+    else:
+        handed = [arg.value for arg in call.args]
+    for value in handed:
+        name = dotted(value)
+        if name is None or name.split(".")[0] not in imports.aliases:
+            continue
+        module = imports.qualname(value) or ""
+        if module in FACTORY_MODULES:
+            return FACTORY_MODULES[module]
+        made = {_class_role(k, classes) for k in classes if k.rpartition(".")[0] == module}
+        if len(made) == 1 and None not in made:
+            return made.pop()
+    return None
+
+
+def _class_role(name: str, classes: dict[str, list[str]], seen: frozenset[str] = frozenset()) -> str | None:
+    """``model`` or ``loader`` for a class of the program that subclasses ``nn.Module`` or ``DataLoader`` (through
+    its own bases, re-exported by a package: ``from base import BaseDataLoader``)."""
+    if name in seen:
+        return None
+    for base in classes.get(name, []):
+        role = next((r for target, r in _CLASS_ROLES if base == target), None)
+        found = role or _class_role(defined_class(base, classes), classes, seen | {name})
+        if found is not None:
+            return found
     return None
 
 

@@ -90,9 +90,21 @@ class Context:
                 return None
             if current.parent is not None and current.parent.kind == "class":
                 # a method sees the trainer's `self.accelerator`; a static method has no `self`
-                return bound.get(current.parent) if current.class_scope is not None else None
+                if current.class_scope is None:
+                    return None
+                return bound.get(current.parent) or self._inherited(current)
             current = current.parent
         return None
+
+    def _inherited(self, method: Scope) -> str | None:
+        """A base class's method runs on the instances of its subclasses (``BaseTrainer.train`` on a ``Trainer``):
+        it sees ``self.accelerator`` when every subclass of the program sets it, the same way. Never in the base's
+        ``__init__``: a subclass calls it (``super().__init__(...)``) before it sets its own attributes."""
+        if method.name == "__init__" or method.parent is None:
+            return None
+        subclasses = self.facts.subclasses(method.parent)
+        names = {self.edits.accelerators.get(cls) for cls in subclasses}
+        return names.pop() if subclasses and len(names) == 1 and None not in names else None
 
     def after_accelerator(self, scope: Scope, stmt: cst.BaseStatement, seen: frozenset[int] = frozenset()) -> bool:
         """Whether ``stmt`` in ``scope`` runs after the accelerator exists.

@@ -13,6 +13,7 @@ from typing import Mapping
 import libcst as cst
 
 from accelify.codemods.analysis.collect import collect
+from accelify.codemods.analysis.exports import star_exports
 from accelify.codemods.engine.context import Abort, Context, Located
 from accelify.codemods.engine.edits import apply
 from accelify.codemods.engine.notebook_launch import launch
@@ -73,12 +74,15 @@ def transform(
     relative imports start from; ``notebook``: ``module`` is a notebook's
     code cells joined, and its training call goes through ``notebook_launcher`` (the notebook step). Never
     raises for a pattern it does not understand (it warns or refuses instead)."""
-    facts = collect(module)
+    locals_ = {unit: m for unit, m in (modules or {}).items() if unit != "__main__"}
+    exports = star_exports({"__main__": module, **locals_}, packages or {}) if locals_ else {}
+    facts = collect(module, exports=exports)
     if _uses_accelerator(facts):
         return Outcome(UNCHANGED, module, (), _recheck(facts, target, disabled), ALREADY_CONVERTED)
-    if not facts.imports.imports_any("torch"):
+    others = [collect(m, unit, (packages or {}).get(unit), exports) for unit, m in locals_.items()]
+    if not any(f.imports.imports_any("torch") for f in (facts, *others)):
+        # an entry that imports torch only through its own modules (``from models.gan import GAN``) is a program
         return Outcome(SKIPPED, module, (), (), NOT_A_CANDIDATE)
-    others = [collect(m, unit, (packages or {}).get(unit)) for unit, m in (modules or {}).items() if unit != "__main__"]
     others = [f for f in others if not _uses_accelerator(f)]  # an already converted helper is left as it is
     program = Facts.program(facts, others) if others else facts
     ctx = Context(program, Plan(program), target=target)

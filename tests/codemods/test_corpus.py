@@ -21,6 +21,7 @@ import pytest
 from accelify.pipeline import convert_source
 from accelify.program import ModuleText
 from accelify.results import Result
+from corpus_cases import case_modules
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "corpus"
@@ -47,13 +48,8 @@ def _diff(expected: str, actual: str, name: str) -> str:
 
 
 def _modules(case: Path, *folders: str) -> list[ModuleText]:
-    """The case's local modules, each taken from the first of ``folders`` that has it."""
-    names = sorted(p.name for p in (case / "input_modules").glob("*.py"))
-    out = []
-    for name in names:
-        source = next(case / folder / name for folder in (*folders, "input_modules") if (case / folder / name).is_file())
-        out.append(ModuleText(name[:-3], f"{name}", source.read_text(encoding="utf-8")))
-    return out
+    """The case's local modules, each taken from the first of ``folders`` that has it (packages in their folders)."""
+    return case_modules(case, *folders)
 
 
 def _convert(case: Path, script: str, folders: tuple[str, ...], target: str = "accelify") -> Result:
@@ -118,7 +114,7 @@ def test_input_converts_to_expected(case: Path, update_goldens: bool) -> None:
         (case / "expected.py").write_text(result.new, encoding="utf-8")
         for companion in result.companions:
             if companion.changed:
-                (case / "expected_modules").mkdir(exist_ok=True)
+                (case / "expected_modules" / companion.path).parent.mkdir(parents=True, exist_ok=True)
                 (case / "expected_modules" / companion.path).write_text(companion.new, encoding="utf-8")
         return
     expected = (case / "expected.py").read_text(encoding="utf-8")

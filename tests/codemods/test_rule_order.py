@@ -18,6 +18,7 @@ from accelify.codemods.engine.rule import Rule
 from accelify.codemods.rules import RULES
 from accelify.pipeline import convert_source
 from accelify.program import ModuleText
+from corpus_cases import case_modules
 
 ALL = tuple(rule.name for rule in RULES)
 CORPUS = Path(__file__).resolve().parents[2] / "corpus"
@@ -89,7 +90,7 @@ def _cases() -> list[tuple[str, str, str, list[ModuleText] | None, str, tuple[st
         for i, example in enumerate(rule.examples):
             out.append((f"{rule.name}-{i}", example.source, example.target, None, example.expected, tuple(sorted(example.warnings))))
     for case in sorted(p.parent for p in CORPUS.glob("*/input.py")):
-        modules = [ModuleText(p.stem, p.name, p.read_text(encoding="utf-8")) for p in sorted((case / "input_modules").glob("*.py"))]
+        modules = case_modules(case)
         out.append((case.name, (case / "input.py").read_text(encoding="utf-8"), "accelify", modules,
                     (case / "expected.py").read_text(encoding="utf-8"), None))
     return out

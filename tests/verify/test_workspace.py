@@ -115,3 +115,88 @@ def test_verify_runs_a_script_whose_data_lie_next_to_it_and_above_it(tmp_path: P
     ran = {c.name: c.status for c in report.checks}
     assert ran["original runs"] == "passed" and ran["converted runs"] == "passed", report.verdict
     assert _tree(tmp_path / "user") == before
+
+
+# A program whose training is in its own package (relative imports inside it) and in a folder without an
+# ``__init__.py`` (a namespace package): verify must read the program as convert does.
+PACKAGE_TRAIN = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from engine import fit
+from models.linear import make_model
+
+model = make_model()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(16, 2), torch.randn(16, 1)), batch_size=4)
+fit(model, optimizer, loader)
+"""
+PACKAGE_LOOPS = """\
+import torch
+from .steps import step
+
+
+def fit(model, optimizer, loader):
+    for x, y in loader:
+        loss = step(model, optimizer, x, y)
+    print("last loss", loss)
+"""
+PACKAGE_STEPS = """\
+import torch
+
+
+def step(model, optimizer, x, y):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+"""
+
+
+def _package_program(home: Path) -> None:
+    files = {"train.py": PACKAGE_TRAIN, "engine/__init__.py": "from .loops import fit\n", "engine/loops.py": PACKAGE_LOOPS,
+             "engine/steps.py": PACKAGE_STEPS, "models/linear.py": "import torch\n\n\ndef make_model():\n"
+             "    return torch.nn.Linear(2, 1)\n", "notes/unrelated.py": "import torch\n"}
+    for name, text in files.items():
+        (home / name).parent.mkdir(parents=True, exist_ok=True)
+        (home / name).write_text(text)
+
+
+def test_verify_converts_a_package_program_as_convert_does(tmp_path: Path) -> None:
+    from accelify.pipeline import convert_path
+    from accelify.verify.workspace import stage
+
+    home = tmp_path / "project"
+    _package_program(home)
+    files = ScriptFiles.from_path(home / "train.py")
+    assert {p.name for p in files.packages} == {"engine", "models"}  # models/ has no __init__.py; notes/ is not imported
+    converted, result = convert_files(files)
+    alone = convert_path(home / "train.py")
+    assert result.status == alone.status == "converted"
+    assert converted.source == alone.new
+    by_convert = {Path(c.path).relative_to(home).as_posix(): c.new for c in alone.companions if c.changed}
+    assert set(by_convert) == {"engine/loops.py", "engine/steps.py"}
+    assert {name: text for name, text in converted.modules if name in by_convert} == by_convert
+    folder = stage(converted, tmp_path / "run")  # the run gets the converted package modules, the others as they are
+    assert (folder / "engine" / "steps.py").read_text() == by_convert["engine/steps.py"]
+    assert (folder / "engine" / "__init__.py").read_text() == "from .loops import fit\n"
+    assert (folder / "models" / "linear.py").read_text().startswith("import torch")
+    assert not (folder / "engine").is_symlink() and (home / "engine" / "steps.py").read_text() == PACKAGE_STEPS
+
+
+def test_verify_refuses_a_package_program_as_convert_does(tmp_path: Path) -> None:
+    """A trainer module the program cannot give the accelerator: convert says attention, so verify does too (it
+    said "unchanged" when it looked only at the flat modules of the script's folder)."""
+    from accelify.pipeline import convert_path
+
+    home = tmp_path / "project"
+    _package_program(home)
+    (home / "engine" / "loops.py").write_text(PACKAGE_LOOPS.replace("def fit(model, optimizer, loader):",
+                                                                    "def fit(model, optimizer, loader):\n"
+                                                                    "    optimizer = torch.optim.Adam(model.parameters())"))
+    converted, result = convert_files(ScriptFiles.from_path(home / "train.py"))
+    alone = convert_path(home / "train.py")
+    assert result.status == "attention"
+    assert (result.status, [w.code for w in result.warnings]) == (alone.status, [w.code for w in alone.warnings])
+    assert [(Path(c.path).name, [w.code for w in c.warnings]) for c in result.companions] == \
+        [(Path(c.path).name, [w.code for w in c.warnings]) for c in alone.companions]
