@@ -13,8 +13,9 @@ How it tells an aggregate from a per-step value:
   a best value): it must equal the original's;
 - except a number that is the last step's loss (``print(f"epoch {e} loss {loss.item()}")`` after the loop, the
   conventional per-step loss printed from one process): in the converted script's one-process run and in process 0's
-  it stands in the same ratio to the loss handed to the last ``backward`` (1, or the accumulation divisor), so it is
-  recognised as that step's loss and not compared.
+  it stands in the same ratio to the loss handed to the last ``backward`` (1, or the accumulation divisor; or N or
+  1/N times it: a loss divided by the batch's size, of which process 0 has 1/N), so it is recognised as that step's
+  loss and not compared.
 
 Which numbers are compared: the converted script's one-process run is the determinism control. A number is
 compared only where the original and the one-process conversion printed the same value (timings, memory, run ids
@@ -120,12 +121,14 @@ def _last_loss(record: ProcessRecord, line: PrintedLine) -> float | None:
     return record.backwards[line.backwards - 1].loss
 
 
-def _step_loss(value: float, loss: float | None, control: float, control_loss: float | None, unit: float) -> bool:
-    """``value`` stands to the last backward's ``loss`` as ``control`` to ``control_loss``: it is that step's loss."""
+def _step_loss(value: float, loss: float | None, control: float, control_loss: float | None, unit: float,
+               n: int) -> bool:
+    """``value`` stands to the last backward's ``loss`` as ``control`` to ``control_loss`` (or N times that, or
+    1/N: the loss divided by the batch's rows, of which process 0 has 1/N): it is that step's loss."""
     if not loss or not control_loss:
         return False
     ratio = control / control_loss
-    return ratio != 0 and abs(value - ratio * loss) <= unit + 1e-4 * abs(value)
+    return ratio != 0 and any(abs(value - ratio * k * loss) <= unit + 1e-4 * abs(value) for k in (1, n, 1 / n))
 
 
 def skipped_printed_check(reason: str, processes: int) -> CheckResult:
@@ -176,7 +179,7 @@ def printed_check(run: ProcessRecord, original: ProcessRecord, control: ProcessR
             if _same(a, d, rtol):
                 compared, counted = compared + 1, True
                 continue
-            if _step_loss(d.value, _last_loss(run, line), c.value, _last_loss(control, controls[k]), d.unit):
+            if _step_loss(d.value, _last_loss(run, line), c.value, _last_loss(control, controls[k]), d.unit, n):
                 step_losses += 1
                 continue
             return CheckResult(
