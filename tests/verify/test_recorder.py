@@ -192,3 +192,23 @@ def test_parameters_are_fingerprinted_in_full_where_verify_compares_them(tmp_pat
     for n in (65, 100, 129):
         assert len(weights[n].values) == 16 and weights[n].grads == () and weights[n].sampled
         assert weights[n].total != weights[n - 1].total
+
+
+def test_an_n_process_run_whose_port_was_taken_is_started_again(tmp_path: Path, forked: ForkServerLauncher,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two verify runs at once: the port chosen for rank 0's store is bound by someone else before rank 0 binds it."""
+    import socket
+
+    from accelify.verify import runner
+
+    with socket.socket() as blocker:
+        blocker.bind(("0.0.0.0", 0))
+        ports = iter([blocker.getsockname()[1]])
+        free = runner._free_port
+        monkeypatch.setattr(runner, "_free_port", lambda: next(ports, None) or free())
+        script = "import torch.distributed as dist\ndist.init_process_group('gloo')\nprint('rank', dist.get_rank())\n"
+        folder = folder_with(tmp_path, "port", {"train.py": script})
+        spec = RunSpec("port", folder, "train.py", tmp_path / "logs-port", processes=2, timeout=60)
+        outcome = forked.run(spec)
+    assert outcome.ok and outcome.stdout == ("rank 0\n", "rank 1\n"), outcome.stderr
+    assert next(ports, None) is None  # the taken port was tried first
