@@ -181,7 +181,8 @@ def test_parameters_are_fingerprinted_in_full_where_verify_compares_them(tmp_pat
                                                                          forked: ForkServerLauncher) -> None:
     """Every value for the first 64 steps, at powers of two and at the step limit; a sample and the sum between."""
     script = ("import torch\nmodel = torch.nn.Linear(64, 4)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.01)\n"
-              "for _ in range(200):\n    optimizer.zero_grad()\n    model(torch.randn(8, 64)).pow(2).mean().backward()\n"
+              "for _ in range(200):\n    optimizer.zero_grad()\n"
+              "    model(torch.randn(8, 64)).pow(2).mean().backward()\n"
               "    optimizer.step()\n")
     folder = folder_with(tmp_path, "sparse", {"train.py": script})
     outcome = run(forked, folder, steps=130)

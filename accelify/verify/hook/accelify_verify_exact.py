@@ -14,6 +14,8 @@ parameters can be compared with the original's step by step. What this module ch
   first rows (the runtime's ``even_batches``); the steps that used such a batch are marked inexact (the mean over
   padded shares is not the original's mean). The global torch RNG is taken from process 0 when each epoch of a
   prepared loader starts (the runtime shares the permutation seed drawn from it);
+- ``accelerator.print`` on the processes that do not print: the line is recorded as silent, so verify can check
+  that an aggregate printed once per epoch is the same on every process (reduced), not each process's share;
 - schedulers: a prepared scheduler moves one step per call (``split_batches``: the optimizer takes as many steps as
   the original's); each call of a prepared scheduler is recorded with the optimizer steps and epochs so far, so a
   scheduler stepped once per epoch (which moves N steps per call in a real launch) is still found;
@@ -444,6 +446,31 @@ def patch_runtime(prepare: ModuleType, exact: ExactMode) -> None:
     prepare.prepare_all = synced_prepare_all
     prepare.prepare_data_loader = split_loader
     prepare.prepare_scheduler = one_step_scheduler
+    state = sys.modules.get("accelify.runtime.state")
+    if state is not None and hasattr(state, "PartialState"):
+        _record_unprinted(state.PartialState, exact)
+
+
+def _record_unprinted(cls: type, exact: ExactMode) -> None:
+    """``accelerator.print`` on the other processes: what it would have printed is recorded as a silent line, so
+    verify can tell a value reduced over the processes (equal on all) from one process's share."""
+    original = cls.print
+
+    @functools.wraps(original)
+    def print_(self: Any, *args: Any, **kwargs: Any) -> None:
+        recorder = exact.recorder
+        if recorder.active and kwargs.get("file") is None and not self.is_local_main_process:
+            try:
+                sep, end = kwargs.get("sep"), kwargs.get("end")
+                text = (" " if sep is None else sep).join(map(str, args)) + ("\n" if end is None else end)
+                for line in text.split("\n")[:-1]:
+                    if any(ch.isdigit() for ch in line):
+                        recorder.on_line(line, sys._getframe(1), silent=True)
+            except Exception:  # a value whose str() fails: print raises it below, as it would have
+                pass
+        return original(self, *args, **kwargs)
+
+    cls.print = print_
 
 
 _SPLIT_CLASSES: dict[type, type] = {}

@@ -337,11 +337,12 @@ class _Recorder:
                 info["current"] = 0
             self.in_epoch = False
 
-    def on_line(self, text: str, caller: Any) -> None:
-        """A line printed to stdout (holding a digit): recorded with where and when it was printed."""
+    def on_line(self, text: str, caller: Any, silent: bool = False) -> None:
+        """A line printed to stdout (holding a digit; ``silent``: one ``accelerator.print`` would have printed on
+        this process, exact mode): recorded with where and when it was printed."""
         with self.lock:
             event = {"event": "line", "text": text, "site": self._site(caller), "in_epoch": self.in_epoch,
-                     "backwards": self.backwards, "steps": self.steps}
+                     "backwards": self.backwards, "steps": self.steps, "silent": silent}
         self.write(event)
 
     def on_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
