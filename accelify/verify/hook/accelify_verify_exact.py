@@ -14,8 +14,6 @@ parameters can be compared with the original's step by step. What this module ch
   first rows (the runtime's ``even_batches``); the steps that used such a batch are marked inexact (the mean over
   padded shares is not the original's mean). The global torch RNG is taken from process 0 when each epoch of a
   prepared loader starts (the runtime shares the permutation seed drawn from it);
-- ``accelerator.print`` on the processes that do not print: the line is recorded as silent, so verify can check
-  that an aggregate printed once per epoch is the same on every process (reduced), not each process's share;
 - schedulers: a prepared scheduler moves one step per call (``split_batches``: the optimizer takes as many steps as
   the original's); each call of a prepared scheduler is recorded with the optimizer steps and epochs so far, so a
   scheduler stepped once per epoch (which moves N steps per call in a real launch) is still found;
@@ -26,15 +24,10 @@ parameters can be compared with the original's step by step. What this module ch
 - BatchNorm in training mode on a share: the rows of every process are gathered (autograd-aware, over a Gloo group
   of its own), normalised together as the original did, and this process keeps its own; where that cannot be done
   (a batch that does not split evenly) the step is marked inexact, "BatchNorm statistics over a shard";
-- losses summed over the batch (``reduction="sum"``, ``(x - y).pow(2).sum()``): each process sums its ``b/N`` rows
-  and DDP averages, so the update would be 1/N of the original's, though a real launch (whole batches per process)
-  is right. At each backward on a share, the processes add up their loss values (a Gloo all-reduce over exact
-  mode's own group) and compare the total with the original's loss at the same backward (read from the original's
-  record, ``ACCELIFY_VERIFY_REFERENCE``): equal, the loss is a sum over the rows and the backward's gradient is
-  scaled by N (``grad_tensors``: the loss value itself, and what the script prints, stay unchanged); N times it, a
-  mean (a sum divided by the batch size is one), left as it is; another power of N, a sum or a mean that the
-  conversion scaled (its wrong factor then shows in the update); neither (a mean plus a sum), the step is marked
-  inexact. By values alone, a mean that the conversion divided by N looks like a sum: that one is not caught here.
+- losses summed over the batch (``reduction="sum"``, ``(x - y).pow(2).sum()``): told from a mean by their values
+  against the original's, and their gradient scaled by N (``accelify_verify_sums.py``);
+- ``accelerator.print`` on the processes that print nothing: recorded as silent lines
+  (``accelify_verify_stdout.record_unprinted``).
 
 A step marked inexact ends the step-by-step parameter comparison (``accelify/verify/exactness.py``): what follows it
 legitimately differs. Learning rates and step counts are still compared to the end. Only the N-process run is in
@@ -57,8 +50,6 @@ from types import ModuleType
 from typing import Any
 
 ENV_EXACT = "ACCELIFY_VERIFY_EXACT"
-ENV_REFERENCE = "ACCELIFY_VERIFY_REFERENCE"  # record prefix of the original's one-process run (its losses)
-SUM_MATCH = 0.05  # relative closeness of the processes' summed losses to the original's loss (or N times it)
 RANK_SEED_STRIDE = 7919
 STORE_WAIT = 60.0  # seconds a process waits for process 0's RNG states
 _PREFIX = "accelify_verify/exact"
@@ -84,7 +75,9 @@ class ExactMode:
         self.inexact: set[str] = set()  # why the next step is not comparable ("padded batch", "BatchNorm")
         self.loaders = 0
         self.local = threading.local()
-        self._reference: list[float | None] | None = None
+        from accelify_verify_sums import LossScale
+
+        self.loss_scale = LossScale(self)  # (backward n, its loss) -> the factor for its gradient
 
     # -- process group -----------------------------------------------------------------------------------------
     def _world(self) -> tuple[int, int, Any]:
@@ -145,44 +138,6 @@ class ExactMode:
             except Exception as error:
                 self.recorder.write({"event": "hook_note", "note": f"exact mode: no Gloo group: {error}"})
 
-    # -- losses summed over the batch -----------------------------------------------------------------------------
-    def reference_losses(self) -> list[float | None]:
-        """The loss of each backward of the original's one-process run (``ENV_REFERENCE``); empty without it."""
-        if self._reference is None:
-            self._reference = _read_losses(os.environ.get(ENV_REFERENCE, ""))
-        return self._reference
-
-    def loss_scale(self, n: int, value: float) -> float:
-        """How much backward ``n`` (loss ``value`` on this process's share) must scale its gradient to give the
-        original's update: N for a loss summed over the batch's rows, 1 for a mean (see the module docstring)."""
-        share = self.share
-        if share is None or share[0] == share[2] - share[1]:
-            return 1.0
-        reference = self.reference_losses()
-        group = self.gather_group()
-        original = reference[n - 1] if 0 < n <= len(reference) else None
-        if group is None or original is None:
-            return 1.0
-        torch = self.recorder.torch
-        total = torch.tensor([value], dtype=torch.float64)
-        torch.distributed.all_reduce(total, group=group)  # every process of the step calls backward: lockstep
-        world = self._world()[1]
-        summed = float(total.item())
-        ratio = summed / original if original else 0.0
-        if ratio > 0:
-            import math
-
-            power = round(math.log(ratio) / math.log(world))
-            if abs(ratio - world ** power) <= SUM_MATCH * world ** power:
-                # N^k: a mean over the rows (k = 1), the processes' losses average to the original's; k <= 0: a sum
-                # over the rows (k = 0, they add up to it), scaled by the conversion when k < 0 (scaled here too, so
-                # the conversion's 1/N shows in the update); k > 1 a mean scaled by the conversion, shown likewise
-                return float(world) if power <= 0 else 1.0
-        if summed != 0 or original != 0:
-            self.inexact.add(f"the loss of backward {n} is neither the mean nor the sum over the batch's rows "
-                             f"(the processes' losses add up to {summed:.6g}, the original's was {original:.6g})")
-        return 1.0
-
     # -- marks the recorder reads ------------------------------------------------------------------------------
     def take_inexact(self) -> list[str]:
         """Why the step just taken is not comparable with the original's (and forget it)."""
@@ -205,29 +160,6 @@ class ExactMode:
             self.inexact.add(f"a batch of {rows} rows does not split evenly over {world} processes")
         self.share = (rows, lo, hi)
         return _slice(batch, rows, lo, hi, torch)
-
-
-def _read_losses(prefix: str) -> list[float | None]:
-    """The backward losses in the original's record (the file of its process with the most backwards)."""
-    import glob
-    import json
-
-    best: list[float | None] = []
-    for path in glob.glob(prefix + ".rank0.pid*.jsonl") if prefix else ():
-        losses: list[float | None] = []
-        try:
-            with open(path, encoding="utf-8") as lines:
-                for line in lines:
-                    if '"event": "backward"' in line:
-                        try:
-                            losses.append(json.loads(line).get("loss"))
-                        except ValueError:
-                            break
-        except OSError:
-            continue
-        if len(losses) > len(best):
-            best = losses
-    return best
 
 
 def _slice(batch: Any, rows: int, lo: int, hi: int, torch: ModuleType, depth: int = 0) -> Any:
@@ -448,29 +380,9 @@ def patch_runtime(prepare: ModuleType, exact: ExactMode) -> None:
     prepare.prepare_scheduler = one_step_scheduler
     state = sys.modules.get("accelify.runtime.state")
     if state is not None and hasattr(state, "PartialState"):
-        _record_unprinted(state.PartialState, exact)
+        from accelify_verify_stdout import record_unprinted
 
-
-def _record_unprinted(cls: type, exact: ExactMode) -> None:
-    """``accelerator.print`` on the other processes: what it would have printed is recorded as a silent line, so
-    verify can tell a value reduced over the processes (equal on all) from one process's share."""
-    original = cls.print
-
-    @functools.wraps(original)
-    def print_(self: Any, *args: Any, **kwargs: Any) -> None:
-        recorder = exact.recorder
-        if recorder.active and kwargs.get("file") is None and not self.is_local_main_process:
-            try:
-                sep, end = kwargs.get("sep"), kwargs.get("end")
-                text = (" " if sep is None else sep).join(map(str, args)) + ("\n" if end is None else end)
-                for line in text.split("\n")[:-1]:
-                    if any(ch.isdigit() for ch in line):
-                        recorder.on_line(line, sys._getframe(1), silent=True)
-            except Exception:  # a value whose str() fails: print raises it below, as it would have
-                pass
-        return original(self, *args, **kwargs)
-
-    cls.print = print_
+        record_unprinted(state.PartialState, exact.recorder)
 
 
 _SPLIT_CLASSES: dict[type, type] = {}
