@@ -277,7 +277,7 @@ class _Recorder:
                      "loader": self.last_loader, "after_step": self.steps, "group": self._group()}
         self.write(event)
         if self.exact is not None and value is not None:
-            return self.exact.loss_scale(event["n"], value)
+            return self.exact.loss_scale(event["n"], value, self._site(sys._getframe(1)))
         return 1.0
 
     def on_wrapper_forward(self, module: Any) -> None:

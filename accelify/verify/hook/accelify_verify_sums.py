@@ -14,7 +14,10 @@ from the original's record (``ACCELIFY_VERIFY_REFERENCE``; the N-process run sta
   shows in the update;
 - anything else (a mean plus a sum): the step is marked inexact.
 
-By values alone a mean that the conversion divided by N looks like a sum: that one is not caught here.
+Each script line that calls backward is probed for its first ``PROBES`` backwards (a collective each, so it costs
+no more than a step's all-reduce); once they agree the line keeps its factor for the rest of the run, since a
+collective per step cost ~3 ms a step on a loaded 2-core machine. By values alone a mean that the conversion divided
+by N looks like a sum: that one is not caught here.
 Like the recorder, this module imports nothing of accelify.
 """
 
@@ -24,6 +27,7 @@ import os
 from typing import Any
 
 ENV_REFERENCE = "ACCELIFY_VERIFY_REFERENCE"  # record prefix of the original's one-process run (its losses)
+PROBES = 2  # backwards of one script line compared (a collective each) before its verdict is kept for the rest
 SUM_MATCH = 0.05  # relative closeness of the processes' summed losses to the original's loss (or a power of N of it)
 
 
@@ -33,6 +37,8 @@ class LossScale:
     def __init__(self, exact: Any) -> None:
         self.exact = exact
         self._reference: list[float | None] | None = None
+        self._seen: dict[str, list[float | None]] = {}  # backward's script line -> its probes' factors
+        self._kept: dict[str, float | None] = {}  # ... and the factor kept after PROBES equal ones (None: inexact)
 
     def reference(self) -> list[float | None]:
         """The loss of each backward of the original's one-process run (``ENV_REFERENCE``); empty without it."""
@@ -40,18 +46,36 @@ class LossScale:
             self._reference = _read_losses(os.environ.get(ENV_REFERENCE, ""))
         return self._reference
 
-    def __call__(self, n: int, value: float) -> float:
-        """How much backward ``n`` (loss ``value`` on this process's share) must scale its gradient to give the
-        original's update: N for a loss summed over the batch's rows, 1 for a mean (see the module docstring)."""
+    def __call__(self, n: int, value: float, site: str) -> float:
+        """How much backward ``n`` (loss ``value`` on this process's share, called at the script's ``site``) must
+        scale its gradient to give the original's update: N for a loss summed over the batch's rows, 1 for a mean
+        (see the module docstring). A line's first ``PROBES`` backwards are probed (a collective each: every process
+        reaches the same decision at the same backward); once they agree, the line keeps that factor."""
+        if site in self._kept:
+            kept = self._kept[site]
+            if kept is None:
+                self.exact.inexact.add(f"the loss at {site} is neither the mean nor the sum over the batch's rows")
+            return 1.0 if kept is None else kept
+        factor = self._probe(n, value)
+        if factor is not False:
+            seen = self._seen.setdefault(site, [])
+            seen.append(factor)  # type: ignore[arg-type]
+            if len(seen) >= PROBES and len(set(seen[-PROBES:])) == 1:
+                self._kept[site] = seen[-1]
+        return 1.0 if factor is None or factor is False else factor
+
+    def _probe(self, n: int, value: float) -> "float | None | bool":
+        """The factor for backward ``n``: N (a sum), 1 (a mean), None (neither: marked inexact), or False when it
+        cannot be probed (no share, no reference loss, no group)."""
         exact = self.exact
         share = exact.share
         if share is None or share[0] == share[2] - share[1]:
-            return 1.0
+            return False
         reference = self.reference()
         group = exact.gather_group()
         original = reference[n - 1] if 0 < n <= len(reference) else None
         if group is None or original is None:
-            return 1.0
+            return False
         torch = exact.recorder.torch
         total = torch.tensor([value], dtype=torch.float64)
         torch.distributed.all_reduce(total, group=group)  # every process of the step calls backward: lockstep
@@ -70,6 +94,7 @@ class LossScale:
         if summed != 0 or original != 0:
             exact.inexact.add(f"the loss of backward {n} is neither the mean nor the sum over the batch's rows "
                               f"(the processes' losses add up to {summed:.6g}, the original's was {original:.6g})")
+            return None
         return 1.0
 
 
