@@ -228,9 +228,9 @@ def _cause(ours: Step, theirs: Step, index: int, n: int) -> str:
                 "processes (pass it to accelerator.prepare, and call the prepared model)")
     ratio = _grad_ratio(ours, theirs)
     if ratio is not None and abs(ratio * n - 1) < 1e-3:
-        return (f"the gradients are 1/{n} of the original's: the loss is a sum over the batch (reduction='sum'?), "
-                f"each process sums its share and the {n} processes average their gradients; use a mean, or multiply "
-                f"the loss by accelerator.num_processes")
+        return (f"the gradients are 1/{n} of the original's: the conversion scales the loss by 1/{n} (divided by "
+                f"accelerator.num_processes?); DDP already averages the gradients over the processes, and exact mode "
+                f"scales a loss summed over the batch to the original's, so remove the division")
     if ratio is not None and abs(ratio / n - 1) < 1e-3:
         return f"the gradients are {n}x the original's: the loss is scaled by the number of processes"
     return (f"the {n} processes together do not compute the original's update on the same batches: the gradients, "

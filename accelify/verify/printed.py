@@ -13,8 +13,9 @@ How it tells an aggregate from a per-step value:
   a best value): it must equal the original's;
 - except a number that is the last step's loss (``print(f"epoch {e} loss {loss.item()}")`` after the loop, the
   conventional per-step loss printed from one process): in the converted script's one-process run and in process 0's
-  it stands in the same ratio to the loss handed to the last ``backward`` (1, or the accumulation divisor), so it is
-  recognised as that step's loss and not compared.
+  it stands in the same ratio to the loss handed to the last ``backward`` (1, or the accumulation divisor; or N or
+  1/N times it: a loss divided by the batch's size, of which process 0 has 1/N), so it is recognised as that step's
+  loss and not compared.
 
 Which numbers are compared: the converted script's one-process run is the determinism control. A number is
 compared only where the original and the one-process conversion printed the same value (timings, memory, run ids
@@ -25,6 +26,14 @@ only one of them printed is not compared.
 
 Tolerance: one unit in the last printed digit of either value, plus the exact mode's float tolerance at the step
 the line was printed (``exactness.tolerance``: rtol 1e-4, growing after ``HORIZON`` steps).
+
+Between the processes: exact mode records what ``accelerator.print`` would have printed on the processes that print
+nothing (silent lines), and a process that prints with ``print`` records its lines anyway. An aggregate reduced over
+the processes is the same on every process, bit for bit, whatever the float drift; one computed from a process's own
+shard differs. So each compared number of process 0 must also equal the other processes' (the last-step loss
+excepted, as above). This holds after an inexact step too, where the original can no longer be compared, and it
+catches a share's metric late in a long run, where the growing float tolerance against the original would let a
+share's value within a percent pass.
 
 Not covered: a value the script only returns, logs to a tracker (``accelerator.log``) or branches on without
 printing it. Branching on a value computed from one process's share shows as another number of optimizer steps
@@ -120,12 +129,14 @@ def _last_loss(record: ProcessRecord, line: PrintedLine) -> float | None:
     return record.backwards[line.backwards - 1].loss
 
 
-def _step_loss(value: float, loss: float | None, control: float, control_loss: float | None, unit: float) -> bool:
-    """``value`` stands to the last backward's ``loss`` as ``control`` to ``control_loss``: it is that step's loss."""
+def _step_loss(value: float, loss: float | None, control: float, control_loss: float | None, unit: float,
+               n: int) -> bool:
+    """``value`` stands to the last backward's ``loss`` as ``control`` to ``control_loss`` (or N times that, or
+    1/N: the loss divided by the batch's rows, of which process 0 has 1/N): it is that step's loss."""
     if not loss or not control_loss:
         return False
     ratio = control / control_loss
-    return ratio != 0 and abs(value - ratio * loss) <= unit + 1e-4 * abs(value)
+    return ratio != 0 and any(abs(value - ratio * k * loss) <= unit + 1e-4 * abs(value) for k in (1, n, 1 / n))
 
 
 def skipped_printed_check(reason: str, processes: int) -> CheckResult:
@@ -140,52 +151,72 @@ def printed_values_check(distributed: RunOutcome, original: RunOutcome, control:
         return skipped_printed_check("a one-process run, the reference or the control, did not finish", n)
     if not distributed.ok or not distributed.records:
         return skipped_printed_check(f"the run on {n} processes did not finish", n)
-    main = min(distributed.records, key=lambda r: r.rank)
+    main, *others = sorted(distributed.records, key=lambda r: r.rank)
     if not main.batches:
         return skipped_printed_check(NOT_SHARED, n)
-    return printed_check(main, original.records[0], control.records[0], n)
+    return printed_check(main, original.records[0], control.records[0], n, tuple(others))
 
 
-def printed_check(run: ProcessRecord, original: ProcessRecord, control: ProcessRecord, n: int) -> CheckResult:
-    """Compare process 0's printed aggregates (``run``) with the original's (see the module docstring)."""
+def printed_check(run: ProcessRecord, original: ProcessRecord, control: ProcessRecord, n: int,
+                  others: tuple[ProcessRecord, ...] = ()) -> CheckResult:
+    """Compare process 0's printed aggregates (``run``) with the original's, and with what the other processes
+    (``others``) printed or would have printed (see the module docstring)."""
     stage = f"{n} processes"
     inexact = next((step for step in run.steps if step.inexact), None)
-    ours, theirs = _aggregates(original), _aggregates(run)
-    in_run, in_control = _matches(ours, theirs), _matches(ours, _aggregates(control))
-    compared = lines = step_losses = varying = late = 0
-    controls = _aggregates(control)
+    ours, theirs, controls = _aggregates(original), _aggregates(run), _aggregates(control)
+    in_run, in_control = _matches(ours, theirs), _matches(ours, controls)
+    peers = [(record, _aggregates(record), _matches(theirs, _aggregates(record))) for record in others]
+    compared = lines = step_losses = varying = late = agreed = 0
     for i, j in sorted(in_run.items()):
         k = in_control.get(i)
         if k is None:
             continue
-        mine, again, line = numbers(ours[i].text), numbers(controls[k].text), theirs[j]
-        if inexact is not None and line.steps >= inexact.n:
-            late += 1  # printed after a step exact mode could not make exact: it legitimately differs
-            continue
-        got = numbers(line.text)
+        line, control_line = theirs[j], controls[k]
+        mine, again, got = numbers(ours[i].text), numbers(control_line.text), numbers(line.text)
         if not (len(mine) == len(again) == len(got)):
             continue
-        counted = False
+        exact = inexact is None or line.steps < inexact.n  # after an inexact step values legitimately differ
+        late += not exact
         rtol = max(BASE_RTOL, tolerance(line.steps)[0])
-        for a, c, d in zip(mine, again, got):
+        control_loss = _last_loss(control, control_line)
+        counted = False
+        for position, (a, c, d) in enumerate(zip(mine, again, got)):
             if not (a.comparable and d.comparable):
                 continue
             if a.value != c.value and not (a.value != a.value and c.value != c.value):
                 varying += 1  # two one-process runs printed different values: not a value of the training
                 continue
-            if _same(a, d, rtol):
-                compared, counted = compared + 1, True
+            same = exact and _same(a, d, rtol)
+            if not same and _step_loss(d.value, _last_loss(run, line), c.value, control_loss, d.unit, n):
+                step_losses += 1  # the last step's loss on process 0's share: conventional
                 continue
-            if _step_loss(d.value, _last_loss(run, line), c.value, _last_loss(control, controls[k]), d.unit):
-                step_losses += 1
-                continue
-            return CheckResult(
-                NAME, stage, FAILED,
-                f"{_where(line)}the original printed {ours[i].text.strip()!r}, process 0 of {n} printed "
-                f"{line.text.strip()!r} ({a.text} vs {d.text}, after {line.steps} optimizer steps)",
-                _cause(a.value, d.value, n))
+            if exact and not same:
+                return CheckResult(
+                    NAME, stage, FAILED,
+                    f"{_where(line)}the original printed {ours[i].text.strip()!r}, process 0 of {n} printed "
+                    f"{line.text.strip()!r} ({a.text} vs {d.text}, after {line.steps} optimizer steps)",
+                    _cause(a.value, d.value, n))
+            compared, counted = compared + exact, counted or exact
+            for record, printed, matched in peers:
+                peer = matched.get(j)
+                found = numbers(printed[peer].text) if peer is not None else []
+                if len(found) != len(got) or not found[position].comparable:
+                    continue
+                e = found[position]
+                if e.value == d.value or _step_loss(e.value, _last_loss(record, printed[peer]), c.value,
+                                                    control_loss, e.unit, n):
+                    agreed += 1
+                    continue
+                return CheckResult(
+                    NAME, stage, FAILED,
+                    f"{_where(line)}after the same {line.steps} optimizer steps process 0 printed "
+                    f"{line.text.strip()!r}, process {record.rank} {printed[peer].text.strip()!r} ({d.text} vs "
+                    f"{e.text}): a value printed once per epoch differs between the processes",
+                    _SHARE)
         lines += counted
     notes = []
+    if agreed:
+        notes.append(f"{agreed} equal on every process")
     if step_losses:
         notes.append(f"{step_losses} last-step loss{'es' if step_losses != 1 else ''} printed after a loop "
                      "(process 0's share, as is conventional) not compared")
@@ -193,8 +224,8 @@ def printed_check(run: ProcessRecord, original: ProcessRecord, control: ProcessR
         differ = "s that differ" if varying != 1 else " that differs"
         notes.append(f"{varying} number{differ} between two one-process runs (timings, ids) not compared")
     if late:
-        notes.append(f"{late} line{'s' if late != 1 else ''} printed after step {inexact.n} not compared (not exact "
-                     f"from there: {inexact.inexact[0]})")
+        notes.append(f"{late} line{'s' if late != 1 else ''} printed after step {inexact.n} compared between the "
+                     f"processes only (not exact from there: {inexact.inexact[0]})")
     tail = f"; {'; '.join(notes)}" if notes else ""
     if not compared and late:
         return CheckResult(NAME, stage, SKIPPED, f"not exact from step {inexact.n} on ({inexact.inexact[0]}): every "
@@ -220,5 +251,8 @@ def _cause(original: float, value: float, n: int) -> str:
     if original and abs(value - original * n) <= NEAR * abs(original * n):
         return (f"the value is about {n}x the original: a sum over the processes of values that are already "
                 "averages (reduce with 'mean', or sum the totals before dividing)")
-    return ("this printed value is process 0's share: it is computed from the prepared loader's shard only; gather "
-            "(accelerator.gather_for_metrics) or reduce (accelerator.reduce) it over the processes before printing")
+    return _SHARE
+
+
+_SHARE = ("this printed value is process 0's share: it is computed from the prepared loader's shard only; gather "
+          "(accelerator.gather_for_metrics) or reduce (accelerator.reduce) it over the processes before printing")

@@ -133,6 +133,7 @@ class PrintedLine:
     in_epoch: bool  # a batch was drawn and its loader's epoch had not ended: a per-step value
     backwards: int  # backwards taken before it
     steps: int  # optimizer steps taken before it
+    silent: bool = False  # exact mode: what accelerator.print would have printed on a process that prints nothing
 
 
 @dataclass(frozen=True)
@@ -225,7 +226,8 @@ def _read(path: Path, rank: int, pid: int) -> ProcessRecord:
                                      float(event["sum"])))
         elif kind == "line":
             lines.append(PrintedLine(str(event["text"]), str(event.get("site", "")), bool(event.get("in_epoch")),
-                                     int(event.get("backwards", 0)), int(event.get("steps", 0))))
+                                     int(event.get("backwards", 0)), int(event.get("steps", 0)),
+                                     bool(event.get("silent", False))))
         elif kind == "hook_error":
             hook_errors.append(str(event.get("traceback") or event.get("error")))
     stack_path = path.with_suffix(".stack")

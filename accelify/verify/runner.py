@@ -35,6 +35,8 @@ from accelify.verify.hook import accelify_verify_recorder as recorder
 from accelify.verify.records import ProcessRecord, read_records
 
 STACK_WAIT = 1.0  # seconds hung processes get to write their stacks
+PORT_TRIES = 3  # an N-process run whose store found its port taken (another run's) is started again, this often
+_PORT_TAKEN = ("eaddrinuse", "address already in use")
 AGENT_GRACE = 10.0  # seconds torchrun's agent gets to stop after its workers were killed
 _INHERITED_PREFIXES = ("ACCELIFY_", "ACCELERATE_", "TORCHELASTIC_")
 _LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
@@ -60,6 +62,7 @@ class RunSpec:
     timeout: float = 300.0
     module: bool = False
     exact: bool = False  # exact mode (hook/accelify_verify_exact.py): split batches, per-process seeds
+    reference: Path | None = None  # exact mode: the original's record prefix (its losses tell a sum from a mean)
 
     @property
     def record_prefix(self) -> Path:
@@ -109,6 +112,8 @@ def run_environment(spec: RunSpec, base: Mapping[str, str] | None = None) -> dic
     env[recorder.ENV_ROOT] = str(spec.folder)
     if spec.exact:
         env[recorder.ENV_EXACT] = "1"
+        if spec.reference is not None:
+            env["ACCELIFY_VERIFY_REFERENCE"] = str(spec.reference)
     return env
 
 
@@ -124,9 +129,14 @@ class Launcher:
             outputs = ((spec.logs / "stdout.txt",), (spec.logs / "stderr.txt",))
             launcher = ""
         else:
-            code, timed_out = self._many(spec)
-            outputs = _worker_logs(spec)
-            launcher = _read(spec.logs / "launcher.txt")
+            for attempt in range(PORT_TRIES):
+                if attempt:
+                    _clear(spec.logs)  # the failed attempt's records and outputs
+                code, timed_out = self._many(spec)
+                outputs = _worker_logs(spec)
+                launcher = _read(spec.logs / "launcher.txt")
+                if code == 0 or timed_out or not _port_taken(launcher, *map(_read, outputs[1])):
+                    break
         seconds = time.monotonic() - start
         return RunOutcome(spec, code, timed_out, seconds, tuple(_read(p) for p in outputs[0]),
                           tuple(_read(p) for p in outputs[1]), read_records(spec.record_prefix), launcher)
@@ -247,6 +257,23 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def _port_taken(*outputs: str) -> bool:
+    """The run failed because the port its store was to listen on was taken between choosing and binding it (two
+    runs at once: the port is free when chosen, then another process binds it first)."""
+    return any(marker in text.lower() for text in outputs for marker in _PORT_TAKEN)
+
+
+def _clear(logs: Path) -> None:
+    """Empty a run's log folder for another attempt."""
+    import shutil
+
+    for entry in logs.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
 
 
 def _children(pid: int) -> set[int]:

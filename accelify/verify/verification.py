@@ -126,7 +126,8 @@ def _run_all(workdir: Path, original: ScriptFiles, converted: ScriptFiles, optio
         folder = stage(files, workdir / label)
         specs.append(RunSpec(label=label, folder=folder, target=files.name, logs=workdir / "logs" / label,
                              args=options.args, processes=processes, steps=options.steps, seed=options.seed,
-                             timeout=options.timeout, exact=processes > 1))
+                             timeout=options.timeout, exact=processes > 1,
+                             reference=specs[0].record_prefix if specs else None))
     if concurrent:
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="accelify-verify") as pool:
             alone = list(pool.map(launcher.run, specs[:2]))

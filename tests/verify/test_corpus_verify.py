@@ -39,10 +39,8 @@ def table(report: VerifyReport) -> str:
     return buffer.getvalue()
 
 
-# verify's own limits, not conversions found wrong: exact mode splits each batch over the processes but does not
-# rescale a loss summed over the batch (reduction="sum"), so each process's gradient is its share's; Adam's update
-# then differs from the original's by float noise (6e-6) past the tolerance.
-VERIFY_LIMITS = {"autoencoder_grid": "exact mode does not rescale a loss summed over the batch (reduction='sum')"}
+# verify's own limits, not conversions found wrong (none at present).
+VERIFY_LIMITS: dict[str, str] = {}
 
 # Conversions verify finds wrong (the converter's to fix, not verify's): "same printed values" shows the converted
 # script printing an epoch aggregate computed from process 0's share of the data, without a reduce.

@@ -84,3 +84,15 @@ def test_lines_printed_after_a_step_exact_mode_could_not_make_exact_are_not_comp
     run = replace(record(("epoch 0 val_loss 0.314", False)), steps=(uneven,))
     check = judge(original, run)
     assert check.status == SKIPPED and "not exact from step 1 on (a batch of 25 rows" in check.detail
+
+
+def test_an_aggregate_that_differs_between_the_processes_fails_even_where_the_original_cannot_be_compared() -> None:
+    uneven = Step(1, 0, (), Group(True, 2, 0, "gloo"), (), {}, 1, inexact=("a batch of 25 rows does not split evenly",))
+    original = record(("epoch 0 val_loss 0.317", False))
+    run = replace(record(("epoch 0 val_loss 0.314", False)), steps=(uneven,))
+    reduced = replace(record(("epoch 0 val_loss 0.314", False)), rank=1)  # accelerator.print's silent line
+    assert printed_check(run, original, original, 2, (reduced,)).status == SKIPPED
+    share = replace(record(("epoch 0 val_loss 0.322", False)), rank=1)
+    check = printed_check(run, original, original, 2, (share,))
+    assert check.status == FAILED and "process 1 'epoch 0 val_loss 0.322'" in check.detail
+    assert "process 0's share" in check.meaning

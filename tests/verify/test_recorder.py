@@ -181,7 +181,8 @@ def test_parameters_are_fingerprinted_in_full_where_verify_compares_them(tmp_pat
                                                                          forked: ForkServerLauncher) -> None:
     """Every value for the first 64 steps, at powers of two and at the step limit; a sample and the sum between."""
     script = ("import torch\nmodel = torch.nn.Linear(64, 4)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.01)\n"
-              "for _ in range(200):\n    optimizer.zero_grad()\n    model(torch.randn(8, 64)).pow(2).mean().backward()\n"
+              "for _ in range(200):\n    optimizer.zero_grad()\n"
+              "    model(torch.randn(8, 64)).pow(2).mean().backward()\n"
               "    optimizer.step()\n")
     folder = folder_with(tmp_path, "sparse", {"train.py": script})
     outcome = run(forked, folder, steps=130)
@@ -192,3 +193,23 @@ def test_parameters_are_fingerprinted_in_full_where_verify_compares_them(tmp_pat
     for n in (65, 100, 129):
         assert len(weights[n].values) == 16 and weights[n].grads == () and weights[n].sampled
         assert weights[n].total != weights[n - 1].total
+
+
+def test_an_n_process_run_whose_port_was_taken_is_started_again(tmp_path: Path, forked: ForkServerLauncher,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two verify runs at once: the port chosen for rank 0's store is bound by someone else before rank 0 binds it."""
+    import socket
+
+    from accelify.verify import runner
+
+    with socket.socket() as blocker:
+        blocker.bind(("0.0.0.0", 0))
+        ports = iter([blocker.getsockname()[1]])
+        free = runner._free_port
+        monkeypatch.setattr(runner, "_free_port", lambda: next(ports, None) or free())
+        script = "import torch.distributed as dist\ndist.init_process_group('gloo')\nprint('rank', dist.get_rank())\n"
+        folder = folder_with(tmp_path, "port", {"train.py": script})
+        spec = RunSpec("port", folder, "train.py", tmp_path / "logs-port", processes=2, timeout=60)
+        outcome = forked.run(spec)
+    assert outcome.ok and outcome.stdout == ("rank 0\n", "rank 1\n"), outcome.stderr
+    assert next(ports, None) is None  # the taken port was tried first

@@ -4,8 +4,8 @@ with ``ACCELIFY_VERIFY_RECORD`` set records what its training does (see ``acceli
 The plain modules live here, importable by their top-level names when this folder is on the path:
 ``sitecustomize.py`` (Python's startup hook: activates the recorder, then runs the ``sitecustomize`` it shadows),
 ``accelify_verify_recorder.py`` (the per-process recording: state, events, the JSON lines, the step limit) and
-``accelify_verify_patches.py`` (the patches that route torch into it), with their helpers (exact mode, names, the
-sandbox, the stdout line recorder ``accelify_verify_stdout.py``). None imports ``accelify``: they run inside
+``accelify_verify_patches.py`` (the patches that route torch into it), with their helpers (exact mode and its summed
+losses, names, the sandbox, the stdout line recorder ``accelify_verify_stdout.py``). None imports ``accelify``: they run inside
 the user's script, which pays for torch only.
 """
 

@@ -23,7 +23,11 @@ parameters can be compared with the original's step by step. What this module ch
   tensors), ``dropout2d`` and the like are marked inexact: from that step on the draws differ from the original's;
 - BatchNorm in training mode on a share: the rows of every process are gathered (autograd-aware, over a Gloo group
   of its own), normalised together as the original did, and this process keeps its own; where that cannot be done
-  (a batch that does not split evenly) the step is marked inexact, "BatchNorm statistics over a shard".
+  (a batch that does not split evenly) the step is marked inexact, "BatchNorm statistics over a shard";
+- losses summed over the batch (``reduction="sum"``, ``(x - y).pow(2).sum()``): told from a mean by their values
+  against the original's, and their gradient scaled by N (``accelify_verify_sums.py``);
+- ``accelerator.print`` on the processes that print nothing: recorded as silent lines
+  (``accelify_verify_stdout.record_unprinted``).
 
 A step marked inexact ends the step-by-step parameter comparison (``accelify/verify/exactness.py``): what follows it
 legitimately differs. Learning rates and step counts are still compared to the end. Only the N-process run is in
@@ -71,6 +75,9 @@ class ExactMode:
         self.inexact: set[str] = set()  # why the next step is not comparable ("padded batch", "BatchNorm")
         self.loaders = 0
         self.local = threading.local()
+        from accelify_verify_sums import LossScale
+
+        self.loss_scale = LossScale(self)  # (backward n, its loss) -> the factor for its gradient
 
     # -- process group -----------------------------------------------------------------------------------------
     def _world(self) -> tuple[int, int, Any]:
@@ -371,6 +378,11 @@ def patch_runtime(prepare: ModuleType, exact: ExactMode) -> None:
     prepare.prepare_all = synced_prepare_all
     prepare.prepare_data_loader = split_loader
     prepare.prepare_scheduler = one_step_scheduler
+    state = sys.modules.get("accelify.runtime.state")
+    if state is not None and hasattr(state, "PartialState"):
+        from accelify_verify_stdout import record_unprinted
+
+        record_unprinted(state.PartialState, exact.recorder)
 
 
 _SPLIT_CLASSES: dict[type, type] = {}

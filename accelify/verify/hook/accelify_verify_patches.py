@@ -71,7 +71,9 @@ def patch_torch(torch: ModuleType, recorder: Any) -> None:
             return backward(tensors, *args, **kwargs)
         inside.value = True
         try:
-            recorder.on_backward(tensors)
+            scale = recorder.on_backward(tensors)
+            if scale != 1.0:
+                args, kwargs = _scaled_gradient(tensors, args, kwargs, scale, torch)
             return backward(tensors, *args, **kwargs)
         finally:
             inside.value = False
@@ -121,6 +123,23 @@ def patch_torch(torch: ModuleType, recorder: Any) -> None:
 
     DataLoader.__iter__ = iterate
     _BaseDataLoaderIter.__next__ = draw
+
+
+def _scaled_gradient(tensors: Any, args: tuple[Any, ...], kwargs: dict[str, Any], scale: float,
+                     torch: ModuleType) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``backward``'s arguments with the gradient of a one-element loss given as ``scale`` (exact mode's sums); as
+    they were when the caller passed a gradient of its own."""
+    loss = tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1 else tensors
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        return args, kwargs
+    gradient = torch.full_like(loss, scale)
+    if args:
+        if args[0] is not None:
+            return args, kwargs
+        return (gradient, *args[1:]), kwargs
+    if kwargs.get("grad_tensors") is not None:
+        return args, kwargs
+    return args, {**kwargs, "grad_tensors": gradient}
 
 
 def leading_size(batch: Any, tensor_type: type, depth: int = 0) -> int | None:

@@ -15,6 +15,7 @@ through these variables:
                                record, not its agent
 ``ACCELIFY_VERIFY_ROOT``       folder of the script and its local modules: loops are named ``file:line`` from it
 ``ACCELIFY_VERIFY_EXACT``      1: exact mode (``accelify_verify_exact.py``): per-process seeds, split batches
+``ACCELIFY_VERIFY_REFERENCE``  exact mode: the original run's record prefix (its losses tell a summed loss from a mean)
 
 The record is one JSON object per line, written as it happens:
 
@@ -255,7 +256,9 @@ class _Recorder:
                 sys.meta_path.insert(0, AfterImport({name: patch_runtime}))
 
     # -- events ------------------------------------------------------------------------------------------------
-    def on_backward(self, tensors: Any) -> None:
+    def on_backward(self, tensors: Any) -> float:
+        """Record a backward; the factor its gradient must be scaled by (exact mode: N for a loss summed over a
+        share of the batch, else 1)."""
         torch = self.torch
         loss = tensors
         if isinstance(tensors, (list, tuple)) and len(tensors) == 1:
@@ -273,6 +276,9 @@ class _Recorder:
             event = {"event": "backward", "n": self.backwards, "loss": value, "shape": shape,
                      "loader": self.last_loader, "after_step": self.steps, "group": self._group()}
         self.write(event)
+        if self.exact is not None and value is not None:
+            return self.exact.loss_scale(event["n"], value, self._site(sys._getframe(1)))
+        return 1.0
 
     def on_wrapper_forward(self, module: Any) -> None:
         info = self.wrappers.get(module)
@@ -331,11 +337,12 @@ class _Recorder:
                 info["current"] = 0
             self.in_epoch = False
 
-    def on_line(self, text: str, caller: Any) -> None:
-        """A line printed to stdout (holding a digit): recorded with where and when it was printed."""
+    def on_line(self, text: str, caller: Any, silent: bool = False) -> None:
+        """A line printed to stdout (holding a digit; ``silent``: one ``accelerator.print`` would have printed on
+        this process, exact mode): recorded with where and when it was printed."""
         with self.lock:
             event = {"event": "line", "text": text, "site": self._site(caller), "in_epoch": self.in_epoch,
-                     "backwards": self.backwards, "steps": self.steps}
+                     "backwards": self.backwards, "steps": self.steps, "silent": silent}
         self.write(event)
 
     def on_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:

@@ -11,6 +11,7 @@ Like the recorder, this module imports nothing of accelify and nothing but the s
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 from typing import Any, Callable
@@ -61,3 +62,24 @@ def install(on_line: Callable[[str, Any], None], active: Callable[[], bool]) -> 
     lines = PrintedLines(sys.stdout, on_line, active)
     sys.stdout = lines
     return lines
+
+
+def record_unprinted(cls: type, recorder: Any) -> None:
+    """``accelerator.print`` on the other processes: what it would have printed is recorded as a silent line, so
+    verify can tell a value reduced over the processes (equal on all) from one process's share."""
+    original = cls.print
+
+    @functools.wraps(original)
+    def print_(self: Any, *args: Any, **kwargs: Any) -> None:
+        if recorder.active and kwargs.get("file") is None and not self.is_local_main_process:
+            try:
+                sep, end = kwargs.get("sep"), kwargs.get("end")
+                text = (" " if sep is None else sep).join(map(str, args)) + ("\n" if end is None else end)
+                for line in text.split("\n")[:-1]:
+                    if any(ch.isdigit() for ch in line):
+                        recorder.on_line(line, sys._getframe(1), silent=True)
+            except Exception:  # a value whose str() fails: print raises it below, as it would have
+                pass
+        return original(self, *args, **kwargs)
+
+    cls.print = print_

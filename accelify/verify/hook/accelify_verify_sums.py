@@ -1,0 +1,121 @@
+"""Exact mode of ``accelify verify``: a loss summed over the batch's rows, told from a mean by its values.
+
+Each process of the exact N-process run takes ``b/N`` rows of the original's batch of ``b``. A mean loss over its
+rows, averaged over the processes by DDP, is the original's mean: nothing to do. A loss summed over the rows
+(``reduction="sum"``, a hand-written ``.sum()``) would give 1/N of the original's update, though a real launch
+(whole batches per process) is right. At each backward on a share the processes add up their loss values (a Gloo
+all-reduce over exact mode's own group) and compare the total with the original's loss at the same backward, read
+from the original's record (``ACCELIFY_VERIFY_REFERENCE``; the N-process run starts after the one-process runs):
+
+- the total equals it: a sum over the rows; the backward's gradient is scaled by N (the loss value, and what the
+  script prints, stay the script's own);
+- N times it: a mean (a sum divided by the batch size is one); left alone;
+- another power of N: a sum or a mean the conversion scaled; scaled or left alike, so the conversion's wrong factor
+  shows in the update;
+- anything else (a mean plus a sum): the step is marked inexact.
+
+Each script line that calls backward is probed for its first ``PROBES`` backwards (a collective each, so it costs
+no more than a step's all-reduce); once they agree the line keeps its factor for the rest of the run, since a
+collective per step cost ~3 ms a step on a loaded 2-core machine. By values alone a mean that the conversion divided
+by N looks like a sum: that one is not caught here.
+Like the recorder, this module imports nothing of accelify.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+ENV_REFERENCE = "ACCELIFY_VERIFY_REFERENCE"  # record prefix of the original's one-process run (its losses)
+PROBES = 2  # backwards of one script line compared (a collective each) before its verdict is kept for the rest
+SUM_MATCH = 0.05  # relative closeness of the processes' summed losses to the original's loss (or a power of N of it)
+
+
+class LossScale:
+    """``scale(n, value)``: the factor backward ``n`` (loss ``value`` on this process's share) scales its gradient by."""
+
+    def __init__(self, exact: Any) -> None:
+        self.exact = exact
+        self._reference: list[float | None] | None = None
+        self._seen: dict[str, list[float | None]] = {}  # backward's script line -> its probes' factors
+        self._kept: dict[str, float | None] = {}  # ... and the factor kept after PROBES equal ones (None: inexact)
+
+    def reference(self) -> list[float | None]:
+        """The loss of each backward of the original's one-process run (``ENV_REFERENCE``); empty without it."""
+        if self._reference is None:
+            self._reference = _read_losses(os.environ.get(ENV_REFERENCE, ""))
+        return self._reference
+
+    def __call__(self, n: int, value: float, site: str) -> float:
+        """How much backward ``n`` (loss ``value`` on this process's share, called at the script's ``site``) must
+        scale its gradient to give the original's update: N for a loss summed over the batch's rows, 1 for a mean
+        (see the module docstring). A line's first ``PROBES`` backwards are probed (a collective each: every process
+        reaches the same decision at the same backward); once they agree, the line keeps that factor."""
+        if site in self._kept:
+            kept = self._kept[site]
+            if kept is None:
+                self.exact.inexact.add(f"the loss at {site} is neither the mean nor the sum over the batch's rows")
+            return 1.0 if kept is None else kept
+        factor = self._probe(n, value)
+        if factor is not False:
+            seen = self._seen.setdefault(site, [])
+            seen.append(factor)  # type: ignore[arg-type]
+            if len(seen) >= PROBES and len(set(seen[-PROBES:])) == 1:
+                self._kept[site] = seen[-1]
+        return 1.0 if factor is None or factor is False else factor
+
+    def _probe(self, n: int, value: float) -> "float | None | bool":
+        """The factor for backward ``n``: N (a sum), 1 (a mean), None (neither: marked inexact), or False when it
+        cannot be probed (no share, no reference loss, no group)."""
+        exact = self.exact
+        share = exact.share
+        if share is None or share[0] == share[2] - share[1]:
+            return False
+        reference = self.reference()
+        group = exact.gather_group()
+        original = reference[n - 1] if 0 < n <= len(reference) else None
+        if group is None or original is None:
+            return False
+        torch = exact.recorder.torch
+        total = torch.tensor([value], dtype=torch.float64)
+        torch.distributed.all_reduce(total, group=group)  # every process of the step calls backward: lockstep
+        world = exact._world()[1]
+        summed = float(total.item())
+        ratio = summed / original if original else 0.0
+        if ratio > 0:
+            import math
+
+            power = round(math.log(ratio) / math.log(world))
+            if abs(ratio - world ** power) <= SUM_MATCH * world ** power:
+                # N^k: a mean over the rows (k = 1), the processes' losses average to the original's; k <= 0: a sum
+                # over the rows (k = 0, they add up to it), scaled by the conversion when k < 0 (scaled here too, so
+                # the conversion's 1/N shows in the update); k > 1 a mean scaled by the conversion, shown likewise
+                return float(world) if power <= 0 else 1.0
+        if summed != 0 or original != 0:
+            exact.inexact.add(f"the loss of backward {n} is neither the mean nor the sum over the batch's rows "
+                              f"(the processes' losses add up to {summed:.6g}, the original's was {original:.6g})")
+            return None
+        return 1.0
+
+
+def _read_losses(prefix: str) -> list[float | None]:
+    """The backward losses in the original's record (the file of its process with the most backwards)."""
+    import glob
+    import json
+
+    best: list[float | None] = []
+    for path in glob.glob(prefix + ".rank0.pid*.jsonl") if prefix else ():
+        losses: list[float | None] = []
+        try:
+            with open(path, encoding="utf-8") as lines:
+                for line in lines:
+                    if '"event": "backward"' in line:
+                        try:
+                            losses.append(json.loads(line).get("loss"))
+                        except ValueError:
+                            break
+        except OSError:
+            continue
+        if len(losses) > len(best):
+            best = losses
+    return best

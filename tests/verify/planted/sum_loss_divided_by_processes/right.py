@@ -1,0 +1,34 @@
+"""Right: each process sums the loss over its own batch; DDP averages the gradients (a real launch trains on N
+batches per step); the epoch's total is reduced over the processes before dividing."""
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+
+
+def main():
+    accelerator = Accelerator()
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(128, 6, generator=g)
+    y = x @ torch.randn(6, 1, generator=g)
+    loader = DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True)
+    model = nn.Linear(6, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.002)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    criterion = nn.MSELoss(reduction="sum")
+    for epoch in range(2):
+        total = 0.0
+        for inputs, targets in loader:
+            optimizer.zero_grad()
+            loss = criterion(model(inputs), targets)
+            accelerator.backward(loss)
+            optimizer.step()
+            total += loss.item()
+        total = accelerator.reduce(torch.tensor(total), "sum").item()
+        accelerator.print(f"epoch {epoch} loss per sample {total / len(loader.dataset):.6f}")
+    accelerator.end_training()
+
+
+if __name__ == "__main__":
+    main()
