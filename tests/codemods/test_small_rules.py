@@ -158,3 +158,24 @@ def test_a_tensor_sliced_by_an_inner_loop_is_reported_as_the_same_data_everywher
             optimizer.step()
     """
     assert "ACC022:7" in codes(code), codes(code)
+
+
+@pytest.mark.parametrize("draw", ["(x, y) = next(iter(loader))", "(x, y) = next(batches)"])
+def test_batches_drawn_from_a_prepared_loader_at_every_step_are_its_shard(draw: str) -> None:
+    # zalandoresearch's VQ-VAE notebook: ``(data, _) = next(iter(training_loader))`` once per update
+    code = f"""
+    import torch
+    from torch.utils.data import DataLoader
+    loader = DataLoader(ds, batch_size=16, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.Adam(model.parameters())
+    batches = iter(loader)
+    num_training_updates = 100
+    for i in range(num_training_updates):
+        {draw}
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+    """
+    assert "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)" in converted(code)
+    assert codes(code) == []
