@@ -28,7 +28,7 @@ from accelify.codemods.engine.rule import Example, Rule
 
 class RefuseForwardMethods(Rule):
     name = "forward_methods"
-    description = "Refuse training through a model method that runs the model's forward itself (it would bypass DDP)."
+    description = "Refuse training through a model method that runs the model's forward or layers itself (it would bypass DDP)."
     examples = (
         Example(
             before='''\
@@ -180,7 +180,8 @@ accelerator.end_training()
 
 def _forward_methods(facts: Facts) -> set[str]:
     """Names of methods (other than ``forward`` and nn.Module's own) of classes in the program that call
-    ``self(...)``, ``self.forward(...)`` or another such method of ``self``."""
+    ``self(...)``, ``self.forward(...)``, one of the module's layers (``self.actor(x)``) or another such method of
+    ``self``."""
     methods = [
         s for s in facts.scopes
         if s.kind == "function" and s.parent is not None and s.parent.kind == "class"
@@ -191,8 +192,11 @@ def _forward_methods(facts: Facts) -> set[str]:
     while changed:
         changed = False
         for method in methods:
-            if method.name not in found and any(_runs_forward(site, found) and not site.no_grad for site in method.calls):
-                if not _only_picks(method, found):
+            layers = _layers(method)
+            if method.name not in found and any(
+                (_runs_forward(site, found) or _runs_layer(site, layers)) and not site.no_grad for site in method.calls
+            ):
+                if not _only_picks(method, found | layers):
                     found.add(method.name)
                     changed = True
     return found
@@ -266,6 +270,25 @@ def _holds_forward(expr: cst.BaseExpression, assigned: dict[str, list[cst.BaseEx
         if key not in seen and key in assigned and not all(_cut(v, assigned, found, seen | {key}) for v in assigned[key]):
             return True
     return False
+
+
+def _layers(method: Scope) -> set[str]:
+    """``actor`` and ``critic`` of a module class that sets ``self.actor = nn.Sequential(...)``: its layers."""
+    owner = method.parent
+    if owner is None or owner.kind != "class":
+        return set()
+    return {
+        key.split(".", 1)[1] for key, bindings in owner.bindings.items()
+        if key.startswith("self.") and key.count(".") == 1 and any(b.role == "model" for b in bindings)
+    }
+
+
+def _runs_layer(site: CallSite, layers: set[str]) -> bool:
+    """``self.actor(state)`` in a method other than ``forward``: the method runs the model's layers itself
+    (PPO's ``policy.evaluate(states, actions)``), which on a prepared model bypasses the wrapper as ``self(x)`` does."""
+    func = site.node.func
+    return (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"
+            and func.attr.value in layers)
 
 
 def _runs_forward(site: CallSite, found: set[str]) -> bool:

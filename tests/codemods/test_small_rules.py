@@ -179,3 +179,37 @@ def test_batches_drawn_from_a_prepared_loader_at_every_step_are_its_shard(draw: 
     """
     assert "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)" in converted(code)
     assert codes(code) == []
+
+
+def test_training_through_a_method_that_runs_the_models_layers_is_refused() -> None:
+    # PPO's ``policy.evaluate(states, actions)`` runs ``self.actor`` and ``self.critic`` itself: through the prepared
+    # model it bypasses the DDP wrapper; its ``act`` (under no_grad, detached results) does not decide anything
+    code = """
+    import torch
+    import torch.nn as nn
+    class ActorCritic(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.actor = nn.Sequential(nn.Linear(4, 2), nn.Softmax(dim=-1))
+            self.critic = nn.Linear(4, 1)
+        def act(self, state):
+            probs = self.actor(state)
+            action = torch.distributions.Categorical(probs).sample()
+            return action.detach()
+        def evaluate(self, state, action):
+            dist = torch.distributions.Categorical(self.actor(state))
+            return dist.log_prob(action), self.critic(state)
+    policy = ActorCritic()
+    optimizer = torch.optim.Adam(policy.parameters())
+    for episode in range(10):
+        states = torch.rand(8, 4)
+        with torch.no_grad():
+            actions = policy.act(states)
+        for _ in range(4):
+            logprobs, values = policy.evaluate(states, actions)
+            loss = -(logprobs * values.detach().squeeze()).mean() + values.pow(2).mean()
+            loss.backward()
+            optimizer.step()
+    """
+    assert any(c.startswith("ACC025:") for c in codes(code)), codes(code)
+    assert all(not c.startswith("ACC025:") for c in codes(code.replace("policy.evaluate(states, actions)", "policy(states), policy.critic(states)")))
