@@ -22,7 +22,7 @@ from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.analysis.facts import CallSite, Facts, Scope
-from accelify.codemods.analysis.roles import MODULE_API
+from accelify.codemods.analysis.roles import MODULE_API, is_module_class
 from accelify.codemods.engine.rule import Example, Rule
 
 
@@ -167,6 +167,9 @@ accelerator.end_training()
     )
 
     def run(self, ctx: Context) -> None:
+        if any(o.role == "model" for o in ctx.plan.objects):
+            for method, node, name in _replaced_parameters(ctx.facts):
+                ctx.abort(codes.PARAMETER_REPLACED, node, name=name, method=method)
         methods = _forward_methods(ctx.facts)
         if not methods:
             return
@@ -176,6 +179,35 @@ accelerator.end_training()
             if ctx.plan.prepared_model(site.scope, site.node.func.value, site.stmt) is None or not _trains(ctx, site):
                 continue
             ctx.abort(codes.FORWARD_METHOD, site.node, call=f"{code_of(site.node.func)}(...)")
+
+
+def _replaced_parameters(facts: Facts) -> list[tuple[str, cst.Assign, str]]:
+    """``self._ema_w = nn.Parameter(...)`` in a module's ``forward`` (or a method it calls), VQ-VAE's EMA codebook:
+    ``(Class.method, the assignment, the attribute)`` for each."""
+    out: list[tuple[str, cst.Assign, str]] = []
+    for cls in facts.scopes:
+        if cls.kind != "class" or not is_module_class(cls.name, facts.classes):
+            continue
+        methods = {s.name: s for s in facts.scopes if s.parent is cls and s.kind == "function"}
+        running = {"forward"} | {
+            site.node.func.attr.value for site in methods["forward"].calls  # type: ignore[attr-defined]
+            if isinstance(site.node.func, cst.Attribute) and m.matches(site.node.func.value, m.Name("self"))
+        } if "forward" in methods else set()
+        for name in running & set(methods):
+            scope = methods[name]
+            for assign in m.findall(scope.node, m.Assign()):
+                assert isinstance(assign, cst.Assign)
+                value = assign.value
+                if not (isinstance(value, cst.Call) and scope.imports.qualname(value.func) in _PARAMETER):
+                    continue
+                for target in assign.targets:
+                    key = code_of(target.target)
+                    if key.startswith("self."):
+                        out.append((f"{cls.name}.{name}", assign, key))
+    return out
+
+
+_PARAMETER = ("torch.nn.Parameter", "torch.nn.parameter.Parameter")
 
 
 def _forward_methods(facts: Facts) -> set[str]:

@@ -213,3 +213,34 @@ def test_training_through_a_method_that_runs_the_models_layers_is_refused() -> N
     """
     assert any(c.startswith("ACC025:") for c in codes(code)), codes(code)
     assert all(not c.startswith("ACC025:") for c in codes(code.replace("policy.evaluate(states, actions)", "policy(states), policy.critic(states)")))
+
+
+EMA = """
+import torch
+import torch.nn as nn
+class Quantizer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embedding = nn.Embedding(8, 4)
+        self.ema_w = nn.Parameter(torch.randn(8, 4))
+    def forward(self, x):
+        if self.training:
+            self.ema_w = nn.Parameter(self.ema_w * 0.99 + 0.01 * x.mean())
+            self.embedding.weight = nn.Parameter(self.ema_w / 2)
+        return x + self.embedding.weight.sum()
+model = nn.Sequential(nn.Linear(4, 4), Quantizer())
+optimizer = torch.optim.Adam(model.parameters())
+for x in torch.rand(10, 2, 4):
+    loss = model(x).pow(2).mean()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_a_parameter_replaced_while_the_model_runs_is_refused() -> None:
+    # zalandoresearch's VQ-VAE: the EMA codebook is a new nn.Parameter at every step; under DDP the old ones get no
+    # gradient (an error at the next step) and each process would keep a codebook of its own
+    assert codes(EMA) == ["ACC037:10"]
+    assert codes(EMA.replace("        if self.training:\n", "        if False:\n")
+                 .replace("self.ema_w = nn.Parameter(self.ema_w", "w = (self.ema_w")
+                 .replace("self.embedding.weight = nn.Parameter(self.ema_w / 2)", "pass")) == []
