@@ -164,6 +164,30 @@ accelerator.end_training()
 ''',
             fires=False,
         ),
+        Example(
+            # a parameter replaced while the model runs (VQ-VAE's EMA codebook): refused
+            before='''\
+import torch
+import torch.nn as nn
+class Quantizer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embedding = nn.Embedding(8, 4)
+        self.ema_w = nn.Parameter(torch.randn(8, 4))
+    def forward(self, x):
+        if self.training:
+            self.ema_w = nn.Parameter(self.ema_w * 0.99 + 0.01 * x.mean())
+            self.embedding.weight = nn.Parameter(self.ema_w / 2)
+        return x + self.embedding.weight.sum()
+model = nn.Sequential(nn.Linear(4, 4), Quantizer())
+optimizer = torch.optim.Adam(model.parameters())
+for x in torch.rand(10, 2, 4):
+    loss = model(x).pow(2).mean()
+    loss.backward()
+    optimizer.step()
+''',
+            warnings=("ACC037:10",),
+        ),
     )
 
     def run(self, ctx: Context) -> None:
