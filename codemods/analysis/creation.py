@@ -192,6 +192,7 @@ class Creation:
         facts = plan.facts
         # an object imported from a local module (``from data import loader``) exists before any statement here
         uses = [a.stmt for a in plan.aliases if a.stmt is not None and plan.prepare_scope is home and not is_import(a.stmt)]
+        uses += [o.stmt for o in plan.in_place if o.where is home]  # prepared where built: the accelerator exists by then
         if plan.home_call is not None:
             uses.append(plan.home_call.stmt)
         uses += plan.distributed.uses  # ``ddp = int(os.environ.get("RANK", -1)) != -1`` reads the accelerator once converted

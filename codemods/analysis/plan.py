@@ -61,6 +61,7 @@ CREATED_AFTER_LOOP = "created_after_loop"  # an object created after training st
 BUILT_ELSEWHERE = "built_elsewhere"  # no scope holds every object: refused
 UNSHARDED = "unsharded"  # training walks a loader as it was before prepare: refused
 UNKNOWN_DATA = "unknown_data"  # training walks data that cannot be followed
+NOT_A_LOADER = "not_a_loader"  # training walks a library's batch iterator that prepare cannot shard: refused
 SELF_TRAINING_MODULE = "self_training_module"  # a module that builds and steps its own optimizer: refused
 MODELS_IN_A_COLLECTION = "models_in_a_collection"  # an optimizer trains models kept in a list: refused
 SECOND_EXPERIMENT = "second_experiment"  # a name re-bound to a new object after training: a second experiment
@@ -571,8 +572,22 @@ class Plan(PreparedUses):
             if found is not None and found.role == "loader":
                 if self.loader_of(loop) is None:
                     self._problem(UNSHARDED, loop.node.iter, name=dotted(source) or "the loader", line=found.key)
+            elif dotted(source) is not None and (kind := self._iterator_class(found)) is not None:
+                # torchtext's legacy ``BucketIterator``: followed to where it is built, and no DataLoader
+                self._problem(NOT_A_LOADER, loop.node.iter, name=dotted(source) or "", iterator=kind)
             elif dotted(source) is not None and self._unknown_data(loop.scope, source, found):
                 self._problem(UNKNOWN_DATA, loop.node.iter, refuse=False, name=dotted(source) or "")
+
+    def _iterator_class(self, found: Binding | None) -> str | None:
+        """``torchtext.data.BucketIterator`` when ``found`` builds one of torchtext's batch iterators (not a DataLoader,
+        so ``prepare`` cannot shard it: every process would walk all of it)."""
+        if found is None or found.value is None:
+            return None
+        value = found.unpacked[0] if found.unpacked is not None else strip_placement(found.value)
+        if not isinstance(value, cst.Call):
+            return None
+        qualname = found.where.imports.qualname(value.func) or ""
+        return qualname if qualname.startswith("torchtext.") and qualname.endswith("Iterator") else None
 
     def _unknown_data(self, scope: Scope, source: cst.BaseExpression, found: Binding | None) -> bool:
         """Training data that may be a DataLoader nobody can see being built: made by a call of a library

@@ -226,10 +226,27 @@ class PreparedUses(Flow):
         return [loop for loop in scope.loops if any(self.reaches_backward(site) for site in loop.calls)]
 
     def feeds_training(self) -> bool:
-        """Whether a training loop walks a prepared loader (whose batches the runtime places on the device)."""
+        """Whether a training loop walks a prepared loader (whose batches the runtime places on the device), or
+        draws its batches from one (``data, _ = next(iter(training_loader))`` at every step)."""
         return any(
-            self.loader_of(loop) is not None for loop in self.facts.loops if any(self.reaches_backward(s) for s in loop.calls)
+            self.loader_of(loop) is not None or self._draws_batches(loop)
+            for loop in self.facts.loops if any(self.reaches_backward(s) for s in loop.calls)
         )
+
+    def _draws_batches(self, loop: Loop) -> bool:
+        """``next(iter(loader))`` / ``next(it)`` with ``it = iter(loader)``, of a prepared loader, in the loop."""
+        for site in loop.calls:
+            if not (isinstance(site.node.func, cst.Name) and site.node.func.value == "next" and site.node.args):
+                continue
+            source = site.node.args[0].value
+            if isinstance(source, cst.Name):
+                bound = self.binding_of(loop.scope, source.value)
+                source = bound.value if bound is not None and bound.value is not None else source
+            if isinstance(source, cst.Call) and isinstance(source.func, cst.Name) and source.func.value == "iter" and source.args:
+                found = self.prepared(loop.scope, source.args[0].value, site.stmt)
+                if found is not None and found.role == "loader":
+                    return True
+        return False
 
     def trains(self, builder: Scope) -> bool:
         """Whether training (a ``backward``) runs in the builder, in what it calls, or, for a trainer

@@ -22,13 +22,13 @@ from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.analysis.facts import CallSite, Facts, Scope
-from accelify.codemods.analysis.roles import MODULE_API
+from accelify.codemods.analysis.roles import MODULE_API, is_module_class
 from accelify.codemods.engine.rule import Example, Rule
 
 
 class RefuseForwardMethods(Rule):
     name = "forward_methods"
-    description = "Refuse training through a model method that runs the model's forward itself (it would bypass DDP)."
+    description = "Refuse training through a model method that runs the model's forward or layers itself (it would bypass DDP)."
     examples = (
         Example(
             before='''\
@@ -164,9 +164,36 @@ accelerator.end_training()
 ''',
             fires=False,
         ),
+        Example(
+            # a parameter replaced while the model runs (VQ-VAE's EMA codebook): refused
+            before='''\
+import torch
+import torch.nn as nn
+class Quantizer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embedding = nn.Embedding(8, 4)
+        self.ema_w = nn.Parameter(torch.randn(8, 4))
+    def forward(self, x):
+        if self.training:
+            self.ema_w = nn.Parameter(self.ema_w * 0.99 + 0.01 * x.mean())
+            self.embedding.weight = nn.Parameter(self.ema_w / 2)
+        return x + self.embedding.weight.sum()
+model = nn.Sequential(nn.Linear(4, 4), Quantizer())
+optimizer = torch.optim.Adam(model.parameters())
+for x in torch.rand(10, 2, 4):
+    loss = model(x).pow(2).mean()
+    loss.backward()
+    optimizer.step()
+''',
+            warnings=("ACC037:10",),
+        ),
     )
 
     def run(self, ctx: Context) -> None:
+        if any(o.role == "model" for o in ctx.plan.objects):
+            for method, node, name in _replaced_parameters(ctx.facts):
+                ctx.abort(codes.PARAMETER_REPLACED, node, name=name, method=method)
         methods = _forward_methods(ctx.facts)
         if not methods:
             return
@@ -178,9 +205,39 @@ accelerator.end_training()
             ctx.abort(codes.FORWARD_METHOD, site.node, call=f"{code_of(site.node.func)}(...)")
 
 
+def _replaced_parameters(facts: Facts) -> list[tuple[str, cst.Assign, str]]:
+    """``self._ema_w = nn.Parameter(...)`` in a module's ``forward`` (or a method it calls), VQ-VAE's EMA codebook:
+    ``(Class.method, the assignment, the attribute)`` for each."""
+    out: list[tuple[str, cst.Assign, str]] = []
+    for cls in facts.scopes:
+        if cls.kind != "class" or not is_module_class(cls.name, facts.classes):
+            continue
+        methods = {s.name: s for s in facts.scopes if s.parent is cls and s.kind == "function"}
+        running = {"forward"} | {
+            site.node.func.attr.value for site in methods["forward"].calls  # type: ignore[attr-defined]
+            if isinstance(site.node.func, cst.Attribute) and m.matches(site.node.func.value, m.Name("self"))
+        } if "forward" in methods else set()
+        for name in running & set(methods):
+            scope = methods[name]
+            for assign in m.findall(scope.node, m.Assign()):
+                assert isinstance(assign, cst.Assign)
+                value = assign.value
+                if not (isinstance(value, cst.Call) and scope.imports.qualname(value.func) in _PARAMETER):
+                    continue
+                for target in assign.targets:
+                    key = code_of(target.target)
+                    if key.startswith("self."):
+                        out.append((f"{cls.name}.{name}", assign, key))
+    return out
+
+
+_PARAMETER = ("torch.nn.Parameter", "torch.nn.parameter.Parameter")
+
+
 def _forward_methods(facts: Facts) -> set[str]:
     """Names of methods (other than ``forward`` and nn.Module's own) of classes in the program that call
-    ``self(...)``, ``self.forward(...)`` or another such method of ``self``."""
+    ``self(...)``, ``self.forward(...)``, one of the module's layers (``self.actor(x)``) or another such method of
+    ``self``."""
     methods = [
         s for s in facts.scopes
         if s.kind == "function" and s.parent is not None and s.parent.kind == "class"
@@ -191,8 +248,11 @@ def _forward_methods(facts: Facts) -> set[str]:
     while changed:
         changed = False
         for method in methods:
-            if method.name not in found and any(_runs_forward(site, found) and not site.no_grad for site in method.calls):
-                if not _only_picks(method, found):
+            layers = _layers(method)
+            if method.name not in found and any(
+                (_runs_forward(site, found) or _runs_layer(site, layers)) and not site.no_grad for site in method.calls
+            ):
+                if not _only_picks(method, found | layers):
                     found.add(method.name)
                     changed = True
     return found
@@ -266,6 +326,25 @@ def _holds_forward(expr: cst.BaseExpression, assigned: dict[str, list[cst.BaseEx
         if key not in seen and key in assigned and not all(_cut(v, assigned, found, seen | {key}) for v in assigned[key]):
             return True
     return False
+
+
+def _layers(method: Scope) -> set[str]:
+    """``actor`` and ``critic`` of a module class that sets ``self.actor = nn.Sequential(...)``: its layers."""
+    owner = method.parent
+    if owner is None or owner.kind != "class":
+        return set()
+    return {
+        key.split(".", 1)[1] for key, bindings in owner.bindings.items()
+        if key.startswith("self.") and key.count(".") == 1 and any(b.role == "model" for b in bindings)
+    }
+
+
+def _runs_layer(site: CallSite, layers: set[str]) -> bool:
+    """``self.actor(state)`` in a method other than ``forward``: the method runs the model's layers itself
+    (PPO's ``policy.evaluate(states, actions)``), which on a prepared model bypasses the wrapper as ``self(x)`` does."""
+    func = site.node.func
+    return (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"
+            and func.attr.value in layers)
 
 
 def _runs_forward(site: CallSite, found: set[str]) -> bool:

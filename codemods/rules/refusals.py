@@ -7,7 +7,8 @@ before ``prepare``). Each such problem is reported with its code, and the file i
 - ACC007: a model or optimizer created inside a loop; ACC008: an object created after training starts;
 - ACC014: no scope holds the model, its optimizer and the loaders together;
 - ACC020: a training loop walks a loader as it was before ``prepare`` (every process would see all the data);
-- ACC026: the training runs inside the model's own class.
+- ACC026: the training runs inside the model's own class;
+- ACC038: the training walks a library's batch iterator that is no DataLoader (torchtext's ``BucketIterator``).
 
 Two only warn: ACC021 (training data that cannot be followed to where it is built) and ACC027 (a scheduler
 created inside a loop, left out of ``prepare``).
@@ -30,6 +31,7 @@ CODES = {
     found.SELF_TRAINING_MODULE: codes.SELF_TRAINING_MODULE,
     found.SECOND_EXPERIMENT: codes.SECOND_EXPERIMENT,
     found.MODELS_IN_A_COLLECTION: codes.MODELS_IN_A_COLLECTION,
+    found.NOT_A_LOADER: codes.NOT_A_LOADER,
 }
 
 
@@ -202,6 +204,30 @@ if __name__ == "__main__":
     main()
 ''',
             warnings=("ACC021:10",),
+        ),
+        Example(
+            # torchtext's legacy BucketIterator, followed to the function that builds it: no DataLoader to shard
+            before='''\
+import torch
+from torchtext.data import BucketIterator
+
+
+def prepare_dataloaders(train, batch_size):
+    train_iterator = BucketIterator(train, batch_size=batch_size, train=True)
+    return train_iterator
+
+
+def main(train):
+    model = torch.nn.Linear(16, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    training_data = prepare_dataloaders(train, 32)
+    for batch in training_data:
+        loss = model(batch.src).sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+''',
+            warnings=("ACC038:14",),
         ),
         Example(
             before='''\

@@ -449,3 +449,25 @@ def test_loaders_in_a_dict_are_prepared_and_prepare_goes_before_a_training_call_
         "model = train_model(model, optimizer_ft, num_epochs=2)\n"
     ) in out, out
     assert "ACC022" not in " ".join(codes(out))
+
+
+def test_the_accelerator_is_created_before_loaders_prepared_where_they_are_built() -> None:
+    # usuyama's notebook: the dict of loaders in an early cell, more imports and the device in a later one
+    out = converted(
+        """
+        import torch
+        from torch.utils.data import DataLoader
+        dataloaders = {'train': DataLoader(train_set, batch_size=5, shuffle=True)}
+        import torch.nn as nn
+        device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+        def train_model(model, optimizer):
+            for inputs, labels in dataloaders['train']:
+                nn.functional.mse_loss(model(inputs.to(device)), labels.to(device)).backward()
+                optimizer.step()
+            return model
+        model = nn.Linear(4, 1).to(device)
+        optimizer_ft = torch.optim.Adam(model.parameters())
+        model = train_model(model, optimizer_ft)
+        """
+    )
+    assert out.index("accelerator = Accelerator()") < out.index("dataloaders = {k: accelerator.prepare(v)"), out

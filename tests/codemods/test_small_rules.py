@@ -158,3 +158,89 @@ def test_a_tensor_sliced_by_an_inner_loop_is_reported_as_the_same_data_everywher
             optimizer.step()
     """
     assert "ACC022:7" in codes(code), codes(code)
+
+
+@pytest.mark.parametrize("draw", ["(x, y) = next(iter(loader))", "(x, y) = next(batches)"])
+def test_batches_drawn_from_a_prepared_loader_at_every_step_are_its_shard(draw: str) -> None:
+    # zalandoresearch's VQ-VAE notebook: ``(data, _) = next(iter(training_loader))`` once per update
+    code = f"""
+    import torch
+    from torch.utils.data import DataLoader
+    loader = DataLoader(ds, batch_size=16, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.Adam(model.parameters())
+    batches = iter(loader)
+    num_training_updates = 100
+    for i in range(num_training_updates):
+        {draw}
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+    """
+    assert "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)" in converted(code)
+    assert codes(code) == []
+
+
+def test_training_through_a_method_that_runs_the_models_layers_is_refused() -> None:
+    # PPO's ``policy.evaluate(states, actions)`` runs ``self.actor`` and ``self.critic`` itself: through the prepared
+    # model it bypasses the DDP wrapper; its ``act`` (under no_grad, detached results) does not decide anything
+    code = """
+    import torch
+    import torch.nn as nn
+    class ActorCritic(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.actor = nn.Sequential(nn.Linear(4, 2), nn.Softmax(dim=-1))
+            self.critic = nn.Linear(4, 1)
+        def act(self, state):
+            probs = self.actor(state)
+            action = torch.distributions.Categorical(probs).sample()
+            return action.detach()
+        def evaluate(self, state, action):
+            dist = torch.distributions.Categorical(self.actor(state))
+            return dist.log_prob(action), self.critic(state)
+    policy = ActorCritic()
+    optimizer = torch.optim.Adam(policy.parameters())
+    for episode in range(10):
+        states = torch.rand(8, 4)
+        with torch.no_grad():
+            actions = policy.act(states)
+        for _ in range(4):
+            logprobs, values = policy.evaluate(states, actions)
+            loss = -(logprobs * values.detach().squeeze()).mean() + values.pow(2).mean()
+            loss.backward()
+            optimizer.step()
+    """
+    assert any(c.startswith("ACC025:") for c in codes(code)), codes(code)
+    assert all(not c.startswith("ACC025:") for c in codes(code.replace("policy.evaluate(states, actions)", "policy(states), policy.critic(states)")))
+
+
+EMA = """
+import torch
+import torch.nn as nn
+class Quantizer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embedding = nn.Embedding(8, 4)
+        self.ema_w = nn.Parameter(torch.randn(8, 4))
+    def forward(self, x):
+        if self.training:
+            self.ema_w = nn.Parameter(self.ema_w * 0.99 + 0.01 * x.mean())
+            self.embedding.weight = nn.Parameter(self.ema_w / 2)
+        return x + self.embedding.weight.sum()
+model = nn.Sequential(nn.Linear(4, 4), Quantizer())
+optimizer = torch.optim.Adam(model.parameters())
+for x in torch.rand(10, 2, 4):
+    loss = model(x).pow(2).mean()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_a_parameter_replaced_while_the_model_runs_is_refused() -> None:
+    # zalandoresearch's VQ-VAE: the EMA codebook is a new nn.Parameter at every step; under DDP the old ones get no
+    # gradient (an error at the next step) and each process would keep a codebook of its own
+    assert codes(EMA) == ["ACC037:10"]
+    assert codes(EMA.replace("        if self.training:\n", "        if False:\n")
+                 .replace("self.ema_w = nn.Parameter(self.ema_w", "w = (self.ema_w")
+                 .replace("self.embedding.weight = nn.Parameter(self.ema_w / 2)", "pass")) == []
