@@ -175,3 +175,26 @@ def test_a_trainer_whose_loop_is_a_while_loop_out_of_reach_is_refused_naming_it(
     assert result.status == "attention", (result.status, result.error, result.warnings)
     every = [w for part in (result, *result.companions) for w in part.warnings]
     assert any(w.code in ("ACC009", "ACC012") and w.path.endswith("minilib/trainer.py") for w in every), every
+
+
+def test_a_solver_whose_init_reads_the_device_before_building_the_models_keeps_it(tmp_path: Path) -> None:
+    """stargan's ``Solver.__init__`` sets ``self.device`` and then calls ``self.build_model()``, where the accelerator
+    is created: ``self.device = self.accelerator.device`` there would run before ``self.accelerator`` exists
+    (AttributeError on every run). It is left, and said so (ACC011)."""
+    solver = (
+        "import torch\n\n\nclass Solver:\n    def __init__(self, loader):\n        self.loader = loader\n"
+        "        self.device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n        self.build_model()\n\n"
+        "    def build_model(self):\n        self.net = torch.nn.Linear(2, 1)\n"
+        "        self.optimizer = torch.optim.SGD(self.net.parameters(), lr=0.1)\n        self.net.to(self.device)\n\n"
+        "    def train(self):\n        for x, y in self.loader:\n            x, y = x.to(self.device), y.to(self.device)\n"
+        "            loss = torch.nn.functional.mse_loss(self.net(x), y)\n            self.optimizer.zero_grad()\n"
+        "            loss.backward()\n            self.optimizer.step()\n"
+    )
+    main = ("import torch\nfrom torch.utils.data import DataLoader, TensorDataset\nfrom solver import Solver\n\n"
+            "solver = Solver(DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4))\nsolver.train()\n")
+    _write(tmp_path, {"main.py": main, "solver.py": solver})
+    result = convert_path(tmp_path / "main.py")
+    converted = next((c.new for c in result.companions if c.path.endswith("solver.py")), "")
+    assert "self.device = self.accelerator.device" not in converted
+    every = [w.code for part in (result, *result.companions) for w in part.warnings]
+    assert result.status == "attention" or "ACC011" in every, (result.status, every)
