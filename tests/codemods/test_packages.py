@@ -198,3 +198,22 @@ def test_a_solver_whose_init_reads_the_device_before_building_the_models_keeps_i
     assert "self.device = self.accelerator.device" not in converted
     every = [w.code for part in (result, *result.companions) for w in part.warnings]
     assert result.status == "attention" or "ACC011" in every, (result.status, every)
+
+
+def test_a_config_module_that_makes_its_run_folder_with_exist_ok_false_is_reported(tmp_path: Path) -> None:
+    """pytorch-template's ``ConfigParser`` makes ``saved/<timestamp>`` with ``mkdir(parents=True, exist_ok=run_id == '')``
+    (False): on 2 processes the second one stops with FileExistsError. The author's ``exist_ok`` is kept, and the race
+    reported (ACC018) where it is: in the config module."""
+    config = ("from pathlib import Path\n\n\nclass Config:\n    def __init__(self, run_id=''):\n"
+              "        self.save_dir = Path('saved') / (run_id or 'run')\n"
+              "        self.save_dir.mkdir(parents=True, exist_ok=run_id == '')\n")
+    main = TRAIN.replace("from engine import fit", "from config import Config").replace(
+        "    fit(model, optimizer, loader, epochs=2)",
+        "    config = Config('0101')\n    for x, y in loader:\n        loss = torch.nn.functional.mse_loss(model(x), y)\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()")
+    _write(tmp_path, {"train.py": main, "config.py": config})
+    result = convert_path(tmp_path / "train.py")
+    assert result.status == "converted"
+    noted = [(Path(w.path).name, w.code, w.line) for c in result.companions for w in c.warnings]
+    assert noted == [("config.py", "ACC018", 7)]
+    assert all(not c.changed for c in result.companions)
