@@ -562,8 +562,30 @@ class Plan(PreparedUses):
             if found is not None and found.role == "loader":
                 if self.loader_of(loop) is None:
                     self._problem(UNSHARDED, loop.node.iter, name=dotted(source) or "the loader", line=found.key)
+            elif found is None and (inline := self._inline_loader(loop.scope, source)) is not None:
+                # ``Solver(DataLoader(...))``: built where it is passed, out of prepare's reach, as a named one would be
+                self._problem(BUILT_ELSEWHERE, inline, name=dotted(source) or "the loader")
             elif dotted(source) is not None and self._unknown_data(loop.scope, source, found):
                 self._problem(UNKNOWN_DATA, loop.node.iter, refuse=False, name=dotted(source) or "")
+
+    def _inline_loader(self, scope: Scope, source: cst.BaseExpression) -> cst.Call | None:
+        """The ``DataLoader(...)`` a caller builds inline where it passes the loop's data (``Solver(DataLoader(...))``
+        stored as ``self.loader``, or passed straight to the training function's parameter), if every call passes
+        one; None otherwise."""
+        key = dotted(source)
+        binding = self.binding_of(scope, key) if key is not None and key.count(".") <= 1 else None
+        value, where = (binding.value, binding.where) if binding is not None else (source, scope)
+        name = dotted(value) if value is not None else None
+        if name is None or where.kind != "function" or name not in where.param_names or name in where.bindings:
+            return None
+        found = []
+        for site in self.call_sites(where):
+            arg = self.arg_for(site, where, name)
+            if arg is None or not isinstance(arg.value, cst.Call) or \
+                    classify(arg.value, site.scope.imports, self.facts.classes) != "loader":
+                return None
+            found.append(arg.value)
+        return found[0] if found else None
 
     def _unknown_data(self, scope: Scope, source: cst.BaseExpression, found: Binding | None) -> bool:
         """Training data that may be a DataLoader nobody can see being built: made by a call of a library
