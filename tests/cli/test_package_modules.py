@@ -20,7 +20,8 @@ from engine import fit
 
 model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-fit(model, optimizer, DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4))
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+fit(model, optimizer, loader)
 """
 LOOPS = "from .steps import step\n\n\ndef fit(model, optimizer, loader):\n    for x, y in loader:\n" \
         "        step(model, optimizer, x, y)\n"
