@@ -190,10 +190,10 @@ def convert_path(
     except SourceError as error:
         return Result(name, FAILED, "", "", error=str(error))
     result = convert_source(source.text, path=name, target=target, disabled=disabled, encoding=source.encoding)
-    return _name_the_entry(result)
+    return name_the_entry(result)
 
 
-def _name_the_entry(result: Result) -> Result:
+def name_the_entry(result: Result, path: str | os.PathLike[str] | None = None) -> Result:
     """A module that trains objects its caller builds (ACC012, converted alone, here or in a module it uses) names the
     script to convert instead: the one beside it (or above its package) that imports it. Such a module is never
     "unchanged" (exit 0): a step function whose loop is in another module (``loss.backward()`` in
@@ -207,7 +207,7 @@ def _name_the_entry(result: Result) -> Result:
 
     from accelify.migrate.grouping import entries_using
 
-    entries = entries_using(Path(result.path))
+    entries = entries_using(Path(path if path is not None else result.path))  # ``path``: where the file really is
     if not entries:
         return result
     fix = (f"convert {entries[0]} instead: it imports this module, which is converted with it (the loop here trains "
