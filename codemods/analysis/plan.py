@@ -103,6 +103,7 @@ class Plan(PreparedUses):
         if self.prepare_scope is not None:
             self._choose_home()
             self._check_training_data()
+            self._check_trained_models()
 
     def analysis(self, build: Callable[["Plan"], T]) -> T:
         """The analysis ``build`` makes of this plan (``find_amp``, ``find_accumulation``, ``Creation``), built on
@@ -562,16 +563,31 @@ class Plan(PreparedUses):
             if found is not None and found.role == "loader":
                 if self.loader_of(loop) is None:
                     self._problem(UNSHARDED, loop.node.iter, name=dotted(source) or "the loader", line=found.key)
-            elif found is None and (inline := self._inline_loader(loop.scope, source)) is not None:
+            elif found is None and (inline := self._inline(loop.scope, source, "loader")) is not None:
                 # ``Solver(DataLoader(...))``: built where it is passed, out of prepare's reach, as a named one would be
                 self._problem(BUILT_ELSEWHERE, inline, name=dotted(source) or "the loader")
             elif dotted(source) is not None and self._unknown_data(loop.scope, source, found):
                 self._problem(UNKNOWN_DATA, loop.node.iter, refuse=False, name=dotted(source) or "")
 
-    def _inline_loader(self, scope: Scope, source: cst.BaseExpression) -> cst.Call | None:
-        """The ``DataLoader(...)`` a caller builds inline where it passes the loop's data (``Solver(DataLoader(...))``
-        stored as ``self.loader``, or passed straight to the training function's parameter), if every call passes
-        one; None otherwise."""
+    def _check_trained_models(self) -> None:
+        """A model an optimizer trains that a caller builds inline where it passes it (``Trainer(Net(), loader)``) is
+        out of prepare's reach: prepared without it, the processes would train their own copies (no gradient is
+        averaged). Refused, as a named one built there would be. Without a prepared loader every process trains on
+        the same data, so the copies stay equal (ACC022 says it is no faster): left as it is."""
+        if not any(o.role == "loader" for o in self.objects):
+            return
+        for optimizer in self.objects:
+            if optimizer.role != "optimizer":
+                continue
+            for where, owner in self.trained_by(optimizer):
+                if self.origin(where, owner) is None and (inline := self._inline(where, owner, "model")) is not None:
+                    self._problem(BUILT_ELSEWHERE, inline, name=dotted(owner) or "the model")
+                    return
+
+    def _inline(self, scope: Scope, source: cst.BaseExpression, role: str) -> cst.Call | None:
+        """The object of ``role`` a caller builds inline where it passes ``source`` (``Solver(DataLoader(...))`` stored
+        as ``self.loader``, ``Trainer(Net(), ...)`` read as the parameter ``model``), if every call passes one; None
+        otherwise."""
         key = dotted(source)
         binding = self.binding_of(scope, key) if key is not None and key.count(".") <= 1 else None
         value, where = (binding.value, binding.where) if binding is not None else (source, scope)
@@ -582,7 +598,7 @@ class Plan(PreparedUses):
         for site in self.call_sites(where):
             arg = self.arg_for(site, where, name)
             if arg is None or not isinstance(arg.value, cst.Call) or \
-                    classify(arg.value, site.scope.imports, self.facts.classes) != "loader":
+                    classify(arg.value, site.scope.imports, self.facts.classes) != role:
                 return None
             found.append(arg.value)
         return found[0] if found else None

@@ -240,3 +240,25 @@ def test_a_config_module_that_makes_its_run_folder_with_exist_ok_false_is_report
     noted = [(Path(w.path).name, w.code, w.line) for c in result.companions for w in c.warnings]
     assert noted == [("config.py", "ACC018", 7)]
     assert all(not c.changed for c in result.companions)
+
+
+def test_a_model_built_inline_where_a_trainer_receives_it_is_refused(tmp_path: Path) -> None:
+    """``Trainer(torch.nn.Linear(2, 1), loader).fit()``: the trainer builds the optimizer and gets the loader, so both
+    were prepared in its ``__init__``, but not the model written in the call: each process trained its own copy on
+    its shard, no gradient averaged. Refused (ACC014 at the call), as with a list as data it stays converted."""
+    trainer = ("import torch\n\n\nclass Trainer:\n    def __init__(self, model, loader):\n        self.model = model\n"
+               "        self.loader = loader\n        self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n\n"
+               "    def fit(self):\n        for x, y in self.loader:\n"
+               "            loss = torch.nn.functional.mse_loss(self.model(x), y)\n            self.optimizer.zero_grad()\n"
+               "            loss.backward()\n            self.optimizer.step()\n")
+    run = ("import torch\nfrom torch.utils.data import DataLoader, TensorDataset\nfrom trainer import Trainer\n\n"
+           "loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)\n"
+           "Trainer(torch.nn.Linear(2, 1), loader).fit()\n")
+    _write(tmp_path, {"run.py": run, "trainer.py": trainer})
+    result = convert_path(tmp_path / "run.py")
+    assert (result.status, [(w.code, w.line) for w in result.warnings]) == ("attention", [("ACC014", 6)])
+    named = run.replace("Trainer(torch.nn.Linear(2, 1), loader)", "model = torch.nn.Linear(2, 1)\nTrainer(model, loader)")
+    _write(tmp_path, {"run.py": named})
+    converted = convert_path(tmp_path / "run.py")
+    assert converted.status == "converted"
+    assert "self.model, self.optimizer, self.loader = self.accelerator.prepare(" in converted.companions[0].new
