@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Sequence
 import libcst as cst
 
 from accelify.codemods.codes import NOTHING_TO_PREPARE
-from accelify.codemods.engine.outcome import CONVERTED, FAILED, SKIPPED, UNCHANGED, ConversionWarning
+from accelify.codemods.engine.outcome import ATTENTION, CONVERTED, FAILED, SKIPPED, UNCHANGED, ConversionWarning
 from accelify.codemods.engine.targets import DEFAULT_TARGET, TARGETS
 from accelify.errors import OutputCheckError, SourceError, TooLargeError, UnknownTargetError
 from accelify.notebook import Notebook, read_notebook
-from accelify.program import ModuleText, local_modules, may_import_local, package_of
+from accelify.program import ModuleText, entry_package, local_modules, may_import_local, package_of
 from accelify.results import Result
 from accelify.source import read_source
 
@@ -76,12 +76,15 @@ def _convert(
     from accelify.codemods.engine.transform import transform  # the rules load only when something is converted
 
     if modules is None:
-        looks = os.path.isfile(path) and _IMPORTS_LOCAL.search(code) and may_import_local(code, path)
+        looks = os.path.isfile(path) and (  # a file of a package looks from the package's root
+            (_IMPORTS_LOCAL.search(code) and may_import_local(code, path)) or entry_package(path) is not None)
         modules = local_modules(path, module) if looks else []
     try:
         parsed = _parse_modules(modules)
         sources = {"__main__": code, **{local.unit: local.text for local in modules}}
         packages = {local.unit: package_of(local.unit, local.path) for local in modules}
+        if os.path.isfile(path) and not notebook:
+            packages["__main__"] = entry_package(path)  # ``engine/loops.py`` alone: ``from .steps import step``
         outcome = transform(module, target=target, disabled=frozenset(disabled), modules=parsed, sources=sources,
                             notebook=notebook, packages=packages)
         new = (outcome.code if outcome.code is not None else outcome.module.code) if outcome.status == CONVERTED else code
@@ -187,25 +190,38 @@ def convert_path(
     except SourceError as error:
         return Result(name, FAILED, "", "", error=str(error))
     result = convert_source(source.text, path=name, target=target, disabled=disabled, encoding=source.encoding)
-    return _name_the_entry(result)
+    return name_the_entry(result)
 
 
-def _name_the_entry(result: Result) -> Result:
-    """A module that trains objects its caller builds (ACC012, converted alone) names the script to convert instead:
-    the one beside it (or above its package) that imports it."""
-    if not result.needs_attention or not any(w.code == NOTHING_TO_PREPARE.code for w in result.warnings):
+def name_the_entry(result: Result, path: str | os.PathLike[str] | None = None) -> Result:
+    """A module that trains objects its caller builds (ACC012, converted alone, here or in a module it uses) names the
+    script to convert instead: the one beside it (or above its package) that imports it. Such a module is never
+    "unchanged" (exit 0): a step function whose loop is in another module (``loss.backward()`` in
+    ``engine/steps.py``, ``fit`` in ``engine/loops.py``) needs attention too."""
+    parts = (result, *result.companions)
+    if not any(w.code == NOTHING_TO_PREPARE.code for part in parts for w in part.warnings) or not (
+        result.needs_attention or result.status == UNCHANGED
+    ):
         return result
     from pathlib import Path
 
     from accelify.migrate.grouping import entries_using
 
-    entries = entries_using(Path(result.path))
+    entries = entries_using(Path(path if path is not None else result.path))  # ``path``: where the file really is
     if not entries:
         return result
     fix = (f"convert {entries[0]} instead: it imports this module, which is converted with it (the loop here trains "
            "the objects that script builds)")
-    warnings = tuple(replace(w, fix=fix) if w.code == NOTHING_TO_PREPARE.code else w for w in result.warnings)
-    return replace(result, warnings=warnings)
+
+    def named(part: Result) -> Result:
+        return replace(part, warnings=tuple(replace(w, fix=fix) if w.code == NOTHING_TO_PREPARE.code else w
+                                            for w in part.warnings))
+
+    out = replace(named(result), companions=tuple(named(c) for c in result.companions))
+    if result.status == UNCHANGED:
+        first = next(w for part in parts for w in part.warnings if w.code == NOTHING_TO_PREPARE.code)
+        out = replace(out, status=ATTENTION, reason=first.message)
+    return out
 
 
 def _syntax_error(code: str, error: cst.ParserSyntaxError) -> tuple[int, int, str]:

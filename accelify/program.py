@@ -45,7 +45,7 @@ def imported_names(module: cst.Module, package: str | None = None) -> list[str]:
         elif isinstance(node, cst.ImportFrom) and (node.module is not None or node.relative):
             base = _dotted(node.module) if node.module is not None else ""
             if node.relative:
-                base = _relative(package, len(node.relative), base)
+                base = relative_import(package, len(node.relative), base)
                 if not base:
                     continue
             names.append(base)
@@ -54,7 +54,7 @@ def imported_names(module: cst.Module, package: str | None = None) -> list[str]:
     return [n for n in dict.fromkeys(names) if n]
 
 
-def _relative(package: str | None, level: int, module: str) -> str:
+def relative_import(package: str | None, level: int, module: str) -> str:
     """The absolute name of a relative import (``..a`` from package ``p.q`` is ``p.a``), or "" outside a package."""
     if not package:
         return ""
@@ -95,14 +95,14 @@ def find_local(name: str, folder: Path) -> Path | None:
 Finder = Callable[[str], "tuple[str, str, str] | None"]
 
 
-def discover(module: cst.Module, find: Finder) -> list[ModuleText]:
+def discover(module: cst.Module, find: Finder, package: str | None = None) -> list[ModuleText]:
     """The local modules a program's entry (parsed as ``module``) uses, directly or through each other, in the order
     they are first imported, up to ``LIMIT``; ``find`` says where an import name's module is. The one search that
     ``convert`` (modules on disk, ``local_modules``) and ``verify`` (a run's files) share, so that both read the same
     program. A module that cannot be parsed is left out: what comes from it is unknown to the conversion."""
     found: list[ModuleText] = []
     seen: set[str] = set()
-    pending = list(imported_names(module))
+    pending = list(imported_names(module, package))  # ``package``: the entry's own (a file converted inside one)
     while pending and len(found) < LIMIT:
         name = pending.pop(0)
         hit = find(name)
@@ -119,12 +119,32 @@ def discover(module: cst.Module, find: Finder) -> list[ModuleText]:
     return found
 
 
+def entry_package(script: str | os.PathLike[str]) -> str | None:
+    """The package a file belongs to (``engine`` for ``engine/loops.py`` when ``engine/__init__.py`` exists), which
+    its relative imports start from; None for a script beside no ``__init__.py``."""
+    folder = Path(script).resolve().parent
+    parts: list[str] = []
+    while (folder / "__init__.py").is_file() and folder.parent != folder:
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    return ".".join(parts) or None
+
+
 def local_modules(script: str | os.PathLike[str], module: cst.Module) -> list[ModuleText]:
     """The local modules ``script`` (already parsed as ``module``) uses, directly or through each other, found on
-    disk beside it (paths as the user wrote the script's). A module that cannot be read is left out."""
+    disk beside it (paths as the user wrote the script's). A file inside a package (``engine/loops.py``, converted
+    alone) finds its modules from the package's root, its relative imports included. A module that cannot be read is
+    left out."""
     entry = Path(script).resolve()
-    folder = entry.parent
-    shown = Path(os.path.dirname(os.fspath(script)))
+    package = entry_package(script)
+    levels = len(package.split(".")) if package else 0
+    folder = entry.parents[levels]
+    shown = Path(os.path.dirname(os.fspath(script)))  # paths as the user wrote the script's
+
+    def where(path: Path) -> str:
+        if not levels:
+            return str(shown / path.relative_to(folder))
+        return str(path) if os.path.isabs(script) else os.path.relpath(path)  # above the script's own folder
 
     def find(name: str) -> tuple[str, str, str] | None:
         path = find_local(name, folder)
@@ -134,9 +154,9 @@ def local_modules(script: str | os.PathLike[str], module: cst.Module) -> list[Mo
             source = read_source(path)
         except SourceError:
             return None
-        return str(shown / path.relative_to(folder)), source.text, source.encoding
+        return where(path), source.text, source.encoding
 
-    return discover(module, find)
+    return discover(module, find, package)
 
 
 _IMPORTED_FIRST = re.compile(r"(?:^|;)[ \t]*(?:import|from)[ \t]+([\w, \t]+)", re.MULTILINE)

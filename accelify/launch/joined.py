@@ -101,5 +101,6 @@ def alone_warning(script: str, ranks: tuple[int, ...], processes: int) -> str:
         f"process{'es' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
     return (f"accelify launch: warning: {who} of {script} never joined a process group: each ran the whole script "
             "on its own (an independent copy of the model, all of the data), so this was not one training on "
-            f"{processes} processes. Convert the script first (accelify convert {script} -o train_dist.py), "
-            "then launch the conversion; `accelify verify` checks it.")
+            f"{processes} processes. Convert it first (accelify convert {script} -o dist/: the script and every local "
+            f"module it imports, converted where the conversion changes them, in a folder of their own), then launch "
+            f"dist/{os.path.basename(script)}; `accelify verify {script}` checks it.")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from accelify.program import find_local
+from accelify.program import find_local, package_of, relative_import
 from accelify.settings import Settings
 
 
@@ -44,11 +44,14 @@ def scan_imports(text: str) -> list[str]:
     names: list[str] = []
     for base, members, plain in _IMPORT_LINE.findall(text):
         if base:
-            names.append(base)
-            names.extend(f"{base}.{n.split(' as ')[0].strip()}" for n in members.strip(" ()\\").split(",") if n.strip())
+            listed = [n.split(" as ")[0].strip() for n in members.strip(" ()\\").split(",") if n.strip()]
+            if base.strip("."):
+                names.append(base)
+            joint = "" if not base.strip(".") else "."  # ``from . import x`` names ``.x``; ``from .a import x``, ``.a.x``
+            names.extend(f"{base}{joint}{n}" for n in listed)
         else:
             names.extend(n.split(" as ")[0].strip() for n in plain.split(",") if n.strip())
-    return [n for n in dict.fromkeys(names) if n and n.replace(".", "").replace("_", "").isalnum()]
+    return [n for n in dict.fromkeys(names) if n and n.replace(".", "").replace("_", "").isalnum()]  # ``.a``: relative
 
 
 def _code_text(path: Path) -> str:
@@ -78,6 +81,13 @@ def local_closure(script: Path, cache: dict[Path, list[str]]) -> set[Path]:
         if current not in cache:
             cache[current] = scan_imports(_code_text(current))
         for name in cache[current]:
+            if name.startswith("."):  # ``from .loops import fit`` in ``engine/__init__.py``: ``engine.loops``
+                level = len(name) - len(name.lstrip("."))
+                parts = current.relative_to(folder).with_suffix("").parts if current.is_relative_to(folder) else ()
+                unit = ".".join(parts[:-1] if parts[-1:] == ("__init__",) else parts)
+                name = relative_import(package_of(unit, current), level, name.lstrip(".")) if unit else ""
+                if not name:
+                    continue
             module = find_local(name, folder)
             if module is None:
                 continue

@@ -128,6 +128,10 @@ def convert_files(files: ScriptFiles, *, target: str = "accelify") -> tuple[Scri
         result = convert_notebook_text(files.source, path=files.name, target=target, modules=local)
     else:
         result = convert_source(files.source, path=files.name, target=target, modules=local)
+        if files.home is not None:  # a module another script imports and trains through: as convert says it
+            from accelify.pipeline import name_the_entry
+
+            result = name_the_entry(result, files.home / files.name)
     converted = {c.path: c.new for c in result.companions if c.changed}
     modules = tuple((name, converted.pop(name, source)) for name, source in files.modules)
     return replace(files, source=result.new, modules=modules + tuple(converted.items())), result

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Scope, defined_class
+from accelify.codemods.analysis.classes import Classes
+from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Scope
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.roles import PASS_THROUGH, strip_placement, strip_wrapper
 
@@ -34,6 +35,7 @@ class Flow:
         self._sites: dict[Scope, list[CallSite]] = {}
         self._origins: dict[tuple[int, str], Binding | None] = {}
         self._params: dict[tuple[int, str], Binding | None] = {}
+        self.classes = Classes(facts, self.defined)
         for site in facts.calls:
             function = self._resolve_callee(site)
             self._callees[site] = function
@@ -53,19 +55,19 @@ class Flow:
         func = site.node.func
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
             cls = site.scope.class_scope
-            return self._self_method(cls, func.attr.value) if cls is not None else None
+            return self.classes.self_method(cls, func.attr.value) if cls is not None else None
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Call) and isinstance(func.value.func, cst.Name) \
                 and func.value.func.value == "super" and site.scope.class_scope is not None:
-            bases = self._bases(site.scope.class_scope)  # ``super().__init__(model, ...)`` in a subclass: the base's
-            return next((m for m in (self.method(b, func.attr.value) for b in bases) if m is not None), None)
+            bases = self.classes.bases(site.scope.class_scope)  # ``super().__init__(model, ...)`` in a subclass: the base's
+            return next((m for m in (self.classes.method(b, func.attr.value) for b in bases) if m is not None), None)
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
             method = self._instance_method(site.scope, func.value.value, func.attr.value)
             if method is not None:
                 return method
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Call):
-            cls = self._class_of(site.scope, func.value.func)  # ``GAN().train(loader)``: GAN's ``train``
+            cls = self.classes.class_of(site.scope, func.value.func)  # ``GAN().train(loader)``: GAN's ``train``
             if cls is not None:
-                return self.method(cls, func.attr.value)
+                return self.classes.method(cls, func.attr.value)
         if isinstance(func, cst.Name):
             owner = site.scope.resolve(func.value)
             if owner is not None and owner.unit == site.scope.unit:
@@ -83,49 +85,8 @@ class Flow:
                         and self.facts.class_scope(b.value.func.value, scope.resolve(b.value.func.value)) is not None]
         if len(bindings) != 1 or not isinstance(bindings[0].value, cst.Call):
             return None
-        cls = self._class_of(scope, bindings[0].value.func)
-        return self.method(cls, method) if cls is not None else None
-
-    # classes: methods found through their bases ----------------------------------------------------
-    def _bases(self, cls: Scope) -> list[Scope]:
-        """The classes of the program ``cls`` derives from directly (a base re-exported by a package included)."""
-        name = cls.name if cls.unit == "__main__" else f"{cls.unit}.{cls.name}"
-        found = []
-        for base in self.facts.classes.get(name, []):
-            where = self.defined(defined_class(base, self.facts.classes)) if "." in base else None
-            scope = self.facts.class_scope(where[1], where[0]) if where is not None else \
-                self.facts.class_scope(base, self._units.get(cls.unit)) if "." not in base else None
-            if scope is not None:
-                found.append(scope)
-        return found
-
-    def method(self, cls: Scope, name: str, seen: frozenset[int] = frozenset()) -> Scope | None:
-        """The method ``name`` an instance of ``cls`` runs: its own, else the first base's that defines it."""
-        own = self.facts.function(name, cls)
-        if own is not None or id(cls) in seen:
-            return own
-        return next((m for m in (self.method(b, name, seen | {id(cls)}) for b in self._bases(cls)) if m is not None), None)
-
-    def _self_method(self, cls: Scope, name: str) -> Scope | None:
-        """``self.name()`` in a method of ``cls``: its method, or, where ``cls`` does not define it or only declares it
-        (its body raises ``NotImplementedError``: ``BaseTrainer._train_epoch``), the override of its one subclass."""
-        found = self.method(cls, name)
-        if found is not None and not _abstract(found):
-            return found
-        overrides = {id(m): m for m in (self.method(sub, name) for sub in self.facts.subclasses(cls))
-                     if m is not None and m is not found}
-        return next(iter(overrides.values())) if len(overrides) == 1 else found
-
-    def _class_of(self, scope: Scope, func: cst.BaseExpression) -> Scope | None:
-        """The class of the program that a call of ``func`` in ``scope`` instantiates (None: not one)."""
-        cls = None
-        if isinstance(func, cst.Name):
-            where = scope.resolve(func.value)
-            cls = self.facts.class_scope(func.value, where) if where is not None and where.unit == scope.unit else None
-        if cls is None:
-            found = self.defined(scope.imports.qualname(func))
-            cls = self.facts.class_scope(found[1], found[0]) if found is not None else None
-        return cls
+        cls = self.classes.class_of(scope, bindings[0].value.func)
+        return self.classes.method(cls, method) if cls is not None else None
 
     def _imported(self, qualname: str | None) -> Scope | None:
         """``loops.fit`` -> the function ``fit`` of the local module ``loops`` (or a class's ``__init__``)."""
@@ -421,14 +382,3 @@ def loader_mapping(binding: Binding) -> bool:
 def _is_import(stmt: cst.BaseStatement) -> bool:
     """Whether ``stmt`` is an import line (its bindings hold what another module binds)."""
     return isinstance(stmt, cst.SimpleStatementLine) and any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
-
-
-def _abstract(function: Scope) -> bool:
-    """Whether a method only declares itself: its body (after a docstring) raises ``NotImplementedError``."""
-    body = [stmt for stmt in function.body if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
-            and isinstance(stmt.body[0], cst.Expr) and isinstance(stmt.body[0].value, cst.SimpleString))]
-    if len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine) or not isinstance(body[0].body[0], cst.Raise):
-        return False
-    raised = body[0].body[0].exc
-    raised = raised.func if isinstance(raised, cst.Call) else raised
-    return isinstance(raised, cst.Name) and raised.value == "NotImplementedError"

@@ -105,6 +105,7 @@ class Plan(PreparedUses):
         if self.prepare_scope is not None:
             self._choose_home()
             self._check_training_data()
+            self._check_trained_models()
 
     def analysis(self, build: Callable[["Plan"], T]) -> T:
         """The analysis ``build`` makes of this plan (``find_amp``, ``find_accumulation``, ``Creation``), built on
@@ -575,6 +576,9 @@ class Plan(PreparedUses):
             elif dotted(source) is not None and (kind := self._iterator_class(found)) is not None:
                 # torchtext's legacy ``BucketIterator``: followed to where it is built, and no DataLoader
                 self._problem(NOT_A_LOADER, loop.node.iter, name=dotted(source) or "", iterator=kind)
+            elif found is None and (inline := self._inline(loop.scope, source, "loader")) is not None:
+                # ``Solver(DataLoader(...))``: built where it is passed, out of prepare's reach, as a named one would be
+                self._problem(BUILT_ELSEWHERE, inline, name=dotted(source) or "the loader")
             elif dotted(source) is not None and self._unknown_data(loop.scope, source, found):
                 self._problem(UNKNOWN_DATA, loop.node.iter, refuse=False, name=dotted(source) or "")
 
@@ -588,6 +592,40 @@ class Plan(PreparedUses):
             return None
         qualname = found.where.imports.qualname(value.func) or ""
         return qualname if qualname.startswith("torchtext.") and qualname.endswith("Iterator") else None
+
+    def _check_trained_models(self) -> None:
+        """A model an optimizer trains that a caller builds inline where it passes it (``Trainer(Net(), loader)``) is
+        out of prepare's reach: prepared without it, the processes would train their own copies (no gradient is
+        averaged). Refused, as a named one built there would be. Without a prepared loader every process trains on
+        the same data, so the copies stay equal (ACC022 says it is no faster): left as it is."""
+        if not any(o.role == "loader" for o in self.objects):
+            return
+        for optimizer in self.objects:
+            if optimizer.role != "optimizer":
+                continue
+            for where, owner in self.trained_by(optimizer):
+                if self.origin(where, owner) is None and (inline := self._inline(where, owner, "model")) is not None:
+                    self._problem(BUILT_ELSEWHERE, inline, name=dotted(owner) or "the model")
+                    return
+
+    def _inline(self, scope: Scope, source: cst.BaseExpression, role: str) -> cst.Call | None:
+        """The object of ``role`` a caller builds inline where it passes ``source`` (``Solver(DataLoader(...))`` stored
+        as ``self.loader``, ``Trainer(Net(), ...)`` read as the parameter ``model``), if every call passes one; None
+        otherwise."""
+        key = dotted(source)
+        binding = self.binding_of(scope, key) if key is not None and key.count(".") <= 1 else None
+        value, where = (binding.value, binding.where) if binding is not None else (source, scope)
+        name = dotted(value) if value is not None else None
+        if name is None or where.kind != "function" or name not in where.param_names or name in where.bindings:
+            return None
+        found = []
+        for site in self.call_sites(where):
+            arg = self.arg_for(site, where, name)
+            if arg is None or not isinstance(arg.value, cst.Call) or \
+                    classify(arg.value, site.scope.imports, self.facts.classes) != role:
+                return None
+            found.append(arg.value)
+        return found[0] if found else None
 
     def _unknown_data(self, scope: Scope, source: cst.BaseExpression, found: Binding | None) -> bool:
         """Training data that may be a DataLoader nobody can see being built: made by a call of a library

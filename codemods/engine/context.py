@@ -123,6 +123,10 @@ class Context:
             return True
         if scope is home:
             return self._after_creation(stmt, anchor)
+        if home.class_scope is not None and scope.name == "__init__" and scope.class_scope is home.class_scope:
+            # ``self.build_model()`` creates it, called from ``__init__``: only what runs after that call sees it
+            calls = [s for s in self.plan.call_sites(home) if s.scope is scope]
+            return bool(calls) and any(self.facts.after(stmt, s.stmt) for s in calls)
         nested = scope
         while nested.parent is not None and nested.parent is not home:
             nested = nested.parent

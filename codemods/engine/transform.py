@@ -76,7 +76,7 @@ def transform(
     raises for a pattern it does not understand (it warns or refuses instead)."""
     locals_ = {unit: m for unit, m in (modules or {}).items() if unit != "__main__"}
     exports = star_exports({"__main__": module, **locals_}, packages or {}) if locals_ else {}
-    facts = collect(module, exports=exports)
+    facts = collect(module, package=(packages or {}).get("__main__"), exports=exports)
     if _uses_accelerator(facts):
         return Outcome(UNCHANGED, module, (), _recheck(facts, target, disabled), ALREADY_CONVERTED)
     others = [collect(m, unit, (packages or {}).get(unit), exports) for unit, m in locals_.items()]

@@ -162,6 +162,10 @@ if __name__ == "__main__":
             if q == "os.makedirs" or (site.method == "mkdir" and q != "os.mkdir" and _is_path_mkdir(site)):
                 if not _has_keyword(site.node, "exist_ok") and ctx.replace(site.node, site.stmt, _exist_ok):
                     ctx.change("create folders with exist_ok=True")
+                elif not _exist_ok_true(site.node):
+                    # ``mkdir(parents=True, exist_ok=run_id == "")``: the author wants an error where it exists, and
+                    # the second process gets one (FileExistsError) for the folder the first just made
+                    ctx.warn(codes.STARTUP_RACE, site.node, name=code_of(site.node.func))
             elif q == "os.mkdir":
                 self._mkdir(ctx, site, wrapped)
             elif any(a.keyword is not None and a.keyword.value == "download" and _true(a.value) for a in site.node.args):
@@ -242,6 +246,11 @@ def _is_path_mkdir(site: CallSite) -> bool:
 
 def _has_keyword(call: cst.Call, name: str) -> bool:
     return any(a.keyword is not None and a.keyword.value == name for a in call.args)
+
+
+def _exist_ok_true(call: cst.Call) -> bool:
+    """Whether ``call`` passes ``exist_ok=True`` (or no ``exist_ok`` at all)."""
+    return all(_true(a.value) for a in call.args if a.keyword is not None and a.keyword.value == "exist_ok")
 
 
 def _true(value: cst.BaseExpression) -> bool:

@@ -125,7 +125,8 @@ def train(model, loader, epochs=100):
 
 
 loader = DataLoader(TensorDataset(torch.randn(64, 16), torch.randn(64, 1)), batch_size=8)
-print("converged after", train(torch.nn.Linear(16, 1), loader), "epochs")
+model = torch.nn.Linear(16, 1)
+print("converged after", train(model, loader), "epochs")
 ''',
             warnings=("ACC017:14",),
         ),

@@ -459,7 +459,7 @@ LOOP_HELPERS = b"import torch\n\n\ndef fit(model, loader, optimizer):\n    for x
           b"        loss = torch.nn.functional.mse_loss(model(x), y)\n        loss.backward()\n        optimizer.step()\n"
 LOOP_SCRIPT = b"import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\nfrom helpers import fit\n\n" \
          b"model = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n" \
-         b"fit(model, DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2), opt)\n"
+         b"loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2)\nfit(model, loader, opt)\n"
 
 
 def test_a_named_module_of_a_named_script_is_converted_with_it_only(project: Path) -> None:

@@ -79,3 +79,6 @@ def test_the_warning_names_the_script_and_the_lonely_processes() -> None:
     assert "the 4 processes of train.py never joined" in launch_joined.alone_warning("train.py", (0, 1, 2, 3), 4)
     assert "process 3 of train.py never joined" in launch_joined.alone_warning("train.py", (3,), 4)
     assert "processes 1, 2 of train.py" in launch_joined.alone_warning("train.py", (1, 2), 4)
+    # a program's modules may change with it: the advice writes a runnable copy in a folder (-o FILE would refuse)
+    advice = launch_joined.alone_warning("src/train.py", (0, 1), 2)
+    assert "accelify convert src/train.py -o dist/" in advice and "launch dist/train.py" in advice

@@ -175,3 +175,90 @@ def test_a_trainer_whose_loop_is_a_while_loop_out_of_reach_is_refused_naming_it(
     assert result.status == "attention", (result.status, result.error, result.warnings)
     every = [w for part in (result, *result.companions) for w in part.warnings]
     assert any(w.code in ("ACC009", "ACC012") and w.path.endswith("minilib/trainer.py") for w in every), every
+
+
+def test_a_solver_whose_init_reads_the_device_before_building_the_models_keeps_it(tmp_path: Path) -> None:
+    """stargan's ``Solver.__init__`` sets ``self.device`` and then calls ``self.build_model()``, where the accelerator
+    is created: ``self.device = self.accelerator.device`` there would run before ``self.accelerator`` exists
+    (AttributeError on every run). It is left, and said so (ACC011)."""
+    solver = (
+        "import torch\nfrom torch.utils.data import DataLoader\n\n\nclass Solver:\n    def __init__(self, data):\n"
+        "        self.data = data\n"
+        "        self.device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n        self.build_model()\n\n"
+        "    def build_model(self):\n        self.net = torch.nn.Linear(2, 1)\n"
+        "        self.optimizer = torch.optim.SGD(self.net.parameters(), lr=0.1)\n        self.net.to(self.device)\n"
+        "        self.loader = DataLoader(self.data, batch_size=4)\n\n"
+        "    def train(self):\n        for x, y in self.loader:\n            x, y = x.to(self.device), y.to(self.device)\n"
+        "            weight = torch.ones(1).to(self.device)\n"
+        "            loss = torch.nn.functional.mse_loss(self.net(x), y) * weight.sum()\n            self.optimizer.zero_grad()\n"
+        "            loss.backward()\n            self.optimizer.step()\n"
+    )
+    main = ("import torch\nfrom torch.utils.data import TensorDataset\nfrom solver import Solver\n\n"
+            "solver = Solver(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)))\nsolver.train()\n")
+    _write(tmp_path, {"main.py": main, "solver.py": solver})
+    result = convert_path(tmp_path / "main.py")
+    assert result.status == "converted", (result.reason, result.warnings)
+    converted = next(c.new for c in result.companions if c.path.endswith("solver.py"))
+    assert "self.accelerator = Accelerator()" in converted
+    assert "self.device = self.accelerator.device" not in converted
+    assert [w.code for c in result.companions for w in c.warnings] == ["ACC011"]
+
+
+def test_a_loader_built_inline_where_it_is_passed_is_refused_as_a_named_one_is(tmp_path: Path) -> None:
+    """stargan's ``Solver(celeba_loader, ...)`` with the loader written in the call (``Solver(DataLoader(...))``): the
+    class builds the model and optimizer, the caller the loader, so nothing can prepare them together: ACC014, as for
+    ``loader = DataLoader(...); Solver(loader)`` (it was "converted" with ACC021, every process on all the data)."""
+    solver = ("import torch\n\n\nclass Solver:\n    def __init__(self, loader):\n        self.loader = loader\n"
+              "        self.net = torch.nn.Linear(2, 1)\n"
+              "        self.optimizer = torch.optim.SGD(self.net.parameters(), lr=0.1)\n\n    def train(self):\n"
+              "        for x, y in self.loader:\n            loss = torch.nn.functional.mse_loss(self.net(x), y)\n"
+              "            self.optimizer.zero_grad()\n            loss.backward()\n            self.optimizer.step()\n")
+    made = "DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)"
+    for call in (f"Solver({made})", f"Solver(loader={made})"):
+        main = f"import torch\nfrom torch.utils.data import DataLoader, TensorDataset\nfrom solver import Solver\n\n" \
+               f"solver = {call}\nsolver.train()\n"
+        _write(tmp_path, {"main.py": main, "solver.py": solver})
+        result = convert_path(tmp_path / "main.py")
+        assert (result.status, [w.code for w in result.warnings]) == ("attention", ["ACC014"]), (call, result.warnings)
+        assert "`self.loader`" in result.reason
+
+
+def test_a_config_module_that_makes_its_run_folder_with_exist_ok_false_is_reported(tmp_path: Path) -> None:
+    """pytorch-template's ``ConfigParser`` makes ``saved/<timestamp>`` with ``mkdir(parents=True, exist_ok=run_id == '')``
+    (False): on 2 processes the second one stops with FileExistsError. The author's ``exist_ok`` is kept, and the race
+    reported (ACC018) where it is: in the config module."""
+    config = ("from pathlib import Path\n\n\nclass Config:\n    def __init__(self, run_id=''):\n"
+              "        self.save_dir = Path('saved') / (run_id or 'run')\n"
+              "        self.save_dir.mkdir(parents=True, exist_ok=run_id == '')\n")
+    main = TRAIN.replace("from engine import fit", "from config import Config").replace(
+        "    fit(model, optimizer, loader, epochs=2)",
+        "    config = Config('0101')\n    for x, y in loader:\n        loss = torch.nn.functional.mse_loss(model(x), y)\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()")
+    _write(tmp_path, {"train.py": main, "config.py": config})
+    result = convert_path(tmp_path / "train.py")
+    assert result.status == "converted"
+    noted = [(Path(w.path).name, w.code, w.line) for c in result.companions for w in c.warnings]
+    assert noted == [("config.py", "ACC018", 7)]
+    assert all(not c.changed for c in result.companions)
+
+
+def test_a_model_built_inline_where_a_trainer_receives_it_is_refused(tmp_path: Path) -> None:
+    """``Trainer(torch.nn.Linear(2, 1), loader).fit()``: the trainer builds the optimizer and gets the loader, so both
+    were prepared in its ``__init__``, but not the model written in the call: each process trained its own copy on
+    its shard, no gradient averaged. Refused (ACC014 at the call), as with a list as data it stays converted."""
+    trainer = ("import torch\n\n\nclass Trainer:\n    def __init__(self, model, loader):\n        self.model = model\n"
+               "        self.loader = loader\n        self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n\n"
+               "    def fit(self):\n        for x, y in self.loader:\n"
+               "            loss = torch.nn.functional.mse_loss(self.model(x), y)\n            self.optimizer.zero_grad()\n"
+               "            loss.backward()\n            self.optimizer.step()\n")
+    run = ("import torch\nfrom torch.utils.data import DataLoader, TensorDataset\nfrom trainer import Trainer\n\n"
+           "loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)\n"
+           "Trainer(torch.nn.Linear(2, 1), loader).fit()\n")
+    _write(tmp_path, {"run.py": run, "trainer.py": trainer})
+    result = convert_path(tmp_path / "run.py")
+    assert (result.status, [(w.code, w.line) for w in result.warnings]) == ("attention", [("ACC014", 6)])
+    named = run.replace("Trainer(torch.nn.Linear(2, 1), loader)", "model = torch.nn.Linear(2, 1)\nTrainer(model, loader)")
+    _write(tmp_path, {"run.py": named})
+    converted = convert_path(tmp_path / "run.py")
+    assert converted.status == "converted"
+    assert "self.model, self.optimizer, self.loader = self.accelerator.prepare(" in converted.companions[0].new

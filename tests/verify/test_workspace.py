@@ -200,3 +200,20 @@ def test_verify_refuses_a_package_program_as_convert_does(tmp_path: Path) -> Non
     assert (result.status, [w.code for w in result.warnings]) == (alone.status, [w.code for w in alone.warnings])
     assert [(Path(c.path).name, [w.code for w in c.warnings]) for c in result.companions] == \
         [(Path(c.path).name, [w.code for w in c.warnings]) for c in alone.companions]
+
+
+def test_verify_of_a_module_the_entry_trains_through_says_what_convert_says(tmp_path: Path) -> None:
+    """``accelify verify steps.py`` (a step function whose loop is in the entry's program): convert refuses it naming
+    ``train.py``; verify's conversion does the same (it said "unchanged")."""
+    from accelify.pipeline import convert_path
+
+    home = tmp_path / "project"
+    _package_program(home)
+    (home / "steps.py").write_text(PACKAGE_STEPS)
+    (home / "train.py").write_text(PACKAGE_TRAIN.replace("from engine import fit", "from steps import step").replace(
+        "fit(model, optimizer, loader)", "for x, y in loader:\n    step(model, optimizer, x, y)"))
+    _, result = convert_files(ScriptFiles.from_path(home / "steps.py"))
+    alone = convert_path(home / "steps.py")
+    assert (result.status, alone.status) == ("attention", "attention")
+    assert [w.fix for w in result.warnings] == [w.fix for w in alone.warnings]
+    assert result.warnings[0].fix.startswith("convert ") and "train.py instead" in result.warnings[0].fix

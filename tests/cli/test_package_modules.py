@@ -1,0 +1,69 @@
+"""A module of a package, given alone (a pre-commit hook names only the staged file; a user converts the file they are
+looking at): its relative imports are followed from the package's root, it is checked with the program it belongs
+to, and converted alone it needs attention naming the entry script, never "unchanged" with exit 0."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from accelify.cli import main
+from accelify.migrate.grouping import entries_using, scan_imports
+from accelify.pipeline import convert_path
+
+TRAIN = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from engine import fit
+
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+fit(model, optimizer, loader)
+"""
+LOOPS = "from .steps import step\n\n\ndef fit(model, optimizer, loader):\n    for x, y in loader:\n" \
+        "        step(model, optimizer, x, y)\n"
+STEPS = "import torch\n\n\ndef step(model, optimizer, x, y):\n    loss = torch.nn.functional.mse_loss(model(x), y)\n" \
+        "    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for name, text in {"train.py": TRAIN, "engine/__init__.py": "from .loops import fit\n", "engine/loops.py": LOOPS,
+                       "engine/steps.py": STEPS}.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_relative_imports_are_scanned_as_relative_names() -> None:
+    assert scan_imports("from . import x\nfrom .a import b, c\nfrom ..p import q\nimport os\n") == \
+        [".x", ".a", ".a.b", ".a.c", "..p", "..p.q", "os"]
+
+
+def test_a_staged_package_module_is_checked_with_its_program(project: Path) -> None:
+    """``engine/__init__.py`` reaches ``steps.py`` by ``from .loops import fit`` then ``from .steps import step``:
+    staging ``engine/steps.py`` alone must not pass while ``train.py`` would change (it did: exit 0)."""
+    assert entries_using(Path("engine/steps.py")) == [Path("train.py")]
+    result = CliRunner().invoke(main, ["convert", "--check", "-q", "engine/steps.py"])
+    assert result.exit_code == 1, result.output
+    assert "would convert: train.py" in result.output and "would convert: engine/steps.py" in result.output
+
+
+@pytest.mark.parametrize("module", ["engine/steps.py", "engine/loops.py"])
+def test_a_package_module_converted_alone_needs_attention_naming_the_entry(project: Path, module: str) -> None:
+    result = convert_path(module)
+    assert result.status == "attention", (result.status, result.warnings)
+    every = [w for part in (result, *result.companions) for w in part.warnings]
+    assert [(Path(w.path).as_posix(), w.code) for w in every] == [("engine/steps.py", "ACC012")]
+    assert every[0].fix.startswith("convert train.py instead")
+
+
+def test_a_module_with_a_stray_backward_and_no_program_stays_unchanged(tmp_path: Path) -> None:
+    """No script imports it: nothing to name, so it is left as it was (an autograd helper, not a training)."""
+    (tmp_path / "grads.py").write_text("import torch\n\n\ndef grad_of(f, x):\n    y = f(x)\n    y.backward()\n"
+                                       "    return x.grad\n")
+    assert convert_path(tmp_path / "grads.py").status == "unchanged"
