@@ -25,6 +25,9 @@ Divided by a global count (``len(loader.dataset)``, ``len(train_set)`` of a data
 summed. Divided by anything else
 it cannot be told which, and it is ``kept``, as is a running value held by an object (``meter.update(v, n)``),
 a list (``losses.append(loss.item())``) or a sum carried over several passes: the rule reports those.
+
+A ``defaultdict(float)`` of sums (``metrics['loss'] += ...`` in the loop, or in a helper the loop passes it to,
+``analysis/keyed_sums.py``) whose keys are all written out is an accumulator too, reduced key by key (``keys``).
 """
 
 from __future__ import annotations
