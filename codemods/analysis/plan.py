@@ -59,6 +59,7 @@ MODEL_IN_LOOP = "model_in_loop"  # a model or optimizer built inside a loop: ref
 SCHEDULER_IN_LOOP = "scheduler_in_loop"  # a scheduler built inside a loop: left out of prepare
 CREATED_AFTER_LOOP = "created_after_loop"  # an object created after training starts: refused
 BUILT_ELSEWHERE = "built_elsewhere"  # no scope holds every object: refused
+SEVERAL_TRAINERS = "several_trainers"  # several scopes each build a whole training of their own: refused
 UNSHARDED = "unsharded"  # training walks a loader as it was before prepare: refused
 UNKNOWN_DATA = "unknown_data"  # training walks data that cannot be followed
 NOT_A_LOADER = "not_a_loader"  # training walks a library's batch iterator that prepare cannot shard: refused
@@ -416,7 +417,12 @@ class Plan(PreparedUses):
             first = required[0]
             missing = [o for o in required if all(id(o) not in a for a in by_scope.values() if id(first) in a)]
             culprit = (missing or required)[0]
-            self._problem(BUILT_ELSEWHERE, culprit.stmt, name=culprit.key)
+            trainers = self._several_trainers(required)
+            if trainers:
+                names = ", ".join(f"`{_scope_name(t)}`" for t in trainers)
+                self._problem(SEVERAL_TRAINERS, culprit.stmt, names=names)
+            else:
+                self._problem(BUILT_ELSEWHERE, culprit.stmt, name=culprit.key)
             return
         scope = self._shallowest(candidates)
         aliases = list(by_scope[scope].values())
@@ -424,6 +430,18 @@ class Plan(PreparedUses):
         held = {id(a.obj) for a in aliases} | {id(o) for o in self.in_place}
         self.objects = [o for o in self.objects if id(o) in held]  # loaders no one iterates, out of reach: left alone
         self._place_prepare(scope, aliases)
+
+    def _several_trainers(self, required: list[Binding]) -> list[Scope]:
+        """The scopes that each build a whole training of their own (an optimizer and the model it trains) when every
+        model and optimizer is built in one of them: ten GAN classes chosen by ``--gan_type``, each building G, D,
+        their optimizers and its loader in ``__init__``. Empty when the objects are not split that way."""
+        homes: dict[int, Scope] = {id(o.where): o.where for o in required if o.role == "optimizer"}
+        if len(homes) < 2 or any(id(o.where) not in homes for o in required if o.role in ("optimizer", "model")):
+            return []  # (a loader may come from a helper every trainer calls)
+        for home in homes.values():
+            if not {"optimizer", "model"} <= {o.role for o in required if o.where is home}:
+                return []
+        return list(homes.values())
 
     def _completed(self, binding: Binding) -> cst.BaseStatement:
         """The statement after which ``binding``'s object is complete: a list is, after its last ``append``."""
@@ -682,6 +700,12 @@ class Plan(PreparedUses):
             if found is not None and found.where is caller and (found in self.objects or found.role == "device"):
                 return True
         return False
+
+
+def _scope_name(scope: Scope) -> str:
+    """``GAN.__init__`` for a method, ``train`` for a function."""
+    owner = scope.class_scope
+    return f"{owner.name}.{scope.name}" if owner is not None else scope.name
 
 
 def _outermost(scope: Scope) -> Scope:

@@ -120,6 +120,7 @@ class PreparedUses(Flow):
         owner = scope.class_scope if key.startswith("self.") and scope.class_scope is not None else scope
         return any(
             order[anchor][1] < order[b.stmt][0] < order[at][0] and not rewraps(b, b.where.imports)
+            and self.holds(b) not in self.objects  # ``model = train_model(model, ...)`` hands the prepared one back
             for b in owner.bindings.get(key, [])
         )
 

@@ -25,16 +25,21 @@ Divided by a global count (``len(loader.dataset)``, ``len(train_set)`` of a data
 summed. Divided by anything else
 it cannot be told which, and it is ``kept``, as is a running value held by an object (``meter.update(v, n)``),
 a list (``losses.append(loss.item())``) or a sum carried over several passes: the rule reports those.
+
+A ``defaultdict(float)`` of sums (``metrics['loss'] += ...`` in the loop, or in a helper the loop passes it to,
+``analysis/keyed_sums.py``) whose keys are all written out is an accumulator too, reduced key by key (``keys``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods.analysis.facts import Binding, Loop, Scope
+from accelify.codemods.analysis.keyed_sums import KeyedSum, keyed_sums
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.schedules import enclosing_loop
@@ -54,6 +59,8 @@ class Accumulator:
     increments: tuple[cst.BaseExpression, ...]
     kind: str  # "int" | "float" | "tensor"
     mean: bool  # divided by a per-process count: the mean of the processes' sums
+    keys: tuple[str, ...] = ()  # a dict of running sums (``metrics['loss'] += ...``): the keys it sums under
+    local: bool = False  # summed in a helper: this process's values whatever the loop gathers
 
 
 @dataclass(frozen=True)
@@ -92,14 +99,11 @@ def find_averages(plan: Plan) -> Averages:
                 name = call.func.value.value  # type: ignore[attr-defined]
                 if call.func.attr.value in _KEPT_METHODS and _read_after(plan, loop, name) and _made_before(loop, name):
                     found.kept.append(Kept(name, loop, stmt, tuple(a.value for a in call.args)))
-            elif (isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Subscript)
-                  and isinstance(small.target.value, cst.Name)):  # ``metrics['loss'] += loss.item() * n``
-                name = small.target.value.value
-                if _read_after(plan, loop, name) and _made_before(loop, name):
-                    found.kept.append(Kept(name, loop, stmt, (small.value,)))
-        found.kept.extend(_summed_by_helpers(plan, loop))
-        kept_here = {k.name for k in found.kept if k.loop is loop}
         counters = {n for n, ups in updates.items() if all(isinstance(v, cst.Integer) for _, v in ups)}
+        for keyed in keyed_sums(plan, loop):
+            if _read_after(plan, loop, keyed.name) and _made_before(loop, keyed.name):
+                _keyed(plan, loop, keyed, found, counters, set(updates) - counters)
+        kept_here = {k.name for k in found.kept if k.loop is loop}
         for name, ups in updates.items():
             if name in counters or not _read_after(plan, loop, name):
                 continue
@@ -128,30 +132,32 @@ def find_averages(plan: Plan) -> Averages:
     return found
 
 
-def _summed_by_helpers(plan: Plan, loop: Loop) -> list[Kept]:
-    """``loss = calc_loss(out, y, metrics)`` in the loop where the helper does ``metrics['bce'] += ...`` to its
-    parameter: a running value the loop keeps through a helper (usuyama's U-Net notebook)."""
-    out: list[Kept] = []
-    for site in loop.calls:
-        function = plan.callee(site)
-        if function is None or site.loop is not loop and (site.loop is None or site.loop.node not in _inner(loop)):
-            continue
-        for arg in site.node.args:
-            if not isinstance(arg.value, cst.Name) or arg.star:
-                continue
-            name = arg.value.value
-            param = next((p for p in function.param_names if plan.arg_for(site, function, p) is arg), None)
-            if param is None or not _read_after(plan, loop, name) or not _made_before(loop, name):
-                continue
-            if any(isinstance(a, cst.AugAssign) and isinstance(a.target, cst.Subscript)
-                   and m.matches(a.target.value, m.Name(param))
-                   for a in m.findall(function.node, m.AugAssign())):
-                out.append(Kept(name, loop, site.stmt, (site.node,), local=True))
-    return out
+def _keyed(plan: Plan, loop: Loop, keyed: KeyedSum, found: Averages, counters: set[str], summed: set[str]) -> None:
+    """A dict of running sums: reduced key by key when it is a ``defaultdict`` of numbers set before the pass and
+    every key it sums under is written out (a key no process added reads 0 there, so every process reduces the same
+    keys in the same order); else kept and reported."""
+    first = _init(plan, loop, keyed.name, made=_number_dict)
+    kept = Kept(keyed.name, loop, keyed.stmt, keyed.values, local=keyed.local)
+    if first is None or not keyed.keys:
+        found.kept.append(kept)
+        return
+    init, end = first
+    if end is not loop.node and any(not plan.facts.after(r, end) for r in _reads_after(plan, loop.node, loop.scope, keyed.name)):
+        found.kept.append(kept)
+        return
+    mean = _divided_by(plan, end, loop, keyed.name, counters, summed)
+    if mean is None:
+        found.kept.append(kept)
+        return
+    found.accumulators.append(
+        Accumulator(keyed.name, loop, end, (keyed.stmt,) * len(keyed.values), keyed.values, "float", mean, keyed.keys, keyed.local)
+    )
 
 
-def _inner(loop: Loop) -> set[cst.CSTNode]:
-    return set(m.findall(loop.node.body, m.For() | m.While()))
+def _number_dict(value: cst.BaseExpression | None, binding: Binding) -> bool:
+    """``defaultdict(float)`` / ``defaultdict(int)``."""
+    return (isinstance(value, cst.Call) and binding.where.imports.qualname(value.func) == "collections.defaultdict"
+            and len(value.args) == 1 and m.matches(value.args[0].value, m.Name("float") | m.Name("int")))
 
 
 def _mixed(stmt: cst.BaseStatement, name: str, kept: set[str]) -> bool:
@@ -192,7 +198,12 @@ def _made_before(loop: Loop, name: str) -> bool:
     return any(b.loop is not loop and not b.aug for b in loop.scope.bindings.get(name, []))
 
 
-def _init(plan: Plan, loop: Loop, name: str) -> tuple[Binding, cst.For | cst.While] | None:
+def _number(value: cst.BaseExpression | None, binding: Binding) -> bool:
+    return isinstance(value, (cst.Integer, cst.Float))
+
+
+def _init(plan: Plan, loop: Loop, name: str, made: Callable[[cst.BaseExpression | None, Binding], bool] = _number
+          ) -> tuple[Binding, cst.For | cst.While] | None:
     """The last assignment of ``name`` to a number before the loop, and the loop after which the sum is
     complete: the loop itself, or the loop around it at the assignment's depth (``tr_loss = 0.0`` before the
     epoch loop: summed over every epoch, complete after the epoch loop)."""
@@ -201,12 +212,12 @@ def _init(plan: Plan, loop: Loop, name: str) -> tuple[Binding, cst.For | cst.Whi
         b for b in scope.bindings.get(name, [])
         if not b.aug and b.stmt is not loop.node and plan.facts.order[b.stmt][1] < plan.facts.order[loop.node][0]
     ]
-    if not inits or not isinstance(inits[-1].value, (cst.Integer, cst.Float)):
+    if not inits or not made(inits[-1].value, inits[-1]):
         return None
     init = inits[-1]
     outer = enclosing_loop(plan, loop.node)
     if outer is not None and any(
-        not b.aug and isinstance(b.value, (cst.Integer, cst.Float)) and b.stmt is not init.stmt
+        not b.aug and made(b.value, b) and b.stmt is not init.stmt
         and any(n is outer for n in plan.facts.chain(b.stmt)[1:]) and not any(n is loop.node for n in plan.facts.chain(b.stmt))
         for b in scope.bindings.get(name, [])
     ):

@@ -200,7 +200,7 @@ accelerator.end_training()
         for acc in found.accumulators:
             scope = acc.loop.scope
             gathered = _gathered_in(agreement, acc.loop)
-            if all(_global(agreement, scope, v, u, gathered) for v, u in zip(acc.increments, acc.updates)):
+            if not acc.local and all(_global(agreement, scope, v, u, gathered) for v, u in zip(acc.increments, acc.updates)):
                 continue  # sums of gathered values: already the whole data set's
             accelerator = ctx.accelerator_in(scope)
             torch = _torch_name(ctx, acc)
@@ -245,6 +245,10 @@ def _global(agreement: Agreement, scope: Scope, value: cst.BaseExpression, at: c
 
 def _reduction(acc: Accumulator, accelerator: str, torch: str) -> str:
     reduction = '"mean"' if acc.mean else '"sum"'
+    if acc.keys:  # a defaultdict of sums: every key written out, in the same order on every process
+        keys = ", ".join(repr(k) for k in acc.keys) + ("," if len(acc.keys) == 1 else "")
+        value = f"{torch}.tensor(float({acc.name}[key]), dtype={torch}.float64, device={accelerator}.device)"
+        return f"for key in ({keys}):\n    {acc.name}[key] = {accelerator}.reduce({value}, {reduction}).item()"
     if acc.kind == "tensor":
         return f"{acc.name} = {accelerator}.reduce({acc.name}, {reduction})"
     dtype = f"dtype={torch}.float64, " if acc.kind in ("float", "number") or acc.mean else ""

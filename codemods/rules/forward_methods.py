@@ -21,6 +21,7 @@ import libcst.matchers as m
 from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import code_of
+from accelify.codemods.analysis.detached import only_picks
 from accelify.codemods.analysis.facts import CallSite, Facts, Scope
 from accelify.codemods.analysis.roles import MODULE_API, is_module_class
 from accelify.codemods.engine.rule import Example, Rule
@@ -252,80 +253,10 @@ def _forward_methods(facts: Facts) -> set[str]:
             if method.name not in found and any(
                 (_runs_forward(site, found) or _runs_layer(site, layers)) and not site.no_grad for site in method.calls
             ):
-                if not _only_picks(method, found | layers):
+                if not only_picks(method, found | layers):
                     found.add(method.name)
                     changed = True
     return found
-
-
-_DETACHING = frozenset({"item", "argmax", "argmin", "data", "detach", "numpy", "tolist", "multinomial"})
-
-
-def _only_picks(method: Scope, found: set[str]) -> bool:
-    """Whether every value ``method`` returns is cut from the graph: a DQN's ``act`` returns
-    ``self.forward(s).max(1)[1].data[0]`` or a random action, which no loss is computed from."""
-    body = method.node.body  # type: ignore[attr-defined]
-    returns = [r for r in m.findall(body, m.Return()) if isinstance(r, cst.Return)]
-    if not returns or any(r.value is None for r in returns):
-        return False  # (returning nothing: it acts through side effects, e.g. the loss kept on ``self``)
-    assigned: dict[str, list[cst.BaseExpression]] = {}
-    for assign in m.findall(body, m.Assign()):
-        assert isinstance(assign, cst.Assign)
-        for target in assign.targets:
-            if isinstance(target.target, cst.Name):
-                assigned.setdefault(target.target.value, []).append(assign.value)
-            else:
-                for name in m.findall(target.target, m.Name()):
-                    assigned.setdefault(name.value, []).append(assign.value)  # type: ignore[attr-defined]
-    return all(_cut(r.value, assigned, found, frozenset()) for r in returns if r.value is not None)
-
-
-def _cut(expr: cst.BaseExpression, assigned: dict[str, list[cst.BaseExpression]], found: set[str],
-         seen: frozenset[str]) -> bool:
-    """No gradient reaches ``expr``'s value: it is detached on its way out, or it holds no forward's output."""
-    node = expr
-    while True:
-        if isinstance(node, cst.Attribute) and node.attr.value in _DETACHING:
-            return True
-        if isinstance(node, cst.Subscript) and _picked_index(node):
-            return True
-        if isinstance(node, cst.Call):
-            if m.matches(node.func, m.Name("int") | m.Name("float") | m.Name("bool")):
-                return True
-            node = node.func
-        elif isinstance(node, (cst.Attribute, cst.Subscript)):
-            node = node.value
-        else:
-            break
-    if isinstance(expr, cst.Name) and expr.value not in seen and expr.value in assigned:
-        return all(_cut(v, assigned, found, seen | {expr.value}) for v in assigned[expr.value])
-    if isinstance(expr, (cst.Tuple, cst.List)):
-        return all(_cut(e.value, assigned, found, seen) for e in expr.elements)
-    return not _holds_forward(expr, assigned, found, seen)
-
-
-def _picked_index(sub: cst.Subscript) -> bool:
-    """``t.max(1)[1]``: the indices of a max, not its values."""
-    value = sub.value
-    return (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in ("max", "min")
-            and len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index)
-            and m.matches(sub.slice[0].slice.value, m.Integer("1")))
-
-
-def _holds_forward(expr: cst.BaseExpression, assigned: dict[str, list[cst.BaseExpression]], found: set[str],
-                   seen: frozenset[str]) -> bool:
-    """Whether ``expr`` mentions a forward of ``self`` or a name bound from one (not cut on the way)."""
-    for call in m.findall(expr, m.Call()):
-        func = call.func  # type: ignore[attr-defined]
-        if m.matches(func, m.Name("self")) or (
-            m.matches(func, m.Attribute(value=m.Name("self"))) and (func.attr.value in ("forward", "__call__") or func.attr.value in found)
-        ):
-            return True
-    for name in m.findall(expr, m.Name()):
-        key = name.value  # type: ignore[attr-defined]
-        if key not in seen and key in assigned and not all(_cut(v, assigned, found, seen | {key}) for v in assigned[key]):
-            return True
-    return False
 
 
 def _layers(method: Scope) -> set[str]:

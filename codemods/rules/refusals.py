@@ -8,7 +8,8 @@ before ``prepare``). Each such problem is reported with its code, and the file i
 - ACC014: no scope holds the model, its optimizer and the loaders together;
 - ACC020: a training loop walks a loader as it was before ``prepare`` (every process would see all the data);
 - ACC026: the training runs inside the model's own class;
-- ACC038: the training walks a library's batch iterator that is no DataLoader (torchtext's ``BucketIterator``).
+- ACC038: the training walks a library's batch iterator that is no DataLoader (torchtext's ``BucketIterator``);
+- ACC039: several classes or functions each build a whole training of their own (a model zoo chosen by a flag).
 
 Two only warn: ACC021 (training data that cannot be followed to where it is built) and ACC027 (a scheduler
 created inside a loop, left out of ``prepare``).
@@ -32,6 +33,7 @@ CODES = {
     found.SECOND_EXPERIMENT: codes.SECOND_EXPERIMENT,
     found.MODELS_IN_A_COLLECTION: codes.MODELS_IN_A_COLLECTION,
     found.NOT_A_LOADER: codes.NOT_A_LOADER,
+    found.SEVERAL_TRAINERS: codes.SEVERAL_TRAINERS,
 }
 
 
@@ -228,6 +230,46 @@ def main(train):
         optimizer.step()
 ''',
             warnings=("ACC038:14",),
+        ),
+        Example(
+            # two trainer classes, each building its model and optimizer, chosen by a flag: one prepare cannot serve both
+            before='''\
+import argparse
+import torch
+
+
+class GAN:
+    def __init__(self, loader):
+        self.G = torch.nn.Linear(4, 4)
+        self.G_optimizer = torch.optim.Adam(self.G.parameters())
+        self.loader = loader
+
+    def train(self):
+        for (x,) in self.loader:
+            self.G(x).sum().backward()
+            self.G_optimizer.step()
+
+
+class WGAN:
+    def __init__(self, loader):
+        self.G = torch.nn.Linear(4, 4)
+        self.G_optimizer = torch.optim.RMSprop(self.G.parameters())
+        self.loader = loader
+
+    def train(self):
+        for (x,) in self.loader:
+            self.G(x).mean().backward()
+            self.G_optimizer.step()
+
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--gan_type", default="GAN")
+args = parser.parse_args()
+loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 4)), batch_size=4)
+gan = GAN(loader) if args.gan_type == "GAN" else WGAN(loader)
+gan.train()
+''',
+            warnings=("ACC039:20",),
         ),
         Example(
             before='''\

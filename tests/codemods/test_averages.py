@@ -208,9 +208,9 @@ def test_a_sum_set_again_after_each_pass_is_reduced_after_each_pass() -> None:
     ) in new
 
 
-def test_metrics_a_helper_sums_into_a_dict_are_reported_with_their_count() -> None:
-    # usuyama's U-Net notebook: ``calc_loss(outputs, labels, metrics)`` does ``metrics['loss'] += ...``; reducing
-    # ``epoch_samples`` alone would print a 1/N loss, so both are left as they are and reported
+def test_metrics_a_helper_sums_into_a_dict_are_reduced_key_by_key_with_their_count() -> None:
+    # usuyama's U-Net notebook: ``calc_loss(outputs, labels, metrics)`` does ``metrics['loss'] += ...`` into a
+    # ``defaultdict(float)``: every key it sums under is written out, so each is reduced, and so is the count
     code = """
     from collections import defaultdict
     import torch
@@ -235,8 +235,19 @@ def test_metrics_a_helper_sums_into_a_dict_are_reported_with_their_count() -> No
     loader = DataLoader(ds, batch_size=4)
     model = train_model(model, optimizer, loader)
     """
-    assert codes(code) == ["ACC028:13", "ACC028:16"]
-    assert "accelerator.reduce" not in converted(code)
+    new = converted(code)
+    assert (
+        "        for key in ('loss',):\n"
+        "            metrics[key] = accelerator.reduce(torch.tensor(float(metrics[key]), dtype=torch.float64, "
+        "device=accelerator.device), \"sum\").item()\n"
+        "        epoch_samples = accelerator.reduce(torch.tensor(epoch_samples, device=accelerator.device), \"sum\").item()\n"
+    ) in new, new
+    assert codes(code) == []
+    # a key not written out (``metrics[name] += ...``): the keys could differ between processes, so both are reported
+    # and the count is not reduced alone (a 1/N loss)
+    other = code.replace("metrics['loss'] += ", "metrics[name] += ").replace("def calc_loss(pred, target, metrics):",
+                                                                            "def calc_loss(pred, target, metrics, name='loss'):")
+    assert codes(other) == ["ACC028:13", "ACC028:16"] and "accelerator.reduce" not in converted(other)
 
 
 SPLIT = """
@@ -271,3 +282,25 @@ def test_a_sum_over_a_split_divided_by_the_samplers_size_is_summed_across_proces
 def test_hugging_face_accelerate_reads_the_scripts_sampler_through_the_batch_sampler() -> None:
     new = converted(SPLIT, target="accelerate")
     assert "print(train_loss / len(train_loader.batch_sampler.sampler))" in new, new
+
+
+@pytest.mark.parametrize("made, reduced", [("defaultdict(float)", True), ("{'loss': 0.0}", False)])
+def test_a_dict_of_sums_in_the_loop_is_reduced_when_missing_keys_read_zero(made: str, reduced: bool) -> None:
+    code = f"""
+    from collections import defaultdict
+    import torch
+    from torch.utils.data import DataLoader
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(ds, batch_size=4)
+    for epoch in range(2):
+        sums = {made}
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+            sums['loss'] += loss.item() * x.size(0)
+        print(sums['loss'] / len(loader.dataset))
+    """
+    assert ("for key in ('loss',):" in converted(code)) is reduced
+    assert (codes(code) == []) is reduced

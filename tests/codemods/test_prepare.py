@@ -471,3 +471,22 @@ def test_the_accelerator_is_created_before_loaders_prepared_where_they_are_built
         """
     )
     assert out.index("accelerator = Accelerator()") < out.index("dataloaders = {k: accelerator.prepare(v)"), out
+
+
+def test_the_model_a_training_call_hands_back_is_still_the_prepared_one() -> None:
+    out = converted(
+        """
+        import torch
+        def train_model(model, optimizer, loader):
+            for x, y in loader:
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                optimizer.step()
+            return model
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.Adam(model.parameters())
+        loader = torch.utils.data.DataLoader(ds, batch_size=4)
+        model = train_model(model, optimizer, loader)
+        torch.save(model.state_dict(), 'model.pt')
+        """
+    )
+    assert "accelerator.save(accelerator.unwrap_model(model).state_dict(), 'model.pt')" in out, out
