@@ -84,3 +84,5 @@ def test_a_script_in_a_folder_with_an_init_still_finds_the_modules_beside_it(tmp
     result = convert_path(tmp_path / "examples" / "train.py")
     assert result.status == "converted" and not result.warnings, result.warnings
     assert "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)" in result.new
+    # staged alone, examples/data.py is checked with the script beside it (only the package's root was searched)
+    assert entries_using(tmp_path / "examples" / "data.py") == [tmp_path / "examples" / "train.py"]
