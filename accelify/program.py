@@ -132,22 +132,22 @@ def entry_package(script: str | os.PathLike[str]) -> str | None:
 
 def local_modules(script: str | os.PathLike[str], module: cst.Module) -> list[ModuleText]:
     """The local modules ``script`` (already parsed as ``module``) uses, directly or through each other, found on
-    disk beside it (paths as the user wrote the script's). A file inside a package (``engine/loops.py``, converted
-    alone) finds its modules from the package's root, its relative imports included. A module that cannot be read is
-    left out."""
+    disk beside it as ``python script`` finds them (paths as the user wrote the script's). A file inside a package
+    (``engine/loops.py``, converted alone) also finds its package's modules from the package's root, its relative
+    imports included. A module that cannot be read is left out."""
     entry = Path(script).resolve()
     package = entry_package(script)
     levels = len(package.split(".")) if package else 0
-    folder = entry.parents[levels]
+    roots = [entry.parent, *([entry.parents[levels]] if levels else [])]  # beside it first, as Python looks
     shown = Path(os.path.dirname(os.fspath(script)))  # paths as the user wrote the script's
 
     def where(path: Path) -> str:
-        if not levels:
-            return str(shown / path.relative_to(folder))
+        if path.is_relative_to(entry.parent):
+            return str(shown / path.relative_to(entry.parent))
         return str(path) if os.path.isabs(script) else os.path.relpath(path)  # above the script's own folder
 
     def find(name: str) -> tuple[str, str, str] | None:
-        path = find_local(name, folder)
+        path = next((p for p in (find_local(name, root) for root in roots) if p is not None), None)
         if path is None or path.resolve() == entry:
             return None
         try:

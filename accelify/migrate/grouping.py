@@ -147,12 +147,15 @@ def entries_using(module: Path) -> list[Path]:
     checked alone (a pre-commit hook names only the staged file) is checked with them."""
     target = module.resolve()
     folder = module.parent  # as given, so the scripts are named as the user names the module
+    folders = [folder]  # the scripts beside it (``examples/train.py`` beside ``examples/data.py``), then above
     while (folder / "__init__.py").is_file() and folder.resolve().parent != folder.resolve():
         folder = folder.parent if folder != Path(".") else Path("..")  # a package's programs sit above it
+        folders.append(folder)
     cache: dict[Path, list[str]] = {}
     found: list[Path] = []
-    for candidate in sorted([*folder.glob("*.py"), *folder.glob("*.ipynb")]):
-        resolved = candidate.resolve()
-        if resolved != target and candidate.is_file() and target in local_closure(resolved, cache):
-            found.append(candidate)
+    for where in dict.fromkeys([folders[0], folders[-1]]):
+        for candidate in sorted([*where.glob("*.py"), *where.glob("*.ipynb")]):
+            resolved = candidate.resolve()
+            if resolved != target and candidate.is_file() and target in local_closure(resolved, cache):
+                found.append(candidate)
     return found

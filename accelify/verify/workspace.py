@@ -121,6 +121,15 @@ def convert_files(files: ScriptFiles, *, target: str = "accelify") -> tuple[Scri
     conversion, in its package folder too (``trainer/trainer.py``)."""
     from accelify.pipeline import convert_source
 
+    if files.home is not None and not files.name.endswith(".ipynb"):
+        from accelify.program import entry_package
+
+        if entry_package(files.home / files.name) is not None:  # a file of a package: read from the package's root
+            from accelify.pipeline import convert_path
+
+            result = convert_path(files.home / files.name, target=target)
+            if result.status != "converted":  # convert's verdict (attention naming the entry, unchanged, skipped)
+                return files, result
     local = program_modules(files)
     if files.name.endswith(".ipynb"):
         from accelify.pipeline import convert_notebook_text

@@ -67,3 +67,22 @@ def test_a_module_with_a_stray_backward_and_no_program_stays_unchanged(tmp_path:
     (tmp_path / "grads.py").write_text("import torch\n\n\ndef grad_of(f, x):\n    y = f(x)\n    y.backward()\n"
                                        "    return x.grad\n")
     assert convert_path(tmp_path / "grads.py").status == "unchanged"
+
+
+def test_a_script_in_a_folder_with_an_init_still_finds_the_modules_beside_it(tmp_path: Path) -> None:
+    """``python examples/train.py`` puts ``examples/`` first on ``sys.path``: ``from data import get_loader`` is
+    ``examples/data.py`` even though ``examples/__init__.py`` makes the folder a package."""
+    data = ("import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n\ndef get_loader():\n"
+            "    return DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)\n")
+    train = ("import torch\nfrom data import get_loader\n\nmodel = torch.nn.Linear(2, 1)\n"
+             "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nloader = get_loader()\nfor x, y in loader:\n"
+             "    loss = torch.nn.functional.mse_loss(model(x), y)\n    optimizer.zero_grad()\n    loss.backward()\n"
+             "    optimizer.step()\n")
+    for name, text in {"examples/__init__.py": "", "examples/data.py": data, "examples/train.py": train}.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    result = convert_path(tmp_path / "examples" / "train.py")
+    assert result.status == "converted" and not result.warnings, result.warnings
+    assert "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)" in result.new
+    # staged alone, examples/data.py is checked with the script beside it (only the package's root was searched)
+    assert entries_using(tmp_path / "examples" / "data.py") == [tmp_path / "examples" / "train.py"]

@@ -217,3 +217,16 @@ def test_verify_of_a_module_the_entry_trains_through_says_what_convert_says(tmp_
     assert (result.status, alone.status) == ("attention", "attention")
     assert [w.fix for w in result.warnings] == [w.fix for w in alone.warnings]
     assert result.warnings[0].fix.startswith("convert ") and "train.py instead" in result.warnings[0].fix
+
+
+def test_verify_of_a_file_inside_a_package_says_what_convert_says(tmp_path: Path) -> None:
+    """``accelify verify engine/loops.py``: its ``from .steps import step`` is read from the package's root, as
+    convert reads it (attention: the entry ``train.py`` builds what it trains); verify said "unchanged"."""
+    from accelify.pipeline import convert_path
+
+    home = tmp_path / "project"
+    _package_program(home)
+    _, result = convert_files(ScriptFiles.from_path(home / "engine" / "loops.py"))
+    alone = convert_path(home / "engine" / "loops.py")
+    assert result.status == alone.status == "attention"
+    assert [w.code for c in result.companions for w in c.warnings] == ["ACC012"]
