@@ -141,7 +141,7 @@ class Flow:
     # origins ------------------------------------------------------------------------------------
     def binding_of(self, scope: Scope, key: str) -> Binding | None:
         """The binding a load of ``key`` (``name`` or ``obj.attr``) in ``scope`` sees, without parameters:
-        the one that creates an object with a role if there is one, else the first."""
+        the one that creates an object with a role if there is one, else the first that is not ``None``."""
         head = key.split(".")[0]
         if head == "self" and scope.class_scope is not None:
             owner: Scope | None = scope.class_scope
@@ -152,7 +152,10 @@ class Flow:
         bindings = owner.bindings.get(key)
         if not bindings:
             return None
-        return next((b for b in bindings if b.role is not None), bindings[0])
+        # ``loader = None`` then ``if ...: loader = get_loader(...)``: the placeholder holds no object
+        placeholder = [b for b in bindings if isinstance(b.value, cst.Name) and b.value.value == "None"]
+        return next((b for b in bindings if b.role is not None),
+                    next((b for b in bindings if b not in placeholder), bindings[0]))
 
     def origin(self, scope: Scope, expr: cst.BaseExpression) -> Binding | None:
         """Where the object ``expr`` (a name, ``self.x``, ``args.x``, or a call of a local function)

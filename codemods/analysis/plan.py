@@ -278,12 +278,11 @@ class Plan(PreparedUses):
             first = core.args[0].value if isinstance(core, cst.Call) and core.args else None
             if first is not None and self.origin(scheduler.where, first) in objects and per_batch(self, scheduler) is not False:
                 objects.append(scheduler)  # one stepped once per epoch stays out: prepared, it would move N epochs per epoch
-        iterated = {id(found) for loop in self.facts.loops if (found := self.origin(loop.scope, self.loop_source(loop)))
-                    and not self.distributed.main_only(self.facts, loop.node, loop.scope)}
-        by_main = {id(found) for loop in self.facts.loops if (found := self.origin(loop.scope, self.loop_source(loop)))
-                   and self.distributed.main_only(self.facts, loop.node, loop.scope)}
-        trained_on = {id(found) for loop in self.facts.loops if (found := self.origin(loop.scope, self.loop_source(loop)))
-                      and any(self.reaches_backward(site) for site in loop.calls)}
+        walked = [(loop, found) for loop in self.facts.loops for source in self.walked_sources(loop)
+                  if (found := self.origin(loop.scope, source))]
+        iterated = {id(found) for loop, found in walked if not self.distributed.main_only(self.facts, loop.node, loop.scope)}
+        by_main = {id(found) for loop, found in walked if self.distributed.main_only(self.facts, loop.node, loop.scope)}
+        trained_on = {id(found) for loop, found in walked if any(self.reaches_backward(site) for site in loop.calls)}
         self._optional: set[int] = set()
         for loader in self.bindings_with_role("loader"):
             if self.bystander(loader.where):
@@ -588,6 +587,19 @@ class Plan(PreparedUses):
                 continue
             source = self.loop_source(loop)
             found = self.origin(loop.scope, source)
+            walked = [(loop.node.iter, loop.node, self.loop_source(loop))] if self.loop_source(loop) is not None else []
+            walked += [(site.node, site.stmt, drawn) for site, drawn in self.drawn_sources(loop)]
+            for node, at, each in walked:
+                # ``x, y = next(data_iter)`` with ``data_iter = iter(loader)`` walks the loader all the same; a name
+                # bound to one of two loaders (``data_loader = self.a`` or ``self.b``) walks either
+                choices = self.alternatives(loop.scope, each)
+                if len(choices) == 1 and each is self.loop_source(loop):
+                    continue  # the loop's own iterable: checked below
+                for value in choices:
+                    origin = self.origin(loop.scope, value)
+                    if origin is not None and origin.role == "loader" and self.prepared(loop.scope, value, at) is None:
+                        self._problem(UNSHARDED, node, name=dotted(value) or "the loader", line=origin.key)
+                        break
             if found is not None and found.role == "loader":
                 if self.loader_of(loop) is None:
                     self._problem(UNSHARDED, loop.node.iter, name=dotted(source) or "the loader", line=found.key)

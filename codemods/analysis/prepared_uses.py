@@ -13,7 +13,7 @@ import libcst as cst
 
 from accelify.codemods.analysis.collect import target_names
 from accelify.codemods.analysis.distributed import Distributed
-from accelify.codemods.analysis.facts import Binding, Loop, Scope
+from accelify.codemods.analysis.facts import Binding, CallSite, Loop, Scope
 from accelify.codemods.analysis.flow import Flow
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.roles import is_cuda_string, rewraps, strip_placement
@@ -173,6 +173,22 @@ class PreparedUses(Flow):
             expr = bound.value
         return expr
 
+    def walked_sources(self, loop: Loop) -> list[cst.BaseExpression]:
+        """Every iterable a loop takes its items from: what it walks, and what it draws from with ``next``, each
+        name bound in more than one place taken for every value it is bound to (``data_loader = self.a`` in one
+        branch, ``= self.b`` in another)."""
+        sources = [self.loop_source(loop), *(source for _, source in self.drawn_sources(loop))]
+        return [value for source in sources for value in self.alternatives(loop.scope, source)]
+
+    def alternatives(self, scope: Scope, expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+        """The values a plain name of ``scope`` may hold when it is bound in several places (``None`` left out);
+        ``[expr]`` otherwise."""
+        if not isinstance(expr, cst.Name) or scope.kind != "function":
+            return [expr]
+        values = [b.value for b in scope.bindings.get(expr.value, []) if b.value is not None
+                  and not (isinstance(b.value, cst.Name) and b.value.value == "None")]
+        return values if len(values) > 1 and all(dotted(v) is not None for v in values) else [expr]
+
     def loader_of(self, loop: Loop) -> Binding | None:
         """The prepared data loader a loop walks, if it walks one as prepared."""
         found = self.prepared(loop.scope, self.loop_source(loop), loop.node)
@@ -236,18 +252,28 @@ class PreparedUses(Flow):
 
     def _draws_batches(self, loop: Loop) -> bool:
         """``next(iter(loader))`` / ``next(it)`` with ``it = iter(loader)``, of a prepared loader, in the loop."""
+        for site, source in self.drawn_sources(loop):
+            found = self.prepared(loop.scope, source, site.stmt)
+            if found is not None and found.role == "loader":
+                return True
+        return False
+
+    def drawn_sources(self, loop: Loop) -> list[tuple[CallSite, cst.BaseExpression]]:
+        """What a loop draws its batches from with ``next``: ``X`` of ``next(iter(X))``, or of ``next(it)`` where
+        ``it = iter(X)`` (bound before the loop or again in it, as a ``StopIteration`` handler restarts it)."""
+        found: list[tuple[CallSite, cst.BaseExpression]] = []
         for site in loop.calls:
             if not (isinstance(site.node.func, cst.Name) and site.node.func.value == "next" and site.node.args):
                 continue
             source = site.node.args[0].value
+            candidates = [source]
             if isinstance(source, cst.Name):
-                bound = self.binding_of(loop.scope, source.value)
-                source = bound.value if bound is not None and bound.value is not None else source
-            if isinstance(source, cst.Call) and isinstance(source.func, cst.Name) and source.func.value == "iter" and source.args:
-                found = self.prepared(loop.scope, source.args[0].value, site.stmt)
-                if found is not None and found.role == "loader":
-                    return True
-        return False
+                candidates = [b.value for b in loop.scope.bindings.get(source.value, []) if b.value is not None]
+            for value in candidates:
+                if (isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "iter"
+                        and value.args and not any(dotted(value.args[0].value) == dotted(s) for _, s in found)):
+                    found.append((site, value.args[0].value))
+        return found
 
     def trains(self, builder: Scope) -> bool:
         """Whether training (a ``backward``) runs in the builder, in what it calls, or, for a trainer

@@ -490,3 +490,66 @@ def test_the_model_a_training_call_hands_back_is_still_the_prepared_one() -> Non
         """
     )
     assert "accelerator.save(accelerator.unwrap_model(model).state_dict(), 'model.pt')" in out, out
+
+
+_DRAWN = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def get_loader(n):
+    return DataLoader(TensorDataset(torch.randn(n, 4), torch.randn(n, 1)), batch_size=8, shuffle=True)
+
+
+class Solver:
+    def __init__(self, loader):
+        self.loader = loader
+        self.model = torch.nn.Linear(4, 1)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+    def train(self, iters):
+        data_iter = iter(self.loader)
+        for i in range(iters):
+            try:
+                x, y = next(data_iter)
+            except StopIteration:
+                data_iter = iter(self.loader)
+                x, y = next(data_iter)
+            loss = torch.nn.functional.mse_loss(self.model(x), y)
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+
+
+def main(use):
+    loader = None
+    if use:
+        loader = get_loader(64)
+    Solver(loader).train(20)
+"""
+
+
+def test_a_loader_kept_as_none_until_a_helper_builds_it_and_drawn_with_next_is_prepared() -> None:
+    # ``loader = None`` then ``loader = get_loader(...)`` (stargan's main.py): the placeholder held no object and the
+    # loader, drawn with next(iter(...)) at every step, was never prepared, silently (every process saw all of it)
+    out = converted(_DRAWN)
+    assert "self.model, self.opt, self.loader = self.accelerator.prepare(" in out
+    assert "ACC022" not in codes(_DRAWN)
+
+
+def test_either_of_two_loaders_a_training_method_draws_from_with_next_is_prepared() -> None:
+    # one of two loaders chosen in the training method (stargan's Solver.train), drawn with next(iter(...)): the
+    # name bound in two branches was read as its first value only, and the other loader left whole on every process
+    source = (_DRAWN.replace("def __init__(self, loader):", "def __init__(self, loader, other, which):")
+              .replace("        self.loader = loader\n", "        self.loader = loader\n        self.other = other\n        self.which = which\n")
+              .replace("        data_iter = iter(self.loader)\n",
+                       "        if self.which == 'a':\n            data_loader = self.loader\n"
+                       "        elif self.which == 'b':\n            data_loader = self.other\n"
+                       "        data_iter = iter(data_loader)\n", 1)
+              .replace("data_iter = iter(self.loader)\n", "data_iter = iter(data_loader)\n")
+              .replace("    Solver(loader).train(20)",
+                       "    other = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8)\n"
+                       "    Solver(loader, other, 'a').train(20)"))
+    out = converted(source)
+    assert "self.model, self.opt, self.loader, self.other = self.accelerator.prepare(" in out
+    assert "ACC014" not in codes(source)
