@@ -261,5 +261,5 @@ def _floats(values: Any) -> tuple[float, ...]:
     """Values as the recorder wrote them: float64 bytes in base64 (a string), or a JSON list."""
     if isinstance(values, str):
         raw = base64.b64decode(values)
-        return tuple(array("d", raw)) if raw else ()
+        return tuple(array("d", raw).tolist()) if raw else ()
     return tuple(values)
