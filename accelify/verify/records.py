@@ -79,7 +79,7 @@ class Loader:
     batch: int | None  # samples in the first batch it yielded
     iterations: int
     draws: int
-    epoch_draws: tuple[int, ...]  # batches drawn in each epoch that ran to its end
+    epoch_draws: tuple[int, ...]  # batches drawn in each of the first epochs that ran to their end (up to 4)
     training: bool  # a backward followed one of its batches
 
 
