@@ -79,7 +79,7 @@ class Loader:
     batch: int | None  # samples in the first batch it yielded
     iterations: int
     draws: int
-    epoch_draws: tuple[int, ...]  # batches drawn in each epoch that ran to its end
+    epoch_draws: tuple[int, ...]  # batches drawn in each of the first epochs that ran to their end (up to 4)
     training: bool  # a backward followed one of its batches
 
 
@@ -261,5 +261,5 @@ def _floats(values: Any) -> tuple[float, ...]:
     """Values as the recorder wrote them: float64 bytes in base64 (a string), or a JSON list."""
     if isinstance(values, str):
         raw = base64.b64decode(values)
-        return tuple(array("d", raw)) if raw else ()
+        return tuple(array("d", raw).tolist()) if raw else ()
     return tuple(values)

@@ -241,3 +241,21 @@ def test_a_hand_written_update_without_an_optimizer_is_not_passed_on_parameters(
     checks = by_name(distributed_checks(outcome("distributed", records), reference(), OPTIONS))
     assert checks["one process group"].status == PASSED  # known from the backward calls
     assert checks["model wrapped"].status == SKIPPED and checks["parameters agree"].status == SKIPPED
+
+
+def test_allclose_agrees_with_torch_allclose_on_edge_values() -> None:
+    """verify's own process compares fingerprints without torch; the verdicts are torch.allclose's (equal_nan)."""
+    import torch
+
+    from accelify.verify.compare import allclose
+
+    nan, inf = float("nan"), float("inf")
+    pairs = [([1.0], [1.0]), ([1.0], [1.00001]), ([nan], [nan]), ([nan], [1.0]), ([1.0], [nan]), ([inf], [inf]),
+             ([inf], [-inf]), ([1.0], [inf]), ([inf], [1.0]), ([1e-8], [0.0]), ([0.0], [1e-6]),
+             ([2.0, 3.0], [2.0, 3.1]), ([-1.0, 5.0], [-1.00000001, 5.00000002])]
+    for a, b in pairs:
+        for rtol, atol in ((1e-5, 1e-7), (1e-2, 1e-4)):
+            expected = bool(torch.allclose(torch.tensor(a, dtype=torch.float64), torch.tensor(b, dtype=torch.float64),
+                                           rtol=rtol, atol=atol, equal_nan=True))
+            assert allclose(a, b, rtol, atol) == expected, (a, b, rtol, atol)
+    assert not allclose([1.0], [1.0, 2.0], 1e-5, 1e-7)

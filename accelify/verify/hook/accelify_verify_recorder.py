@@ -32,8 +32,9 @@ The record is one JSON object per line, written as it happens:
               training), in exact mode why the step is not comparable,
               whether each is owned by a DistributedDataParallel wrapper or sharded (DTensor), the wrappers and
               how often their forward ran, the process group joined, and every iterated data loader
-              (iteration site, batches per epoch, samples in its first batch, batches drawn, whether a backward
-              followed its batches)
+              (iteration site, batches per epoch, samples in its first batch, batches drawn, the batches of each
+              of its first ``EPOCHS_KEPT`` epochs and how many epochs ended, whether a backward followed its
+              batches)
 ``scheduler`` (exact mode) a prepared scheduler's ``step()`` call: its name, optimizer steps and epochs before it
 ``batch``     (exact mode) the sum of every number of one of the first batches of a prepared loader, per epoch
 ``line``      a line the script printed to stdout holding a digit (``accelify_verify_stdout.py``): its text, the
@@ -74,7 +75,8 @@ VALUES_PER_TENSOR = 4096  # fingerprint budget per parameter tensor ...
 VALUES_PER_STEP = 1 << 18  # ... and per step, shared between the tensors of a large model
 GRADS_PER_TENSOR = 1024  # gradient values recorded per parameter tensor (evenly spaced)
 FULL_STEPS = 64  # steps fingerprinted in full (verify compares parameters step by step this far) ...
-SPARSE_VALUES = 16  # ... later steps, except powers of two and the step limit: this many values per tensor, no grads
+EPOCHS_KEPT = 4  # batches drawn per epoch, kept for this many first epochs of each loader
+SPARSE_VALUES = 4  # ... later steps, except powers of two and the step limit: this many values per tensor, no grads
 PEER_WAIT = 30.0  # seconds a process at the step limit waits for the others of its group
 
 _recorder: "_Recorder | None" = None
@@ -308,7 +310,7 @@ class _Recorder:
             info = self.loaders.get(key)
             if info is None:
                 info = self.loaders[key] = {"site": site, "class": type(loader).__name__, "len": None,
-                                            "iterations": 0, "draws": 0, "epoch_draws": [], "current": 0,
+                                            "iterations": 0, "draws": 0, "epoch_draws": [], "epochs": 0, "current": 0,
                                             "batch": None, "training": False}
             info["iterations"] += 1
             info["current"] = 0
@@ -333,7 +335,9 @@ class _Recorder:
         with self.lock:
             info = self.loaders.get(key)
             if info is not None:
-                info["epoch_draws"].append(info["current"])
+                info["epochs"] += 1
+                if len(info["epoch_draws"]) < EPOCHS_KEPT:  # written with every step: kept short
+                    info["epoch_draws"].append(info["current"])
                 info["current"] = 0
             self.in_epoch = False
 
@@ -419,7 +423,7 @@ class _Recorder:
     def training_epochs(self) -> int:
         """Epochs run to their end so far by the loaders whose batches fed a backward."""
         with self.lock:
-            return sum(len(info["epoch_draws"]) for info in self.loaders.values() if info["training"])
+            return sum(info["epochs"] for info in self.loaders.values() if info["training"])
 
     def name_of(self, target: Any) -> str | None:
         """The name a frame of the script binds to ``target`` (or to a wrapper of it), looked up once per object."""
