@@ -93,10 +93,12 @@ def find_averages(plan: Plan) -> Averages:
             small = stmt.body[0]
             if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign) and isinstance(small.target, cst.Name):
                 updates.setdefault(small.target.value, []).append((stmt, small.value))
-            elif isinstance(small, cst.Expr) and m.matches(small.value, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name()))):
-                call = small.value
+            elif isinstance(small, cst.Expr) and m.matches(small.value, m.Call(func=m.Attribute(
+                    value=m.Name() | m.Subscript(value=m.Name()), attr=m.Name()))):
+                call = small.value  # ``meter.update(v)``, or one of a dict's (``meters["loss"].update(v)``)
                 assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
-                name = call.func.value.value  # type: ignore[attr-defined]
+                receiver = call.func.value
+                name = (receiver.value if isinstance(receiver, cst.Subscript) else receiver).value  # type: ignore[attr-defined]
                 if call.func.attr.value in _KEPT_METHODS and _read_after(plan, loop, name) and _made_before(loop, name):
                     found.kept.append(Kept(name, loop, stmt, tuple(a.value for a in call.args)))
         counters = {n for n, ups in updates.items() if all(isinstance(v, cst.Integer) for _, v in ups)}

@@ -304,3 +304,40 @@ def test_a_dict_of_sums_in_the_loop_is_reduced_when_missing_keys_read_zero(made:
     """
     assert ("for key in ('loss',):" in converted(code)) is reduced
     assert (codes(code) == []) is reduced
+
+
+def test_a_loss_a_helper_computes_from_the_batch_is_reduced() -> None:
+    # ``loss = loss_function(recon, x)`` (pytorch/examples vae): the helper's result reads its parameter, which the
+    # call passes a batch's output; it was taken as the same on every process and the epoch average left at 1/N
+    source = HEAD + textwrap.dedent("""
+        def loss_function(out, y):
+            return torch.nn.functional.cross_entropy(out, y, reduction="sum")
+        for epoch in range(2):
+            train_loss = 0
+            for x, y in loader:
+                loss = loss_function(model(x), y)
+                loss.backward()
+                optimizer.step()
+                train_loss += loss.item()
+            print("Average loss: {:.4f}".format(train_loss / len(loader.dataset)))
+        """)
+    out = converted(source)
+    assert '    train_loss = accelerator.reduce(torch.tensor(train_loss, dtype=torch.float64, device=accelerator.device), "sum").item()' in out
+
+
+def test_meters_kept_in_a_dict_are_reported() -> None:
+    # ``meters["loss"].update(loss.item())`` (DeiT / DETR engines): a running value held by objects in a dict
+    source = _script("""
+        class AverageMeter:
+            def __init__(self):
+                self.sum, self.count = 0.0, 0
+            def update(self, val, n=1):
+                self.sum += val * n
+                self.count += n
+        meters = {"loss": AverageMeter()}
+        for x, y in loader:
+            STEP
+            meters["loss"].update(loss.item())
+        print(meters["loss"].sum / meters["loss"].count)
+        """)
+    assert [c.split(":")[0] for c in codes(source)] == ["ACC028"]
