@@ -32,6 +32,9 @@ WRITERS = {
     "scipy.io.savemat",
 }
 WRITE_MODES = ("w", "a", "x")
+# objects whose ``save(path)`` writes a file: a matplotlib animation (``anim.save("train.gif")``), a PIL image
+FILE_OBJECTS = {"matplotlib.animation.ArtistAnimation", "matplotlib.animation.FuncAnimation",
+                "PIL.Image.fromarray", "PIL.Image.open", "PIL.Image.new"}
 # Loggers that write files of their own from every process that creates one.
 # experiment trackers: a run per process on their servers (N runs of one training), never guarded by hand here
 # (their later ``log`` calls would then fail on the other processes): reported (ACC024)
@@ -155,7 +158,7 @@ accelerator.end_training()
             if _writer_class(ctx, site) and ctx.after_accelerator(site.scope, site.stmt):
                 _warn_kept_open(ctx, site, wrapped)  # ``logger = Logger("./logs")``: a class of the program's own
                 continue
-            if not (_writes(site) and ctx.after_accelerator(site.scope, site.stmt)):
+            if not ((_writes(site) or _saves_file_object(ctx, site)) and ctx.after_accelerator(site.scope, site.stmt)):
                 continue
             stmt = _outermost_write(ctx, site)
             if stmt is None:
@@ -223,6 +226,20 @@ def _writes(site: CallSite) -> bool:
     if mode is None and len(positional) > mode_position:
         mode = positional[mode_position].value
     return isinstance(mode, cst.SimpleString) and any(c in str(mode.evaluated_value) for c in WRITE_MODES)
+
+
+def _saves_file_object(ctx: Context, site: CallSite) -> bool:
+    """``anim.save("x.gif")`` where ``anim = animation.ArtistAnimation(...)``, ``Image.fromarray(a).save(p)``: the
+    ``save`` of an object made by a constructor in FILE_OBJECTS, directly or through the name it is bound to."""
+    if site.method != "save" or not isinstance(site.node.func, cst.Attribute):
+        return False
+    receiver = site.node.func.value
+    made: cst.BaseExpression | None = receiver if isinstance(receiver, cst.Call) else None
+    if isinstance(receiver, cst.Name):
+        binding = ctx.plan.binding_of(site.scope, receiver.value)
+        made = binding.value if binding is not None else None
+    maker = ctx.facts.sites.get(made) if isinstance(made, cst.Call) else None
+    return maker is not None and (maker.qualname or "") in FILE_OBJECTS
 
 
 def _outermost_write(ctx: Context, site: CallSite) -> cst.BaseStatement | None:

@@ -85,3 +85,28 @@ def test_a_logger_class_of_the_program_that_opens_a_writer_is_reported() -> None
     )
     result = convert_source(code, modules=[ModuleText("logger", "logger.py", logger)])
     assert ("ACC024", 3) in [(w.code, w.line) for w in result.warnings]
+
+
+@pytest.mark.parametrize(
+    "save",
+    [
+        "anim = animation.ArtistAnimation(fig, ims)\nanim.save('train.gif', writer='imagemagick')\n",
+        "anim = FuncAnimation(fig, draw)\nanim.save('train.gif')\n",
+        "Image.fromarray(grid).save('grid.png')\n",
+    ],
+)
+def test_an_animation_or_image_saved_after_training_is_written_once(save: str) -> None:
+    """Natsu6767/DCGAN-PyTorch's ``anim.save('celeba.gif')``: every process wrote the same GIF."""
+    out = converted(
+        "import torch\nimport matplotlib.animation as animation\nfrom matplotlib.animation import FuncAnimation\n"
+        "from PIL import Image\nmodel = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for x in torch.ones(4, 2):\n    model(x).sum().backward()\n    opt.step()\n" + save
+    )
+    last = save.strip().splitlines()[-1]
+    assert f"if accelerator.is_main_process:\n    {last}" in out
+
+
+def test_a_save_of_other_objects_is_left() -> None:
+    out = converted(HEAD + "for x in torch.ones(4, 2):\n    model(x).sum().backward()\n    opt.step()\n"
+                    "tokenizer = make_tokenizer()\ntokenizer.save('tok.json')\n")
+    assert "is_main_process" not in out
