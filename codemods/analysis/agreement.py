@@ -222,13 +222,15 @@ class Agreement:
         key = (id(function), param)
         if key in self._params:
             return self._params[key]
-        if id(function) in seen:
+        if key in seen:
             return False
         self._params[key] = False
         result = False
+        # its own guard, not the function's: ``_returns_local(f)`` reaching a parameter of ``f`` (``return
+        # correct / batch_size`` computed from ``prediction``) must still follow the callers' arguments
         for site in self.plan.call_sites(function):
             arg = self.plan.arg_for(site, function, param)
-            if arg is not None and self._local(site.scope, arg.value, site.stmt, seen | {id(function)}):
+            if arg is not None and self._local(site.scope, arg.value, site.stmt, seen | {key}):
                 result = True
                 break
         self._params[key] = result

@@ -333,6 +333,17 @@ GATHERED = {
             losses.append(loss.item())
         print(sum(losses) / len(losses))
         """, "losses = accelerator.gather(torch.tensor(losses, dtype=torch.float64, device=accelerator.device)).tolist()"),
+    "a helper's accuracy, computed from the parameter it is handed": ("""
+        import numpy as np
+        def get_accuracy(prediction, label):
+            return prediction.argmax(-1).eq(label).sum() / prediction.shape[0]
+        accs = []
+        for x, y in loader:
+            STEP
+            accuracy = get_accuracy(out, y)
+            accs.append(accuracy.item())
+        print(np.mean(accs))
+        """, "accs = accelerator.gather(torch.tensor(accs, dtype=torch.float64, device=accelerator.device)).tolist()"),
     "counts stay integers": ("""
         hits = []
         for x, y in loader:
