@@ -15,6 +15,7 @@ does the same in parallel with a report. Each file gets the settings of its near
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -173,7 +174,18 @@ def _destination(path: Path, relative: Path, *, output: Path | None, single: boo
         return lambda part: part.path if part.changed else None
     target = output if single else output / relative
     script = str(path)
-    return lambda part: target if part.path == script else target.parent / Path(part.path).relative_to(path.parent)
+
+    def where(part: Result) -> Path:
+        if part.path == script:
+            return target
+        try:
+            inner = Path(part.path).relative_to(path.parent)
+        except ValueError:  # ``tools/train.py`` importing the root's ``dataset/`` (run with the root on the path)
+            module = os.path.abspath(part.path)
+            inner = Path(os.path.relpath(module, os.path.commonpath([module, os.path.abspath(path.parent)])))
+        return target.parent / inner
+
+    return where
 
 
 def _resolved(files: list[tuple[str, bytes]]) -> set[str]:

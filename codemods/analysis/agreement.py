@@ -222,15 +222,15 @@ class Agreement:
         key = (id(function), param)
         if key in self._params:
             return self._params[key]
-        # the guards of parameters and of results are apart: a result that reads a parameter (``return r.sum()``
-        # of ``loss = lf(recon)``) follows the parameter to its call sites (it was taken as agreed, unreduced)
-        if ("param", id(function)) in seen:
+        if key in seen:
             return False
         self._params[key] = False
         result = False
+        # its own guard, not the function's: ``_returns_local(f)`` reaching a parameter of ``f`` (``return
+        # correct / batch_size`` computed from ``prediction``) must still follow the callers' arguments
         for site in self.plan.call_sites(function):
             arg = self.plan.arg_for(site, function, param)
-            if arg is not None and self._local(site.scope, arg.value, site.stmt, seen | {("param", id(function))}):
+            if arg is not None and self._local(site.scope, arg.value, site.stmt, seen | {key}):
                 result = True
                 break
         self._params[key] = result
@@ -239,13 +239,13 @@ class Agreement:
     def _returns_local(self, function: Scope, seen: frozenset) -> bool:
         if id(function) in self._returns:
             return self._returns[id(function)]
-        if ("returns", id(function)) in seen:
+        if id(function) in seen:
             return False
         self._returns[id(function)] = False
         result = False
         for ret in function.returns:
             stmt = _statement_of(self.facts, ret)
-            if ret.value is not None and stmt is not None and self._local(function, ret.value, stmt, seen | {("returns", id(function))}):
+            if ret.value is not None and stmt is not None and self._local(function, ret.value, stmt, seen | {id(function)}):
                 result = True
                 break
         self._returns[id(function)] = result

@@ -331,13 +331,15 @@ class Flow:
         return owner, name
 
     def param_origin(self, function: Scope, param: str) -> Binding | None:
-        """The creation binding every call site passes for ``param``, or None if they differ."""
+        """The creation binding every call site passes for ``param``, or None if they differ; where they differ
+        but every one is a data loader (``evaluate(model, train_loader)`` then ``evaluate(model, val_loader)``),
+        the first: the parameter holds a loader either way (whether it is prepared is checked at each site)."""
         cache_key = (id(function), param)
         if cache_key in self._params:
             return self._params[cache_key]
         self._params[cache_key] = None  # recursion guard
         found: set[int] = set()
-        result: Binding | None = None
+        origins: list[Binding] = []
         for site in self.call_sites(function):
             arg = self.arg_for(site, function, param)
             origin = self.origin(site.scope, arg.value) if arg is not None else None
@@ -345,8 +347,9 @@ class Flow:
                 found.add(0)
                 break
             found.add(id(origin))
-            result = origin
-        if len(found) != 1 or 0 in found:
+            origins.append(origin)
+        result: Binding | None = origins[0] if origins and 0 not in found else None
+        if len(found) != 1 and not (result is not None and all(o.role == "loader" for o in origins)):
             result = None
         self._params[cache_key] = result
         return result

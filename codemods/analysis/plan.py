@@ -613,14 +613,16 @@ class Plan(PreparedUses):
                 self._problem(UNKNOWN_DATA, loop.node.iter, refuse=False, name=dotted(source) or "")
 
     def _iterator_class(self, found: Binding | None) -> str | None:
-        """``torchtext.data.BucketIterator`` when ``found`` builds one of torchtext's batch iterators (not a DataLoader,
-        so ``prepare`` cannot shard it: every process would walk all of it)."""
-        if found is None or found.value is None:
+        """``torchtext.data.BucketIterator`` when ``found`` builds one of torchtext's batch iterators, alone or one per
+        split with ``.splits(...)`` (not a DataLoader, so ``prepare`` cannot shard it: every process would walk all
+        of it)."""
+        if found is None or (found.value is None and found.unpacked is None):
             return None
-        value = found.unpacked[0] if found.unpacked is not None else strip_placement(found.value)
+        value = found.unpacked[0] if found.unpacked is not None else strip_placement(found.value)  # type: ignore[arg-type]
         if not isinstance(value, cst.Call):
             return None
         qualname = found.where.imports.qualname(value.func) or ""
+        qualname = qualname.removesuffix(".splits")  # ``BucketIterator.splits((train, val), ...)``: one per split
         return qualname if qualname.startswith("torchtext.") and qualname.endswith("Iterator") else None
 
     def _check_trained_models(self) -> None:

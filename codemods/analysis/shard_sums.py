@@ -16,7 +16,10 @@ twice. Its ``kind`` says how to reduce it:
   ``int64`` or ``float64`` (exact, so one process prints what the original printed), then ``.item()``;
 - ``"number"``: an ``.item()`` that may be either (``mask.sum().item()``): reduced as ``float64`` and turned back
   into the type it had (``type(total)(...)``);
-- ``"tensor"``: a tensor (``total += loss.detach()``): reduced as it is.
+- ``"tensor"``: a tensor (``total += loss.detach()``): reduced as it is;
+- ``"list"`` / ``"int list"``: a list of per-batch numbers (``losses.append(loss.item())`` at every batch, ``losses = []`` before
+  the pass) read after it only by order-free summaries (``np.mean(losses)``, ``sum(losses) / len(losses)``):
+  gathered, so the summary is over every process's batches (with even batches each list has the same length).
 
 ``mean`` is set when a read after the loop divides it by a per-process count, ``len(loader)`` of a prepared
 loader or a batch counter (``steps += 1``): with even batches (Accelerate's default, ours too) every process
@@ -24,7 +27,8 @@ walks the same number of batches, so the mean of the per-process sums over that 
 Divided by a global count (``len(loader.dataset)``, ``len(train_set)`` of a data set, a count summed too) it is
 summed. Divided by anything else
 it cannot be told which, and it is ``kept``, as is a running value held by an object (``meter.update(v, n)``),
-a list (``losses.append(loss.item())``) or a sum carried over several passes: the rule reports those.
+a list read in order (a loss curve plotted) or appended to conditionally, or a sum carried over several passes: the
+rule reports those.
 
 A ``defaultdict(float)`` of sums (``metrics['loss'] += ...`` in the loop, or in a helper the loop passes it to,
 ``analysis/keyed_sums.py``) whose keys are all written out is an accumulator too, reduced key by key (``keys``).
@@ -100,7 +104,11 @@ def find_averages(plan: Plan) -> Averages:
                 receiver = call.func.value
                 name = (receiver.value if isinstance(receiver, cst.Subscript) else receiver).value  # type: ignore[attr-defined]
                 if call.func.attr.value in _KEPT_METHODS and _read_after(plan, loop, name) and _made_before(loop, name):
-                    found.kept.append(Kept(name, loop, stmt, tuple(a.value for a in call.args)))
+                    listed = _listed(plan, loop, stmt, call, name)
+                    if listed is not None:
+                        found.accumulators.append(listed)
+                    else:
+                        found.kept.append(Kept(name, loop, stmt, tuple(a.value for a in call.args)))
         counters = {n for n, ups in updates.items() if all(isinstance(v, cst.Integer) for _, v in ups)}
         for keyed in keyed_sums(plan, loop):
             if _read_after(plan, loop, keyed.name) and _made_before(loop, keyed.name):
@@ -154,6 +162,51 @@ def _keyed(plan: Plan, loop: Loop, keyed: KeyedSum, found: Averages, counters: s
     found.accumulators.append(
         Accumulator(keyed.name, loop, end, (keyed.stmt,) * len(keyed.values), keyed.values, "float", mean, keyed.keys, keyed.local)
     )
+
+
+# summaries of a list that do not depend on its order: the gathered list gives the whole data set's
+_ORDER_FREE = {"numpy.mean", "numpy.sum", "numpy.average", "numpy.median", "statistics.mean", "statistics.fmean",
+               "statistics.median", "sum", "len", "max", "min"}
+
+
+def _listed(plan: Plan, loop: Loop, stmt: cst.BaseStatement, call: cst.Call, name: str) -> Accumulator | None:
+    """``losses.append(loss.item())`` as a statement of the loop's own body (every batch, so with even batches
+    every process's list is as long), ``losses = []`` before the pass, nothing else in the loop touching
+    ``losses``, no ``break``, and every read after the pass an order-free summary (``_ORDER_FREE``): gathered
+    then. None otherwise (kept and reported)."""
+    assert isinstance(call.func, cst.Attribute)
+    if call.func.attr.value != "append" or len(call.args) != 1 or call.args[0].keyword is not None:
+        return None
+    if plan.facts.parent_stmt.get(stmt) is not loop.node or m.findall(loop.node.body, m.Break()):
+        return None
+    if any(m.findall(s, m.Name(name)) for s in loop.stmts if s is not stmt and not any(n is stmt for n in plan.facts.chain(s))):
+        return None
+    kind = _increment_kind(call.args[0].value, _known(loop))
+    first = _init(plan, loop, name, made=_empty_list)
+    if kind not in ("int", "float", "number") or first is None:
+        return None
+    init, end = first
+    reads = _reads_after(plan, loop.node, loop.scope, name)
+    if any(not plan.facts.after(r, end) for r in reads if end is not loop.node) or not all(
+            _summarised(loop.scope, r, name) for r in reads):
+        return None
+    return Accumulator(name, loop, end, (stmt,), (call.args[0].value,), "int list" if kind == "int" else "list", False)
+
+
+def _empty_list(value: cst.BaseExpression | None, binding: Binding) -> bool:
+    return isinstance(value, cst.List) and not value.elements
+
+
+def _summarised(scope: Scope, stmt: cst.BaseStatement, name: str) -> bool:
+    """Every load of ``name`` in ``stmt`` is the whole argument of an order-free summary (``np.mean(name)``)."""
+    uses = m.findall(stmt, m.Name(name))
+    allowed: set[int] = set()
+    for call in m.findall(stmt, m.Call()):
+        assert isinstance(call, cst.Call)
+        qualname = scope.imports.qualname(call.func) or dotted(call.func)
+        if qualname in _ORDER_FREE and len(call.args) == 1 and m.matches(call.args[0].value, m.Name(name)):
+            allowed.add(id(call.args[0].value))
+    return all(id(u) in allowed for u in uses)
 
 
 def _number_dict(value: cst.BaseExpression | None, binding: Binding) -> bool:

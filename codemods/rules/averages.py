@@ -7,9 +7,10 @@ process prints exactly what the original printed (an ``.item()`` that may be an 
 ``type(total)(...)``); a tensor is reduced as it is. ``"sum"`` unless the value is
 divided by a per-process count (``len(loader)``, a batch counter): then ``"mean"``, the processes walking the same
 number of batches. Sums of values already global (gathered for metrics by the evaluation rule) are left alone;
-so are running values printed inside the loop every N steps (one process's, by convention). What cannot be
-reduced (an ``AverageMeter``, a list of per-batch values, a sum divided by a count it cannot place, a loop some
-processes may not run) is reported (ACC028).
+so are running values printed inside the loop every N steps (one process's, by convention). A list of per-batch
+numbers summarised after the pass (``np.mean(losses)``) is gathered there (``accelerator.gather`` of a 1-d tensor,
+``.tolist()``). What cannot be reduced (an ``AverageMeter``, a list read in order, a sum divided by a count it cannot
+place, a loop some processes may not run) is reported (ACC028).
 """
 
 from __future__ import annotations
@@ -251,6 +252,9 @@ def _reduction(acc: Accumulator, accelerator: str, torch: str) -> str:
         return f"for key in ({keys}):\n    {acc.name}[key] = {accelerator}.reduce({value}, {reduction}).item()"
     if acc.kind == "tensor":
         return f"{acc.name} = {accelerator}.reduce({acc.name}, {reduction})"
+    if acc.kind in ("list", "int list"):  # per-batch numbers, as long on every process: every process's, in one list
+        dtype = "" if acc.kind == "int list" else f"dtype={torch}.float64, "
+        return f"{acc.name} = {accelerator}.gather({torch}.tensor({acc.name}, {dtype}device={accelerator}.device)).tolist()"
     dtype = f"dtype={torch}.float64, " if acc.kind in ("float", "number") or acc.mean else ""
     reduced = f"{accelerator}.reduce({torch}.tensor({acc.name}, {dtype}device={accelerator}.device), {reduction}).item()"
     if acc.kind == "number" and not acc.mean:

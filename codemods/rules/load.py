@@ -107,7 +107,31 @@ accelerator.end_training()
                     ctx.insert_before(load.stmt, [f"{accelerator}.wait_for_everyone()"])
                     waited.add(load.stmt)
         self._whole_models(ctx, saves, order, waited)
+        self._paths_handed_on(ctx, saves, order, waited)
         self._state_dicts(ctx)
+
+    @staticmethod
+    def _paths_handed_on(ctx: Context, saves: list[CallSite], order: dict[cst.Call, int], waited: set) -> None:
+        """``torch.save(sd, model_path)`` then ``evaluate(model_path, ...)`` in the same block: the function handed
+        the path just saved reads it (cleanrl's evaluation after training), and only the main process writes it,
+        so every process waits for the file first."""
+        for save in saves:
+            path = _path_arg(save.node, "f", 1)
+            accelerator = ctx.accelerator_in(save.scope)
+            if not isinstance(path, cst.Name) or accelerator is None or ctx.is_skipped(save.stmt):
+                continue
+            block = ctx.facts.parent_stmt.get(save.stmt)
+            for site in ctx.facts.calls:
+                if (site.scope is not save.scope or order[site.node] <= order[save.node] or site.stmt in waited
+                        or ctx.facts.parent_stmt.get(site.stmt) is not block or ctx.is_skipped(site.stmt)):
+                    continue  # a call in a branch some processes skip would leave the others waiting
+                reader = site.qualname == "torch.load" or (
+                    isinstance(site.node.func, cst.Name) and site.node.func.value not in _NOT_READERS)
+                if reader and any(code_of(a.value) == path.value for a in site.node.args) and _reads_unwaited_save(
+                        ctx, site, saves, order, path):
+                    ctx.insert_before(site.stmt, [f"{accelerator}.wait_for_everyone()"])
+                    ctx.change("wait for the saved file before a function that reads it")
+                    waited.add(site.stmt)
 
     @staticmethod
     def _state_dicts(ctx: Context) -> None:
@@ -186,13 +210,19 @@ def _to_device(node: cst.CSTNode, device: str) -> cst.CSTNode:
     return cst.Call(func=cst.Attribute(node, cst.Name("to")), args=[cst.Arg(expression(device))])
 
 
-def _reads_unwaited_save(ctx: Context, load: CallSite, saves: list[CallSite], order: dict[cst.Call, int]) -> bool:
-    """Whether this load reads a file saved earlier in its function with no ``wait_for_everyone``
-    between: the save rule puts one before every save that does not directly follow another save."""
+# plain functions handed a path that do not read the file
+_NOT_READERS = {"print", "str", "repr", "len", "format", "isinstance", "type", "dict", "list", "tuple"}
+
+
+def _reads_unwaited_save(ctx: Context, load: CallSite, saves: list[CallSite], order: dict[cst.Call, int],
+                         path: cst.BaseExpression | None = None) -> bool:
+    """Whether this load (or a call handed ``path``) reads a file saved earlier in its function with no
+    ``wait_for_everyone`` between: the save rule puts one before every save that does not directly follow another
+    save, and none after the last."""
     before = [s for s in saves if s.scope is load.scope and order[s.node] < order[load.node]]
     if not load.node.args:
         return False
-    source = code_of(load.node.args[0].value)
+    source = code_of(path if path is not None else load.node.args[0].value)
     paths = [_path_arg(s.node, "f", 1) for s in before]
     matching = [i for i, path in enumerate(paths) if path is None or code_of(path) == source]
     if not matching:

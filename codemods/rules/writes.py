@@ -7,6 +7,7 @@ Only whole statements are wrapped; a write inside a bigger expression is left al
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
 from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
@@ -32,6 +33,9 @@ WRITERS = {
     "scipy.io.savemat",
 }
 WRITE_MODES = ("w", "a", "x")
+# objects whose ``save(path)`` writes a file: a matplotlib animation (``anim.save("train.gif")``), a PIL image
+FILE_OBJECTS = {"matplotlib.animation.ArtistAnimation", "matplotlib.animation.FuncAnimation",
+                "PIL.Image.fromarray", "PIL.Image.open", "PIL.Image.new"}
 # Loggers that write files of their own from every process that creates one.
 # experiment trackers: a run per process on their servers (N runs of one training), never guarded by hand here
 # (their later ``log`` calls would then fail on the other processes): reported (ACC024)
@@ -155,7 +159,7 @@ accelerator.end_training()
             if _writer_class(ctx, site) and ctx.after_accelerator(site.scope, site.stmt):
                 _warn_kept_open(ctx, site, wrapped)  # ``logger = Logger("./logs")``: a class of the program's own
                 continue
-            if not (_writes(site) and ctx.after_accelerator(site.scope, site.stmt)):
+            if not ((_writes(site) or _saves_file_object(ctx, site)) and ctx.after_accelerator(site.scope, site.stmt)):
                 continue
             stmt = _outermost_write(ctx, site)
             if stmt is None:
@@ -180,10 +184,31 @@ def _warn_kept_open(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement
         return
     if ctx.plan.distributed.main_only(ctx.facts, stmt, site.scope) is not None or under_main_process(ctx.facts, stmt):
         return  # ``if rank == 0: writer = SummaryWriter()``: the script already keeps it to one process
-    if not all(ctx.agreement.uniform(site.scope, a.value, stmt) for a in site.node.args):
+    if not all(ctx.agreement.uniform(site.scope, a.value, stmt) for a in site.node.args) and not _timestamped(ctx, site):
         return  # ``SummaryWriter(f"runs/{accelerator.process_index}")``: a file of its own on each process
     target = code_of(assign.targets[0].target)
     ctx.warn(codes.SHARED_WRITER, site.node, name=code_of(site.node.func), target=target)
+
+
+_CLOCK = ("time.time", "time.strftime", "time.localtime", "datetime.")
+_RANKS = ("process_index", "local_process_index", "rank", "local_rank", "get_rank")
+
+
+def _timestamped(ctx: Context, site: CallSite) -> bool:
+    """``SummaryWriter(f"runs/{run_name}")`` with ``run_name = f"{env}__{int(time.time())}"`` (cleanrl): a name
+    that differs between processes only by the clock is one run's log, opened N times (the processes start within
+    the same second, or write N folders of one training), not a file of each process's own; a name that reads the
+    process's rank is."""
+    exprs: list[cst.CSTNode] = [a.value for a in site.node.args]
+    for arg in list(exprs):
+        for name in m.findall(arg, m.Name()):
+            binding = ctx.plan.binding_of(site.scope, name.value)  # type: ignore[attr-defined]
+            if binding is not None and binding.value is not None:
+                exprs.append(binding.value)
+    imports = site.scope.imports
+    clock = any((imports.qualname(c.func) or "").startswith(_CLOCK) for e in exprs for c in m.findall(e, m.Call()))  # type: ignore[attr-defined]
+    rank = any(n.value in _RANKS for e in exprs for n in m.findall(e, m.Name()))  # type: ignore[attr-defined]
+    return clock and not rank
 
 
 def _writer_class(ctx: Context, site: CallSite) -> bool:
@@ -223,6 +248,20 @@ def _writes(site: CallSite) -> bool:
     if mode is None and len(positional) > mode_position:
         mode = positional[mode_position].value
     return isinstance(mode, cst.SimpleString) and any(c in str(mode.evaluated_value) for c in WRITE_MODES)
+
+
+def _saves_file_object(ctx: Context, site: CallSite) -> bool:
+    """``anim.save("x.gif")`` where ``anim = animation.ArtistAnimation(...)``, ``Image.fromarray(a).save(p)``: the
+    ``save`` of an object made by a constructor in FILE_OBJECTS, directly or through the name it is bound to."""
+    if site.method != "save" or not isinstance(site.node.func, cst.Attribute):
+        return False
+    receiver = site.node.func.value
+    made: cst.BaseExpression | None = receiver if isinstance(receiver, cst.Call) else None
+    if isinstance(receiver, cst.Name):
+        binding = ctx.plan.binding_of(site.scope, receiver.value)
+        made = binding.value if binding is not None else None
+    maker = ctx.facts.sites.get(made) if isinstance(made, cst.Call) else None
+    return maker is not None and (maker.qualname or "") in FILE_OBJECTS
 
 
 def _outermost_write(ctx: Context, site: CallSite) -> cst.BaseStatement | None:

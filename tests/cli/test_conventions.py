@@ -129,3 +129,19 @@ def test_checking_a_module_alone_checks_the_program_it_belongs_to(tmp_path: Path
         result = CliRunner().invoke(main, ["convert", "--check", "-q", staged])
         assert result.exit_code == 1, result.output
         assert "would convert: train.py" in result.output
+
+
+def test_a_script_in_a_subfolder_that_imports_the_roots_packages_is_written_runnable(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """explainingai-code DDPM-Pytorch's ``tools/train_ddpm.py`` imports ``dataset/``, ``models/`` from the root
+    (run with the root on the path): -o OUT_DIR/ crashed with a traceback; the packages now go beside the script."""
+    for name, text in PROGRAM.items():
+        name = "tools/train.py" if name == "train.py" else name
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    (tmp_path / "tools" / "__init__.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    result = CliRunner().invoke(main, ["convert", "tools/train.py", "-o", "out/"])
+    assert result.exit_code == 0, result.output
+    written = sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*.py"))
+    assert written == ["data.py", "model.py", "train.py", "utils/__init__.py", "utils/meters.py"]

@@ -145,13 +145,23 @@ LEFT = {
             meter.update(loss.item(), x.size(0))
         print(meter.avg)
         """, ["ACC028:13"]),
-    "a list of per-batch losses": ("""
+    "a list of per-batch losses read in order (a loss curve)": ("""
+        import matplotlib.pyplot as plt
         losses = []
         for x, y in loader:
             STEP
             losses.append(loss.item())
-        print(sum(losses) / len(losses))
-        """, ["ACC028:12"]),
+        plt.plot(losses)
+        """, ["ACC028:13"]),
+    "a list appended to on some batches only": ("""
+        import numpy as np
+        losses = []
+        for i, (x, y) in enumerate(loader):
+            STEP
+            if i % 2 == 0:
+                losses.append(loss.item())
+        print(np.mean(losses))
+        """, ["ACC028:14"]),
     "summed over epochs and read between them": ("""
         total = 0.0
         for epoch in range(2):
@@ -341,3 +351,55 @@ def test_meters_kept_in_a_dict_are_reported() -> None:
         print(meters["loss"].sum / meters["loss"].count)
         """)
     assert [c.split(":")[0] for c in codes(source)] == ["ACC028"]
+
+
+GATHERED = {
+    "np.mean of a list set before each pass": ("""
+        import numpy as np
+        for epoch in range(2):
+            losses = []
+            for x, y in loader:
+                STEP
+                losses.append(loss.item())
+            print(epoch, np.mean(losses))
+        """, "    losses = accelerator.gather(torch.tensor(losses, dtype=torch.float64, device=accelerator.device)).tolist()"),
+    "sum over len": ("""
+        losses = []
+        for x, y in loader:
+            STEP
+            losses.append(loss.item())
+        print(sum(losses) / len(losses))
+        """, "losses = accelerator.gather(torch.tensor(losses, dtype=torch.float64, device=accelerator.device)).tolist()"),
+    "a helper's accuracy, computed from the parameter it is handed": ("""
+        import numpy as np
+        def get_accuracy(prediction, label):
+            return prediction.argmax(-1).eq(label).sum() / prediction.shape[0]
+        accs = []
+        for x, y in loader:
+            STEP
+            accuracy = get_accuracy(out, y)
+            accs.append(accuracy.item())
+        print(np.mean(accs))
+        """, "accs = accelerator.gather(torch.tensor(accs, dtype=torch.float64, device=accelerator.device)).tolist()"),
+    "counts stay integers": ("""
+        hits = []
+        for x, y in loader:
+            STEP
+            hits.append((out.argmax(1) == y).sum().item())
+        print(sum(hits))
+        """, "hits = accelerator.gather(torch.tensor(hits, device=accelerator.device)).tolist()"),
+}
+
+
+@pytest.mark.parametrize("name", list(GATHERED))
+def test_a_list_of_per_batch_numbers_summarised_after_the_pass_is_gathered(name: str) -> None:
+    """explainingai-code DDPM-Pytorch's ``losses.append(loss.item())`` then ``np.mean(losses)`` printed one
+    process's mean: the list is gathered right after the pass (every process's batches, in one list)."""
+    body, line = GATHERED[name]
+    code = _script(body)
+    new = converted(code).splitlines()
+    assert codes(code) == []
+    assert [n for n in new if ".gather(" in n] == [line]
+    before = new[new.index(line) - 1]
+    assert len(before) - len(before.lstrip()) > len(line) - len(line.lstrip()), "right after the loop's body"
+

@@ -150,3 +150,34 @@ def test_a_hidden_state_the_forward_takes_back_is_not_gathered() -> None:
     )
     result = convert_source(code)
     assert "output, y = accelerator.gather_for_metrics((output, y))" in result.new, result.new
+
+
+def test_an_evaluation_helper_called_with_the_train_and_the_validation_loader_gathers() -> None:
+    """josiahdavis/tabular's ``evaluate_nn(train_dataloader, ...)`` then ``evaluate_nn(valid_dataloader, ...)``:
+    the parameter held a different loader at each call, so it was not taken for a loader at all and each process
+    computed its metrics on its shard, silently."""
+    out = converted(
+        "import torch\nimport numpy as np\n"
+        "def evaluate(loader, model):\n    model.eval()\n    ys = []\n    with torch.no_grad():\n"
+        "        for x, y in loader:\n            out = model(x)\n            ys.append((out.argmax(1) == y).numpy())\n"
+        "    return np.concatenate(ys).mean()\n"
+        "def main():\n    model = torch.nn.Linear(2, 2)\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    train = torch.utils.data.DataLoader(ds)\n    val = torch.utils.data.DataLoader(ds2)\n"
+        "    for x, y in train:\n        torch.nn.functional.cross_entropy(model(x), y).backward()\n        opt.step()\n"
+        "    print(evaluate(train, model), evaluate(val, model))\n"
+    )
+    assert "model, opt, train, val = accelerator.prepare(model, opt, train, val)" in out
+    assert "            out, y = accelerator.gather_for_metrics((out, y))\n" in out
+
+
+def test_a_helper_handed_a_loader_at_one_call_and_something_else_at_another_is_left() -> None:
+    out = converted(
+        "import torch\n"
+        "def evaluate(items, model):\n    model.eval()\n    n = 0\n    with torch.no_grad():\n"
+        "        for x, y in items:\n            n += (model(x).argmax(1) == y).sum().item()\n    return n\n"
+        "def main():\n    model = torch.nn.Linear(2, 2)\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    train = torch.utils.data.DataLoader(ds)\n"
+        "    for x, y in train:\n        torch.nn.functional.cross_entropy(model(x), y).backward()\n        opt.step()\n"
+        "    print(evaluate(train, model), evaluate(pairs, model))\n"
+    )
+    assert "gather_for_metrics" not in out

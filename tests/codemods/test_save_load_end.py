@@ -175,3 +175,30 @@ def test_a_prepared_models_state_dict_is_read_from_the_unwrapped_model() -> None
     )
     assert "target_net.load_state_dict(accelerator.unwrap_model(policy_net).state_dict())" in out
     assert "best = copy.deepcopy(accelerator.unwrap_model(policy_net).state_dict())" in out
+
+
+TRAIN = "for x in torch.ones(4, 2):\n    model(x).sum().backward()\n    opt.step()\n"
+
+
+def test_a_function_handed_the_path_just_saved_waits_for_the_file() -> None:
+    """cleanrl's ``torch.save(q_network.state_dict(), model_path)`` then ``evaluate(model_path, ...)``: only the
+    main process writes the file, so the others wait before the function that reads it."""
+    out = converted(
+        HEAD + TRAIN + "if save_model:\n    model_path = 'runs/q.pt'\n    torch.save(model.state_dict(), model_path)\n"
+        "    print(f'saved {model_path}')\n    returns = evaluate(model_path, make_env)\n"
+    )
+    assert ("    accelerator.print(f'saved {model_path}')\n    accelerator.wait_for_everyone()\n"
+            "    returns = evaluate(model_path, make_env)\n") in out
+
+
+@pytest.mark.parametrize(
+    "after",
+    [
+        "if accelerator_free_flag:\n        evaluate(model_path)\n",  # in a branch some processes could skip
+        "report(str(model_path))\n",  # handed a text, not the path
+    ],
+)
+def test_no_barrier_where_a_process_could_skip_it_or_nothing_reads_the_file(after: str) -> None:
+    out = converted(HEAD + TRAIN + "model_path = 'q.pt'\ntorch.save(model.state_dict(), model_path)\n"
+                    + after.replace("        ", "    "))
+    assert out.count("wait_for_everyone()") == 1  # the save's own

@@ -85,3 +85,54 @@ def test_a_logger_class_of_the_program_that_opens_a_writer_is_reported() -> None
     )
     result = convert_source(code, modules=[ModuleText("logger", "logger.py", logger)])
     assert ("ACC024", 3) in [(w.code, w.line) for w in result.warnings]
+
+
+@pytest.mark.parametrize(
+    "save",
+    [
+        "anim = animation.ArtistAnimation(fig, ims)\nanim.save('train.gif', writer='imagemagick')\n",
+        "anim = FuncAnimation(fig, draw)\nanim.save('train.gif')\n",
+        "Image.fromarray(grid).save('grid.png')\n",
+    ],
+)
+def test_an_animation_or_image_saved_after_training_is_written_once(save: str) -> None:
+    """Natsu6767/DCGAN-PyTorch's ``anim.save('celeba.gif')``: every process wrote the same GIF."""
+    out = converted(
+        "import torch\nimport matplotlib.animation as animation\nfrom matplotlib.animation import FuncAnimation\n"
+        "from PIL import Image\nmodel = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for x in torch.ones(4, 2):\n    model(x).sum().backward()\n    opt.step()\n" + save
+    )
+    last = save.strip().splitlines()[-1]
+    assert f"if accelerator.is_main_process:\n    {last}" in out
+
+
+def test_a_save_of_other_objects_is_left() -> None:
+    out = converted(HEAD + "for x in torch.ones(4, 2):\n    model(x).sum().backward()\n    opt.step()\n"
+                    "tokenizer = make_tokenizer()\ntokenizer.save('tok.json')\n")
+    assert "is_main_process" not in out
+
+
+@pytest.mark.parametrize(
+    "name, reported",
+    [
+        ('run_name = f"cartpole__{int(time.time())}"\nwriter = SummaryWriter(f"runs/{run_name}")\n', True),
+        ('writer = SummaryWriter(f"runs/{datetime.datetime.now():%H%M%S}")\n', True),
+        ('writer = SummaryWriter(f"runs/{time.time()}-{accelerator.process_index}")\n', False),
+    ],
+)
+def test_a_log_named_by_the_clock_is_one_runs_log_opened_on_every_process(name: str, reported: bool) -> None:
+    """cleanrl's ``SummaryWriter(f"runs/{run_name}")`` with a timestamped ``run_name``: the clock made the name look
+    like each process's own, so N writers of one training went unreported."""
+    from _convert import codes
+
+    code = (
+        "import time\nimport datetime\nimport torch\nfrom torch.utils.tensorboard import SummaryWriter\n"
+        "from accelify.runtime import Accelerator\naccelerator = Accelerator()\n" + name
+        + "model = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "model, opt = accelerator.prepare(model, opt)\n"
+    ) if "accelerator.process_index" in name else (
+        "import time\nimport datetime\nimport torch\nfrom torch.utils.tensorboard import SummaryWriter\n" + name
+        + "model = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for x in torch.ones(4, 2):\n    model(x).sum().backward()\n    opt.step()\n    writer.add_scalar('l', 1.0)\n"
+    )
+    assert any(c.startswith("ACC024") for c in codes(code)) is reported
