@@ -33,6 +33,8 @@ def test_two_processes_without_numpy_fail_at_start_saying_what_to_install(tmp_pa
     proc = run_distributed(script, env={"PYTHONPATH": str(tmp_path / "hide")}, check=False, timeout=120)
     assert proc.returncode != 0
     assert "joined" not in proc.stdout
-    for rank in (0, 1):
-        assert f"Process {rank} of 2: numpy is not installed" in proc.stderr, proc.stderr[-3000:]
+    # the first process to fail says it; torchrun then stops the other, which may not have written its own line yet
+    # (a CI run saw only process 1's): at least one process names itself, and none gets further than the check
+    said = [rank for rank in (0, 1) if f"Process {rank} of 2: numpy is not installed" in proc.stderr]
+    assert said, proc.stderr[-3000:]
     assert "pip install numpy" in proc.stderr
