@@ -587,14 +587,13 @@ class Plan(PreparedUses):
                 continue
             source = self.loop_source(loop)
             found = self.origin(loop.scope, source)
-            walked = [(loop.node.iter, loop.node, self.loop_source(loop))] if self.loop_source(loop) is not None else []
-            walked += [(site.node, site.stmt, drawn) for site, drawn in self.drawn_sources(loop)]
-            for node, at, each in walked:
-                # ``x, y = next(data_iter)`` with ``data_iter = iter(loader)`` walks the loader all the same; a name
-                # bound to one of two loaders (``data_loader = self.a`` or ``self.b``) walks either
-                choices = self.alternatives(loop.scope, each)
-                if len(choices) == 1 and each is self.loop_source(loop):
-                    continue  # the loop's own iterable: checked below
+            # ``x, y = next(data_iter)`` with ``data_iter = iter(loader)`` walks the loader all the same; a name
+            # bound to one of two loaders (``data_loader = self.a`` or ``self.b``) walks either (the loop's own
+            # iterable when it is one name: checked below)
+            own = self.alternatives(loop.scope, source)
+            walked = [(loop.node.iter, loop.node, own)] if len(own) > 1 else []
+            walked += [(site.node, site.stmt, self.alternatives(loop.scope, drawn)) for site, drawn in self.drawn_sources(loop)]
+            for node, at, choices in walked:
                 for value in choices:
                     origin = self.origin(loop.scope, value)
                     if origin is not None and origin.role == "loader" and self.prepared(loop.scope, value, at) is None:
