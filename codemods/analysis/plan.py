@@ -11,6 +11,7 @@ Rules read the plan; none of them walks the tree again. The decisions, in order:
    parameter, a local, ``self.x``), in the innermost block that binds them all, right after the last;
 4. the home: where ``accelerator = Accelerator(...)`` goes: the prepare scope, or the caller that
    built some of the objects and passed them in (``main`` calling ``train_model(model, device)``);
+   (``prepare_site.py`` makes decisions 3 and 4; ``data_checks.py`` checks the result);
 5. prepared uses (``prepared_uses.py``, the queries rules make of the result): a use sees a prepared object
    when it runs after ``prepare`` in the prepare scope, or receives it from there (parameters, ``self.x``,
    module globals).
@@ -22,20 +23,32 @@ first use from the plan, and shared, so every rule gets the same answer whoever 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
 import libcst as cst
 
-from accelify.codemods.analysis.blocks import block_of
 from accelify.codemods.analysis.collect import target_names
+from accelify.codemods.analysis.data_checks import TrainingDataChecks
 from accelify.codemods.analysis.distributed import find_distributed
 from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Scope
 from accelify.codemods.analysis.flow import loader_mapping
-from accelify.codemods.analysis.prepared_uses import Alias, PreparedUses
 from accelify.codemods.analysis.names import dotted
-from accelify.codemods.analysis.schedules import per_batch
-from accelify.codemods.analysis.snippets import code_of
+from accelify.codemods.analysis.prepare_site import PREPARED_ROLES, PrepareSite
+from accelify.codemods.analysis.prepared_uses import Alias
+from accelify.codemods.analysis.problems import (  # the kinds rules/refusals.py reads as ``plan.KIND``
+    BUILT_ELSEWHERE,
+    CREATED_AFTER_LOOP,
+    MODEL_IN_LOOP,
+    MODELS_IN_A_COLLECTION,
+    NOT_A_LOADER,
+    SCHEDULER_IN_LOOP,
+    SECOND_EXPERIMENT,
+    SELF_TRAINING_MODULE,
+    SEVERAL_TRAINERS,
+    UNKNOWN_DATA,
+    UNSHARDED,
+    Problem,
+)
 from accelify.codemods.analysis.roles import (
     classify,
     element_call,
@@ -43,43 +56,21 @@ from accelify.codemods.analysis.roles import (
     names_a_device,
     parameter_owners,
     parameter_owners_in,
-    removed_wrap,
     strip_placement,
 )
+from accelify.codemods.analysis.schedules import per_batch
+from accelify.codemods.analysis.snippets import code_of
 
-PREPARED_ROLES = ("model", "optimizer", "loader", "scheduler")
+__all__ = [
+    "BUILT_ELSEWHERE", "CREATED_AFTER_LOOP", "MODEL_IN_LOOP", "MODELS_IN_A_COLLECTION", "NOT_A_LOADER", "PREPARED_ROLES",
+    "SCHEDULER_IN_LOOP", "SECOND_EXPERIMENT", "SELF_TRAINING_MODULE", "SEVERAL_TRAINERS", "UNKNOWN_DATA", "UNSHARDED",
+    "Alias", "Plan", "Problem",
+]
+
 T = TypeVar("T")
-_BUILTIN_DATA = {"range", "list", "zip", "enumerate", "iter", "tuple", "sorted", "reversed", "map", "filter", "itertools.count",
-                 "tqdm.trange", "tqdm.auto.trange"}
-_BLOCKS = (cst.If, cst.With, cst.Try, cst.Else, cst.Finally, cst.ExceptHandler)
 
 
-# What the plan can find it cannot settle (``Problem.kind``); ``rules/refusals.py`` gives each its warning code.
-MODEL_IN_LOOP = "model_in_loop"  # a model or optimizer built inside a loop: refused
-SCHEDULER_IN_LOOP = "scheduler_in_loop"  # a scheduler built inside a loop: left out of prepare
-CREATED_AFTER_LOOP = "created_after_loop"  # an object created after training starts: refused
-BUILT_ELSEWHERE = "built_elsewhere"  # no scope holds every object: refused
-SEVERAL_TRAINERS = "several_trainers"  # several scopes each build a whole training of their own: refused
-UNSHARDED = "unsharded"  # training walks a loader as it was before prepare: refused
-UNKNOWN_DATA = "unknown_data"  # training walks data that cannot be followed
-NOT_A_LOADER = "not_a_loader"  # training walks a library's batch iterator that prepare cannot shard: refused
-SELF_TRAINING_MODULE = "self_training_module"  # a module that builds and steps its own optimizer: refused
-MODELS_IN_A_COLLECTION = "models_in_a_collection"  # an optimizer trains models kept in a list: refused
-SECOND_EXPERIMENT = "second_experiment"  # a name re-bound to a new object after training: a second experiment
-
-
-@dataclass(frozen=True)
-class Problem:
-    """Something the plan could not settle: what kind, the node to point at, the message fields, and
-    whether it stops the conversion (``refuse``) or only warns."""
-
-    kind: str
-    node: cst.CSTNode
-    fields: tuple[tuple[str, str], ...]
-    refuse: bool = True
-
-
-class Plan(PreparedUses):
+class Plan(PrepareSite, TrainingDataChecks):
     """The roles of names, the prepare site and the home of the accelerator, derived once from ``Facts``
     (the questions rules ask about the result are ``PreparedUses``'s)."""
 
@@ -385,355 +376,11 @@ class Plan(PreparedUses):
     def _problem(self, kind: str, node: cst.CSTNode, *, refuse: bool = True, **fields: str) -> None:
         self.problems.append(Problem(kind, node, tuple(fields.items()), refuse))
 
-    # the prepare site ---------------------------------------------------------------------------
-    def _choose_prepare_site(self) -> None:
-        by_scope: dict[Scope, dict[int, Alias]] = {}
-        for binding in self.facts.bindings():
-            if binding.role == "device" or binding.loop is not None or removed_wrap(binding, binding.where.imports):
-                continue
-            held = self.holds(binding)
-            if held is not None and held in self.objects:
-                aliases = by_scope.setdefault(binding.where, {})
-                previous = aliases.get(id(held))
-                # the first name that holds it (``model``, not a later ``model_without_ddp = model``), bound last
-                later = previous is not None and previous.stmt is not None and self.facts.order[previous.stmt] < self.facts.order[binding.stmt]
-                if later and self.drives_training(binding.where, binding.stmt):
-                    continue  # ``model = train_model(model, ...)``: what the training returns, not a place to prepare
-                if previous is None or previous.stmt is None or (later and previous.key == binding.key):
-                    aliases[id(held)] = Alias(binding.key, held, self._completed(binding), binding.many)
-        for scope in self.facts.scopes:
-            if scope.kind != "function":
-                continue
-            for name in scope.param_names:
-                if name in scope.bindings and not all(removed_wrap(b, scope.imports) for b in scope.bindings[name]):
-                    continue  # (``model = DDP(model)`` in ``train(model)`` still holds the parameter's model)
-                held = self.param_origin(scope, name)
-                if held is not None and held in self.objects:
-                    by_scope.setdefault(scope, {}).setdefault(id(held), Alias(name, held, None))
-        required = [o for o in self.objects if id(o) not in self._optional and o not in self.in_place]
-        candidates = [s for s, aliases in by_scope.items() if all(id(o) in aliases for o in required)]
-        if not candidates:
-            first = required[0]
-            missing = [o for o in required if all(id(o) not in a for a in by_scope.values() if id(first) in a)]
-            culprit = (missing or required)[0]
-            trainers = self._several_trainers(required)
-            if trainers:
-                names = ", ".join(f"`{_scope_name(t)}`" for t in trainers)
-                self._problem(SEVERAL_TRAINERS, culprit.stmt, names=names)
-            else:
-                self._problem(BUILT_ELSEWHERE, culprit.stmt, name=culprit.key)
-            return
-        scope = self._shallowest(candidates)
-        aliases = list(by_scope[scope].values())
-        aliases = [a for a in aliases if a.obj not in self.in_place]
-        held = {id(a.obj) for a in aliases} | {id(o) for o in self.in_place}
-        self.objects = [o for o in self.objects if id(o) in held]  # loaders no one iterates, out of reach: left alone
-        self._place_prepare(scope, aliases)
-
-    def _several_trainers(self, required: list[Binding]) -> list[Scope]:
-        """The scopes that each build a whole training of their own (an optimizer and the model it trains) when every
-        model and optimizer is built in one of them: ten GAN classes chosen by ``--gan_type``, each building G, D,
-        their optimizers and its loader in ``__init__``. Empty when the objects are not split that way."""
-        homes: dict[int, Scope] = {id(o.where): o.where for o in required if o.role == "optimizer"}
-        if len(homes) < 2 or any(id(o.where) not in homes for o in required if o.role in ("optimizer", "model")):
-            return []  # (a loader may come from a helper every trainer calls)
-        for home in homes.values():
-            if not {"optimizer", "model"} <= {o.role for o in required if o.where is home}:
-                return []
-        return list(homes.values())
-
-    def _completed(self, binding: Binding) -> cst.BaseStatement:
-        """The statement after which ``binding``'s object is complete: a list is, after its last ``append``."""
-        if not binding.many:
-            return binding.stmt
-        order = self.facts.order
-        mutations = [
-            s.stmt for s in binding.where.calls
-            if s.method in ("append", "extend", "insert") and isinstance(s.node.func, cst.Attribute)
-            and dotted(s.node.func.value) == binding.key and order[s.stmt][0] > order[binding.stmt][0]
-        ]
-        return max(mutations, key=lambda s: order[s][0], default=binding.stmt)
-
-    def _shallowest(self, candidates: list[Scope]) -> Scope:
-        """The candidate no other candidate calls (directly or not): prepare runs once, near the entry."""
-        def callers(scope: Scope, seen: set[int]) -> set[int]:
-            out: set[int] = set()
-            for site in self.call_sites(scope):
-                caller = site.scope
-                if id(caller) not in seen:
-                    seen.add(id(caller))
-                    out |= {id(caller)} | callers(caller, seen)
-            return out
-
-        ids = {id(c) for c in candidates}
-        roots = [c for c in candidates if not (callers(c, set()) & ids)]
-        return (roots or candidates)[0]
-
-    def _place_prepare(self, scope: Scope, aliases: list[Alias]) -> None:
-        stmts = [a.stmt for a in aliases if a.stmt is not None]
-        block = _common_block(self.facts, scope, stmts)
-        order = {role: i for i, role in enumerate(PREPARED_ROLES)}
-        tops = [self.facts.top_in(s, block) for s in stmts]
-        last = max((t for t in tops if t is not None), key=block.index, default=None)
-        aliases.sort(key=lambda a: (order[a.obj.role or ""], self.facts.order[a.stmt][0] if a.stmt is not None else -1))
-        if last is not None:
-            for index, stmt in enumerate(block[: block.index(last)]):
-                if self.drives_training(scope, stmt):
-                    late = [a for a in aliases if a.stmt is not None
-                            and block.index(self.facts.top_in(a.stmt, block) or block[0]) > index]  # type: ignore[arg-type]
-                    if late and all(self._later_experiment(scope, a, stmt) for a in late):
-                        # experiments one after another (a notebook's): each later one's objects are prepared
-                        # right where they are built, as the first one's are before its loop
-                        self.in_place.extend(a.obj for a in late)
-                        self.in_place.extend(self._rebound_models(scope, late, stmt))
-                        self._place_prepare(scope, [a for a in aliases if a not in late])
-                        return
-                    culprit = next(a for a in aliases if a.stmt is not None and self.facts.top_in(a.stmt, block) is last)
-                    assert culprit.stmt is not None
-                    if self._second_experiment(scope, culprit, stmt):
-                        self._problem(SECOND_EXPERIMENT, culprit.stmt, name=culprit.key)
-                    else:
-                        self._problem(CREATED_AFTER_LOOP, culprit.stmt, name=culprit.key)
-                    return
-        self.prepare_scope, self.prepare_block, self.prepare_after, self.aliases = scope, block, last, aliases
-
-    def _rebound_models(self, scope: Scope, late: list[Alias], loop: cst.BaseStatement) -> list[Binding]:
-        """The models a later experiment's optimizers train, built again after ``loop`` (``model = Net()`` right
-        before ``optimizer = Adam(model.parameters())``): the last such binding before each optimizer."""
-        start = self.facts.order[loop][1]
-        found: list[Binding] = []
-        for alias in late:
-            if alias.obj.role != "optimizer" or alias.stmt is None:
-                continue
-            at = self.facts.order[alias.stmt][0]
-            for _, owner in self.trained_by(alias.obj):
-                key = dotted(owner)
-                earlier = [b for b in scope.bindings.get(key or "", []) if b.role == "model"
-                           and isinstance(b.stmt, cst.SimpleStatementLine) and start < self.facts.order[b.stmt][0] < at]
-                if earlier and earlier[-1] not in found and earlier[-1] not in self.in_place:
-                    found.append(earlier[-1])
-        return found
-
-    def _later_experiment(self, scope: Scope, alias: Alias, loop: cst.BaseStatement) -> bool:
-        """Whether ``alias`` re-binds, after training started at ``loop``, a name an earlier experiment bound to an
-        object of the same kind, in a plain statement of the prepare scope (so it can be prepared where it is)."""
-        plain = (isinstance(alias.stmt, cst.SimpleStatementLine) and alias.obj.where is scope and not alias.many
-                 and alias.obj.loop is None)
-        # a later experiment's own data (``big = DataLoader(...)``) and model under a new name (``model_1 = ...``,
-        # trained by the re-bound optimizer) are prepared where they are built too
-        return plain and (alias.obj.role in ("loader", "model") or self._second_experiment(scope, alias, loop))
-
-    def _model_collection(self, scope: Scope, owner: cst.BaseExpression) -> bool:
-        """Whether ``owner`` names a list, tuple or dict the program fills with models (``[Net(), Net()]``)."""
-        key = dotted(owner)
-        binding = self.binding_of(scope, key) if key is not None and key.count(".") <= 1 else None
-        value = binding.value if binding is not None else None
-        if isinstance(value, cst.ListComp):
-            elements = [value.elt]
-        elif isinstance(value, (cst.List, cst.Tuple)):
-            elements = [e.value for e in value.elements]
-        elif isinstance(value, cst.Dict):
-            elements = [e.value for e in value.elements if isinstance(e, cst.DictElement)]
-        else:
-            return False
-        return bool(elements) and any(
-            classify(e, binding.where.imports, self.facts.classes) == "model" for e in elements)  # type: ignore[union-attr]
-
-    def _second_experiment(self, scope: Scope, culprit: Alias, loop: cst.BaseStatement) -> bool:
-        """Whether ``culprit``'s name was bound to an object of the same kind before the training ``loop`` (a first
-        experiment), rather than the object being simply created late."""
-        role = culprit.obj.role
-        order = self.facts.order[loop][0]
-        for binding in scope.bindings.get(culprit.key, []):
-            if binding.role == role and binding.stmt is not culprit.stmt and self.facts.order[binding.stmt][0] < order:
-                return True
-        return False
-
-    def drives_training(self, scope: Scope, stmt: cst.BaseStatement) -> bool:
-        """Whether ``stmt`` runs a training step (a ``backward``, directly or through a call)."""
-        first, last = self.facts.order[stmt]
-        return any(
-            first <= self.facts.order[site.stmt][0] <= last and self.reaches_backward(site) and not self.demo_backward(site)
-            for site in self.facts.calls
-            if site.scope is scope  # a function defined here runs only when it is called
-        )
-
-    def demo_backward(self, site: CallSite) -> bool:
-        """``y.backward()`` once, outside any loop, with no optimizer stepped in its scope: an autograd demo (a
-        notebook's ``x.grad`` before the model), not a training step."""
-        if site.method != "backward" or self.facts.looped(site):
-            return False
-        parent = self.facts.parent_stmt.get(site.stmt)
-        for other in site.scope.calls:
-            if other.method != "step" or not isinstance(other.node.func, cst.Attribute):
-                continue
-            chain = self.facts.chain(other.stmt)
-            # a step in the backward's own straight-line code (not in a loop that trains on its own)
-            if not any(isinstance(s, (cst.For, cst.While)) for s in chain) and (
-                    parent is None or parent in chain):
-                found = self.origin(other.scope, other.node.func.value)
-                if found is None or found.role in ("optimizer", None):
-                    return False  # a step of an optimizer, or of something that may be one
-        return True
-
-    # never a silent partial conversion ------------------------------------------------------------
-    def _check_training_data(self) -> None:
-        """Every loop that trains walks a prepared loader as prepared, or data that is not a loader. A
-        loader it walks raw (built elsewhere, or used where prepare's result does not reach) would feed
-        every process the whole data set: the file is refused, naming it. Data that cannot be followed at
-        all is reported."""
-        for loop in self.facts.loops:
-            if not any(self.reaches_backward(site) for site in loop.calls) or self.bystander(loop.scope):
-                continue
-            source = self.loop_source(loop)
-            found = self.origin(loop.scope, source)
-            # ``x, y = next(data_iter)`` with ``data_iter = iter(loader)`` walks the loader all the same; a name
-            # bound to one of two loaders (``data_loader = self.a`` or ``self.b``) walks either (the loop's own
-            # iterable when it is one name: checked below)
-            own = self.alternatives(loop.scope, source)
-            walked = [(loop.node.iter, loop.node, own)] if len(own) > 1 else []
-            walked += [(site.node, site.stmt, self.alternatives(loop.scope, drawn)) for site, drawn in self.drawn_sources(loop)]
-            for node, at, choices in walked:
-                for value in choices:
-                    origin = self.origin(loop.scope, value)
-                    if origin is not None and origin.role == "loader" and self.prepared(loop.scope, value, at) is None:
-                        self._problem(UNSHARDED, node, name=dotted(value) or "the loader", line=origin.key)
-                        break
-            if found is not None and found.role == "loader":
-                if self.loader_of(loop) is None:
-                    self._problem(UNSHARDED, loop.node.iter, name=dotted(source) or "the loader", line=found.key)
-            elif dotted(source) is not None and (kind := self._iterator_class(found)) is not None:
-                # torchtext's legacy ``BucketIterator``: followed to where it is built, and no DataLoader
-                self._problem(NOT_A_LOADER, loop.node.iter, name=dotted(source) or "", iterator=kind)
-            elif found is None and (inline := self._inline(loop.scope, source, "loader")) is not None:
-                # ``Solver(DataLoader(...))``: built where it is passed, out of prepare's reach, as a named one would be
-                self._problem(BUILT_ELSEWHERE, inline, name=dotted(source) or "the loader")
-            elif dotted(source) is not None and self._unknown_data(loop.scope, source, found):
-                self._problem(UNKNOWN_DATA, loop.node.iter, refuse=False, name=dotted(source) or "")
-
-    def _iterator_class(self, found: Binding | None) -> str | None:
-        """``torchtext.data.BucketIterator`` when ``found`` builds one of torchtext's batch iterators, alone or one per
-        split with ``.splits(...)`` (not a DataLoader, so ``prepare`` cannot shard it: every process would walk all
-        of it)."""
-        if found is None or (found.value is None and found.unpacked is None):
-            return None
-        value = found.unpacked[0] if found.unpacked is not None else strip_placement(found.value)  # type: ignore[arg-type]
-        if not isinstance(value, cst.Call):
-            return None
-        qualname = found.where.imports.qualname(value.func) or ""
-        qualname = qualname.removesuffix(".splits")  # ``BucketIterator.splits((train, val), ...)``: one per split
-        return qualname if qualname.startswith("torchtext.") and qualname.endswith("Iterator") else None
-
-    def _check_trained_models(self) -> None:
-        """A model an optimizer trains that a caller builds inline where it passes it (``Trainer(Net(), loader)``) is
-        out of prepare's reach: prepared without it, the processes would train their own copies (no gradient is
-        averaged). Refused, as a named one built there would be. Without a prepared loader every process trains on
-        the same data, so the copies stay equal (ACC022 says it is no faster): left as it is."""
-        if not any(o.role == "loader" for o in self.objects):
-            return
-        for optimizer in self.objects:
-            if optimizer.role != "optimizer":
-                continue
-            for where, owner in self.trained_by(optimizer):
-                if self.origin(where, owner) is None and (inline := self._inline(where, owner, "model")) is not None:
-                    self._problem(BUILT_ELSEWHERE, inline, name=dotted(owner) or "the model")
-                    return
-
-    def _inline(self, scope: Scope, source: cst.BaseExpression, role: str) -> cst.Call | None:
-        """The object of ``role`` a caller builds inline where it passes ``source`` (``Solver(DataLoader(...))`` stored
-        as ``self.loader``, ``Trainer(Net(), ...)`` read as the parameter ``model``), if every call passes one; None
-        otherwise."""
-        key = dotted(source)
-        binding = self.binding_of(scope, key) if key is not None and key.count(".") <= 1 else None
-        value, where = (binding.value, binding.where) if binding is not None else (source, scope)
-        name = dotted(value) if value is not None else None
-        if name is None or where.kind != "function" or name not in where.param_names or name in where.bindings:
-            return None
-        found = []
-        for site in self.call_sites(where):
-            arg = self.arg_for(site, where, name)
-            if arg is None or not isinstance(arg.value, cst.Call) or \
-                    classify(arg.value, site.scope.imports, self.facts.classes) != role:
-                return None
-            found.append(arg.value)
-        return found[0] if found else None
-
-    def _unknown_data(self, scope: Scope, source: cst.BaseExpression, found: Binding | None) -> bool:
-        """Training data that may be a DataLoader nobody can see being built: made by a call of a library
-        function (``loader = build_loader(cfg)``), or not followed at all. Tensors, ranges and lists are data
-        the script makes itself."""
-        if found is None:
-            return self._bound(scope, dotted(source) or "")
-        value = strip_placement(found.value) if found.value is not None else None
-        if found.unpacked is not None:
-            value = found.unpacked[0]
-        if not isinstance(value, cst.Call):
-            return False
-        qualname = found.where.imports.qualname(value.func) or ""
-        local = self.facts.sites.get(value) is not None and self.callee(self.facts.sites[value]) is not None
-        return not local and not qualname.startswith(("torch.", "numpy.", "np.")) and qualname not in _BUILTIN_DATA
-
-    def _bound(self, scope: Scope, key: str) -> bool:
-        """Whether ``key`` is assigned in the program (or is a parameter something is passed to)."""
-        head = key.split(".")[0]
-        owner = scope.resolve(head)
-        if owner is None:
-            return False
-        if owner.kind == "function" and head in owner.param_names and head not in owner.bindings:
-            return bool(self.call_sites(owner))
-        return self.binding_of(scope, key) is not None
-
-    # the home of the accelerator ----------------------------------------------------------------
-    def _choose_home(self) -> None:
-        scope = self.prepare_scope
-        assert scope is not None
-        via: list[CallSite] = []
-        if scope.class_scope is None:
-            while True:
-                sites = self.call_sites(scope)
-                callers = {id(site.scope) for site in sites}
-                if not sites or len(callers) != 1 or sites[0].scope.kind == "class":
-                    break  # called from several places (or none): the accelerator is made where prepare is
-                caller = sites[0].scope
-                if not all(self._feeds(caller, site, scope) for site in sites):
-                    break
-                scope, via = caller, sites  # ``train_model(model, device)``, and its retry after an OOM
-        if scope.class_scope is not None and _torch_module_class(scope.class_scope.name, self.facts.classes):
-            # forward-forward style: each layer makes and steps its own optimizer in a method of its own
-            self._problem(SELF_TRAINING_MODULE, scope.node, name=f"{scope.class_scope.name}.{scope.name}")
-        self.home, self.home_call = scope, (via[0] if via else None)
-        self.home_block = self.prepare_block if not via else _common_block(self.facts, scope, [s.stmt for s in via])
-
-    def _feeds(self, caller: Scope, site: CallSite, callee: Scope) -> bool:
-        """Whether ``caller`` builds one of the prepared objects or the device it passes to ``callee``."""
-        for arg in site.node.args:
-            if arg.star:
-                continue
-            found = self.origin(caller, arg.value)
-            if found is not None and found.where is caller and (found in self.objects or found.role == "device"):
-                return True
-        return False
-
-
-def _scope_name(scope: Scope) -> str:
-    """``GAN.__init__`` for a method, ``train`` for a function."""
-    owner = scope.class_scope
-    return f"{owner.name}.{scope.name}" if owner is not None else scope.name
-
-
 def _outermost(scope: Scope) -> Scope:
     """The module-level function (or class) ``scope`` is in, or ``scope`` itself."""
     while scope.parent is not None and scope.parent.kind != "module":
         scope = scope.parent
     return scope
-
-
-def _torch_module_class(name: str, classes: dict[str, list[str]], seen: frozenset[str] = frozenset()) -> bool:
-    """Whether the class ``name`` of the program subclasses a ``torch.nn`` class (``nn.Module``, ``nn.Linear``...)."""
-    return any(
-        base.startswith("torch.nn.") or (base not in seen and _torch_module_class(base, classes, seen | {name}))
-        for base in classes.get(name, [])
-    )
 
 
 def _maker(binding: Binding) -> tuple[Scope, cst.Call]:
@@ -767,20 +414,3 @@ def _from_torch_optim(binding: Binding) -> bool:
     where, core = _maker(binding)
     return (where.imports.qualname(core.func) or "").startswith("torch.optim.") or \
         factory_role(core, where.imports, {}) == "optimizer"  # ``config.init_obj('optimizer', torch.optim, params)``
-
-
-def _common_block(facts: Facts, scope: Scope, stmts: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
-    """The innermost block of ``scope`` (its body, or the body of an ``if``/``with``/``try`` in it, never
-    a loop's) that contains every statement of ``stmts``; ``scope.body`` when there are none."""
-    block = scope.body
-    if not stmts:
-        return block
-    while True:
-        tops = {id(facts.top_in(s, block)) for s in stmts}
-        if len(tops) != 1 or None in tops:
-            return block
-        top = facts.top_in(stmts[0], block)
-        inner = block_of(top) if isinstance(top, (cst.If, cst.With, cst.Try)) else None  # type: ignore[arg-type]
-        if inner is None or any(facts.top_in(s, inner) is None for s in stmts):
-            return block
-        block = inner

@@ -1,0 +1,132 @@
+"""Never a silent partial conversion: the checks the plan makes once the prepare site is chosen.
+
+Every loop that trains walks a prepared loader as prepared, or data that is not a loader; a loader walked raw, a
+library's batch iterator ``prepare`` cannot shard, or a loader or model built inline where it is passed is refused
+(a ``Problem``); data that cannot be followed at all is reported.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.codemods.analysis.facts import Binding, Scope
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.prepared_uses import PreparedUses
+from accelify.codemods.analysis.problems import BUILT_ELSEWHERE, NOT_A_LOADER, UNKNOWN_DATA, UNSHARDED
+from accelify.codemods.analysis.roles import classify, strip_placement
+
+_BUILTIN_DATA = {"range", "list", "zip", "enumerate", "iter", "tuple", "sorted", "reversed", "map", "filter", "itertools.count",
+                 "tqdm.trange", "tqdm.auto.trange"}
+
+
+class TrainingDataChecks(PreparedUses):
+    """The plan's checks of what the training walks and trains (``Plan`` mixes it in; ``trained_by``, ``bystander``
+    and ``_problem`` are the plan's)."""
+
+    objects: list[Binding]
+
+    def _check_training_data(self) -> None:
+        """Every loop that trains walks a prepared loader as prepared, or data that is not a loader. A
+        loader it walks raw (built elsewhere, or used where prepare's result does not reach) would feed
+        every process the whole data set: the file is refused, naming it. Data that cannot be followed at
+        all is reported."""
+        for loop in self.facts.loops:
+            if not any(self.reaches_backward(site) for site in loop.calls) or self.bystander(loop.scope):
+                continue
+            source = self.loop_source(loop)
+            found = self.origin(loop.scope, source)
+            # ``x, y = next(data_iter)`` with ``data_iter = iter(loader)`` walks the loader all the same; a name
+            # bound to one of two loaders (``data_loader = self.a`` or ``self.b``) walks either (the loop's own
+            # iterable when it is one name: checked below)
+            own = self.alternatives(loop.scope, source)
+            walked = [(loop.node.iter, loop.node, own)] if len(own) > 1 else []
+            walked += [(site.node, site.stmt, self.alternatives(loop.scope, drawn)) for site, drawn in self.drawn_sources(loop)]
+            for node, at, choices in walked:
+                for value in choices:
+                    origin = self.origin(loop.scope, value)
+                    if origin is not None and origin.role == "loader" and self.prepared(loop.scope, value, at) is None:
+                        self._problem(UNSHARDED, node, name=dotted(value) or "the loader", line=origin.key)
+                        break
+            if found is not None and found.role == "loader":
+                if self.loader_of(loop) is None:
+                    self._problem(UNSHARDED, loop.node.iter, name=dotted(source) or "the loader", line=found.key)
+            elif dotted(source) is not None and (kind := self._iterator_class(found)) is not None:
+                # torchtext's legacy ``BucketIterator``: followed to where it is built, and no DataLoader
+                self._problem(NOT_A_LOADER, loop.node.iter, name=dotted(source) or "", iterator=kind)
+            elif found is None and (inline := self._inline(loop.scope, source, "loader")) is not None:
+                # ``Solver(DataLoader(...))``: built where it is passed, out of prepare's reach, as a named one would be
+                self._problem(BUILT_ELSEWHERE, inline, name=dotted(source) or "the loader")
+            elif dotted(source) is not None and self._unknown_data(loop.scope, source, found):
+                self._problem(UNKNOWN_DATA, loop.node.iter, refuse=False, name=dotted(source) or "")
+
+    def _iterator_class(self, found: Binding | None) -> str | None:
+        """``torchtext.data.BucketIterator`` when ``found`` builds one of torchtext's batch iterators, alone or one per
+        split with ``.splits(...)`` (not a DataLoader, so ``prepare`` cannot shard it: every process would walk all
+        of it)."""
+        if found is None or (found.value is None and found.unpacked is None):
+            return None
+        value = found.unpacked[0] if found.unpacked is not None else strip_placement(found.value)  # type: ignore[arg-type]
+        if not isinstance(value, cst.Call):
+            return None
+        qualname = found.where.imports.qualname(value.func) or ""
+        qualname = qualname.removesuffix(".splits")  # ``BucketIterator.splits((train, val), ...)``: one per split
+        return qualname if qualname.startswith("torchtext.") and qualname.endswith("Iterator") else None
+
+    def _check_trained_models(self) -> None:
+        """A model an optimizer trains that a caller builds inline where it passes it (``Trainer(Net(), loader)``) is
+        out of prepare's reach: prepared without it, the processes would train their own copies (no gradient is
+        averaged). Refused, as a named one built there would be. Without a prepared loader every process trains on
+        the same data, so the copies stay equal (ACC022 says it is no faster): left as it is."""
+        if not any(o.role == "loader" for o in self.objects):
+            return
+        for optimizer in self.objects:
+            if optimizer.role != "optimizer":
+                continue
+            for where, owner in self.trained_by(optimizer):
+                if self.origin(where, owner) is None and (inline := self._inline(where, owner, "model")) is not None:
+                    self._problem(BUILT_ELSEWHERE, inline, name=dotted(owner) or "the model")
+                    return
+
+    def _inline(self, scope: Scope, source: cst.BaseExpression, role: str) -> cst.Call | None:
+        """The object of ``role`` a caller builds inline where it passes ``source`` (``Solver(DataLoader(...))`` stored
+        as ``self.loader``, ``Trainer(Net(), ...)`` read as the parameter ``model``), if every call passes one; None
+        otherwise."""
+        key = dotted(source)
+        binding = self.binding_of(scope, key) if key is not None and key.count(".") <= 1 else None
+        value, where = (binding.value, binding.where) if binding is not None else (source, scope)
+        name = dotted(value) if value is not None else None
+        if name is None or where.kind != "function" or name not in where.param_names or name in where.bindings:
+            return None
+        found = []
+        for site in self.call_sites(where):
+            arg = self.arg_for(site, where, name)
+            if arg is None or not isinstance(arg.value, cst.Call) or \
+                    classify(arg.value, site.scope.imports, self.facts.classes) != role:
+                return None
+            found.append(arg.value)
+        return found[0] if found else None
+
+    def _unknown_data(self, scope: Scope, source: cst.BaseExpression, found: Binding | None) -> bool:
+        """Training data that may be a DataLoader nobody can see being built: made by a call of a library
+        function (``loader = build_loader(cfg)``), or not followed at all. Tensors, ranges and lists are data
+        the script makes itself."""
+        if found is None:
+            return self._bound(scope, dotted(source) or "")
+        value = strip_placement(found.value) if found.value is not None else None
+        if found.unpacked is not None:
+            value = found.unpacked[0]
+        if not isinstance(value, cst.Call):
+            return False
+        qualname = found.where.imports.qualname(value.func) or ""
+        local = self.facts.sites.get(value) is not None and self.callee(self.facts.sites[value]) is not None
+        return not local and not qualname.startswith(("torch.", "numpy.", "np.")) and qualname not in _BUILTIN_DATA
+
+    def _bound(self, scope: Scope, key: str) -> bool:
+        """Whether ``key`` is assigned in the program (or is a parameter something is passed to)."""
+        head = key.split(".")[0]
+        owner = scope.resolve(head)
+        if owner is None:
+            return False
+        if owner.kind == "function" and head in owner.param_names and head not in owner.bindings:
+            return bool(self.call_sites(owner))
+        return self.binding_of(scope, key) is not None

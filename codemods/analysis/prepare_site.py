@@ -1,0 +1,294 @@
+"""Where ``prepare`` goes and where the ``Accelerator`` is created (the plan's decisions 3 and 4).
+
+The prepare site is the scope closest to the entry point that holds every object to prepare as a name (a
+parameter, a local, ``self.x``), in the innermost block that binds them all, right after the last; experiments one
+after another are each prepared where they are built. The home is the prepare scope, or the caller that built some
+of the objects and passed them in. What cannot be placed is recorded as a ``Problem``.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.codemods.analysis.blocks import block_of
+from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Scope
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.prepared_uses import Alias, PreparedUses
+from accelify.codemods.analysis.problems import (
+    BUILT_ELSEWHERE,
+    CREATED_AFTER_LOOP,
+    SECOND_EXPERIMENT,
+    SELF_TRAINING_MODULE,
+    SEVERAL_TRAINERS,
+)
+from accelify.codemods.analysis.roles import classify, removed_wrap
+
+PREPARED_ROLES = ("model", "optimizer", "loader", "scheduler")
+
+
+class PrepareSite(PreparedUses):
+    """The plan's choice of the prepare site and of the accelerator's home (``Plan`` mixes it in; the objects, their
+    roles and the problems list are the plan's, as are ``trained_by`` and ``_problem``)."""
+
+    objects: list[Binding]
+    in_place: list[Binding]
+    _optional: set[int]
+    prepare_scope: Scope | None
+    prepare_block: list[cst.BaseStatement]
+    prepare_after: cst.BaseStatement | None
+    aliases: list[Alias]
+    home: Scope | None
+    home_block: list[cst.BaseStatement]
+    home_call: CallSite | None
+
+    def _choose_prepare_site(self) -> None:
+        by_scope: dict[Scope, dict[int, Alias]] = {}
+        for binding in self.facts.bindings():
+            if binding.role == "device" or binding.loop is not None or removed_wrap(binding, binding.where.imports):
+                continue
+            held = self.holds(binding)
+            if held is not None and held in self.objects:
+                aliases = by_scope.setdefault(binding.where, {})
+                previous = aliases.get(id(held))
+                # the first name that holds it (``model``, not a later ``model_without_ddp = model``), bound last
+                later = previous is not None and previous.stmt is not None and self.facts.order[previous.stmt] < self.facts.order[binding.stmt]
+                if later and self.drives_training(binding.where, binding.stmt):
+                    continue  # ``model = train_model(model, ...)``: what the training returns, not a place to prepare
+                if previous is None or previous.stmt is None or (later and previous.key == binding.key):
+                    aliases[id(held)] = Alias(binding.key, held, self._completed(binding), binding.many)
+        for scope in self.facts.scopes:
+            if scope.kind != "function":
+                continue
+            for name in scope.param_names:
+                if name in scope.bindings and not all(removed_wrap(b, scope.imports) for b in scope.bindings[name]):
+                    continue  # (``model = DDP(model)`` in ``train(model)`` still holds the parameter's model)
+                held = self.param_origin(scope, name)
+                if held is not None and held in self.objects:
+                    by_scope.setdefault(scope, {}).setdefault(id(held), Alias(name, held, None))
+        required = [o for o in self.objects if id(o) not in self._optional and o not in self.in_place]
+        candidates = [s for s, aliases in by_scope.items() if all(id(o) in aliases for o in required)]
+        if not candidates:
+            first = required[0]
+            missing = [o for o in required if all(id(o) not in a for a in by_scope.values() if id(first) in a)]
+            culprit = (missing or required)[0]
+            trainers = self._several_trainers(required)
+            if trainers:
+                names = ", ".join(f"`{_scope_name(t)}`" for t in trainers)
+                self._problem(SEVERAL_TRAINERS, culprit.stmt, names=names)
+            else:
+                self._problem(BUILT_ELSEWHERE, culprit.stmt, name=culprit.key)
+            return
+        scope = self._shallowest(candidates)
+        aliases = list(by_scope[scope].values())
+        aliases = [a for a in aliases if a.obj not in self.in_place]
+        held = {id(a.obj) for a in aliases} | {id(o) for o in self.in_place}
+        self.objects = [o for o in self.objects if id(o) in held]  # loaders no one iterates, out of reach: left alone
+        self._place_prepare(scope, aliases)
+
+    def _several_trainers(self, required: list[Binding]) -> list[Scope]:
+        """The scopes that each build a whole training of their own (an optimizer and the model it trains) when every
+        model and optimizer is built in one of them: ten GAN classes chosen by ``--gan_type``, each building G, D,
+        their optimizers and its loader in ``__init__``. Empty when the objects are not split that way."""
+        homes: dict[int, Scope] = {id(o.where): o.where for o in required if o.role == "optimizer"}
+        if len(homes) < 2 or any(id(o.where) not in homes for o in required if o.role in ("optimizer", "model")):
+            return []  # (a loader may come from a helper every trainer calls)
+        for home in homes.values():
+            if not {"optimizer", "model"} <= {o.role for o in required if o.where is home}:
+                return []
+        return list(homes.values())
+
+    def _completed(self, binding: Binding) -> cst.BaseStatement:
+        """The statement after which ``binding``'s object is complete: a list is, after its last ``append``."""
+        if not binding.many:
+            return binding.stmt
+        order = self.facts.order
+        mutations = [
+            s.stmt for s in binding.where.calls
+            if s.method in ("append", "extend", "insert") and isinstance(s.node.func, cst.Attribute)
+            and dotted(s.node.func.value) == binding.key and order[s.stmt][0] > order[binding.stmt][0]
+        ]
+        return max(mutations, key=lambda s: order[s][0], default=binding.stmt)
+
+    def _shallowest(self, candidates: list[Scope]) -> Scope:
+        """The candidate no other candidate calls (directly or not): prepare runs once, near the entry."""
+        def callers(scope: Scope, seen: set[int]) -> set[int]:
+            out: set[int] = set()
+            for site in self.call_sites(scope):
+                caller = site.scope
+                if id(caller) not in seen:
+                    seen.add(id(caller))
+                    out |= {id(caller)} | callers(caller, seen)
+            return out
+
+        ids = {id(c) for c in candidates}
+        roots = [c for c in candidates if not (callers(c, set()) & ids)]
+        return (roots or candidates)[0]
+
+    def _place_prepare(self, scope: Scope, aliases: list[Alias]) -> None:
+        stmts = [a.stmt for a in aliases if a.stmt is not None]
+        block = _common_block(self.facts, scope, stmts)
+        order = {role: i for i, role in enumerate(PREPARED_ROLES)}
+        tops = [self.facts.top_in(s, block) for s in stmts]
+        last = max((t for t in tops if t is not None), key=block.index, default=None)
+        aliases.sort(key=lambda a: (order[a.obj.role or ""], self.facts.order[a.stmt][0] if a.stmt is not None else -1))
+        if last is not None:
+            for index, stmt in enumerate(block[: block.index(last)]):
+                if self.drives_training(scope, stmt):
+                    late = [a for a in aliases if a.stmt is not None
+                            and block.index(self.facts.top_in(a.stmt, block) or block[0]) > index]  # type: ignore[arg-type]
+                    if late and all(self._later_experiment(scope, a, stmt) for a in late):
+                        # experiments one after another (a notebook's): each later one's objects are prepared
+                        # right where they are built, as the first one's are before its loop
+                        self.in_place.extend(a.obj for a in late)
+                        self.in_place.extend(self._rebound_models(scope, late, stmt))
+                        self._place_prepare(scope, [a for a in aliases if a not in late])
+                        return
+                    culprit = next(a for a in aliases if a.stmt is not None and self.facts.top_in(a.stmt, block) is last)
+                    assert culprit.stmt is not None
+                    if self._second_experiment(scope, culprit, stmt):
+                        self._problem(SECOND_EXPERIMENT, culprit.stmt, name=culprit.key)
+                    else:
+                        self._problem(CREATED_AFTER_LOOP, culprit.stmt, name=culprit.key)
+                    return
+        self.prepare_scope, self.prepare_block, self.prepare_after, self.aliases = scope, block, last, aliases
+
+    def _rebound_models(self, scope: Scope, late: list[Alias], loop: cst.BaseStatement) -> list[Binding]:
+        """The models a later experiment's optimizers train, built again after ``loop`` (``model = Net()`` right
+        before ``optimizer = Adam(model.parameters())``): the last such binding before each optimizer."""
+        start = self.facts.order[loop][1]
+        found: list[Binding] = []
+        for alias in late:
+            if alias.obj.role != "optimizer" or alias.stmt is None:
+                continue
+            at = self.facts.order[alias.stmt][0]
+            for _, owner in self.trained_by(alias.obj):
+                key = dotted(owner)
+                earlier = [b for b in scope.bindings.get(key or "", []) if b.role == "model"
+                           and isinstance(b.stmt, cst.SimpleStatementLine) and start < self.facts.order[b.stmt][0] < at]
+                if earlier and earlier[-1] not in found and earlier[-1] not in self.in_place:
+                    found.append(earlier[-1])
+        return found
+
+    def _later_experiment(self, scope: Scope, alias: Alias, loop: cst.BaseStatement) -> bool:
+        """Whether ``alias`` re-binds, after training started at ``loop``, a name an earlier experiment bound to an
+        object of the same kind, in a plain statement of the prepare scope (so it can be prepared where it is)."""
+        plain = (isinstance(alias.stmt, cst.SimpleStatementLine) and alias.obj.where is scope and not alias.many
+                 and alias.obj.loop is None)
+        # a later experiment's own data (``big = DataLoader(...)``) and model under a new name (``model_1 = ...``,
+        # trained by the re-bound optimizer) are prepared where they are built too
+        return plain and (alias.obj.role in ("loader", "model") or self._second_experiment(scope, alias, loop))
+
+    def _model_collection(self, scope: Scope, owner: cst.BaseExpression) -> bool:
+        """Whether ``owner`` names a list, tuple or dict the program fills with models (``[Net(), Net()]``)."""
+        key = dotted(owner)
+        binding = self.binding_of(scope, key) if key is not None and key.count(".") <= 1 else None
+        value = binding.value if binding is not None else None
+        if isinstance(value, cst.ListComp):
+            elements = [value.elt]
+        elif isinstance(value, (cst.List, cst.Tuple)):
+            elements = [e.value for e in value.elements]
+        elif isinstance(value, cst.Dict):
+            elements = [e.value for e in value.elements if isinstance(e, cst.DictElement)]
+        else:
+            return False
+        return bool(elements) and any(
+            classify(e, binding.where.imports, self.facts.classes) == "model" for e in elements)  # type: ignore[union-attr]
+
+    def _second_experiment(self, scope: Scope, culprit: Alias, loop: cst.BaseStatement) -> bool:
+        """Whether ``culprit``'s name was bound to an object of the same kind before the training ``loop`` (a first
+        experiment), rather than the object being simply created late."""
+        role = culprit.obj.role
+        order = self.facts.order[loop][0]
+        for binding in scope.bindings.get(culprit.key, []):
+            if binding.role == role and binding.stmt is not culprit.stmt and self.facts.order[binding.stmt][0] < order:
+                return True
+        return False
+
+    def drives_training(self, scope: Scope, stmt: cst.BaseStatement) -> bool:
+        """Whether ``stmt`` runs a training step (a ``backward``, directly or through a call)."""
+        first, last = self.facts.order[stmt]
+        return any(
+            first <= self.facts.order[site.stmt][0] <= last and self.reaches_backward(site) and not self.demo_backward(site)
+            for site in self.facts.calls
+            if site.scope is scope  # a function defined here runs only when it is called
+        )
+
+    def demo_backward(self, site: CallSite) -> bool:
+        """``y.backward()`` once, outside any loop, with no optimizer stepped in its scope: an autograd demo (a
+        notebook's ``x.grad`` before the model), not a training step."""
+        if site.method != "backward" or self.facts.looped(site):
+            return False
+        parent = self.facts.parent_stmt.get(site.stmt)
+        for other in site.scope.calls:
+            if other.method != "step" or not isinstance(other.node.func, cst.Attribute):
+                continue
+            chain = self.facts.chain(other.stmt)
+            # a step in the backward's own straight-line code (not in a loop that trains on its own)
+            if not any(isinstance(s, (cst.For, cst.While)) for s in chain) and (
+                    parent is None or parent in chain):
+                found = self.origin(other.scope, other.node.func.value)
+                if found is None or found.role in ("optimizer", None):
+                    return False  # a step of an optimizer, or of something that may be one
+        return True
+
+    # the home of the accelerator ----------------------------------------------------------------
+    def _choose_home(self) -> None:
+        scope = self.prepare_scope
+        assert scope is not None
+        via: list[CallSite] = []
+        if scope.class_scope is None:
+            while True:
+                sites = self.call_sites(scope)
+                callers = {id(site.scope) for site in sites}
+                if not sites or len(callers) != 1 or sites[0].scope.kind == "class":
+                    break  # called from several places (or none): the accelerator is made where prepare is
+                caller = sites[0].scope
+                if not all(self._feeds(caller, site, scope) for site in sites):
+                    break
+                scope, via = caller, sites  # ``train_model(model, device)``, and its retry after an OOM
+        if scope.class_scope is not None and _torch_module_class(scope.class_scope.name, self.facts.classes):
+            # forward-forward style: each layer makes and steps its own optimizer in a method of its own
+            self._problem(SELF_TRAINING_MODULE, scope.node, name=f"{scope.class_scope.name}.{scope.name}")
+        self.home, self.home_call = scope, (via[0] if via else None)
+        self.home_block = self.prepare_block if not via else _common_block(self.facts, scope, [s.stmt for s in via])
+
+    def _feeds(self, caller: Scope, site: CallSite, callee: Scope) -> bool:
+        """Whether ``caller`` builds one of the prepared objects or the device it passes to ``callee``."""
+        for arg in site.node.args:
+            if arg.star:
+                continue
+            found = self.origin(caller, arg.value)
+            if found is not None and found.where is caller and (found in self.objects or found.role == "device"):
+                return True
+        return False
+
+
+def _scope_name(scope: Scope) -> str:
+    """``GAN.__init__`` for a method, ``train`` for a function."""
+    owner = scope.class_scope
+    return f"{owner.name}.{scope.name}" if owner is not None else scope.name
+
+
+def _torch_module_class(name: str, classes: dict[str, list[str]], seen: frozenset[str] = frozenset()) -> bool:
+    """Whether the class ``name`` of the program subclasses a ``torch.nn`` class (``nn.Module``, ``nn.Linear``...)."""
+    return any(
+        base.startswith("torch.nn.") or (base not in seen and _torch_module_class(base, classes, seen | {name}))
+        for base in classes.get(name, [])
+    )
+
+
+def _common_block(facts: Facts, scope: Scope, stmts: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    """The innermost block of ``scope`` (its body, or the body of an ``if``/``with``/``try`` in it, never
+    a loop's) that contains every statement of ``stmts``; ``scope.body`` when there are none."""
+    block = scope.body
+    if not stmts:
+        return block
+    while True:
+        tops = {id(facts.top_in(s, block)) for s in stmts}
+        if len(tops) != 1 or None in tops:
+            return block
+        top = facts.top_in(stmts[0], block)
+        inner = block_of(top) if isinstance(top, (cst.If, cst.With, cst.Try)) else None  # type: ignore[arg-type]
+        if inner is None or any(facts.top_in(s, inner) is None for s in stmts):
+            return block
+        block = inner
