@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from accelify.program import find_local, package_of, relative_import
+from accelify.program import entry_package, find_local, package_of, relative_import
 from accelify.settings import Settings
 
 
@@ -74,6 +74,9 @@ def _code_text(path: Path) -> str:
 def local_closure(script: Path, cache: dict[Path, list[str]]) -> set[Path]:
     """The local modules ``script`` may use, directly or through each other (resolved paths)."""
     folder = script.parent
+    package = entry_package(script)  # ``pkg/train.py`` run as ``python -m pkg.train``: ``from pkg.trainer import ...``
+    levels = len(package.split(".")) if package else 0
+    roots = [folder, *([script.parents[levels]] if levels else [])]  # beside it first, as Python looks
     found: set[Path] = set()
     pending = [script]
     while pending:
@@ -88,7 +91,7 @@ def local_closure(script: Path, cache: dict[Path, list[str]]) -> set[Path]:
                 name = relative_import(package_of(unit, current), level, name.lstrip(".")) if unit else ""
                 if not name:
                     continue
-            module = find_local(name, folder)
+            module = next((hit for hit in (find_local(name, root) for root in roots) if hit is not None), None)
             if module is None:
                 continue
             module = module.resolve()
