@@ -32,7 +32,7 @@ from accelify.codemods.engine.targets import TARGET_NAMES
 from accelify.migrate.discovery import candidates_in
 from accelify.settings import SettingsFinder
 from accelify.source import write_together
-from accelify.writes import Destination, plan_writes, program_copies
+from accelify.writes import Destination, copy_root, plan_writes, program_copies, program_modules
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -84,6 +84,10 @@ def convert(
                 result = settings.filter(convert_path(path, target=settings.target, disabled=settings.disable))
                 if not named and result.reason == NOT_A_CANDIDATE:
                     continue  # found in a folder, and not a candidate after all: not something the user asked for
+                if output is not None and not single and named and len(paths) == 1:
+                    # one program to a folder: mirrored from the folder its imports resolve from (``pygcn/train.py``
+                    # with ``from pygcn.utils import ...`` goes to OUT/pygcn/train.py, beside OUT/pygcn/utils.py)
+                    relative = path.resolve().relative_to(copy_root(path, program_modules(result)))
                 destinations[result.path] = _destination(path, relative, output=output, single=single)
                 yield result, destinations[result.path]
 
@@ -178,11 +182,12 @@ def _destination(path: Path, relative: Path, *, output: Path | None, single: boo
     def where(part: Result) -> Path:
         if part.path == script:
             return target
-        try:
-            inner = Path(part.path).relative_to(path.parent)
-        except ValueError:  # ``tools/train.py`` importing the root's ``dataset/`` (run with the root on the path)
-            module = os.path.abspath(part.path)
-            inner = Path(os.path.relpath(module, os.path.commonpath([module, os.path.abspath(path.parent)])))
+        module = os.path.abspath(part.path)
+        placed = Path(os.path.normpath(target.parent / os.path.relpath(module, os.path.abspath(path.parent))))
+        if placed.is_relative_to(output):  # in its place relative to the script, as the copy's layout mirrors
+            return placed
+        # above the output folder: a module the script imports from a folder above the one mirrored (several inputs)
+        inner = Path(os.path.relpath(module, os.path.commonpath([module, os.path.abspath(path.parent)])))
         return target.parent / inner
 
     return where
