@@ -20,10 +20,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from accelify.program import entry_package, find_local, local_modules, package_of, relative_import
+
+if TYPE_CHECKING:
+    from accelify.codemods.analysis.plan import Plan
+    from accelify.program import ModuleText
 
 MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 SKIPPED_FOLDERS = {"__pycache__", "node_modules", "venv", "env", "build", "dist", "site-packages", ".venv"}
@@ -168,37 +173,47 @@ def importers(module: Path, root: Path | None = None) -> list[Path]:
     return sorted(entries, key=rank)
 
 
-def built_by_caller(entry: Path, module: Path) -> CallerBuilt | None:
-    """What ``entry``'s program builds for the training in ``module`` (None when its program does not hold the module,
-    holds no training there, or builds nothing that training uses)."""
+def program_plan(script: Path) -> "tuple[Plan, list[ModuleText]] | None":
+    """The plan of the program ``script`` is the entry of (its local modules found as ``convert`` finds them), and
+    those modules; None when it cannot be read or analysed."""
     from accelify.codemods.analysis.collect import collect
     from accelify.codemods.analysis.exports import star_exports
     from accelify.codemods.analysis.facts import Facts
     from accelify.codemods.analysis.plan import Plan
 
     try:
-        parsed_entry = cst.parse_module(entry.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, cst.ParserSyntaxError):
-        return None
-    found = local_modules(entry, parsed_entry)
-    target = module.resolve()
-    unit = next((m.unit for m in found if Path(m.path).resolve() == target), None)
-    if unit is None:
-        return None
-    try:
+        parsed_entry = cst.parse_module(script.read_text(encoding="utf-8", errors="replace"))
+        found = local_modules(script, parsed_entry)
         parsed = {m.unit: cst.parse_module(m.text) for m in found}
         packages = {m.unit: package_of(m.unit, m.path) for m in found}
-        packages["__main__"] = entry_package(entry)
+        packages["__main__"] = entry_package(script)
         exports = star_exports({"__main__": parsed_entry, **parsed}, packages)
         facts = collect(parsed_entry, package=packages["__main__"], exports=exports)
         others = [collect(m, u, packages.get(u), exports) for u, m in parsed.items()]
-        plan = Plan(Facts.program(facts, others))
+        return Plan(Facts.program(facts, others)), found
     except Exception:  # noqa: BLE001 - naming an entry must never take a conversion down
+        return None
+
+
+def built_by_caller(entry: Path, module: Path) -> CallerBuilt | None:
+    """What ``entry``'s program builds for the training in ``module`` (None when its program does not hold the module,
+    holds no training there, or builds nothing that training uses that the module's own program does not build: a
+    script with a ``main()`` that builds its whole training stays an entry when a sweep script imports its loop)."""
+    analysed = program_plan(entry)
+    if analysed is None:
+        return None
+    plan, found = analysed
+    target = module.resolve()
+    unit = next((m.unit for m in found if Path(m.path).resolve() == target), None)
+    if unit is None:
         return None
     trainer = _trainer(plan, unit)
     roles = {o.role for o in plan.objects if o.where.unit != unit and o.role in ROLE_ORDER}
     if trainer is None or not roles:
         return None
+    alone = program_plan(target)
+    if alone is not None and roles <= {o.role for o in alone[0].objects}:
+        return None  # the module builds what its training needs itself
     return CallerBuilt(_shown(entry, module), trainer, tuple(r for r in ROLE_ORDER if r in roles))
 
 

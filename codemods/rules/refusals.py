@@ -21,19 +21,12 @@ One only warns: ACC027 (a scheduler created inside a loop, left out of ``prepare
 
 from __future__ import annotations
 
-import libcst as cst
-
 from accelify.codemods import codes
 from accelify.codemods.analysis import plan as found
 from accelify.codemods.analysis.plan import Problem
-from accelify.codemods.analysis.roles import strip_placement
+from accelify.codemods.analysis.walked_data import not_a_loader
 from accelify.codemods.engine.context import Abort, Context
 from accelify.codemods.engine.rule import Example, Rule
-
-# data libraries whose values are never a torch DataLoader: training data followed to one of their calls is walked
-# whole by every process (correct, no faster: ACC022), not refused as data that may be an unsharded loader
-NOT_LOADER_LIBRARIES = frozenset({"pandas", "polars", "datasets", "sklearn", "gym", "gymnasium", "scipy", "itertools",
-                                  "random", "collections", "csv", "json"})
 
 CODES = {
     found.MODEL_IN_LOOP: codes.MODEL_IN_LOOP,
@@ -432,22 +425,9 @@ for epoch in range(3):
 
 
 def _not_a_loader(ctx: Context, problem: Problem) -> bool:
-    """Whether the training data the plan could not place (``UNKNOWN_DATA``) was followed to a value of a data library
-    that makes no DataLoader (a ``pandas`` frame, a Hugging Face ``datasets`` table, a ``gym`` environment): every
-    process walks all of it, which is correct (the processes train on the same data, ACC022 says so) though no
-    faster. Anything else (a name followed nowhere, a call of a function the analysis cannot see into, such as
-    ``get_train_loader(cfg)`` from an installed package) may be a DataLoader that every process would walk whole:
-    refused (ACC021)."""
+    """Whether the training data the plan could not place (``UNKNOWN_DATA``) is known to be no DataLoader
+    (``analysis/walked_data.py``): every process walks all of it, which is correct, and ACC022 says so. Anything else
+    (a name followed nowhere, the result of a function the analysis cannot see into, such as ``get_train_loader(cfg)``
+    from an installed package) may be a DataLoader that every process would walk whole: refused (ACC021)."""
     loop = next((lp for lp in ctx.facts.loops if lp.node.iter is problem.node), None)
-    if loop is None:
-        return False
-    origin = ctx.plan.origin(loop.scope, ctx.plan.loop_source(loop))
-    if origin is None or (origin.value is None and origin.unpacked is None):
-        return False
-    value = origin.unpacked[0] if origin.unpacked is not None else strip_placement(origin.value)  # type: ignore[arg-type]
-    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and isinstance(value.func.value, cst.Call):
-        value = value.func.value  # ``load_dataset(...).with_format("torch")``: the library call it starts from
-    if not isinstance(value, cst.Call):
-        return False
-    qualname = origin.where.imports.qualname(value.func) or ""
-    return qualname.split(".")[0] in NOT_LOADER_LIBRARIES
+    return loop is not None and not_a_loader(ctx.plan, loop)

@@ -164,3 +164,20 @@ def test_a_script_that_builds_its_own_training_is_converted_even_when_imported(t
         "        torch.nn.functional.mse_loss(model(x), y).backward()\n        optimizer.step()\n")
     _write(tmp_path, {"train.py": train, "eval.py": "import torch\nfrom train import main\n\nmain()\n"})
     assert convert_path("train.py").status == "converted"
+
+
+def test_a_script_whose_main_builds_its_training_stays_an_entry_when_a_sweep_imports_its_loop(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sweep.py`` calls ``train.fit`` with objects of its own, but ``train.py``'s ``main()`` builds a whole training:
+    converted alone, train.py is converted (it is not a module of sweep.py's program only)."""
+    monkeypatch.chdir(tmp_path)
+    train = ("import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n\n"
+             "def fit(model, optimizer, loader):\n    for x, y in loader:\n        optimizer.zero_grad()\n"
+             "        torch.nn.functional.mse_loss(model(x), y).backward()\n        optimizer.step()\n\n\n"
+             "def main():\n    model = torch.nn.Linear(4, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+             "    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)\n"
+             "    fit(model, optimizer, loader)\n\n\nif __name__ == \"__main__\":\n    main()\n")
+    sweep = MAIN.replace("from trainer import Trainer", "from train import fit").replace(
+        "Trainer(model, optimizer, loader).train(2)", "fit(model, optimizer, loader)")
+    _write(tmp_path, {"train.py": train, "sweep.py": sweep})
+    assert convert_path("train.py").status == "converted"

@@ -309,6 +309,25 @@ def test_training_data_from_a_library_factory_is_refused() -> None:
     assert "`loader`" in result.warnings[0].message
 
 
+def test_training_data_a_function_is_passed_is_judged_by_what_its_callers_pass() -> None:
+    """``train(net, batches)``: a list written in the call is no DataLoader (converted, ACC022); a library's
+    ``get_loader()`` may be one that every process would walk whole (refused, ACC021)."""
+    code = """
+    import torch
+    from mylib import get_loader
+    def train(net, batches):
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        for x, y in batches:
+            torch.nn.functional.mse_loss(net(x), y).backward()
+            opt.step()
+    train(torch.nn.Linear(1, 1), {data})
+    """
+    listed = convert_source(dedent(code.format(data="[(torch.ones(2, 1), torch.ones(2, 1))]")))
+    assert (listed.status, [w.code for w in listed.warnings]) == ("converted", ["ACC022"])
+    loader = convert_source(dedent(code.format(data="get_loader()")))
+    assert (loader.status, [w.code for w in loader.warnings]) == ("attention", ["ACC021"])
+
+
 def test_training_data_followed_to_a_table_of_a_data_library_is_the_same_data() -> None:
     """A pandas frame or a ``datasets`` table is no DataLoader: every process walks all of it (correct, no faster)."""
     code = """
