@@ -132,9 +132,12 @@ def _direct_imports(path: Path, root: Path) -> set[Path]:
     return found
 
 
-def _is_test(path: Path) -> bool:
+def _is_test(path: Path, root: Path) -> bool:
+    """A test of the project (``test_*.py``, ``*_test.py``, ``conftest.py``, anything in a ``tests/`` folder under
+    ``root``): it builds what it trains too, but it is no script to convert."""
+    inner = path.relative_to(root).parts if path.is_relative_to(root) else (path.name,)
     return path.name.startswith("test_") or path.name.endswith("_test.py") or path.name == "conftest.py" or \
-        any(part in ("tests", "test") for part in path.parts[:-1])
+        any(part in ("tests", "test") for part in inner[:-1])
 
 
 def importers(module: Path, root: Path | None = None) -> list[Path]:
@@ -163,7 +166,7 @@ def importers(module: Path, root: Path | None = None) -> list[Path]:
         if not grown:
             break
     imported = {dep for script in reached for dep in uses.get(script, ())}
-    entries = [s for s in reached if s.name != "__init__.py" and not _is_test(s)]
+    entries = [s for s in reached if s.name != "__init__.py" and not _is_test(s, root)]
 
     def rank(script: Path) -> tuple[bool, int, str]:
         common = Path(os.path.commonpath([script, target]))

@@ -88,6 +88,12 @@ def test_a_trainer_module_alone_needs_attention_naming_the_entry(project: Path) 
     assert (project / "trainer.py").read_text() == TRAINER  # nothing written
 
 
+def test_a_test_of_the_trainer_is_no_entry(project: Path) -> None:
+    """``a_test.py`` builds a model and loader for the trainer too (as near, and first by name): it is not named."""
+    (project / "a_test.py").write_text(RUN.format(module="trainer"))
+    assert convert_path("trainer.py").reason.startswith("convert run.py instead")  # type: ignore[union-attr]
+
+
 def test_a_trainer_of_objects_the_entry_builds_names_every_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     _write(tmp_path, {"train.py": MAIN, "trainer.py": DRIVEN})
