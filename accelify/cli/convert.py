@@ -77,6 +77,7 @@ def convert(
         single = len(paths) == 1 and not paths[0].is_dir() and not output_is_folder(output_arg)
 
         destinations: dict[str, Destination] = {}
+        hints: list[str] = []  # how to run a copy whose imports start above the script's folder
 
         def converted() -> Iterator[tuple[Result, Destination]]:
             for path, relative, named in jobs:  # one script at a time: an interrupt leaves whole files only
@@ -88,6 +89,9 @@ def convert(
                     # one program to a folder: mirrored from the folder its imports resolve from (``pygcn/train.py``
                     # with ``from pygcn.utils import ...`` goes to OUT/pygcn/train.py, beside OUT/pygcn/utils.py)
                     relative = path.resolve().relative_to(copy_root(path, program_modules(result)))
+                    hint = how_to_run(path, relative, output)
+                    if hint is not None:
+                        hints.append(hint)
                 destinations[result.path] = _destination(path, relative, output=output, single=single)
                 yield result, destinations[result.path]
 
@@ -124,6 +128,9 @@ def convert(
         view.print_warnings(err, results)
         if not quiet:
             view.print_written(out, written)
+            if written:
+                for hint in hints:
+                    out.print(hint, markup=False)
             view.print_skipped(err, results)
         view.print_errors(err, results, verbose=verbose)
         if not results and all(p.is_dir() for p in paths):
@@ -191,6 +198,19 @@ def _destination(path: Path, relative: Path, *, output: Path | None, single: boo
         return target.parent / inner
 
     return where
+
+
+def how_to_run(path: Path, relative: Path, output: Path) -> str | None:
+    """How to run a copy written under ``output`` at ``relative`` whose imports start above the script's folder: a
+    package's script as a module from ``output`` (``python -m tools.train``, as ``tools/__init__.py`` asks), a script
+    in a plain subfolder with ``output`` on the path (as its installed project had its root); None when it runs as
+    ``python OUT/train.py``."""
+    if len(relative.parts) < 2:
+        return None
+    if (path.parent / "__init__.py").is_file():
+        module = ".".join(relative.with_suffix("").parts)
+        return f"run it from {output}: python -m {module} (or accelify launch -m {module})"
+    return f"run it with {output} on the path (its imports start there): PYTHONPATH={output} python {output / relative}"
 
 
 def _resolved(files: list[tuple[str, bytes]]) -> set[str]:

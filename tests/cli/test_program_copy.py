@@ -50,9 +50,10 @@ def _written(out: Path) -> list[str]:
     return sorted(p.relative_to(out).as_posix() for p in out.rglob("*.py"))
 
 
-def _convert(*args: str) -> None:
+def _convert(*args: str) -> str:
     result = CliRunner().invoke(main, ["convert", *args])
     assert result.exit_code == 0, result.output
+    return result.output
 
 
 def test_an_installed_package_keeps_its_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -61,8 +62,9 @@ def test_an_installed_package_keeps_its_folder(tmp_path: Path, monkeypatch: pyte
                       "pkg/data.py": DATA,
                       "pkg/train.py": TRAIN.format(imports="from pkg.model import Net\nfrom pkg.data import make_loader")})
     monkeypatch.chdir(tmp_path)
-    _convert("pkg/train.py", "-o", "out/")
+    output = _convert("pkg/train.py", "-o", "out/")
     assert _written(tmp_path / "out") == ["pkg/__init__.py", "pkg/data.py", "pkg/model.py", "pkg/train.py"]
+    assert "run it from out: python -m pkg.train (or accelify launch -m pkg.train)" in output
     assert (tmp_path / "out" / "pkg" / "__init__.py").read_text() == "from .model import *\n"
     assert "accelerator.prepare(" in (tmp_path / "out" / "pkg" / "train.py").read_text()
 
@@ -76,7 +78,8 @@ def test_a_script_in_a_subfolder_takes_the_helper_package_beside_its_folder(tmp_
                                                            "from algos_utils.data import make_loader"),
                       "algos/unrelated.py": "import torch\n"})
     monkeypatch.chdir(tmp_path)
-    _convert("algos/dqn.py", "-o", "out/")
+    output = _convert("algos/dqn.py", "-o", "out/")
+    assert "run it with out on the path (its imports start there): PYTHONPATH=out python out/algos/dqn.py" in output
     assert _written(tmp_path / "out") == ["algos/dqn.py", "algos_utils/__init__.py", "algos_utils/data.py",
                                           "algos_utils/nets/__init__.py", "algos_utils/nets/model.py"]
 
@@ -85,7 +88,7 @@ def test_a_program_beside_its_script_stays_flat(tmp_path: Path, monkeypatch: pyt
     _write(tmp_path, {"model.py": MODEL, "data.py": DATA,
                       "train.py": TRAIN.format(imports="from model import Net\nfrom data import make_loader")})
     monkeypatch.chdir(tmp_path)
-    _convert("train.py", "-o", "out/")
+    assert "run it" not in _convert("train.py", "-o", "out/")
     assert _written(tmp_path / "out") == ["data.py", "model.py", "train.py"]
 
 
