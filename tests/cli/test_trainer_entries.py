@@ -187,3 +187,15 @@ def test_a_script_whose_main_builds_its_training_stays_an_entry_when_a_sweep_imp
         "Trainer(model, optimizer, loader).train(2)", "fit(model, optimizer, loader)")
     _write(tmp_path, {"train.py": train, "sweep.py": sweep})
     assert convert_path("train.py").status == "converted"
+
+
+def test_check_of_a_trainer_whose_entry_is_above_its_folder_names_the_entry(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """``lib/trainer.py`` (a plain folder) imported by ``run.py`` at the project's root: the pre-commit check of the
+    staged module alone needs attention naming ``run.py``, exit 1."""
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path, {"pyproject.toml": "", "run.py": RUN.format(module="lib.trainer"), "lib/trainer.py": TRAINER})
+    result = CliRunner().invoke(main, ["convert", "--check", "lib/trainer.py"])
+    assert result.exit_code == 1, result.output
+    assert "lib/trainer.py: needs attention, not converted: convert run.py instead: it builds the model and loader " \
+           "that lib.trainer.Trainer trains" in result.output
