@@ -116,7 +116,7 @@ def _direct_imports(path: Path, root: Path) -> set[Path]:
     package = entry_package(path)
     levels = len(package.split(".")) if package else 0
     roots = list(dict.fromkeys([path.parent, path.parents[levels] if levels else path.parent, root]))
-    unit = ".".join([*(package.split(".") if package else []), path.stem])
+    unit = ".".join([*(package.split(".") if package else []), *([] if path.stem == "__init__" else [path.stem])])
     found: set[Path] = set()
     for name in _imports_of(path):
         if name.startswith("."):

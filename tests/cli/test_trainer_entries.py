@@ -199,3 +199,22 @@ def test_check_of_a_trainer_whose_entry_is_above_its_folder_names_the_entry(tmp_
     assert result.exit_code == 1, result.output
     assert "lib/trainer.py: needs attention, not converted: convert run.py instead: it builds the model and loader " \
            "that lib.trainer.Trainer trains" in result.output
+
+
+def test_migrate_follows_relative_imports_of_a_package_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``pkg/train.py`` (``from .trainer import Trainer``, run as ``python -m pkg.train``) and ``pkg/trainer.py``
+    (``from .losses import mse``): migrate's grouping reads both relative imports from the package (it read the
+    entry's as a top-level module's and left ``trainer.py`` to be converted alone, needing attention)."""
+    monkeypatch.chdir(tmp_path)
+    trainer = TRAINER.replace("import torch\n", "import torch\n\nfrom .losses import mse\n", 1).replace(
+        "torch.nn.functional.mse_loss(", "mse(")
+    _write(tmp_path, {"pkg/__init__.py": "", "pkg/losses.py": "import torch\n\n\ndef mse(a, b):\n"
+                      "    return torch.nn.functional.mse_loss(a, b)\n", "pkg/trainer.py": trainer,
+                      "pkg/train.py": RUN.format(module=".trainer")})
+    from accelify.migrate.grouping import local_closure
+
+    assert local_closure((tmp_path / "pkg" / "train.py").resolve(), {}) == {
+        (tmp_path / "pkg" / name).resolve() for name in ("trainer.py", "losses.py")}
+    result = CliRunner().invoke(main, ["migrate", ".", "--out", "out/"])
+    assert result.exit_code == 0, result.output
+    assert "self.accelerator.prepare(" in (tmp_path / "out" / "pkg" / "trainer.py").read_text()
