@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from accelify.program import entry_package, find_local, package_of, relative_import
+from accelify.program import entry_package, find_local, installed_root, package_of, relative_import
 from accelify.settings import Settings
 
 
@@ -77,6 +77,9 @@ def local_closure(script: Path, cache: dict[Path, list[str]]) -> set[Path]:
     package = entry_package(script)  # ``pkg/train.py`` run as ``python -m pkg.train``: ``from pkg.trainer import ...``
     levels = len(package.split(".")) if package else 0
     roots = [folder, *([script.parents[levels]] if levels else [])]  # beside it first, as Python looks
+    project = installed_root(script)  # then the installed project's root, as ``program.local_modules`` looks
+    if project is not None and project not in roots:
+        roots.append(project)
     found: set[Path] = set()
     own = [] if script.stem == "__init__" else [script.stem]
     units = {script: ".".join([*([package] if package else []), *own])}  # the name each is imported by

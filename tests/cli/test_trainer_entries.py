@@ -218,3 +218,15 @@ def test_migrate_follows_relative_imports_of_a_package_entry(tmp_path: Path, mon
     result = CliRunner().invoke(main, ["migrate", ".", "--out", "out/"])
     assert result.exit_code == 0, result.output
     assert "self.accelerator.prepare(" in (tmp_path / "out" / "pkg" / "trainer.py").read_text()
+
+
+def test_migrate_groups_a_helper_package_of_the_installed_project_with_its_script(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """cleanrl's layout: ``algos/run.py`` imports ``algos_utils.trainer`` from the project's root (installed for
+    development); migrate converts the trainer with its script, not alone."""
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path, {"pyproject.toml": "", "algos_utils/__init__.py": "", "algos_utils/trainer.py": TRAINER,
+                      "algos/run.py": RUN.format(module="algos_utils.trainer")})
+    result = CliRunner().invoke(main, ["migrate", ".", "--out", "out/"])
+    assert result.exit_code == 0, result.output
+    assert "self.accelerator.prepare(" in (tmp_path / "out" / "algos_utils" / "trainer.py").read_text()
