@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Sequence
 import libcst as cst
 
 from accelify.codemods.codes import NOTHING_TO_PREPARE
-from accelify.codemods.engine.outcome import ATTENTION, CONVERTED, FAILED, SKIPPED, UNCHANGED, ConversionWarning
+from accelify.codemods.engine.outcome import ALREADY_CONVERTED, ATTENTION, CONVERTED, FAILED, SKIPPED, UNCHANGED, ConversionWarning
 from accelify.codemods.engine.targets import DEFAULT_TARGET, TARGETS
 from accelify.errors import OutputCheckError, SourceError, TooLargeError, UnknownTargetError
 from accelify.notebook import Notebook, read_notebook
@@ -30,6 +30,7 @@ from accelify.source import read_source
 if TYPE_CHECKING:
     from accelify.codemods.engine.transform import Outcome
 
+_CALLER_SIGNS = {"ACC012", "ACC021", "ACC022"}  # a module alone: no optimizer, data it cannot follow, no loader
 _SKIP_FILE = re.compile(r"^\s*#\s*accelify:\s*skip-file\b", re.MULTILINE)
 _IMPORTS_LOCAL = re.compile(r"^\s*(?:import|from)\s+(?!torch\b|\.)", re.MULTILINE)  # worth looking for local modules
 
@@ -194,33 +195,49 @@ def convert_path(
 
 
 def name_the_entry(result: Result, path: str | os.PathLike[str] | None = None) -> Result:
-    """A module that trains objects its caller builds (ACC012, converted alone, here or in a module it uses) names the
-    script to convert instead: the one beside it (or above its package) that imports it. Such a module is never
-    "unchanged" (exit 0): a step function whose loop is in another module (``loss.backward()`` in
-    ``engine/steps.py``, ``fit`` in ``engine/loops.py``) needs attention too."""
-    parts = (result, *result.companions)
-    if not any(w.code == NOTHING_TO_PREPARE.code for part in parts for w in part.warnings) or not (
-        result.needs_attention or result.status == UNCHANGED
-    ):
-        return result
+    """A module that trains objects its caller builds, converted alone, needs attention and names the script to convert
+    instead (``accelify.entries``): a trainer class whose loop walks the loader ``run.py`` builds would otherwise be
+    "converted" preparing only what it sees. A module with ACC012 (a step function whose loop is in another module)
+    names the script beside it (or above its package) that imports it. Such a module is never "unchanged" (exit 0)."""
     from pathlib import Path
 
-    from accelify.migrate.grouping import entries_using
-
-    entries = entries_using(Path(path if path is not None else result.path))  # ``path``: where the file really is
-    if not entries:
+    parts = (result, *result.companions)
+    ours = any(w.code == NOTHING_TO_PREPARE.code for part in parts for w in part.warnings)
+    where = Path(path if path is not None else result.path)  # ``path``: where the file really is
+    if result.path.endswith(".ipynb") or result.reason == ALREADY_CONVERTED or not where.is_file() or not (
+            result.status == CONVERTED or (ours and result.status in (ATTENTION, UNCHANGED))):
         return result
-    fix = (f"convert {entries[0]} instead: it imports this module, which is converted with it (the loop here trains "
-           "the objects that script builds)")
+    from accelify.entries import entry_for
+
+    wide = any(w.code in _CALLER_SIGNS for part in parts for w in part.warnings)
+    built = entry_for(where, wide=wide)
+    if built is not None:
+        fix = built.message()
+    else:
+        if not ours:
+            return result
+        from accelify.migrate.grouping import entries_using
+
+        entries = entries_using(where)
+        if not entries:
+            return result
+        fix = (f"convert {entries[0]} instead: it imports this module, which is converted with it (the loop here "
+               "trains the objects that script builds)")
 
     def named(part: Result) -> Result:
         return replace(part, warnings=tuple(replace(w, fix=fix) if w.code == NOTHING_TO_PREPARE.code else w
                                             for w in part.warnings))
 
+    if built is not None and result.status == CONVERTED:  # nothing of it is written: the entry converts it
+        # the problems it shows alone (ACC022: no loader feeds its loop) are fixed by converting the entry
+        return replace(result, status=ATTENTION, new=result.old, changes=(), companions=(), reason=fix,
+                       warnings=tuple(replace(w, fix=fix) for w in result.warnings))
     out = replace(named(result), companions=tuple(named(c) for c in result.companions))
     if result.status == UNCHANGED:
         first = next(w for part in parts for w in part.warnings if w.code == NOTHING_TO_PREPARE.code)
-        out = replace(out, status=ATTENTION, reason=first.message)
+        out = replace(out, status=ATTENTION, reason=first.message if built is None else fix)
+    elif built is not None:
+        out = replace(out, reason=fix)
     return out
 
 

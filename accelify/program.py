@@ -130,15 +130,33 @@ def entry_package(script: str | os.PathLike[str]) -> str | None:
     return ".".join(parts) or None
 
 
+INSTALLED = ("pyproject.toml", "setup.py", "setup.cfg")  # a project installed for development puts its root on the path
+
+
+def installed_root(script: str | os.PathLike[str]) -> Path | None:
+    """The nearest folder holding ``script`` with ``pyproject.toml``, ``setup.py`` or ``setup.cfg``: a project
+    installed for development (``pip install -e .``, ``poetry install``) imports its root's packages from anywhere
+    (cleanrl's ``cleanrl/dqn.py`` imports ``cleanrl_utils`` beside ``cleanrl/``). None when there is none."""
+    folder = Path(script).resolve().parent
+    for above in (folder, *folder.parents):
+        if any((above / marker).is_file() for marker in INSTALLED):
+            return above
+    return None
+
+
 def local_modules(script: str | os.PathLike[str], module: cst.Module) -> list[ModuleText]:
     """The local modules ``script`` (already parsed as ``module``) uses, directly or through each other, found on
     disk beside it as ``python script`` finds them (paths as the user wrote the script's). A file inside a package
     (``engine/loops.py``, converted alone) also finds its package's modules from the package's root, its relative
-    imports included. A module that cannot be read is left out."""
+    imports included; then the root of the project it belongs to (``installed_root``). A module that cannot be read
+    is left out."""
     entry = Path(script).resolve()
     package = entry_package(script)
     levels = len(package.split(".")) if package else 0
     roots = [entry.parent, *([entry.parents[levels]] if levels else [])]  # beside it first, as Python looks
+    project = installed_root(script)
+    if project is not None and project not in roots:
+        roots.append(project)
     shown = Path(os.path.dirname(os.fspath(script)))  # paths as the user wrote the script's
 
     def where(path: Path) -> str:
@@ -163,13 +181,16 @@ _IMPORTED_FIRST = re.compile(r"(?:^|;)[ \t]*(?:import|from)[ \t]+([\w, \t]+)", r
 
 
 def may_import_local(code: str, script: str | os.PathLike[str]) -> bool:
-    """Whether ``code`` may import a module beside ``script``: some name its import statements start
-    with is a ``name.py`` or a ``name/`` folder there. A text test that never says no wrongly (every
+    """Whether ``code`` may import a module beside ``script`` (or at its project's root): some name its import
+    statements start with is a ``name.py`` or a ``name/`` folder there. A text test that never says no wrongly (every
     module ``local_modules`` finds starts with such a name), so the full search, which walks the whole
     tree, runs only where it can find something."""
     folder = Path(script).parent
+    project = installed_root(script)
     try:
         present = {entry.name for entry in os.scandir(folder or ".")}
+        if project is not None and project != folder.resolve():
+            present |= {entry.name for entry in os.scandir(project)}
     except OSError:
         return True
     for names in _IMPORTED_FIRST.findall(code):

@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 from accelify.codemods.engine.outcome import FAILED
 from accelify.results import Result
 from accelify.source import encode
+
+if TYPE_CHECKING:
+    from accelify.program import ModuleText
 
 # Where a part of a script's result (the script, or one of its companions) is written, or None: not written.
 Destination = Callable[[Result], "str | os.PathLike[str] | None"]
@@ -81,17 +85,13 @@ def plan_writes(results: Iterable[tuple[Result, Destination]]) -> Iterator[Plann
         yield PlannedWrite(result, tuple(files))
 
 
-def program_copies(result: Result, destination: Destination, written: set[str]) -> list[tuple[str, bytes]]:
-    """The local modules of ``result``'s script that its conversion left as they were, as ``(destination, bytes)``
-    to copy beside the written script, so that a program written elsewhere (``convert -o OUT_DIR/``) runs there:
-    every module it imports, changed or not, in its place. ``written`` (resolved destinations already written in
-    this run) are left alone."""
+def program_modules(result: Result) -> "list[ModuleText]":
+    """The local modules ``result``'s script (or notebook) imports, as ``convert`` finds them (empty when its text
+    cannot be read as a program)."""
     import libcst as cst
 
     from accelify.program import local_modules
 
-    if result.failed or result.needs_attention:
-        return []
     text = result.old
     if result.path.endswith(".ipynb"):  # a notebook imports what its code cells import
         from accelify.errors import SourceError
@@ -102,24 +102,54 @@ def program_copies(result: Result, destination: Destination, written: set[str]) 
         except SourceError:
             return []
     try:
-        modules = local_modules(result.path, cst.parse_module(text))
+        return local_modules(result.path, cst.parse_module(text))
     except cst.ParserSyntaxError:
         return []
-    done = {c.path for c in result.companions if c.changed}
-    paths = [m.path for m in modules if m.path not in done]
-    home = os.path.dirname(result.path)
-    for module in list(paths):  # the packages on the way: ``utils/__init__.py`` for ``utils/meters.py``
-        folder = os.path.dirname(module)
-        while folder and os.path.normpath(folder) != os.path.normpath(home or "."):
-            init = os.path.join(folder, "__init__.py")
-            if os.path.isfile(init) and init not in paths and init not in done:
-                paths.append(init)
-            folder = os.path.dirname(folder)
+
+
+def copy_root(script: str | os.PathLike[str], modules: "Sequence[ModuleText]") -> Path:
+    """The folder a runnable copy of the program mirrors: the outermost folder one of its modules is imported from
+    (``pygcn/`` above ``pygcn/train.py`` for ``from pygcn.utils import ...``; the project root for cleanrl's
+    ``cleanrl_utils``), else the script's own folder. Each module sits under it where its import name puts it."""
+    root = Path(script).resolve().parent
+    for module in modules:
+        path = Path(module.path).resolve()
+        depth = len(module.unit.split(".")) - (0 if path.name == "__init__.py" else 1)
+        found_from = path.parents[depth]
+        if root.is_relative_to(found_from):
+            root = found_from
+    return root
+
+
+def program_copies(result: Result, destination: Destination, written: set[str]) -> list[tuple[str, bytes]]:
+    """The local modules of ``result``'s script that its conversion left as they were, as ``(destination, bytes)``
+    to copy beside the written script, so that a program written elsewhere (``convert -o OUT_DIR/``) runs there:
+    every module it imports, changed or not, in its place under ``copy_root``, with the ``__init__.py`` of every
+    package on the way (the script's own too: ``python -m pkg.train``). ``written`` (resolved destinations already
+    written in this run) are left alone."""
+    if result.failed or result.needs_attention:
+        return []
+    modules = program_modules(result)
+    root = copy_root(result.path, modules)
+    done = {os.path.realpath(c.path) for c in result.companions if c.changed}
+    paths = [m.path for m in modules if os.path.realpath(m.path) not in done]
+    for start in [*paths, *(c.path for c in result.companions if c.changed), result.path]:  # the packages on the way
+        folder = Path(start).resolve().parent
+        while folder.is_relative_to(root) and folder != root:
+            init = folder / "__init__.py"
+            if init.is_file() and str(init) not in paths and os.path.realpath(init) not in done:
+                paths.append(str(init))
+            folder = folder.parent
     out: list[tuple[str, bytes]] = []
     taken = set(written)
+    seen: set[str] = set()
     for path in paths:
+        real = os.path.realpath(path)
+        if real in seen:
+            continue
+        seen.add(real)
         where = destination(Result(path, FAILED, "", ""))
-        if where is None or os.path.realpath(where) in taken or os.path.realpath(where) == os.path.realpath(path):
+        if where is None or os.path.realpath(where) in taken or os.path.realpath(where) == real:
             continue
         taken.add(os.path.realpath(where))
         with open(path, "rb") as source:  # byte for byte, as the user wrote it

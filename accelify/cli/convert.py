@@ -32,7 +32,7 @@ from accelify.codemods.engine.targets import TARGET_NAMES
 from accelify.migrate.discovery import candidates_in
 from accelify.settings import SettingsFinder
 from accelify.source import write_together
-from accelify.writes import Destination, plan_writes, program_copies
+from accelify.writes import Destination, copy_root, plan_writes, program_copies, program_modules
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -77,6 +77,7 @@ def convert(
         single = len(paths) == 1 and not paths[0].is_dir() and not output_is_folder(output_arg)
 
         destinations: dict[str, Destination] = {}
+        hints: list[str] = []  # how to run a copy whose imports start above the script's folder
 
         def converted() -> Iterator[tuple[Result, Destination]]:
             for path, relative, named in jobs:  # one script at a time: an interrupt leaves whole files only
@@ -84,6 +85,13 @@ def convert(
                 result = settings.filter(convert_path(path, target=settings.target, disabled=settings.disable))
                 if not named and result.reason == NOT_A_CANDIDATE:
                     continue  # found in a folder, and not a candidate after all: not something the user asked for
+                if output is not None and not single and named and len(paths) == 1:
+                    # one program to a folder: mirrored from the folder its imports resolve from (``pygcn/train.py``
+                    # with ``from pygcn.utils import ...`` goes to OUT/pygcn/train.py, beside OUT/pygcn/utils.py)
+                    relative = path.resolve().relative_to(copy_root(path, program_modules(result)))
+                    hint = how_to_run(path, relative, output)
+                    if hint is not None:
+                        hints.append(hint)
                 destinations[result.path] = _destination(path, relative, output=output, single=single)
                 yield result, destinations[result.path]
 
@@ -120,6 +128,9 @@ def convert(
         view.print_warnings(err, results)
         if not quiet:
             view.print_written(out, written)
+            if written:
+                for hint in hints:
+                    out.print(hint, markup=False)
             view.print_skipped(err, results)
         view.print_errors(err, results, verbose=verbose)
         if not results and all(p.is_dir() for p in paths):
@@ -178,14 +189,28 @@ def _destination(path: Path, relative: Path, *, output: Path | None, single: boo
     def where(part: Result) -> Path:
         if part.path == script:
             return target
-        try:
-            inner = Path(part.path).relative_to(path.parent)
-        except ValueError:  # ``tools/train.py`` importing the root's ``dataset/`` (run with the root on the path)
-            module = os.path.abspath(part.path)
-            inner = Path(os.path.relpath(module, os.path.commonpath([module, os.path.abspath(path.parent)])))
+        module = os.path.abspath(part.path)
+        placed = Path(os.path.normpath(target.parent / os.path.relpath(module, os.path.abspath(path.parent))))
+        if placed.is_relative_to(output):  # in its place relative to the script, as the copy's layout mirrors
+            return placed
+        # above the output folder: a module the script imports from a folder above the one mirrored (several inputs)
+        inner = Path(os.path.relpath(module, os.path.commonpath([module, os.path.abspath(path.parent)])))
         return target.parent / inner
 
     return where
+
+
+def how_to_run(path: Path, relative: Path, output: Path) -> str | None:
+    """How to run a copy written under ``output`` at ``relative`` whose imports start above the script's folder: a
+    package's script as a module from ``output`` (``python -m tools.train``, as ``tools/__init__.py`` asks), a script
+    in a plain subfolder with ``output`` on the path (as its installed project had its root); None when it runs as
+    ``python OUT/train.py``."""
+    if len(relative.parts) < 2:
+        return None
+    if (path.parent / "__init__.py").is_file():
+        module = ".".join(relative.with_suffix("").parts)
+        return f"run it from {output}: python -m {module} (or accelify launch -m {module})"
+    return f"run it with {output} on the path (its imports start there): PYTHONPATH={output} python {output / relative}"
 
 
 def _resolved(files: list[tuple[str, bytes]]) -> set[str]:

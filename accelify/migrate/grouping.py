@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from accelify.program import find_local, package_of, relative_import
+from accelify.program import entry_package, find_local, installed_root, package_of, relative_import
 from accelify.settings import Settings
 
 
@@ -74,7 +74,15 @@ def _code_text(path: Path) -> str:
 def local_closure(script: Path, cache: dict[Path, list[str]]) -> set[Path]:
     """The local modules ``script`` may use, directly or through each other (resolved paths)."""
     folder = script.parent
+    package = entry_package(script)  # ``pkg/train.py`` run as ``python -m pkg.train``: ``from pkg.trainer import ...``
+    levels = len(package.split(".")) if package else 0
+    roots = [folder, *([script.parents[levels]] if levels else [])]  # beside it first, as Python looks
+    project = installed_root(script)  # then the installed project's root, as ``program.local_modules`` looks
+    if project is not None and project not in roots:
+        roots.append(project)
     found: set[Path] = set()
+    own = [] if script.stem == "__init__" else [script.stem]
+    units = {script: ".".join([*([package] if package else []), *own])}  # the name each is imported by
     pending = [script]
     while pending:
         current = pending.pop()
@@ -83,17 +91,16 @@ def local_closure(script: Path, cache: dict[Path, list[str]]) -> set[Path]:
         for name in cache[current]:
             if name.startswith("."):  # ``from .loops import fit`` in ``engine/__init__.py``: ``engine.loops``
                 level = len(name) - len(name.lstrip("."))
-                parts = current.relative_to(folder).with_suffix("").parts if current.is_relative_to(folder) else ()
-                unit = ".".join(parts[:-1] if parts[-1:] == ("__init__",) else parts)
-                name = relative_import(package_of(unit, current), level, name.lstrip(".")) if unit else ""
+                name = relative_import(package_of(units[current], current), level, name.lstrip("."))
                 if not name:
                     continue
-            module = find_local(name, folder)
+            module = next((hit for hit in (find_local(name, root) for root in roots) if hit is not None), None)
             if module is None:
                 continue
             module = module.resolve()
             if module != script and module not in found:
                 found.add(module)
+                units[module] = name
                 pending.append(module)
     return found
 
@@ -158,4 +165,6 @@ def entries_using(module: Path) -> list[Path]:
             resolved = candidate.resolve()
             if resolved != target and candidate.is_file() and target in local_closure(resolved, cache):
                 found.append(candidate)
-    return found
+    # a module of another one found (``engine/loops.py`` that ``train.py`` imports) belongs to that one's program
+    inner = {m for c in found for m in local_closure(c.resolve(), cache)}
+    return [c for c in found if c.resolve() not in inner]

@@ -11,14 +11,20 @@ before ``prepare``). Each such problem is reported with its code, and the file i
 - ACC038: the training walks a library's batch iterator that is no DataLoader (torchtext's ``BucketIterator``);
 - ACC039: several classes or functions each build a whole training of their own (a model zoo chosen by a flag).
 
-Two only warn: ACC021 (training data that cannot be followed to where it is built) and ACC027 (a scheduler
-created inside a loop, left out of ``prepare``).
+- ACC021: a training loop walks data that cannot be followed to where it is built (a name followed nowhere, the
+  result of a function the analysis cannot see into): if it is a DataLoader, every process would walk all of it.
+  Data followed to a value of a library that makes no DataLoader (``pandas``, ``datasets``) is not refused: every
+  process trains on the same data (reported: ACC022).
+
+One only warns: ACC027 (a scheduler created inside a loop, left out of ``prepare``).
 """
 
 from __future__ import annotations
 
 from accelify.codemods import codes
 from accelify.codemods.analysis import plan as found
+from accelify.codemods.analysis.plan import Problem
+from accelify.codemods.analysis.walked_data import not_a_loader
 from accelify.codemods.engine.context import Abort, Context
 from accelify.codemods.engine.rule import Example, Rule
 
@@ -181,9 +187,33 @@ def main():
 if __name__ == "__main__":
     main()
 ''',
+            warnings=("ACC021:10",),
+        ),
+        Example(
+            # data followed to a Hugging Face ``datasets`` table, which is no DataLoader: every process walks all of it
+            before='''\
+import torch
+from datasets import load_dataset
+
+
+def main():
+    model = torch.nn.Linear(16, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    rows = load_dataset("csv", data_files="train.csv", split="train").with_format("torch")
+    for epoch in range(10):
+        for row in rows:
+            loss = torch.nn.functional.mse_loss(model(row["x"]), row["y"])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+''',
             after='''\
 import torch
-from my_project.data import get_train_loader
+from datasets import load_dataset
 from accelify.runtime import Accelerator
 
 
@@ -192,10 +222,10 @@ def main():
     model = torch.nn.Linear(16, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     model, optimizer = accelerator.prepare(model, optimizer)
-    train_loader = get_train_loader(batch_size=32)
+    rows = load_dataset("csv", data_files="train.csv", split="train").with_format("torch")
     for epoch in range(10):
-        for x, y in train_loader:
-            loss = torch.nn.functional.mse_loss(model(x), y)
+        for row in rows:
+            loss = torch.nn.functional.mse_loss(model(row["x"]), row["y"])
             optimizer.zero_grad()
             accelerator.backward(loss)
             optimizer.step()
@@ -205,7 +235,7 @@ def main():
 if __name__ == "__main__":
     main()
 ''',
-            warnings=("ACC021:10",),
+            warnings=("ACC022:10",),
         ),
         Example(
             # torchtext's legacy BucketIterator, followed to the function that builds it: no DataLoader to shard
@@ -384,8 +414,20 @@ for epoch in range(3):
 
     def run(self, ctx: Context) -> None:
         problems = ctx.plan.problems
-        refused = [p for p in problems if p.refuse]
+        refused = [p for p in problems if p.refuse or (p.kind == found.UNKNOWN_DATA and not _not_a_loader(ctx, p))]
         if refused:
             raise Abort(*(ctx.warning(CODES[p.kind], p.node, **dict(p.fields)) for p in refused))
         for problem in problems:
-            ctx.warn(CODES[problem.kind], problem.node, **dict(problem.fields))
+            if problem.kind == found.UNKNOWN_DATA:  # followed to a library's data that is no loader: the same data
+                ctx.warn(codes.SAME_DATA, problem.node)
+            else:
+                ctx.warn(CODES[problem.kind], problem.node, **dict(problem.fields))
+
+
+def _not_a_loader(ctx: Context, problem: Problem) -> bool:
+    """Whether the training data the plan could not place (``UNKNOWN_DATA``) is known to be no DataLoader
+    (``analysis/walked_data.py``): every process walks all of it, which is correct, and ACC022 says so. Anything else
+    (a name followed nowhere, the result of a function the analysis cannot see into, such as ``get_train_loader(cfg)``
+    from an installed package) may be a DataLoader that every process would walk whole: refused (ACC021)."""
+    loop = next((lp for lp in ctx.facts.loops if lp.node.iter is problem.node), None)
+    return loop is not None and not_a_loader(ctx.plan, loop)

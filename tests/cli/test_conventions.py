@@ -133,7 +133,8 @@ def test_checking_a_module_alone_checks_the_program_it_belongs_to(tmp_path: Path
 
 def test_a_script_in_a_subfolder_that_imports_the_roots_packages_is_written_runnable(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """explainingai-code DDPM-Pytorch's ``tools/train_ddpm.py`` imports ``dataset/``, ``models/`` from the root
-    (run with the root on the path): -o OUT_DIR/ crashed with a traceback; the packages now go beside the script."""
+    (run with the root on the path): -o OUT_DIR/ crashed with a traceback. ``tools/`` is a package, so the program
+    is run from the root (``python -m tools.train``, or with the root on the path): the copy keeps that layout."""
     for name, text in PROGRAM.items():
         name = "tools/train.py" if name == "train.py" else name
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -144,4 +145,4 @@ def test_a_script_in_a_subfolder_that_imports_the_roots_packages_is_written_runn
     result = CliRunner().invoke(main, ["convert", "tools/train.py", "-o", "out/"])
     assert result.exit_code == 0, result.output
     written = sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*.py"))
-    assert written == ["data.py", "model.py", "train.py", "utils/__init__.py", "utils/meters.py"]
+    assert written == ["data.py", "model.py", "tools/__init__.py", "tools/train.py", "utils/__init__.py", "utils/meters.py"]

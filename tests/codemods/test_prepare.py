@@ -289,7 +289,9 @@ def test_a_training_loop_over_the_raw_loader_refuses_the_file() -> None:
     assert [f"{w.code}:{w.line}" for w in result.warnings] == ["ACC020:12"]
 
 
-def test_training_data_from_a_library_factory_is_reported() -> None:
+def test_training_data_from_a_library_factory_is_refused() -> None:
+    """``build_loader("train")`` from an installed package may be a DataLoader: converted, every process would walk all
+    of it (each time ACC021 fired in the field tests it was one). Refused, naming the data."""
     code = """
     import torch
     from mylib import build_loader
@@ -302,8 +304,46 @@ def test_training_data_from_a_library_factory_is_reported() -> None:
             opt.step()
     """
     result = convert_source(dedent(code))
-    assert result.status == "converted"
+    assert result.status == "attention" and result.new == result.old
     assert [f"{w.code}:{w.line}" for w in result.warnings] == ["ACC021:7"]
+    assert "`loader`" in result.warnings[0].message
+
+
+def test_training_data_a_function_is_passed_is_judged_by_what_its_callers_pass() -> None:
+    """``train(net, batches)``: a list written in the call is no DataLoader (converted, ACC022); a library's
+    ``get_loader()`` may be one that every process would walk whole (refused, ACC021)."""
+    code = """
+    import torch
+    from mylib import get_loader
+    def train(net, batches):
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        for x, y in batches:
+            torch.nn.functional.mse_loss(net(x), y).backward()
+            opt.step()
+    train(torch.nn.Linear(1, 1), {data})
+    """
+    listed = convert_source(dedent(code.format(data="[(torch.ones(2, 1), torch.ones(2, 1))]")))
+    assert (listed.status, [w.code for w in listed.warnings]) == ("converted", ["ACC022"])
+    loader = convert_source(dedent(code.format(data="get_loader()")))
+    assert (loader.status, [w.code for w in loader.warnings]) == ("attention", ["ACC021"])
+
+
+def test_training_data_followed_to_a_table_of_a_data_library_is_the_same_data() -> None:
+    """A pandas frame or a ``datasets`` table is no DataLoader: every process walks all of it (correct, no faster)."""
+    code = """
+    import pandas as pd
+    import torch
+    def main():
+        model = torch.nn.Linear(2, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        rows = pd.read_csv("train.csv").to_numpy()
+        for x in rows:
+            model(torch.as_tensor(x)).sum().backward()
+            opt.step()
+    """
+    result = convert_source(dedent(code))
+    assert result.status == "converted"
+    assert [f"{w.code}:{w.line}" for w in result.warnings] == ["ACC022:7"]
 
 
 def test_a_module_that_trains_itself_is_refused() -> None:
