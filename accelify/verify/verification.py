@@ -19,7 +19,7 @@ from accelify.verify.deadlocks import deadlock_check
 from accelify.verify.distributed import distributed_checks, skipped_distributed_checks
 from accelify.verify.equivalence import one_process_checks, skipped_one_process_checks
 from accelify.verify.exactness import exact_checks, skipped_exact_checks
-from accelify.verify.printed import printed_values_check, skipped_printed_check
+from accelify.verify.printed import skipped_value_checks, value_checks
 from accelify.verify.report import FAILED, PASSED, SKIPPED, CheckResult, RunSummary, VerifyOptions, VerifyReport
 from accelify.verify.runner import Launcher, RunOutcome, RunSpec
 from accelify.verify.workspace import ScriptFiles, as_program, convert_files, stage
@@ -85,7 +85,7 @@ def verify_files(
             checks += skipped_one_process_checks(reason)
             checks += skipped_distributed_checks(reason, options.processes)
             checks += skipped_exact_checks(reason, options.processes)
-            checks.append(skipped_printed_check(reason, options.processes))
+            checks += skipped_value_checks(reason, options.processes)
         else:
             with tempfile.TemporaryDirectory(prefix="accelify-verify-") as workdir:
                 runs = _run_all(Path(workdir), original, converted, options, launcher, concurrent)
@@ -93,7 +93,7 @@ def verify_files(
                 checks += one_process_checks(first, second, options)
                 checks += distributed_checks(distributed, second, options)
                 checks += exact_checks(distributed, first, options)
-                checks.append(printed_values_check(distributed, first, second, options.processes))
+                checks += value_checks(distributed, first, second, options.processes)
     finally:
         if own_launcher:
             launcher.close()

@@ -29,7 +29,8 @@ pytestmark = pytest.mark.multiprocess
 # a share of the batch, a batch that does not split evenly: "same as original", and "same printed values" when every
 # aggregate was printed after such a step).
 STRUCTURAL = {"data sharded", "same parameters", "model wrapped", "parameters agree", "same data", "same schedule",
-              "parameters train", "same as original", "same printed values"}
+              "parameters train", "same as original", "same printed values", "same logged values",
+              "same returned values"}
 
 
 def table(report: VerifyReport) -> str:

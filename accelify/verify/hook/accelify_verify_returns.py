@@ -1,0 +1,88 @@
+"""Values the verified script's own functions return at epoch level, recorded for ``same returned values``.
+
+An epoch-level function is one of the script's own files (under ``ACCELIFY_VERIFY_ROOT``) during whose call a
+DataLoader yielded batches and whose return comes after that loader's epoch ended: ``val_loss = evaluate(model,
+val_loader)``, ``acc = test(...)``, ``train_one_epoch(...)`` returning the epoch's mean loss. What it returns is an
+aggregate whether or not the script prints it: a best checkpoint chosen on it, an early stop decided on it. Its
+return value is recorded when it is a number (a Python or numpy number, a one-element tensor) or a tuple or list of
+up to 8 of them, as a ``line`` event with ``via`` ``return``: ``"evaluate() -> 0.59375"`` with the function's
+``file:line``. A helper called inside a batch loop (a per-step loss) never qualifies: no epoch ends inside it.
+
+How, cheaply: a ``sys.settrace`` function that looks at each Python call while no loader's epoch is in progress
+(the recorder turns tracing off at an epoch's first batch and on at its end, so a training or evaluation loop runs
+untraced) and traces only frames of the script's files, for their ``return`` event only (no line events). The first
+``PER_FUNCTION`` qualifying returns of each function are recorded.
+
+Like the recorder, this module imports nothing of accelify and nothing but the standard library.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any
+
+PER_FUNCTION = 64  # returns recorded per function
+MAX_VALUES = 8  # numbers of a returned tuple or list
+_GENERATOR_FLAGS = 0x20 | 0x80 | 0x200  # CO_GENERATOR, CO_COROUTINE, CO_ASYNC_GENERATOR: a yield is not a return
+
+
+class Returns:
+    """The tracer of one process's main thread; :meth:`epoch` turns it off inside loader epochs."""
+
+    def __init__(self, recorder: Any) -> None:
+        self.recorder = recorder
+        self.counts: dict[Any, int] = {}  # code object -> returns recorded
+        self.thread = threading.get_ident()
+        self.tracing = False
+
+    def start(self) -> None:
+        """Trace from now on (the main thread), unless an epoch is in progress."""
+        if threading.get_ident() == self.thread and not self.recorder.in_epoch:
+            self.tracing = True
+            sys.settrace(self._call)
+
+    def epoch(self, inside: bool) -> None:
+        """A loader's epoch started (``inside``) or ended: tracing off, or back on."""
+        if threading.get_ident() != self.thread or sys.gettrace() not in (None, self._call):
+            return  # another thread, or a debugger took over tracing: leave it
+        if inside and self.tracing:
+            sys.settrace(None)
+            self.tracing = False
+        elif not inside and not self.tracing:
+            sys.settrace(self._call)
+            self.tracing = True
+
+    def _call(self, frame: Any, event: str, arg: Any) -> Any:
+        if event != "call":
+            return None
+        code = frame.f_code
+        if code.co_flags & _GENERATOR_FLAGS or code.co_name.startswith("<"):
+            return None
+        relative = self.recorder._relative(code.co_filename)
+        if not relative or self.counts.get(code, 0) >= PER_FUNCTION:
+            return None
+        start = self.recorder.draws
+        frame.f_trace_lines = False
+
+        def local(frame: Any, event: str, arg: Any) -> Any:
+            if event == "return" and arg is not None:
+                self._returned(code, relative, start, arg)
+            return local
+
+        return local
+
+    def _returned(self, code: Any, relative: str, start: int, value: Any) -> None:
+        recorder = self.recorder
+        if not recorder.active or recorder.in_epoch or recorder.draws == start:
+            return
+        from accelify_verify_logged import scalar
+
+        values = list(value) if isinstance(value, (tuple, list)) and 0 < len(value) <= MAX_VALUES else [value]
+        numbers = [scalar(v) for v in values]
+        if any(n is None for n in numbers):
+            return
+        self.counts[code] = self.counts.get(code, 0) + 1
+        name = getattr(code, "co_qualname", code.co_name)
+        text = f"{name}() -> " + ", ".join(repr(n) for n in numbers)
+        recorder.on_line(text, None, via="return", site=f"{relative}:{code.co_firstlineno}")
