@@ -69,6 +69,7 @@ class ExactMode:
         self.recorder = recorder
         self.synced = False
         self.share: tuple[int, int, int] | None = None  # (rows of the current batch, first row, end row) here
+        self.last_share: tuple[int, int, int] | None = None  # kept when an exception ends the loop (the error's)
         self.inexact: set[str] = set()  # why the next step is not comparable ("padded batch", "BatchNorm")
         self.loaders = 0
         self.local = threading.local()
@@ -155,7 +156,7 @@ class ExactMode:
         lo, hi = part * rank, part * (rank + 1)
         if rows % world:
             self.inexact.add(f"a batch of {rows} rows does not split evenly over {world} processes")
-        self.share = (rows, lo, hi)
+        self.share = self.last_share = (rows, lo, hi)
         return _slice(batch, rows, lo, hi, torch)
 
 

@@ -161,7 +161,9 @@ class _Recorder(LoaderEvents, ScriptPlaces):
 
         def excepthook(kind: Any, value: Any, traceback: Any) -> None:
             if self.active:
-                share = self.exact.share if self.exact is not None else None
+                share = None  # the share held when it was raised (the loop's generator has let go of it since)
+                if self.exact is not None:
+                    share = self.exact.share or (self.exact.last_share if self.in_epoch else None)
                 self.write({"event": "error", "error": f"{kind.__name__}: {value}", "site": self._raised(traceback),
                             "share": list(share) if share else None})
             previous_hook(kind, value, traceback)
