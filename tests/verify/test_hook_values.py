@@ -28,7 +28,8 @@ class StandIn:
     def _relative(self, filename: str) -> str | None:
         return "train.py" if filename == SCRIPT else None
 
-    def on_line(self, text: str, caller: Any, silent: bool = False, via: str = "print", site: str | None = None) -> None:
+    def on_line(self, text: str, caller: Any, silent: bool = False, via: str = "print",
+                site: str | None = None) -> None:
         self.lines.append((text, via, silent, site))
 
 

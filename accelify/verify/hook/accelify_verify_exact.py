@@ -157,6 +157,7 @@ class ExactMode:
         if rows % world:
             self.inexact.add(f"a batch of {rows} rows does not split evenly over {world} processes")
         self.share = self.last_share = (rows, lo, hi)
+        self.loss_scale.losses.clear()  # the loss handed to the next backward is computed from this batch
         return _slice(batch, rows, lo, hi, torch)
 
 

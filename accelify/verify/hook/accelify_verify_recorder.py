@@ -30,8 +30,8 @@ The record is one JSON object per line, written as it happens:
               the first 64 steps, and recording every value of every step cost more than the training), in exact
               mode why the step is not comparable, the wrappers and how often their forward ran, the process
               group joined, and every iterated data loader (iteration site, batches per epoch, samples in its
-              first batch, batches drawn, the batches of each of its first epochs (``accelify_verify_loaders.py``), how many
-              epochs ended, whether a backward followed its batches)
+              first batch, batches drawn, the batches of each of its first epochs (``accelify_verify_loaders.py``),
+              how many epochs ended, whether a backward followed its batches)
 ``scheduler`` (exact mode) a prepared scheduler's ``step()`` call: its name, optimizer steps and epochs before it
 ``batch``     (exact mode) the sum of every number of one of the first batches of a prepared loader, per epoch
 ``line``      a line the script printed to stdout holding a digit (``accelify_verify_stdout.py``), a value it
@@ -205,6 +205,8 @@ class _Recorder(LoaderEvents, ScriptPlaces):
         self.active = False  # a forked child (a DataLoader worker) is not the process being verified
 
     def _at_exit(self) -> None:
+        if self.returns is not None:
+            self.returns.stop()  # nothing returns at epoch level any more: the interpreter's teardown runs untraced
         if self.active:
             self.write({"event": "exit", "steps": self.steps, "backwards": self.backwards})
 
@@ -269,8 +271,7 @@ class _Recorder(LoaderEvents, ScriptPlaces):
         patch_torch(torch, self)
         from accelify_verify_returns import Returns
 
-        self.returns = Returns(self)
-        self.returns.start()  # after torch's import: the script's own functions are called later
+        self.returns = Returns(self)  # traces from the end of the first loader epoch on (see its module)
         self.names: Any = WeakIdKeyDictionary()  # object -> its variable name in the script (None: not found)
         self.models: Any = WeakIdKeyDictionary()  # optimizer -> name of the model holding its first parameter
         if self.exact_asked:
@@ -326,7 +327,8 @@ class _Recorder(LoaderEvents, ScriptPlaces):
             for parameter in inner.parameters():
                 self.owner[parameter] = index
 
-    def on_line(self, text: str, caller: Any, silent: bool = False, via: str = "print", site: str | None = None) -> None:
+    def on_line(self, text: str, caller: Any, silent: bool = False, via: str = "print",
+                site: str | None = None) -> None:
         """A line printed to stdout (holding a digit; ``silent``: one ``accelerator.print`` would have printed on
         this process, exact mode), or a value logged or returned (``via``): recorded with where and when."""
         from accelify_verify_logged import muted
@@ -369,6 +371,8 @@ class _Recorder(LoaderEvents, ScriptPlaces):
                 "backwards": self.backwards,
             }
         self.write(event)
+        if self.draws == 0 and self.returns is not None and not self.returns.stopped:
+            self.returns.stop()  # no DataLoader feeds the training: no epoch-level function to trace
         if self.limit and self.steps >= self.limit:
             self.stop()
 

@@ -11,7 +11,12 @@ up to 8 of them, as a ``line`` event with ``via`` ``return``: ``"evaluate() -> 0
 How, cheaply: a ``sys.settrace`` function that looks at each Python call while no loader's epoch is in progress
 (the recorder turns tracing off at an epoch's first batch and on at its end, so a training or evaluation loop runs
 untraced) and traces only frames of the script's files, for their ``return`` event only (no line events). The first
-``PER_FUNCTION`` qualifying returns of each function are recorded.
+``PER_FUNCTION`` qualifying returns of each function are recorded. Tracing starts when the first loader epoch ends
+(the script's set-up, models and data built before any batch, runs untraced: in a small script it cost 0.6 s of CPU
+of 4.8 s), so a call that began before the first batch (``train_one_epoch`` on epoch 0, an evaluation before
+training) is not recorded; it stops for good when the first optimizer step comes without any DataLoader batch
+(batches made by hand: verify compares no values without a prepared loader) and at exit. Traced code runs about 2x
+slower (a tiny model's forward outside a loader epoch: 33 us untraced, 66 us traced).
 
 Like the recorder, this module imports nothing of accelify and nothing but the standard library.
 """
@@ -35,17 +40,26 @@ class Returns:
         self.counts: dict[Any, int] = {}  # code object -> returns recorded
         self.thread = threading.get_ident()
         self.tracing = False
+        self.stopped = False
 
     def start(self) -> None:
-        """Trace from now on (the main thread), unless an epoch is in progress."""
+        """Trace from now on (the main thread), unless an epoch is in progress (the recorder leaves it to the first
+        epoch's end: :meth:`epoch`)."""
         if threading.get_ident() == self.thread and not self.recorder.in_epoch:
             self.tracing = True
             sys.settrace(self._call)
 
+    def stop(self) -> None:
+        """Trace no more: the training steps without any DataLoader (batches made by hand), so no function can
+        return after a loader's epoch, and verify compares no values without a prepared loader anyway."""
+        if threading.get_ident() == self.thread and sys.gettrace() is self._call:
+            sys.settrace(None)
+        self.tracing, self.stopped = False, True
+
     def epoch(self, inside: bool) -> None:
         """A loader's epoch started (``inside``) or ended: tracing off, or back on."""
-        if threading.get_ident() != self.thread or sys.gettrace() not in (None, self._call):
-            return  # another thread, or a debugger took over tracing: leave it
+        if self.stopped or threading.get_ident() != self.thread or sys.gettrace() not in (None, self._call):
+            return  # stopped, another thread, or a debugger took over tracing: leave it
         if inside and self.tracing:
             sys.settrace(None)
             self.tracing = False
