@@ -50,14 +50,19 @@ def test_trackers_record_each_number_and_a_process_that_logs_nothing_records_sil
 
         def log(self, values: dict, step: int | None = None) -> None: ...
 
+    class Run:  # wandb.sdk.wandb_run.Run: wandb.log is the run's log once wandb.init ran
+        def log(self, data: dict, step: int | None = None) -> None: ...
+
     logged.patch_writer(types.SimpleNamespace(SummaryWriter=SummaryWriter), recorder)
     logged.patch_accelerator(types.SimpleNamespace(Accelerator=Accelerator), recorder)
+    logged.patch_wandb(types.SimpleNamespace(Run=Run), recorder)
     SummaryWriter().add_scalar("val/acc", torch.tensor(0.75), 3)
     SummaryWriter().add_scalars("loss", {"train": 0.5, "name": "x"}, 3)
     Accelerator().log({"epoch_loss": 0.25, "flag": True}, step=2)
+    Run().log({"val_acc": torch.tensor([0.5]), "image": torch.ones(3)})
     assert [line[:3] for line in recorder.lines] == [
         ("val/acc 0.75", "add_scalar", False), ("loss/train 0.5", "add_scalar", False),
-        ("epoch_loss 0.25", "accelerator.log", True)]
+        ("epoch_loss 0.25", "accelerator.log", True), ("val_acc 0.5", "wandb.log", False)]
 
 
 def test_a_log_record_of_the_script_is_recorded_once_and_its_handlers_stdout_is_muted() -> None:
