@@ -116,3 +116,25 @@ def test_returns_of_the_scripts_functions_are_recorded_when_an_epoch_ran_inside_
     finally:
         sys.settrace(before)
     assert recorder.lines == [("evaluate() -> 0.25, 3.0", "return", False, "train.py:1")]
+
+
+def test_a_function_called_while_tracing_was_off_is_traced_from_its_loops_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``train_one_epoch`` on epoch 0 (before the first epoch's end started tracing), or an ``evaluate`` called inside
+    a training epoch: the frames on the stack when a loader's epoch ends get the return tracer."""
+    monkeypatch.syspath_prepend(str(HOOK_DIR))
+    recorder = StandIn()
+    space: dict[str, Any] = {}
+    exec(compile("def train(draw):\n    draw()\n    return 0.5\n", SCRIPT, "exec"), space)
+    tracer = returns.Returns(recorder)  # not started: the recorder leaves that to the first epoch's end
+
+    def draw() -> None:
+        tracer.epoch(True)
+        recorder.draws += 1
+        tracer.epoch(False)
+
+    before = sys.gettrace()
+    try:
+        space["train"](draw)
+    finally:
+        sys.settrace(before)
+    assert recorder.lines == [("train() -> 0.5", "return", False, "train.py:1")]

@@ -13,10 +13,12 @@ How, cheaply: a ``sys.settrace`` function that looks at each Python call while n
 untraced) and traces only frames of the script's files, for their ``return`` event only (no line events). The first
 ``PER_FUNCTION`` qualifying returns of each function are recorded. Tracing starts when the first loader epoch ends
 (the script's set-up, models and data built before any batch, runs untraced: in a small script it cost 0.6 s of CPU
-of 4.8 s), so a call that began before the first batch (``train_one_epoch`` on epoch 0, an evaluation before
-training) is not recorded; it stops for good when the first optimizer step comes without any DataLoader batch
-(batches made by hand: verify compares no values without a prepared loader) and at exit. Traced code runs about 2x
-slower (a tiny model's forward outside a loader epoch: 33 us untraced, 66 us traced).
+of 4.8 s). At every epoch's end the script's frames on the stack that are not traced yet get the return tracer too:
+the function whose loop just ended and its callers, though their call came while tracing was off
+(``train_one_epoch`` on epoch 0, an ``evaluate`` called inside a training epoch every k steps). Tracing stops for
+good when the first optimizer step comes without any DataLoader batch (batches made by hand: verify compares no
+values without a prepared loader) and at exit. Traced code runs about 2x slower (a tiny model's forward outside a
+loader epoch: 33 us untraced, 66 us traced).
 
 Like the recorder, this module imports nothing of accelify and nothing but the standard library.
 """
@@ -52,7 +54,7 @@ class Returns:
     def stop(self) -> None:
         """Trace no more: the training steps without any DataLoader (batches made by hand), so no function can
         return after a loader's epoch, and verify compares no values without a prepared loader anyway."""
-        if threading.get_ident() == self.thread and sys.gettrace() is self._call:
+        if threading.get_ident() == self.thread and sys.gettrace() == self._call:
             sys.settrace(None)
         self.tracing, self.stopped = False, True
 
@@ -66,17 +68,32 @@ class Returns:
         elif not inside and not self.tracing:
             sys.settrace(self._call)
             self.tracing = True
+        if not inside:
+            self._attach(sys._getframe(1))
+
+    def _attach(self, frame: Any) -> None:
+        """Trace the returns of the script's frames on the stack at an epoch's end that are not traced yet: the
+        function whose loop just ended and its callers (``train_one_epoch`` on epoch 0, an ``evaluate`` called
+        inside a training epoch, where tracing was off at their call)."""
+        while frame is not None:
+            if frame.f_trace is None:
+                local = self._local(frame, -1)
+                if local is not None:
+                    frame.f_trace = local
+            frame = frame.f_back
 
     def _call(self, frame: Any, event: str, arg: Any) -> Any:
-        if event != "call":
-            return None
+        return self._local(frame, self.recorder.draws) if event == "call" else None
+
+    def _local(self, frame: Any, start: int) -> Any:
+        """The return tracer for ``frame`` (batches drawn before its call: ``start``), or None for a frame that is
+        not a function of the script's files."""
         code = frame.f_code
         if code.co_flags & _GENERATOR_FLAGS or code.co_name.startswith("<"):
             return None
         relative = self.recorder._relative(code.co_filename)
         if not relative or self.counts.get(code, 0) >= PER_FUNCTION:
             return None
-        start = self.recorder.draws
         frame.f_trace_lines = False
 
         def local(frame: Any, event: str, arg: Any) -> Any:
