@@ -7,7 +7,8 @@ a printed value:
 - ``SummaryWriter.add_scalar(tag, value, step)`` / ``add_scalars(main_tag, {tag: value})`` of
   ``torch.utils.tensorboard`` and ``tensorboardX``: ``"tag value"`` (``via`` ``add_scalar``);
 - ``accelerator.log({key: value}, step=)`` of ``accelify.runtime`` and HF Accelerate: one line per number, on every
-  process (on those that log nothing, as a silent line: what a process's share would have logged);
+  process (on those that log nothing, as a silent line: what a process's share would have logged); what its own
+  trackers then write (TensorBoard, wandb) is not recorded again;
 - ``wandb.log({key: value})`` (``Run.log``) when wandb is importable: one line per number;
 - ``logging``: the message of every record a logger of the script's own files handles (``logger.info("acc %.4f",
   acc)``, f-strings), whatever its handlers write to (a file, stdout: a record written to stdout is recorded once,
@@ -32,7 +33,8 @@ WRITER_MODULES = ("torch.utils.tensorboard.writer", "tensorboardX.writer")
 ACCELERATOR_MODULES = ("accelify.runtime.accelerator", "accelerate.accelerator")
 MAX_KEYS = 64  # numbers recorded per logging call (a dict of per-layer statistics is cut)
 
-_inside = threading.local()  # a logging record is being handled: what its handlers print is not a printed line
+_inside = threading.local()  # value: a logging record is being handled (what its handlers print is not a printed
+# line); tracker: accelerator.log is writing to its trackers (what they log is not recorded again)
 
 
 def muted() -> bool:
@@ -74,6 +76,8 @@ def install(recorder: Any) -> Callable[[], dict[str, Callable[[ModuleType], None
 
 
 def _record(recorder: Any, via: str, pairs: Any, caller: Any, silent: bool = False) -> None:
+    if getattr(_inside, "tracker", False) and via != "accelerator.log":
+        return  # a tracker accelerator.log writes to (its TensorBoard, wandb): recorded once, as accelerator.log
     for count, (key, value) in enumerate(pairs):
         if count >= MAX_KEYS:
             break
@@ -155,7 +159,11 @@ def patch_accelerator(module: ModuleType, recorder: Any) -> None:
             except Exception:
                 silent = False
             _record(recorder, "accelerator.log", values.items(), sys._getframe(1), silent=silent)
-        return log(self, values, *args, **kwargs)
+        _inside.tracker = True
+        try:
+            return log(self, values, *args, **kwargs)
+        finally:
+            _inside.tracker = False
 
     cls.log = recorded_log
     cls._accelify_verify = True
