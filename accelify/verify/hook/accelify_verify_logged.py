@@ -12,7 +12,7 @@ a printed value:
 - ``wandb.log({key: value})`` (``Run.log``) when wandb is importable: one line per number;
 - ``logging``: the message of every record a logger of the script's own files handles (``logger.info("acc %.4f",
   acc)``, f-strings), whatever its handlers write to (a file, stdout: a record written to stdout is recorded once,
-  as logged).
+  as logged; a library's record written to stdout stays a printed line).
 
 The step argument is not recorded: a step count is compared by ``same schedule``. Numbers handed over as values
 (not text) are written with ``repr``: verify compares them without a printed digit's slack.
@@ -100,12 +100,11 @@ def patch_logging(recorder: Any) -> None:
             return original(self, record)
         try:
             relative = recorder._relative(record.pathname)
-            if relative:
-                text = record.getMessage()
-                if any(ch.isdigit() for ch in text):
-                    for line in text.split("\n"):
-                        if any(ch.isdigit() for ch in line):
-                            recorder.on_line(line[:2000], None, via="logging", site=f"{relative}:{record.lineno}")
+            if not relative:  # a library's record: what its handlers print is recorded as printed, as before
+                return original(self, record)
+            for line in record.getMessage().split("\n"):
+                if any(ch.isdigit() for ch in line):
+                    recorder.on_line(line[:2000], None, via="logging", site=f"{relative}:{record.lineno}")
         except Exception:  # a message whose formatting fails: the handlers report it as they would have
             pass
         _inside.value = True
