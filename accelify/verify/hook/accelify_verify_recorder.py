@@ -203,6 +203,8 @@ class _Recorder(LoaderEvents, ScriptPlaces):
 
     def _forked(self) -> None:
         self.active = False  # a forked child (a DataLoader worker) is not the process being verified
+        if self.returns is not None:
+            self.returns.stop()  # forked while tracing (a loader's __iter__ starts its workers): its work runs untraced
 
     def _at_exit(self) -> None:
         if self.returns is not None:
