@@ -12,7 +12,11 @@ Measured on the shared 2-core machine, loaded by other work (load 3-7), so the r
 run took verify 468 s before the recorder wrote sparse, packed fingerprints (every value of every step as JSON
 floats: 167 MB per 640 steps) and 142 s after; at --seconds 30 with every fix, 3.46 (load ~4) and 5.07 (load 5-7),
 of which the two one-process runs side by side about 2x the script, the 2-process run about 3x, conversion and
-checks 9 s. The script's conversion prints an epoch average of process 0's batches without a reduce, which
+checks 9 s. With the logged and returned values recorded (issue 22, second stop: a settrace tracer outside loader
+epochs, from the first epoch's end): --seconds 15 at load 7-8 on the 2 cores, 4.52 (script 10.3 s; the one-process
+runs 13.1 s and 16.0 s side by side, 2 processes 28.1 s, conversion and checks 2.5 s); an A/B of one recorded run
+with and without the tracer differed by less than the load's noise (CPU 6.2 s vs 5.9 s, three runs each). The
+script's conversion prints an epoch average of process 0's batches without a reduce, which
 ``same printed values`` fails (the converter's to fix); the runs and checks cost the same either way.
 """
 

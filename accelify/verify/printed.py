@@ -1,4 +1,4 @@
-"""The printed-values check: every aggregate the script prints on N processes equals the original's on one.
+"""The printed-values checks: every aggregate the script prints, logs or returns on N processes equals the original's.
 
 What the check reads: every line each run printed to stdout that holds a digit (``print``, ``accelerator.print``,
 ``sys.stdout.write``, a logging handler writing to stdout), recorded by the recorder with the script line that
@@ -35,9 +35,13 @@ excepted, as above). This holds after an inexact step too, where the original ca
 catches a share's metric late in a long run, where the growing float tolerance against the original would let a
 share's value within a percent pass.
 
-Not covered: a value the script only returns, logs to a tracker (``accelerator.log``) or branches on without
-printing it. Branching on a value computed from one process's share shows as another number of optimizer steps
-(``same schedule``) when it changes the training; a best value saved to a file is not compared.
+Logged and returned values: the same comparison makes two more checks, ``same logged values`` (what the script
+logs with ``SummaryWriter.add_scalar``, ``accelerator.log``, ``wandb.log`` or ``logging``:
+``hook/accelify_verify_logged.py``) and ``same returned values`` (what the script's own functions return after a
+loader's epoch ran inside them, ``val_loss = evaluate(model, val_loader)``: ``hook/accelify_verify_returns.py``),
+so an aggregate used only to pick the best checkpoint or to stop early is compared too; a branch on a value of one
+process's share shows as the differing value it tests. Numbers handed over as values (not printed text) are compared
+without the printed digit's slack.
 
 Like ``same as original``, the check needs the processes to share the original's batches (a prepared DataLoader;
 else it is skipped) and stops at the first step exact mode marked inexact (a batch that does not split evenly,
@@ -63,6 +67,25 @@ _NUMBER = re.compile(r"(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|\b(?:nan|inf)\b",
 _SIGNED = re.compile(r"[-+]?(?:" + _NUMBER.pattern + ")", re.IGNORECASE)
 _TIME_UNIT = re.compile(r"\s?(?:ms|us|µs|ns|s|sec|secs|seconds?|mins?|minutes?|h|hrs?|hours?|it/s|s/it)\b",
                         re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Channel:
+    """Where the compared values come from: one check each (``vias``: the recorder's ``via`` of their lines)."""
+
+    name: str
+    verb: str  # "printed": the original printed ...
+    vias: tuple[str, ...]
+    noun: str  # "this printed value is process 0's share"
+    gerund: str  # "reduce it ... before dividing and printing"
+
+
+PRINTED = Channel(NAME, "printed", ("print",), "printed value", "printing")
+LOGGED = Channel("same logged values", "logged", ("logging", "add_scalar", "accelerator.log", "wandb.log"),
+                 "logged value", "logging")
+RETURNED = Channel("same returned values", "returned", ("return",), "returned value", "returning it")
+CHANNELS = (PRINTED, LOGGED, RETURNED)
+EXACT_VIAS = ("add_scalar", "accelerator.log", "wandb.log", "return")  # numbers handed over, not printed as text
 
 
 @dataclass(frozen=True)
@@ -106,14 +129,16 @@ def template(text: str) -> str:
     return _SIGNED.sub("#", text).strip()
 
 
-def _same(a: Number, b: Number, rtol: float) -> bool:
+def _same(a: Number, b: Number, rtol: float, printed: bool = True) -> bool:
+    """Equal within ``rtol``, and one unit in the last digit of either where the numbers were printed as text."""
     if a.value != a.value or b.value != b.value:  # nan
         return (a.value != a.value) == (b.value != b.value)
-    return abs(a.value - b.value) <= max(a.unit, b.unit) + ATOL + rtol * max(abs(a.value), abs(b.value))
+    unit = max(a.unit, b.unit) if printed else 0.0
+    return abs(a.value - b.value) <= unit + ATOL + rtol * max(abs(a.value), abs(b.value))
 
 
-def _aggregates(record: ProcessRecord) -> list[PrintedLine]:
-    return [line for line in record.lines if not line.in_epoch]
+def _aggregates(record: ProcessRecord, channel: Channel = PRINTED) -> list[PrintedLine]:
+    return [line for line in record.lines if not line.in_epoch and line.via in channel.vias]
 
 
 def _matches(ours: list[PrintedLine], theirs: list[PrintedLine]) -> dict[int, int]:
@@ -139,33 +164,36 @@ def _step_loss(value: float, loss: float | None, control: float, control_loss: f
     return ratio != 0 and any(abs(value - ratio * k * loss) <= unit + 1e-4 * abs(value) for k in (1, n, 1 / n))
 
 
-def skipped_printed_check(reason: str, processes: int) -> CheckResult:
-    """The check, skipped for ``reason``."""
-    return CheckResult(NAME, f"{processes} processes", SKIPPED, reason)
+def skipped_value_checks(reason: str, processes: int) -> list[CheckResult]:
+    """The printed, logged and returned values checks, skipped for ``reason``."""
+    return [CheckResult(channel.name, f"{processes} processes", SKIPPED, reason) for channel in CHANNELS]
 
 
-def printed_values_check(distributed: RunOutcome, original: RunOutcome, control: RunOutcome, n: int) -> CheckResult:
-    """Compare what process 0 of ``distributed`` printed with ``original``'s, ``control`` (the converted script on
-    one process) telling values of the training from values that vary between runs (see the module docstring)."""
+def value_checks(distributed: RunOutcome, original: RunOutcome, control: RunOutcome, n: int) -> list[CheckResult]:
+    """Compare what process 0 of ``distributed`` printed, logged and returned with ``original``'s, ``control`` (the
+    converted script on one process) telling values of the training from values that vary between runs (see the
+    module docstring)."""
     if not original.ok or not original.records or not control.ok or not control.records:
-        return skipped_printed_check("a one-process run, the reference or the control, did not finish", n)
+        return skipped_value_checks("a one-process run, the reference or the control, did not finish", n)
     if not distributed.ok or not distributed.records:
-        return skipped_printed_check(f"the run on {n} processes did not finish", n)
+        return skipped_value_checks(f"the run on {n} processes did not finish", n)
     main, *others = sorted(distributed.records, key=lambda r: r.rank)
     if not main.batches:
-        return skipped_printed_check(NOT_SHARED, n)
-    return printed_check(main, original.records[0], control.records[0], n, tuple(others))
+        return skipped_value_checks(NOT_SHARED, n)
+    return [printed_check(main, original.records[0], control.records[0], n, tuple(others), channel)
+            for channel in CHANNELS]
 
 
 def printed_check(run: ProcessRecord, original: ProcessRecord, control: ProcessRecord, n: int,
-                  others: tuple[ProcessRecord, ...] = ()) -> CheckResult:
-    """Compare process 0's printed aggregates (``run``) with the original's, and with what the other processes
-    (``others``) printed or would have printed (see the module docstring)."""
-    stage = f"{n} processes"
+                  others: tuple[ProcessRecord, ...] = (), channel: Channel = PRINTED) -> CheckResult:
+    """Compare process 0's aggregates of ``channel`` (``run``) with the original's, and with what the other
+    processes (``others``) printed or would have printed (see the module docstring)."""
+    stage, verb, name = f"{n} processes", channel.verb, channel.name
     inexact = next((step for step in run.steps if step.inexact), None)
-    ours, theirs, controls = _aggregates(original), _aggregates(run), _aggregates(control)
+    ours, theirs, controls = (_aggregates(r, channel) for r in (original, run, control))
     in_run, in_control = _matches(ours, theirs), _matches(ours, controls)
-    peers = [(record, _aggregates(record), _matches(theirs, _aggregates(record))) for record in others]
+    peers = [(record, _aggregates(record, channel), _matches(theirs, _aggregates(record, channel)))
+             for record in others]
     compared = lines = step_losses = varying = late = agreed = 0
     for i, j in sorted(in_run.items()):
         k = in_control.get(i)
@@ -186,16 +214,16 @@ def printed_check(run: ProcessRecord, original: ProcessRecord, control: ProcessR
             if a.value != c.value and not (a.value != a.value and c.value != c.value):
                 varying += 1  # two one-process runs printed different values: not a value of the training
                 continue
-            same = exact and _same(a, d, rtol)
+            same = exact and _same(a, d, rtol, line.via not in EXACT_VIAS)
             if not same and _step_loss(d.value, _last_loss(run, line), c.value, control_loss, d.unit, n):
                 step_losses += 1  # the last step's loss on process 0's share: conventional
                 continue
             if exact and not same:
                 return CheckResult(
-                    NAME, stage, FAILED,
-                    f"{_where(line)}the original printed {ours[i].text.strip()!r}, process 0 of {n} printed "
-                    f"{line.text.strip()!r} ({a.text} vs {d.text}, after {line.steps} optimizer steps)",
-                    _cause(a.value, d.value, n))
+                    name, stage, FAILED,
+                    f"{_where(line)}the original {verb} {ours[i].text.strip()!r}{_how(line)}, process 0 of {n} "
+                    f"{verb} {line.text.strip()!r} ({a.text} vs {d.text}, after {line.steps} optimizer steps)",
+                    _cause(a.value, d.value, n, channel))
             compared, counted = compared + exact, counted or exact
             for record, printed, matched in peers:
                 peer = matched.get(j)
@@ -208,17 +236,17 @@ def printed_check(run: ProcessRecord, original: ProcessRecord, control: ProcessR
                     agreed += 1
                     continue
                 return CheckResult(
-                    NAME, stage, FAILED,
-                    f"{_where(line)}after the same {line.steps} optimizer steps process 0 printed "
-                    f"{line.text.strip()!r}, process {record.rank} {printed[peer].text.strip()!r} ({d.text} vs "
-                    f"{e.text}): a value printed once per epoch differs between the processes",
-                    _SHARE)
+                    name, stage, FAILED,
+                    f"{_where(line)}after the same {line.steps} optimizer steps process 0 {verb} "
+                    f"{line.text.strip()!r}{_how(line)}, process {record.rank} {printed[peer].text.strip()!r} "
+                    f"({d.text} vs {e.text}): a value {verb} once per epoch differs between the processes",
+                    _share(channel))
         lines += counted
     notes = []
     if agreed:
         notes.append(f"{agreed} equal on every process")
     if step_losses:
-        notes.append(f"{step_losses} last-step loss{'es' if step_losses != 1 else ''} printed after a loop "
+        notes.append(f"{step_losses} last-step loss{'es' if step_losses != 1 else ''} {verb} after a loop "
                      "(process 0's share, as is conventional) not compared")
     if varying:
         differ = "s that differ" if varying != 1 else " that differs"
@@ -228,13 +256,13 @@ def printed_check(run: ProcessRecord, original: ProcessRecord, control: ProcessR
                      f"processes only (not exact from there: {inexact.inexact[0]})")
     tail = f"; {'; '.join(notes)}" if notes else ""
     if not compared and late:
-        return CheckResult(NAME, stage, SKIPPED, f"not exact from step {inexact.n} on ({inexact.inexact[0]}): every "
-                                                 f"aggregate was printed after it{tail}")
+        return CheckResult(name, stage, SKIPPED, f"not exact from step {inexact.n} on ({inexact.inexact[0]}): every "
+                                                 f"aggregate was {verb} after it{tail}")
     if not compared:
-        return CheckResult(NAME, stage, PASSED, "no number printed outside a batch loop to compare (values printed "
+        return CheckResult(name, stage, PASSED, f"no number {verb} outside a batch loop to compare (values {verb} "
                                                 f"inside one are per-step and may differ){tail}")
-    return CheckResult(NAME, stage, PASSED, f"{compared} number{'s' if compared != 1 else ''} in {lines} "
-                                            f"line{'s' if lines != 1 else ''} printed after an epoch equal the "
+    return CheckResult(name, stage, PASSED, f"{compared} number{'s' if compared != 1 else ''} in {lines} "
+                                            f"line{'s' if lines != 1 else ''} {verb} after an epoch equal the "
                                             f"original's{tail}")
 
 
@@ -242,17 +270,23 @@ def _where(line: PrintedLine) -> str:
     return f"{line.site}: " if line.site and not line.site.startswith("<") else ""
 
 
-def _cause(original: float, value: float, n: int) -> str:
-    """Why process 0 printed another value than the original, in words a user acts on."""
+def _how(line: PrintedLine) -> str:
+    return f" (with {line.via})" if line.via not in ("print", "return") else ""
+
+
+def _cause(original: float, value: float, n: int, channel: Channel = PRINTED) -> str:
+    """Why process 0 printed (logged, returned) another value than the original, in words a user acts on."""
     if original and abs(value - original / n) <= NEAR * abs(original / n):
         return (f"the value is about 1/{n} of the original: an average over one process's shard divided by the "
                 f"whole data set's size; reduce it across processes (accelerator.reduce(total, 'sum'), or "
-                "accelerator.gather_for_metrics on the values) before dividing and printing")
+                f"accelerator.gather_for_metrics on the values) before dividing and {channel.gerund}")
     if original and abs(value - original * n) <= NEAR * abs(original * n):
         return (f"the value is about {n}x the original: a sum over the processes of values that are already "
                 "averages (reduce with 'mean', or sum the totals before dividing)")
-    return _SHARE
+    return _share(channel)
 
 
-_SHARE = ("this printed value is process 0's share: it is computed from the prepared loader's shard only; gather "
-          "(accelerator.gather_for_metrics) or reduce (accelerator.reduce) it over the processes before printing")
+def _share(channel: Channel) -> str:
+    return (f"this {channel.noun} is process 0's share: it is computed from the prepared loader's shard only; gather "
+            f"(accelerator.gather_for_metrics) or reduce (accelerator.reduce) it over the processes before "
+            f"{channel.gerund}")

@@ -126,7 +126,8 @@ class BatchMark:
 
 @dataclass(frozen=True)
 class PrintedLine:
-    """A line the script printed to stdout (holding a digit), and when: inside a DataLoader epoch or after one."""
+    """A line the script printed to stdout (holding a digit), a value it logged, or one its function returned
+    (``via``), and when: inside a DataLoader epoch or after one."""
 
     text: str
     site: str  # the script's ``file:line`` that printed it
@@ -134,6 +135,7 @@ class PrintedLine:
     backwards: int  # backwards taken before it
     steps: int  # optimizer steps taken before it
     silent: bool = False  # exact mode: what accelerator.print would have printed on a process that prints nothing
+    via: str = "print"  # how: print (stdout), logging, add_scalar, accelerator.log, wandb.log, return (a function's)
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,8 @@ class ProcessRecord:
     stopped: bool = False  # reached the step limit and ended itself
     exited: bool = False  # the interpreter exited (after the script ended or raised)
     error: str | None = None  # the uncaught exception, ``Type: message``
+    error_site: str | None = None  # the script's innermost ``file:line`` in its traceback
+    error_share: tuple[int, int, int] | None = None  # exact mode: (batch rows, first row, end row) held when it raised
     hook_errors: tuple[str, ...] = ()
     schedulers: tuple[SchedulerCall, ...] = ()
     batches: tuple[BatchMark, ...] = ()
@@ -219,6 +223,9 @@ def _read(path: Path, rank: int, pid: int) -> ProcessRecord:
             fields["exited"] = True
         elif kind == "error":
             fields["error"] = str(event.get("error"))
+            fields["error_site"] = event.get("site")
+            share = event.get("share")
+            fields["error_share"] = tuple(int(v) for v in share) if share else None
         elif kind == "scheduler":
             schedulers.append(SchedulerCall(event.get("name"), int(event["steps"]), int(event["epochs"])))
         elif kind == "batch":
@@ -227,7 +234,7 @@ def _read(path: Path, rank: int, pid: int) -> ProcessRecord:
         elif kind == "line":
             lines.append(PrintedLine(str(event["text"]), str(event.get("site", "")), bool(event.get("in_epoch")),
                                      int(event.get("backwards", 0)), int(event.get("steps", 0)),
-                                     bool(event.get("silent", False))))
+                                     bool(event.get("silent", False)), str(event.get("via", "print"))))
         elif kind == "hook_error":
             hook_errors.append(str(event.get("traceback") or event.get("error")))
     stack_path = path.with_suffix(".stack")

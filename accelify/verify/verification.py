@@ -4,12 +4,15 @@ The order of work: convert (unless a conversion is given); run the original and 
 (side by side), then the conversion on N processes in exact mode (they share the original's batches); turn the
 records into checks: one process against the original, the N processes among themselves, and the N processes
 against the original step by step (``exactness``), and what process 0 printed after each epoch against what the
-original printed (``printed``). Each run has its own folder in a
+original printed, logged and returned (``printed``). Where exact mode cannot run the script (it sizes state by the
+full batch, ``fallback``), the conversion runs again on N processes as a real launch runs it, and that run is judged
+by the non-exact checks. Each run has its own folder in a
 temporary working directory that is removed at the end; the report keeps what each process printed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +22,8 @@ from accelify.verify.deadlocks import deadlock_check
 from accelify.verify.distributed import distributed_checks, skipped_distributed_checks
 from accelify.verify.equivalence import one_process_checks, skipped_one_process_checks
 from accelify.verify.exactness import exact_checks, skipped_exact_checks
-from accelify.verify.printed import printed_values_check, skipped_printed_check
+from accelify.verify.fallback import exact_blocked
+from accelify.verify.printed import skipped_value_checks, value_checks
 from accelify.verify.report import FAILED, PASSED, SKIPPED, CheckResult, RunSummary, VerifyOptions, VerifyReport
 from accelify.verify.runner import Launcher, RunOutcome, RunSpec
 from accelify.verify.workspace import ScriptFiles, as_program, convert_files, stage
@@ -85,15 +89,23 @@ def verify_files(
             checks += skipped_one_process_checks(reason)
             checks += skipped_distributed_checks(reason, options.processes)
             checks += skipped_exact_checks(reason, options.processes)
-            checks.append(skipped_printed_check(reason, options.processes))
+            checks += skipped_value_checks(reason, options.processes)
         else:
             with tempfile.TemporaryDirectory(prefix="accelify-verify-") as workdir:
                 runs = _run_all(Path(workdir), original, converted, options, launcher, concurrent)
                 first, second, distributed = runs  # judged while the files exist: a hang names their lines
+                blocked = exact_blocked(distributed, second)
+                if blocked is not None:  # the script sizes state by the full batch: judge a real launch instead
+                    distributed = _run_normal(Path(workdir), converted, distributed.spec, launcher)
+                    runs[2] = distributed
                 checks += one_process_checks(first, second, options)
                 checks += distributed_checks(distributed, second, options)
-                checks += exact_checks(distributed, first, options)
-                checks.append(printed_values_check(distributed, first, second, options.processes))
+                if blocked is not None:
+                    checks += skipped_exact_checks(blocked, options.processes)
+                    checks += skipped_value_checks(blocked, options.processes)
+                else:
+                    checks += exact_checks(distributed, first, options)
+                    checks += value_checks(distributed, first, second, options.processes)
     finally:
         if own_launcher:
             launcher.close()
@@ -134,6 +146,13 @@ def _run_all(workdir: Path, original: ScriptFiles, converted: ScriptFiles, optio
     else:
         alone = [launcher.run(spec) for spec in specs[:2]]
     return [*alone, launcher.run(specs[2])]
+
+
+def _run_normal(workdir: Path, converted: ScriptFiles, exact: RunSpec, launcher: Launcher) -> RunOutcome:
+    """The conversion on N processes as a real launch runs it (whole batches per process, not exact mode)."""
+    folder = stage(converted, workdir / "distributed-normal")
+    return launcher.run(dataclasses.replace(exact, folder=folder, logs=workdir / "logs" / "distributed-normal",
+                                            exact=False, reference=None))
 
 
 def _summary(run: RunOutcome) -> RunSummary:

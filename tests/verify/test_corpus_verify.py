@@ -26,10 +26,11 @@ pytestmark = pytest.mark.multiprocess
 # Checks a script's own structure can leave unjudged (skipped with the reason): batches that do not come from a
 # DataLoader (sharding; in exact mode, the processes' batches), weights updated without a torch.optim optimizer (the
 # parameter checks and the schedule), and a first step exact mode cannot make exact (BatchNorm in training mode over
-# a share of the batch, a batch that does not split evenly: "same as original", and "same printed values" when every
-# aggregate was printed after such a step).
+# a share of the batch, a batch that does not split evenly: "same as original", and the printed, logged and returned
+# values checks when every aggregate came after such a step).
 STRUCTURAL = {"data sharded", "same parameters", "model wrapped", "parameters agree", "same data", "same schedule",
-              "parameters train", "same as original", "same printed values"}
+              "parameters train", "same as original", "same printed values", "same logged values",
+              "same returned values"}
 
 
 def table(report: VerifyReport) -> str:

@@ -8,10 +8,11 @@ conversion, ``right.py`` where the case has one, must verify.
 from __future__ import annotations
 
 import pytest
-from corpus_cases import PLANTED_IDS, RIGHT_IDS, PlantedCase
+from corpus_cases import PLANTED, PLANTED_IDS, RIGHT_IDS, SCRIPT, PlantedCase
 from verification_pool import VerificationPool
 
-from accelify.verify.report import FAILED, PASSED
+from accelify.verify import ScriptFiles, VerifyOptions, verify_files
+from accelify.verify.report import FAILED, PASSED, SKIPPED
 
 pytestmark = pytest.mark.multiprocess
 
@@ -55,3 +56,27 @@ def test_a_hang_names_where_each_process_waits_and_keeps_their_stacks(verificati
     assert report.check("same losses").status == PASSED  # on one process the branch cannot hang
     distributed = report.run("distributed")
     assert distributed is not None and distributed.timed_out and distributed.exit_code is None
+
+
+def test_a_script_that_sizes_state_by_the_full_batch_is_judged_on_a_normal_run(
+        verification_pool: VerificationPool) -> None:
+    """Exact mode's split batches break ``torch.zeros(BATCH_SIZE, 8)`` though a real launch runs: verify says why the
+    exact checks could not run and judges a normal N-process run instead of calling the conversion wrong."""
+    folder = PLANTED.parent / "exact_limits" / "full_batch"
+    original, converted = (ScriptFiles(SCRIPT, (folder / f"{name}.py").read_text(encoding="utf-8"))
+                           for name in ("original", "converted"))
+    options = VerifyOptions(steps=4, processes=2, timeout=120)
+    report = verification_pool.submit("exact-limits/full_batch", lambda: verify_files(
+        original, converted, options=options, launcher=verification_pool.launcher, concurrent=False)).result()
+    summary = "\n".join(f"{c.stage}: {c.name}: {c.status}: {c.detail}" for c in report.checks)
+    assert not report.failed, summary
+    same = report.check("same as original")
+    assert same.status == SKIPPED and same.detail.startswith("the exact check could not run: train.py:"), summary
+    assert "sizes a tensor by the full batch (batch_size=32) while each process holds 16 rows" in same.detail
+    assert same.detail.endswith("the normal 2-process run was checked instead")
+    assert report.check("same returned values").detail == same.detail
+    for name in ("finished in time", "model wrapped", "data sharded", "parameters agree"):
+        assert report.check(name).status == PASSED, summary
+    distributed = report.run("distributed")
+    assert distributed is not None and distributed.exit_code == 0 and distributed.steps == (4, 4)
+    assert report.verdict.startswith("not verified: ") and "the exact check could not run" in report.verdict

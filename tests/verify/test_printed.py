@@ -3,7 +3,7 @@ per-step values, the last step's loss printed after a loop, and numbers that var
 
 from __future__ import annotations
 
-from accelify.verify.printed import numbers, printed_check, template
+from accelify.verify.printed import LOGGED, RETURNED, numbers, printed_check, template
 from dataclasses import replace
 
 from accelify.verify.records import Backward, Group, PrintedLine, ProcessRecord, Step
@@ -96,3 +96,39 @@ def test_an_aggregate_that_differs_between_the_processes_fails_even_where_the_or
     check = printed_check(run, original, original, 2, (share,))
     assert check.status == FAILED and "process 1 'epoch 0 val_loss 0.322'" in check.detail
     assert "process 0's share" in check.meaning
+
+
+def channel_record(*lines: tuple[str, str], rank: int = 0, loss: float = 0.9) -> ProcessRecord:
+    """A process that took one backward (``loss``), then logged or returned ``lines`` ((text, via))."""
+    printed = tuple(PrintedLine(text, "train.py:5", False, 1, 1, via=via) for text, via in lines)
+    return replace(record(losses=(loss,)), lines=printed, rank=rank)
+
+
+def test_logged_and_returned_values_are_compared_in_their_own_checks_with_their_cause() -> None:
+    original = channel_record(("test/accuracy 0.59375", "add_scalar"), ("evaluate() -> 0.59375", "return"))
+    run = channel_record(("test/accuracy 0.59375", "add_scalar"), ("evaluate() -> 0.296875", "return"), loss=0.7)
+    assert printed_check(run, original, original, 2).detail.startswith("no number printed")
+    logged = printed_check(run, original, original, 2, channel=LOGGED)
+    assert logged.status == PASSED and "1 number in 1 line logged after an epoch" in logged.detail
+    returned = printed_check(run, original, original, 2, channel=RETURNED)
+    assert returned.status == FAILED and returned.name == "same returned values"
+    assert "the original returned 'evaluate() -> 0.59375', process 0 of 2 returned 'evaluate() -> 0.296875'" in \
+        returned.detail
+    assert "about 1/2 of the original" in returned.meaning and "before dividing and returning it" in returned.meaning
+
+
+def test_a_logged_value_that_differs_between_the_processes_names_the_tracker() -> None:
+    original = channel_record(("val/loss 0.5", "accelerator.log"))
+    peer = channel_record(("val/loss 0.75", "accelerator.log"), rank=1)
+    check = printed_check(original, original, original, 2, (peer,), channel=LOGGED)
+    assert check.status == FAILED and "(with accelerator.log)" in check.detail
+    assert "this logged value is process 0's share" in check.meaning
+
+
+def test_values_handed_over_as_numbers_get_no_printed_digit_slack() -> None:
+    original = channel_record(("correct 76.0", "add_scalar"), ("correct 76.0", "logging"))
+    run = channel_record(("correct 76.05", "add_scalar"), ("correct 76.05", "logging"))
+    check = printed_check(run, original, original, 2, channel=LOGGED)
+    assert check.status == FAILED and "(with add_scalar)" in check.detail  # as text (logging) it would pass
+    assert printed_check(channel_record(("correct 76.05", "logging")), channel_record(("correct 76.0", "logging")),
+                         channel_record(("correct 76.0", "logging")), 2, channel=LOGGED).status == PASSED

@@ -3,10 +3,13 @@ with ``ACCELIFY_VERIFY_RECORD`` set records what its training does (see ``acceli
 
 The plain modules live here, importable by their top-level names when this folder is on the path:
 ``sitecustomize.py`` (Python's startup hook: activates the recorder, then runs the ``sitecustomize`` it shadows),
-``accelify_verify_recorder.py`` (the per-process recording: state, events, the JSON lines, the step limit) and
-``accelify_verify_patches.py`` (the patches that route torch into it), with their helpers (exact mode and its summed
-losses, names, the sandbox, the stdout line recorder ``accelify_verify_stdout.py``). None imports ``accelify``: they run inside
-the user's script, which pays for torch only.
+``accelify_verify_recorder.py`` (the per-process recording: state, events, the JSON lines, the step limit) with its
+parts (``_loaders``: loader events; ``_names``: script places and variable names; ``_fingerprint``: parameters),
+``accelify_verify_patches.py`` (the patches that route torch into it), the value recorders (``_stdout``: printed
+lines; ``_logged``: trackers and logging; ``_returns``: epoch-level return values), exact mode (``_exact``, its
+shared draws ``_draws`` and summed losses ``_sums``) and the sandbox. None imports ``accelify``: they run inside
+the user's script, which pays for torch only (the recorder falls back to the package's names only where the
+tool itself imports it, for its variables' names).
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ Like the recorder, this module imports nothing of accelify and nothing but the s
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any, Callable
 
 _WRAPPING = ("optimizer", "module", "scheduler")  # AcceleratedOptimizer, DDP, AcceleratedScheduler hold these
@@ -56,3 +58,51 @@ def model_name(frame: Any, parameter: Any, in_script: Callable[[str], str | None
                         return name
         frame = frame.f_back
     return None
+
+
+class ScriptPlaces:
+    """Mixed into the recorder: the script's ``file:line`` of a frame or a traceback, the variable of an object
+    (cached in its ``names``, ``models`` and ``_paths``, relative to its ``root``)."""
+
+    def name_of(self, target: Any) -> str | None:
+        """The name a frame of the script binds to ``target`` (or to a wrapper of it), looked up once per object."""
+        try:
+            if target in self.names:
+                return self.names[target]
+        except TypeError:
+            return None
+        found = self.names[target] = bound_name(sys._getframe(1), target, self._relative)
+        return found
+
+    def _model_name(self, optimizer: Any, params: list[Any]) -> str | None:
+        """The name of the module (or its wrapper) in the script holding the optimizer's first parameter."""
+        if optimizer not in self.models:
+            self.models[optimizer] = model_name(sys._getframe(1), params[0], self._relative, self.torch.nn.Module) \
+                if params else None
+        return self.models[optimizer]
+
+    def _relative(self, filename: str) -> str | None:
+        relative = self._paths.get(filename, "")
+        if relative == "":
+            real = os.path.realpath(filename) if not filename.startswith("<") else ""
+            relative = self._paths[filename] = real[len(self.root):] if real.startswith(self.root) else None
+        return relative
+
+    def _raised(self, traceback: Any) -> str | None:
+        """``file:line`` of the script's innermost frame in an exception's ``traceback``."""
+        found = None
+        while traceback is not None:
+            relative = self._relative(traceback.tb_frame.f_code.co_filename)
+            if relative:
+                found = f"{relative}:{traceback.tb_lineno}"
+            traceback = traceback.tb_next
+        return found
+
+    def _site(self, frame: Any) -> str:
+        """``file:line`` of the innermost frame in the script's folder (the loop that iterates the loader)."""
+        while frame is not None:
+            relative = self._relative(frame.f_code.co_filename)
+            if relative:
+                return f"{relative}:{frame.f_lineno}"
+            frame = frame.f_back
+        return "<outside the script>"

@@ -24,23 +24,23 @@ The record is one JSON object per line, written as it happens:
               ``accelerator.backward(loss)``), the data loader that yielded the last batch, the process group
 ``step``      after each optimizer step (a global step post-hook): the optimizer's name in the script (the
               variable bound to it in a calling frame) and the learning rate of each of its param groups, the
-              name of the model holding its first parameter, a fingerprint of every parameter of that
-              optimizer (all values up to a per-tensor budget, evenly spaced ones beyond, and the exact sum,
-              with up to ``GRADS_PER_TENSOR`` gradient values; after step ``FULL_STEPS``, except at powers of
-              two and at the step limit, ``SPARSE_VALUES`` values and the sum only: verify compares parameters
-              step by step for the first 64 steps, and recording every value of every step cost more than the
-              training), in exact mode why the step is not comparable,
-              whether each is owned by a DistributedDataParallel wrapper or sharded (DTensor), the wrappers and
-              how often their forward ran, the process group joined, and every iterated data loader
-              (iteration site, batches per epoch, samples in its first batch, batches drawn, the batches of each
-              of its first ``EPOCHS_KEPT`` epochs and how many epochs ended, whether a backward followed its
-              batches)
+              name of the model holding its first parameter, a fingerprint of every parameter of that optimizer
+              (``accelify_verify_fingerprint.py``; after step ``FULL_STEPS``, except at powers of two and at the
+              step limit, ``SPARSE_VALUES`` values and the sum only: verify compares parameters step by step for
+              the first 64 steps, and recording every value of every step cost more than the training), in exact
+              mode why the step is not comparable, the wrappers and how often their forward ran, the process
+              group joined, and every iterated data loader (iteration site, batches per epoch, samples in its
+              first batch, batches drawn, the batches of each of its first epochs (``accelify_verify_loaders.py``),
+              how many epochs ended, whether a backward followed its batches)
 ``scheduler`` (exact mode) a prepared scheduler's ``step()`` call: its name, optimizer steps and epochs before it
 ``batch``     (exact mode) the sum of every number of one of the first batches of a prepared loader, per epoch
-``line``      a line the script printed to stdout holding a digit (``accelify_verify_stdout.py``): its text, the
-              script's ``file:line`` that printed it, whether a DataLoader epoch was in progress (a batch drawn and
-              its epoch not ended: a per-step value), the backwards and optimizer steps taken before it
-``error``     the script raised an exception it did not catch (written by ``sys.excepthook``)
+``line``      a line the script printed to stdout holding a digit (``accelify_verify_stdout.py``), a value it
+              logged (``accelify_verify_logged.py``: a tracker, ``accelerator.log``, ``logging``) or one its own
+              function returned after a loader's epoch ran inside it (``accelify_verify_returns.py``): its text,
+              how (``via``), the script's ``file:line``, whether a DataLoader epoch was in progress (a batch drawn
+              and its epoch not ended: a per-step value), the backwards and optimizer steps taken before it
+``error``     the script raised an exception it did not catch (written by ``sys.excepthook``): the script's
+              innermost line in its traceback and, in exact mode, the share of the batch this process held
 ``stop``      the step limit was reached: the process ends with exit code 0 right after writing it
 ``exit``      the interpreter is exiting normally
 
@@ -63,6 +63,13 @@ import time
 from types import ModuleType
 from typing import Any, Callable
 
+try:
+    from accelify_verify_loaders import LoaderEvents
+    from accelify_verify_names import ScriptPlaces
+except ImportError:  # imported from the package by the tool (the runner reads the ENV_* names below)
+    from accelify.verify.hook.accelify_verify_loaders import LoaderEvents
+    from accelify.verify.hook.accelify_verify_names import ScriptPlaces
+
 ENV_RECORD = "ACCELIFY_VERIFY_RECORD"
 ENV_STEPS = "ACCELIFY_VERIFY_STEPS"
 ENV_SEED = "ACCELIFY_VERIFY_SEED"
@@ -73,9 +80,7 @@ ENV_EXACT = "ACCELIFY_VERIFY_EXACT"
 STACK_SIGNAL = signal.SIGUSR1
 VALUES_PER_TENSOR = 4096  # fingerprint budget per parameter tensor ...
 VALUES_PER_STEP = 1 << 18  # ... and per step, shared between the tensors of a large model
-GRADS_PER_TENSOR = 1024  # gradient values recorded per parameter tensor (evenly spaced)
 FULL_STEPS = 64  # steps fingerprinted in full (verify compares parameters step by step this far) ...
-EPOCHS_KEPT = 4  # batches drawn per epoch, kept for this many first epochs of each loader
 SPARSE_VALUES = 4  # ... later steps, except powers of two and the step limit: this many values per tensor, no grads
 PEER_WAIT = 30.0  # seconds a process at the step limit waits for the others of its group
 
@@ -105,7 +110,7 @@ def install_from_environment() -> bool:
     return True
 
 
-class _Recorder:
+class _Recorder(LoaderEvents, ScriptPlaces):
     """The per-process recording state; all torch patches call into the one instance."""
 
     def __init__(self, *, prefix: str, rank: int, steps: int, seed: int, root: str, exact: bool = False) -> None:
@@ -126,10 +131,25 @@ class _Recorder:
         self.steps = 0
         self.loaders: dict[str, dict[str, Any]] = {}
         self.last_loader: str | None = None
-        self.in_epoch = False  # a batch was drawn and its loader's epoch has not ended (see on_line)
+        self.draws = 0  # batches drawn from every loader
+        self._in_epoch = False
+        self.returns: Any = None  # the epoch-level return values' tracer (accelify_verify_returns.py)
         self._paths: dict[str, str | None] = {}
         self._file = open(self.prefix + ".jsonl", "w", encoding="utf-8", buffering=1)
         self._stack = open(self.prefix + ".stack", "w", encoding="utf-8")
+
+    @property
+    def in_epoch(self) -> bool:
+        """A batch was drawn and its loader's epoch has not ended: what is printed, logged or returned now is a
+        per-step value (see on_line); the return tracer is off meanwhile."""
+        return self._in_epoch
+
+    @in_epoch.setter
+    def in_epoch(self, inside: bool) -> None:
+        if inside != self._in_epoch:
+            self._in_epoch = inside
+            if self.returns is not None:
+                self.returns.epoch(inside)
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -141,16 +161,22 @@ class _Recorder:
 
         def excepthook(kind: Any, value: Any, traceback: Any) -> None:
             if self.active:
-                self.write({"event": "error", "error": f"{kind.__name__}: {value}"})
+                share = None  # the share held when it was raised (the loop's generator has let go of it since)
+                if self.exact is not None:
+                    share = self.exact.share or (self.exact.last_share if self.in_epoch else None)
+                self.write({"event": "error", "error": f"{kind.__name__}: {value}", "site": self._raised(traceback),
+                            "share": list(share) if share else None})
             previous_hook(kind, value, traceback)
 
         sys.excepthook = excepthook
+        import accelify_verify_logged
         from accelify_verify_stdout import install
 
         install(self.on_line, lambda: self.active)
+        trackers = accelify_verify_logged.install(self)
         random.seed(self.seed)
         waiting: dict[str, Callable[[ModuleType], None]] = {}
-        for name, callback in (("numpy", self._seed_numpy), ("torch", self._patch_torch)):
+        for name, callback in (("numpy", self._seed_numpy), ("torch", self._patch_torch), *trackers().items()):
             callback = self._reporting(callback)
             if name in sys.modules:
                 callback(sys.modules[name])
@@ -177,8 +203,12 @@ class _Recorder:
 
     def _forked(self) -> None:
         self.active = False  # a forked child (a DataLoader worker) is not the process being verified
+        if self.returns is not None:
+            self.returns.stop()  # forked while tracing (a loader's __iter__ starts its workers): its work runs untraced
 
     def _at_exit(self) -> None:
+        if self.returns is not None:
+            self.returns.stop()  # nothing returns at epoch level any more: the interpreter's teardown runs untraced
         if self.active:
             self.write({"event": "exit", "steps": self.steps, "backwards": self.backwards})
 
@@ -241,15 +271,19 @@ class _Recorder:
         self.site_objects: dict[str, Any] = {}  # iteration site -> WeakIdKeyDictionary(loader -> ordinal)
         self.batches_per_epoch, self.leading_size = batches_per_epoch, leading_size
         patch_torch(torch, self)
+        from accelify_verify_returns import Returns
+
+        self.returns = Returns(self)  # traces from the end of the first loader epoch on (see its module)
         self.names: Any = WeakIdKeyDictionary()  # object -> its variable name in the script (None: not found)
         self.models: Any = WeakIdKeyDictionary()  # optimizer -> name of the model holding its first parameter
         if self.exact_asked:
+            import accelify_verify_draws
             import accelify_verify_exact as exact
 
             from accelify_verify_patches import AfterImport
 
             self.exact = exact.ExactMode(self)
-            exact.patch_torch(torch, self.exact)
+            accelify_verify_draws.patch_torch(torch, self.exact)
             patch_runtime = self._reporting(lambda module: exact.patch_runtime(module, self.exact))
             name = "accelify.runtime.prepare"
             if name in sys.modules:
@@ -295,64 +329,26 @@ class _Recorder:
             for parameter in inner.parameters():
                 self.owner[parameter] = index
 
-    def on_iter(self, loader: Any, caller: Any) -> str:
-        """The key of ``loader`` iterated from frame ``caller``: ``file:line#k``, the k-th loader seen there."""
-        site = self._site(caller)
-        with self.lock:
-            objects = self.site_objects.get(site)
-            if objects is None:
-                from torch.utils.weak import WeakIdKeyDictionary
-
-                objects = self.site_objects[site] = WeakIdKeyDictionary()
-            if loader not in objects:
-                objects[loader] = len(objects)
-            key = f"{site}#{objects[loader]}"
-            info = self.loaders.get(key)
-            if info is None:
-                info = self.loaders[key] = {"site": site, "class": type(loader).__name__, "len": None,
-                                            "iterations": 0, "draws": 0, "epoch_draws": [], "epochs": 0, "current": 0,
-                                            "batch": None, "training": False}
-            info["iterations"] += 1
-            info["current"] = 0
-            info["split"] = getattr(loader, "_accelify_verify_split", 1)  # exact mode: a share of each batch
-            info["len"] = self.batches_per_epoch(loader)
-        return key
-
-    def on_draw(self, key: str, batch: Any) -> None:
-        with self.lock:
-            info = self.loaders.get(key)
-            if info is not None:
-                info["draws"] += 1
-                info["current"] += 1
-                if info["batch"] is None:
-                    rows = self.leading_size(batch, self.torch.Tensor)
-                    split = info.get("split", 1)
-                    info["batch"] = -(-rows // split) if rows is not None and split > 1 else rows
-            self.last_loader = key
-            self.in_epoch = True
-
-    def on_epoch_end(self, key: str) -> None:
-        with self.lock:
-            info = self.loaders.get(key)
-            if info is not None:
-                info["epochs"] += 1
-                if len(info["epoch_draws"]) < EPOCHS_KEPT:  # written with every step: kept short
-                    info["epoch_draws"].append(info["current"])
-                info["current"] = 0
-            self.in_epoch = False
-
-    def on_line(self, text: str, caller: Any, silent: bool = False) -> None:
+    def on_line(self, text: str, caller: Any, silent: bool = False, via: str = "print",
+                site: str | None = None) -> None:
         """A line printed to stdout (holding a digit; ``silent``: one ``accelerator.print`` would have printed on
-        this process, exact mode): recorded with where and when it was printed."""
+        this process, exact mode), or a value logged or returned (``via``): recorded with where and when."""
+        from accelify_verify_logged import muted
+
+        if via == "print" and muted():
+            return  # a logging handler's output: recorded as logged
         with self.lock:
-            event = {"event": "line", "text": text, "site": self._site(caller), "in_epoch": self.in_epoch,
-                     "backwards": self.backwards, "steps": self.steps, "silent": silent}
+            event = {"event": "line", "text": text, "site": site or self._site(caller), "in_epoch": self.in_epoch,
+                     "backwards": self.backwards, "steps": self.steps, "silent": silent, "via": via}
         self.write(event)
 
     def on_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if not self.active:
             return
+        from accelify_verify_fingerprint import fingerprint
         from accelify_verify_names import number
+
+        torch = self.torch
         with self.lock:
             index = self.optimizers.get(optimizer)
             if index is None:
@@ -370,109 +366,22 @@ class _Recorder:
                 "model": self._model_name(optimizer, params),
                 "lrs": [number(group.get("lr")) for group in optimizer.param_groups],
                 "inexact": self.exact.take_inexact() if self.exact is not None else [],
-                "params": [self._parameter(p, budget, full) for p in params],
+                "params": [fingerprint(torch, p, budget, full, self.owner) for p in params],
                 "group": self._group(),
                 "wrappers": sorted((dict(w) for w in self.wrappers.values()), key=lambda w: w["index"]),
                 "loaders": {k: {n: v for n, v in info.items() if n != "current"} for k, info in self.loaders.items()},
                 "backwards": self.backwards,
             }
         self.write(event)
+        if self.draws == 0 and self.returns is not None and not self.returns.stopped:
+            self.returns.stop()  # no DataLoader feeds the training: no epoch-level function to trace
         if self.limit and self.steps >= self.limit:
             self.stop()
 
     # -- helpers -----------------------------------------------------------------------------------------------
-    def _parameter(self, parameter: Any, budget: int, grads_too: bool = True) -> dict[str, Any]:
-        torch = self.torch
-        tensor = parameter.detach()
-        sharded = type(tensor).__name__ == "DTensor"
-        if sharded:
-            tensor = tensor.to_local()
-        flat = tensor.reshape(-1)
-        count = flat.numel()
-        if count > budget:
-            index = torch.linspace(0, count - 1, budget, device=flat.device).round().long()
-            sample = flat.index_select(0, index)
-        else:
-            sample = flat
-        grads = ""
-        if grads_too and parameter.grad is not None and type(parameter.grad).__name__ != "DTensor":
-            grad = parameter.grad.detach().reshape(-1)
-            if grad.numel() > GRADS_PER_TENSOR:
-                grad = grad.index_select(0, torch.linspace(0, count - 1, GRADS_PER_TENSOR,
-                                                           device=grad.device).round().long())
-            grads = _packed(grad)
-        owner = "sharded" if sharded else self.owner.get(parameter)
-        return {
-            "shape": list(parameter.shape),
-            "numel": count,
-            "sum": float(flat.double().sum().item()) if count else 0.0,
-            "values": _packed(sample),
-            "sampled": count > budget,
-            "grad": parameter.grad is not None,
-            "grads": grads,
-            "wrapper": owner,
-        }
-
     def _group(self) -> dict[str, Any]:
         dist = self.torch.distributed
         if not (dist.is_available() and dist.is_initialized()):
             return {"initialized": False}
         return {"initialized": True, "world_size": dist.get_world_size(), "rank": dist.get_rank(),
                 "backend": str(dist.get_backend())}
-
-    def training_epochs(self) -> int:
-        """Epochs run to their end so far by the loaders whose batches fed a backward."""
-        with self.lock:
-            return sum(info["epochs"] for info in self.loaders.values() if info["training"])
-
-    def name_of(self, target: Any) -> str | None:
-        """The name a frame of the script binds to ``target`` (or to a wrapper of it), looked up once per object."""
-        from accelify_verify_names import bound_name
-
-        try:
-            if target in self.names:
-                return self.names[target]
-        except TypeError:
-            return None
-        found = self.names[target] = bound_name(sys._getframe(1), target, self._relative)
-        return found
-
-    def _model_name(self, optimizer: Any, params: list[Any]) -> str | None:
-        """The name of the module (or its wrapper) in the script holding the optimizer's first parameter."""
-        from accelify_verify_names import model_name
-
-        if optimizer not in self.models:
-            self.models[optimizer] = model_name(sys._getframe(1), params[0], self._relative, self.torch.nn.Module) \
-                if params else None
-        return self.models[optimizer]
-
-    def _relative(self, filename: str) -> str | None:
-        relative = self._paths.get(filename, "")
-        if relative == "":
-            real = os.path.realpath(filename) if not filename.startswith("<") else ""
-            relative = self._paths[filename] = real[len(self.root):] if real.startswith(self.root) else None
-        return relative
-
-    def _site(self, frame: Any) -> str:
-        """``file:line`` of the innermost frame in the script's folder (the loop that iterates the loader)."""
-        while frame is not None:
-            relative = self._relative(frame.f_code.co_filename)
-            if relative:
-                return f"{relative}:{frame.f_lineno}"
-            frame = frame.f_back
-        return "<outside the script>"
-
-
-def _packed(tensor: Any) -> str:
-    """A tensor's values as float64 bytes (this machine's order) in base64: JSON floats cost more than the training
-    step when written for thousands of values a step; ``records.py`` unpacks them."""
-    import base64
-
-    data = tensor.detach().double().cpu().contiguous()
-    try:
-        raw = data.numpy().tobytes()
-    except Exception:  # torch without numpy
-        from array import array
-
-        raw = array("d", data.tolist()).tobytes()
-    return base64.b64encode(raw).decode("ascii")

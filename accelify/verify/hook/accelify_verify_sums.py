@@ -8,7 +8,11 @@ all-reduce over exact mode's own group) and compare the total with the original'
 from the original's record (``ACCELIFY_VERIFY_REFERENCE``; the N-process run starts after the one-process runs):
 
 - the total equals it: a sum over the rows; the backward's gradient is scaled by N (the loss value, and what the
-  script prints, stay the script's own);
+  script prints, stay the script's own). Unless the loss is the sum of the loss functions called on the batch's
+  share (``F.mse_loss``, ``nn.CrossEntropyLoss``, ...: the ``torch.nn.functional`` losses, which the ``nn`` loss
+  modules call), each reduced by its mean, divided by N: a mean the conversion divided by N (by values alone it
+  looks like a sum). Its gradient is left at 1/N of the original's, so ``same as original`` fails naming the 1/N
+  (a mean times the share's rows, a sum by hand, is still scaled);
 - N times it: a mean (a sum divided by the batch size is one); left alone;
 - another power of N: a sum or a mean the conversion scaled; scaled or left alike, so the conversion's wrong factor
   shows in the update;
@@ -16,14 +20,15 @@ from the original's record (``ACCELIFY_VERIFY_REFERENCE``; the N-process run sta
 
 Each script line that calls backward is probed for its first ``PROBES`` backwards (a collective each, so it costs
 no more than a step's all-reduce); once they agree the line keeps its factor for the rest of the run, since a
-collective per step cost ~3 ms a step on a loaded 2-core machine. By values alone a mean that the conversion divided
-by N looks like a sum: that one is not caught here.
+collective per step cost ~3 ms a step on a loaded 2-core machine. A hand-written mean divided by N
+(``(x - y).pow(2).mean() / N``) still looks like a sum: only the loss functions' ``reduction`` tells the two apart.
 Like the recorder, this module imports nothing of accelify.
 """
 
 from __future__ import annotations
 
 import os
+from types import ModuleType
 from typing import Any
 
 ENV_REFERENCE = "ACCELIFY_VERIFY_REFERENCE"  # record prefix of the original's one-process run (its losses)
@@ -39,6 +44,8 @@ class LossScale:
         self._reference: list[float | None] | None = None
         self._seen: dict[str, list[float | None]] = {}  # backward's script line -> its probes' factors
         self._kept: dict[str, float | None] = {}  # ... and the factor kept after PROBES equal ones (None: inexact)
+        self.losses: list[tuple[str, float | None]] = []  # (reduction, value) of each loss function called on this
+        # batch's share since the last backward (cleared at each new batch, and at each backward)
 
     def reference(self) -> list[float | None]:
         """The loss of each backward of the original's one-process run (``ENV_REFERENCE``); empty without it."""
@@ -51,12 +58,13 @@ class LossScale:
         scale its gradient to give the original's update: N for a loss summed over the batch's rows, 1 for a mean
         (see the module docstring). A line's first ``PROBES`` backwards are probed (a collective each: every process
         reaches the same decision at the same backward); once they agree, the line keeps that factor."""
+        losses, self.losses = self.losses, []
         if site in self._kept:
             kept = self._kept[site]
             if kept is None:
                 self.exact.inexact.add(f"the loss at {site} is neither the mean nor the sum over the batch's rows")
             return 1.0 if kept is None else kept
-        factor = self._probe(n, value)
+        factor = self._probe(n, value, losses)
         if factor is not False:
             seen = self._seen.setdefault(site, [])
             seen.append(factor)  # type: ignore[arg-type]
@@ -64,7 +72,8 @@ class LossScale:
                 self._kept[site] = seen[-1]
         return 1.0 if factor is None or factor is False else factor
 
-    def _probe(self, n: int, value: float) -> "float | None | bool":
+    def _probe(self, n: int, value: float,
+               losses: "list[tuple[str, float | None]] | tuple[()]" = ()) -> "float | None | bool":
         """The factor for backward ``n``: N (a sum), 1 (a mean), None (neither: marked inexact), or False when it
         cannot be probed (no share, no reference loss, no group)."""
         exact = self.exact
@@ -90,6 +99,8 @@ class LossScale:
                 # N^k: a mean over the rows (k = 1), the processes' losses average to the original's; k <= 0: a sum
                 # over the rows (k = 0, they add up to it), scaled by the conversion when k < 0 (scaled here too, so
                 # the conversion's 1/N shows in the update); k > 1 a mean scaled by the conversion, shown likewise
+                if power == 0 and _divided_mean(value, losses, world):
+                    return 1.0  # a mean over the rows, divided by N by the conversion: its 1/N shows in the update
                 return float(world) if power <= 0 else 1.0
         if summed != 0 or original != 0:
             exact.inexact.add(f"the loss of backward {n} is neither the mean nor the sum over the batch's rows "
@@ -119,3 +130,54 @@ def _read_losses(prefix: str) -> list[float | None]:
         if len(losses) > len(best):
             best = losses
     return best
+
+
+LEGACY = ("size_average", "reduce")
+
+
+def _divided_mean(value: float, losses: list[tuple[str, float | None]], world: int) -> bool:
+    """The loss handed to backward (``value``) is the sum of the mean-reduced losses computed on this share,
+    divided by ``world``: a mean over the rows the conversion divided by N (not a mean times the rows, a sum)."""
+    if not losses or any(reduction != "mean" or out is None for reduction, out in losses):
+        return False
+    total = sum(out for _, out in losses if out is not None)
+    return abs(value - total / world) <= 1e-5 * max(abs(value), abs(total / world)) + 1e-12
+
+
+def patch_losses(functional: ModuleType, exact: Any) -> None:
+    """Every loss of ``torch.nn.functional`` with a ``reduction`` parameter notes its reduction (``mean``,
+    ``batchmean`` as mean, ``sum``, ``none``) and its value in ``exact.loss_scale.losses`` while a share is held."""
+    import functools
+    import inspect
+
+    for name in dir(functional):
+        original = getattr(functional, name)
+        if not name.endswith("_loss") and name not in ("cross_entropy", "binary_cross_entropy",
+                                                       "binary_cross_entropy_with_logits", "kl_div"):
+            continue
+        try:
+            signature = inspect.signature(original)
+        except (TypeError, ValueError):
+            continue
+        if "reduction" not in signature.parameters:
+            continue
+
+        def noting(original: Any = original, signature: Any = signature) -> Any:
+            @functools.wraps(original)
+            def loss(*args: Any, **kwargs: Any) -> Any:
+                if exact.share is not None:
+                    try:
+                        bound = signature.bind_partial(*args, **kwargs).arguments
+                        legacy = any(bound.get(k) is not None for k in LEGACY)
+                        reduction = "legacy" if legacy else str(bound.get("reduction", "mean"))
+                    except TypeError:
+                        reduction = "unknown"
+                    out = original(*args, **kwargs)
+                    value = float(out.detach().double().item()) if getattr(out, "numel", lambda: 0)() == 1 else None
+                    exact.loss_scale.losses.append(("mean" if reduction == "batchmean" else reduction, value))
+                    return out
+                return original(*args, **kwargs)
+
+            return loss
+
+        setattr(functional, name, noting())
