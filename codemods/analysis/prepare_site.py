@@ -65,6 +65,7 @@ class PrepareSite(PreparedUses):
                 held = self.param_origin(scope, name)
                 if held is not None and held in self.objects:
                     by_scope.setdefault(scope, {}).setdefault(id(held), Alias(name, held, None))
+        self._fold_builders(by_scope)
         required = [o for o in self.objects if id(o) not in self._optional and o not in self.in_place]
         candidates = [s for s, aliases in by_scope.items() if all(id(o) in aliases for o in required)]
         if not candidates:
@@ -84,6 +85,19 @@ class PrepareSite(PreparedUses):
         held = {id(a.obj) for a in aliases} | {id(o) for o in self.in_place}
         self.objects = [o for o in self.objects if id(o) in held]  # loaders no one iterates, out of reach: left alone
         self._place_prepare(scope, aliases)
+
+    def _fold_builders(self, by_scope: dict[Scope, dict[int, Alias]]) -> None:
+        """What a builder method binds on ``self`` (``self.build_model()`` in ``__init__`` making ``self.unet`` and
+        ``self.optimizer``) is held by ``__init__`` right after that call: the objects meet there with the loaders
+        ``__init__`` stored, and prepare can go right after the call."""
+        for scope, aliases in list(by_scope.items()):
+            site = self.builder_call(scope)
+            if site is None:
+                continue
+            held = by_scope.setdefault(site.scope, {})
+            for key, alias in aliases.items():
+                if alias.stmt is not None and alias.key.startswith("self."):
+                    held[key] = Alias(alias.key, alias.obj, site.stmt, alias.many)
 
     def _several_trainers(self, required: list[Binding]) -> list[Scope]:
         """The scopes that each build a whole training of their own (an optimizer and the model it trains) when every
