@@ -41,6 +41,7 @@ from accelify.codemods.analysis.problems import (  # the kinds rules/refusals.py
     MODEL_IN_LOOP,
     MODELS_IN_A_COLLECTION,
     NOT_A_LOADER,
+    REBUILT_BY_A_METHOD,
     SCHEDULER_IN_LOOP,
     SECOND_EXPERIMENT,
     SELF_TRAINING_MODULE,
@@ -63,7 +64,7 @@ from accelify.codemods.analysis.snippets import code_of
 
 __all__ = [
     "BUILT_ELSEWHERE", "CREATED_AFTER_LOOP", "MODEL_IN_LOOP", "MODELS_IN_A_COLLECTION", "NOT_A_LOADER", "PREPARED_ROLES",
-    "SCHEDULER_IN_LOOP", "SECOND_EXPERIMENT", "SELF_TRAINING_MODULE", "SEVERAL_TRAINERS", "UNKNOWN_DATA", "UNSHARDED",
+    "REBUILT_BY_A_METHOD", "SCHEDULER_IN_LOOP", "SECOND_EXPERIMENT", "SELF_TRAINING_MODULE", "SEVERAL_TRAINERS", "UNKNOWN_DATA", "UNSHARDED",
     "Alias", "Plan", "Problem",
 ]
 
@@ -229,6 +230,13 @@ class Plan(PrepareSite, TrainingDataChecks):
                 expr = expr.elements[index].value if isinstance(expr, (cst.Tuple, cst.List)) and index < len(expr.elements) else None
             if expr is not None:
                 returned.append(strip_placement(expr))
+        if returned and not all(isinstance(e, cst.Call) for e in returned):
+            # ``data_loader = DataLoader(...); return data_loader``: each call makes a loader of its own (stargan's
+            # ``get_loader`` called for CelebA and for RaFD), as a returned call would; models and optimizers stay
+            # the helper's own objects, which the optimizer's ``.parameters()`` there names
+            bound = [_bound_call(function, e) for e in returned]
+            if all(isinstance(e, cst.Call) and classify(e, function.imports, self.facts.classes) == "loader" for e in bound):
+                returned = bound
         if not returned or len(returned) != len(function.returns) or not all(isinstance(e, cst.Call) for e in returned):
             return
         roles = {classify(e, function.imports, self.facts.classes) for e in returned}
@@ -381,6 +389,17 @@ def _outermost(scope: Scope) -> Scope:
     while scope.parent is not None and scope.parent.kind != "module":
         scope = scope.parent
     return scope
+
+
+def _bound_call(function: Scope, expr: cst.BaseExpression) -> cst.BaseExpression:
+    """``data_loader`` of ``return data_loader`` -> the call it is bound to, when the function binds it once
+    (``data_loader = DataLoader(...)``): each call of the helper makes an object of its own, as a returned call does."""
+    bindings = function.bindings.get(expr.value, []) if isinstance(expr, cst.Name) else []
+    if len(bindings) == 1 and bindings[0].loop is None and bindings[0].value is not None:
+        value = strip_placement(bindings[0].value)
+        if isinstance(value, cst.Call):
+            return value
+    return expr
 
 
 def _maker(binding: Binding) -> tuple[Scope, cst.Call]:

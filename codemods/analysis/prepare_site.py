@@ -17,6 +17,7 @@ from accelify.codemods.analysis.prepared_uses import Alias, PreparedUses
 from accelify.codemods.analysis.problems import (
     BUILT_ELSEWHERE,
     CREATED_AFTER_LOOP,
+    REBUILT_BY_A_METHOD,
     SECOND_EXPERIMENT,
     SELF_TRAINING_MODULE,
     SEVERAL_TRAINERS,
@@ -73,7 +74,12 @@ class PrepareSite(PreparedUses):
             missing = [o for o in required if all(id(o) not in a for a in by_scope.values() if id(first) in a)]
             culprit = (missing or required)[0]
             trainers = self._several_trainers(required)
-            if trainers:
+            rebuilt = self._rebuilt(by_scope, required)
+            if rebuilt is not None:
+                builder, site, key = rebuilt
+                self._problem(REBUILT_BY_A_METHOD, site.node, builder=_scope_name(builder), name=key,
+                              caller=_scope_name(site.scope))
+            elif trainers:
                 names = ", ".join(f"`{_scope_name(t)}`" for t in trainers)
                 self._problem(SEVERAL_TRAINERS, culprit.stmt, names=names)
             else:
@@ -98,6 +104,23 @@ class PrepareSite(PreparedUses):
             for key, alias in aliases.items():
                 if alias.stmt is not None and alias.key.startswith("self."):
                     held[key] = Alias(alias.key, alias.obj, site.stmt, alias.many)
+
+    def _rebuilt(self, by_scope: dict[Scope, dict[int, Alias]],
+                 required: list[Binding]) -> tuple[Scope, CallSite, str] | None:
+        """A method that binds a required object on ``self`` and that ``__init__`` calls, but is called again elsewhere
+        (``self.build_model()`` after the training, to reload the best weights into a fresh model): the builder, its
+        other call, and the first name it binds. None when there is no such method."""
+        ids = {id(o) for o in required}
+        for scope, aliases in by_scope.items():
+            keys = [a.key for i, a in aliases.items() if i in ids and a.stmt is not None and a.key.startswith("self.")]
+            sites = self.call_sites(scope)
+            if not keys or scope.class_scope is None or len(sites) < 2:
+                continue
+            other = next((s for s in sites if s.scope.name != "__init__"), None)
+            if other is not None and any(s.scope.name == "__init__" and s.scope.class_scope is scope.class_scope
+                                         for s in sites):
+                return scope, other, keys[0]
+        return None
 
     def _several_trainers(self, required: list[Binding]) -> list[Scope]:
         """The scopes that each build a whole training of their own (an optimizer and the model it trains) when every

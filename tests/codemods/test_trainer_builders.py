@@ -1,0 +1,149 @@
+"""Trainer classes whose objects meet only across methods: a builder ``__init__`` calls (``self.build_model()``,
+Image_Segmentation's and stargan's ``Solver``), loaders from one helper called once per data set, and the shapes
+that must stay refused (a builder called again, or only under a condition)."""
+
+from __future__ import annotations
+
+from _convert import assert_converts, codes, converted
+
+SOLVER = '''
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Solver:
+    def __init__(self, loader):
+        self.loader = loader
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        {call}
+
+    def build_model(self):
+        self.net = torch.nn.Linear(1, 1)
+        self.optimizer = torch.optim.SGD(self.net.parameters(), lr=0.1)
+        self.net.to(self.device)
+
+    def train(self):
+        for x, y in self.loader:
+            x, y = x.to(self.device), y.to(self.device)
+            loss = torch.nn.functional.mse_loss(self.net(x), y)
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+{after}
+
+loader = DataLoader(TensorDataset(torch.randn(8, 1), torch.randn(8, 1)), batch_size=4)
+Solver(loader).train()
+'''
+
+
+def test_a_builder_init_calls_once_is_where_prepare_goes() -> None:
+    assert_converts(
+        SOLVER.format(call="self.build_model()", after=""),
+        '''
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        from accelify.runtime import Accelerator
+
+
+        class Solver:
+            def __init__(self, loader):
+                self.accelerator = Accelerator()
+                self.loader = loader
+                self.build_model()
+                self.net, self.optimizer, self.loader = self.accelerator.prepare(
+                    self.net, self.optimizer, self.loader
+                )
+
+            def build_model(self):
+                self.net = torch.nn.Linear(1, 1)
+                self.optimizer = torch.optim.SGD(self.net.parameters(), lr=0.1)
+
+            def train(self):
+                for x, y in self.loader:
+                    loss = torch.nn.functional.mse_loss(self.net(x), y)
+                    self.optimizer.zero_grad()
+                    self.accelerator.backward(loss)
+                    self.optimizer.step()
+                self.accelerator.end_training()
+
+
+        loader = DataLoader(TensorDataset(torch.randn(8, 1), torch.randn(8, 1)), batch_size=4)
+        Solver(loader).train()
+        ''',
+    )
+
+
+def test_a_builder_reached_through_another_builder_is_followed() -> None:
+    source = SOLVER.format(call="self.build()", after="\n    def build(self):\n        self.build_model()\n")
+    new = converted(source)
+    init = new[new.index("def __init__"):new.index("def build_model")]
+    assert "self.build()\n        self.net, self.optimizer, self.loader = self.accelerator.prepare(\n" in init, new
+
+
+def test_a_builder_called_again_after_training_is_refused_naming_both() -> None:
+    """Image_Segmentation's ``Solver.train`` ends with ``self.build_model()`` and a load of the best weights: the
+    fresh model is not the prepared one, and the load may read a file the main process has not written yet."""
+    source = SOLVER.format(call="self.build_model()", after="        self.build_model()\n")
+    assert codes(source) == ["ACC040:23"]
+
+
+def test_a_builder_under_a_condition_is_not_a_place_to_prepare() -> None:
+    """``if resume: self.build_model()``: the objects may not exist after the call; the file stays refused."""
+    source = SOLVER.format(call="if self.device.type:\n            self.build_model()", after="")
+    assert [c.split(":")[0] for c in codes(source)] == ["ACC014"]
+
+
+def test_loaders_one_helper_builds_for_each_data_set_are_each_prepared() -> None:
+    """stargan's ``get_loader`` binds ``data_loader = DataLoader(...)`` and returns it; main calls it for CelebA and
+    for RaFD (either may stay ``None``). Each call makes a loader of its own: both are prepared (``prepare`` hands
+    ``None`` back as it is, in accelify.runtime and in HF Accelerate), not the first alone while the loop walks the
+    other unprepared (ACC020)."""
+    source = '''
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+
+    def get_loader(n):
+        data_loader = DataLoader(TensorDataset(torch.randn(n, 1), torch.randn(n, 1)), batch_size=4)
+        return data_loader
+
+
+    class Solver:
+        def __init__(self, a_loader, b_loader, mode):
+            self.a_loader = a_loader
+            self.b_loader = b_loader
+            self.mode = mode
+            self.build_model()
+
+        def build_model(self):
+            self.net = torch.nn.Linear(1, 1)
+            self.optimizer = torch.optim.SGD(self.net.parameters(), lr=0.1)
+
+        def train(self):
+            if self.mode == "a":
+                data_loader = self.a_loader
+            else:
+                data_loader = self.b_loader
+            data_iter = iter(data_loader)
+            for i in range(4):
+                try:
+                    x, y = next(data_iter)
+                except StopIteration:
+                    data_iter = iter(data_loader)
+                    x, y = next(data_iter)
+                loss = torch.nn.functional.mse_loss(self.net(x), y)
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+
+
+    a_loader = None
+    b_loader = None
+    if True:
+        a_loader = get_loader(8)
+    b_loader = get_loader(12)
+    Solver(a_loader, b_loader, "b").train()
+    '''
+    new = converted(source)
+    assert "self.net, self.optimizer, self.a_loader, self.b_loader = self.accelerator.prepare(" in new, new
+    assert codes(source) == []
