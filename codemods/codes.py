@@ -29,7 +29,7 @@ ACCUMULATION = Code("ACC006", "gradient accumulation by hand is not converted", 
 MODEL_IN_LOOP = Code("ACC007", "`{name}` is created inside a loop, so it cannot be prepared once and the file was left unchanged", "create it before the loop (one model and optimizer for the whole run), then convert again", ("refusals",))
 CREATED_AFTER_LOOP = Code("ACC008", "`{name}` is created after the training loop starts, so `accelerator.prepare` has no place to go", "create the model, optimizer and data loaders before the first loop", ("refusals",))
 NO_ACCELERATOR_HERE = Code("ACC009", "`{name}` needs the accelerator, but it is not available here", "pass the `accelerator` to this function and use it", ("leftovers",))
-BACKWARD_ARGS = Code("ACC010", "`backward` with positional arguments was left as is", "call `accelerator.backward(loss, gradient=...)` by hand", ("backward",))
+BACKWARD_ARGS = Code("ACC010", "`backward` with arguments passed by unpacking (`*args`), or more than `Tensor.backward` takes, was left as is", "call `accelerator.backward(loss, gradient=...)` by hand", ("backward",))
 DEVICE_NOT_REPLACED = Code("ACC011", "the device variable `{name}` could not be tied to the accelerator", "set it to `accelerator.device` after the accelerator is created", ("device",))
 NOTHING_TO_PREPARE = Code("ACC012", "`backward` is called but no optimizer was found to prepare", "create the optimizer with `torch.optim` where the loop can reach it, or convert by hand; a module whose loop trains objects its caller builds (a trainer class) is converted from the entry script that builds them, with it", ("accelerator",))
 CUDA_INDEX = Code("ACC013", "`.cuda({index})` names a device index", "use `.to(accelerator.device)`; each process already has its own device", ("tensors",))

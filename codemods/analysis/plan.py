@@ -26,11 +26,12 @@ from __future__ import annotations
 from typing import Any, Callable, TypeVar
 
 import libcst as cst
+import libcst.matchers as m
 
 from accelify.codemods.analysis.collect import target_names
 from accelify.codemods.analysis.data_checks import TrainingDataChecks
 from accelify.codemods.analysis.distributed import find_distributed
-from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Scope
+from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Loop, Scope
 from accelify.codemods.analysis.flow import loader_mapping
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.prepare_site import PREPARED_ROLES, PrepareSite
@@ -281,7 +282,8 @@ class Plan(PrepareSite, TrainingDataChecks):
                   if (found := self.origin(loop.scope, source))]
         iterated = {id(found) for loop, found in walked if not self.distributed.main_only(self.facts, loop.node, loop.scope)}
         by_main = {id(found) for loop, found in walked if self.distributed.main_only(self.facts, loop.node, loop.scope)}
-        trained_on = {id(found) for loop, found in walked if any(self.reaches_backward(site) for site in loop.calls)}
+        trained_on = {id(found) for loop, found in walked
+                      if any(self.reaches_backward(site) for site in loop.calls) or self._feeds_training(loop)}
         self._optional: set[int] = set()
         for loader in self.bindings_with_role("loader"):
             if self.bystander(loader.where):
@@ -307,6 +309,13 @@ class Plan(PrepareSite, TrainingDataChecks):
             else:
                 kept.append(obj)
         return kept
+
+    def _feeds_training(self, loop: Loop) -> bool:
+        """Whether ``loop`` yields its batches to a function that trains (``get_infinite_batches(loader)``, a
+        generator whose ``for images, _ in loader: yield images`` feeds WGAN-GP's ``train`` through ``next``)."""
+        if not m.findall(loop.node.body, m.Yield()):
+            return False
+        return any(any(self.reaches_backward(other) for other in site.scope.calls) for site in self.call_sites(loop.scope))
 
     def bystander(self, scope: Scope) -> bool:
         """Whether ``scope`` is a module-level function nothing in the program refers to (no call, no name read,

@@ -104,6 +104,38 @@ class PrepareSite(PreparedUses):
             for key, alias in aliases.items():
                 if alias.stmt is not None and alias.key.startswith("self."):
                     held[key] = Alias(alias.key, alias.obj, site.stmt, alias.many)
+        for scope in self.facts.scopes:
+            init = self._constructed(scope)
+            if init is not None and by_scope.get(init):
+                # ``def train(self, train_loader)``, called once: it holds what the constructor bound, from its top
+                held = by_scope.setdefault(scope, {})
+                for key, alias in by_scope[init].items():
+                    if alias.stmt is not None and alias.key.startswith("self.") and key not in held:
+                        held[key] = Alias(alias.key, alias.obj, None, alias.many)
+
+    def _constructed(self, method: Scope) -> Scope | None:
+        """For the method that trains an object (``model.train(train_loader)`` in main, WGAN-GP's layout), called once,
+        outside any loop, from outside its class, whose class binds its objects on ``self`` in ``__init__`` alone (or
+        in builders ``__init__`` calls once) and never again: that ``__init__``. Prepare can then go first thing in
+        the method, with the loader it receives."""
+        cls = method.class_scope
+        if cls is None or method.name == "__init__" or not method.param_names[1:] \
+                or _torch_module_class(cls.name, self.facts.classes):
+            return None  # (a module that trains itself is no trainer: ACC026)
+        sites = self.call_sites(method)
+        if len(sites) != 1 or sites[0].loop is not None or sites[0].scope.class_scope is cls:
+            return None
+        if not any(self.reaches_backward(site) for site in method.calls):
+            return None
+        init = self.facts.function("__init__", cls)
+        if init is None:
+            return None
+        for key, bindings in cls.bindings.items():
+            made = [b for b in bindings if b.role is not None]
+            if made and any(b.where is not init and (self.builder_call(b.where) or sites[0]).scope is not init
+                            for b in made):
+                return None  # an object bound again elsewhere (a ``load_model`` that builds it anew)
+        return init
 
     def _rebuilt(self, by_scope: dict[Scope, dict[int, Alias]],
                  required: list[Binding]) -> tuple[Scope, CallSite, str] | None:
@@ -283,6 +315,12 @@ class PrepareSite(PreparedUses):
                 if not all(self._feeds(caller, site, scope) for site in sites):
                     break
                 scope, via = caller, sites  # ``train_model(model, device)``, and its retry after an OOM
+        init = self._constructed(scope) if scope.class_scope is not None else None
+        if init is not None and any(a.stmt is None and a.key.startswith("self.") for a in self.aliases):
+            # prepare goes first thing in ``train(self, loader)``; the accelerator first thing in ``__init__``, where
+            # the other methods (``check_cuda``, a print) may already read it
+            self.home, self.home_call, self.home_block = init, None, init.body
+            return
         if scope.class_scope is not None and _torch_module_class(scope.class_scope.name, self.facts.classes):
             # forward-forward style: each layer makes and steps its own optimizer in a method of its own
             self._problem(SELF_TRAINING_MODULE, scope.node, name=f"{scope.class_scope.name}.{scope.name}")
