@@ -34,6 +34,7 @@ from accelify.codemods.analysis.distributed import find_distributed
 from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Loop, Scope
 from accelify.codemods.analysis.flow import loader_mapping
 from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.penalties import penalty_backward
 from accelify.codemods.analysis.prepare_site import PREPARED_ROLES, PrepareSite
 from accelify.codemods.analysis.prepared_uses import Alias
 from accelify.codemods.analysis.problems import (  # the kinds rules/refusals.py reads as ``plan.KIND``
@@ -42,6 +43,7 @@ from accelify.codemods.analysis.problems import (  # the kinds rules/refusals.py
     MODEL_IN_LOOP,
     MODELS_IN_A_COLLECTION,
     NOT_A_LOADER,
+    PENALTY_ALONE,
     REBUILT_BY_A_METHOD,
     SCHEDULER_IN_LOOP,
     SECOND_EXPERIMENT,
@@ -64,7 +66,7 @@ from accelify.codemods.analysis.schedules import per_batch
 from accelify.codemods.analysis.snippets import code_of
 
 __all__ = [
-    "BUILT_ELSEWHERE", "CREATED_AFTER_LOOP", "MODEL_IN_LOOP", "MODELS_IN_A_COLLECTION", "NOT_A_LOADER", "PREPARED_ROLES",
+    "BUILT_ELSEWHERE", "CREATED_AFTER_LOOP", "MODEL_IN_LOOP", "MODELS_IN_A_COLLECTION", "NOT_A_LOADER", "PENALTY_ALONE", "PREPARED_ROLES",
     "REBUILT_BY_A_METHOD", "SCHEDULER_IN_LOOP", "SECOND_EXPERIMENT", "SELF_TRAINING_MODULE", "SEVERAL_TRAINERS", "UNKNOWN_DATA", "UNSHARDED",
     "Alias", "Plan", "Problem",
 ]
@@ -96,6 +98,9 @@ class Plan(PrepareSite, TrainingDataChecks):
         self._analyses: dict[Callable[..., Any], Any] = {}
         if self.objects and not any(p.refuse for p in self.problems):
             self._choose_prepare_site()
+        if self.prepare_scope is not None and (penalty := penalty_backward(self)) is not None:
+            key = dotted(penalty.node.func.value) or "the penalty"  # type: ignore[attr-defined]
+            self._problem(PENALTY_ALONE, penalty.node, name=key)
         if self.prepare_scope is not None:
             self._choose_home()
             self._check_training_data()

@@ -10,7 +10,8 @@ before ``prepare``). Each such problem is reported with its code, and the file i
 - ACC026: the training runs inside the model's own class;
 - ACC038: the training walks a library's batch iterator that is no DataLoader (torchtext's ``BucketIterator``);
 - ACC039: several classes or functions each build a whole training of their own (a model zoo chosen by a flag);
-- ACC040: a trainer's builder method (``self.build_model()`` in ``__init__``) is called again elsewhere.
+- ACC040: a trainer's builder method (``self.build_model()`` in ``__init__``) is called again elsewhere;
+- ACC041: a gradient penalty (``torch.autograd.grad(..., create_graph=True)``) backwarded on its own.
 
 Two only warn: ACC021 (training data that cannot be followed to where it is built) and ACC027 (a scheduler
 created inside a loop, left out of ``prepare``).
@@ -36,6 +37,7 @@ CODES = {
     found.NOT_A_LOADER: codes.NOT_A_LOADER,
     found.SEVERAL_TRAINERS: codes.SEVERAL_TRAINERS,
     found.REBUILT_BY_A_METHOD: codes.REBUILT_BY_A_METHOD,
+    found.PENALTY_ALONE: codes.PENALTY_ALONE,
 }
 
 

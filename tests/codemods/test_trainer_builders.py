@@ -147,3 +147,67 @@ def test_loaders_one_helper_builds_for_each_data_set_are_each_prepared() -> None
     new = converted(source)
     assert "self.net, self.optimizer, self.a_loader, self.b_loader = self.accelerator.prepare(" in new, new
     assert codes(source) == []
+
+
+WGAN = '''
+import torch
+from torch import autograd
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class WGAN_GP:
+    def __init__(self):
+        self.G = torch.nn.Linear(2, 4)
+        self.D = torch.nn.Linear(4, 1)
+        self.d_optimizer = torch.optim.Adam(self.D.parameters())
+        self.g_optimizer = torch.optim.Adam(self.G.parameters())
+
+    def penalty(self, real, fake):
+        mixed = (0.5 * real + 0.5 * fake).requires_grad_(True)
+        out = self.D(mixed)
+        grads = autograd.grad(outputs=out, inputs=mixed, grad_outputs=torch.ones(out.size()), create_graph=True)[0]
+        return ((grads.norm(2, dim=1) - 1) ** 2).mean()
+
+    def train(self, loader):
+        mone = torch.tensor(-1.0)
+        for (x,) in loader:
+            self.D.zero_grad()
+            fake = self.G(torch.randn(x.size(0), 2))
+{critic}
+            self.d_optimizer.step()
+            self.G.zero_grad()
+            g_loss = self.D(self.G(torch.randn(x.size(0), 2))).mean()
+            g_loss.backward(mone)
+            self.g_optimizer.step()
+
+
+model = WGAN_GP()
+loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4)
+model.train(loader)
+'''
+
+
+def test_a_train_method_called_once_with_the_loader_prepares_first_thing() -> None:
+    """Zeleni9/pytorch-wgan: ``__init__`` builds the models and optimizers, ``model.train(train_loader)`` brings the
+    loader. Prepare goes first thing in ``train``, the accelerator in ``__init__``; ``backward(mone)`` keeps its
+    gradient as ``gradient=mone``."""
+    critic = ("            d_loss = self.D(fake.detach()).mean() - self.D(x).mean() + self.penalty(x, fake.detach())\n"
+              "            d_loss.backward()")
+    new = converted(WGAN.replace("{critic}", critic))
+    assert "    def __init__(self):\n        self.accelerator = Accelerator(cpu=True)\n" in new, new
+    assert ("    def train(self, loader):\n        self.G, self.D, self.d_optimizer, self.g_optimizer, loader = "
+            "self.accelerator.prepare(") in new, new
+    assert "self.accelerator.backward(g_loss, gradient=mone)" in new
+
+
+def test_a_train_method_called_twice_is_no_place_to_prepare() -> None:
+    critic = "            (self.D(fake.detach()).mean() - self.D(x).mean()).backward()"
+    source = WGAN.replace("{critic}", critic) + "model.train(loader)\n"
+    assert [c.split(":")[0] for c in codes(source)] == ["ACC014"]
+
+
+def test_a_gradient_penalty_backwarded_on_its_own_is_refused() -> None:
+    """The penalty's backward gives the critic's last bias no gradient; DDP would stop waiting for it."""
+    critic = ("            self.D(x).mean().backward(mone)\n            self.D(fake.detach()).mean().backward()\n"
+              "            gradient_penalty = self.penalty(x, fake.detach())\n            gradient_penalty.backward()")
+    assert codes(WGAN.replace("{critic}", critic)) == ["ACC041:27"]
