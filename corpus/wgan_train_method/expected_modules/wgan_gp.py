@@ -31,8 +31,8 @@ class WGAN_GP(object):
         self.G = Generator()
         self.D = Discriminator()
         self.cuda = torch.cuda.is_available()
-        self.d_optimizer = torch.optim.Adam(self.D.parameters(), lr=1e-3, betas=(0.5, 0.999))
-        self.g_optimizer = torch.optim.Adam(self.G.parameters(), lr=1e-3, betas=(0.5, 0.999))
+        self.d_optimizer = torch.optim.SGD(self.D.parameters(), lr=0.01, momentum=0.5)
+        self.g_optimizer = torch.optim.SGD(self.G.parameters(), lr=0.01, momentum=0.5)
         self.generator_iters = args.generator_iters
         self.critic_iter = 3
         self.lambda_term = 10

@@ -32,8 +32,8 @@ class WGAN_GP(object):
         if self.cuda:
             self.G.cuda()
             self.D.cuda()
-        self.d_optimizer = torch.optim.Adam(self.D.parameters(), lr=1e-3, betas=(0.5, 0.999))
-        self.g_optimizer = torch.optim.Adam(self.G.parameters(), lr=1e-3, betas=(0.5, 0.999))
+        self.d_optimizer = torch.optim.SGD(self.D.parameters(), lr=0.01, momentum=0.5)
+        self.g_optimizer = torch.optim.SGD(self.G.parameters(), lr=0.01, momentum=0.5)
         self.generator_iters = args.generator_iters
         self.critic_iter = 3
         self.lambda_term = 10
