@@ -130,11 +130,11 @@ class PrepareSite(PreparedUses):
         init = self.facts.function("__init__", cls)
         if init is None:
             return None
-        for key, bindings in cls.bindings.items():
-            made = [b for b in bindings if b.role is not None]
-            if made and any(b.where is not init and (self.builder_call(b.where) or sites[0]).scope is not init
-                            for b in made):
-                return None  # an object bound again elsewhere (a ``load_model`` that builds it anew)
+        for bindings in cls.bindings.values():
+            for binding in bindings:
+                builder = self.builder_call(binding.where) if binding.where is not init else None
+                if binding.role is not None and binding.where is not init and (builder is None or builder.scope is not init):
+                    return None  # an object bound again elsewhere (a ``load_model`` that builds it anew)
         return init
 
     def _rebuilt(self, by_scope: dict[Scope, dict[int, Alias]],
