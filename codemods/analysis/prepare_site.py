@@ -104,14 +104,20 @@ class PrepareSite(PreparedUses):
             for key, alias in aliases.items():
                 if alias.stmt is not None and alias.key.startswith("self."):
                     held[key] = Alias(alias.key, alias.obj, site.stmt, alias.many)
+        trainers: dict[int, list[tuple[Scope, Scope]]] = {}
         for scope in self.facts.scopes:
             init = self._constructed(scope)
             if init is not None and by_scope.get(init):
-                # ``def train(self, train_loader)``, called once: it holds what the constructor bound, from its top
-                held = by_scope.setdefault(scope, {})
-                for key, alias in by_scope[init].items():
-                    if alias.stmt is not None and alias.key.startswith("self.") and key not in held:
-                        held[key] = Alias(alias.key, alias.obj, None, alias.many)
+                trainers.setdefault(id(init), []).append((scope, init))
+        for found in trainers.values():
+            if len(found) != 1:
+                continue  # ``train(loader)`` and ``finetune(loader)``: either may run first, or alone
+            # ``def train(self, train_loader)``, called once: it holds what the constructor bound, from its top
+            scope, init = found[0]
+            held = by_scope.setdefault(scope, {})
+            for key, alias in by_scope[init].items():
+                if alias.stmt is not None and alias.key.startswith("self.") and key not in held:
+                    held[key] = Alias(alias.key, alias.obj, None, alias.many)
 
     def _constructed(self, method: Scope) -> Scope | None:
         """For the method that trains an object (``model.train(train_loader)`` in main, WGAN-GP's layout), called once,

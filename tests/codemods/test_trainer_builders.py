@@ -206,6 +206,19 @@ def test_a_train_method_called_twice_is_no_place_to_prepare() -> None:
     assert [c.split(":")[0] for c in codes(source)] == ["ACC014"]
 
 
+def test_two_training_methods_called_once_each_are_no_place_to_prepare() -> None:
+    """``model.train(loader)`` and ``model.finetune(loader)``: either may run first, or alone, so preparing in one
+    would leave the other training unprepared objects; the file stays refused."""
+    critic = "            (self.D(fake.detach()).mean() - self.D(x).mean()).backward()"
+    source = WGAN.replace("{critic}", critic).replace("    def train(self, loader):", """    def finetune(self, loader):
+        for (x,) in loader:
+            self.D(x).mean().backward()
+            self.d_optimizer.step()
+
+    def train(self, loader):""") + "model.finetune(loader)\n"
+    assert [c.split(":")[0] for c in codes(source)] == ["ACC014"]
+
+
 def test_a_gradient_penalty_backwarded_on_its_own_is_refused() -> None:
     """The penalty's backward gives the critic's last bias no gradient; DDP would stop waiting for it."""
     critic = ("            self.D(x).mean().backward(mone)\n            self.D(fake.detach()).mean().backward()\n"
