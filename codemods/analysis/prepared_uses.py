@@ -86,6 +86,8 @@ class PreparedUses(Flow):
             site = self.builder_call(scope)
             if site is not None and site.scope is target and self.prepare_after is not None:
                 return self.facts.after(site.stmt, self.prepare_after)  # ``self.build_model()`` runs before prepare
+            if target.name != "__init__" and (scope.name == "__init__" or site is not None):
+                return False  # the constructor (and what it calls) runs before ``train(self, loader)`` prepares
             return True  # another method of the class: it runs after __init__ prepared it
         if key in names and target.kind == "module" and scope.resolve(head) is target:
             return True  # a module global, read by a function that runs after the prepare

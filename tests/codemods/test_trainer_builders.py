@@ -193,8 +193,13 @@ def test_a_train_method_called_once_with_the_loader_prepares_first_thing() -> No
     gradient as ``gradient=mone``."""
     critic = ("            d_loss = self.D(fake.detach()).mean() - self.D(x).mean() + self.penalty(x, fake.detach())\n"
               "            d_loss.backward()")
-    new = converted(WGAN.replace("{critic}", critic))
+    resumed = WGAN.replace("{critic}", critic).replace(
+        "        self.g_optimizer = torch.optim.Adam(self.G.parameters())\n",
+        "        self.g_optimizer = torch.optim.Adam(self.G.parameters())\n        self.G.load_state_dict(torch.load('g.pt'))\n")
+    new = converted(resumed)
     assert "    def __init__(self):\n        self.accelerator = Accelerator(cpu=True)\n" in new, new
+    # __init__ runs before train prepares: its model is the plain one, loaded as it is
+    assert "        self.G.load_state_dict(torch.load('g.pt', map_location=\"cpu\"))\n" in new, new
     assert ("    def train(self, loader):\n        self.G, self.D, self.d_optimizer, self.g_optimizer, loader = "
             "self.accelerator.prepare(") in new, new
     assert "self.accelerator.backward(g_loss, gradient=mone)" in new
