@@ -11,7 +11,8 @@ Rules read the plan; none of them walks the tree again. The decisions, in order:
    parameter, a local, ``self.x``), in the innermost block that binds them all, right after the last;
 4. the home: where ``accelerator = Accelerator(...)`` goes: the prepare scope, or the caller that
    built some of the objects and passed them in (``main`` calling ``train_model(model, device)``);
-   (``prepare_site.py`` makes decisions 3 and 4; ``data_checks.py`` checks the result);
+   (``prepare_site.py`` makes decisions 3 and 4; ``data_checks.py`` checks the result; ``data_passes.py`` says
+   which loops over data decide nothing: bystanders, statistics passes, generators feeding the training);
 5. prepared uses (``prepared_uses.py``, the queries rules make of the result): a use sees a prepared object
    when it runs after ``prepare`` in the prepare scope, or receives it from there (parameters, ``self.x``,
    module globals).
@@ -29,10 +30,12 @@ import libcst as cst
 
 from accelify.codemods.analysis.collect import target_names
 from accelify.codemods.analysis.data_checks import TrainingDataChecks
+from accelify.codemods.analysis.data_passes import DataPasses
 from accelify.codemods.analysis.distributed import find_distributed
 from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Scope
 from accelify.codemods.analysis.flow import loader_mapping
 from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.penalties import penalty_backward
 from accelify.codemods.analysis.prepare_site import PREPARED_ROLES, PrepareSite
 from accelify.codemods.analysis.prepared_uses import Alias
 from accelify.codemods.analysis.problems import (  # the kinds rules/refusals.py reads as ``plan.KIND``
@@ -41,6 +44,8 @@ from accelify.codemods.analysis.problems import (  # the kinds rules/refusals.py
     MODEL_IN_LOOP,
     MODELS_IN_A_COLLECTION,
     NOT_A_LOADER,
+    PENALTY_ALONE,
+    REBUILT_BY_A_METHOD,
     SCHEDULER_IN_LOOP,
     SECOND_EXPERIMENT,
     SELF_TRAINING_MODULE,
@@ -62,15 +67,15 @@ from accelify.codemods.analysis.schedules import per_batch
 from accelify.codemods.analysis.snippets import code_of
 
 __all__ = [
-    "BUILT_ELSEWHERE", "CREATED_AFTER_LOOP", "MODEL_IN_LOOP", "MODELS_IN_A_COLLECTION", "NOT_A_LOADER", "PREPARED_ROLES",
-    "SCHEDULER_IN_LOOP", "SECOND_EXPERIMENT", "SELF_TRAINING_MODULE", "SEVERAL_TRAINERS", "UNKNOWN_DATA", "UNSHARDED",
+    "BUILT_ELSEWHERE", "CREATED_AFTER_LOOP", "MODEL_IN_LOOP", "MODELS_IN_A_COLLECTION", "NOT_A_LOADER", "PENALTY_ALONE", "PREPARED_ROLES",
+    "REBUILT_BY_A_METHOD", "SCHEDULER_IN_LOOP", "SECOND_EXPERIMENT", "SELF_TRAINING_MODULE", "SEVERAL_TRAINERS", "UNKNOWN_DATA", "UNSHARDED",
     "Alias", "Plan", "Problem",
 ]
 
 T = TypeVar("T")
 
 
-class Plan(PrepareSite, TrainingDataChecks):
+class Plan(PrepareSite, TrainingDataChecks, DataPasses):
     """The roles of names, the prepare site and the home of the accelerator, derived once from ``Facts``
     (the questions rules ask about the result are ``PreparedUses``'s)."""
 
@@ -94,6 +99,9 @@ class Plan(PrepareSite, TrainingDataChecks):
         self._analyses: dict[Callable[..., Any], Any] = {}
         if self.objects and not any(p.refuse for p in self.problems):
             self._choose_prepare_site()
+        if self.prepare_scope is not None and (penalty := penalty_backward(self)) is not None:
+            key = dotted(penalty.node.func.value) or "the penalty"  # type: ignore[attr-defined]
+            self._problem(PENALTY_ALONE, penalty.node, name=key)
         if self.prepare_scope is not None:
             self._choose_home()
             self._check_training_data()
@@ -229,6 +237,13 @@ class Plan(PrepareSite, TrainingDataChecks):
                 expr = expr.elements[index].value if isinstance(expr, (cst.Tuple, cst.List)) and index < len(expr.elements) else None
             if expr is not None:
                 returned.append(strip_placement(expr))
+        if returned and not all(isinstance(e, cst.Call) for e in returned):
+            # ``data_loader = DataLoader(...); return data_loader``: each call makes a loader of its own (stargan's
+            # ``get_loader`` called for CelebA and for RaFD), as a returned call would; models and optimizers stay
+            # the helper's own objects, which the optimizer's ``.parameters()`` there names
+            bound = [_bound_call(function, e) for e in returned]
+            if all(isinstance(e, cst.Call) and classify(e, function.imports, self.facts.classes) == "loader" for e in bound):
+                returned = bound
         if not returned or len(returned) != len(function.returns) or not all(isinstance(e, cst.Call) for e in returned):
             return
         roles = {classify(e, function.imports, self.facts.classes) for e in returned}
@@ -273,7 +288,8 @@ class Plan(PrepareSite, TrainingDataChecks):
                   if (found := self.origin(loop.scope, source))]
         iterated = {id(found) for loop, found in walked if not self.distributed.main_only(self.facts, loop.node, loop.scope)}
         by_main = {id(found) for loop, found in walked if self.distributed.main_only(self.facts, loop.node, loop.scope)}
-        trained_on = {id(found) for loop, found in walked if any(self.reaches_backward(site) for site in loop.calls)}
+        trained_on = {id(found) for loop, found in walked
+                      if any(self.reaches_backward(site) for site in loop.calls) or self._feeds_training(loop)}
         self._optional: set[int] = set()
         for loader in self.bindings_with_role("loader"):
             if self.bystander(loader.where):
@@ -299,56 +315,6 @@ class Plan(PrepareSite, TrainingDataChecks):
             else:
                 kept.append(obj)
         return kept
-
-    def bystander(self, scope: Scope) -> bool:
-        """Whether ``scope`` is a module-level function nothing in the program refers to (no call, no name read,
-        no attribute of that name) while the script's own top level trains: the training never runs it (a
-        ``sanity_check()`` kept for debugging by hand), so it does not decide what is prepared or refused."""
-        if self._bystanders is None:
-            self._bystanders = self._find_bystanders()
-        return id(_outermost(scope)) in self._bystanders  # a function nested in a bystander is one too
-
-    def _find_bystanders(self) -> set[int]:
-        entry = self.facts.module_scope
-        if not any(self.reaches_backward(site) for site in entry.calls):
-            return set()  # no training entry in the script itself (a library, a main() called from elsewhere)
-        read = {name for scope in self.facts.scopes for name in scope.refs}
-        read |= {attribute.attr.value for scope in self.facts.scopes for attribute, _ in scope.attributes}
-        found = {
-            id(scope) for scope in self.facts.scopes
-            if scope.kind == "function" and scope.parent is not None and scope.parent.kind == "module"
-            and scope.name not in read and not self.call_sites(scope)
-        }
-        outside = [o for o in self.bindings_with_role("optimizer") if id(_outermost(o.where)) not in found]
-        return found if outside else set()  # what trains is all in them: the script's entry is elsewhere
-
-    def _data_pass(self, loader: Binding) -> bool:
-        """A loader a function builds, walks and keeps to itself, without training or touching a model or an
-        optimizer (``compute_mean_std(dataset)`` in a helper module, called before training or never): a pass
-        over data, not training data. Unprepared, every process walks all of it, as the original did, so each
-        computes the same statistics; and a function the training never calls does not decide whether the
-        training converts."""
-        where = loader.where
-        if where.kind != "function" or where.class_scope is not None or loader.loop is not None or "." in loader.key:
-            return False
-        if any(self.reaches_backward(site) for site in where.calls):
-            return False
-        if any(b.role in ("model", "optimizer", "scheduler") for found in where.bindings.values() for b in found):
-            return False  # the function builds what trains: its loader is the training's
-        loops = [lp for lp in self.facts.loops if lp.scope is where and dotted(self.loop_source(lp)) == loader.key]
-        if not loops:
-            return False
-        walked = {id(lp.node) for lp in loops}
-        for ref in where.refs.get(loader.key, []):
-            holder = where.holders.get(id(ref))
-            if holder is None or (id(holder) not in walked and f"len({loader.key})" not in code_of(holder)):
-                return False  # returned, stored or passed on: someone else may train on it
-        for loop in loops:
-            for site in loop.calls:
-                found = self.origin(loop.scope, site.node.func) if isinstance(site.node.func, cst.Name) else None
-                if found is not None and found.role in ("model", "optimizer"):
-                    return False
-        return True
 
     def _updated_by_hand(self) -> list[Binding]:
         """Models whose parameters a loop updates from their gradients (SGD written by hand)."""
@@ -376,11 +342,15 @@ class Plan(PrepareSite, TrainingDataChecks):
     def _problem(self, kind: str, node: cst.CSTNode, *, refuse: bool = True, **fields: str) -> None:
         self.problems.append(Problem(kind, node, tuple(fields.items()), refuse))
 
-def _outermost(scope: Scope) -> Scope:
-    """The module-level function (or class) ``scope`` is in, or ``scope`` itself."""
-    while scope.parent is not None and scope.parent.kind != "module":
-        scope = scope.parent
-    return scope
+def _bound_call(function: Scope, expr: cst.BaseExpression) -> cst.BaseExpression:
+    """``data_loader`` of ``return data_loader`` -> the call it is bound to, when the function binds it once
+    (``data_loader = DataLoader(...)``): each call of the helper makes an object of its own, as a returned call does."""
+    bindings = function.bindings.get(expr.value, []) if isinstance(expr, cst.Name) else []
+    if len(bindings) == 1 and bindings[0].loop is None and bindings[0].value is not None:
+        value = strip_placement(bindings[0].value)
+        if isinstance(value, cst.Call):
+            return value
+    return expr
 
 
 def _maker(binding: Binding) -> tuple[Scope, cst.Call]:

@@ -17,6 +17,7 @@ from accelify.codemods.analysis.prepared_uses import Alias, PreparedUses
 from accelify.codemods.analysis.problems import (
     BUILT_ELSEWHERE,
     CREATED_AFTER_LOOP,
+    REBUILT_BY_A_METHOD,
     SECOND_EXPERIMENT,
     SELF_TRAINING_MODULE,
     SEVERAL_TRAINERS,
@@ -65,6 +66,7 @@ class PrepareSite(PreparedUses):
                 held = self.param_origin(scope, name)
                 if held is not None and held in self.objects:
                     by_scope.setdefault(scope, {}).setdefault(id(held), Alias(name, held, None))
+        self._fold_builders(by_scope)
         required = [o for o in self.objects if id(o) not in self._optional and o not in self.in_place]
         candidates = [s for s, aliases in by_scope.items() if all(id(o) in aliases for o in required)]
         if not candidates:
@@ -72,7 +74,12 @@ class PrepareSite(PreparedUses):
             missing = [o for o in required if all(id(o) not in a for a in by_scope.values() if id(first) in a)]
             culprit = (missing or required)[0]
             trainers = self._several_trainers(required)
-            if trainers:
+            rebuilt = self._rebuilt(by_scope, required)
+            if rebuilt is not None:
+                builder, site, key = rebuilt
+                self._problem(REBUILT_BY_A_METHOD, site.node, builder=_scope_name(builder), name=key,
+                              caller=_scope_name(site.scope))
+            elif trainers:
                 names = ", ".join(f"`{_scope_name(t)}`" for t in trainers)
                 self._problem(SEVERAL_TRAINERS, culprit.stmt, names=names)
             else:
@@ -84,6 +91,74 @@ class PrepareSite(PreparedUses):
         held = {id(a.obj) for a in aliases} | {id(o) for o in self.in_place}
         self.objects = [o for o in self.objects if id(o) in held]  # loaders no one iterates, out of reach: left alone
         self._place_prepare(scope, aliases)
+
+    def _fold_builders(self, by_scope: dict[Scope, dict[int, Alias]]) -> None:
+        """What a builder method binds on ``self`` (``self.build_model()`` in ``__init__`` making ``self.unet`` and
+        ``self.optimizer``) is held by ``__init__`` right after that call: the objects meet there with the loaders
+        ``__init__`` stored, and prepare can go right after the call."""
+        for scope, aliases in list(by_scope.items()):
+            site = self.builder_call(scope)
+            if site is None:
+                continue
+            held = by_scope.setdefault(site.scope, {})
+            for key, alias in aliases.items():
+                if alias.stmt is not None and alias.key.startswith("self."):
+                    held[key] = Alias(alias.key, alias.obj, site.stmt, alias.many)
+        trainers: dict[int, list[tuple[Scope, Scope]]] = {}
+        for scope in self.facts.scopes:
+            init = self._constructed(scope)
+            if init is not None and by_scope.get(init):
+                trainers.setdefault(id(init), []).append((scope, init))
+        for found in trainers.values():
+            if len(found) != 1:
+                continue  # ``train(loader)`` and ``finetune(loader)``: either may run first, or alone
+            # ``def train(self, train_loader)``, called once: it holds what the constructor bound, from its top
+            scope, init = found[0]
+            held = by_scope.setdefault(scope, {})
+            for key, alias in by_scope[init].items():
+                if alias.stmt is not None and alias.key.startswith("self.") and key not in held:
+                    held[key] = Alias(alias.key, alias.obj, None, alias.many)
+
+    def _constructed(self, method: Scope) -> Scope | None:
+        """For the method that trains an object (``model.train(train_loader)`` in main, WGAN-GP's layout), called once,
+        outside any loop, from outside its class, whose class binds its objects on ``self`` in ``__init__`` alone (or
+        in builders ``__init__`` calls once) and never again: that ``__init__``. Prepare can then go first thing in
+        the method, with the loader it receives."""
+        cls = method.class_scope
+        if cls is None or method.name == "__init__" or not method.param_names[1:] \
+                or _torch_module_class(cls.name, self.facts.classes):
+            return None  # (a module that trains itself is no trainer: ACC026)
+        sites = self.call_sites(method)
+        if len(sites) != 1 or sites[0].loop is not None or sites[0].scope.class_scope is cls:
+            return None
+        if not any(self.reaches_backward(site) for site in method.calls):
+            return None
+        init = self.facts.function("__init__", cls)
+        if init is None:
+            return None
+        for bindings in cls.bindings.values():
+            for binding in bindings:
+                builder = self.builder_call(binding.where) if binding.where is not init else None
+                if binding.role is not None and binding.where is not init and (builder is None or builder.scope is not init):
+                    return None  # an object bound again elsewhere (a ``load_model`` that builds it anew)
+        return init
+
+    def _rebuilt(self, by_scope: dict[Scope, dict[int, Alias]],
+                 required: list[Binding]) -> tuple[Scope, CallSite, str] | None:
+        """A method that binds a required object on ``self`` and that ``__init__`` calls, but is called again elsewhere
+        (``self.build_model()`` after the training, to reload the best weights into a fresh model): the builder, its
+        other call, and the first name it binds. None when there is no such method."""
+        ids = {id(o) for o in required}
+        for scope, aliases in by_scope.items():
+            keys = [a.key for i, a in aliases.items() if i in ids and a.stmt is not None and a.key.startswith("self.")]
+            sites = self.call_sites(scope)
+            if not keys or scope.class_scope is None or len(sites) < 2:
+                continue
+            other = next((s for s in sites if s.scope.name != "__init__"), None)
+            if other is not None and any(s.scope.name == "__init__" and s.scope.class_scope is scope.class_scope
+                                         for s in sites):
+                return scope, other, keys[0]
+        return None
 
     def _several_trainers(self, required: list[Binding]) -> list[Scope]:
         """The scopes that each build a whole training of their own (an optimizer and the model it trains) when every
@@ -246,6 +321,12 @@ class PrepareSite(PreparedUses):
                 if not all(self._feeds(caller, site, scope) for site in sites):
                     break
                 scope, via = caller, sites  # ``train_model(model, device)``, and its retry after an OOM
+        init = self._constructed(scope) if scope.class_scope is not None else None
+        if init is not None and any(a.stmt is None and a.key.startswith("self.") for a in self.aliases):
+            # prepare goes first thing in ``train(self, loader)``; the accelerator first thing in ``__init__``, where
+            # the other methods (``check_cuda``, a print) may already read it
+            self.home, self.home_call, self.home_block = init, None, init.body
+            return
         if scope.class_scope is not None and _torch_module_class(scope.class_scope.name, self.facts.classes):
             # forward-forward style: each layer makes and steps its own optimizer in a method of its own
             self._problem(SELF_TRAINING_MODULE, scope.node, name=f"{scope.class_scope.name}.{scope.name}")

@@ -83,6 +83,11 @@ class PreparedUses(Flow):
                 return True
             return self.facts.after(at, anchor) and not self._rebound(scope, key, anchor, at)
         if head == "self" and key in names and target.class_scope is not None and scope.class_scope is target.class_scope:
+            site = self.builder_call(scope)
+            if site is not None and site.scope is target and self.prepare_after is not None:
+                return self.facts.after(site.stmt, self.prepare_after)  # ``self.build_model()`` runs before prepare
+            if target.name != "__init__" and (scope.name == "__init__" or site is not None):
+                return False  # the constructor (and what it calls) runs before ``train(self, loader)`` prepares
             return True  # another method of the class: it runs after __init__ prepared it
         if key in names and target.kind == "module" and scope.resolve(head) is target:
             return True  # a module global, read by a function that runs after the prepare
@@ -102,6 +107,25 @@ class PreparedUses(Flow):
             if inner is not None and (inner != key or binding.where is not scope):
                 return self._sees_expr(binding.where, value, binding.stmt, seen)
         return False
+
+    def builder_call(self, scope: Scope) -> CallSite | None:
+        """For a method ``__init__`` runs once before anything else can (``self.build_model()``, a statement of its
+        own in ``__init__``'s body, directly or through another such method), nothing else calling it: that statement's
+        call in ``__init__``. None for any other scope (a method called again later rebuilds what it binds)."""
+        seen: set[int] = set()
+        site: CallSite | None = None
+        while scope.class_scope is not None and scope.name != "__init__" and id(scope) not in seen:
+            seen.add(id(scope))
+            sites = self.call_sites(scope)
+            if len(sites) != 1 or sites[0].scope.class_scope is not scope.class_scope or sites[0].loop is not None:
+                return None
+            site = sites[0]
+            stmt = site.stmt
+            if stmt not in site.scope.body or not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1 \
+                    or not isinstance(stmt.body[0], cst.Expr) or stmt.body[0].value is not site.node:
+                return None  # (under an ``if``, in a loop, or a value used: not a plain, once-only build)
+            scope = site.scope
+        return site if site is not None and scope.name == "__init__" and scope.class_scope is not None else None
 
     def prepared_model(self, scope: Scope, expr: cst.BaseExpression, at: cst.BaseStatement | None = None) -> Binding | None:
         """The prepared model ``expr`` holds at ``at`` (as ``prepared`` says), or None for anything else."""

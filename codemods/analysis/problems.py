@@ -17,6 +17,8 @@ UNKNOWN_DATA = "unknown_data"  # training walks data that cannot be followed
 NOT_A_LOADER = "not_a_loader"  # training walks a library's batch iterator that prepare cannot shard: refused
 SELF_TRAINING_MODULE = "self_training_module"  # a module that builds and steps its own optimizer: refused
 MODELS_IN_A_COLLECTION = "models_in_a_collection"  # an optimizer trains models kept in a list: refused
+REBUILT_BY_A_METHOD = "rebuilt_by_a_method"  # a builder method __init__ calls is called again elsewhere: refused
+PENALTY_ALONE = "penalty_alone"  # a gradient penalty backwarded on its own through a prepared model: refused
 SECOND_EXPERIMENT = "second_experiment"  # a name re-bound to a new object after training: a second experiment
 
 

@@ -1,6 +1,9 @@
 """SwapBackward: ``loss.backward()`` -> ``accelerator.backward(loss)``.
 
-``scaler.scale(loss).backward()`` is AMP (left to the AMP warning); positional arguments are warned about.
+``scaler.scale(loss).backward()`` is AMP (left to the AMP warning). Positional arguments take the names
+``Tensor.backward`` gives them (WGAN's ``d_loss_real.backward(mone)`` ->
+``accelerator.backward(d_loss_real, gradient=mone)``: accelify.runtime and HF Accelerate both hand keywords on to
+``loss.backward``); arguments passed by unpacking (``*args``) are warned about.
 ``self.backward()``, ``super().backward(...)`` and ``torch.autograd.backward(...)`` are no tensor's
 ``backward`` and stay as they are.
 """
@@ -14,6 +17,9 @@ from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import expression
 from accelify.codemods.analysis.roles import tensor_backward
 from accelify.codemods.engine.rule import Example, Rule
+
+
+BACKWARD_PARAMETERS = ("gradient", "retain_graph", "create_graph", "inputs")  # ``Tensor.backward``'s, in order
 
 
 class SwapBackward(Rule):
@@ -104,11 +110,35 @@ weights = torch.tensor([1.0, 0.5, 0.5, 0.1])
 for x, y in loader:
     optimizer.zero_grad()
     per_output = ((model(x) - y) ** 2).mean(dim=0)
-    per_output.backward(weights)
+    accelerator.backward(per_output, gradient=weights)
     optimizer.step()
 accelerator.end_training()
 ''',
-            warnings=("ACC010:11",),
+        ),
+        Example(
+            before='''\
+import torch
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+extra = (None, True)
+for x in torch.ones(4, 2):
+    model(x).sum().backward(*extra)
+    optimizer.step()
+''',
+            after='''\
+import torch
+from accelify.runtime import Accelerator
+accelerator = Accelerator(cpu=True)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+extra = (None, True)
+for x in torch.ones(4, 2):
+    model(x).sum().backward(*extra)
+    optimizer.step()
+accelerator.end_training()
+''',
+            warnings=("ACC010:6",),
         ),
     )
 
@@ -121,7 +151,8 @@ accelerator.end_training()
             accelerator = ctx.accelerator_in(site.scope)
             if accelerator is None:
                 continue  # where threading could not bring the accelerator: the leftovers rule reports it (ACC009)
-            if any(a.keyword is None for a in site.node.args):
+            positional = [a for a in site.node.args if a.keyword is None]
+            if any(a.star for a in site.node.args) or len(positional) > len(BACKWARD_PARAMETERS):
                 ctx.warn(codes.BACKWARD_ARGS, site.node)
                 continue
             if ctx.replace(site.node, site.stmt, lambda c, a=accelerator: _swap(c, a)):  # type: ignore[misc]
@@ -131,7 +162,12 @@ accelerator.end_training()
 def _swap(call: cst.CSTNode, accelerator: str) -> cst.CSTNode:
     assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
     loss = call.func.value.with_changes(lpar=[], rpar=[])
+    args = [
+        arg.with_changes(keyword=cst.Name(name), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+        if arg.keyword is None else arg
+        for arg, name in zip(call.args, BACKWARD_PARAMETERS + ("",) * len(call.args))
+    ]
     return call.with_changes(
         func=expression(f"{accelerator}.backward"),
-        args=[cst.Arg(loss), *call.args],
+        args=[cst.Arg(loss), *args],
     )

@@ -9,7 +9,9 @@ before ``prepare``). Each such problem is reported with its code, and the file i
 - ACC020: a training loop walks a loader as it was before ``prepare`` (every process would see all the data);
 - ACC026: the training runs inside the model's own class;
 - ACC038: the training walks a library's batch iterator that is no DataLoader (torchtext's ``BucketIterator``);
-- ACC039: several classes or functions each build a whole training of their own (a model zoo chosen by a flag).
+- ACC039: several classes or functions each build a whole training of their own (a model zoo chosen by a flag);
+- ACC040: a trainer's builder method (``self.build_model()`` in ``__init__``) is called again elsewhere;
+- ACC041: a gradient penalty (``torch.autograd.grad(..., create_graph=True)``) backwarded on its own.
 
 - ACC021: a training loop walks data that cannot be followed to where it is built (a name followed nowhere, the
   result of a function the analysis cannot see into): if it is a DataLoader, every process would walk all of it.
@@ -40,6 +42,8 @@ CODES = {
     found.MODELS_IN_A_COLLECTION: codes.MODELS_IN_A_COLLECTION,
     found.NOT_A_LOADER: codes.NOT_A_LOADER,
     found.SEVERAL_TRAINERS: codes.SEVERAL_TRAINERS,
+    found.REBUILT_BY_A_METHOD: codes.REBUILT_BY_A_METHOD,
+    found.PENALTY_ALONE: codes.PENALTY_ALONE,
 }
 
 
@@ -409,6 +413,37 @@ for epoch in range(3):
             opt.step()
 ''',
             warnings=('ACC036:6',),
+        ),
+        Example(  # a solver's builder, called by __init__ and again after training to reload the best weights
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Solver:
+    def __init__(self, loader):
+        self.loader = loader
+        self.build_model()
+
+    def build_model(self):
+        self.net = torch.nn.Linear(1, 1)
+        self.optimizer = torch.optim.SGD(self.net.parameters(), lr=0.1)
+
+    def train(self):
+        for x, y in self.loader:
+            loss = torch.nn.functional.mse_loss(self.net(x), y)
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+        torch.save(self.net.state_dict(), "best.pt")
+        self.build_model()
+        self.net.load_state_dict(torch.load("best.pt"))
+
+
+loader = DataLoader(TensorDataset(torch.randn(8, 1), torch.randn(8, 1)), batch_size=4)
+Solver(loader).train()
+''',
+            warnings=('ACC040:21',),
         ),
     )
 

@@ -84,9 +84,19 @@ def test_backward_without_optimizer_warns() -> None:
     assert codes("import torch\nloss = torch.ones(1, requires_grad=True).sum()\nloss.backward()\n") == ["ACC012:3"]
 
 
-def test_backward_with_positional_gradient_warns_and_stays() -> None:
-    code = HEAD + "loss.backward(torch.ones(1))\n"
-    assert "loss.backward(torch.ones(1))" in __import__("_convert").converted(code)
+def test_backward_with_positional_arguments_names_them() -> None:
+    """WGAN's ``d_loss_real.backward(mone)``: the gradient goes on as ``gradient=`` (both runtimes hand keywords to
+    ``loss.backward``), and a second positional one as ``retain_graph=``."""
+    code = HEAD + "loss.backward(torch.ones(1))\nloss.backward(mone, True, create_graph=False)\n"
+    out = __import__("_convert").converted(code)
+    assert "accelerator.backward(loss, gradient=torch.ones(1))" in out
+    assert "accelerator.backward(loss, gradient=mone, retain_graph=True, create_graph=False)" in out
+    assert codes(code) == []
+
+
+def test_backward_with_unpacked_arguments_warns_and_stays() -> None:
+    code = HEAD + "loss.backward(*grads)\n"
+    assert "loss.backward(*grads)" in __import__("_convert").converted(code)
     assert codes(code) == ["ACC010:4"]
 
 
@@ -106,8 +116,6 @@ BACKWARD_NOOP = [
     "    super().backward(x)",
     # torch.autograd.backward is a module function, not `<tensor>.backward`
     "    torch.autograd.backward(tensors=model(x).sum())",
-    # a gradient passed positionally: a non-scalar output, left with ACC010
-    "    out.backward(torch.ones_like(out))",
 ]
 
 
@@ -151,5 +159,7 @@ def test_backward_in_keyword_and_lambda_forms(before: str, after: str) -> None:
     assert f"\n{after}\n" in converted(LOOP_HEAD + before + "\n")
 
 
-def test_positional_gradient_is_warned() -> None:
-    assert codes(LOOP_HEAD + "    out = model(x)\n    out.backward(torch.ones_like(out))\n") == ["ACC010:6"]
+def test_positional_gradient_is_named() -> None:
+    code = LOOP_HEAD + "    out = model(x)\n    out.backward(torch.ones_like(out))\n"
+    assert codes(code) == []
+    assert "accelerator.backward(out, gradient=torch.ones_like(out))" in converted(code)

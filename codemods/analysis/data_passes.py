@@ -1,0 +1,83 @@
+"""Which loops and functions decide what is prepared: a loop that yields batches to the training, a function nothing
+calls (a bystander), a function's own pass over data (statistics). ``Plan`` mixes it in and asks while it collects
+the objects to prepare (``Plan._find_objects``)."""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from accelify.codemods.analysis.facts import Binding, Loop, Scope
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.prepared_uses import PreparedUses
+from accelify.codemods.analysis.snippets import code_of
+
+
+class DataPasses(PreparedUses):
+    """The plan's questions about loops over data that do not train themselves."""
+
+    _bystanders: set[int] | None
+
+    def _feeds_training(self, loop: Loop) -> bool:
+        """Whether ``loop`` yields its batches to a function that trains (``get_infinite_batches(loader)``, a
+        generator whose ``for images, _ in loader: yield images`` feeds WGAN-GP's ``train`` through ``next``)."""
+        if not m.findall(loop.node.body, m.Yield()):
+            return False
+        return any(any(self.reaches_backward(other) for other in site.scope.calls) for site in self.call_sites(loop.scope))
+
+    def bystander(self, scope: Scope) -> bool:
+        """Whether ``scope`` is a module-level function nothing in the program refers to (no call, no name read,
+        no attribute of that name) while the script's own top level trains: the training never runs it (a
+        ``sanity_check()`` kept for debugging by hand), so it does not decide what is prepared or refused."""
+        if self._bystanders is None:
+            self._bystanders = self._find_bystanders()
+        return id(_outermost(scope)) in self._bystanders  # a function nested in a bystander is one too
+
+    def _find_bystanders(self) -> set[int]:
+        entry = self.facts.module_scope
+        if not any(self.reaches_backward(site) for site in entry.calls):
+            return set()  # no training entry in the script itself (a library, a main() called from elsewhere)
+        read = {name for scope in self.facts.scopes for name in scope.refs}
+        read |= {attribute.attr.value for scope in self.facts.scopes for attribute, _ in scope.attributes}
+        found = {
+            id(scope) for scope in self.facts.scopes
+            if scope.kind == "function" and scope.parent is not None and scope.parent.kind == "module"
+            and scope.name not in read and not self.call_sites(scope)
+        }
+        outside = [o for o in [b for b in self.facts.bindings() if b.role == "optimizer"] if id(_outermost(o.where)) not in found]
+        return found if outside else set()  # what trains is all in them: the script's entry is elsewhere
+
+    def _data_pass(self, loader: Binding) -> bool:
+        """A loader a function builds, walks and keeps to itself, without training or touching a model or an
+        optimizer (``compute_mean_std(dataset)`` in a helper module, called before training or never): a pass
+        over data, not training data. Unprepared, every process walks all of it, as the original did, so each
+        computes the same statistics; and a function the training never calls does not decide whether the
+        training converts."""
+        where = loader.where
+        if where.kind != "function" or where.class_scope is not None or loader.loop is not None or "." in loader.key:
+            return False
+        if any(self.reaches_backward(site) for site in where.calls):
+            return False
+        if any(b.role in ("model", "optimizer", "scheduler") for found in where.bindings.values() for b in found):
+            return False  # the function builds what trains: its loader is the training's
+        loops = [lp for lp in self.facts.loops if lp.scope is where and dotted(self.loop_source(lp)) == loader.key]
+        if not loops:
+            return False
+        walked = {id(lp.node) for lp in loops}
+        for ref in where.refs.get(loader.key, []):
+            holder = where.holders.get(id(ref))
+            if holder is None or (id(holder) not in walked and f"len({loader.key})" not in code_of(holder)):
+                return False  # returned, stored or passed on: someone else may train on it
+        for loop in loops:
+            for site in loop.calls:
+                found = self.origin(loop.scope, site.node.func) if isinstance(site.node.func, cst.Name) else None
+                if found is not None and found.role in ("model", "optimizer"):
+                    return False
+        return True
+
+
+def _outermost(scope: Scope) -> Scope:
+    """The module-level function (or class) ``scope`` is in, or ``scope`` itself."""
+    while scope.parent is not None and scope.parent.kind != "module":
+        scope = scope.parent
+    return scope

@@ -1,0 +1,76 @@
+"""A solver class whose `__init__` stores the loaders and calls `build_model()`, which builds the net and optimizer."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import optim
+from accelify.runtime import Accelerator
+
+
+class TinyUNet(nn.Module):
+    def __init__(self, img_ch=1, output_ch=1):
+        super().__init__()
+        self.down = nn.Sequential(nn.Conv2d(img_ch, 8, 3, padding=1), nn.ReLU())
+        self.up = nn.Conv2d(8, output_ch, 1)
+
+    def forward(self, x):
+        return self.up(self.down(x))
+
+
+class Solver(object):
+    def __init__(self, config, train_loader, valid_loader):
+        # Data loader
+        self.accelerator = Accelerator()
+        self.train_loader = train_loader
+        self.valid_loader = valid_loader
+
+        # Models
+        self.unet = None
+        self.optimizer = None
+        self.criterion = torch.nn.BCELoss()
+
+        # Hyper-parameters
+        self.lr = config.lr
+        self.num_epochs = config.num_epochs
+        self.build_model()
+        self.unet, self.optimizer, self.train_loader, self.valid_loader = self.accelerator.prepare(
+            self.unet, self.optimizer, self.train_loader, self.valid_loader
+        )
+
+    def build_model(self):
+        """Build the network and its optimizer."""
+        self.unet = TinyUNet(img_ch=1, output_ch=1)
+        self.optimizer = optim.Adam(list(self.unet.parameters()), self.lr, [0.5, 0.999])
+
+    def update_lr(self, lr):
+        for param_group in self.optimizer.param_groups:
+            param_group['lr'] = lr
+
+    def reset_grad(self):
+        self.unet.zero_grad()
+
+    def train(self):
+        lr = self.lr
+        for epoch in range(self.num_epochs):
+            self.unet.train(True)
+            for i, (images, GT) in enumerate(self.train_loader):
+                SR = self.unet(images)
+                SR_probs = torch.sigmoid(SR)
+                loss = self.criterion(SR_probs.view(SR_probs.size(0), -1), GT.view(GT.size(0), -1))
+                self.reset_grad()
+                self.accelerator.backward(loss)
+                self.optimizer.step()
+            lr = lr * 0.5
+            self.update_lr(lr)
+
+            self.unet.eval()
+            correct = 0
+            total = 0
+            with torch.no_grad():
+                for images, GT in self.valid_loader:
+                    output = self.unet(images)
+                    output, GT = self.accelerator.gather_for_metrics((output, GT))
+                    SR = torch.sigmoid(output)
+                    correct += ((SR > 0.5).float() == GT).sum().item()
+                    total += GT.numel()
+            self.accelerator.print('Epoch [%d/%d] last loss %.5f [Validation] Acc: %.4f' % (epoch + 1, self.num_epochs, loss.item(), correct / total))
+        self.accelerator.end_training()
