@@ -5,8 +5,8 @@ What is summed and how is ``analysis/shard_sums.py``'s. A number goes through a 
 (``accelerator.reduce`` takes tensors, in Hugging Face Accelerate too), ``float64`` for a float so that one
 process prints exactly what the original printed (an ``.item()`` that may be an int or a float keeps its type:
 ``type(total)(...)``); a tensor is reduced as it is. ``"sum"`` unless the value is
-divided by a per-process count (``len(loader)``, a batch counter): then ``"mean"``, the processes walking the same
-number of batches. Sums of values already global (gathered for metrics by the evaluation rule) are left alone;
+divided by a per-process count (``len(loader)``, a batch counter, the loop's ``enumerate`` counter): then ``"mean"``,
+the processes walking the same number of batches (even batches, the runtime's default). Sums of values already global (gathered for metrics by the evaluation rule) are left alone;
 so are running values printed inside the loop every N steps (one process's, by convention). A list of per-batch
 numbers summarised after the pass (``np.mean(losses)``) is gathered there (``accelerator.gather`` of a 1-d tensor,
 ``.tolist()``). What cannot be reduced (an ``AverageMeter``, a list read in order, a sum divided by a count it cannot

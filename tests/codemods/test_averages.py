@@ -90,6 +90,31 @@ REDUCED = {
             hits += mask.sum().item()
         print(f"{hits} right")
         """, ['hits = type(hits)(accelerator.reduce(torch.tensor(hits, dtype=torch.float64, device=accelerator.device), "sum").item())']),
+    "a mean over the enumerate counter started at 1": ("""
+        for epoch in range(2):
+            running_loss, running_acc = 0.0, 0.0
+            for i, (x, y) in enumerate(loader, 1):
+                STEP
+                running_loss += loss.item()
+                running_acc += (out.argmax(1) == y).float().mean()
+            print(f"loss {running_loss / i:.4f} acc {running_acc / i:.4f}")
+        """, ['    running_loss = accelerator.reduce(torch.tensor(running_loss, dtype=torch.float64, device=accelerator.device), "mean").item()',
+              '    running_acc = accelerator.reduce(running_acc, "mean")']),
+    "a mean over the enumerate counter plus one": ("""
+        total = 0.0
+        for step, (x, y) in enumerate(loader):
+            STEP
+            total += loss.item()
+        print(total / (step + 1))
+        """, ['total = accelerator.reduce(torch.tensor(total, dtype=torch.float64, device=accelerator.device), "mean").item()']),
+    "a sum of detached losses (loss.data) printed as it is": ("""
+        for epoch in range(2):
+            total_loss = 0
+            for x, y in loader:
+                STEP
+                total_loss += loss.data
+            print("epoch [{}], loss:{:.4f}".format(epoch + 1, total_loss))
+        """, ['    total_loss = accelerator.reduce(total_loss, "sum")']),
     "summed over every epoch, read after them": ("""
         total = 0.0
         for epoch in range(2):
@@ -169,6 +194,47 @@ LEFT = {
                 STEP
                 total += loss.item()
             print(total)
+        """, ["ACC028:13"]),
+    "divided by the enumerate counter started at 0 (the count less one)": ("""
+        total = 0.0
+        for i, (x, y) in enumerate(loader):
+            STEP
+            total += loss.item()
+        print(total / i)
+        """, ["ACC028:12"]),
+    "divided by the enumerate counter of a loop that may break": ("""
+        total = 0.0
+        for i, (x, y) in enumerate(loader, 1):
+            STEP
+            total += loss.item()
+            if loss.item() < 0.1:
+                break
+        print(total / i)
+        """, ["ACC028:12"]),
+    "divided by the enumerate counter of a later loop": ("""
+        total = 0.0
+        for i, (x, y) in enumerate(loader, 1):
+            STEP
+            total += loss.item()
+        for i, (x, y) in enumerate(DataLoader(TensorDataset(torch.randn(4, 2)), batch_size=2), 1):
+            pass
+        print(total / i)
+        """, ["ACC028:12"]),
+    "divided by the enumerate counter, summed over every epoch": ("""
+        total = 0.0
+        for epoch in range(2):
+            for i, (x, y) in enumerate(loader, 1):
+                STEP
+                total += loss.item()
+        print(total / i)
+        """, ["ACC028:13"]),
+    "divided by the counter times the batch size (the process's batch only without split batches)": ("""
+        batch_size = 2
+        total = 0.0
+        for i, (x, y) in enumerate(loader, 1):
+            STEP
+            total += loss.item() * x.size(0)
+        print(total / (batch_size * i))
         """, ["ACC028:13"]),
     "divided by a count it cannot place": ("""
         total = 0.0
