@@ -10,7 +10,9 @@ the processes walking the same number of batches (even batches, the runtime's de
 so are running values printed inside the loop every N steps (one process's, by convention). A list of per-batch
 numbers summarised after the pass (``np.mean(losses)``) is gathered there (``accelerator.gather`` of a 1-d tensor,
 ``.tolist()``). What cannot be reduced (an ``AverageMeter``, a list read in order, a sum divided by a count it cannot
-place, a loop some processes may not run) is reported (ACC028).
+place, a loop some processes may not run) is reported (ACC028). So is a sum over a loop whose batches the
+evaluation rule gathers when what it adds does not fit how it is divided (ACC040): a batch's mean loss summed and
+divided by the data set's size, a count divided by the number of batches one process walks.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from accelify.codemods import codes
 from accelify.codemods.analysis.agreement import Agreement
 from accelify.codemods.analysis.collect import target_names
 from accelify.codemods.analysis.facts import Loop, Scope
+from accelify.codemods.analysis.loss_means import mean_loss
 from accelify.codemods.analysis.shard_sums import Accumulator, find_averages
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
@@ -202,7 +205,10 @@ accelerator.end_training()
             scope = acc.loop.scope
             gathered = _gathered_in(agreement, acc.loop)
             if not acc.local and all(_global(agreement, scope, v, u, gathered) for v, u in zip(acc.increments, acc.updates)):
-                continue  # sums of gathered values: already the whole data set's
+                why = _gathered_mismatch(ctx, acc)  # sums of gathered values: already the whole data set's, but
+                if why is not None:  # over 1/N as many passes, each of N batches
+                    ctx.warn(codes.GATHERED_SUM, acc.updates[0], name=acc.name, why=why)
+                continue
             accelerator = ctx.accelerator_in(scope)
             torch = _torch_name(ctx, acc)
             if accelerator is None or torch is None or not agreement.agreed(acc.end, scope) or ctx.is_skipped(acc.end):
@@ -212,6 +218,19 @@ accelerator.end_training()
         for loop, code in reductions.items():
             ctx.insert_after(loop, code)
             ctx.change("reduce running sums over a sharded loader across processes")
+
+
+def _gathered_mismatch(ctx: Context, acc: Accumulator) -> str | None:
+    """Why a sum over a gathered loop is not the original's (``analysis/loss_means.py``), or None."""
+    if acc.keys:
+        return None
+    if not acc.mean and any(mean_loss(ctx.plan, acc.loop, v) for v in acc.increments):
+        return ("each value added is a batch's mean loss, and the sum is divided by the data set's size or read as it "
+                "is: on N processes it is 1/N of the original's")
+    if acc.mean and acc.kind == "int":
+        return ("each value added is a count over the gathered batches, and the sum is divided by the number of "
+                "batches one process walks: on N processes it is N times the original's")
+    return None
 
 
 def _gathered_in(agreement: Agreement, loop: Loop) -> set[str]:

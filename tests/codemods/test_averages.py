@@ -469,3 +469,35 @@ def test_a_list_of_per_batch_numbers_summarised_after_the_pass_is_gathered(name:
     before = new[new.index(line) - 1]
     assert len(before) - len(before.lstrip()) > len(line) - len(line.lstrip()), "right after the loop's body"
 
+
+
+GATHERED_EVAL = """
+    test_loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randint(0, 2, (8,))), batch_size=2)
+    for x, y in loader:
+        STEP
+    model.eval()
+    criterion = torch.nn.CrossEntropyLoss({made})
+    test_loss = 0
+    with torch.no_grad():
+        for x, y in test_loader:
+            out = model(x)
+            test_loss += {added}
+    print(test_loss / {divisor})
+    """
+
+
+@pytest.mark.parametrize("made, added, divisor, warned", [
+    ("", "criterion(out, y).sum().item()", "len(test_loader.dataset)", True),  # a mean summed, over the data set's size
+    ("", "torch.nn.functional.cross_entropy(out, y).item()", "len(test_loader.dataset)", True),
+    ("", "criterion(out, y).item()", "len(test_loader)", False),  # means over the number of passes: the original's
+    ('reduction="sum"', "criterion(out, y).item()", "len(test_loader.dataset)", False),  # sums over the data set's size
+    ("", "torch.nn.functional.cross_entropy(out, y, reduction='sum').item()", "len(test_loader.dataset)", False),
+    ("", "(out.argmax(1) == y).sum().item()", "len(test_loader)", True),  # a count over a per-process number of batches
+    ("", "(out.argmax(1) == y).sum().item()", "len(test_loader.dataset)", False),
+])
+def test_a_sum_over_a_gathered_loop_is_reported_when_its_divisor_does_not_fit(made: str, added: str, divisor: str,
+                                                                               warned: bool) -> None:
+    code = _script(GATHERED_EVAL.format(made=made, added=added, divisor=divisor))
+    new = converted(code)
+    assert "accelerator.gather_for_metrics((out, y))" in new and ".reduce(" not in new
+    assert codes(code) == (["ACC040:18"] if warned else [])
