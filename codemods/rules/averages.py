@@ -148,6 +148,55 @@ accelerator.end_training()
             warnings=("ACC028:13",),
         ),
         Example(
+            # a batch's mean loss summed over a gathered evaluation and divided by the data set's size: reported
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+criterion = torch.nn.BCEWithLogitsLoss()
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.rand(8, 1)), batch_size=2)
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+model.eval()
+test_loss = 0.0
+with torch.no_grad():
+    for x, y in loader:
+        out = model(x)
+        test_loss += criterion(out, y).item()
+print(test_loss / len(loader.dataset))
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+
+accelerator = Accelerator()
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+criterion = torch.nn.BCEWithLogitsLoss()
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.rand(8, 1)), batch_size=2)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for x, y in loader:
+    loss = criterion(model(x), y)
+    accelerator.backward(loss)
+    optimizer.step()
+model.eval()
+test_loss = 0.0
+with torch.no_grad():
+    for x, y in loader:
+        out = model(x)
+        out, y = accelerator.gather_for_metrics((out, y))
+        test_loss += criterion(out, y).item()
+accelerator.print(test_loss / len(loader.dataset))
+accelerator.end_training()
+''',
+            warnings=("ACC040:17",),
+        ),
+        Example(
             # printed inside the loop every N steps (one process's, by convention), and a sum of gathered values
             before='''\
 import torch
