@@ -501,3 +501,22 @@ def test_a_sum_over_a_gathered_loop_is_reported_when_its_divisor_does_not_fit(ma
     new = converted(code)
     assert "accelerator.gather_for_metrics((out, y))" in new and ".reduce(" not in new
     assert codes(code) == (["ACC040:18"] if warned else [])
+
+
+@pytest.mark.parametrize("added, reduction", [
+    ("loss.item()", '"mean"'),  # a batch's mean: with split batches each process holds 1/N of every batch
+    ("loss.item() * x.size(0)", '"sum"'),  # a per-sample sum: the processes' shares add up
+])
+def test_a_sum_of_batch_means_under_split_batches_is_averaged(added: str, reduction: str) -> None:
+    code = _script(f"""
+        model = torch.nn.DataParallel(model)
+        total = 0.0
+        for x, y in loader:
+            STEP
+            total += {added}
+        print(total)
+        """)
+    new = converted(code)
+    assert "Accelerator(split_batches=True)" in new
+    assert [line for line in new.splitlines() if ".reduce(" in line] == [
+        f"total = accelerator.reduce(torch.tensor(total, dtype=torch.float64, device=accelerator.device), {reduction}).item()"]
