@@ -307,9 +307,16 @@ class PreparedUses(Flow):
         return any(self.reaches_backward(site) for scope in scopes for site in scope.calls)
 
 
+# methods that reshape or cast a batch's tensor and keep one row block per sample: ``batch["y"].view(-1, 1)``
+_RESHAPES = ("view", "reshape", "float", "long", "int", "double", "half", "bool", "squeeze", "unsqueeze", "contiguous")
+
+
 def _batch_part(expr: cst.BaseExpression, names: set[str]) -> bool:
-    """``data``, ``data[0]``, ``batch["image"]`` (placed or not) for a batch name ``data``/``batch``."""
+    """``data``, ``data[0]``, ``batch["image"]`` (placed or not, reshaped or cast: ``batch["y"].view(-1, 1)``) for a
+    batch name ``data``/``batch``."""
     expr = strip_placement(expr)
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _RESHAPES:
+        expr = strip_placement(expr.func.value)
     if isinstance(expr, cst.Subscript):
         expr = expr.value
     return isinstance(expr, cst.Name) and expr.value in names

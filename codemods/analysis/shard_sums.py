@@ -21,12 +21,12 @@ twice. Its ``kind`` says how to reduce it:
   the pass) read after it only by order-free summaries (``np.mean(losses)``, ``sum(losses) / len(losses)``):
   gathered, so the summary is over every process's batches (with even batches each list has the same length).
 
-``mean`` is set when a read after the loop divides it by a per-process count, ``len(loader)`` of a prepared
-loader or a batch counter (``steps += 1``): with even batches (Accelerate's default, ours too) every process
-walks the same number of batches, so the mean of the per-process sums over that count is the global average.
-Divided by a global count (``len(loader.dataset)``, ``len(train_set)`` of a data set, a count summed too) it is
-summed. Divided by anything else
-it cannot be told which, and it is ``kept``, as is a running value held by an object (``meter.update(v, n)``),
+``mean`` is set when a read after the loop divides it by a per-process count (``analysis/shard_counts.py``:
+``len(loader)`` of a prepared loader, a batch counter ``steps += 1``, the loop's ``enumerate`` counter): with even
+batches (Accelerate's default, ours too) every process walks the same number of batches, so the mean of the
+per-process sums over that count is the global average. Divided by a global count (``len(loader.dataset)``,
+``len(train_set)`` of a data set, a count summed too) it is summed. Divided by anything else it cannot be told
+which, and it is ``kept``, as is a running value held by an object (``meter.update(v, n)``),
 a list read in order (a loss curve plotted) or appended to conditionally, or a sum carried over several passes: the
 rule reports those.
 
@@ -47,6 +47,7 @@ from accelify.codemods.analysis.keyed_sums import KeyedSum, keyed_sums
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.schedules import enclosing_loop
+from accelify.codemods.analysis.shard_counts import divided_by
 
 _INT_CALLS = ("size", "numel", "nelement", "dim")
 _KEPT_METHODS = ("update", "append", "extend", "add")
@@ -126,7 +127,7 @@ def find_averages(plan: Plan) -> Averages:
             if end is not loop.node and any(not plan.facts.after(r, end) for r in _reads_after(plan, loop.node, loop.scope, name)):
                 found.kept.append(kept)  # read between the passes (``print(total / step)`` every epoch) and summed on
                 continue
-            mean = _divided_by(plan, end, loop, name, counters, set(updates) - counters)
+            mean = divided_by(plan, end, loop, name, _reads_after(plan, end, loop.scope, name), counters, set(updates) - counters)
             kind = _kind(init, [v for _, v in ups], _known(loop))
             if mean is None or kind is None:
                 found.kept.append(kept)
@@ -155,7 +156,7 @@ def _keyed(plan: Plan, loop: Loop, keyed: KeyedSum, found: Averages, counters: s
     if end is not loop.node and any(not plan.facts.after(r, end) for r in _reads_after(plan, loop.node, loop.scope, keyed.name)):
         found.kept.append(kept)
         return
-    mean = _divided_by(plan, end, loop, keyed.name, counters, summed)
+    mean = divided_by(plan, end, loop, keyed.name, _reads_after(plan, end, loop.scope, keyed.name), counters, summed)
     if mean is None:
         found.kept.append(kept)
         return
@@ -344,6 +345,8 @@ def _increment_kind(expr: cst.BaseExpression, known: dict[str, str]) -> str | No
         return None
     if isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Attribute) and expr.value.attr.value == "shape":
         return "int"
+    if isinstance(expr, cst.Attribute) and expr.attr.value == "data":
+        return "tensor" if _increment_kind(expr.value, known) == "tensor" else None  # ``loss.data``: the loss, detached
     if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Multiply, cst.Add, cst.Subtract)):
         kinds = {_increment_kind(expr.left, known), _increment_kind(expr.right, known)}
         if None in kinds:
@@ -377,73 +380,3 @@ def _counts(expr: cst.BaseExpression) -> bool:
     if isinstance(inner, cst.Comparison):
         return True
     return isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute) and inner.func.attr.value in ("eq", "ne")
-
-
-def _divided_by(plan: Plan, end: cst.BaseStatement, loop: Loop, name: str, counters: set[str], summed: set[str]) -> bool | None:
-    """Whether the reads after the loop divide ``name`` by a per-process count (True), by a global one or
-    by nothing (False), or by something else (None)."""
-    answers: set[bool | None] = set()
-    for stmt in _reads_after(plan, end, loop.scope, name):
-        for division in m.findall(stmt, m.BinaryOperation(operator=m.Divide() | m.FloorDivide())):
-            assert isinstance(division, cst.BinaryOperation)
-            if not m.findall(division.left, m.Name(name)):
-                continue
-            answers.add(_per_process(plan, loop, division.right, counters, summed))
-        for aug in m.findall(stmt, m.AugAssign(target=m.Name(name), operator=m.DivideAssign())):  # ``loss /= len(loader)``
-            answers.add(_per_process(plan, loop, aug.value, counters, summed))  # type: ignore[attr-defined]
-    if None in answers or len(answers) > 1:
-        return None
-    return answers.pop() if answers else False
-
-
-def _per_process(plan: Plan, loop: Loop, divisor: cst.BaseExpression, counters: set[str], summed: set[str]) -> bool | None:
-    """True for a per-process count, False for a global one, None when unsure."""
-    scope = loop.scope
-    if isinstance(divisor, cst.Name):
-        if divisor.value in counters:
-            return True
-        if divisor.value in summed:
-            return False
-        found = plan.binding_of(scope, divisor.value)
-        if found is not None and found.value is not None and found.where is scope and _simple_len(found.value):
-            # ``steps = len(loader)``: counted where it is bound
-            return _per_process_len(plan, scope, found.value, found.stmt)
-        return None
-    if _simple_len(divisor):
-        return _per_process_len(plan, scope, divisor, None)
-    return None
-
-
-def _simple_len(expr: cst.BaseExpression) -> bool:
-    return isinstance(expr, cst.Call) and dotted(expr.func) == "len" and len(expr.args) == 1
-
-
-def _per_process_len(plan: Plan, scope: Scope, call: cst.BaseExpression, at: cst.BaseStatement | None) -> bool | None:
-    arg = call.args[0].value  # type: ignore[attr-defined]
-    if isinstance(arg, cst.Attribute) and arg.attr.value == "dataset":
-        return False  # the whole data set, whatever the loader
-    if isinstance(arg, cst.Attribute) and arg.attr.value == "sampler" and (
-            (found := plan.origin(scope, arg.value)) is not None and found.role == "loader"):
-        return False  # ``len(train_loader.sampler)``: the script's sampler (a split's size), kept by prepare
-    found = plan.origin(scope, arg)
-    if found is not None and found.role == "loader":
-        return plan.prepared(scope, arg, at) is not None  # before prepare, the whole loader
-    if _data_set(plan, scope, arg):
-        return False  # ``len(train_set)``: the whole data set
-    return None
-
-
-def _data_set(plan: Plan, scope: Scope, expr: cst.BaseExpression) -> bool:
-    """``train_set`` bound to a ``torch.utils.data`` data set (``TensorDataset``, ``Subset``, ``random_split``'s
-    parts) or to an instance of the program's ``Dataset`` subclass."""
-    key = dotted(expr)
-    binding = plan.binding_of(scope, key) if key is not None else None
-    if binding is None:
-        return False
-    value = binding.unpacked[0] if binding.unpacked is not None else binding.value
-    if not isinstance(value, cst.Call):
-        return False
-    qualname = binding.where.imports.qualname(value.func) or ""
-    if qualname.startswith("torch.utils.data.") and not qualname.endswith("DataLoader"):
-        return True
-    return any("Dataset" in base for base in plan.facts.classes.get(qualname, []))

@@ -5,12 +5,16 @@ What is summed and how is ``analysis/shard_sums.py``'s. A number goes through a 
 (``accelerator.reduce`` takes tensors, in Hugging Face Accelerate too), ``float64`` for a float so that one
 process prints exactly what the original printed (an ``.item()`` that may be an int or a float keeps its type:
 ``type(total)(...)``); a tensor is reduced as it is. ``"sum"`` unless the value is
-divided by a per-process count (``len(loader)``, a batch counter): then ``"mean"``, the processes walking the same
-number of batches. Sums of values already global (gathered for metrics by the evaluation rule) are left alone;
+divided by a per-process count (``len(loader)``, a batch counter, the loop's ``enumerate`` counter): then ``"mean"``,
+the processes walking the same number of batches (even batches, the runtime's default). A sum of per-batch means
+(a mean loss, a ``.mean()``) with ``split_batches=True`` (a converted ``DataParallel`` script: every process holds 1/N
+of each batch and walks every step) is averaged too; dealt whole batches, the processes' sums add up. Sums of values already global (gathered for metrics by the evaluation rule) are left alone;
 so are running values printed inside the loop every N steps (one process's, by convention). A list of per-batch
 numbers summarised after the pass (``np.mean(losses)``) is gathered there (``accelerator.gather`` of a 1-d tensor,
 ``.tolist()``). What cannot be reduced (an ``AverageMeter``, a list read in order, a sum divided by a count it cannot
-place, a loop some processes may not run) is reported (ACC028).
+place, a loop some processes may not run) is reported (ACC028). So is a sum over a loop whose batches the
+evaluation rule gathers when what it adds does not fit how it is divided (ACC042): a batch's mean loss summed and
+divided by the data set's size, a count divided by the number of batches one process walks.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ import libcst.matchers as m
 from accelify.codemods import codes
 from accelify.codemods.analysis.agreement import Agreement
 from accelify.codemods.analysis.collect import target_names
+from accelify.codemods.analysis.distributed import data_parallel_sites
 from accelify.codemods.analysis.facts import Loop, Scope
+from accelify.codemods.analysis.loss_means import mean_loss
 from accelify.codemods.analysis.shard_sums import Accumulator, find_averages
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
@@ -145,6 +151,55 @@ accelerator.end_training()
             warnings=("ACC028:13",),
         ),
         Example(
+            # a batch's mean loss summed over a gathered evaluation and divided by the data set's size: reported
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+criterion = torch.nn.BCEWithLogitsLoss()
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.rand(8, 1)), batch_size=2)
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+model.eval()
+test_loss = 0.0
+with torch.no_grad():
+    for x, y in loader:
+        out = model(x)
+        test_loss += criterion(out, y).item()
+print(test_loss / len(loader.dataset))
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+
+accelerator = Accelerator()
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+criterion = torch.nn.BCEWithLogitsLoss()
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.rand(8, 1)), batch_size=2)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for x, y in loader:
+    loss = criterion(model(x), y)
+    accelerator.backward(loss)
+    optimizer.step()
+model.eval()
+test_loss = 0.0
+with torch.no_grad():
+    for x, y in loader:
+        out = model(x)
+        out, y = accelerator.gather_for_metrics((out, y))
+        test_loss += criterion(out, y).item()
+accelerator.print(test_loss / len(loader.dataset))
+accelerator.end_training()
+''',
+            warnings=("ACC042:17",),
+        ),
+        Example(
             # printed inside the loop every N steps (one process's, by convention), and a sum of gathered values
             before='''\
 import torch
@@ -198,20 +253,41 @@ accelerator.end_training()
             if kept.local or any(not _global(agreement, kept.loop.scope, v, kept.node, gathered) for v in kept.values):
                 ctx.warn(codes.SHARD_AVERAGE, kept.node, name=kept.name)
         reductions: dict[cst.For | cst.While, list[str]] = {}
+        facts = ctx.plan.facts
+        split = ctx.plan.distributed.global_batch(facts, bool(data_parallel_sites(facts)))  # split_batches=True
         for acc in found.accumulators:
             scope = acc.loop.scope
             gathered = _gathered_in(agreement, acc.loop)
             if not acc.local and all(_global(agreement, scope, v, u, gathered) for v, u in zip(acc.increments, acc.updates)):
-                continue  # sums of gathered values: already the whole data set's
+                why = _gathered_mismatch(ctx, acc)  # sums of gathered values: already the whole data set's, but
+                if why is not None:  # over 1/N as many passes, each of N batches
+                    ctx.warn(codes.GATHERED_SUM, acc.updates[0], name=acc.name, why=why)
+                continue
             accelerator = ctx.accelerator_in(scope)
             torch = _torch_name(ctx, acc)
             if accelerator is None or torch is None or not agreement.agreed(acc.end, scope) or ctx.is_skipped(acc.end):
                 ctx.warn(codes.SHARD_AVERAGE, acc.updates[0], name=acc.name)
                 continue
-            reductions.setdefault(acc.end, []).append(_reduction(acc, accelerator, torch))
+            # with split batches every process holds 1/N of each batch and walks every step: its sum of per-batch
+            # means is already the whole sum's share of 1/N of each mean, so the processes' sums are averaged
+            means = split and not acc.mean and not acc.keys and all(_batch_mean(ctx, acc, v) for v in acc.increments)
+            reductions.setdefault(acc.end, []).append(_reduction(acc, accelerator, torch, acc.mean or means))
         for loop, code in reductions.items():
             ctx.insert_after(loop, code)
             ctx.change("reduce running sums over a sharded loader across processes")
+
+
+def _gathered_mismatch(ctx: Context, acc: Accumulator) -> str | None:
+    """Why a sum over a gathered loop is not the original's (``analysis/loss_means.py``), or None."""
+    if acc.keys:
+        return None
+    if not acc.mean and any(mean_loss(ctx.plan, acc.loop, v) for v in acc.increments):
+        return ("each value added is a batch's mean loss, and the sum is divided by the data set's size or read as it "
+                "is: on N processes it is 1/N of the original's")
+    if acc.mean and acc.kind == "int":
+        return ("each value added is a count over the gathered batches, and the sum is divided by the number of "
+                "batches one process walks: on N processes it is N times the original's")
+    return None
 
 
 def _gathered_in(agreement: Agreement, loop: Loop) -> set[str]:
@@ -244,8 +320,14 @@ def _global(agreement: Agreement, scope: Scope, value: cst.BaseExpression, at: c
     return bool(gathered) and all(n in gathered or agreement.uniform(scope, cst.Name(n), at) for n in names)
 
 
-def _reduction(acc: Accumulator, accelerator: str, torch: str) -> str:
-    reduction = '"mean"' if acc.mean else '"sum"'
+def _batch_mean(ctx: Context, acc: Accumulator, value: cst.BaseExpression) -> bool:
+    """A batch's mean: a mean loss (``analysis/loss_means.py``) or a ``.mean()`` (``(pred == y).float().mean()``)."""
+    inner = value.func.value if m.matches(value, m.Call(func=m.Attribute(attr=m.Name("item")), args=[])) else value  # type: ignore[attr-defined]
+    return mean_loss(ctx.plan, acc.loop, value) or m.matches(inner, m.Call(func=m.Attribute(attr=m.Name("mean")), args=[]))
+
+
+def _reduction(acc: Accumulator, accelerator: str, torch: str, mean: bool) -> str:
+    reduction = '"mean"' if mean else '"sum"'
     if acc.keys:  # a defaultdict of sums: every key written out, in the same order on every process
         keys = ", ".join(repr(k) for k in acc.keys) + ("," if len(acc.keys) == 1 else "")
         value = f"{torch}.tensor(float({acc.name}[key]), dtype={torch}.float64, device={accelerator}.device)"
@@ -255,9 +337,9 @@ def _reduction(acc: Accumulator, accelerator: str, torch: str) -> str:
     if acc.kind in ("list", "int list"):  # per-batch numbers, as long on every process: every process's, in one list
         dtype = "" if acc.kind == "int list" else f"dtype={torch}.float64, "
         return f"{acc.name} = {accelerator}.gather({torch}.tensor({acc.name}, {dtype}device={accelerator}.device)).tolist()"
-    dtype = f"dtype={torch}.float64, " if acc.kind in ("float", "number") or acc.mean else ""
+    dtype = f"dtype={torch}.float64, " if acc.kind in ("float", "number") or mean else ""
     reduced = f"{accelerator}.reduce({torch}.tensor({acc.name}, {dtype}device={accelerator}.device), {reduction}).item()"
-    if acc.kind == "number" and not acc.mean:
+    if acc.kind == "number" and not mean:
         reduced = f"type({acc.name})({reduced})"  # an int stays an int, a float a float
     return f"{acc.name} = {reduced}"
 

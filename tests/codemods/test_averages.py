@@ -90,6 +90,31 @@ REDUCED = {
             hits += mask.sum().item()
         print(f"{hits} right")
         """, ['hits = type(hits)(accelerator.reduce(torch.tensor(hits, dtype=torch.float64, device=accelerator.device), "sum").item())']),
+    "a mean over the enumerate counter started at 1": ("""
+        for epoch in range(2):
+            running_loss, running_acc = 0.0, 0.0
+            for i, (x, y) in enumerate(loader, 1):
+                STEP
+                running_loss += loss.item()
+                running_acc += (out.argmax(1) == y).float().mean()
+            print(f"loss {running_loss / i:.4f} acc {running_acc / i:.4f}")
+        """, ['    running_loss = accelerator.reduce(torch.tensor(running_loss, dtype=torch.float64, device=accelerator.device), "mean").item()',
+              '    running_acc = accelerator.reduce(running_acc, "mean")']),
+    "a mean over the enumerate counter plus one": ("""
+        total = 0.0
+        for step, (x, y) in enumerate(loader):
+            STEP
+            total += loss.item()
+        print(total / (step + 1))
+        """, ['total = accelerator.reduce(torch.tensor(total, dtype=torch.float64, device=accelerator.device), "mean").item()']),
+    "a sum of detached losses (loss.data) printed as it is": ("""
+        for epoch in range(2):
+            total_loss = 0
+            for x, y in loader:
+                STEP
+                total_loss += loss.data
+            print("epoch [{}], loss:{:.4f}".format(epoch + 1, total_loss))
+        """, ['    total_loss = accelerator.reduce(total_loss, "sum")']),
     "summed over every epoch, read after them": ("""
         total = 0.0
         for epoch in range(2):
@@ -169,6 +194,47 @@ LEFT = {
                 STEP
                 total += loss.item()
             print(total)
+        """, ["ACC028:13"]),
+    "divided by the enumerate counter started at 0 (the count less one)": ("""
+        total = 0.0
+        for i, (x, y) in enumerate(loader):
+            STEP
+            total += loss.item()
+        print(total / i)
+        """, ["ACC028:12"]),
+    "divided by the enumerate counter of a loop that may break": ("""
+        total = 0.0
+        for i, (x, y) in enumerate(loader, 1):
+            STEP
+            total += loss.item()
+            if loss.item() < 0.1:
+                break
+        print(total / i)
+        """, ["ACC028:12"]),
+    "divided by the enumerate counter of a later loop": ("""
+        total = 0.0
+        for i, (x, y) in enumerate(loader, 1):
+            STEP
+            total += loss.item()
+        for i, (x, y) in enumerate(DataLoader(TensorDataset(torch.randn(4, 2)), batch_size=2), 1):
+            pass
+        print(total / i)
+        """, ["ACC028:12"]),
+    "divided by the enumerate counter, summed over every epoch": ("""
+        total = 0.0
+        for epoch in range(2):
+            for i, (x, y) in enumerate(loader, 1):
+                STEP
+                total += loss.item()
+        print(total / i)
+        """, ["ACC028:13"]),
+    "divided by the counter times the batch size (the process's batch only without split batches)": ("""
+        batch_size = 2
+        total = 0.0
+        for i, (x, y) in enumerate(loader, 1):
+            STEP
+            total += loss.item() * x.size(0)
+        print(total / (batch_size * i))
         """, ["ACC028:13"]),
     "divided by a count it cannot place": ("""
         total = 0.0
@@ -403,3 +469,54 @@ def test_a_list_of_per_batch_numbers_summarised_after_the_pass_is_gathered(name:
     before = new[new.index(line) - 1]
     assert len(before) - len(before.lstrip()) > len(line) - len(line.lstrip()), "right after the loop's body"
 
+
+
+GATHERED_EVAL = """
+    test_loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randint(0, 2, (8,))), batch_size=2)
+    for x, y in loader:
+        STEP
+    model.eval()
+    criterion = torch.nn.CrossEntropyLoss({made})
+    test_loss = 0
+    with torch.no_grad():
+        for x, y in test_loader:
+            out = model(x)
+            test_loss += {added}
+    print(test_loss / {divisor})
+    """
+
+
+@pytest.mark.parametrize("made, added, divisor, warned", [
+    ("", "criterion(out, y).sum().item()", "len(test_loader.dataset)", True),  # a mean summed, over the data set's size
+    ("", "torch.nn.functional.cross_entropy(out, y).item()", "len(test_loader.dataset)", True),
+    ("", "criterion(out, y).item()", "len(test_loader)", False),  # means over the number of passes: the original's
+    ('reduction="sum"', "criterion(out, y).item()", "len(test_loader.dataset)", False),  # sums over the data set's size
+    ("", "torch.nn.functional.cross_entropy(out, y, reduction='sum').item()", "len(test_loader.dataset)", False),
+    ("", "(out.argmax(1) == y).sum().item()", "len(test_loader)", True),  # a count over a per-process number of batches
+    ("", "(out.argmax(1) == y).sum().item()", "len(test_loader.dataset)", False),
+])
+def test_a_sum_over_a_gathered_loop_is_reported_when_its_divisor_does_not_fit(made: str, added: str, divisor: str,
+                                                                               warned: bool) -> None:
+    code = _script(GATHERED_EVAL.format(made=made, added=added, divisor=divisor))
+    new = converted(code)
+    assert "accelerator.gather_for_metrics((out, y))" in new and ".reduce(" not in new
+    assert codes(code) == (["ACC042:18"] if warned else [])
+
+
+@pytest.mark.parametrize("added, reduction", [
+    ("loss.item()", '"mean"'),  # a batch's mean: with split batches each process holds 1/N of every batch
+    ("loss.item() * x.size(0)", '"sum"'),  # a per-sample sum: the processes' shares add up
+])
+def test_a_sum_of_batch_means_under_split_batches_is_averaged(added: str, reduction: str) -> None:
+    code = _script(f"""
+        model = torch.nn.DataParallel(model)
+        total = 0.0
+        for x, y in loader:
+            STEP
+            total += {added}
+        print(total)
+        """)
+    new = converted(code)
+    assert "Accelerator(split_batches=True)" in new
+    assert [line for line in new.splitlines() if ".reduce(" in line] == [
+        f"total = accelerator.reduce(torch.tensor(total, dtype=torch.float64, device=accelerator.device), {reduction}).item()"]

@@ -38,6 +38,13 @@ CASES = [
         "    for x, y in loader:\n        with torch.no_grad():\n            out = model(x)\n        correct += out.eq(y).sum().item()\n",
         "            out = model(x)\n            out, y = accelerator.gather_for_metrics((out, y))\n",
     ),
+    # a dict batch whose target is reshaped where it is taken (``batch["y"].view(-1, 1)``): gathered with the output
+    (
+        "    with torch.no_grad():\n        for batch in loader:\n            x = batch['x']\n"
+        "            y = batch['y'].view(-1, 1).float()\n            out = model(x)\n"
+        "            correct += torch.nn.functional.mse_loss(out, y).item()\n",
+        "            out = model(x)\n            out, y = accelerator.gather_for_metrics((out, y))\n",
+    ),
     # no no_grad at all, but the model was put in eval mode
     (
         "    model.eval()\n    for x, y in loader:\n        out = model(x)\n        correct += out.eq(y).sum().item()\n",

@@ -1,0 +1,149 @@
+"""What a running sum over a prepared loader is divided by after the loop: a per-process count, a global one, or
+something this cannot place. ``analysis/shard_sums.py`` asks, to choose the reduction of the sum.
+
+A per-process count is one every process holds for its own shard: ``len(loader)`` of the prepared loader, a batch
+counter (``steps += 1``), or the loop's own ``enumerate`` counter (``for i, batch in enumerate(loader, 1)``: ``i`` is
+the number of batches walked once the loop is done; ``i + 1`` with the default start). With even batches (the runtime's default, as Hugging Face Accelerate's) every process walks
+the same number of batches, so the sum is reduced with ``"mean"`` and the quotient is the global average. A global
+count is the data set's size (``len(loader.dataset)``, ``len(train_set)``, ``len(loader.sampler)``) or a count summed
+too: the sum is reduced with ``"sum"``.
+
+An ``enumerate`` counter counts only when nothing else binds it between the loop and the read, the loop has no
+``break`` (a process that stops early walks fewer batches than another), and the sum is set again before each pass
+of the loop (a sum carried over several passes is over more batches than the last pass's counter). ``i`` with the
+default start 0 is one less than the count: the original divides by the count less one, which no reduction can
+give on N processes, so it is left to the rule's report. So is a count of samples made from one of batches and the
+script's batch size (``batch_size * i``): the batch each process holds is the script's only when whole batches are
+dealt to the processes, not with ``split_batches=True`` (a converted ``DataParallel`` script) nor in verify's exact
+mode, where every process holds 1/N of each batch.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from accelify.codemods.analysis.facts import Loop, Scope
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.plan import Plan
+
+
+def divided_by(plan: Plan, end: cst.For | cst.While, loop: Loop, name: str, reads: list[cst.BaseStatement],
+               counters: set[str], summed: set[str]) -> bool | None:
+    """Whether ``reads`` (the statements after the loop that read ``name``) divide it by a per-process count (True),
+    by a global one or by nothing (False), or by something else (None)."""
+    counted = _Counts(plan, loop, end, counters, summed)
+    answers: set[bool | None] = set()
+    for stmt in reads:
+        for division in m.findall(stmt, m.BinaryOperation(operator=m.Divide() | m.FloorDivide())):
+            assert isinstance(division, cst.BinaryOperation)
+            if not m.findall(division.left, m.Name(name)):
+                continue
+            answers.add(counted.per_process(division.right, stmt))
+        for aug in m.findall(stmt, m.AugAssign(target=m.Name(name), operator=m.DivideAssign())):  # ``loss /= len(loader)``
+            answers.add(counted.per_process(aug.value, stmt))  # type: ignore[attr-defined]
+    if None in answers or len(answers) > 1:
+        return None
+    return answers.pop() if answers else False
+
+
+class _Counts:
+    """The counts a sum over ``loop`` (complete after ``end``) may be divided by."""
+
+    def __init__(self, plan: Plan, loop: Loop, end: cst.For | cst.While, counters: set[str], summed: set[str]) -> None:
+        self.plan, self.loop, self.counters, self.summed = plan, loop, counters, summed
+        self.counter = _enumerate_counter(loop) if end is loop.node and not m.findall(loop.node.body, m.Break()) else None
+
+    def per_process(self, divisor: cst.BaseExpression, at: cst.BaseStatement) -> bool | None:
+        """True for a per-process count, False for a global one, None when unsure."""
+        scope = self.loop.scope
+        if self.counter is not None and self._counted(divisor, at):
+            return True
+        if isinstance(divisor, cst.Name):
+            if divisor.value in self.counters:
+                return True
+            if divisor.value in self.summed:
+                return False
+            found = self.plan.binding_of(scope, divisor.value)
+            if found is not None and found.value is not None and found.where is scope and _simple_len(found.value):
+                # ``steps = len(loader)``: counted where it is bound
+                return _per_process_len(self.plan, scope, found.value, found.stmt)
+            return None
+        if _simple_len(divisor):
+            return _per_process_len(self.plan, scope, divisor, None)
+        return None
+
+    def _counted(self, divisor: cst.BaseExpression, at: cst.BaseStatement) -> bool:
+        """``i`` (``enumerate(loader, 1)``) or ``i + 1`` (``enumerate(loader)``): the batches this process walked."""
+        assert self.counter is not None
+        name, start = self.counter
+        if start == 1:
+            used = divisor
+        elif start == 0 and isinstance(divisor, cst.BinaryOperation) and isinstance(divisor.operator, cst.Add):
+            one = m.Integer("1")
+            used = divisor.left if m.matches(divisor.right, one) else divisor.right if m.matches(divisor.left, one) else divisor
+            if used is divisor:
+                return False
+        else:
+            return False
+        if not m.matches(used, m.Name(name)):
+            return False
+        order = self.plan.facts.order
+        node = self.loop.node
+        return not any(  # nothing else binds the counter from the loop's start to the read
+            b.stmt is not node and order[node][0] < order[b.stmt][0] <= order[at][0]
+            for b in self.loop.scope.bindings.get(name, [])
+        )
+
+
+def _enumerate_counter(loop: Loop) -> tuple[str, int] | None:
+    """``for i, batch in enumerate(loader, start)`` with a literal ``start``: ``("i", start)``."""
+    iterable, target = loop.node.iter, loop.node.target
+    if not (isinstance(iterable, cst.Call) and loop.scope.imports.qualname(iterable.func) == "enumerate"):
+        return None
+    if not (isinstance(target, cst.Tuple) and len(target.elements) == 2 and isinstance(target.elements[0].value, cst.Name)):
+        return None
+    start: cst.BaseExpression | None = None
+    for index, arg in enumerate(iterable.args):
+        if (arg.keyword is None and index == 1) or (arg.keyword is not None and arg.keyword.value == "start"):
+            start = arg.value
+        elif arg.keyword is not None or index > 1 or arg.star:
+            return None
+    if start is not None and not isinstance(start, cst.Integer):
+        return None
+    return target.elements[0].value.value, int(start.value) if start is not None else 0
+
+
+def _simple_len(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Call) and dotted(expr.func) == "len" and len(expr.args) == 1
+
+
+def _per_process_len(plan: Plan, scope: Scope, call: cst.BaseExpression, at: cst.BaseStatement | None) -> bool | None:
+    arg = call.args[0].value  # type: ignore[attr-defined]
+    if isinstance(arg, cst.Attribute) and arg.attr.value == "dataset":
+        return False  # the whole data set, whatever the loader
+    if isinstance(arg, cst.Attribute) and arg.attr.value == "sampler" and (
+            (found := plan.origin(scope, arg.value)) is not None and found.role == "loader"):
+        return False  # ``len(train_loader.sampler)``: the script's sampler (a split's size), kept by prepare
+    found = plan.origin(scope, arg)
+    if found is not None and found.role == "loader":
+        return plan.prepared(scope, arg, at) is not None  # before prepare, the whole loader
+    if _data_set(plan, scope, arg):
+        return False  # ``len(train_set)``: the whole data set
+    return None
+
+
+def _data_set(plan: Plan, scope: Scope, expr: cst.BaseExpression) -> bool:
+    """``train_set`` bound to a ``torch.utils.data`` data set (``TensorDataset``, ``Subset``, ``random_split``'s
+    parts) or to an instance of the program's ``Dataset`` subclass."""
+    key = dotted(expr)
+    binding = plan.binding_of(scope, key) if key is not None else None
+    if binding is None:
+        return False
+    value = binding.unpacked[0] if binding.unpacked is not None else binding.value
+    if not isinstance(value, cst.Call):
+        return False
+    qualname = binding.where.imports.qualname(value.func) or ""
+    if qualname.startswith("torch.utils.data.") and not qualname.endswith("DataLoader"):
+        return True
+    return any("Dataset" in base for base in plan.facts.classes.get(qualname, []))
