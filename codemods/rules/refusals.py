@@ -445,6 +445,27 @@ Solver(loader).train()
 ''',
             warnings=('ACC040:21',),
         ),
+        Example(  # WGAN-GP's critic: the gradient penalty backwarded on its own, after the two critic terms
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+G = torch.nn.Linear(2, 2)
+D = torch.nn.Sequential(torch.nn.Linear(2, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+d_optimizer = torch.optim.Adam(D.parameters())
+loader = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4)
+for (x,) in loader:
+    fake = G(torch.randn_like(x)).detach()
+    d_optimizer.zero_grad()
+    D(fake).mean().backward()
+    (-D(x).mean()).backward()
+    mixed = (0.5 * x + 0.5 * fake).requires_grad_(True)
+    grad = torch.autograd.grad(D(mixed).sum(), mixed, create_graph=True)[0]
+    gradient_penalty = ((grad.norm(2, dim=1) - 1) ** 2).mean()
+    gradient_penalty.backward()
+    d_optimizer.step()
+''',
+            warnings=('ACC041:15',),
+        ),
     )
 
     def run(self, ctx: Context) -> None:
