@@ -163,12 +163,16 @@ class Agreement:
             return self._key_local(scope, head, at, seen)  # ``out.data``, ``loss.shape``: an attribute of ``out``
         if owner is not scope or owner.kind != "function":  # self.x, a module global, a closure's variable
             return any(self._binding_local(b, seen) for b in bindings)
-        return any(self._binding_local(b, seen) for b in self._reaching(key, bindings, at))
+        reaching, entry = self._reaching(key, bindings, at)
+        if entry and head in owner.param_names and self._param_local(owner, head, seen):
+            return True  # ``SR = SR > threshold``: the parameter's value reaches the use, as it came
+        return any(self._binding_local(b, seen) for b in reaching)
 
-    def _reaching(self, key: str, bindings: list[Binding], at: cst.BaseStatement) -> list[Binding]:
+    def _reaching(self, key: str, bindings: list[Binding], at: cst.BaseStatement) -> tuple[list[Binding], bool]:
         """The assignments a use at ``at`` may see: back to the last one on its path (a gather of the
         name counts as one that makes it global), and the ones later in an enclosing loop (from the
-        previous iteration)."""
+        previous iteration); and whether the value the name had on entering the scope (a parameter's)
+        may reach it too, no assignment on the path having replaced it."""
         order = self.facts.order
         chain = set(self.facts.chain(at))
         events: list[tuple[float, cst.BaseStatement, Binding | None]] = [(order[b.stmt][0], b.stmt, b) for b in bindings]
@@ -178,6 +182,7 @@ class Agreement:
                 events.append((where, stmt, None))
         here = order[at][0]
         out: list[Binding] = []
+        entry = False
         for position, stmt, binding in sorted((e for e in events if e[0] < here), key=lambda e: e[0], reverse=True):
             if binding is not None:
                 out.append(binding)
@@ -189,11 +194,13 @@ class Agreement:
             )
             if on_path and (binding is None or not binding.aug):
                 break  # unconditional on the way to ``at``: nothing earlier reaches it
+        else:
+            entry = True
         for loop_stmt in chain:
             if isinstance(loop_stmt, (cst.For, cst.While)):
                 last = order[loop_stmt][1]
                 out.extend(b for b in bindings if here < order[b.stmt][0] <= last)
-        return out
+        return out, entry
 
     def _binding_local(self, binding: Binding, seen: frozenset) -> bool:
         if id(binding) in self._local_binding:

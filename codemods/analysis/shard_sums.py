@@ -114,7 +114,7 @@ def find_averages(plan: Plan) -> Averages:
         for keyed in keyed_sums(plan, loop):
             if _read_after(plan, loop, keyed.name) and _made_before(loop, keyed.name):
                 _keyed(plan, loop, keyed, found, counters, set(updates) - counters)
-        kept_here = {k.name for k in found.kept if k.loop is loop}
+        summed_here: list[Accumulator] = []
         for name, ups in updates.items():
             if name in counters or not _read_after(plan, loop, name):
                 continue
@@ -128,19 +128,69 @@ def find_averages(plan: Plan) -> Averages:
                 found.kept.append(kept)  # read between the passes (``print(total / step)`` every epoch) and summed on
                 continue
             mean = divided_by(plan, end, loop, name, _reads_after(plan, end, loop.scope, name), counters, set(updates) - counters)
-            kind = _kind(init, [v for _, v in ups], _known(loop))
+            kind = _kind(init, [v for _, v in ups], _known(loop), _helper_kinds(plan, [v for _, v in ups]))
             if mean is None or kind is None:
                 found.kept.append(kept)
                 continue
-            if any(_mixed(r, name, kept_here) for r in _reads_after(plan, loop.node, loop.scope, name)):
-                # ``metrics['loss'] / epoch_samples`` with the metrics left per process: a reduced count alone
-                # would make the printed value 1/N of the truth; both stay one process's share, reported
-                found.kept.append(Kept(name, loop, ups[0][0], kept.values, local=True))
-                continue
-            found.accumulators.append(
-                Accumulator(name, loop, end, tuple(u for u, _ in ups), tuple(v for _, v in ups), kind, mean)
-            )
+            summed_here.append(Accumulator(name, loop, end, tuple(u for u, _ in ups), tuple(v for _, v in ups), kind, mean))
+        _keep_mixed(plan, loop, found, summed_here)
     return found
+
+
+def _keep_mixed(plan: Plan, loop: Loop, found: Averages, summed: list[Accumulator]) -> None:
+    """Adds the loop's sums to ``found``, but ``metrics['loss'] / epoch_samples`` or ``acc / length`` with ``metrics``
+    or ``acc`` left per process: a reduced count alone would make the printed value 1/N of the truth, so both stay
+    one process's share, reported. Whichever order the sums come in: what one kept sum makes local may make
+    another local too."""
+    kept_here = {k.name for k in found.kept if k.loop is loop}
+    changed = True
+    while changed:
+        changed = False
+        for acc in list(summed):
+            if any(_mixed(r, acc.name, kept_here) for r in _reads_after(plan, loop.node, loop.scope, acc.name)):
+                summed.remove(acc)
+                found.kept.append(Kept(acc.name, loop, acc.updates[0], acc.increments, local=True))
+                kept_here.add(acc.name)
+                changed = True
+    found.accumulators.extend(summed)
+
+
+def _helper_kinds(plan: Plan, values: list[cst.BaseExpression]) -> dict[int, str]:
+    """What the program's own functions called in ``values`` return (``acc += get_accuracy(SR, GT)`` where
+    ``get_accuracy`` returns ``float(corr) / float(size)``), by the call's ``id``: only where every ``return`` of the
+    function says the same kind of number or tensor."""
+    kinds: dict[int, str] = {}
+    for value in values:
+        for call in [value] if isinstance(value, cst.Call) else m.findall(value, m.Call()):
+            site = plan.facts.sites.get(call)  # type: ignore[arg-type]
+            function = plan.callee(site) if site is not None else None
+            kind = _returned_kind(function) if function is not None else None
+            if kind is not None:
+                kinds[id(call)] = kind
+    return kinds
+
+
+def _returned_kind(function: Scope) -> str | None:
+    found: set[str | None] = set()
+    for ret in function.returns:
+        if ret.value is None:
+            return None
+        if isinstance(ret.value, cst.Name):  # ``acc = float(corr) / float(size); return acc``
+            bindings = function.bindings.get(ret.value.value, [])
+            if not bindings or any(b.value is None or b.aug for b in bindings):
+                return None
+            found |= {_value_kind(b.value) for b in bindings if b.value is not None}
+        else:
+            found.add(_value_kind(ret.value))
+    return found.pop() if len(found) == 1 and None not in found else None
+
+
+def _value_kind(expr: cst.BaseExpression) -> str | None:
+    """``_increment_kind`` of a value a helper computes and returns, where a true division of numbers is a float."""
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Divide):
+        sides = {_value_kind(expr.left), _value_kind(expr.right)}
+        return None if None in sides else "tensor" if "tensor" in sides else "float"
+    return _increment_kind(expr, {})
 
 
 def _keyed(plan: Plan, loop: Loop, keyed: KeyedSum, found: Averages, counters: set[str], summed: set[str]) -> None:
@@ -304,8 +354,9 @@ def _known(loop: Loop) -> dict[str, str]:
     return {k: v for k, v in known.items() if k is not None}
 
 
-def _kind(init: Binding, increments: list[cst.BaseExpression], known: dict[str, str]) -> str | None:
-    kinds = {_increment_kind(v, known) for v in increments}
+def _kind(init: Binding, increments: list[cst.BaseExpression], known: dict[str, str],
+          helpers: dict[int, str] | None = None) -> str | None:
+    kinds = {_increment_kind(v, known, helpers) for v in increments}
     if None in kinds:
         return None
     if "tensor" in kinds:
@@ -315,7 +366,7 @@ def _kind(init: Binding, increments: list[cst.BaseExpression], known: dict[str, 
     return "number" if "number" in kinds else "int"
 
 
-def _increment_kind(expr: cst.BaseExpression, known: dict[str, str]) -> str | None:
+def _increment_kind(expr: cst.BaseExpression, known: dict[str, str], helpers: dict[int, str] | None = None) -> str | None:
     """``int`` for a count (``y.size(0)``, ``len(x)``, ``(pred == y).sum().item()``), ``float`` for a loss's
     ``.item()`` or a mean's (``loss.item() * x.size(0)``), ``number`` for another ``.item()`` (an int or a float:
     the reduction keeps its type), ``tensor`` for a tensor expression, None when unsure."""
@@ -326,6 +377,8 @@ def _increment_kind(expr: cst.BaseExpression, known: dict[str, str]) -> str | No
     if isinstance(expr, cst.Float):
         return "float"
     if isinstance(expr, cst.Call):
+        if helpers and id(expr) in helpers:
+            return helpers[id(expr)]  # what the program's own function returns
         func = expr.func
         name = dotted(func)
         if name in ("len", "int"):
@@ -348,7 +401,7 @@ def _increment_kind(expr: cst.BaseExpression, known: dict[str, str]) -> str | No
     if isinstance(expr, cst.Attribute) and expr.attr.value == "data":
         return "tensor" if _increment_kind(expr.value, known) == "tensor" else None  # ``loss.data``: the loss, detached
     if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Multiply, cst.Add, cst.Subtract)):
-        kinds = {_increment_kind(expr.left, known), _increment_kind(expr.right, known)}
+        kinds = {_increment_kind(expr.left, known, helpers), _increment_kind(expr.right, known, helpers)}
         if None in kinds:
             return None
         for kind in ("tensor", "float", "number"):

@@ -520,3 +520,45 @@ def test_a_sum_of_batch_means_under_split_batches_is_averaged(added: str, reduct
     assert "Accelerator(split_batches=True)" in new
     assert [line for line in new.splitlines() if ".reduce(" in line] == [
         f"total = accelerator.reduce(torch.tensor(total, dtype=torch.float64, device=accelerator.device), {reduction}).item()"]
+
+
+HELPER_METRIC = """
+def get_accuracy(SR, GT, threshold=0.5):
+    SR = SR > threshold
+    GT = GT == torch.max(GT)
+    corr = torch.sum(SR == GT)
+    acc = float(corr) / float(SR.size(0) * SR.size(1))
+    return acc
+
+
+for epoch in range(2):
+    acc = 0.
+    length = 0
+    for x, y in loader:
+        STEP
+        acc += {added}
+        length += x.size(0)
+    acc = acc / length
+    print(acc)
+"""
+
+
+def test_a_sum_of_what_a_helper_computes_from_the_batch_is_reduced_with_its_count() -> None:
+    """LeeJunHyun/Image_Segmentation's ``acc += get_accuracy(SR, GT)``: the helper rebinds its parameter (``SR = SR >
+    threshold``) and returns a float; the sum is one process's share, reduced with the count it is divided by."""
+    new = converted(_script(HELPER_METRIC.format(added="get_accuracy(out, torch.nn.functional.one_hot(y, 2).float())")))
+    reduced = [line.strip().split(" = ")[0] for line in new.splitlines() if ".reduce(" in line]
+    assert reduced == ["acc", "length"], new
+
+
+def test_a_count_is_not_reduced_alone_when_the_sum_it_divides_stays_per_process() -> None:
+    """A sum of unknown kind stays one process's share (ACC028): the count it is divided by must stay local too,
+    whichever of the two the loop adds first, or the printed value would be 1/N of the share."""
+    for first in (True, False):
+        body = HELPER_METRIC.format(added="score(out)")
+        if not first:
+            body = body.replace("        acc += score(out)\n        length += x.size(0)\n",
+                                "        length += x.size(0)\n        acc += score(out)\n")
+        code = _script(body.replace("def get_accuracy", "from sklearn.metrics import score\n\n\ndef get_accuracy"))
+        assert ".reduce(" not in converted(code)
+        assert [c.split(":")[0] for c in codes(code)] == ["ACC028", "ACC028"]  # the sum, and the count kept with it
