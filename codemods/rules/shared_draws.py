@@ -1,6 +1,7 @@
 """SeedSharedDraws: values drawn at random before training, with no seed, are drawn alike on every process.
 
-A synthetic data set, a random target function, a train/validation split (``random_split``, ``randperm``) or a
+A synthetic data set, a random target function, a train/validation split (``random_split``, ``randperm``, scikit-learn's ``train_test_split`` or a splitter
+that shuffles, ``KFold(shuffle=True)``, ``ShuffleSplit``, with no ``random_state``) or a
 random projection kept outside the model, drawn before training from an unseeded generator, come out different
 on each process: the processes then solve different problems (and an early stop on convergence may never come).
 The model's own initial weights do not matter (``prepare`` broadcasts process 0's), so this is about the other
@@ -35,6 +36,12 @@ _DRAWS = {
     "numpy": ("numpy.random.", "sklearn.model_selection.train_test_split"),
     "random": ("random.",),
 }
+# scikit-learn's splitters draw their folds from NumPy's global generator at ``.split`` when given no
+# ``random_state``: the shuffle-split kinds always, the k-fold kinds where they shuffle
+_SPLITTERS = tuple(f"sklearn.model_selection.{name}" for name in (
+    "ShuffleSplit", "StratifiedShuffleSplit", "GroupShuffleSplit", "RepeatedKFold", "RepeatedStratifiedKFold"))
+_SHUFFLING_SPLITTERS = tuple(f"sklearn.model_selection.{name}" for name in ("KFold", "StratifiedKFold", "GroupKFold",
+                                                                             "StratifiedGroupKFold"))
 _NOT_DRAWS = ("numpy.random.seed", "numpy.random.default_rng", "numpy.random.RandomState", "numpy.random.Generator",
               "random.seed", "random.Random", "random.getstate", "random.setstate", "numpy.random.get_state",
               "numpy.random.set_state")
@@ -320,13 +327,25 @@ def _seeder(q: str) -> bool:
 def _library(site: CallSite) -> str | None:
     """The library whose global generator ``site`` draws from (not with its own ``generator=``/``random_state=``)."""
     q = site.qualname or ""
-    if q.startswith(_NOT_DRAWS) or any(a.keyword is not None and a.keyword.value in ("generator", "random_state")
-                                       for a in site.node.args):
+    keywords = {a.keyword.value: a.value for a in site.node.args if a.keyword is not None}
+    if q.startswith(_NOT_DRAWS) or keywords.get("generator") is not None or not _none(keywords.get("random_state")):
         return None
+    if q in _SPLITTERS or (q in _SHUFFLING_SPLITTERS and not _false(keywords.get("shuffle"))):
+        return "numpy"
     for library, prefixes in _DRAWS.items():
         if q.startswith(prefixes):
             return library
     return None
+
+
+def _none(value: cst.BaseExpression | None) -> bool:
+    """No argument, or ``None`` (``random_state=None``: NumPy's global generator)."""
+    return value is None or (isinstance(value, cst.Name) and value.value == "None")
+
+
+def _false(value: cst.BaseExpression | None) -> bool:
+    """No argument, or ``False`` (``KFold(shuffle=False)``: the folds are not drawn)."""
+    return value is None or (isinstance(value, cst.Name) and value.value == "False")
 
 
 def _draws_while_training(ctx: Context) -> bool:

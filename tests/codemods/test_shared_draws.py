@@ -93,3 +93,53 @@ def test_numpy_imported_by_name_only_is_reported() -> None:
     )
     assert "seed(0)" not in converted(code)
     assert codes(code) == ["ACC032:5"]
+
+
+def _folds(imports: str, splitter: str) -> str:
+    """A program that trains on one fold of ``splitter``, drawn before training."""
+    return (
+        HEAD + imports + "from torch.utils.data import Subset\n"
+        "def main():\n    x = torch.ones(64, 4)\n    full = TensorDataset(x, x)\n"
+        f"    splitter = {splitter}\n    train_idx, val_idx = next(splitter.split(np.zeros(64), np.arange(64) % 2))\n"
+        "    ds = Subset(full, train_idx)\n    model = torch.nn.Linear(4, 4)\n" + LOOP + "\nmain()\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "imports, splitter",
+    [
+        ("from sklearn.model_selection import KFold\n", "KFold(n_splits=3, shuffle=True)"),
+        ("from sklearn import model_selection\n", "model_selection.KFold(n_splits=3, shuffle=True)"),
+        ("from sklearn.model_selection import StratifiedKFold\n", "StratifiedKFold(3, shuffle=True, random_state=None)"),
+        ("from sklearn import model_selection\n", "model_selection.ShuffleSplit(n_splits=1, test_size=0.25)"),
+        ("from sklearn.model_selection import StratifiedShuffleSplit\n", "StratifiedShuffleSplit(test_size=0.25)"),
+        ("import sklearn.model_selection\n", "sklearn.model_selection.GroupShuffleSplit(test_size=0.25)"),
+    ],
+)
+def test_unseeded_folds_are_seeded(imports: str, splitter: str) -> None:
+    # each process would otherwise split NumPy's global state its own way and train on its own fold
+    new = converted(_folds(imports, splitter))
+    assert f"    np.random.seed(0)\n    splitter = {splitter}\n" in new, new
+    assert new.count("seed(0)") == 1
+
+
+@pytest.mark.parametrize(
+    "imports, splitter",
+    [
+        ("from sklearn.model_selection import KFold\n", "KFold(n_splits=3)"),
+        ("from sklearn.model_selection import KFold\n", "KFold(n_splits=3, shuffle=False)"),
+        ("from sklearn import model_selection\n", "model_selection.KFold(n_splits=3, shuffle=True, random_state=1)"),
+        ("from sklearn import model_selection\n", "model_selection.ShuffleSplit(test_size=0.25, random_state=0)"),
+    ],
+)
+def test_folds_not_drawn_or_seeded_are_left(imports: str, splitter: str) -> None:
+    code = _folds(imports, splitter)
+    assert "seed(0)" not in converted(code)
+    assert not any(c.startswith("ACC032") for c in codes(code))
+
+
+def test_folds_without_numpy_module_are_reported() -> None:
+    code = _folds("from sklearn.model_selection import KFold\n", "KFold(n_splits=3, shuffle=True)").replace(
+        "import numpy as np\n", "from numpy import zeros, arange\n").replace("np.zeros", "zeros").replace("np.arange", "arange")
+    assert "seed(0)" not in converted(code)
+    assert codes(code) == ["ACC032:10"]  # at the splitter
