@@ -2,7 +2,8 @@
 
 Every process runs the start-up code. An archive written (``zipfile.ZipFile(p, "w")``), extracted (``zipfile.ZipFile(p).extractall(d)``,
 ``tarfile``, ``shutil.unpack_archive``), a file downloaded (``urllib.request.urlretrieve``,
-``torch.hub.download_url_to_file``) or a table written and read back (``df.to_csv(p)`` then
+``torch.hub.download_url_to_file``, or ``urllib.request.urlopen``/``requests.get`` in a function that writes it out,
+extracts or deletes files) or a table written and read back (``df.to_csv(p)`` then
 ``pd.read_csv(p)``) is written by N processes at once into the same place, and read by some while
 others are still writing it. So the statement that makes the files runs on the main process only, and
 ``accelerator.wait_for_everyone()`` follows it, after the write and before any read:
@@ -17,8 +18,10 @@ branch a process could take alone (the others may find the folder the main proce
 written and never read back in the run is only written on the main process (no barrier). This works in a
 helper too (``prepare_data(root)`` called by ``main()`` after the accelerator exists: it gets the accelerator).
 
-Left as it is, with ACC018: a statement inside a loop or a branch other than an existence test, or where the
-accelerator does not exist yet (at import time, in a helper called before it is created).
+Left as it is, with ACC018: a statement inside a loop or a branch other than an existence test, where the
+accelerator does not exist yet (at import time, in a helper called before it is created), or a download
+(``urlopen``, ``requests.get``) that its function writes out, extracts or deletes files after: at the fetch, in
+the helper that makes it however deep it is called from (``get_training_set()`` -> ``download_bsd300()``).
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from accelify.codemods.engine.rule import Example, Rule
 _MAKERS = {"shutil.unpack_archive", "urllib.request.urlretrieve", "torch.hub.download_url_to_file",
            "torchvision.datasets.utils.download_and_extract_archive", "torchvision.datasets.utils.extract_archive",
            "torchvision.datasets.utils.download_url"}
+_FETCHES = ("urllib.request.urlopen", "requests.get", "requests.request", "httpx.get")  # written out by the code around
+_DELETES = ("os.remove", "os.unlink", "shutil.rmtree")
 _TABLE_WRITES = ("to_csv", "to_parquet", "to_feather", "to_pickle")
 _READS = ("read_csv", "read_parquet", "read_feather", "read_pickle", "load", "loadtxt", "open")
 _ARCHIVES = ("zipfile.ZipFile", "tarfile.open", "tarfile.TarFile")
@@ -199,7 +204,7 @@ def main():
                 continue
             if ctx.plan.distributed.main_only(ctx.facts, site.stmt, site.scope) is not None:
                 continue
-            unit = _unit(ctx, site)
+            unit = None if read_back is _fetched else _unit(ctx, site)
             if unit is None or not ctx.will_be_after_accelerator(site.scope, unit):
                 ctx.warn(codes.STARTUP_RACE, site.node, name=code_of(site.node.func))
                 continue
@@ -213,9 +218,20 @@ def main():
         q = site.qualname or ""
         if q in _MAKERS or site.method == "extractall" or (q in _ARCHIVES and _writing(site.node)):
             return lambda ctx, s: True  # an archive written, extracted or downloaded, to be read
+        if _extracts_member(site):
+            return lambda ctx, s: True  # ``for item in tar: tar.extract(item, dest)``
+        if q in _FETCHES and _writes_files(site.scope):
+            return _fetched  # a download the same function writes out (``open(p, "wb")``, an extraction)
         if site.method in _TABLE_WRITES and site.node.args:
             return _read_back
         return None
+
+
+def _fetched(ctx: Context, site: CallSite) -> bool:
+    """A download its function writes out elsewhere (``data = urlopen(url)``, then ``open(p, "wb")``, an extraction,
+    ``os.remove``): the files are made by statements spread through the function, some of which the writes rule
+    keeps to the main process already, so it is reported (ACC018), never gated in part."""
+    return True
 
 
 def _read_back(ctx: Context, site: CallSite) -> bool:
@@ -249,6 +265,23 @@ def _unit(ctx: Context, site: CallSite) -> cst.BaseStatement | None:
         stmt, parent = parent, ctx.facts.parent_stmt.get(parent)
     body = site.scope.body
     return stmt if stmt in body else None
+
+
+def _writes_files(scope: Scope) -> bool:
+    """Whether ``scope`` itself writes, extracts or deletes files (``open(p, "wb")``, ``tar.extractall(d)``,
+    ``os.remove(p)``): a download it makes is then files on disk every process makes at once."""
+    for call in scope.calls:
+        q = call.qualname or ""
+        if (q in ("open", "io.open") and _writing(call.node)) or q in _DELETES or q in _MAKERS:
+            return True
+        if call.method in ("extractall", "write_bytes", "write_text") or _extracts_member(call):
+            return True
+    return False
+
+
+def _extracts_member(site: CallSite) -> bool:
+    """``tar.extract(item, dest)`` in a function that opens an archive (not pandas' ``.str.extract(pattern)``)."""
+    return site.method == "extract" and any((c.qualname or "") in _ARCHIVES for c in site.scope.calls)
 
 
 def _writing(call: cst.Call) -> bool:

@@ -266,3 +266,28 @@ def test_a_model_built_inline_where_a_trainer_receives_it_is_refused(tmp_path: P
     converted = convert_path(tmp_path / "run.py")
     assert converted.status == "converted"
     assert "self.model, self.optimizer, self.loader = self.accelerator.prepare(" in converted.companions[0].new
+
+
+def test_a_download_in_a_data_module_called_through_a_helper_is_reported_there(tmp_path: Path) -> None:
+    """pytorch/examples super_resolution: ``train_set = get_training_set()`` (``from data import ...``) calls
+    ``download_bsd300()``, which every process runs: they fetch into, extract and delete the same files at once.
+    The race is reported (ACC018) where it is, at the fetch in ``data.py``; nothing there is gated in part."""
+    data = ("import os\nimport shutil\nimport urllib.request\nimport torch\nfrom torch.utils.data import TensorDataset\n\n\n"
+            "def download(dest='dataset'):\n    path = os.path.join(dest, 'images.tgz')\n"
+            "    if not os.path.exists(path):\n"
+            "        with urllib.request.urlopen('http://example.com/images.tgz') as r, open(path, 'wb') as f:\n"
+            "            shutil.copyfileobj(r, f)\n        shutil.unpack_archive(path, dest)\n        os.remove(path)\n"
+            "    return dest\n\n\ndef get_training_set():\n    root = download()\n"
+            "    return TensorDataset(torch.randn(16, 2), torch.randn(16, 1))\n")
+    main = TRAIN.replace("from engine import fit", "from data import get_training_set").replace(
+        "    loader = DataLoader(TensorDataset(torch.randn(16, 2), torch.randn(16, 1)), batch_size=4)\n"
+        "    fit(model, optimizer, loader, epochs=2)",
+        "    loader = DataLoader(get_training_set(), batch_size=4)\n    for x, y in loader:\n"
+        "        loss = torch.nn.functional.mse_loss(model(x), y)\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()")
+    _write(tmp_path, {"train.py": main, "data.py": data})
+    result = convert_path(tmp_path / "train.py")
+    assert result.status == "converted"
+    noted = [(Path(w.path).name, w.code, w.line) for c in result.companions for w in c.warnings]
+    assert noted == [("data.py", "ACC018", 11), ("data.py", "ACC018", 13)]
+    assert all(not c.changed for c in result.companions)

@@ -37,3 +37,51 @@ def test_under_a_rank_test_it_is_left() -> None:
     new = converted(code)
     assert "is_main_process" not in new and "wait_for_everyone" not in new
     assert [c.split(":")[0] for c in codes(code)] == ["ACC018"]
+
+
+DOWNLOAD = (
+    "import os\nimport tarfile\nimport urllib.request\nimport torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n\n"
+    "def download_bsd300(dest='dataset'):\n"
+    "    output_image_dir = os.path.join(dest, 'BSDS300/images')\n"
+    "    if not os.path.exists(output_image_dir):\n"
+    "        os.makedirs(dest, exist_ok=True)\n"
+    "        data = urllib.request.urlopen('http://example.com/BSDS300-images.tgz')\n"  # line 12
+    "        file_path = os.path.join(dest, 'BSDS300-images.tgz')\n"
+    "        with open(file_path, 'wb') as f:\n"
+    "            f.write(data.read())\n"
+    "        with tarfile.open(file_path) as tar:\n"
+    "            for item in tar:\n"
+    "                tar.extract(item, dest)\n"  # line 18
+    "        os.remove(file_path)\n"
+    "    return output_image_dir\n\n\n"
+    "def get_training_set():\n    root_dir = download_bsd300()\n"
+    "    return TensorDataset(torch.ones(16, 2), torch.ones(16, 1))\n\n\n"
+)
+TRAIN = (
+    "def main():\n    train_set = get_training_set()\n    loader = DataLoader(train_set, batch_size=4)\n"
+    "    model = torch.nn.Linear(2, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "    for x, y in loader:\n        optimizer.zero_grad()\n"
+    "        torch.nn.functional.mse_loss(model(x), y).backward()\n        optimizer.step()\n\n\nmain()\n"
+)
+
+
+def test_a_download_two_calls_deep_is_reported_where_it_fetches_and_extracts() -> None:
+    # pytorch/examples super_resolution: main() -> get_training_set() -> download_bsd300(), which every process
+    # runs: they fetch, write, extract and delete the same files at once
+    code = DOWNLOAD + TRAIN
+    assert codes(code) == ["ACC018:12", "ACC018:18"]
+    new = converted(code)
+    assert new.startswith(DOWNLOAD.replace("from torch.utils.data import DataLoader, TensorDataset\n",
+                                           "from torch.utils.data import DataLoader, TensorDataset\n"
+                                           "from accelify.runtime import Accelerator\n"))
+
+
+def test_a_fetch_nothing_is_written_from_or_an_extract_of_no_archive_is_left() -> None:
+    code = (
+        "import requests\nimport pandas as pd\nimport torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n\n"
+        "def labels():\n    names = requests.get('http://example.com/labels.json').json()\n"
+        "    return pd.Series(names).str.extract(r'(\\d+)')\n\n\n"
+        "def get_training_set():\n    table = labels()\n"
+        "    return TensorDataset(torch.ones(16, 2), torch.ones(16, 1))\n\n\n" + TRAIN
+    )
+    assert not any(c.startswith("ACC018") for c in codes(code))
