@@ -48,7 +48,11 @@ class ScriptFiles:
 
     @classmethod
     def from_path(cls, path: str | Path) -> "ScriptFiles":
-        """The script at ``path`` with the other ``.py`` files and the package folders of its folder."""
+        """The script at ``path`` with the other ``.py`` files and the package folders of its folder, and the
+        packages its program imports from the root of the project it belongs to (``installed_root``: cleanrl's
+        ``cleanrl/dqn.py`` imports ``cleanrl_utils`` beside ``cleanrl/``), as ``accelify convert`` finds them. Those
+        are copied beside the script in a run folder, where they come first on the import path."""
+        from accelify.program import installed_root
         from accelify.source import read_source
 
         script = Path(path)
@@ -60,9 +64,14 @@ class ScriptFiles:
         )
         folders = [p for p in folder.iterdir() if p.is_dir()]
         packages = {p for p in folders if (p / "__init__.py").is_file()}
-        files = cls(script.name, read_source(str(script)).text, modules, tuple(folders), folder)
+        project = installed_root(script)
+        beside = {p.name for p in folders} | {name for name, _ in modules} | {script.name}
+        above = [p for p in sorted(project.iterdir()) if p.is_dir() and p != folder and p.name not in beside
+                 and (p / "__init__.py").is_file()] if project is not None and project != folder else []
+        files = cls(script.name, read_source(str(script)).text, modules, tuple(folders + above), folder)
         # and a folder without an ``__init__.py`` whose modules the program imports (``from models.gan import GAN``)
-        packages |= {folder / Path(m.path).parts[0] for m in program_modules(files) if len(Path(m.path).parts) > 1}
+        used = {Path(m.path).parts[0] for m in program_modules(files) if len(Path(m.path).parts) > 1}
+        packages |= {folder / top for top in used if (folder / top).is_dir()} | {p for p in above if p.name in used}
         return replace(files, packages=tuple(sorted(packages)))
 
     def write(self, folder: Path) -> Path:

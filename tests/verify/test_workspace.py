@@ -230,3 +230,44 @@ def test_verify_of_a_file_inside_a_package_says_what_convert_says(tmp_path: Path
     alone = convert_path(home / "engine" / "loops.py")
     assert result.status == alone.status == "attention"
     assert [w.code for c in result.companions for w in c.warnings] == ["ACC012"]
+
+
+ROOT_HELPER = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def make_loader():
+    return DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=4)
+"""
+ROOT_SCRIPT = """\
+import torch
+from helpers.data import make_loader
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in make_loader():
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    optimizer.step()
+"""
+
+
+def test_verify_finds_the_packages_of_an_installed_projects_root_as_convert_does(tmp_path: Path) -> None:
+    """cleanrl's layout: ``algos/train.py`` imports ``helpers`` beside ``algos/`` at the root of a project installed
+    for development (``pyproject.toml``). convert reads the helper (the loader is followed); verify read only the
+    script's folder, so its conversion refused what convert converts (ACC021)."""
+    from accelify.pipeline import convert_path
+    from accelify.verify.workspace import stage
+
+    home = tmp_path / "project"
+    for name, text in {"pyproject.toml": "", "helpers/__init__.py": "", "helpers/data.py": ROOT_HELPER,
+                       "algos/__init__.py": "", "algos/train.py": ROOT_SCRIPT, "docs/__init__.py": ""}.items():
+        (home / name).parent.mkdir(parents=True, exist_ok=True)
+        (home / name).write_text(text)
+    files = ScriptFiles.from_path(home / "algos" / "train.py")
+    assert [p.relative_to(home).as_posix() for p in files.packages] == ["helpers"]  # docs/ is not imported
+    converted, result = convert_files(files)
+    alone = convert_path(home / "algos" / "train.py")
+    assert result.status == alone.status == "converted"
+    assert converted.source == alone.new
+    folder = stage(converted, tmp_path / "run")  # beside the script in the run, first on the import path
+    assert (folder / "helpers" / "data.py").read_text() == ROOT_HELPER
