@@ -64,6 +64,9 @@ class Flow:
             method = self._instance_method(site.scope, func.value.value, func.attr.value)
             if method is not None:
                 return method
+            cls = self.classes.class_of(site.scope, func.value)  # ``CudaUtils.get_device()``: a static or class method
+            if cls is not None:
+                return self.classes.method(cls, func.attr.value)
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Call):
             cls = self.classes.class_of(site.scope, func.value.func)  # ``GAN().train(loader)``: GAN's ``train``
             if cls is not None:

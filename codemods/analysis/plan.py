@@ -247,6 +247,8 @@ class Plan(PrepareSite, TrainingDataChecks, DataPasses):
         if not returned or len(returned) != len(function.returns) or not all(isinstance(e, cst.Call) for e in returned):
             return
         roles = {classify(e, function.imports, self.facts.classes) for e in returned}
+        if "device" in roles and all(names_a_device(e, function.imports) for e in returned):
+            roles = {"device"}  # ``return torch.device('cuda:0')`` or, without CUDA, ``return torch.device('cpu')``
         if len(roles) == 1 and None not in roles:
             binding.role = roles.pop()
             binding.made = (function, returned[0])

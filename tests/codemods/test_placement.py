@@ -298,3 +298,45 @@ def test_guard_with_a_call_that_may_have_side_effects_stays() -> None:
         PLACEMENT_HEAD + "for x in loader:\n    if ready():\n        x = x.cuda()\n    model(x).sum().backward()\n"
     )
     assert "    if ready():\n        pass\n" in out
+
+
+HELPER_DEVICE = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class CudaUtils:
+    @staticmethod
+    def get_device():
+        if torch.cuda.is_available():
+            return torch.device('cuda:0')
+        else:
+            return torch.device('cpu')
+
+
+def get_device():
+    return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+
+
+def main():
+    device = {made}
+    model = torch.nn.Linear(4, 1).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=4)
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    torch.save(torch.zeros(1).to(device), "z.pt")
+"""
+
+
+@pytest.mark.parametrize("made", ["CudaUtils.get_device()", "get_device()"])
+def test_a_device_a_helper_returns_becomes_the_accelerators(made: str) -> None:
+    """``device = CudaUtils.get_device()`` (a static method) or ``get_device()`` returning ``torch.device('cuda:0')``
+    or, without CUDA, ``torch.device('cpu')``: the device of every process would be GPU 0; it was left with ACC002."""
+    source = HELPER_DEVICE.format(made=made)
+    out = converted(source)
+    assert "    device = accelerator.device\n" in out, out
+    assert "x.to(device)" not in out and "torch.nn.Linear(4, 1)\n" in out
+    assert codes(source) == []
