@@ -33,6 +33,31 @@ def outside_open(facts: Facts, stmt: cst.BaseStatement) -> cst.BaseStatement:
     return stmt
 
 
+def opening_with(facts: Facts, stmt: cst.BaseStatement, handle: cst.BaseExpression) -> cst.With | None:
+    """The ``with open(path) as handle:`` around ``stmt`` (other ``with``s, ``if``s between) that opened the file
+    ``handle`` names; ``None`` where ``handle`` is no such name (a path, or a file opened elsewhere)."""
+    if not isinstance(handle, cst.Name):
+        return None
+    for outer in facts.chain(stmt)[1:]:
+        if isinstance(outer, (cst.FunctionDef, cst.ClassDef)):
+            return None
+        if isinstance(outer, cst.With) and any(
+            _opens(item.item) and item.asname is not None and isinstance(item.asname.name, cst.Name)
+            and item.asname.name.value == handle.value for item in outer.items
+        ):
+            return outer
+    return None
+
+
+def opened_path(with_: cst.With, handle: cst.Name) -> cst.BaseExpression | None:
+    """The path ``with open(path) as handle:`` opens (its first argument)."""
+    for item in with_.items:
+        name = item.asname.name if item.asname is not None else None
+        if isinstance(name, cst.Name) and name.value == handle.value and isinstance(item.item, cst.Call) and item.item.args:
+            return item.item.args[0].value
+    return None
+
+
 def _opens(expr: cst.BaseExpression) -> bool:
     """``open(...)`` / ``path.open(...)``: a file the statements under the ``with`` read or write."""
     if not isinstance(expr, cst.Call):
