@@ -33,6 +33,31 @@ def outside_open(facts: Facts, stmt: cst.BaseStatement) -> cst.BaseStatement:
     return stmt
 
 
+def opening_with(facts: Facts, stmt: cst.BaseStatement, handle: cst.BaseExpression) -> cst.With | None:
+    """The ``with open(path) as handle:`` around ``stmt`` (other ``with``s, ``if``s between) that opened the file
+    ``handle`` names; ``None`` where ``handle`` is no such name (a path, or a file opened elsewhere)."""
+    if not isinstance(handle, cst.Name):
+        return None
+    for outer in facts.chain(stmt)[1:]:
+        if isinstance(outer, (cst.FunctionDef, cst.ClassDef)):
+            return None
+        if isinstance(outer, cst.With) and any(
+            _opens(item.item) and item.asname is not None and isinstance(item.asname.name, cst.Name)
+            and item.asname.name.value == handle.value for item in outer.items
+        ):
+            return outer
+    return None
+
+
+def opened_path(with_: cst.With, handle: cst.Name) -> cst.BaseExpression | None:
+    """The path ``with open(path) as handle:`` opens (its first argument)."""
+    for item in with_.items:
+        name = item.asname.name if item.asname is not None else None
+        if isinstance(name, cst.Name) and name.value == handle.value and isinstance(item.item, cst.Call) and item.item.args:
+            return item.item.args[0].value
+    return None
+
+
 def _opens(expr: cst.BaseExpression) -> bool:
     """``open(...)`` / ``path.open(...)``: a file the statements under the ``with`` read or write."""
     if not isinstance(expr, cst.Call):
@@ -57,3 +82,34 @@ def _main_test(test: cst.BaseExpression) -> bool:
     if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
         return _main_test(test.left) or _main_test(test.right)
     return isinstance(test, cst.Attribute) and test.attr.value in ("is_main_process", "is_local_main_process")
+
+
+def binds_on_every_path(facts: Facts, branch: cst.If, binders: list[cst.BaseStatement]) -> bool:
+    """Whether every way through ``branch`` (its body, each ``elif``, its ``else``) runs one of ``binders``: a name
+    bound only ``if args.use_optimizer:`` is unbound after it when the test is false."""
+    def block_binds(block: list[cst.BaseStatement]) -> bool:
+        for binder in binders:
+            top = facts.top_in(binder, block)
+            if top is binder or (isinstance(top, cst.If) and binds_on_every_path(facts, top, binders)):
+                return True
+            if isinstance(top, cst.With) and block_binds(block_of(top) or []):
+                return True
+        return False
+
+    body = block_of(branch) or []
+    other = branch.orelse
+    if other is None or not block_binds(body):
+        return False
+    if isinstance(other, cst.If):
+        return binds_on_every_path(facts, other, binders)
+    return isinstance(other.body, cst.IndentedBlock) and block_binds(list(other.body.body))
+
+
+def unconditional(facts: Facts, stmt: cst.BaseStatement) -> bool:
+    """Whether ``stmt`` runs whenever its function (or module) does: no ``if``, loop or ``try`` around it there."""
+    for outer in facts.chain(stmt)[1:]:
+        if isinstance(outer, (cst.FunctionDef, cst.ClassDef)):
+            return True
+        if isinstance(outer, (cst.If, cst.For, cst.While, cst.Try)):
+            return False
+    return True

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods.analysis.blocks import block_of
+from accelify.codemods.analysis.blocks import binds_on_every_path, block_of, unconditional
 from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Scope
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.prepared_uses import Alias, PreparedUses
@@ -225,7 +225,26 @@ class PrepareSite(PreparedUses):
                     else:
                         self._problem(CREATED_AFTER_LOOP, culprit.stmt, name=culprit.key)
                     return
+        # ``if args.use_optimizer: optimizer = ...``: after the ``if`` the name is unbound when the test is false,
+        # so that object is prepared in its branch, right where it is built, and the rest where they were to be
+        branched = [a for a in aliases if self._bound_only_if(scope, a, block)]
+        self.in_place.extend(a.obj for a in branched)
+        aliases = [a for a in aliases if a not in branched]
         self.prepare_scope, self.prepare_block, self.prepare_after, self.aliases = scope, block, last, aliases
+
+    def _bound_only_if(self, scope: Scope, alias: Alias, block: list[cst.BaseStatement]) -> bool:
+        """Whether ``alias`` is bound by a plain statement in an ``if`` of ``block`` that not every way through
+        binds, with no binding of its name before that ``if`` outside any branch or loop."""
+        obj, stmt = alias.obj, alias.stmt
+        if stmt is None or alias.many or obj.stmt is not stmt or obj.where is not scope or obj.key != alias.key:
+            return False
+        top = self.facts.top_in(stmt, block)
+        if not isinstance(top, cst.If) or not isinstance(stmt, cst.SimpleStatementLine):
+            return False
+        binders = [b.stmt for b in scope.bindings.get(alias.key, []) if b.stmt is not None]
+        if any(self.facts.after(top, b) and unconditional(self.facts, b) for b in binders):
+            return False
+        return not binds_on_every_path(self.facts, top, binders)
 
     def _rebound_models(self, scope: Scope, late: list[Alias], loop: cst.BaseStatement) -> list[Binding]:
         """The models a later experiment's optimizers train, built again after ``loop`` (``model = Net()`` right

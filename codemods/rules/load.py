@@ -13,7 +13,7 @@ from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import code_of, expression, unwrap
 from accelify.codemods.analysis.facts import CallSite
 from accelify.codemods.engine.rule import Example, Rule
-from accelify.codemods.analysis.blocks import outside_open, previous
+from accelify.codemods.analysis.blocks import opened_path, opening_with, outside_open, previous
 
 
 class LoadUnwrapped(Rule):
@@ -103,9 +103,10 @@ accelerator.end_training()
                 ctx.replace(load.node, load.stmt, _map_to_cpu)
                 ctx.change('torch.load(..., map_location="cpu")')
                 # only the main process writes: the others must not read the file before it is there
-                if _reads_unwaited_save(ctx, load, saves, order) and load.stmt not in waited and not ctx.is_skipped(load.stmt):
-                    ctx.insert_before(load.stmt, [f"{accelerator}.wait_for_everyone()"])
-                    waited.add(load.stmt)
+                anchor = _read_anchor(ctx, load)
+                if _reads_unwaited_save(ctx, load, saves, order) and anchor not in waited and not ctx.is_skipped(anchor):
+                    ctx.insert_before(anchor, [f"{accelerator}.wait_for_everyone()"])
+                    waited.add(anchor)
         self._whole_models(ctx, saves, order, waited)
         self._paths_handed_on(ctx, saves, order, waited)
         self._state_dicts(ctx)
@@ -163,7 +164,7 @@ accelerator.end_training()
             device = _device_name(ctx, load) or f"{accelerator}.device"
             ctx.replace(load.node, load.stmt, lambda n, d=device: _to_device(_map_to_cpu(n), d))  # type: ignore[misc]
             ctx.change('torch.load(..., map_location="cpu").to(device)')
-            anchor = outside_open(ctx.facts, load.stmt)
+            anchor = _read_anchor(ctx, load)
             if any(order[s.node] < order[load.node] for s in saves) and anchor not in waited and ctx.agreement.agreed(anchor, load.scope):
                 ctx.insert_before(anchor, [f"{accelerator}.wait_for_everyone()"])
                 waited.add(anchor)
@@ -222,14 +223,30 @@ def _reads_unwaited_save(ctx: Context, load: CallSite, saves: list[CallSite], or
     before = [s for s in saves if s.scope is load.scope and order[s.node] < order[load.node]]
     if not load.node.args:
         return False
-    source = code_of(path if path is not None else load.node.args[0].value)
+    source = _file_of(ctx, load.stmt, path if path is not None else load.node.args[0].value)
     paths = [_path_arg(s.node, "f", 1) for s in before]
-    matching = [i for i, path in enumerate(paths) if path is None or code_of(path) == source]
+    matching = [i for i, (s, p) in enumerate(zip(before, paths)) if p is None or _file_of(ctx, s.stmt, p) == source]
     if not matching:
         return False
     statements = {s.stmt for s in saves}
     module = ctx.facts.unit_of(load.scope).module
     return not any(previous(ctx.facts, s.stmt, module) not in statements for s in before[matching[-1] + 1 :])
+
+
+def _read_anchor(ctx: Context, load: CallSite) -> cst.BaseStatement:
+    """The statement a barrier before ``load`` goes before: ``with open(path) as f:`` when the load reads ``f``
+    (the other processes would open the file before the main process wrote it), else the load's own statement;
+    either way outside any ``with open(...)`` directly around it."""
+    opened = opening_with(ctx.facts, load.stmt, load.node.args[0].value) if load.node.args else None
+    return outside_open(ctx.facts, opened if opened is not None else load.stmt)
+
+
+def _file_of(ctx: Context, stmt: cst.BaseStatement, path: cst.BaseExpression) -> str:
+    """The code of the path ``path`` names at ``stmt``: the opened path for the handle ``f`` of a
+    ``with open(path) as f:`` around it, else ``path`` itself."""
+    opened = opening_with(ctx.facts, stmt, path)
+    inner = opened_path(opened, path) if opened is not None and isinstance(path, cst.Name) else None
+    return code_of(inner if inner is not None else path)
 
 
 def _path_arg(call: cst.Call, keyword: str, position: int) -> cst.BaseExpression | None:

@@ -593,3 +593,78 @@ def test_either_of_two_loaders_a_training_method_draws_from_with_next_is_prepare
     out = converted(source)
     assert "self.model, self.opt, self.loader, self.other = self.accelerator.prepare(" in out
     assert "ACC014" not in codes(source)
+
+
+def test_an_object_bound_only_under_a_flag_is_prepared_in_its_branch() -> None:
+    """word_language_model's ``if args.use_optimizer: optimizer = ...`` (no ``else``; the default updates the
+    parameters by hand): ``model, optimizer = accelerator.prepare(model, optimizer)`` after the ``if`` raised
+    NameError whenever the flag was off. Converted as here, it trains and reloads on 2 processes either way."""
+    assert_converts(
+        """
+        import torch
+        model = torch.nn.Linear(2, 1)
+        if use_optimizer:
+            optimizer = torch.optim.AdamW(model.parameters())
+        for x in torch.ones(4, 2):
+            model(x).sum().backward()
+            if use_optimizer:
+                optimizer.step()
+            else:
+                for p in model.parameters():
+                    p.data.add_(p.grad, alpha=-0.1)
+        """,
+        """
+        import torch
+        from accelify.runtime import Accelerator
+        accelerator = Accelerator(cpu=True)
+        model = torch.nn.Linear(2, 1)
+        if use_optimizer:
+            optimizer = torch.optim.AdamW(model.parameters())
+            optimizer = accelerator.prepare(optimizer)
+        model = accelerator.prepare(model)
+        for x in torch.ones(4, 2):
+            accelerator.backward(model(x).sum())
+            if use_optimizer:
+                optimizer.step()
+            else:
+                for p in model.parameters():
+                    p.data.add_(p.grad, alpha=-0.1)
+        accelerator.end_training()
+        """,
+    )
+
+
+@pytest.mark.parametrize(
+    "binding",
+    [
+        # an elif with no else still leaves it unbound
+        "if adam:\n    optimizer = torch.optim.Adam(model.parameters())\n"
+        "elif sgd:\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+        # a model rebuilt in either branch: prepared after both ifs, its optimizer in its own branch
+        "if big:\n    model = torch.nn.Linear(2, 1)\nelse:\n    model = torch.nn.Linear(2, 1, bias=False)\n"
+        "if adam:\n    optimizer = torch.optim.Adam(model.parameters())\n",
+    ],
+)
+def test_objects_unbound_on_some_way_through_an_if_are_prepared_where_built(binding: str) -> None:
+    out = converted("import torch\nmodel = torch.nn.Linear(2, 1)\n" + binding + "for x in torch.ones(4, 2):\n"
+                    "    model(x).sum().backward()\n    optimizer.step()\n")
+    assert "    optimizer = torch.optim.Adam(model.parameters())\n    optimizer = accelerator.prepare(optimizer)\n" in out
+    assert out.count("accelerator.prepare(") == (3 if "elif" in binding else 2), out
+    # the model where the prepare went before (after the last object's statement; the runtime rebinds an
+    # optimizer prepared first to the model's parameters)
+    assert "\nmodel = accelerator.prepare(model)\nfor x in" in out
+
+
+@pytest.mark.parametrize(
+    "binding",
+    [
+        "if adam:\n    optimizer = torch.optim.Adam(model.parameters())\n"
+        "else:\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+        "optimizer = None\nif adam:\n    optimizer = torch.optim.Adam(model.parameters())\n",
+    ],
+)
+def test_a_name_bound_on_every_way_through_an_if_is_prepared_after_it(binding: str) -> None:
+    out = converted("import torch\nmodel = torch.nn.Linear(2, 1)\n" + binding + "for x in torch.ones(4, 2):\n"
+                    "    model(x).sum().backward()\n    optimizer.step()\n")
+    assert out.count("accelerator.prepare(") == 1, out
+    assert "\nmodel, optimizer = accelerator.prepare(model, optimizer)\nfor x in" in out

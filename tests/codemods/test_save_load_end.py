@@ -202,3 +202,35 @@ def test_no_barrier_where_a_process_could_skip_it_or_nothing_reads_the_file(afte
     out = converted(HEAD + TRAIN + "model_path = 'q.pt'\ntorch.save(model.state_dict(), model_path)\n"
                     + after.replace("        ", "    "))
     assert out.count("wait_for_everyone()") == 1  # the save's own
+
+
+def test_a_load_from_a_file_opened_by_a_with_waits_before_the_with() -> None:
+    """word_language_model's ``with open(args.save, 'rb') as f: model = torch.load(f)`` (under a second ``with``):
+    a barrier inside the ``with`` comes after the other processes opened the file the main process had not
+    written yet (FileNotFoundError on 2 processes), so it goes before the ``with open``."""
+    whole = converted(
+        HEAD + TRAIN + "with open(path, 'wb') as f:\n    torch.save(model, f)\n"
+        "with open(path, 'rb') as f:\n    with torch.serialization.safe_globals([torch.nn.Linear]):\n"
+        "        model = torch.load(f)\n"
+    )
+    assert ("accelerator.wait_for_everyone()\nwith open(path, 'rb') as f:\n"
+            "    with torch.serialization.safe_globals([torch.nn.Linear]):\n"
+            "        model = torch.load(f, map_location=\"cpu\").to(accelerator.device)\n") in whole
+    assert whole.count("accelerator.wait_for_everyone()") == 2
+    # a state dict read through the handle of the file just saved: the handle stands for its path
+    weights = converted(
+        HEAD + TRAIN + "torch.save(model.state_dict(), 'w.pt')\n"
+        "with open('w.pt', 'rb') as f:\n    model.load_state_dict(torch.load(f))\n"
+    )
+    assert ("accelerator.wait_for_everyone()\nwith open('w.pt', 'rb') as f:\n"
+            "    accelerator.unwrap_model(model).load_state_dict(torch.load(f, map_location=\"cpu\"))\n") in weights
+    # a different file opened: nothing to wait for (the save's own barrier only)
+    other = converted(
+        HEAD + TRAIN + "torch.save(model.state_dict(), 'w.pt')\n"
+        "with open('o.pt', 'rb') as f:\n    model.load_state_dict(torch.load(f))\n"
+    )
+    assert other.count("accelerator.wait_for_everyone()") == 1
+    # the plain load by path is unchanged: the barrier right before its own statement
+    plain = converted(HEAD + TRAIN + "torch.save(model, path)\nmodel = torch.load(path)\n")
+    assert ("\naccelerator.wait_for_everyone()\n"
+            "model = torch.load(path, map_location=\"cpu\").to(accelerator.device)\n") in plain
