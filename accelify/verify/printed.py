@@ -25,7 +25,11 @@ of the original and of process 0 are matched in order by their text with the num
 only one of them printed is not compared.
 
 Tolerance: one unit in the last printed digit of either value, plus the exact mode's float tolerance at the step
-the line was printed (``exactness.tolerance``: rtol 1e-4, growing after ``HORIZON`` steps).
+the line was printed (``exactness.tolerance``: rtol 1e-4, growing after ``HORIZON`` steps). After
+``COMPARED_STEPS`` steps, where parameters are no longer compared either (two exact runs with Adam drift apart by
+more than any fixed tolerance: 1.3 % after 832 steps of the cost benchmark's script, 68 % after 3008), the first
+value a line prints there fails only as a factor (about N times or 1/N of the original's), and its later values are
+not compared with the original; a share's value is still caught between the processes, to the end.
 
 Between the processes: exact mode records what ``accelerator.print`` would have printed on the processes that print
 nothing (silent lines), and a process that prints with ``print`` records its lines anyway. An aggregate reduced over
@@ -55,7 +59,7 @@ import difflib
 import re
 from dataclasses import dataclass
 
-from accelify.verify.exactness import NOT_SHARED, tolerance
+from accelify.verify.exactness import COMPARED_STEPS, NOT_SHARED, tolerance
 from accelify.verify.records import PrintedLine, ProcessRecord
 from accelify.verify.report import FAILED, PASSED, SKIPPED, CheckResult
 from accelify.verify.runner import RunOutcome
@@ -195,6 +199,7 @@ def printed_check(run: ProcessRecord, original: ProcessRecord, control: ProcessR
     peers = [(record, _aggregates(record, channel), _matches(theirs, _aggregates(record, channel)))
              for record in others]
     compared = lines = step_losses = varying = late = agreed = 0
+    late_seen: set[tuple[str, int]] = set()  # (site, position) of numbers already judged past COMPARED_STEPS
     for i, j in sorted(in_run.items()):
         k = in_control.get(i)
         if k is None:
@@ -215,6 +220,15 @@ def printed_check(run: ProcessRecord, original: ProcessRecord, control: ProcessR
                 varying += 1  # two one-process runs printed different values: not a value of the training
                 continue
             same = exact and _same(a, d, rtol, line.via not in EXACT_VIAS)
+            if exact and not same and line.steps > COMPARED_STEPS and (
+                    (line.site, position) in late_seen or not _factor(a.value, d.value, n)):
+                # past the steps whose parameters are compared, exact runs drift apart (Adam turns float noise in a
+                # near-zero gradient into a full step, and a small loss late in training differs by any ratio): a
+                # site's first value there is still judged by its factor (about N times or 1/N), its later ones not
+                # at all; an aggregate must still be the same on every process (below)
+                same = True
+            if line.steps > COMPARED_STEPS:
+                late_seen.add((line.site, position))
             if not same and _step_loss(d.value, _last_loss(run, line), c.value, control_loss, d.unit, n):
                 step_losses += 1  # the last step's loss on process 0's share: conventional
                 continue
@@ -272,6 +286,12 @@ def _where(line: PrintedLine) -> str:
 
 def _how(line: PrintedLine) -> str:
     return f" (with {line.via})" if line.via not in ("print", "return") else ""
+
+
+def _factor(original: float, value: float, n: int) -> bool:
+    """Whether ``value`` is about ``original / n`` or ``n`` times it (within ``NEAR``)."""
+    return bool(original) and (abs(value - original / n) <= NEAR * abs(original / n)
+                               or abs(value - original * n) <= NEAR * abs(original * n))
 
 
 def _cause(original: float, value: float, n: int, channel: Channel = PRINTED) -> str:

@@ -132,3 +132,25 @@ def test_values_handed_over_as_numbers_get_no_printed_digit_slack() -> None:
     assert check.status == FAILED and "(with add_scalar)" in check.detail  # as text (logging) it would pass
     assert printed_check(channel_record(("correct 76.05", "logging")), channel_record(("correct 76.0", "logging")),
                          channel_record(("correct 76.0", "logging")), 2, channel=LOGGED).status == PASSED
+
+
+def test_late_in_a_long_run_only_a_factor_n_differs_from_the_original() -> None:
+    """After ``COMPARED_STEPS`` optimizer steps two exact runs drift apart (Adam): 1.3 % is drift, 1/N is still wrong,
+    and a share's value is still caught between the processes."""
+    from accelify.verify.exactness import COMPARED_STEPS
+
+    def late(text: str, rank: int = 0) -> ProcessRecord:
+        return replace(record((text, False), losses=(1.0,) * (COMPARED_STEPS + 1)), rank=rank)
+
+    original = late("epoch 12 train loss 4.5000")
+    assert judge(original, late("epoch 12 train loss 4.4400")).status == PASSED
+    check = judge(original, late("epoch 12 train loss 2.2100"))
+    assert check.status == FAILED and "about 1/2 of the original" in check.meaning
+    early = record(("epoch 0 train loss 4.5000", False))
+    assert judge(early, record(("epoch 0 train loss 4.4400", False))).status == FAILED  # early: no drift allowed
+    twice = lambda first, then: replace(first, lines=first.lines + late(then).lines)  # noqa: E731
+    assert judge(twice(original, "epoch 13 train loss 3.0000"),
+                 twice(late("epoch 12 train loss 4.4400"), "epoch 13 train loss 5.0400")).status == PASSED  # drift
+    share = printed_check(late("epoch 12 train loss 4.4400"), original, original, 2,
+                          (late("epoch 12 train loss 4.5600", 1),))
+    assert share.status == FAILED and "process 0's share" in share.meaning
