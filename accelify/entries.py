@@ -24,13 +24,21 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from accelify.program import entry_package, find_local, local_modules, package_of, relative_import
+from accelify.program import (
+    INSTALLED,
+    entry_package,
+    find_local,
+    installed_root,
+    local_modules,
+    package_of,
+    relative_import,
+)
 
 if TYPE_CHECKING:
     from accelify.codemods.analysis.plan import Plan
     from accelify.program import ModuleText
 
-MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+MARKERS = (*INSTALLED, ".git")  # a checkout is a project too, installed or not
 SKIPPED_FOLDERS = {"__pycache__", "node_modules", "venv", "env", "build", "dist", "site-packages", ".venv"}
 MAX_FILES = 2000  # scripts scanned under one root; a bigger tree is searched no further
 MAX_DEPTH = 4  # folders below the root searched
@@ -58,11 +66,7 @@ class CallerBuilt:
 def project_root(module: Path) -> Path | None:
     """The nearest folder above ``module`` holding a project marker (``pyproject.toml``, ``setup.py``, ``.git``), or
     None."""
-    start = module.resolve().parent
-    for folder in (start, *start.parents):
-        if any((folder / marker).exists() for marker in MARKERS):
-            return folder
-    return None
+    return installed_root(module, MARKERS)
 
 
 def package_home(module: Path) -> Path:

@@ -133,13 +133,14 @@ def entry_package(script: str | os.PathLike[str]) -> str | None:
 INSTALLED = ("pyproject.toml", "setup.py", "setup.cfg")  # a project installed for development puts its root on the path
 
 
-def installed_root(script: str | os.PathLike[str]) -> Path | None:
-    """The nearest folder holding ``script`` with ``pyproject.toml``, ``setup.py`` or ``setup.cfg``: a project
-    installed for development (``pip install -e .``, ``poetry install``) imports its root's packages from anywhere
-    (cleanrl's ``cleanrl/dqn.py`` imports ``cleanrl_utils`` beside ``cleanrl/``). None when there is none."""
+def installed_root(script: str | os.PathLike[str], markers: tuple[str, ...] = INSTALLED) -> Path | None:
+    """The nearest folder holding ``script`` with ``pyproject.toml``, ``setup.py`` or ``setup.cfg`` (or another of
+    ``markers``): a project installed for development (``pip install -e .``, ``poetry install``) imports its root's
+    packages from anywhere (cleanrl's ``cleanrl/dqn.py`` imports ``cleanrl_utils`` beside ``cleanrl/``). None when
+    there is none."""
     folder = Path(script).resolve().parent
     for above in (folder, *folder.parents):
-        if any((above / marker).is_file() for marker in INSTALLED):
+        if any((above / marker).exists() for marker in markers):
             return above
     return None
 
