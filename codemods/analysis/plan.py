@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any, Callable, TypeVar
 
 import libcst as cst
+import libcst.matchers as m
 
 from accelify.codemods.analysis.collect import target_names
 from accelify.codemods.analysis.data_checks import TrainingDataChecks
@@ -55,6 +56,7 @@ from accelify.codemods.analysis.problems import (  # the kinds rules/refusals.py
     Problem,
 )
 from accelify.codemods.analysis.roles import (
+    LIBRARY_OPTIMIZERS,
     classify,
     element_call,
     factory_role,
@@ -168,10 +170,7 @@ class Plan(PrepareSite, TrainingDataChecks, DataPasses):
                       and s.node.args and dotted(s.node.func.value) == optimizer.key]  # type: ignore[attr-defined]
         owners = [o for c in calls if isinstance(c, cst.Call) for o in parameter_owners(c)]
         if not owners:  # ``AdamW(optimizer_grouped_parameters, ...)``: the groups name ``model.named_parameters()``
-            groups = [self.binding_of(where, a.value.value) for c in calls if isinstance(c, cst.Call)
-                      for a in c.args if isinstance(a.value, cst.Name)]
-            owners = [o for b in groups if b is not None and b.value is not None and b.where is where
-                      for o in parameter_owners_in(b.value)]
+            owners = self._group_owners(where, [a.value for c in calls if isinstance(c, cst.Call) for a in c.args])
         if owners:
             receiver = _method_receiver(optimizer)
             return [
@@ -181,6 +180,29 @@ class Plan(PrepareSite, TrainingDataChecks, DataPasses):
                 for owner in owners
             ]
         return [(optimizer.where, arg) for arg in self._model_arguments(optimizer)]
+
+    def _group_owners(self, where: Scope, values: list[cst.BaseExpression]) -> list[cst.BaseExpression]:
+        """The owners of the ``.parameters()`` that parameter groups passed by name hold, followed through the names
+        they are built from in ``where`` (``param_optimizer = list(model.named_parameters())``, then
+        ``groups = [{"params": [p for n, p in param_optimizer if ...]}, ...]``), a few bindings deep."""
+        names = [v.value for v in values if isinstance(v, cst.Name)]
+        seen: set[str] = set()
+        owners: list[cst.BaseExpression] = []
+        for _ in range(3):
+            nxt: list[str] = []
+            for name in names:
+                binding = self.binding_of(where, name)
+                if name in seen or binding is None or binding.value is None or binding.where is not where:
+                    continue
+                seen.add(name)
+                found = parameter_owners_in(binding.value)
+                owners += found
+                if not found:
+                    nxt += [n.value for n in m.findall(binding.value, m.Name()) if isinstance(n, cst.Name)]
+            if owners or not nxt:
+                break
+            names = nxt
+        return owners
 
     def _comprehended(self, optimizer: Binding, owner: cst.BaseExpression) -> cst.BaseExpression:
         """``block`` -> ``model.blocks`` when ``block`` is the target of the list comprehension's ``for``."""
@@ -382,7 +404,9 @@ def _rooted_at_self(expr: cst.BaseExpression) -> bool:
 
 
 def _from_torch_optim(binding: Binding) -> bool:
-    """Whether ``binding`` holds a ``torch.optim`` optimizer (not just a call that takes parameters)."""
+    """Whether ``binding`` holds a ``torch.optim`` optimizer, or a library's (``transformers.AdamW``), not just a
+    call that takes parameters."""
     where, core = _maker(binding)
-    return (where.imports.qualname(core.func) or "").startswith("torch.optim.") or \
+    q = where.imports.qualname(core.func) or ""
+    return q.startswith("torch.optim.") or q in LIBRARY_OPTIMIZERS or \
         factory_role(core, where.imports, {}) == "optimizer"  # ``config.init_obj('optimizer', torch.optim, params)``

@@ -18,6 +18,20 @@ if TYPE_CHECKING:
 
 LOADERS = {"torch.utils.data.DataLoader"}
 SCALERS = {"torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler"}
+# Optimizers and learning-rate schedules of Hugging Face transformers (and its forerunners) that fine-tuning scripts
+# written without its Trainer build: ``AdamW(optimizer_parameters, lr=3e-5)`` over grouped parameters, then
+# ``get_linear_schedule_with_warmup(optimizer, 0, num_train_steps)``, a LambdaLR stepped once per batch.
+_HF_MODULES = ("transformers", "transformers.optimization", "pytorch_transformers", "pytorch_transformers.optimization",
+               "pytorch_pretrained_bert", "pytorch_pretrained_bert.optimization")
+LIBRARY_OPTIMIZERS = frozenset(f"{mod}.{name}" for mod in _HF_MODULES for name in ("AdamW", "Adafactor", "BertAdam"))
+LIBRARY_SCHEDULERS = frozenset(
+    f"{mod}.{name}"
+    for mod in _HF_MODULES
+    for name in ("get_scheduler", "get_linear_schedule_with_warmup", "get_cosine_schedule_with_warmup",
+                 "get_cosine_with_hard_restarts_schedule_with_warmup", "get_polynomial_decay_schedule_with_warmup",
+                 "get_constant_schedule", "get_constant_schedule_with_warmup", "get_inverse_sqrt_schedule",
+                 "WarmupLinearSchedule", "WarmupCosineSchedule", "WarmupConstantSchedule")
+)
 AVAILABILITY = {
     "torch.cuda.is_available",
     "torch.accelerator.is_available",
@@ -278,8 +292,10 @@ def classify(value: cst.BaseExpression | None, imports: ImportMap, classes: dict
         return "loader"
     if q in SCALERS:
         return "scaler"
-    if q.startswith("torch.optim.lr_scheduler.") and last[:1].isupper():
+    if (q.startswith("torch.optim.lr_scheduler.") and last[:1].isupper()) or q in LIBRARY_SCHEDULERS:
         return "scheduler"
+    if q in LIBRARY_OPTIMIZERS:
+        return "optimizer"
     if q.startswith("torch.optim.") and last[:1].isupper() and last != "Optimizer":
         return "optimizer"
     if q.startswith("torch.nn.") and q.count(".") == 2 and last[:1].isupper():
