@@ -116,6 +116,8 @@ class Creation:
             block = home.body  # a rank read outside the block that calls training reads the accelerator too
         self.block = block
         self.index, self.after = self._position(home, block, depends)
+        if flag is not None and arguments and arguments[0].startswith("cpu="):
+            arguments[0] = f"cpu={code_of(self._inline_late(home, block, flag))}"
         self.late = self._late(home, block, self.index, depends)
 
     def _seen_from(self, home: Scope, amp: "Amp") -> "Amp":
@@ -168,6 +170,28 @@ class Creation:
                     flag = cst.Comparison(cst.parse_expression(b.key), [cst.ComparisonTarget(cst.Equal(), cst.SimpleString('"cpu"'))])
             return flag
         return self._expand(home, flag)
+
+    def _inline_late(self, home: Scope, block: list[cst.BaseStatement], flag: cst.BaseExpression) -> cst.BaseExpression:
+        """``flag`` with each name that is bound only after the accelerator's place (it must come before the first
+        ``prepare``) replaced by its value, when that value is a constant or a device-availability test: titanic's
+        ``cuda_available = False`` set after the loader, which ``cpu=not cuda_available`` read before it existed
+        (NameError). A name bound once, at the top of ``block``, is replaced; anything else is left as it is."""
+        facts = self.plan.facts
+        attributes = {id(a.attr) for a in m.findall(flag, m.Attribute()) if isinstance(a, cst.Attribute)}
+        names = {n.value for n in m.findall(flag, m.Name()) if isinstance(n, cst.Name) and id(n) not in attributes}
+        passed: dict[str, cst.BaseExpression] = {}
+        for name in names:
+            bindings = [b for b in _bindings(home) if b.key == name]
+            if len(bindings) != 1 or bindings[0].value is None:
+                continue
+            top = facts.top_in(bindings[0].stmt, block)
+            if top is None or block.index(top) < self.index or top is not bindings[0].stmt:
+                continue
+            if _constant(bindings[0].value, home.imports):
+                passed[name] = bindings[0].value
+        if not passed:
+            return flag
+        return cst.ensure_type(flag.visit(_Passed(passed)), cst.BaseExpression)
 
     def _late(self, home: Scope, block: list[cst.BaseStatement], index: int, depends: list[cst.BaseExpression]) -> str | None:
         """A launcher read must see the accelerator, and the accelerator its arguments' values: a value the
@@ -297,6 +321,22 @@ class Creation:
 def _declares(stmt: cst.BaseStatement) -> bool:
     """``global x`` / ``nonlocal x``."""
     return isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, (cst.Global, cst.Nonlocal)) for s in stmt.body)
+
+
+def _constant(value: cst.BaseExpression, imports: ImportMap) -> bool:
+    """A value that means the same wherever it is written: ``False``, ``0``, ``"cpu"``, ``torch.cuda.is_available()``,
+    and ``not``/``and``/``or`` of those."""
+    if isinstance(value, cst.Name):
+        return value.value in ("True", "False", "None")
+    if isinstance(value, (cst.Integer, cst.SimpleString)):
+        return True
+    if isinstance(value, cst.UnaryOperation):
+        return _constant(value.expression, imports)
+    if isinstance(value, cst.BooleanOperation):
+        return _constant(value.left, imports) and _constant(value.right, imports)
+    if isinstance(value, cst.Call):
+        return not value.args and (imports.qualname(value.func) or "") in AVAILABILITY
+    return False
 
 
 def _bindings(scope: Scope) -> list[Binding]:

@@ -44,3 +44,39 @@ def test_a_flag_passed_to_the_training_function_is_read_where_the_accelerator_is
     assert 'mixed_precision="fp16" if args.amp' in lines[created]
     assert created > next(i for i, line in enumerate(lines) if line.strip().startswith("args = "))
     compile(result.new, "train.py", "exec")
+
+
+TITANIC_LIKE = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+net = torch.nn.Linear(8, 1)
+optm = torch.optim.Adam(net.parameters(), lr=0.003)
+data_train = DataLoader(TensorDataset(torch.randn(16, 8), torch.randn(16, 1)), batch_size=4)
+cuda_available = False  # torch.cuda.is_available()
+if cuda_available == True:
+    device = torch.device("cuda:0")
+else:
+    device = torch.device("cpu")
+for epoch in range(2):
+    net.to(device)
+    for x, y in data_train:
+        x, y = x.to(device), y.to(device)
+        net.zero_grad()
+        loss = torch.nn.functional.mse_loss(net(x), y)
+        loss.backward()
+        optm.step()
+"""
+
+
+def test_a_constant_flag_bound_after_the_loader_is_written_into_the_accelerator() -> None:
+    """marcinl/titanic-dnn (set G): the accelerator must come before ``prepare``, right after the loader, but
+    ``cuda_available`` is set after it: ``Accelerator(cpu=not cuda_available == True)`` there raised NameError on
+    every run. A constant (or a device-availability test) is written in its place."""
+    result = convert_source(TITANIC_LIKE)
+    assert result.status == "converted", result.warnings
+    lines = result.new.splitlines()
+    creation = next(i for i, line in enumerate(lines) if line.startswith("accelerator = Accelerator("))
+    assert lines[creation] == "accelerator = Accelerator(cpu=not False == True)"
+    assert creation < next(i for i, line in enumerate(lines) if "accelerator.prepare(" in line)
+    namespace: dict[str, object] = {}
+    exec(compile(result.new, "titanic_like.py", "exec"), namespace)  # runs on one process: no NameError
