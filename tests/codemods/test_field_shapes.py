@@ -1,0 +1,189 @@
+"""Shapes found wrong in field-test set G (docs/FIELD_TESTS.md), not fixed yet: each is the minimal program of its
+class and the behaviour a right conversion must have. They are strict expected failures: when a fix lands, the test
+passes, pytest reports XPASS as a failure, and the mark is removed with the fix. Each names the rule's area that
+owns the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from _convert import dedent
+from accelify.pipeline import convert_path, convert_source
+
+LOADER = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+data = TensorDataset(torch.randn(16, 8), torch.randint(0, 2, (16, 1)).float())
+loader = DataLoader(data, batch_size=4)
+net = torch.nn.Linear(8, 1)
+optimizer = torch.optim.Adam(net.parameters())
+"""
+
+
+def _new_and_codes(code: str) -> tuple[str, list[str]]:
+    result = convert_source(dedent(code))
+    assert result.status != "failed", result.error
+    return result.new, [w.code for w in result.warnings]
+
+
+@pytest.mark.xfail(strict=True, reason="averages (ACC028/ACC042 area): a per-sample count over a prepared loader "
+                   "divided by the data set's size inside the loop is printed as 1/N, with no warning")
+def test_a_count_of_correct_samples_divided_inside_the_loop_is_reduced_or_reported() -> None:
+    """marcinl/titanic-dnn: `Epoch 3 Accuracy` 27.2 on 2 processes against 59.1 on one."""
+    new, found = _new_and_codes(LOADER + dedent("""
+        for epoch in range(2):
+            correct = 0
+            for x, y in loader:
+                optimizer.zero_grad()
+                out = net(x)
+                torch.nn.functional.mse_loss(out, y).backward()
+                optimizer.step()
+                for idx, p in enumerate(out):
+                    if torch.round(p) == y[idx]:
+                        correct += 1
+                acc = correct / len(data)
+            print(acc)
+        """))
+    assert "accelerator.reduce" in new or "ACC028" in found
+
+
+@pytest.mark.xfail(strict=True, reason="averages (ACC028 area): a sum read in the loop's `else:` clause is left "
+                   "per process (reported as the list it feeds, not reduced)")
+def test_a_sum_read_in_the_for_else_clause_is_reduced() -> None:
+    """udacity Part 5's first experiment: `tot_train_loss / len(trainloader.dataset)` in `for ... else:` prints
+    1/N of the training loss (1.155 on 2 processes, 2.305 on one)."""
+    new, _ = _new_and_codes(LOADER + dedent("""
+        criterion = torch.nn.MSELoss(reduction="sum")
+        for e in range(2):
+            tot = 0
+            for x, y in loader:
+                optimizer.zero_grad()
+                loss = criterion(net(x), y)
+                tot += loss.item()
+                loss.backward()
+                optimizer.step()
+            else:
+                print(tot / len(loader.dataset))
+        """))
+    assert new.count("accelerator.reduce") == 1
+
+
+@pytest.mark.xfail(strict=True, reason="writes (ACC024 area): `os.remove` of checkpoints the main process saved "
+                   "runs on every process (FileNotFoundError on the second)")
+def test_removing_saved_checkpoints_is_left_to_the_main_process() -> None:
+    """Diego999/pyGAT: each epoch saves `{epoch}.pkl`, then globs and removes the older ones: on 2 processes rank 1
+    stopped with FileNotFoundError: '26.pkl'."""
+    new, found = _new_and_codes("import glob\nimport os\n" + LOADER + dedent("""
+        for epoch in range(3):
+            for x, y in loader:
+                optimizer.zero_grad()
+                torch.nn.functional.mse_loss(net(x), y).backward()
+                optimizer.step()
+            torch.save(net.state_dict(), f"{epoch}.pkl")
+            for file in glob.glob("*.pkl"):
+                if int(file.split(".")[0]) < epoch:
+                    os.remove(file)
+        """))
+    guarded = any("os.remove" in line and line.startswith(" " * 16) for line in new.splitlines()) and \
+        "is_main_process" in new.split("os.remove")[0].rsplit("for file", 1)[-1]
+    assert guarded or "ACC024" in found or "ACC018" in found
+
+
+@pytest.mark.xfail(strict=True, reason="writes (ACC024 area): a results file opened by an evaluation helper of a "
+                   "local module and written row by row is written by every process, unreported")
+def test_a_results_file_written_by_a_helper_module_is_reported(tmp_path: Path) -> None:
+    """jarfo/gcommands' `train.test(..., save=results)`: both processes open `train_testing.csv` and write their own
+    shard's rows into it (17 of 33 lines were left). The same helper in the script itself gets ACC024."""
+    (tmp_path / "evaluation.py").write_text(dedent("""
+        import torch
+
+
+        def test(loader, model, save=None):
+            if save is not None:
+                csv = open(save, "wt")
+                print("fname,label", file=csv)
+            with torch.no_grad():
+                for x, y in loader:
+                    pred = model(x)
+                    if save is not None:
+                        for p in pred:
+                            print(f"{float(p):.3f}", file=csv)
+        """))
+    (tmp_path / "main.py").write_text(LOADER + dedent("""
+        from evaluation import test
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(net(x), y).backward()
+            optimizer.step()
+        torch.save(net, "model.pt")
+        model = torch.load("model.pt", weights_only=False)
+        test(loader, model, save="results.csv")
+        """))
+    result = convert_path(tmp_path / "main.py")
+    assert "ACC024" in [w.code for w in result.warnings], result.warnings
+
+
+@pytest.mark.xfail(strict=True, reason="placement (analysis/placed.py, creation.py): a program that names a device "
+                   "only for a later experiment gets Accelerator(); the first experiment's CPU tensors then meet a "
+                   "model prepared onto the GPU")
+def test_an_experiment_that_never_moves_its_tensors_keeps_them_with_the_model() -> None:
+    """mrdbourke's 01_pytorch_workflow: `model_0(X_train)` with `X_train` made on the CPU and never moved, while the
+    notebook's second experiment sets `device = "cuda" if torch.cuda.is_available() else "cpu"`."""
+    new, found = _new_and_codes(dedent("""
+        import torch
+        X = torch.arange(0, 1, 0.02).unsqueeze(1)
+        y = 0.7 * X + 0.3
+        model_0 = torch.nn.Linear(1, 1)
+        optimizer = torch.optim.SGD(model_0.parameters(), lr=0.01)
+        for epoch in range(10):
+            loss = torch.nn.functional.l1_loss(model_0(X), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        model_1 = torch.nn.Linear(1, 1).to(device)
+        optimizer = torch.optim.SGD(model_1.parameters(), lr=0.01)
+        X, y = X.to(device), y.to(device)
+        for epoch in range(10):
+            loss = torch.nn.functional.l1_loss(model_1(X), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        """))
+    first_forward = new.index("model_0(X")
+    assert "cpu=True" in new or "X.to(accelerator.device)" in new[:first_forward] or "ACC002" in found
+
+
+@pytest.mark.xfail(strict=True, reason="walked data (refusals/seeds: ACC021/ACC022): batches drawn in a `while` "
+                   "loop from a class of the program that wraps its own DataLoader are never sharded, and nothing "
+                   "is reported")
+def test_batches_from_a_wrapper_class_around_a_loader_are_sharded_or_reported() -> None:
+    """karpathy/makemore (set B, converted at this stop): `InfiniteDataLoader` builds a DataLoader over a
+    RandomSampler in `__init__`; the training calls `batch_loader.next()` in `while True:`. Every process seeds
+    alike and draws the same batches (verify: 'data sharded' FAILED), and the conversion said nothing."""
+    new, found = _new_and_codes(LOADER + dedent("""
+        class InfiniteDataLoader:
+            def __init__(self, dataset, **kwargs):
+                sampler = torch.utils.data.RandomSampler(dataset, replacement=True, num_samples=int(1e10))
+                self.train_loader = DataLoader(dataset, sampler=sampler, **kwargs)
+                self.data_iter = iter(self.train_loader)
+
+            def next(self):
+                return next(self.data_iter)
+
+
+        torch.manual_seed(0)
+        batch_loader = InfiniteDataLoader(data, batch_size=4)
+        step = 0
+        while True:
+            x, y = batch_loader.next()
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(net(x), y).backward()
+            optimizer.step()
+            step += 1
+            if step == 10:
+                break
+        """))
+    assert "accelerator.prepare(self.train_loader" in new or {"ACC021", "ACC022", "ACC038"} & set(found)
