@@ -95,7 +95,7 @@ def test_removing_saved_checkpoints_is_left_to_the_main_process() -> None:
                    "local module and written row by row is written by every process, unreported")
 def test_a_results_file_written_by_a_helper_module_is_reported(tmp_path: Path) -> None:
     """jarfo/gcommands' `train.test(..., save=results)`: both processes open `train_testing.csv` and write their own
-    shard's rows into it (17 of 33 lines were left). The same helper in the script itself gets ACC024."""
+    shard's rows into it (18 of its 33 lines were left). The same helper in the script itself gets ACC024."""
     (tmp_path / "evaluation.py").write_text(dedent("""
         import torch
 
