@@ -99,7 +99,12 @@ accelerator.end_training()
                 # ``for epoch in range(2)`` around ``for i in range(0, ids.size(1) - n, n): x = ids[:, i:i+n]``:
                 # the inner loop slices the data
                 loop = next((lp for lp in training if _walks_data(lp) and _slices(lp)), loop)
-            reported = any(node is loop.node.iter for node, _ in ctx.warnings) if loop is not None else True
+            if loop is None:
+                draw = _wrapped_loader_draw(ctx)
+                if draw is not None and ctx.accelerator_in(draw.scope) is not None:
+                    ctx.warn(codes.SAME_DATA, draw.node)
+                return
+            reported = any(node is loop.node.iter for node, _ in ctx.warnings)
             if loop is not None and not reported and ctx.accelerator_in(loop.scope) is not None and _walks_data(loop):
                 ctx.warn(codes.SAME_DATA, loop.node.iter)
             return
@@ -138,6 +143,38 @@ def _draws_while_training(ctx: Context) -> bool:
         return False
 
     return any(draws(loop.calls) for loop in ctx.facts.loops if any(plan.reaches_backward(s) for s in loop.calls))
+
+
+def _wrapped_loader_draw(ctx: Context) -> CallSite | None:
+    """makemore's ``batch = batch_loader.next()`` in ``while True:``: a training ``while`` loop drawing its batches
+    from an object of a class of the program that holds a DataLoader of its own (``self.train_loader =
+    DataLoader(...)`` in its ``__init__``). That loader is never prepared: every process draws from all of the data
+    (the same batches, from the same seed). The draw, or None."""
+    facts, plan = ctx.facts, ctx.plan
+    holders = {
+        scope.name for scope in facts.scopes
+        if scope.kind == "class" and any(b.role == "loader" for bs in scope.bindings.values() for b in bs)
+    }
+    if not holders:
+        return None
+    for site in facts.calls:
+        loop = next((st for st in facts.chain(site.stmt)[1:] if isinstance(st, cst.While)), None)
+        if loop is None:
+            continue
+        func = site.node.func
+        if isinstance(func, cst.Attribute):
+            receiver: cst.BaseExpression = func.value
+        elif site.qualname == "next" and site.node.args:
+            receiver = site.node.args[0].value
+        else:
+            continue
+        binding = plan.origin(site.scope, receiver)
+        value = binding.value if binding is not None else None
+        if not isinstance(value, cst.Call) or (code_of(value.func).rsplit(".", 1)[-1] not in holders):
+            continue
+        if any(plan.reaches_backward(s) for s in facts.calls if loop in facts.chain(s.stmt)[1:]):
+            return site
+    return None
 
 
 def _walks_data(loop: Loop) -> bool:
