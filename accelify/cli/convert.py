@@ -152,8 +152,10 @@ def _expand(paths: tuple[Path, ...], settings_for: SettingsFinder, force_exclude
     """``(file, path relative to the output, named explicitly)`` for every file to convert; folders give
     their candidates; with ``force_exclude`` an excluded file named explicitly is left out. With ``programs`` (a
     preview or a check), a module named alone is checked with the scripts beside it that import it: staging
-    ``engine.py`` alone must not pass when ``train.py``'s conversion would change it."""
-    from accelify.migrate.grouping import entries_using, plan
+    ``engine.py`` alone must not pass when ``train.py``'s conversion would change it. A script with its own
+    ``__main__`` block is a program of its own, previewed as ``--in-place`` converts it: a notebook beside it that
+    imports it for its classes does not make it that notebook's module (the preview said "unchanged")."""
+    from accelify.migrate.grouping import entries_using, plan, runs_as_script
 
     jobs: list[tuple[Path, Path, bool]] = []
     for path in paths:
@@ -165,7 +167,7 @@ def _expand(paths: tuple[Path, ...], settings_for: SettingsFinder, force_exclude
     if programs:
         given = {p.resolve() for p, _, _ in jobs}
         for path, _, named in list(jobs):
-            if named and path.suffix == ".py" and path.is_file():
+            if named and path.suffix == ".py" and path.is_file() and not runs_as_script(path):
                 for entry in entries_using(path):
                     if entry.resolve() not in given and not settings_for(entry).is_excluded(entry):
                         given.add(entry.resolve())

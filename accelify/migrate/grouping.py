@@ -71,6 +71,16 @@ def _code_text(path: Path) -> str:
     return data.decode("utf-8", errors="replace")
 
 
+_MAIN_GUARD = re.compile(r"""^if[ \t(]+__name__[ \t]*==[ \t]*['"]__main__['"]""", re.M)
+
+
+def runs_as_script(path: Path) -> bool:
+    """Whether ``path`` is a program of its own: a ``.py`` file with a top-level ``if __name__ == "__main__":``
+    (tiny-diffusion's ``ddpm.py``, which a notebook beside it also imports for its classes), found by a scan of its
+    lines as the imports are."""
+    return path.suffix == ".py" and _MAIN_GUARD.search(_code_text(path)) is not None
+
+
 def local_closure(script: Path, cache: dict[Path, list[str]]) -> set[Path]:
     """The local modules ``script`` may use, directly or through each other (resolved paths)."""
     folder = script.parent

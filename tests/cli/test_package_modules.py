@@ -4,6 +4,7 @@ to, and converted alone it needs attention naming the entry script, never "uncha
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -86,3 +87,23 @@ def test_a_script_in_a_folder_with_an_init_still_finds_the_modules_beside_it(tmp
     assert "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)" in result.new
     # staged alone, examples/data.py is checked with the script beside it (only the package's root was searched)
     assert entries_using(tmp_path / "examples" / "data.py") == [tmp_path / "examples" / "train.py"]
+
+
+def test_a_script_with_a_main_block_that_a_notebook_imports_is_previewed_as_itself(tmp_path: Path,
+                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """tanelp/tiny-diffusion (set G): ``vis.ipynb`` imports ``ddpm`` for its classes, and ``ddpm.py`` trains in its
+    own ``__main__`` block. ``convert ddpm.py`` previewed "0 files would be converted, 1 unchanged" (and ``--check``
+    passed) while ``--in-place`` and ``-o`` converted it: the preview read it as the notebook's module."""
+    script = TRAIN.replace("from engine import fit\n", "").replace(
+        "fit(model, optimizer, loader)\n",
+        "\n\nif __name__ == \"__main__\":\n    for x, y in loader:\n"
+        "        loss = torch.nn.functional.mse_loss(model(x), y)\n        optimizer.zero_grad()\n"
+        "        loss.backward()\n        optimizer.step()\n")
+    (tmp_path / "ddpm.py").write_text(script)
+    cell = {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+            "source": ["import torch\n", "import ddpm\n", "print(ddpm.model)\n"]}
+    (tmp_path / "vis.ipynb").write_text(json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    monkeypatch.chdir(tmp_path)
+    assert entries_using(Path("ddpm.py")) == [Path("vis.ipynb")]
+    result = CliRunner().invoke(main, ["convert", "--check", "-q", "ddpm.py"])
+    assert result.exit_code == 1 and "would convert: ddpm.py" in result.output, result.output
