@@ -28,8 +28,12 @@ _MISSING = object()
 class Flow:
     """The call graph and the origin of values over one program (``Facts.program``)."""
 
-    def __init__(self, facts: Facts) -> None:
+    def __init__(self, facts: Facts, elsewhere: frozenset[int] = frozenset()) -> None:
         self.facts = facts
+        # the classes of the trainers a run does not build, when one of several trainers is converted on its own
+        # (``analysis/trainer_choice.py``): ``gan = GAN(args)`` in one branch and ``gan = WGAN(args)`` in another
+        # leave ``gan`` a GAN for GAN's conversion
+        self.elsewhere = elsewhere
         self._units = {unit: f.module_scope for unit, f in facts.units.items()}
         self._callees: dict[CallSite, Scope | None] = {}
         self._sites: dict[Scope, list[CallSite]] = {}
@@ -84,8 +88,12 @@ class Flow:
         owner = scope.resolve(name)
         bindings = owner.bindings.get(name, []) if owner is not None else []
         if len(bindings) > 1:  # ``model = GPT(...)``, then ``model = torch.compile(model)``: the instance is GPT's
-            bindings = [b for b in bindings if isinstance(b.value, cst.Call) and isinstance(b.value.func, cst.Name)
-                        and self.facts.class_scope(b.value.func.value, scope.resolve(b.value.func.value)) is not None]
+            if self.elsewhere:  # the one of several trainers this conversion is about
+                bindings = [b for b in bindings if isinstance(b.value, cst.Call) and (
+                    cls := self.classes.class_of(scope, b.value.func)) is not None and id(cls) not in self.elsewhere]
+            else:
+                bindings = [b for b in bindings if isinstance(b.value, cst.Call) and isinstance(b.value.func, cst.Name)
+                            and self.facts.class_scope(b.value.func.value, scope.resolve(b.value.func.value)) is not None]
         if len(bindings) != 1 or not isinstance(bindings[0].value, cst.Call):
             return None
         cls = self.classes.class_of(scope, bindings[0].value.func)

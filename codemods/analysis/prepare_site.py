@@ -41,6 +41,7 @@ class PrepareSite(PreparedUses):
     home: Scope | None
     home_block: list[cst.BaseStatement]
     home_call: CallSite | None
+    trainers: list[Scope]
 
     def _choose_prepare_site(self) -> None:
         by_scope: dict[Scope, dict[int, Alias]] = {}
@@ -80,6 +81,7 @@ class PrepareSite(PreparedUses):
                 self._problem(REBUILT_BY_A_METHOD, site.node, builder=_scope_name(builder), name=key,
                               caller=_scope_name(site.scope))
             elif trainers:
+                self.trainers = trainers
                 names = ", ".join(f"`{_scope_name(t)}`" for t in trainers)
                 self._problem(SEVERAL_TRAINERS, culprit.stmt, names=names)
             else:

@@ -1,0 +1,163 @@
+"""Several trainers chosen by a flag: when each can be converted on its own.
+
+A model zoo's entry builds exactly one of its trainers per run (pytorch-generative-model-collections' ``main.py``)::
+
+    if args.gan_type == 'GAN':
+        gan = GAN(args)          # GAN.__init__ builds G, D, their optimizers and its loader
+    elif args.gan_type == 'WGAN':
+        gan = WGAN(args)
+    gan.train()
+
+One ``accelerator.prepare`` cannot serve the ten trainings, but a run only ever builds one of them: each trainer can
+be converted on its own (its accelerator made in its own ``__init__``), and a process still creates one
+``Accelerator``. That holds when every trainer is a module-level class (or function) built (called) at exactly one
+place, those places all lie in one scope that runs once, in different branches of one ``if``/``elif`` chain (or of a
+conditional expression), and every training step of the program (each ``backward``) is inside one of the trainers.
+``choice`` says whether it holds and names the trainers' territories (the class or function statements each
+conversion may change on its own).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from accelify.codemods.analysis.facts import CallSite, Scope
+from accelify.codemods.analysis.flow import Flow
+
+
+@dataclass(frozen=True, eq=False)
+class Trainer:
+    """One of the trainers: the module-level class or function that is its territory, and the scope that builds its
+    objects (``GAN.__init__``, or the function itself)."""
+
+    territory: Scope
+    home: Scope
+
+    @property
+    def name(self) -> str:
+        return self.territory.name
+
+    def holds(self, scope: Scope) -> bool:
+        """Whether ``scope`` is the territory or nested in it (a method, a closure)."""
+        return scope is self.territory or scope.inside(self.territory)
+
+
+@dataclass(frozen=True, eq=False)
+class View:
+    """One trainer converted on its own: ``trainer``, and the ``others``, whose territories its plan leaves aside."""
+
+    trainer: Trainer
+    others: tuple[Trainer, ...]
+
+
+def views(trainers: list[Trainer]) -> list[View]:
+    """A view per trainer, in order."""
+    return [View(t, tuple(o for o in trainers if o is not t)) for t in trainers]
+
+
+def choice(flow: Flow, homes: list[Scope]) -> list[Trainer] | None:
+    """The trainers whose objects ``homes`` build, when a run of the program builds at most one of them (see the module
+    docstring); None when that cannot be shown."""
+    trainers = []
+    for home in homes:
+        territory = home.class_scope if home.class_scope is not None else home
+        if territory.parent is None or territory.parent.kind != "module":
+            return None
+        trainers.append(Trainer(territory, home))
+    names = [(t.territory.unit, t.name) for t in trainers]
+    if len(set(names)) != len(names) or not _standalone(flow, trainers):
+        return None
+    sites: list[CallSite] = []
+    for trainer in trainers:
+        built = flow.call_sites(_entry(flow, trainer))
+        if len(built) != 1 or flow.facts.looped(built[0]) or any(t.holds(built[0].scope) for t in trainers):
+            return None
+        sites.append(built[0])
+    scope = sites[0].scope
+    if any(site.scope is not scope for site in sites) or not _runs_once(flow, scope, frozenset()):
+        return None
+    arms = _arms(scope.node, {site.node for site in sites})
+    for i, a in enumerate(sites):
+        for b in sites[i + 1:]:
+            if not _exclusive(arms.get(a.node, ()), arms.get(b.node, ())):
+                return None
+    return trainers
+
+
+def _entry(flow: Flow, trainer: Trainer) -> Scope:
+    """What a run calls to build the trainer: its class's ``__init__``, or the function."""
+    if trainer.territory.kind == "class":
+        return flow.facts.function("__init__", trainer.territory) or trainer.home
+    return trainer.territory
+
+
+def _standalone(flow: Flow, trainers: list[Trainer]) -> bool:
+    """Every ``backward`` of the program is in one trainer's territory, and no trainer class derives from a class of
+    the program or is derived from: what one trainer's conversion changes, no other trainer runs."""
+    for site in flow.facts.calls:
+        if site.method == "backward" and flow.reaches_backward(site) and not any(t.holds(site.scope) for t in trainers):
+            return False
+    for trainer in trainers:
+        if trainer.territory.kind == "class":
+            if flow.classes.bases(trainer.territory) or flow.facts.subclasses(trainer.territory):
+                return False
+    return True
+
+
+def _runs_once(flow: Flow, scope: Scope, seen: frozenset[int]) -> bool:
+    """Whether ``scope`` runs at most once per process: the module's top level, or a function called at exactly one
+    place, outside any loop, by a scope that runs once."""
+    if scope.kind == "module":
+        return True
+    if scope.kind != "function" or id(scope) in seen:
+        return False
+    sites = flow.call_sites(scope)
+    return len(sites) == 1 and not flow.facts.looped(sites[0]) and _runs_once(flow, sites[0].scope, seen | {id(scope)})
+
+
+Arm = tuple[int, int]  # (the ``if`` chain or conditional expression, the branch taken)
+
+
+def _arms(root: cst.CSTNode, calls: set[cst.Call]) -> dict[cst.Call, tuple[Arm, ...]]:
+    """For each call of ``calls`` under ``root``, the branches of the ``if``/``elif`` chains and conditional
+    expressions it lies in, outermost first (functions and classes defined inside are not entered)."""
+    found: dict[cst.Call, tuple[Arm, ...]] = {}
+
+    def walk(node: cst.CSTNode, path: tuple[Arm, ...]) -> None:
+        if node in calls:
+            found[node] = path  # type: ignore[index]
+        if node is not root and isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            return
+        if isinstance(node, cst.If):
+            head, arm = id(node), 0
+            branch: cst.CSTNode | None = node
+            while isinstance(branch, cst.If):
+                walk(branch.test, path)
+                walk(branch.body, (*path, (head, arm)))
+                branch, arm = branch.orelse, arm + 1
+            if isinstance(branch, cst.Else):
+                walk(branch.body, (*path, (head, arm)))
+            return
+        if isinstance(node, cst.IfExp):
+            walk(node.test, path)
+            walk(node.body, (*path, (id(node), 0)))
+            walk(node.orelse, (*path, (id(node), 1)))
+            return
+        for child in node.children:
+            walk(child, path)
+
+    walk(root, ())
+    return found
+
+
+def _exclusive(a: tuple[Arm, ...], b: tuple[Arm, ...]) -> bool:
+    """Whether two calls lie in different branches of one ``if`` chain (or conditional expression), so that at most
+    one of them runs."""
+    for (head_a, arm_a), (head_b, arm_b) in zip(a, b):
+        if head_a != head_b:
+            return False
+        if arm_a != arm_b:
+            return True
+    return False
