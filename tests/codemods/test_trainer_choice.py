@@ -95,6 +95,64 @@ def test_a_conditional_expression_chooses_too() -> None:
     assert result.status == "converted" and len(result.companions) == 2
 
 
+FUNCTIONS = '''
+import argparse
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def make_loader():
+    return DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+
+
+def train_linear(args):
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+    loader = make_loader()
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+        print(f"epoch {epoch} loss {loss.item():.4f}")
+
+
+def train_mlp(args):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    loader = make_loader()
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+        print(f"epoch {epoch} loss {loss.item():.4f}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default="linear")
+    parser.add_argument("--lr", type=float, default=0.01)
+    args = parser.parse_args()
+    if args.model == "linear":
+        train_linear(args)
+    else:
+        train_mlp(args)
+'''
+
+
+def test_training_functions_a_flag_chooses_each_make_their_accelerator() -> None:
+    """``train_linear(args)`` or ``train_mlp(args)``, each building its model, optimizer and loader: each function
+    makes its accelerator and prepares its own objects; the loader helper both call is unchanged."""
+    new = converted(FUNCTIONS)
+    assert new.count("    accelerator = Accelerator(cpu=True)\n") == 2, new
+    assert new.count("    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n") == 2
+    assert "def make_loader():\n    return DataLoader(" in new
+    assert codes(FUNCTIONS.replace("    else:\n        train_mlp(args)", "    train_mlp(args)")) == ["ACC039:25"]
+
+
 def test_two_trainers_in_one_run_stay_refused() -> None:
     """Both built (to compare them): one process would need two accelerators; each trainer alone is no program."""
     result = convert('    gan = GAN(args)\n    WGAN(args).train()')
