@@ -12,7 +12,8 @@ One ``accelerator.prepare`` cannot serve the ten trainings, but a run only ever 
 be converted on its own (its accelerator made in its own ``__init__``), and a process still creates one
 ``Accelerator``. That holds when every trainer is a module-level class (or function) built (called) at exactly one
 place, those places all lie in one scope that runs once, in different branches of one ``if``/``elif`` chain (or of a
-conditional expression), and every training step of the program (each ``backward``) is inside one of the trainers.
+conditional expression), or all are built at one call that looks the class up in a dict of them (``GANS[key](args)``),
+and every training step of the program (each ``backward``) is inside one of the trainers.
 ``choice`` says whether it holds and names the trainers' territories (the class or function statements each
 conversion may change on its own).
 """
@@ -69,6 +70,9 @@ def choice(flow: Flow, homes: list[Scope]) -> list[Trainer] | None:
     names = [(t.territory.unit, t.name) for t in trainers]
     if len(set(names)) != len(names) or not _standalone(flow, trainers):
         return None
+    registry = _registry(flow, trainers)
+    if registry is not None:
+        return trainers if not flow.facts.looped(registry) and _runs_once(flow, registry.scope, frozenset()) else None
     sites: list[CallSite] = []
     for trainer in trainers:
         built = flow.call_sites(_entry(flow, trainer))
@@ -84,6 +88,19 @@ def choice(flow: Flow, homes: list[Scope]) -> list[Trainer] | None:
             if not _exclusive(arms.get(a.node, ()), arms.get(b.node, ())):
                 return None
     return trainers
+
+
+def _registry(flow: Flow, trainers: list[Trainer]) -> CallSite | None:
+    """The one call that builds a trainer class looked up in a dict of exactly the trainers
+    (``GANS = {'GAN': GAN, 'WGAN': WGAN}``, ``gan = GANS[args.gan_type](args)``), when no trainer is built elsewhere:
+    a run builds one of them there. None otherwise."""
+    if any(t.territory.kind != "class" or flow.call_sites(_entry(flow, t)) for t in trainers):
+        return None
+    wanted = {id(t.territory) for t in trainers}
+    sites = [site for site in flow.facts.calls if isinstance(site.node.func, cst.Subscript)
+             and (found := flow.classes.registered(site.scope, site.node.func))
+             and {id(c) for c in found} == wanted and len(found) == len(wanted)]
+    return sites[0] if len(sites) == 1 else None
 
 
 def _entry(flow: Flow, trainer: Trainer) -> Scope:

@@ -153,6 +153,37 @@ def test_training_functions_a_flag_chooses_each_make_their_accelerator() -> None
     assert codes(FUNCTIONS.replace("    else:\n        train_mlp(args)", "    train_mlp(args)")) == ["ACC039:25"]
 
 
+REGISTRY = '''
+import argparse
+from gan import GAN
+from wgan import WGAN
+
+GANS = {{"GAN": GAN, "WGAN": WGAN}}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--gan_type", default="GAN", choices=list(GANS))
+    args = parser.parse_args()
+{choose}
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_trainer_looked_up_in_a_dict_of_them_is_chosen_too() -> None:
+    """``GANS[args.gan_type](args)``: one call builds one of the classes the dict holds; each is converted on its
+    own. Every one of them built in a loop over the dict stays refused."""
+    result = convert("    gan = GANS[args.gan_type](args)\n    gan.train()", entry=REGISTRY)
+    assert result.status == "converted", result.warnings
+    assert [c.path for c in result.companions if c.changed] == ["gan.py", "wgan.py"]
+    assert all("self.accelerator.backward(loss)" in c.new for c in result.companions)
+    looped = "    for name in GANS:\n        GANS[name](args).train()"
+    assert warned(convert(looped, entry=REGISTRY)) == ["ACC039"]
+
+
 def test_two_trainers_in_one_run_stay_refused() -> None:
     """Both built (to compare them): one process would need two accelerators; each trainer alone is no program."""
     result = convert('    gan = GAN(args)\n    WGAN(args).train()')
