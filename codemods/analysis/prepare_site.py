@@ -17,6 +17,7 @@ from accelify.codemods.analysis.prepared_uses import Alias, PreparedUses
 from accelify.codemods.analysis.problems import (
     BUILT_ELSEWHERE,
     CREATED_AFTER_LOOP,
+    MODEL_IN_LOOP,
     REBUILT_BY_A_METHOD,
     SECOND_EXPERIMENT,
     SELF_TRAINING_MODULE,
@@ -80,6 +81,10 @@ class PrepareSite(PreparedUses):
                 builder, site, key = rebuilt
                 self._problem(REBUILT_BY_A_METHOD, site.node, builder=_scope_name(builder), name=key,
                               caller=_scope_name(site.scope))
+            elif (again := self._built_per_call(required)) is not None:
+                # wide-resnet's ``train(epoch)`` builds ``optimizer = optim.SGD(net.parameters(), lr=lr(epoch))`` at
+                # every call, once per epoch: the optimizer is made in a loop, only through a call
+                self._problem(MODEL_IN_LOOP, again.stmt, name=again.key)
             elif trainers:
                 self.trainers = trainers
                 names = ", ".join(f"`{_scope_name(t)}`" for t in trainers)
@@ -160,6 +165,17 @@ class PrepareSite(PreparedUses):
             if other is not None and any(s.scope.name == "__init__" and s.scope.class_scope is scope.class_scope
                                          for s in sites):
                 return scope, other, keys[0]
+        return None
+
+    def _built_per_call(self, required: list[Binding]) -> Binding | None:
+        """An optimizer built in a function that every caller calls in a loop (a new optimizer per epoch), training a
+        model built outside that function: prepared once it cannot be. None when there is none."""
+        for obj in required:
+            sites = self.call_sites(obj.where) if obj.role == "optimizer" and obj.where.kind == "function" else []
+            if sites and all(self.facts.looped(s) for s in sites) and any(
+                    (head := (dotted(owner) or "").split(".")[0]) and where.resolve(head) not in (None, obj.where)
+                    for where, owner in self.trained_by(obj)):
+                return obj  # (the model a global, or built by an outer function)
         return None
 
     def _several_trainers(self, required: list[Binding]) -> list[Scope]:
