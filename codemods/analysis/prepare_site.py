@@ -26,6 +26,9 @@ from accelify.codemods.analysis.problems import (
 from accelify.codemods.analysis.roles import classify, removed_wrap
 
 PREPARED_ROLES = ("model", "optimizer", "loader", "scheduler")
+# ACC039's ``why`` when a run of the program may build several trainers (``engine/alternatives.py`` has the others)
+SEVERAL_RUN = ("and a run of the program may build more than one of them: one `accelerator.prepare` cannot serve "
+               "several trainings, and one process has one accelerator")
 
 
 class PrepareSite(PreparedUses):
@@ -88,7 +91,7 @@ class PrepareSite(PreparedUses):
             elif trainers:
                 self.trainers = trainers
                 names = ", ".join(f"`{_scope_name(t)}`" for t in trainers)
-                self._problem(SEVERAL_TRAINERS, culprit.stmt, names=names)
+                self._problem(SEVERAL_TRAINERS, culprit.stmt, names=names, why=SEVERAL_RUN)
             else:
                 self._problem(BUILT_ELSEWHERE, culprit.stmt, name=culprit.key)
             return

@@ -48,10 +48,18 @@ class Refused:
     converted: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class Unmerged:
+    """A run builds one of the trainers, but their conversions cannot be put together: why (ACC039's ``why``)."""
+
+    why: str
+
+
 def convert_each(program: Facts, plan: Plan, run: Callable[[Context], None], locate_all: Locate,
-                 target: str) -> Converted | Refused | None:
-    """The program with each of the trainers ``plan`` found (``plan.trainers``) converted on its own, or the first
-    trainer refused on its own; None when the trainers cannot be converted one by one (the program stays ACC039)."""
+                 target: str) -> Converted | Refused | Unmerged | None:
+    """The program with each of the trainers ``plan`` found (``plan.trainers``) converted on its own, or the trainers
+    refused on their own; ``Unmerged`` when a run builds one of them but their conversions cannot be put together;
+    None when a run may build several (the program stays ACC039 as the plan reported it)."""
     trainers = choice(plan, plan.trainers) if plan.trainers else None
     if trainers is None:
         return None
@@ -66,8 +74,8 @@ def convert_each(program: Facts, plan: Plan, run: Callable[[Context], None], loc
             found = _kept(locate_all(program, [*ctx.warnings, *stop.warnings]), view, spans)
             refused.append((view, stop.warnings[0][1].message, found))
             continue
-        if not ctx.accelerating:
-            return None  # a trainer nothing would change for: choosing it would train unconverted on every process
+        if not ctx.accelerating:  # choosing it would train unconverted on every process
+            return Unmerged(f"and converted on its own, `{view.trainer.name}` would not change at all")
         # applied now: the next trainer's plan gives the bindings its own roles
         modules = {unit: apply(facts.module, ctx.edits) for unit, facts in program.units.items()}
         done.append((view, modules, list(ctx.changes), _kept(locate_all(program, ctx.warnings), view, spans)))
@@ -79,7 +87,9 @@ def convert_each(program: Facts, plan: Plan, run: Callable[[Context], None], loc
         module = _merge(facts.module, [t for t in trainers if t.territory.unit == unit],
                         [(view.trainer, modules[unit]) for view, modules, _, _ in done])
         if module is None:
-            return None
+            where = "the script" if unit == "__main__" else f"`{unit}`"
+            return Unmerged(f"and converted one at a time (a run builds one of them), they would change {where}, "
+                            "which they share, each in its own way (its accelerator made or passed there)")
         merged[unit] = module
     changes = tuple(dict.fromkeys(c for _, _, found, _ in done for c in found))
     return Converted(merged, changes, _joined(found for *_, found in done))

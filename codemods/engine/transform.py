@@ -14,7 +14,10 @@ import libcst as cst
 
 from accelify.codemods.analysis.collect import collect
 from accelify.codemods.analysis.exports import star_exports
-from accelify.codemods.engine.alternatives import Converted, Refused, convert_each
+from accelify.codemods.analysis.problems import SEVERAL_TRAINERS as SEVERAL
+from accelify.codemods.codes import SEVERAL_TRAINERS
+from accelify.codemods.engine.alternatives import Converted, Refused, Unmerged, convert_each
+from accelify.codemods.rules.refusals import CODES
 from accelify.codemods.engine.context import Abort, Context, Located
 from accelify.codemods.engine.edits import apply
 from accelify.codemods.engine.notebook_launch import launch
@@ -98,10 +101,15 @@ def transform(
         run(ctx)
     except Abort as stop:
         each = convert_each(program, plan, run, _locate, target) if plan.trainers and not notebook else None
-        if each is not None:
+        refused = stop.warnings
+        if isinstance(each, Unmerged):  # a run builds one trainer, but they cannot be converted one at a time
+            refused = tuple(ctx.warning(SEVERAL_TRAINERS, p.node, **(dict(p.fields) | {"why": each.why}))
+                            if p.kind == SEVERAL else ctx.warning(CODES[p.kind], p.node, **dict(p.fields))
+                            for p in plan.problems if p.refuse)
+        elif each is not None:
             return _each(module, program, each, sources or {})
-        warnings = _locate(program, [*ctx.warnings, *stop.warnings])
-        return Outcome(ATTENTION, module, (), warnings["__main__"], stop.warnings[0][1].message, _noted(program, warnings))
+        warnings = _locate(program, [*ctx.warnings, *refused])
+        return Outcome(ATTENTION, module, (), warnings["__main__"], refused[0][1].message, _noted(program, warnings))
     warnings = _locate(program, ctx.warnings)
     if not ctx.accelerating:  # nothing trains here: any edit would be a half conversion
         return Outcome(UNCHANGED, module, (), warnings["__main__"], None, _noted(program, warnings))

@@ -173,6 +173,18 @@ if __name__ == "__main__":
 '''
 
 
+def test_trainers_whose_conversions_change_the_code_they_share_stay_refused_saying_so() -> None:
+    """The entry builds the loader and hands it to the chosen function: each conversion would make or pass its
+    accelerator in the entry, each its own way. They cannot be put together, and the reason says so (not that a run
+    builds both)."""
+    shared = FUNCTIONS.replace("    loader = make_loader()\n", "").replace("(args):\n    model", "(args, loader):\n    model")
+    shared = shared.replace("    args = parser.parse_args()\n", "    args = parser.parse_args()\n    loader = make_loader()\n")
+    shared = shared.replace("train_linear(args)", "train_linear(args, loader)").replace("train_mlp(args)", "train_mlp(args, loader)")
+    result = convert_source(dedent(shared))
+    assert result.status == "attention" and [w.code for w in result.warnings] == ["ACC039"]
+    assert "they would change the script, which they share, each in its own way" in result.reason
+
+
 def test_a_trainer_looked_up_in_a_dict_of_them_is_chosen_too() -> None:
     """``GANS[args.gan_type](args)``: one call builds one of the classes the dict holds; each is converted on its
     own. Every one of them built in a loop over the dict stays refused."""
