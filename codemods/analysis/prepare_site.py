@@ -24,6 +24,7 @@ from accelify.codemods.analysis.problems import (
     SEVERAL_TRAINERS,
 )
 from accelify.codemods.analysis.roles import classify, removed_wrap
+from accelify.codemods.analysis.trainer_choice import View
 
 PREPARED_ROLES = ("model", "optimizer", "loader", "scheduler")
 # ACC039's ``why`` when a run of the program may build several trainers (``engine/alternatives.py`` has the others)
@@ -46,6 +47,7 @@ class PrepareSite(PreparedUses):
     home_block: list[cst.BaseStatement]
     home_call: CallSite | None
     trainers: list[Scope]
+    view: View | None
 
     def _choose_prepare_site(self) -> None:
         by_scope: dict[Scope, dict[int, Alias]] = {}
@@ -358,8 +360,9 @@ class PrepareSite(PreparedUses):
                 if not sites or len(callers) != 1 or sites[0].scope.kind == "class":
                     break  # called from several places (or none): the accelerator is made where prepare is
                 caller = sites[0].scope
-                if not all(self._feeds(caller, site, scope) for site in sites):
-                    break
+                if not all(self._feeds(caller, site, scope) for site in sites) or (
+                        self.view is not None and not self.view.trainer.holds(caller)):
+                    break  # (one of several trainers makes its accelerator itself, not in the code they share)
                 scope, via = caller, sites  # ``train_model(model, device)``, and its retry after an OOM
         init = self._constructed(scope) if scope.class_scope is not None else None
         if init is not None and any(a.stmt is None and a.key.startswith("self.") for a in self.aliases):

@@ -8,6 +8,11 @@ from __future__ import annotations
 
 from _convert import codes, converted, dedent
 
+import libcst as cst
+
+from accelify.codemods.analysis.facts import Scope
+from accelify.codemods.analysis.trainer_choice import Trainer
+from accelify.codemods.engine.alternatives import _merge
 from accelify.pipeline import convert_source
 from accelify.program import ModuleText
 
@@ -173,16 +178,29 @@ if __name__ == "__main__":
 '''
 
 
-def test_trainers_whose_conversions_change_the_code_they_share_stay_refused_saying_so() -> None:
-    """The entry builds the loader and hands it to the chosen function: each conversion would make or pass its
-    accelerator in the entry, each its own way. They cannot be put together, and the reason says so (not that a run
-    builds both)."""
+def test_training_functions_handed_the_loader_the_entry_builds_make_their_accelerator_themselves() -> None:
+    """The entry builds the loader and hands it to the chosen function: each function makes its accelerator and
+    prepares the loader it receives with its own objects (one trainer alone would make it in the entry, which the
+    trainers share, each its own way)."""
     shared = FUNCTIONS.replace("    loader = make_loader()\n", "").replace("(args):\n    model", "(args, loader):\n    model")
     shared = shared.replace("    args = parser.parse_args()\n", "    args = parser.parse_args()\n    loader = make_loader()\n")
     shared = shared.replace("train_linear(args)", "train_linear(args, loader)").replace("train_mlp(args)", "train_mlp(args, loader)")
-    result = convert_source(dedent(shared))
-    assert result.status == "attention" and [w.code for w in result.warnings] == ["ACC039"]
-    assert "they would change the script, which they share, each in its own way" in result.reason
+    new = converted(shared)
+    assert new.count("    accelerator = Accelerator(cpu=True)\n") == 2, new
+    assert new.count("    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n") == 2
+    assert "    loader = make_loader()\n    if args.model" in new
+
+
+def test_a_module_two_conversions_change_differently_is_not_put_together() -> None:
+    """Outside the trainers, the conversions must agree (or leave the code as it was): otherwise the program stays
+    refused (ACC039 says why) rather than taking one trainer's version of code the other runs."""
+    original = cst.parse_module("import torch\n\n\ndef helper(x):\n    return x\n")
+    one = original.with_changes(body=[original.body[0], cst.parse_statement("def helper(x, accelerator):\n    return x\n")])
+    other = original.with_changes(body=[original.body[0], cst.parse_statement("def helper(x):\n    return x + 1\n")])
+    gan, wgan = (Trainer(Scope(cst.ClassDef(cst.Name(n), cst.IndentedBlock([])), "class", None, n), None) for n in ("GAN", "WGAN"))  # type: ignore[arg-type]
+    assert _merge(original, [], [(gan, one), (wgan, one)]) is one
+    assert _merge(original, [], [(gan, one), (wgan, original)]) is None
+    assert _merge(original, [], [(gan, one), (wgan, other)]) is None
 
 
 def test_a_trainer_looked_up_in_a_dict_of_them_is_chosen_too() -> None:
