@@ -89,7 +89,7 @@ def convert_each(program: Facts, plan: Plan, run: Callable[[Context], None], loc
         if module is None:
             where = "the script" if unit == "__main__" else f"`{unit}`"
             return Unmerged(f"and converted one at a time (a run builds one of them), they would change {where}, "
-                            "which they share, each in its own way (its accelerator made or passed there)")
+                            "which they share, each in its own way")
         merged[unit] = module
     changes = tuple(dict.fromkeys(c for _, _, found, _ in done for c in found))
     return Converted(merged, changes, _joined(found for *_, found in done))
