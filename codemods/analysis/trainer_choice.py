@@ -58,9 +58,10 @@ def views(trainers: list[Trainer]) -> list[View]:
     return [View(t, tuple(o for o in trainers if o is not t)) for t in trainers]
 
 
-def choice(flow: Flow, homes: list[Scope]) -> list[Trainer] | None:
-    """The trainers whose objects ``homes`` build, when a run of the program builds at most one of them (see the module
-    docstring); None when that cannot be shown."""
+def choice(flow: Flow, homes: list[Scope]) -> list[Trainer] | str | None:
+    """The trainers whose objects ``homes`` build, when a run of the program builds at most one of them and each can be
+    converted on its own (see the module docstring); why not (ACC039's ``why``) when a run builds one but they share
+    code that trains; None when it cannot be shown that a run builds one."""
     trainers = []
     for home in homes:
         territory = home.class_scope if home.class_scope is not None else home
@@ -68,26 +69,28 @@ def choice(flow: Flow, homes: list[Scope]) -> list[Trainer] | None:
             return None
         trainers.append(Trainer(territory, home))
     names = [(t.territory.unit, t.name) for t in trainers]
-    if len(set(names)) != len(names) or not _standalone(flow, trainers):
+    if len(set(names)) != len(names) or not _one_per_run(flow, trainers):
         return None
+    return _shared(flow, trainers) or trainers
+
+
+def _one_per_run(flow: Flow, trainers: list[Trainer]) -> bool:
+    """Whether a run builds at most one of ``trainers``: at one call looked up in a dict of them, or each at one
+    place, all in one scope that runs once, in different branches of one ``if`` chain or conditional expression."""
     registry = _registry(flow, trainers)
     if registry is not None:
-        return trainers if not flow.facts.looped(registry) and _runs_once(flow, registry.scope, frozenset()) else None
+        return not flow.facts.looped(registry) and _runs_once(flow, registry.scope, frozenset())
     sites: list[CallSite] = []
     for trainer in trainers:
         built = flow.call_sites(_entry(flow, trainer))
         if len(built) != 1 or flow.facts.looped(built[0]) or any(t.holds(built[0].scope) for t in trainers):
-            return None
+            return False
         sites.append(built[0])
     scope = sites[0].scope
     if any(site.scope is not scope for site in sites) or not _runs_once(flow, scope, frozenset()):
-        return None
+        return False
     arms = _arms(scope.node, {site.node for site in sites})
-    for i, a in enumerate(sites):
-        for b in sites[i + 1:]:
-            if not _exclusive(arms.get(a.node, ()), arms.get(b.node, ())):
-                return None
-    return trainers
+    return all(_exclusive(arms.get(a.node, ()), arms.get(b.node, ())) for i, a in enumerate(sites) for b in sites[i + 1:])
 
 
 def _registry(flow: Flow, trainers: list[Trainer]) -> CallSite | None:
@@ -110,17 +113,21 @@ def _entry(flow: Flow, trainer: Trainer) -> Scope:
     return trainer.territory
 
 
-def _standalone(flow: Flow, trainers: list[Trainer]) -> bool:
-    """Every ``backward`` of the program is in one trainer's territory, and no trainer class derives from a class of
-    the program or is derived from: what one trainer's conversion changes, no other trainer runs."""
+def _shared(flow: Flow, trainers: list[Trainer]) -> str | None:
+    """Why the trainers cannot be converted one at a time: a ``backward`` outside every trainer (a training helper
+    they share), or a trainer class that derives from a class of the program or is derived from (what the base runs,
+    every trainer runs). None when neither."""
     for site in flow.facts.calls:
-        if site.method == "backward" and flow.reaches_backward(site) and not any(t.holds(site.scope) for t in trainers):
-            return False
+        if site.method == "backward" and not any(t.holds(site.scope) for t in trainers):
+            return (f"and a run builds one of them, but `{site.scope.name}`, outside them, trains for them: converted one "
+                    "at a time, each would change it its own way")
     for trainer in trainers:
         if trainer.territory.kind == "class":
-            if flow.classes.bases(trainer.territory) or flow.facts.subclasses(trainer.territory):
-                return False
-    return True
+            related = flow.classes.bases(trainer.territory) or flow.facts.subclasses(trainer.territory)
+            if related:
+                return (f"and a run builds one of them, but `{trainer.name}` and `{related[0].name}` are related classes "
+                        "of the program: converted one at a time, each would change what the others run")
+    return None
 
 
 def _runs_once(flow: Flow, scope: Scope, seen: frozenset[int]) -> bool:

@@ -61,8 +61,8 @@ def convert_each(program: Facts, plan: Plan, run: Callable[[Context], None], loc
     refused on their own; ``Unmerged`` when a run builds one of them but their conversions cannot be put together;
     None when a run may build several (the program stays ACC039 as the plan reported it)."""
     trainers = choice(plan, plan.trainers) if plan.trainers else None
-    if trainers is None:
-        return None
+    if trainers is None or isinstance(trainers, str):
+        return Unmerged(trainers) if trainers is not None else None
     spans = _spans(program, trainers)
     done: list[tuple[View, dict[str, cst.Module], list[str], dict[str, tuple[ConversionWarning, ...]]]] = []
     refused: list[tuple[View, str, dict[str, tuple[ConversionWarning, ...]]]] = []

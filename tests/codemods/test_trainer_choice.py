@@ -233,7 +233,20 @@ def test_trainers_sharing_a_base_class_of_the_program_stay_refused() -> None:
     base = "class Base:\n    def log(self, text):\n        print(text)\n\n\n"
     gan = base + trainer("GAN", base="(Base)")
     wgan = "from gan import Base\n" + trainer("WGAN", "RMSprop", base="(Base)")
-    assert warned(convert(gan=gan, wgan=wgan)) == ["ACC039"]
+    result = convert(gan=gan, wgan=wgan)
+    assert warned(result) == ["ACC039"]
+    assert "but `GAN` and `Base` are related classes of the program" in result.reason
+
+
+def test_trainers_sharing_a_training_step_stay_refused_saying_so() -> None:
+    """Both trainers call one ``step`` helper that backwards: converted one at a time, each would change it."""
+    step = "def step(loss):\n    loss.backward()\n"
+    modules = [ModuleText("gan", "gan.py", "from steps import step\n" + trainer("GAN", backward="step(loss)")),
+               ModuleText("wgan", "wgan.py", "from steps import step\n" + trainer("WGAN", "RMSprop", backward="step(loss)")),
+               ModuleText("steps", "steps.py", step)]
+    result = convert_source(dedent(ENTRY.format(choose=IF_CHAIN)), modules=modules)
+    assert result.status == "attention" and warned(result) == ["ACC039"]
+    assert "but `step`, outside them, trains for them" in result.reason
 
 
 def test_a_trainer_refused_on_its_own_refuses_the_program_naming_it() -> None:
