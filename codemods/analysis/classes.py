@@ -69,6 +69,24 @@ class Classes:
         return cls
 
 
+    def registered(self, scope: Scope, func: cst.BaseExpression) -> list[Scope]:
+        """``GANS[args.gan_type]`` in ``GANS[args.gan_type](args)``, where ``GANS = {'GAN': GAN, 'WGAN': WGAN}`` (bound
+        once) maps keys to classes of the program: those classes; empty for anything else."""
+        if not isinstance(func, cst.Subscript) or not isinstance(func.value, cst.Name):
+            return []
+        owner = scope.resolve(func.value.value)
+        bindings = owner.bindings.get(func.value.value, []) if owner is not None else []
+        if len(bindings) != 1 or not isinstance(bindings[0].value, cst.Dict):
+            return []
+        found = []
+        for element in bindings[0].value.elements:
+            cls = self.class_of(bindings[0].where, element.value) if isinstance(element, cst.DictElement) else None
+            if cls is None:
+                return []
+            found.append(cls)
+        return found
+
+
 def _abstract(function: Scope) -> bool:
     """Whether a method only declares itself: its body (after a docstring) raises ``NotImplementedError``."""
     body = [stmt for stmt in function.body if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1

@@ -11,12 +11,14 @@ from accelify.codemods.analysis.facts import Binding, Loop, Scope
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.prepared_uses import PreparedUses
 from accelify.codemods.analysis.snippets import code_of
+from accelify.codemods.analysis.trainer_choice import View
 
 
 class DataPasses(PreparedUses):
     """The plan's questions about loops over data that do not train themselves."""
 
     _bystanders: set[int] | None
+    view: View | None
 
     def _feeds_training(self, loop: Loop) -> bool:
         """Whether ``loop`` yields its batches to a function that trains (``get_infinite_batches(loader)``, a
@@ -29,6 +31,8 @@ class DataPasses(PreparedUses):
         """Whether ``scope`` is a module-level function nothing in the program refers to (no call, no name read,
         no attribute of that name) while the script's own top level trains: the training never runs it (a
         ``sanity_check()`` kept for debugging by hand), so it does not decide what is prepared or refused."""
+        if self.view is not None and any(t.holds(scope) for t in self.view.others):
+            return True  # another trainer's class, when one of several trainers chosen by a flag is converted
         if self._bystanders is None:
             self._bystanders = self._find_bystanders()
         return id(_outermost(scope)) in self._bystanders  # a function nested in a bystander is one too

@@ -28,8 +28,12 @@ _MISSING = object()
 class Flow:
     """The call graph and the origin of values over one program (``Facts.program``)."""
 
-    def __init__(self, facts: Facts) -> None:
+    def __init__(self, facts: Facts, elsewhere: frozenset[int] = frozenset()) -> None:
         self.facts = facts
+        # the classes of the trainers a run does not build, when one of several trainers is converted on its own
+        # (``analysis/trainer_choice.py``): ``gan = GAN(args)`` in one branch and ``gan = WGAN(args)`` in another
+        # leave ``gan`` a GAN for GAN's conversion
+        self.elsewhere = elsewhere
         self._units = {unit: f.module_scope for unit, f in facts.units.items()}
         self._callees: dict[CallSite, Scope | None] = {}
         self._sites: dict[Scope, list[CallSite]] = {}
@@ -77,18 +81,33 @@ class Flow:
                 found = self.facts.function(func.value, owner) or self._init(self.facts.class_scope(func.value, owner))
                 if found is not None:
                     return found
+        if self.elsewhere and (cls := self._chosen(site.scope, func)) is not None:
+            return self._init(cls)  # ``GANS[args.gan_type](args)``: the one trainer this conversion is about
         return self._imported(site.qualname)
+
+    def _chosen(self, scope: Scope, func: cst.BaseExpression) -> Scope | None:
+        """The class a call of ``func`` builds in the view of one of several trainers: the class it names, or the one
+        class of a registry (``GANS[key]``) that is not another trainer's; None for anything else."""
+        found = self.classes.class_of(scope, func)
+        if found is None:
+            chosen = [c for c in self.classes.registered(scope, func) if id(c) not in self.elsewhere]
+            found = chosen[0] if len(chosen) == 1 else None
+        return found if found is not None and id(found) not in self.elsewhere else None
 
     def _instance_method(self, scope: Scope, name: str, method: str) -> Scope | None:
         """``trainer.fit(...)`` where ``trainer = Trainer(...)``, a class of the program: ``Trainer.fit``."""
         owner = scope.resolve(name)
         bindings = owner.bindings.get(name, []) if owner is not None else []
         if len(bindings) > 1:  # ``model = GPT(...)``, then ``model = torch.compile(model)``: the instance is GPT's
-            bindings = [b for b in bindings if isinstance(b.value, cst.Call) and isinstance(b.value.func, cst.Name)
-                        and self.facts.class_scope(b.value.func.value, scope.resolve(b.value.func.value)) is not None]
+            if self.elsewhere:  # the one of several trainers this conversion is about
+                bindings = [b for b in bindings if isinstance(b.value, cst.Call) and self._chosen(scope, b.value.func)]
+            else:
+                bindings = [b for b in bindings if isinstance(b.value, cst.Call) and isinstance(b.value.func, cst.Name)
+                            and self.facts.class_scope(b.value.func.value, scope.resolve(b.value.func.value)) is not None]
         if len(bindings) != 1 or not isinstance(bindings[0].value, cst.Call):
             return None
-        cls = self.classes.class_of(scope, bindings[0].value.func)
+        func = bindings[0].value.func
+        cls = self._chosen(scope, func) if self.elsewhere else self.classes.class_of(scope, func)
         return self.classes.method(cls, method) if cls is not None else None
 
     def _imported(self, qualname: str | None) -> Scope | None:

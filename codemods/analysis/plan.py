@@ -66,6 +66,7 @@ from accelify.codemods.analysis.roles import (
     strip_placement,
 )
 from accelify.codemods.analysis.schedules import per_batch
+from accelify.codemods.analysis.trainer_choice import View
 from accelify.codemods.analysis.snippets import code_of
 
 __all__ = [
@@ -81,8 +82,12 @@ class Plan(PrepareSite, TrainingDataChecks, DataPasses):
     """The roles of names, the prepare site and the home of the accelerator, derived once from ``Facts``
     (the questions rules ask about the result are ``PreparedUses``'s)."""
 
-    def __init__(self, facts: Facts) -> None:
-        super().__init__(facts)
+    def __init__(self, facts: Facts, view: View | None = None) -> None:
+        # ``view``: one of several trainers chosen by a flag, converted on its own (``trainer_choice.py``); the
+        # others' territories are bystanders to it
+        self.view = view
+        self.trainers: list[Scope] = []  # the scopes of the trainers the plan found each building a training (ACC039)
+        super().__init__(facts, frozenset(id(t.territory) for t in view.others) if view is not None else frozenset())
         self.imports = facts.imports
         self.problems: list[Problem] = []
         self.in_place: list[Binding] = []  # loaders built inside a loop: each prepared right after it is built
@@ -101,7 +106,7 @@ class Plan(PrepareSite, TrainingDataChecks, DataPasses):
         self._analyses: dict[Callable[..., Any], Any] = {}
         if self.objects and not any(p.refuse for p in self.problems):
             self._choose_prepare_site()
-        if self.prepare_scope is not None and (penalty := penalty_backward(self)) is not None:
+        if self.prepare_scope is not None and (penalty := penalty_backward(self, self.bystander)) is not None:
             key = dotted(penalty.node.func.value) or "the penalty"  # type: ignore[attr-defined]
             self._problem(PENALTY_ALONE, penalty.node, name=key)
         if self.prepare_scope is not None:

@@ -17,14 +17,19 @@ from accelify.codemods.analysis.prepared_uses import Alias, PreparedUses
 from accelify.codemods.analysis.problems import (
     BUILT_ELSEWHERE,
     CREATED_AFTER_LOOP,
+    MODEL_IN_LOOP,
     REBUILT_BY_A_METHOD,
     SECOND_EXPERIMENT,
     SELF_TRAINING_MODULE,
     SEVERAL_TRAINERS,
 )
 from accelify.codemods.analysis.roles import classify, removed_wrap
+from accelify.codemods.analysis.trainer_choice import View
 
 PREPARED_ROLES = ("model", "optimizer", "loader", "scheduler")
+# ACC039's ``why`` when a run of the program may build several trainers (``engine/alternatives.py`` has the others)
+SEVERAL_RUN = ("and a run of the program may build more than one of them: one `accelerator.prepare` cannot serve "
+               "several trainings, and one process has one accelerator")
 
 
 class PrepareSite(PreparedUses):
@@ -41,6 +46,8 @@ class PrepareSite(PreparedUses):
     home: Scope | None
     home_block: list[cst.BaseStatement]
     home_call: CallSite | None
+    trainers: list[Scope]
+    view: View | None
 
     def _choose_prepare_site(self) -> None:
         by_scope: dict[Scope, dict[int, Alias]] = {}
@@ -79,9 +86,14 @@ class PrepareSite(PreparedUses):
                 builder, site, key = rebuilt
                 self._problem(REBUILT_BY_A_METHOD, site.node, builder=_scope_name(builder), name=key,
                               caller=_scope_name(site.scope))
+            elif (again := self._built_per_call(required)) is not None:
+                # wide-resnet's ``train(epoch)`` builds ``optimizer = optim.SGD(net.parameters(), lr=lr(epoch))`` at
+                # every call, once per epoch: the optimizer is made in a loop, only through a call
+                self._problem(MODEL_IN_LOOP, again.stmt, name=again.key)
             elif trainers:
+                self.trainers = trainers
                 names = ", ".join(f"`{_scope_name(t)}`" for t in trainers)
-                self._problem(SEVERAL_TRAINERS, culprit.stmt, names=names)
+                self._problem(SEVERAL_TRAINERS, culprit.stmt, names=names, why=SEVERAL_RUN)
             else:
                 self._problem(BUILT_ELSEWHERE, culprit.stmt, name=culprit.key)
             return
@@ -158,6 +170,17 @@ class PrepareSite(PreparedUses):
             if other is not None and any(s.scope.name == "__init__" and s.scope.class_scope is scope.class_scope
                                          for s in sites):
                 return scope, other, keys[0]
+        return None
+
+    def _built_per_call(self, required: list[Binding]) -> Binding | None:
+        """An optimizer built in a function that every caller calls in a loop (a new optimizer per epoch), training a
+        model built outside that function: prepared once it cannot be. None when there is none."""
+        for obj in required:
+            sites = self.call_sites(obj.where) if obj.role == "optimizer" and obj.where.kind == "function" else []
+            if sites and all(self.facts.looped(s) for s in sites) and any(
+                    (head := (dotted(owner) or "").split(".")[0]) and where.resolve(head) not in (None, obj.where)
+                    for where, owner in self.trained_by(obj)):
+                return obj  # (the model a global, or built by an outer function)
         return None
 
     def _several_trainers(self, required: list[Binding]) -> list[Scope]:
@@ -337,8 +360,9 @@ class PrepareSite(PreparedUses):
                 if not sites or len(callers) != 1 or sites[0].scope.kind == "class":
                     break  # called from several places (or none): the accelerator is made where prepare is
                 caller = sites[0].scope
-                if not all(self._feeds(caller, site, scope) for site in sites):
-                    break
+                if not all(self._feeds(caller, site, scope) for site in sites) or (
+                        self.view is not None and not self.view.trainer.holds(caller)):
+                    break  # (one of several trainers makes its accelerator itself, not in the code they share)
                 scope, via = caller, sites  # ``train_model(model, device)``, and its retry after an OOM
         init = self._constructed(scope) if scope.class_scope is not None else None
         if init is not None and any(a.stmt is None and a.key.startswith("self.") for a in self.aliases):

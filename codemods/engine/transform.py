@@ -14,6 +14,10 @@ import libcst as cst
 
 from accelify.codemods.analysis.collect import collect
 from accelify.codemods.analysis.exports import star_exports
+from accelify.codemods.analysis.problems import SEVERAL_TRAINERS as SEVERAL
+from accelify.codemods.codes import SEVERAL_TRAINERS
+from accelify.codemods.engine.alternatives import Converted, Refused, Unmerged, convert_each
+from accelify.codemods.rules.refusals import CODES
 from accelify.codemods.engine.context import Abort, Context, Located
 from accelify.codemods.engine.edits import apply
 from accelify.codemods.engine.notebook_launch import launch
@@ -85,14 +89,27 @@ def transform(
         return Outcome(SKIPPED, module, (), (), NOT_A_CANDIDATE)
     others = [f for f in others if not _uses_accelerator(f)]  # an already converted helper is left as it is
     program = Facts.program(facts, others) if others else facts
-    ctx = Context(program, Plan(program), target=target)
-    try:
+    plan = Plan(program)
+    ctx = Context(program, plan, target=target)
+
+    def run(ctx: Context) -> None:
         for rule in RULES:
             if rule.name not in disabled:
                 rule().run(ctx)
+
+    try:
+        run(ctx)
     except Abort as stop:
-        warnings = _locate(program, [*ctx.warnings, *stop.warnings])
-        return Outcome(ATTENTION, module, (), warnings["__main__"], stop.warnings[0][1].message, _noted(program, warnings))
+        each = convert_each(program, plan, run, _locate, target) if plan.trainers and not notebook else None
+        refused = stop.warnings
+        if isinstance(each, Unmerged):  # a run builds one trainer, but they cannot be converted one at a time
+            refused = tuple(ctx.warning(SEVERAL_TRAINERS, p.node, **(dict(p.fields) | {"why": each.why}))
+                            if p.kind == SEVERAL else ctx.warning(CODES[p.kind], p.node, **dict(p.fields))
+                            for p in plan.problems if p.refuse)
+        elif each is not None:
+            return _each(module, program, each, sources or {})
+        warnings = _locate(program, [*ctx.warnings, *refused])
+        return Outcome(ATTENTION, module, (), warnings["__main__"], refused[0][1].message, _noted(program, warnings))
     warnings = _locate(program, ctx.warnings)
     if not ctx.accelerating:  # nothing trains here: any edit would be a half conversion
         return Outcome(UNCHANGED, module, (), warnings["__main__"], None, _noted(program, warnings))
@@ -122,6 +139,30 @@ def transform(
         notes = tuple(ConversionWarning(code.code, code.message.format(**fields), code.fix.format(**fields), line, col)
                       for code, fields, line, col in found)
     return Outcome(CONVERTED, new, tuple(ctx.changes), warnings["__main__"], None, tuple(companions), new_code, notes)
+
+
+def _each(module: cst.Module, program: Facts, each: Converted | Refused, sources: Mapping[str, str]) -> Outcome:
+    """The outcome of converting each of several trainers chosen by a flag on its own (``alternatives.py``)."""
+    if isinstance(each, Refused):
+        warnings = each.warnings
+        names = ", ".join(f"`{name}`" for name in each.trainers)
+        others = ", ".join(f"`{name}`" for name in each.converted)
+        reason = f"{each.reason} (in {names}, of the trainers the program chooses between by a flag" + (
+            f"; {others} convert on their own: nothing is written until every trainer converts)" if others else ")")
+        return Outcome(ATTENTION, module, (), warnings.get("__main__", ()), reason, _noted(program, warnings))
+    texts = dict(sources)
+    companions = []
+    for unit, new in each.modules.items():
+        if unit == "__main__":
+            continue
+        code = new.code
+        if code != texts.get(unit, program.units[unit].module.code) or each.warnings.get(unit):
+            companions.append(Companion(unit, new, each.warnings.get(unit, ()), code))
+    main = each.modules["__main__"]
+    code = main.code
+    if code == texts.get("__main__", module.code) and not any(c.code != program.units[c.unit].module.code for c in companions):
+        return Outcome(UNCHANGED, module, (), each.warnings.get("__main__", ()), None, tuple(companions))
+    return Outcome(CONVERTED, main, each.changes, each.warnings.get("__main__", ()), None, tuple(companions), code)
 
 
 def _recheck(facts: Facts, target: str, disabled: frozenset[str]) -> tuple[ConversionWarning, ...]:

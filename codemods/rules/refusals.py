@@ -9,7 +9,8 @@ before ``prepare``). Each such problem is reported with its code, and the file i
 - ACC020: a training loop walks a loader as it was before ``prepare`` (every process would see all the data);
 - ACC026: the training runs inside the model's own class;
 - ACC038: the training walks a library's batch iterator that is no DataLoader (torchtext's ``BucketIterator``);
-- ACC039: several classes or functions each build a whole training of their own (a model zoo chosen by a flag);
+- ACC039: several classes or functions each build a whole training of their own, and a run may build more than one
+  (one built per run, in the branches of an ``if`` on a flag, is converted each on its own: ``engine/alternatives.py``);
 - ACC040: a trainer's builder method (``self.build_model()`` in ``__init__``) is called again elsewhere;
 - ACC041: a gradient penalty (``torch.autograd.grad(..., create_graph=True)``) backwarded on its own.
 
@@ -266,7 +267,48 @@ def main(train):
             warnings=("ACC038:14",),
         ),
         Example(
-            # two trainer classes, each building its model and optimizer, chosen by a flag: one prepare cannot serve both
+            # two trainer classes, each building its model and optimizer, both run to compare them: one prepare (and one
+            # accelerator per process) cannot serve both
+            before='''\
+import argparse
+import torch
+
+
+class GAN:
+    def __init__(self, loader):
+        self.G = torch.nn.Linear(4, 4)
+        self.G_optimizer = torch.optim.Adam(self.G.parameters())
+        self.loader = loader
+
+    def train(self):
+        for (x,) in self.loader:
+            self.G(x).sum().backward()
+            self.G_optimizer.step()
+
+
+class WGAN:
+    def __init__(self, loader):
+        self.G = torch.nn.Linear(4, 4)
+        self.G_optimizer = torch.optim.RMSprop(self.G.parameters())
+        self.loader = loader
+
+    def train(self):
+        for (x,) in self.loader:
+            self.G(x).mean().backward()
+            self.G_optimizer.step()
+
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--gan_type", default="GAN")
+args = parser.parse_args()
+loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 4)), batch_size=4)
+GAN(loader).train()
+WGAN(loader).train()
+''',
+            warnings=("ACC039:20",),
+        ),
+        Example(
+            # the same trainers, one of them built per run (chosen by a flag): each is converted on its own
             before='''\
 import argparse
 import torch
@@ -303,7 +345,54 @@ loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(
 gan = GAN(loader) if args.gan_type == "GAN" else WGAN(loader)
 gan.train()
 ''',
-            warnings=("ACC039:20",),
+            after='''\
+import argparse
+import torch
+from accelify.runtime import Accelerator
+
+
+class GAN:
+    def __init__(self, loader):
+        self.accelerator = Accelerator(cpu=True)
+        self.G = torch.nn.Linear(4, 4)
+        self.G_optimizer = torch.optim.Adam(self.G.parameters())
+        self.loader = loader
+        self.G, self.G_optimizer, self.loader = self.accelerator.prepare(
+            self.G, self.G_optimizer, self.loader
+        )
+
+    def train(self):
+        for (x,) in self.loader:
+            self.accelerator.backward(self.G(x).sum())
+            self.G_optimizer.step()
+        self.accelerator.end_training()
+
+
+class WGAN:
+    def __init__(self, loader):
+        self.accelerator = Accelerator(cpu=True)
+        self.G = torch.nn.Linear(4, 4)
+        self.G_optimizer = torch.optim.RMSprop(self.G.parameters())
+        self.loader = loader
+        self.G, self.G_optimizer, self.loader = self.accelerator.prepare(
+            self.G, self.G_optimizer, self.loader
+        )
+
+    def train(self):
+        for (x,) in self.loader:
+            self.accelerator.backward(self.G(x).mean())
+            self.G_optimizer.step()
+        self.accelerator.end_training()
+
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--gan_type", default="GAN")
+args = parser.parse_args()
+loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 4)), batch_size=4)
+gan = GAN(loader) if args.gan_type == "GAN" else WGAN(loader)
+gan.train()
+''',
+            fires=False,
         ),
         Example(
             before='''\

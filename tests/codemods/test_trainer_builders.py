@@ -229,3 +229,32 @@ def test_a_gradient_penalty_backwarded_on_its_own_is_refused() -> None:
     critic = ("            self.D(x).mean().backward(mone)\n            self.D(fake.detach()).mean().backward()\n"
               "            gradient_penalty = self.penalty(x, fake.detach())\n            gradient_penalty.backward()")
     assert codes(WGAN.replace("{critic}", critic)) == ["ACC041:27"]
+
+
+PER_EPOCH = '''
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+net = torch.nn.Linear(4, 2)
+trainloader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,))), batch_size=4)
+
+
+def train(epoch):
+    net.train()
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1 * (0.5 ** epoch), momentum=0.9)
+    for inputs, targets in trainloader:
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(net(inputs), targets).backward()
+        optimizer.step()
+
+
+for epoch in range(3):
+    train(epoch)
+'''
+
+
+def test_an_optimizer_built_anew_at_every_call_of_an_epoch_function_is_named() -> None:
+    """meliketoy/wide-resnet.pytorch: ``train(epoch)`` builds a new SGD with the epoch's learning rate, the model and
+    loaders are module globals. Refused as before, but naming the optimizer made once per epoch (ACC007), not the
+    loader (ACC014 said `trainloader` could not be followed, which was not what to fix)."""
+    assert codes(PER_EPOCH) == ["ACC007:10"]
