@@ -1,10 +1,16 @@
 """MainProcessWrites: other file writes run on the main process only, so N processes do not race on
 the same file.
 
-Only whole statements are wrapped; a write inside a bigger expression is left alone.
+Only whole statements are wrapped; a write inside a bigger expression is left alone. A log kept open (a TensorBoard
+``SummaryWriter``, a ``Logger`` class of the program that makes one) is made on the main process only (``None``
+elsewhere) when every use of it is a statement calling one of its methods with no collective in its arguments
+(``analysis/handle_uses.py``); each such statement then runs on the main process. Otherwise it is reported (ACC024)
+with the reason, as is a plain file handle kept open.
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 import libcst as cst
 import libcst.matchers as m
@@ -13,7 +19,9 @@ from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.blocks import under_main_process
 from accelify.codemods.analysis.snippets import code_of, expression
-from accelify.codemods.analysis.facts import CallSite
+from accelify.codemods.analysis.collect import descendants
+from accelify.codemods.analysis.facts import CallSite, Scope
+from accelify.codemods.analysis.handle_uses import COLLECTIVE_METHODS, handle_uses
 from accelify.codemods.engine.rule import Example, Rule
 
 WRITERS = {
@@ -109,6 +117,41 @@ accelerator.end_training()
             fires=False,
         ),
         Example(
+            # a summary writer: made on the main process only, and each statement writing to it run there
+            before='''\
+import torch
+from torch.utils.tensorboard import SummaryWriter
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+writer = SummaryWriter("runs")
+for step, x in enumerate(torch.ones(4, 2)):
+    loss = model(x).sum()
+    loss.backward()
+    optimizer.step()
+    writer.add_scalar("loss", loss.item(), step)
+writer.close()
+''',
+            after='''\
+import torch
+from torch.utils.tensorboard import SummaryWriter
+from accelify.runtime import Accelerator
+accelerator = Accelerator(cpu=True)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+writer = SummaryWriter("runs") if accelerator.is_main_process else None
+for step, x in enumerate(torch.ones(4, 2)):
+    loss = model(x).sum()
+    accelerator.backward(loss)
+    optimizer.step()
+    if accelerator.is_main_process:
+        writer.add_scalar("loss", loss.item(), step)
+if accelerator.is_main_process:
+    writer.close()
+accelerator.end_training()
+''',
+        ),
+        Example(
             # a handle kept open and written through later: not one statement to guard, so it is reported
             before='''\
 import torch
@@ -156,8 +199,9 @@ accelerator.end_training()
             if site.qualname in TRACKERS:
                 _warn_tracker(ctx, site)
                 continue
-            if _writer_class(ctx, site) and ctx.after_accelerator(site.scope, site.stmt):
-                _warn_kept_open(ctx, site, wrapped)  # ``logger = Logger("./logs")``: a class of the program's own
+            if (_writer_class(ctx, site) or site.qualname in LOG_WRITERS or site.qualname in TF_WRITERS) \
+                    and ctx.after_accelerator(site.scope, site.stmt):
+                _keep_log_to_main(ctx, site, wrapped)  # ``logger = Logger("./logs")``: a class of the program's own too
                 continue
             if not ((_writes(site) or _saves_file_object(ctx, site)) and ctx.after_accelerator(site.scope, site.stmt)):
                 continue
@@ -173,21 +217,105 @@ accelerator.end_training()
                 ctx.change("write files on the main process only")
 
 
-def _warn_kept_open(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) -> None:
-    """``log = open(path, "w")`` / ``writer = SummaryWriter(dir)``: a handle every process keeps and writes
-    through later cannot be wrapped as one statement; say so (ACC024) unless it is already main-only."""
+def _kept_open(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) -> cst.BaseExpression | None:
+    """``log = open(path, "w")`` / ``writer = SummaryWriter(dir)`` opening one file (or log) on every process: the
+    target it is kept in, or None when it is not (already main-only, a file of each process's own, another shape)."""
     stmt = site.stmt
     if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
-        return
+        return None
     assign = stmt.body[0]
     if assign.value is not site.node or len(assign.targets) != 1 or any(s in wrapped for s in ctx.facts.chain(stmt)):
-        return
+        return None
     if ctx.plan.distributed.main_only(ctx.facts, stmt, site.scope) is not None or under_main_process(ctx.facts, stmt):
-        return  # ``if rank == 0: writer = SummaryWriter()``: the script already keeps it to one process
+        return None  # ``if rank == 0: writer = SummaryWriter()``: the script already keeps it to one process
     if not all(ctx.agreement.uniform(site.scope, a.value, stmt) for a in site.node.args) and not _timestamped(ctx, site):
-        return  # ``SummaryWriter(f"runs/{accelerator.process_index}")``: a file of its own on each process
-    target = code_of(assign.targets[0].target)
-    ctx.warn(codes.SHARED_WRITER, site.node, name=code_of(site.node.func), target=target)
+        return None  # ``SummaryWriter(f"runs/{accelerator.process_index}")``: a file of its own on each process
+    return assign.targets[0].target
+
+
+def _warn_kept_open(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement], why: str = "") -> None:
+    """A handle every process keeps and writes through later that is not kept to the main process: say so (ACC024)."""
+    target = _kept_open(ctx, site, wrapped)
+    if target is not None:
+        ctx.warn(codes.SHARED_WRITER, site.node, name=code_of(site.node.func), target=code_of(target),
+                 why=f" ({why})" if why else "")
+
+
+def _keep_log_to_main(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) -> None:
+    """``writer = SummaryWriter(dir)`` (or a ``Logger`` of the program that makes one) on every process: made on
+    the main process only, ``None`` elsewhere, and each statement that calls one of its methods run on the main
+    process only; where a use cannot be (``handle_uses`` says why), reported (ACC024) with the reason."""
+    target = _kept_open(ctx, site, wrapped)
+    if target is None:
+        return
+    found = handle_uses(ctx.facts, ctx.plan, site.scope, site.stmt, target, (_forward(ctx), _gathers_in(ctx)))
+    problem = found.problem
+    pending: list[tuple[Scope, cst.SimpleStatementLine]] = []
+    for reader, stmt, use in found.uses:
+        if problem is not None:
+            break
+        if ctx.accelerator_in(reader) is None or not ctx.after_accelerator(reader, stmt):
+            problem = f"`{reader.name}` uses `{found.key}` where the accelerator is not at hand"
+        elif ctx.is_skipped(stmt):
+            problem = f"a use of `{found.key}` is marked `# accelify: skip`"
+        elif _collective_edit(ctx, use):
+            problem = f"a value in `{code_of(use.node.func)}(...)` is now reduced across the processes"
+        elif not _main_only(ctx, reader, stmt):
+            pending.append((reader, stmt))
+    if problem is not None:
+        _warn_kept_open(ctx, site, wrapped, f"it could not be kept to the main process: {problem}")
+        return
+    ctx.replace_through(site.scope, site.node, site.stmt, _on_main)
+    for reader, stmt in pending:
+        ctx.replace_through(reader, stmt, stmt, _guard)
+        wrapped.add(stmt)
+    ctx.change("open the log on the main process only, and write to it there")
+
+
+def _main_only(ctx: Context, scope: Scope, stmt: cst.BaseStatement) -> bool:
+    """Whether ``stmt`` already runs on the main process alone (the script's rank test, a guard another rule
+    puts around it: ``writer.add_graph(...)`` by the tracing rule)."""
+    if ctx.plan.distributed.main_only(ctx.facts, stmt, scope) is not None or under_main_process(ctx.facts, stmt):
+        return True
+    new = ctx.edits.replacement_of(stmt)
+    return isinstance(new, cst.If) and code_of(new.test).endswith(".is_main_process")
+
+
+def _collective_edit(ctx: Context, use: CallSite) -> bool:
+    """Whether another rule's edit puts a collective inside ``use``'s arguments (a reduction written in place)."""
+    for arg in use.node.args:
+        for node in descendants(arg.value):
+            if ctx.edits.replaced(node) and _has_collective(ctx.edits.replacement_of(node)):
+                return True
+    return False
+
+
+def _has_collective(node: cst.CSTNode | None) -> bool:
+    return node is not None and any(
+        isinstance(c.func, cst.Attribute) and c.func.attr.value in COLLECTIVE_METHODS for c in m.findall(node, m.Call())
+    )
+
+
+def _forward(ctx: Context) -> Callable[[CallSite], bool]:
+    """A prepared model's forward: under DistributedDataParallel it may synchronise buffers with the others."""
+    return lambda site: ctx.plan.prepared_model(site.scope, site.node.func, site.stmt) is not None
+
+
+def _gathers_in(ctx: Context) -> Callable[[Scope], bool]:
+    """The functions where an edit proposed so far writes a collective (the evaluation's gather, a reduction)."""
+    holders: set[int] = set()
+    edited = [(anchor, new) for anchor, _, new in ctx.edits.inserted()]
+    edited += [(holder, ctx.edits.replacement_of(node)) for node, holder in ctx.edits.holders.items()]
+    for anchor, new in edited:
+        if _has_collective(new):
+            holders.update(id(s) for s in ctx.facts.chain(anchor) if isinstance(s, cst.FunctionDef))
+    return lambda function: id(function.node) in holders
+
+
+def _on_main(node: cst.CSTNode, accelerator: str) -> cst.CSTNode:
+    """``SummaryWriter(dir)`` -> ``SummaryWriter(dir) if accelerator.is_main_process else None``."""
+    assert isinstance(node, cst.BaseExpression)
+    return cst.IfExp(test=expression(f"{accelerator}.is_main_process"), body=node, orelse=cst.Name("None"))
 
 
 _CLOCK = ("time.time", "time.strftime", "time.localtime", "datetime.")
@@ -228,7 +356,7 @@ def _warn_tracker(ctx: Context, site: CallSite) -> None:
         return
     small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
     target = code_of(small.targets[0].target) if isinstance(small, cst.Assign) and len(small.targets) == 1 else "run"
-    ctx.warn(codes.SHARED_WRITER, site.node, name=code_of(site.node.func), target=target)
+    ctx.warn(codes.SHARED_WRITER, site.node, name=code_of(site.node.func), target=target, why="")
 
 
 def _writes(site: CallSite) -> bool:

@@ -1,0 +1,134 @@
+"""Where a log handle is used, and whether every use can run on the main process alone.
+
+``writer = SummaryWriter(log_dir)`` (or a ``Logger`` of the program wrapping one) opened on every process writes
+N copies of one training's log. It can be made on the main process only (``... if accelerator.is_main_process else
+None``) when every later use of the handle is a statement that only calls one of its methods
+(``writer.add_scalar("loss", loss.item(), step)``, ``writer.close()``): each such statement then runs under ``if
+accelerator.is_main_process:``. Anything else keeps the handle on every process, with the reason:
+
+- the handle read in another way (passed to a function, returned, stored, an attribute read: ``writer.log_dir``),
+  since on the other processes it is ``None``;
+- a call in the arguments that may reach the other processes (a ``gather``/``reduce``/barrier, a backward, a
+  ``torch.distributed`` call, or a function of the program that makes one): under the gate only the main process
+  would reach it, and the others would wait for it forever;
+- the handle bound more than once, or in a scope without the accelerator.
+
+``self.writer = SummaryWriter(...)`` in a method is followed through ``self.writer`` in every method of its class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import libcst as cst
+
+from accelify.codemods.analysis.collect import descendants
+from accelify.codemods.analysis.facts import CallSite, Facts, Scope
+from accelify.codemods.analysis.flow import Flow
+from accelify.codemods.analysis.snippets import code_of
+
+# calls every process must reach together (the runtime's collectives, and what the converted code calls them)
+COLLECTIVE_METHODS = frozenset({
+    "gather", "gather_for_metrics", "gather_object", "reduce", "pad_across_processes", "wait_for_everyone",
+    "check_trigger", "save_state", "load_state", "backward", "all_reduce", "all_gather", "broadcast", "barrier",
+    "broadcast_object_list", "all_gather_object", "reduce_scatter",
+})
+
+
+@dataclass
+class HandleUses:
+    """The statements that use a handle, each a call of one of its methods, or why it cannot be kept to one process."""
+
+    key: str  # ``writer`` or ``self.writer``
+    uses: list[tuple[Scope, cst.SimpleStatementLine, CallSite]] = field(default_factory=list)
+    problem: str | None = None
+
+
+# what the converted code adds that reaches the other processes: ``(call, function)``, each True for a call (a
+# prepared model's forward) or a function of the program (one an edit gathers in) that will
+Converted = tuple[Callable[[CallSite], bool], Callable[[Scope], bool]]
+
+
+def handle_uses(
+    facts: Facts, flow: Flow, scope: Scope, stmt: cst.BaseStatement, target: cst.BaseExpression, converted: Converted
+) -> HandleUses:
+    """The uses of the handle that ``stmt`` (in ``scope``) binds to ``target``; ``converted`` says what the
+    conversion makes collective besides what the code calls by name."""
+    key = code_of(target)
+    found = HandleUses(key)
+    readers = _reading_scopes(facts, scope, target)
+    if readers is None:
+        found.problem = f"`{key}` is bound in a way only a name or `self.<name>` can be followed"
+        return found
+    owner = scope.class_scope if key.startswith("self.") else scope
+    bindings = owner.bindings.get(key, []) if owner is not None else []
+    if len(bindings) != 1 or bindings[0].stmt is not stmt:
+        found.problem = f"`{key}` is bound more than once"
+        return found
+    for reader in readers:
+        by_node = {id(c.node.func.value): c for c in reader.calls if isinstance(c.node.func, cst.Attribute)}
+        for ref in reader.refs.get(key, []):
+            holder = reader.holders.get(id(ref))
+            site = by_node.get(id(ref))
+            if holder is stmt:
+                continue
+            if site is None or not _alone(site):
+                found.problem = f"`{key}` is used other than by calling one of its methods in a statement of its own" \
+                    + (f" (`{_first_line(holder)}`)" if holder is not None else "")
+                return found
+            reached = _collective_argument(facts, flow, site, converted)
+            if reached is not None:
+                found.problem = f"`{_first_line(site.stmt)}` calls `{reached}` in its arguments, which every process must reach"
+                return found
+            found.uses.append((reader, site.stmt, site))  # type: ignore[arg-type]
+    return found
+
+
+def _reading_scopes(facts: Facts, scope: Scope, target: cst.BaseExpression) -> list[Scope] | None:
+    """The scopes whose loads of ``target`` read this binding: for a name, those that resolve it to ``scope``; for
+    ``self.x`` in a method, every method of that class."""
+    if isinstance(target, cst.Name):
+        name = target.value
+        return [s for s in facts.scopes if s.unit == scope.unit and name in s.refs and s.resolve(name) is scope]
+    if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == "self":
+        cls = scope.class_scope
+        if cls is None:
+            return None
+        return [s for s in facts.scopes if s.class_scope is cls or (s.kind == "function" and s.inside(cls) and s.class_scope is None)]
+    return None
+
+
+def _alone(site: CallSite) -> bool:
+    """Whether ``site`` is a statement of its own: ``writer.add_scalar(...)`` on a line (no value kept)."""
+    stmt = site.stmt
+    return isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr) \
+        and stmt.body[0].value is site.node
+
+
+def _collective_argument(facts: Facts, flow: Flow, site: CallSite, converted: Converted) -> str | None:
+    """The first call in ``site``'s arguments that may reach the other processes (by its name, or through the
+    program's functions it calls), or None."""
+    for arg in site.node.args:
+        for node in descendants(arg.value):
+            inner = facts.sites.get(node) if isinstance(node, cst.Call) else None
+            if inner is not None and reaches_collective(flow, inner, converted):
+                return code_of(inner.node.func)
+    return None
+
+
+def reaches_collective(flow: Flow, site: CallSite, converted: Converted, seen: frozenset[int] = frozenset()) -> bool:
+    """Whether ``site`` is a collective (or a ``torch.distributed`` call, or one ``converted`` names), or calls,
+    through the program, a function that makes one."""
+    call, function_is = converted
+    if site.method in COLLECTIVE_METHODS or (site.qualname or "").startswith("torch.distributed.") or call(site):
+        return True
+    for function in [flow.callee(site), *flow.callbacks(site)]:
+        if function is not None and id(function) not in seen:
+            if function_is(function) or any(reaches_collective(flow, s, converted, seen | {id(function)}) for s in function.calls):
+                return True
+    return False
+
+
+def _first_line(stmt: cst.CSTNode) -> str:
+    return code_of(stmt).strip().splitlines()[0]
