@@ -12,9 +12,11 @@ of each batch and walks every step) is averaged too; dealt whole batches, the pr
 so are running values printed inside the loop every N steps (one process's, by convention). A list of per-batch
 numbers summarised after the pass (``np.mean(losses)``) is gathered there (``accelerator.gather`` of a 1-d tensor,
 ``.tolist()``). What cannot be reduced (an ``AverageMeter``, a list read in order, a sum divided by a count it cannot
-place, a loop some processes may not run) is reported (ACC028). So is a sum over a loop whose batches the
-evaluation rule gathers when what it adds does not fit how it is divided (ACC042): a batch's mean loss summed and
-divided by the data set's size, a count divided by the number of batches one process walks.
+place, a loop some processes may not run) is reported (ACC028). A sum over a loop whose batches the
+evaluation rule gathers of a batch's mean loss (``test_loss += criterion(out, y).item()``, divided by the data set's
+size) adds, at each pass, the mean loss of each of the original's batches the pass holds (``loss_means.per_batch_sum``),
+so it is the original's sum; what else does not fit how it is divided (a count divided by the number of batches one
+process walks, a mean loss of values the loop does not gather) is reported (ACC042).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from accelify.codemods.analysis.agreement import Agreement
 from accelify.codemods.analysis.collect import target_names
 from accelify.codemods.analysis.distributed import data_parallel_sites
 from accelify.codemods.analysis.facts import Loop, Scope
-from accelify.codemods.analysis.loss_means import mean_loss
+from accelify.codemods.analysis.loss_means import mean_loss, per_batch_sum, rowwise_names
+from accelify.codemods.analysis.snippets import expression
 from accelify.codemods.analysis.shard_sums import Accumulator, find_averages
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
@@ -260,8 +263,8 @@ accelerator.end_training()
             gathered = _gathered_in(agreement, acc.loop)
             if not acc.local and all(_global(agreement, scope, v, u, gathered) for v, u in zip(acc.increments, acc.updates)):
                 why = _gathered_mismatch(ctx, acc)  # sums of gathered values: already the whole data set's, but
-                if why is not None:  # over 1/N as many passes, each of N batches
-                    ctx.warn(codes.GATHERED_SUM, acc.updates[0], name=acc.name, why=why)
+                if why is not None and not (why is _MEAN_LOSSES and _sum_batch_means(ctx, acc)):  # over 1/N as many
+                    ctx.warn(codes.GATHERED_SUM, acc.updates[0], name=acc.name, why=why)  # passes, each of N batches
                 continue
             accelerator = ctx.accelerator_in(scope)
             torch = _torch_name(ctx, acc)
@@ -277,13 +280,32 @@ accelerator.end_training()
             ctx.change("reduce running sums over a sharded loader across processes")
 
 
+_MEAN_LOSSES = ("each value added is a batch's mean loss, and the sum is divided by the data set's size or read as it "
+                "is: on N processes it is 1/N of the original's")
+
+
+def _sum_batch_means(ctx: Context, acc: Accumulator) -> bool:
+    """``test_loss += criterion(outputs, targets).item()`` over a gathered loop: each value added becomes the sum of
+    the mean losses of the original's batches the pass holds (``analysis/loss_means.py``), when every value added is
+    such a mean loss; the edits are proposed and True returned, else nothing is changed."""
+    agreement = ctx.agreement
+    direct = set().union(*(agreement.gathered[s] for s in acc.loop.stmts if agreement.gathers(s)))
+    gathered = rowwise_names(acc.loop, direct, agreement.gathered_nodes)
+    codes_ = [per_batch_sum(ctx.plan, acc.loop, v, gathered) for v in acc.increments]
+    if any(c is None for c in codes_) or any(ctx.is_skipped(u) or ctx.rewritten(v) for u, v in zip(acc.updates, acc.increments)):
+        return False
+    for update, value, code in zip(acc.updates, acc.increments, codes_):
+        ctx.replace(value, update, lambda _, c=code: expression(c))  # type: ignore[misc]
+    ctx.change("sum the mean loss of each original batch a gathered pass holds")
+    return True
+
+
 def _gathered_mismatch(ctx: Context, acc: Accumulator) -> str | None:
     """Why a sum over a gathered loop is not the original's (``analysis/loss_means.py``), or None."""
     if acc.keys:
         return None
     if not acc.mean and any(mean_loss(ctx.plan, acc.loop, v) for v in acc.increments):
-        return ("each value added is a batch's mean loss, and the sum is divided by the data set's size or read as it "
-                "is: on N processes it is 1/N of the original's")
+        return _MEAN_LOSSES
     if acc.mean and acc.kind == "int":
         return ("each value added is a count over the gathered batches, and the sum is divided by the number of "
                 "batches one process walks: on N processes it is N times the original's")

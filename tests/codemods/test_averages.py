@@ -487,13 +487,13 @@ GATHERED_EVAL = """
 
 
 @pytest.mark.parametrize("made, added, divisor, warned", [
-    ("", "criterion(out, y).sum().item()", "len(test_loader.dataset)", True),  # a mean summed, over the data set's size
-    ("", "torch.nn.functional.cross_entropy(out, y).item()", "len(test_loader.dataset)", True),
     ("", "criterion(out, y).item()", "len(test_loader)", False),  # means over the number of passes: the original's
     ('reduction="sum"', "criterion(out, y).item()", "len(test_loader.dataset)", False),  # sums over the data set's size
     ("", "torch.nn.functional.cross_entropy(out, y, reduction='sum').item()", "len(test_loader.dataset)", False),
     ("", "(out.argmax(1) == y).sum().item()", "len(test_loader)", True),  # a count over a per-process number of batches
     ("", "(out.argmax(1) == y).sum().item()", "len(test_loader.dataset)", False),
+    # a mean loss of a value the loop does not gather: its batches cannot be told apart in the pass
+    ("", "criterion(out + torch.randn(1), y).item()", "len(test_loader.dataset)", True),
 ])
 def test_a_sum_over_a_gathered_loop_is_reported_when_its_divisor_does_not_fit(made: str, added: str, divisor: str,
                                                                                warned: bool) -> None:
@@ -501,6 +501,32 @@ def test_a_sum_over_a_gathered_loop_is_reported_when_its_divisor_does_not_fit(ma
     new = converted(code)
     assert "accelerator.gather_for_metrics((out, y))" in new and ".reduce(" not in new
     assert codes(code) == (["ACC042:18"] if warned else [])
+
+
+@pytest.mark.parametrize("added, loss", [
+    ("criterion(out, y).sum().item()", "criterion(out, y).sum().item()"),  # pytorch/examples siamese_network
+    ("torch.nn.functional.cross_entropy(out, y).item()", "torch.nn.functional.cross_entropy(out, y).item()"),
+    ("float(criterion(out, y))", "float(criterion(out, y))"),
+])
+def test_a_sum_of_mean_losses_over_a_gathered_loop_sums_the_original_batches(added: str, loss: str) -> None:
+    """``test_loss += criterion(out, y).item()`` over a gathered loop, divided by the data set's size (F5, cifar100's
+    test loss): each pass holds N of the original's batches, so the value added is the sum of their mean losses, split
+    by the loader's batch size; the printed value is the original's (tests/e2e: corpus ``gathered_mean_losses``)."""
+    code = _script(GATHERED_EVAL.format(made="", added=added, divisor="len(test_loader.dataset)"))
+    size = "test_loader.batch_sampler.batch_size"
+    assert f"test_loss += sum({loss} for out, y in zip(out.split({size}), y.split({size})))\n" in converted(code)
+    assert codes(code) == []
+
+
+def test_a_mean_loss_bound_in_the_loop_is_summed_per_original_batch() -> None:
+    """weiaicunzai/pytorch-cifar100: ``loss = loss_function(outputs, labels)`` then ``test_loss += loss.item()``."""
+    code = _script(GATHERED_EVAL.format(made="", added="loss.item()", divisor="len(test_loader.dataset)").replace(
+        "            out = model(x)\n", "            out = model(x)\n            loss = criterion(out, y)\n"))
+    size = "test_loader.batch_sampler.batch_size"
+    new = converted(code)
+    assert "        loss = criterion(out, y)\n" in new
+    assert f"test_loss += sum(criterion(out, y).item() for out, y in zip(out.split({size}), y.split({size})))\n" in new
+    assert codes(code) == []
 
 
 @pytest.mark.parametrize("added, reduction", [
