@@ -154,7 +154,8 @@ accelerator.end_training()
             warnings=("ACC028:13",),
         ),
         Example(
-            # a batch's mean loss summed over a gathered evaluation and divided by the data set's size: reported
+            # a batch's mean loss summed over a gathered evaluation and divided by the data set's size: the sum of
+            # the mean loss of each original batch a pass holds; a count over the number of passes: reported
             before='''\
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -168,12 +169,13 @@ for x, y in loader:
     loss.backward()
     optimizer.step()
 model.eval()
-test_loss = 0.0
+test_loss, correct = 0.0, 0
 with torch.no_grad():
     for x, y in loader:
         out = model(x)
         test_loss += criterion(out, y).item()
-print(test_loss / len(loader.dataset))
+        correct += ((out > 0) == (y > 0.5)).sum().item()
+print(test_loss / len(loader.dataset), correct / len(loader))
 ''',
             after='''\
 import torch
@@ -191,16 +193,17 @@ for x, y in loader:
     accelerator.backward(loss)
     optimizer.step()
 model.eval()
-test_loss = 0.0
+test_loss, correct = 0.0, 0
 with torch.no_grad():
     for x, y in loader:
         out = model(x)
         out, y = accelerator.gather_for_metrics((out, y))
-        test_loss += criterion(out, y).item()
-accelerator.print(test_loss / len(loader.dataset))
+        test_loss += sum(criterion(out, y).item() for out, y in zip(out.split(loader.batch_sampler.batch_size), y.split(loader.batch_sampler.batch_size)))
+        correct += ((out > 0) == (y > 0.5)).sum().item()
+accelerator.print(test_loss / len(loader.dataset), correct / len(loader))
 accelerator.end_training()
 ''',
-            warnings=("ACC042:17",),
+            warnings=("ACC042:18",),
         ),
         Example(
             # printed inside the loop every N steps (one process's, by convention), and a sum of gathered values
