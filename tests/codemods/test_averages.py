@@ -75,6 +75,27 @@ REDUCED = {
             total += loss.item() * x.size(0)
         print(total / len(train_set))
         """, ['total = accelerator.reduce(torch.tensor(total, dtype=torch.float64, device=accelerator.device), "sum").item()']),
+    "a sum over the length of a library data set a loader walks (pytorch-beginner's CNN)": ("""
+        from torchvision import datasets
+        train_dataset = datasets.MNIST(root="./data", train=True, download=True)
+        train_loader = DataLoader(train_dataset, batch_size=2)
+        running_loss = 0.0
+        for i, (x, y) in enumerate(train_loader, 1):
+            STEP
+            running_loss += loss.item() * y.size(0)
+            if i % 300 == 0:
+                print(running_loss / (2 * i))
+        print(running_loss / (len(train_dataset)))
+        """, ['running_loss = accelerator.reduce(torch.tensor(running_loss, dtype=torch.float64, device=accelerator.device), "sum").item()']),
+    "a sum over the length of a data set of unknown type a loader walks": ("""
+        data = make_data()
+        train_loader = DataLoader(data, batch_size=2)
+        total = 0.0
+        for x, y in train_loader:
+            STEP
+            total += loss.item() * x.size(0)
+        print(total / len(data))
+        """, ['total = accelerator.reduce(torch.tensor(total, dtype=torch.float64, device=accelerator.device), "sum").item()']),
     "a count through torch.sum": ("""
         correct = 0
         for x, y in loader:
