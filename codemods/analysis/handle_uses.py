@@ -19,13 +19,14 @@ accelerator.is_main_process:``. Anything else keeps the handle on every process,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Iterable, Protocol
 
 import libcst as cst
+import libcst.matchers as m
 
 from accelify.codemods.analysis.collect import descendants
 from accelify.codemods.analysis.facts import CallSite, Facts, Scope
-from accelify.codemods.analysis.flow import Flow
+from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.snippets import code_of
 
 # calls every process must reach together (the runtime's collectives, and what the converted code calls them)
@@ -45,16 +46,68 @@ class HandleUses:
     problem: str | None = None
 
 
-# what the converted code adds that reaches the other processes: ``(call, function)``, each True for a call (a
-# prepared model's forward) or a function of the program (one an edit gathers in) that will
-Converted = tuple[Callable[[CallSite], bool], Callable[[Scope], bool]]
+class ProposedEdits(Protocol):
+    """What is read of the edits proposed so far (``engine.edits.Edits``)."""
+
+    holders: dict[cst.CSTNode, cst.BaseStatement]
+
+    def replaced(self, node: cst.CSTNode) -> bool: ...
+
+    def replacement_of(self, node: cst.CSTNode) -> cst.CSTNode | None: ...
+
+    def inserted(self) -> Iterable[tuple[cst.BaseStatement, bool, cst.BaseStatement]]: ...
+
+
+class Collectives:
+    """Which calls reach the other processes once the conversion is done: the collectives the code calls by name,
+    a prepared model's forward (DistributedDataParallel may synchronise buffers), and the program's functions that
+    call one or where an edit proposed so far writes one (the evaluation's gather, a reduction)."""
+
+    def __init__(self, facts: Facts, plan: Plan, edits: ProposedEdits) -> None:
+        self.facts, self.plan, self.edits = facts, plan, edits
+        self.edited: set[int] = set()  # ids of the functions an edit writes a collective in
+        found = [(anchor, new) for anchor, _, new in edits.inserted()]
+        found += [(holder, edits.replacement_of(node)) for node, holder in edits.holders.items()]
+        for anchor, new in found:
+            if has_collective(new):
+                self.edited.update(id(s) for s in facts.chain(anchor) if isinstance(s, cst.FunctionDef))
+
+    def in_arguments(self, site: CallSite) -> str | None:
+        """The first call in ``site``'s arguments that reaches the other processes (or an edit that writes one
+        there), or None."""
+        for arg in site.node.args:
+            for node in descendants(arg.value):
+                if self.edits.replaced(node) and has_collective(self.edits.replacement_of(node)):
+                    return code_of(node)
+                inner = self.facts.sites.get(node) if isinstance(node, cst.Call) else None
+                if inner is not None and self.reaches(inner):
+                    return code_of(inner.node.func)
+        return None
+
+    def reaches(self, site: CallSite, seen: frozenset[int] = frozenset()) -> bool:
+        """Whether ``site`` is a collective, or calls, through the program, a function that makes one."""
+        if site.method in COLLECTIVE_METHODS or (site.qualname or "").startswith("torch.distributed."):
+            return True
+        if self.plan.prepared_model(site.scope, site.node.func, site.stmt) is not None:
+            return True
+        for function in [self.plan.callee(site), *self.plan.callbacks(site)]:
+            if function is not None and id(function) not in seen:
+                if id(function.node) in self.edited or any(self.reaches(s, seen | {id(function)}) for s in function.calls):
+                    return True
+        return False
+
+
+def has_collective(node: cst.CSTNode | None) -> bool:
+    """Whether ``node`` (code an edit writes) calls a collective by name."""
+    return node is not None and any(
+        isinstance(c.func, cst.Attribute) and c.func.attr.value in COLLECTIVE_METHODS for c in m.findall(node, m.Call())
+    )
 
 
 def handle_uses(
-    facts: Facts, flow: Flow, scope: Scope, stmt: cst.BaseStatement, target: cst.BaseExpression, converted: Converted
+    facts: Facts, scope: Scope, stmt: cst.BaseStatement, target: cst.BaseExpression, collectives: Collectives
 ) -> HandleUses:
-    """The uses of the handle that ``stmt`` (in ``scope``) binds to ``target``; ``converted`` says what the
-    conversion makes collective besides what the code calls by name."""
+    """The uses of the handle that ``stmt`` (in ``scope``) binds to ``target``."""
     key = code_of(target)
     found = HandleUses(key)
     readers = _reading_scopes(facts, scope, target)
@@ -73,11 +126,11 @@ def handle_uses(
             site = by_node.get(id(ref))
             if holder is stmt:
                 continue
-            if site is None or not _alone(site):
+            if site is None or not alone(site):
                 found.problem = f"`{key}` is used other than by calling one of its methods in a statement of its own" \
                     + (f" (`{_first_line(holder)}`)" if holder is not None else "")
                 return found
-            reached = _collective_argument(facts, flow, site, converted)
+            reached = collectives.in_arguments(site)
             if reached is not None:
                 found.problem = f"`{_first_line(site.stmt)}` calls `{reached}` in its arguments, which every process must reach"
                 return found
@@ -99,35 +152,11 @@ def _reading_scopes(facts: Facts, scope: Scope, target: cst.BaseExpression) -> l
     return None
 
 
-def _alone(site: CallSite) -> bool:
+def alone(site: CallSite) -> bool:
     """Whether ``site`` is a statement of its own: ``writer.add_scalar(...)`` on a line (no value kept)."""
     stmt = site.stmt
     return isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr) \
         and stmt.body[0].value is site.node
-
-
-def _collective_argument(facts: Facts, flow: Flow, site: CallSite, converted: Converted) -> str | None:
-    """The first call in ``site``'s arguments that may reach the other processes (by its name, or through the
-    program's functions it calls), or None."""
-    for arg in site.node.args:
-        for node in descendants(arg.value):
-            inner = facts.sites.get(node) if isinstance(node, cst.Call) else None
-            if inner is not None and reaches_collective(flow, inner, converted):
-                return code_of(inner.node.func)
-    return None
-
-
-def reaches_collective(flow: Flow, site: CallSite, converted: Converted, seen: frozenset[int] = frozenset()) -> bool:
-    """Whether ``site`` is a collective (or a ``torch.distributed`` call, or one ``converted`` names), or calls,
-    through the program, a function that makes one."""
-    call, function_is = converted
-    if site.method in COLLECTIVE_METHODS or (site.qualname or "").startswith("torch.distributed.") or call(site):
-        return True
-    for function in [flow.callee(site), *flow.callbacks(site)]:
-        if function is not None and id(function) not in seen:
-            if function_is(function) or any(reaches_collective(flow, s, converted, seen | {id(function)}) for s in function.calls):
-                return True
-    return False
 
 
 def _first_line(stmt: cst.CSTNode) -> str:

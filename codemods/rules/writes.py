@@ -10,8 +10,6 @@ with the reason, as is a plain file handle kept open.
 
 from __future__ import annotations
 
-from typing import Callable
-
 import libcst as cst
 import libcst.matchers as m
 
@@ -19,9 +17,9 @@ from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.blocks import under_main_process
 from accelify.codemods.analysis.snippets import code_of, expression
-from accelify.codemods.analysis.collect import descendants
 from accelify.codemods.analysis.facts import CallSite, Scope
-from accelify.codemods.analysis.handle_uses import COLLECTIVE_METHODS, handle_uses
+from accelify.codemods.analysis.handle_uses import Collectives, alone, handle_uses
+from accelify.codemods.analysis.names import dotted
 from accelify.codemods.engine.rule import Example, Rule
 
 WRITERS = {
@@ -197,7 +195,8 @@ accelerator.end_training()
         wrapped: set[cst.BaseStatement] = set()
         for site in ctx.facts.calls:
             if site.qualname in TRACKERS:
-                _warn_tracker(ctx, site)
+                if not _keep_tracker_to_main(ctx, site, wrapped):
+                    _warn_tracker(ctx, site)
                 continue
             if (_writer_class(ctx, site) or site.qualname in LOG_WRITERS or site.qualname in TF_WRITERS) \
                     and ctx.after_accelerator(site.scope, site.stmt):
@@ -248,7 +247,7 @@ def _keep_log_to_main(ctx: Context, site: CallSite, wrapped: set[cst.BaseStateme
     target = _kept_open(ctx, site, wrapped)
     if target is None:
         return
-    found = handle_uses(ctx.facts, ctx.plan, site.scope, site.stmt, target, (_forward(ctx), _gathers_in(ctx)))
+    found = handle_uses(ctx.facts, site.scope, site.stmt, target, Collectives(ctx.facts, ctx.plan, ctx.edits))
     problem = found.problem
     pending: list[tuple[Scope, cst.SimpleStatementLine]] = []
     for reader, stmt, use in found.uses:
@@ -258,8 +257,6 @@ def _keep_log_to_main(ctx: Context, site: CallSite, wrapped: set[cst.BaseStateme
             problem = f"`{reader.name}` uses `{found.key}` where the accelerator is not at hand"
         elif ctx.is_skipped(stmt):
             problem = f"a use of `{found.key}` is marked `# accelify: skip`"
-        elif _collective_edit(ctx, use):
-            problem = f"a value in `{code_of(use.node.func)}(...)` is now reduced across the processes"
         elif not _main_only(ctx, reader, stmt):
             pending.append((reader, stmt))
     if problem is not None:
@@ -279,37 +276,6 @@ def _main_only(ctx: Context, scope: Scope, stmt: cst.BaseStatement) -> bool:
         return True
     new = ctx.edits.replacement_of(stmt)
     return isinstance(new, cst.If) and code_of(new.test).endswith(".is_main_process")
-
-
-def _collective_edit(ctx: Context, use: CallSite) -> bool:
-    """Whether another rule's edit puts a collective inside ``use``'s arguments (a reduction written in place)."""
-    for arg in use.node.args:
-        for node in descendants(arg.value):
-            if ctx.edits.replaced(node) and _has_collective(ctx.edits.replacement_of(node)):
-                return True
-    return False
-
-
-def _has_collective(node: cst.CSTNode | None) -> bool:
-    return node is not None and any(
-        isinstance(c.func, cst.Attribute) and c.func.attr.value in COLLECTIVE_METHODS for c in m.findall(node, m.Call())
-    )
-
-
-def _forward(ctx: Context) -> Callable[[CallSite], bool]:
-    """A prepared model's forward: under DistributedDataParallel it may synchronise buffers with the others."""
-    return lambda site: ctx.plan.prepared_model(site.scope, site.node.func, site.stmt) is not None
-
-
-def _gathers_in(ctx: Context) -> Callable[[Scope], bool]:
-    """The functions where an edit proposed so far writes a collective (the evaluation's gather, a reduction)."""
-    holders: set[int] = set()
-    edited = [(anchor, new) for anchor, _, new in ctx.edits.inserted()]
-    edited += [(holder, ctx.edits.replacement_of(node)) for node, holder in ctx.edits.holders.items()]
-    for anchor, new in edited:
-        if _has_collective(new):
-            holders.update(id(s) for s in ctx.facts.chain(anchor) if isinstance(s, cst.FunctionDef))
-    return lambda function: id(function.node) in holders
 
 
 def _on_main(node: cst.CSTNode, accelerator: str) -> cst.CSTNode:
@@ -346,6 +312,33 @@ def _writer_class(ctx: Context, site: CallSite) -> bool:
     if function is None or not isinstance(function.node, cst.FunctionDef) or function.node.name.value != "__init__":
         return False
     return any(_writes(s) or (s.qualname or "") in TF_WRITERS for s in function.calls)
+
+
+def _keep_tracker_to_main(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) -> bool:
+    """``wandb.init(project=..., sync_tensorboard=True)`` as a statement of its own, where every other use of the
+    package is a statement calling one of its functions (``wandb.log({...})``, ``wandb.finish()``) with nothing in
+    the arguments that reaches the other processes: each runs on the main process only (one run of the training on
+    the tracker), and True is returned; else nothing is changed."""
+    func = dotted(site.node.func)
+    if func is None or "." not in func or not alone(site) or site.qualname is None:
+        return False
+    alias, package = func.split(".")[0], site.qualname.split(".")[0] + "."
+    uses = [c for c in ctx.facts.calls if c.scope.unit == site.scope.unit and (c.qualname or "").startswith(package)]
+    roots = {id(root) for c in uses if isinstance(c.node.func, cst.Attribute) and isinstance(root := c.node.func.value, cst.Name)}
+    collectives = Collectives(ctx.facts, ctx.plan, ctx.edits)
+    for scope in ctx.facts.scopes:
+        if scope.unit == site.scope.unit and any(id(ref) not in roots for ref in scope.refs.get(alias, [])):
+            return False  # ``wandb.config.lr``, ``wandb.run.name``: read as a value, which the others would not have
+    for use in uses:
+        if not alone(use) or ctx.is_skipped(use.stmt) or ctx.accelerator_in(use.scope) is None \
+                or not ctx.after_accelerator(use.scope, use.stmt) or collectives.in_arguments(use) is not None:
+            return False
+    for use in uses:
+        if not _main_only(ctx, use.scope, use.stmt) and use.stmt not in wrapped:
+            ctx.replace_through(use.scope, use.stmt, use.stmt, _guard)
+            wrapped.add(use.stmt)  # type: ignore[arg-type]
+    ctx.change("start the experiment tracker's run on the main process only, and log to it there")
+    return True
 
 
 def _warn_tracker(ctx: Context, site: CallSite) -> None:

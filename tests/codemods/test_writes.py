@@ -235,3 +235,31 @@ def test_a_log_named_by_the_clock_is_one_runs_log_opened_on_the_main_process(nam
     result = convert_source(code)
     assert not any(w.code == "ACC024" for w in result.warnings)
     assert ("if accelerator.is_main_process else None" in result.new) is one_log
+
+
+TRACKED = (
+    "import torch\nimport wandb\nwandb.init(project='p', sync_tensorboard=True)\nmodel = torch.nn.Linear(2, 1)\n"
+    "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nfor x in torch.ones(4, 2):\n"
+    "    loss = model(x).sum()\n    loss.backward()\n    optimizer.step()\n    {use}\n"
+)
+
+
+@pytest.mark.parametrize(
+    "use, converts",
+    [
+        ("wandb.log({'loss': loss.item()})", True),  # cleanrl's dqn.py starts it alone (sync_tensorboard=True)
+        ("print(wandb.config.lr)", False),  # read as a value: the other processes would have no run to read
+        ("wandb.log({'loss': loss.item()})  # accelify: skip", False),
+    ],
+)
+def test_an_experiment_tracker_started_alone_runs_on_the_main_process(use: str, converts: bool) -> None:
+    """``wandb.init(...)`` as a statement of its own, every other use of the package a call of its own: the run is
+    started, and logged to, on the main process only (one run of the training); else it is reported (ACC024)."""
+    from accelify.pipeline import convert_source
+
+    result = convert_source(TRACKED.format(use=use))
+    assert ("if accelerator.is_main_process:\n    wandb.init(project='p', sync_tensorboard=True)\n" in result.new) is converts
+    assert ("    if accelerator.is_main_process:\n        wandb.log(" in result.new) is converts
+    assert [w.code for w in result.warnings if w.code == "ACC024"] == ([] if converts else ["ACC024"])
+    if converts:
+        assert convert_source(result.new).warnings == ()
