@@ -10,7 +10,10 @@ and the second ``os.makedirs`` raises ``FileExistsError``. So:
   so the main process creates it and the others then find it; a bare one runs on the main process
   only, followed by ``accelerator.wait_for_everyone()``;
 - a dataset built with ``download=True`` is built under ``with accelerator.main_process_first():``
-  (the main process downloads, the others then read the files).
+  (the main process downloads, the others then read the files): its own statement, or the one it is written in
+  (``loader = DataLoader(datasets.MNIST(root, download=True), ...)``) when nothing else there reaches the other
+  processes; in a helper of the program without the accelerator, each call of the helper (a statement after the
+  accelerator exists) goes under it instead.
 
 Where the accelerator does not exist yet (``os.mkdir`` or a download before it is created), the
 statement is left as it is, with ACC018.
@@ -25,6 +28,7 @@ from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import code_of, expression, statement
 from accelify.codemods.analysis.facts import CallSite
+from accelify.codemods.analysis.handle_uses import Collectives
 from accelify.codemods.engine.rule import Example, Rule
 
 _CHECKS = ("os.path.exists", "os.path.isdir", "os.path.lexists")
@@ -169,7 +173,9 @@ if __name__ == "__main__":
             elif q == "os.mkdir":
                 self._mkdir(ctx, site, wrapped)
             elif any(a.keyword is not None and a.keyword.value == "download" and _true(a.value) for a in site.node.args):
-                self._first(ctx, site, _alone(site), wrapped)
+                if ctx.accelerator_in(site.scope) is None and _download_in_helper(ctx, site, wrapped):
+                    continue
+                self._first(ctx, site, _alone(site) or _holding(ctx, site), wrapped)
 
     def _mkdir(self, ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) -> None:
         guard = _guard(ctx, site)
@@ -200,6 +206,40 @@ if __name__ == "__main__":
         if ctx.replace(stmt, stmt, lambda s, a=accelerator: _under(s, f"with {a}.main_process_first():")):  # type: ignore[misc]
             wrapped.add(stmt)
             ctx.change("create folders and download data on the main process first")
+
+
+def _holding(ctx: Context, site: CallSite) -> cst.BaseStatement | None:
+    """``train_loader = DataLoader(datasets.MNIST(root, download=True), ...)``: the one statement the download is
+    written in, when nothing else in it reaches the other processes (so running it under ``main_process_first``
+    only orders the processes: the main process downloads, the others then read)."""
+    stmt = site.stmt
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+            and isinstance(stmt.body[0], (cst.Expr, cst.Assign, cst.AnnAssign))):
+        return None
+    collectives = Collectives(ctx.facts, ctx.plan, ctx.edits)
+    inner = [ctx.facts.sites.get(c) for c in m.findall(stmt, m.Call())]
+    return None if any(c is not None and collectives.reaches(c) for c in inner) else stmt
+
+
+def _download_in_helper(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) -> bool:
+    """A download in a helper of the program that has no accelerator (``get_training_dataloader(...)`` building
+    ``CIFAR100(root, download=True)``): each call of the helper, a statement of its own after the accelerator exists
+    where nothing reaches the other processes, runs under ``main_process_first``; True when every call does."""
+    helper = site.scope
+    while helper.kind == "function" and helper.parent is not None and helper.parent.kind == "function":
+        helper = helper.parent  # a download in a function nested in the helper runs when the helper does
+    calls = ctx.plan.call_sites(helper) if helper.kind == "function" else []
+    holders = [_alone(c) or _holding(ctx, c) for c in calls]
+    if not calls or any(h is None or ctx.accelerator_in(c.scope) is None or not ctx.after_accelerator(c.scope, h)
+                        or not ctx.agreement.agreed(h, c.scope) or ctx.is_skipped(h) for c, h in zip(calls, holders)):
+        return False
+    for call, holder in zip(calls, holders):
+        if holder not in wrapped:
+            accelerator = ctx.accelerator_in(call.scope)
+            ctx.replace(holder, holder, lambda s, a=accelerator: _under(s, f"with {a}.main_process_first():"))  # type: ignore[misc,arg-type]
+            wrapped.add(holder)  # type: ignore[arg-type]
+    ctx.change("download data on the main process first")
+    return True
 
 
 def _race_handled(ctx: Context, site: CallSite) -> bool:
