@@ -359,6 +359,8 @@ def _reduction(acc: Accumulator, accelerator: str, torch: str, mean: bool) -> st
         return f"for key in ({keys}):\n    {acc.name}[key] = {accelerator}.reduce({value}, {reduction}).item()"
     if acc.kind == "tensor":
         return f"{acc.name} = {accelerator}.reduce({acc.name}, {reduction})"
+    if acc.kind == "tensor list":  # per-batch tensors of one shape, on the device: every process's, in one list
+        return f"{acc.name} = list({accelerator}.gather({torch}.stack({acc.name})))"
     if acc.kind in ("list", "int list"):  # per-batch numbers, as long on every process: every process's, in one list
         dtype = "" if acc.kind == "int list" else f"dtype={torch}.float64, "
         return f"{acc.name} = {accelerator}.gather({torch}.tensor({acc.name}, {dtype}device={accelerator}.device)).tolist()"

@@ -475,7 +475,36 @@ GATHERED = {
             hits.append((out.argmax(1) == y).sum().item())
         print(sum(hits))
         """, "hits = accelerator.gather(torch.tensor(hits, device=accelerator.device)).tolist()"),
+    "detached losses kept on the device, stacked and averaged": ("""
+        for epoch in range(2):
+            losses = []
+            for x, y in loader:
+                STEP
+                losses.append(loss.detach())
+            print(torch.stack(losses).mean().item())
+        """, "    losses = list(accelerator.gather(torch.stack(losses)))"),
+    "numbers made a tensor and averaged": ("""
+        losses = []
+        for x, y in loader:
+            STEP
+            losses.append(loss.item())
+        print(torch.tensor(losses).mean())
+        """, "losses = accelerator.gather(torch.tensor(losses, dtype=torch.float64, device=accelerator.device)).tolist()"),
 }
+
+
+@pytest.mark.parametrize("kept", [
+    "losses.append(loss.detach().cpu())\n        print(torch.stack(losses).mean())",  # off the device: not gathered as is
+    "losses.append(loss.detach())\n        print(torch.stack(losses)[-1])",  # read in order: the last batch's
+])
+def test_a_list_of_tensors_that_cannot_be_gathered_as_it_is_is_reported(kept: str) -> None:
+    code = _script(f"""
+        losses = []
+        for x, y in loader:
+            STEP
+            {kept}
+        """)
+    assert [c.split(":")[0] for c in codes(code)] == ["ACC028"]
 
 
 @pytest.mark.parametrize("name", list(GATHERED))
