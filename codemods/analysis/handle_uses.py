@@ -13,6 +13,10 @@ accelerator.is_main_process:``. Anything else keeps the handle on every process,
   would reach it, and the others would wait for it forever;
 - the handle bound more than once, or in a scope without the accelerator.
 
+A branch taken only where the handle exists (``if writer is not None:``, ``if writer:``) is a use too, when nothing in
+it reaches the other processes: with ``writer = SummaryWriter(...) if args.tensorboard else None`` on every process
+it is already how the script writes, and the main process alone then takes it.
+
 ``self.writer = SummaryWriter(...)`` in a method is followed through ``self.writer`` in every method of its class.
 """
 
@@ -121,11 +125,18 @@ def handle_uses(
         return found
     for reader in readers:
         by_node = {id(c.node.func.value): c for c in reader.calls if isinstance(c.node.func, cst.Attribute)}
+        tested = [h for r in reader.refs.get(key, []) if isinstance(h := reader.holders.get(id(r)), cst.If)
+                  and _tests_handle(h.test, key)]
+        for branch in tested:
+            reached = next((c for c in reader.calls if branch in facts.chain(c.stmt) and collectives.reaches(c)), None)
+            if reached is not None:
+                found.problem = f"`{_first_line(branch)}` runs `{code_of(reached.node.func)}`, which every process must reach"
+                return found
         for ref in reader.refs.get(key, []):
             holder = reader.holders.get(id(ref))
             site = by_node.get(id(ref))
-            if holder is stmt:
-                continue
+            if holder is stmt or (holder is not None and any(b in facts.chain(holder) for b in tested)):
+                continue  # ``if writer is not None: writer.add_scalar(...)``: only where it was made
             if site is None or not alone(site):
                 found.problem = f"`{key}` is used other than by calling one of its methods in a statement of its own" \
                     + (f" (`{_first_line(holder)}`)" if holder is not None else "")
@@ -136,6 +147,14 @@ def handle_uses(
                 return found
             found.uses.append((reader, site.stmt, site))  # type: ignore[arg-type]
     return found
+
+
+def _tests_handle(test: cst.BaseExpression, key: str) -> bool:
+    """``if writer:`` / ``if writer is not None:``: a branch taken only where the handle was made."""
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        op = test.comparisons[0]
+        return isinstance(op.operator, cst.IsNot) and m.matches(op.comparator, m.Name("None")) and code_of(test.left) == key
+    return code_of(test) == key
 
 
 def _reading_scopes(facts: Facts, scope: Scope, target: cst.BaseExpression) -> list[Scope] | None:
@@ -157,6 +176,27 @@ def alone(site: CallSite) -> bool:
     stmt = site.stmt
     return isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr) \
         and stmt.body[0].value is site.node
+
+
+_CLOCK = ("time.time", "time.strftime", "time.localtime", "datetime.")
+_RANKS = ("process_index", "local_process_index", "rank", "local_rank", "get_rank")
+
+
+def clock_named(plan: Plan, site: CallSite) -> bool:
+    """``SummaryWriter(f"runs/{run_name}")`` with ``run_name = f"{env}__{int(time.time())}"`` (cleanrl): a name
+    that differs between processes only by the clock is one run's log, opened N times (the processes start within
+    the same second, or write N folders of one training), not a file of each process's own; a name that reads the
+    process's rank is."""
+    exprs: list[cst.CSTNode] = [a.value for a in site.node.args]
+    for arg in list(exprs):
+        for name in m.findall(arg, m.Name()):
+            binding = plan.binding_of(site.scope, name.value)  # type: ignore[attr-defined]
+            if binding is not None and binding.value is not None:
+                exprs.append(binding.value)
+    imports = site.scope.imports
+    clock = any((imports.qualname(c.func) or "").startswith(_CLOCK) for e in exprs for c in m.findall(e, m.Call()))  # type: ignore[attr-defined]
+    rank = any(n.value in _RANKS for e in exprs for n in m.findall(e, m.Name()))  # type: ignore[attr-defined]
+    return clock and not rank
 
 
 def _first_line(stmt: cst.CSTNode) -> str:

@@ -18,7 +18,7 @@ from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.blocks import under_main_process
 from accelify.codemods.analysis.snippets import code_of, expression
 from accelify.codemods.analysis.facts import CallSite, Scope
-from accelify.codemods.analysis.handle_uses import Collectives, alone, handle_uses
+from accelify.codemods.analysis.handle_uses import Collectives, alone, clock_named, handle_uses
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.engine.rule import Example, Rule
 
@@ -223,11 +223,15 @@ def _kept_open(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) ->
     if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
         return None
     assign = stmt.body[0]
-    if assign.value is not site.node or len(assign.targets) != 1 or any(s in wrapped for s in ctx.facts.chain(stmt)):
+    made = assign.value.body if isinstance(assign.value, cst.IfExp) and m.matches(assign.value.orelse, m.Name("None")) \
+        else assign.value  # ``SummaryWriter(d) if args.tensorboard else None``
+    if made is not site.node or len(assign.targets) != 1 or any(s in wrapped for s in ctx.facts.chain(stmt)):
         return None
+    if made is not assign.value and "is_main_process" in code_of(assign.value.test):  # type: ignore[attr-defined]
+        return None  # ``SummaryWriter(d) if accelerator.is_main_process else None``: converted already
     if ctx.plan.distributed.main_only(ctx.facts, stmt, site.scope) is not None or under_main_process(ctx.facts, stmt):
         return None  # ``if rank == 0: writer = SummaryWriter()``: the script already keeps it to one process
-    if not all(ctx.agreement.uniform(site.scope, a.value, stmt) for a in site.node.args) and not _timestamped(ctx, site):
+    if not all(ctx.agreement.uniform(site.scope, a.value, stmt) for a in site.node.args) and not clock_named(ctx.plan, site):
         return None  # ``SummaryWriter(f"runs/{accelerator.process_index}")``: a file of its own on each process
     return assign.targets[0].target
 
@@ -262,7 +266,8 @@ def _keep_log_to_main(ctx: Context, site: CallSite, wrapped: set[cst.BaseStateme
     if problem is not None:
         _warn_kept_open(ctx, site, wrapped, f"it could not be kept to the main process: {problem}")
         return
-    ctx.replace_through(site.scope, site.node, site.stmt, _on_main)
+    value = site.stmt.body[0].value  # type: ignore[attr-defined]
+    ctx.replace_through(site.scope, value, site.stmt, _on_main)
     for reader, stmt in pending:
         ctx.replace_through(reader, stmt, stmt, _guard)
         wrapped.add(stmt)
@@ -281,28 +286,12 @@ def _main_only(ctx: Context, scope: Scope, stmt: cst.BaseStatement) -> bool:
 def _on_main(node: cst.CSTNode, accelerator: str) -> cst.CSTNode:
     """``SummaryWriter(dir)`` -> ``SummaryWriter(dir) if accelerator.is_main_process else None``."""
     assert isinstance(node, cst.BaseExpression)
+    if isinstance(node, cst.IfExp):  # ``SummaryWriter(d) if args.tensorboard else None``: one more condition
+        test = cst.BooleanOperation(left=node.test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+                                    if isinstance(node.test, (cst.BooleanOperation, cst.IfExp)) else node.test,
+                                    operator=cst.And(), right=expression(f"{accelerator}.is_main_process"))
+        return node.with_changes(test=test)
     return cst.IfExp(test=expression(f"{accelerator}.is_main_process"), body=node, orelse=cst.Name("None"))
-
-
-_CLOCK = ("time.time", "time.strftime", "time.localtime", "datetime.")
-_RANKS = ("process_index", "local_process_index", "rank", "local_rank", "get_rank")
-
-
-def _timestamped(ctx: Context, site: CallSite) -> bool:
-    """``SummaryWriter(f"runs/{run_name}")`` with ``run_name = f"{env}__{int(time.time())}"`` (cleanrl): a name
-    that differs between processes only by the clock is one run's log, opened N times (the processes start within
-    the same second, or write N folders of one training), not a file of each process's own; a name that reads the
-    process's rank is."""
-    exprs: list[cst.CSTNode] = [a.value for a in site.node.args]
-    for arg in list(exprs):
-        for name in m.findall(arg, m.Name()):
-            binding = ctx.plan.binding_of(site.scope, name.value)  # type: ignore[attr-defined]
-            if binding is not None and binding.value is not None:
-                exprs.append(binding.value)
-    imports = site.scope.imports
-    clock = any((imports.qualname(c.func) or "").startswith(_CLOCK) for e in exprs for c in m.findall(e, m.Call()))  # type: ignore[attr-defined]
-    rank = any(n.value in _RANKS for e in exprs for n in m.findall(e, m.Name()))  # type: ignore[attr-defined]
-    return clock and not rank
 
 
 def _writer_class(ctx: Context, site: CallSite) -> bool:

@@ -263,3 +263,23 @@ def test_an_experiment_tracker_started_alone_runs_on_the_main_process(use: str, 
     assert [w.code for w in result.warnings if w.code == "ACC024"] == ([] if converts else ["ACC024"])
     if converts:
         assert convert_source(result.new).warnings == ()
+
+
+def test_a_writer_made_under_a_flag_and_tested_before_each_use_is_made_on_the_main_process_only() -> None:
+    """``writer = SummaryWriter(d) if args.tb else None`` and ``if writer is not None: writer.add_scalar(...)``: one
+    more condition where it is made; the uses behind the test are left as they are. A tested branch that reaches the
+    other processes (an evaluation that gathers) keeps the writer on every process, reported."""
+    from accelify.pipeline import convert_source
+
+    code = (
+        WRITER_HEAD + EVALUATE + "writer = SummaryWriter('runs') if len(loader) > 1 else None\nfor epoch in range(2):\n"
+        "    for x, y in loader:\n        loss = F.mse_loss(model(x), y)\n        optimizer.zero_grad()\n"
+        "        loss.backward()\n        optimizer.step()\n    if writer is not None:\n        {use}\nif writer:\n    writer.close()\n"
+    )
+    result = convert_source(code.format(use="writer.add_scalar('loss', loss.item(), epoch)"))
+    assert result.warnings == ()
+    assert "writer = SummaryWriter('runs') if len(loader) > 1 and accelerator.is_main_process else None\n" in result.new
+    assert "    if writer is not None:\n        writer.add_scalar('loss', loss.item(), epoch)\n" in result.new
+    assert convert_source(result.new).warnings == ()
+    gathers = convert_source(code.format(use="writer.add_scalar('eval', evaluate(), epoch)"))
+    assert [w.code for w in gathers.warnings] == ["ACC024"] and "runs `evaluate`" in gathers.warnings[0].message
