@@ -116,7 +116,7 @@ def handle_uses(
     found = HandleUses(key)
     readers = _reading_scopes(facts, scope, target)
     if readers is None:
-        found.problem = f"`{key}` is bound in a way only a name or `self.<name>` can be followed"
+        found.problem = f"`{key}` is bound where its uses cannot all be followed (a name, or `self.<name>` of a class without subclasses, can)"
         return found
     owner = scope.class_scope if key.startswith("self.") else scope
     bindings = owner.bindings.get(key, []) if owner is not None else []
@@ -165,8 +165,8 @@ def _reading_scopes(facts: Facts, scope: Scope, target: cst.BaseExpression) -> l
         return [s for s in facts.scopes if s.unit == scope.unit and name in s.refs and s.resolve(name) is scope]
     if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == "self":
         cls = scope.class_scope
-        if cls is None:
-            return None
+        if cls is None or facts.subclasses(cls):
+            return None  # a subclass's methods read it too
         return [s for s in facts.scopes if s.class_scope is cls or (s.kind == "function" and s.inside(cls) and s.class_scope is None)]
     return None
 
