@@ -29,6 +29,7 @@ from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import code_of, expression, statement
 from accelify.codemods.analysis.facts import CallSite
 from accelify.codemods.analysis.handle_uses import Collectives
+from accelify.codemods.analysis.helper_calls import already_first, first_ready, helper_calls, holding_statement
 from accelify.codemods.engine.rule import Example, Rule
 
 _CHECKS = ("os.path.exists", "os.path.isdir", "os.path.lexists")
@@ -212,32 +213,22 @@ def _holding(ctx: Context, site: CallSite) -> cst.BaseStatement | None:
     """``train_loader = DataLoader(datasets.MNIST(root, download=True), ...)``: the one statement the download is
     written in, when nothing else in it reaches the other processes (so running it under ``main_process_first``
     only orders the processes: the main process downloads, the others then read)."""
-    stmt = site.stmt
-    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
-            and isinstance(stmt.body[0], (cst.Expr, cst.Assign, cst.AnnAssign))):
-        return None
-    collectives = Collectives(ctx.facts, ctx.plan, ctx.edits)
-    inner = [ctx.facts.sites.get(c) for c in m.findall(stmt, m.Call())]
-    return None if any(c is not None and collectives.reaches(c) for c in inner) else stmt
+    return holding_statement(ctx.facts, site, Collectives(ctx.facts, ctx.plan, ctx.edits))
 
 
 def _download_in_helper(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) -> bool:
     """A download in a helper of the program that has no accelerator (``get_training_dataloader(...)`` building
-    ``CIFAR100(root, download=True)``): each call of the helper, a statement of its own after the accelerator exists
-    where nothing reaches the other processes, runs under ``main_process_first``; True when every call does."""
-    helper = site.scope
-    while helper.kind == "function" and helper.parent is not None and helper.parent.kind == "function":
-        helper = helper.parent  # a download in a function nested in the helper runs when the helper does
-    calls = ctx.plan.call_sites(helper) if helper.kind == "function" else []
-    holders = [_alone(c) or _holding(ctx, c) for c in calls]
-    if not calls or any(h is None or ctx.accelerator_in(c.scope) is None or not ctx.after_accelerator(c.scope, h)
-                        or not ctx.agreement.agreed(h, c.scope) or ctx.is_skipped(h) for c, h in zip(calls, holders)):
+    ``CIFAR100(root, download=True)``): each call of the helper runs under ``main_process_first``
+    (``analysis/helper_calls.py``); True when every call can."""
+    found = helper_calls(ctx.facts, ctx.plan, site, lambda scope, stmt: first_ready(ctx, scope, stmt),
+                         Collectives(ctx.facts, ctx.plan, ctx.edits))
+    if found is None:
         return False
-    for call, holder in zip(calls, holders):
-        if holder not in wrapped:
-            accelerator = ctx.accelerator_in(call.scope)
-            ctx.replace(holder, holder, lambda s, a=accelerator: _under(s, f"with {a}.main_process_first():"))  # type: ignore[misc,arg-type]
-            wrapped.add(holder)  # type: ignore[arg-type]
+    for scope, holder in found:
+        if holder not in wrapped and not already_first(ctx, holder):
+            accelerator = ctx.accelerator_in(scope)
+            ctx.replace(holder, holder, lambda s, a=accelerator: _under(s, f"with {a}.main_process_first():"))  # type: ignore[misc]
+            wrapped.add(holder)
     ctx.change("download data on the main process first")
     return True
 
