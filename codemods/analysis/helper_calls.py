@@ -73,12 +73,27 @@ class Place(Protocol):
     def is_skipped(self, stmt: cst.BaseStatement) -> bool: ...
 
 
-def first_ready(place: Place, scope: Scope, stmt: cst.BaseStatement) -> bool:
+def first_ready(place: Place, scope: Scope, stmt: cst.BaseStatement, facts: Facts | None = None) -> bool:
     """Whether ``stmt`` in ``scope`` can run under ``main_process_first``: after the accelerator exists there, on a
-    path every process takes, and not marked ``# accelify: skip``."""
+    path every process takes, and not marked ``# accelify: skip``. The path is judged by the agreement analysis, or,
+    given ``facts`` (for a rule that runs before the evaluation rule, which must not build the agreement yet), by
+    ``plain_path``."""
     if place.accelerator_in(scope) is None or not place.after_accelerator(scope, stmt) or place.is_skipped(stmt):
         return False
-    return bool(place.agreement.agreed(stmt, scope))
+    return plain_path(facts, stmt) if facts is not None else bool(place.agreement.agreed(stmt, scope))
+
+
+def plain_path(facts: Facts, stmt: cst.BaseStatement) -> bool:
+    """Whether ``stmt`` runs whenever its function (or module) does, but for ``with`` blocks and an
+    ``if __name__ == "__main__":`` block: a path every process takes."""
+    for outer in facts.chain(stmt)[1:]:
+        if isinstance(outer, (cst.FunctionDef, cst.ClassDef)):
+            return True
+        if isinstance(outer, cst.If) and not (outer.orelse is None and "__name__" in code_of(outer.test)):
+            return False
+        if isinstance(outer, (cst.For, cst.While, cst.Try)):
+            return False
+    return True
 
 
 def already_first(place: Place, stmt: cst.BaseStatement) -> bool:

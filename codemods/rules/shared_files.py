@@ -240,7 +240,7 @@ def _first_at_calls(ctx: Context, site: CallSite) -> bool:
     (``analysis/helper_calls.py``); True when every call can, else nothing is changed."""
     if ctx.accelerator_in(site.scope) is not None:
         return False
-    found = helper_calls(ctx.facts, ctx.plan, site, lambda scope, stmt: first_ready(ctx, scope, stmt),
+    found = helper_calls(ctx.facts, ctx.plan, site, lambda scope, stmt: first_ready(ctx, scope, stmt, ctx.facts),
                          Collectives(ctx.facts, ctx.plan, ctx.edits))
     if found is None:
         return False
