@@ -24,6 +24,8 @@ or ``float(...)``, or a name the loop binds to one (``loss = criterion(out, y)``
 
 from __future__ import annotations
 
+from typing import Callable
+
 import libcst as cst
 import libcst.matchers as m
 
@@ -98,6 +100,43 @@ def rowwise_names(loop: Loop, gathered: set[str], forwards: set[cst.CSTNode]) ->
                     and (value in forwards or (isinstance(value, cst.Name) and value.value in names)):
                 names.add(assign.targets[0].target.value)
     return names
+
+
+def transformed_mean_loss(plan: Plan, loop: Loop, value: cst.BaseExpression) -> bool:
+    """Whether ``value`` (or what the loop binds the name it is to) puts a batch's mean loss through a function that is
+    not linear (``10 * log10(1 / mse.item())`` with ``mse = criterion(pred, y)``: a log, a root, an exponential, a
+    division by it, a power): over a gathered pass that is the function of the mean of N batches, not the sum of its
+    values over each, so no division makes it the original's. A mean loss scaled by the batch's size is linear."""
+    expr = _unwrapped(value)
+    if isinstance(expr, cst.Name):
+        bound = _bound_in(loop, expr.value)
+        if len(bound) != 1:
+            return False
+        expr = bound[0]
+    losses = {n.value for n in m.findall(expr, m.Name())  # type: ignore[attr-defined]
+              if any(isinstance(b := _unwrapped(v), cst.Call) and _loss_call(plan, loop, b) for v in _bound_in(loop, n.value))}  # type: ignore[attr-defined]
+
+    def mean(node: cst.BaseExpression) -> bool:
+        inner = _unwrapped(node)
+        return (isinstance(inner, cst.Name) and inner.value in losses) or (isinstance(inner, cst.Call) and _loss_call(plan, loop, inner))
+
+    for call in m.findall(expr, m.Call()):
+        name = (dotted(call.func) or "").rsplit(".", 1)[-1]  # type: ignore[attr-defined]
+        if name in _NONLINEAR and any(_holds(a.value, mean) for a in call.args):  # type: ignore[attr-defined]
+            return True
+    for op in m.findall(expr, m.BinaryOperation()):
+        if (isinstance(op.operator, cst.Divide) and _holds(op.right, mean)) or isinstance(op.operator, cst.Power) \
+                and (_holds(op.left, mean) or _holds(op.right, mean)):  # type: ignore[attr-defined]
+            return True
+    return False
+
+
+_NONLINEAR = ("log", "log10", "log2", "log1p", "exp", "sqrt", "pow")
+
+
+def _holds(expr: cst.BaseExpression, mean: "Callable[[cst.BaseExpression], bool]") -> bool:
+    """Whether ``expr`` or an expression in it is a mean loss."""
+    return mean(expr) or any(mean(n) for n in m.findall(expr, m.Call() | m.Name()))  # type: ignore[arg-type]
 
 
 def _bound_in(loop: Loop, name: str) -> list[cst.BaseExpression]:

@@ -29,7 +29,7 @@ from accelify.codemods.analysis.agreement import Agreement
 from accelify.codemods.analysis.collect import target_names
 from accelify.codemods.analysis.distributed import data_parallel_sites
 from accelify.codemods.analysis.facts import Loop, Scope
-from accelify.codemods.analysis.loss_means import mean_loss, per_batch_sum, rowwise_names
+from accelify.codemods.analysis.loss_means import mean_loss, per_batch_sum, rowwise_names, transformed_mean_loss
 from accelify.codemods.analysis.snippets import expression
 from accelify.codemods.analysis.shard_sums import Accumulator, find_averages
 from accelify.codemods.engine.context import Context
@@ -258,6 +258,8 @@ accelerator.end_training()
                 continue  # the loop's metric is already reported as local (ACC016)
             if kept.local or any(not _global(agreement, kept.loop.scope, v, kept.node, gathered) for v in kept.values):
                 ctx.warn(codes.SHARD_AVERAGE, kept.node, name=kept.name)
+            elif gathered and any(transformed_mean_loss(ctx.plan, kept.loop, v) for v in kept.values):
+                ctx.warn(codes.GATHERED_SUM, kept.node, name=kept.name, why=_TRANSFORMED)
         reductions: dict[cst.For | cst.While, list[str]] = {}
         facts = ctx.plan.facts
         split = ctx.plan.distributed.global_batch(facts, bool(data_parallel_sites(facts)))  # split_batches=True
@@ -303,10 +305,16 @@ def _sum_batch_means(ctx: Context, acc: Accumulator) -> bool:
     return True
 
 
+_TRANSFORMED = ("each value added is computed from a batch's mean loss (a PSNR, a log), and over a gathered pass that "
+                "is of the mean of N batches, not the sum of the values of each: no division makes it the original's")
+
+
 def _gathered_mismatch(ctx: Context, acc: Accumulator) -> str | None:
     """Why a sum over a gathered loop is not the original's (``analysis/loss_means.py``), or None."""
     if acc.keys:
         return None
+    if any(transformed_mean_loss(ctx.plan, acc.loop, v) for v in acc.increments):
+        return _TRANSFORMED
     if not acc.mean and any(mean_loss(ctx.plan, acc.loop, v) for v in acc.increments):
         return _MEAN_LOSSES
     if acc.mean and acc.kind == "int":

@@ -638,3 +638,17 @@ def test_a_count_is_not_reduced_alone_when_the_sum_it_divides_stays_per_process(
         code = _script(body.replace("def get_accuracy", "from sklearn.metrics import score\n\n\ndef get_accuracy"))
         assert ".reduce(" not in converted(code)
         assert [c.split(":")[0] for c in codes(code)] == ["ACC028", "ACC028"]  # the sum, and the count kept with it
+
+
+@pytest.mark.parametrize("bound, added, divisor", [
+    ("mse = criterion(out, y)", "10 * math.log10(1 / mse.item())", "len(test_loader)"),  # super_resolution's PSNR
+    ("", "1 / criterion(out, y).item()", "len(test_loader.dataset)"),
+])
+def test_a_function_of_a_mean_loss_summed_over_a_gathered_loop_is_reported(bound: str, added: str, divisor: str) -> None:
+    """pytorch/examples super_resolution: ``psnr = 10 * log10(1 / mse.item())`` summed over the gathered test loop and
+    divided by its length: each pass's PSNR is of the mean over N batches, not the mean of the batches' PSNRs; no
+    division makes it the original's, so it is reported (ACC042), where it had been silently close."""
+    body = GATHERED_EVAL.format(made="", added=added, divisor=divisor).replace(
+        "            out = model(x)\n", f"            out = model(x)\n            {bound}\n" if bound else "            out = model(x)\n")
+    code = _script("import math\n" + textwrap.dedent(body).lstrip("\n"))
+    assert [c.split(":")[0] for c in codes(code)] == ["ACC042"]

@@ -96,15 +96,17 @@ def test_a_fetch_nothing_is_written_from_or_an_extract_of_no_archive_is_left() -
 
 def test_a_download_helper_put_first_leaves_the_evaluation_sums_global() -> None:
     """super_resolution again: deciding where the helper's call goes must not read the evaluation's gathers before
-    the evaluation rule proposes them (its test PSNR summed over the gathered loop was then taken for one process's)."""
+    the evaluation rule proposes them (a sum over the gathered test loop was then taken for one process's share)."""
     code = DOWNLOAD + (
         "def main():\n    train_set = get_training_set()\n    loader = DataLoader(train_set, batch_size=4)\n"
         "    model = torch.nn.Linear(2, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         "    for x, y in loader:\n        optimizer.zero_grad()\n"
         "        torch.nn.functional.mse_loss(model(x), y).backward()\n        optimizer.step()\n"
         "    total = 0.0\n    with torch.no_grad():\n        for x, y in loader:\n            prediction = model(x)\n"
-        "            mse = torch.nn.functional.mse_loss(prediction, y)\n            total += 1 / mse.item()\n"
-        "    print(total / len(loader))\n\n\nmain()\n"
+        "            total += (prediction - y).abs().sum().item()\n"
+        "    print(total / len(loader.dataset))\n\n\nmain()\n"
     )
     assert codes(code) == []
-    assert "    with accelerator.main_process_first():\n        train_set = get_training_set()\n" in converted(code)
+    new = converted(code)
+    assert "    with accelerator.main_process_first():\n        train_set = get_training_set()\n" in new
+    assert ".reduce(" not in new  # summed over gathered values already: reducing it again would count it N times
