@@ -9,6 +9,13 @@ means are over N times larger batches). So a sum of mean losses divided by the d
 comes out 1/N of the original's, and a sum of counts divided by a per-process number of batches N times it:
 ``rules/averages.py`` reports both.
 
+Such a sum of mean losses over a gathered loop is made the original's again by ``per_batch_sum``: each gathered pass
+holds, in order, the original's batches of the loader's batch size (the processes are dealt whole batches in turn, and
+``gather_for_metrics`` drops the samples that evened out the last round), so the value added becomes the sum of the
+loss over those batches: ``sum(criterion(out, y).item() for out, y in zip(out.split(b), y.split(b)))``, ``b`` the
+prepared loader's per-process batch size. On one process that is the original's one batch; with split batches
+(every process holds 1/N of each batch) the gathered pass is again one original batch.
+
 A mean loss is a call of a loss function of ``torch.nn.functional`` (``F.cross_entropy(out, y)``) or of a loss
 module (``criterion = nn.BCELoss()``, the name bound to a ``torch.nn`` class ending in ``Loss``) without a
 ``reduction`` other than ``"mean"``, as it is or through ``.item()``, ``.sum()``, ``.mean()``, ``.detach()``, ``.cpu()``
@@ -17,12 +24,15 @@ or ``float(...)``, or a name the loop binds to one (``loss = criterion(out, y)``
 
 from __future__ import annotations
 
+from typing import Callable
+
 import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods.analysis.facts import Loop
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
+from accelify.codemods.analysis.snippets import code_of
 
 _PASS_THROUGH = ("item", "sum", "mean", "detach", "cpu")
 _LEGACY = ("size_average", "reduce")  # the pre-1.0 arguments: the reduction cannot be told
@@ -32,11 +42,108 @@ def mean_loss(plan: Plan, loop: Loop, expr: cst.BaseExpression) -> bool:
     """Whether ``expr``, added at each pass of ``loop``, is a batch's mean loss (see the module docstring)."""
     expr = _unwrapped(expr)
     if isinstance(expr, cst.Name):
-        bound = [s.body[0].value for s in loop.stmts  # type: ignore[attr-defined]
-                 if isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1 and isinstance(s.body[0], cst.Assign)
-                 and any(m.matches(t.target, m.Name(expr.value)) for t in s.body[0].targets)]
+        bound = _bound_in(loop, expr.value)
         return len(bound) == 1 and _loss_call(plan, loop, _unwrapped(bound[0]))
     return _loss_call(plan, loop, expr)
+
+
+def per_batch_sum(plan: Plan, loop: Loop, increment: cst.BaseExpression, gathered: set[str]) -> str | None:
+    """The code of the sum, over the original's batches a gathered pass of ``loop`` holds, of ``increment`` (a batch's
+    mean loss of the tensors ``gathered`` right after the forward), or None when it is not that shape (see the module
+    docstring)."""
+    inner = _unwrapped(increment)
+    expr = increment
+    if isinstance(inner, cst.Name):
+        bound = _bound_in(loop, inner.value)
+        if len(bound) != 1:
+            return None
+        expr = increment.deep_replace(inner, bound[0]) if inner is not increment else bound[0]  # type: ignore[assignment]
+        inner = _unwrapped(bound[0])
+    if not isinstance(inner, cst.Call) or not _loss_call(plan, loop, inner):
+        return None
+    names: list[str] = []
+    for arg in inner.args:
+        skip = {id(a.attr) for a in m.findall(arg.value, m.Attribute())}
+        for name in m.findall(arg.value, m.Name()):
+            if id(name) in skip:
+                continue
+            if name.value not in gathered:  # type: ignore[attr-defined]
+                return None
+            if name.value not in names:  # type: ignore[attr-defined]
+                names.append(name.value)  # type: ignore[attr-defined]
+    source = plan.loop_source(loop)
+    if not names or source is None or dotted(source) is None:
+        return None
+    size = f"{code_of(source)}.batch_sampler.batch_size"
+    if len(names) == 1:
+        return f"sum({code_of(expr)} for {names[0]} in {names[0]}.split({size}))"
+    parts = ", ".join(f"{n}.split({size})" for n in names)
+    return f"sum({code_of(expr)} for {', '.join(names)} in zip({parts}))"
+
+
+_ROWWISE = ("squeeze", "float", "double", "long", "detach", "cpu", "sigmoid", "contiguous")
+
+
+def rowwise_names(loop: Loop, gathered: set[str], forwards: set[cst.CSTNode]) -> set[str]:
+    """``gathered`` and the names ``loop`` binds to one of them (or to a forward call in ``forwards``, which the
+    conversion replaces by a gathered name) through methods that keep a row per sample (``outputs =
+    model(a, b).squeeze()``), so that splitting them splits the samples."""
+    names = set(gathered)
+    for stmt in loop.stmts:
+        if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign):
+            assign = stmt.body[0]
+            value = assign.value
+            while (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and not value.args
+                   and value.func.attr.value in _ROWWISE) or (isinstance(value, cst.Attribute) and value.attr.value == "data"):
+                value = value.func.value if isinstance(value, cst.Call) else value.value  # type: ignore[attr-defined]
+            if len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name) \
+                    and (value in forwards or (isinstance(value, cst.Name) and value.value in names)):
+                names.add(assign.targets[0].target.value)
+    return names
+
+
+def transformed_mean_loss(plan: Plan, loop: Loop, value: cst.BaseExpression) -> bool:
+    """Whether ``value`` (or what the loop binds the name it is to) puts a batch's mean loss through a function that is
+    not linear (``10 * log10(1 / mse.item())`` with ``mse = criterion(pred, y)``: a log, a root, an exponential, a
+    division by it, a power): over a gathered pass that is the function of the mean of N batches, not the sum of its
+    values over each, so no division makes it the original's. A mean loss scaled by the batch's size is linear."""
+    expr = _unwrapped(value)
+    if isinstance(expr, cst.Name):
+        bound = _bound_in(loop, expr.value)
+        if len(bound) != 1:
+            return False
+        expr = bound[0]
+    losses = {n.value for n in m.findall(expr, m.Name())  # type: ignore[attr-defined]
+              if any(isinstance(b := _unwrapped(v), cst.Call) and _loss_call(plan, loop, b) for v in _bound_in(loop, n.value))}  # type: ignore[attr-defined]
+
+    def mean(node: cst.BaseExpression) -> bool:
+        inner = _unwrapped(node)
+        return (isinstance(inner, cst.Name) and inner.value in losses) or (isinstance(inner, cst.Call) and _loss_call(plan, loop, inner))
+
+    for call in m.findall(expr, m.Call()):
+        name = (dotted(call.func) or "").rsplit(".", 1)[-1]  # type: ignore[attr-defined]
+        if name in _NONLINEAR and any(_holds(a.value, mean) for a in call.args):  # type: ignore[attr-defined]
+            return True
+    for op in m.findall(expr, m.BinaryOperation()):
+        if (isinstance(op.operator, cst.Divide) and _holds(op.right, mean)) or isinstance(op.operator, cst.Power) \
+                and (_holds(op.left, mean) or _holds(op.right, mean)):  # type: ignore[attr-defined]
+            return True
+    return False
+
+
+_NONLINEAR = ("log", "log10", "log2", "log1p", "exp", "sqrt", "pow")
+
+
+def _holds(expr: cst.BaseExpression, mean: "Callable[[cst.BaseExpression], bool]") -> bool:
+    """Whether ``expr`` or an expression in it is a mean loss."""
+    return mean(expr) or any(mean(n) for n in m.findall(expr, m.Call() | m.Name()))  # type: ignore[arg-type]
+
+
+def _bound_in(loop: Loop, name: str) -> list[cst.BaseExpression]:
+    """The values ``loop``'s statements bind ``name`` to (``loss = criterion(out, y)``)."""
+    return [s.body[0].value for s in loop.stmts  # type: ignore[attr-defined]
+            if isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1 and isinstance(s.body[0], cst.Assign)
+            and any(m.matches(t.target, m.Name(name)) for t in s.body[0].targets)]
 
 
 def _unwrapped(expr: cst.BaseExpression) -> cst.BaseExpression:

@@ -5,7 +5,8 @@ A per-process count is one every process holds for its own shard: ``len(loader)`
 counter (``steps += 1``), or the loop's own ``enumerate`` counter (``for i, batch in enumerate(loader, 1)``: ``i`` is
 the number of batches walked once the loop is done; ``i + 1`` with the default start). With even batches (the runtime's default, as Hugging Face Accelerate's) every process walks
 the same number of batches, so the sum is reduced with ``"mean"`` and the quotient is the global average. A global
-count is the data set's size (``len(loader.dataset)``, ``len(train_set)``, ``len(loader.sampler)``) or a count summed
+count is the data set's size (``len(loader.dataset)``, ``len(train_set)`` of a data set, a library's
+(``datasets.MNIST(...)``) or whatever a ``DataLoader`` of the same function walks, ``len(loader.sampler)``) or a count summed
 too: the sum is reduced with ``"sum"``.
 
 An ``enumerate`` counter counts only when nothing else binds it between the loop and the read, the loop has no
@@ -23,7 +24,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from accelify.codemods.analysis.facts import Loop, Scope
+from accelify.codemods.analysis.facts import Binding, Loop, Scope
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
 
@@ -146,4 +147,20 @@ def _data_set(plan: Plan, scope: Scope, expr: cst.BaseExpression) -> bool:
     qualname = binding.where.imports.qualname(value.func) or ""
     if qualname.startswith("torch.utils.data.") and not qualname.endswith("DataLoader"):
         return True
+    if qualname.startswith(_LIBRARY_DATA_SETS):
+        return True  # ``train_dataset = datasets.MNIST(...)``
+    if any(loader.where is binding.where and _loads(loader, key) for loader in plan.bindings_with_role("loader")):
+        return True  # ``DataLoader(train_dataset, ...)``: what a loader walks is its data set, whatever its type
     return any("Dataset" in base for base in plan.facts.classes.get(qualname, []))
+
+
+_LIBRARY_DATA_SETS = ("torchvision.datasets.", "torchaudio.datasets.", "torchtext.datasets.")
+
+
+def _loads(loader: Binding, key: str) -> bool:
+    """Whether ``loader`` is bound to a ``DataLoader(...)`` call whose data set argument is ``key``."""
+    call = loader.value
+    if not isinstance(call, cst.Call):
+        return False
+    first = next((a.value for a in call.args if a.keyword is None or a.keyword.value == "dataset"), None)
+    return first is not None and dotted(first) == key

@@ -18,8 +18,10 @@ twice. Its ``kind`` says how to reduce it:
   into the type it had (``type(total)(...)``);
 - ``"tensor"``: a tensor (``total += loss.detach()``): reduced as it is;
 - ``"list"`` / ``"int list"``: a list of per-batch numbers (``losses.append(loss.item())`` at every batch, ``losses = []`` before
-  the pass) read after it only by order-free summaries (``np.mean(losses)``, ``sum(losses) / len(losses)``):
-  gathered, so the summary is over every process's batches (with even batches each list has the same length).
+  the pass) read after it only by order-free summaries (``np.mean(losses)``, ``sum(losses) / len(losses)``,
+  ``torch.tensor(losses).mean()``): gathered, so the summary is over every process's batches (with even batches each
+  list has the same length); ``"tensor list"``: the same of tensors left on the device (``losses.append(loss.detach())``,
+  ``torch.stack(losses).mean()``), gathered stacked and turned back into a list.
 
 ``mean`` is set when a read after the loop divides it by a per-process count (``analysis/shard_counts.py``:
 ``len(loader)`` of a prepared loader, a batch counter ``steps += 1``, the loop's ``enumerate`` counter): with even
@@ -234,14 +236,23 @@ def _listed(plan: Plan, loop: Loop, stmt: cst.BaseStatement, call: cst.Call, nam
         return None
     kind = _increment_kind(call.args[0].value, _known(loop))
     first = _init(plan, loop, name, made=_empty_list)
-    if kind not in ("int", "float", "number") or first is None:
+    if kind == "tensor" and _off_device(call.args[0].value):
+        return None  # ``loss.detach().cpu()``: a gather needs the tensors on the process's device
+    if kind not in ("int", "float", "number", "tensor") or first is None:
         return None
     init, end = first
     reads = _reads_after(plan, loop.node, loop.scope, name)
     if any(not plan.facts.after(r, end) for r in reads if end is not loop.node) or not all(
             _summarised(loop.scope, r, name) for r in reads):
         return None
-    return Accumulator(name, loop, end, (stmt,), (call.args[0].value,), "int list" if kind == "int" else "list", False)
+    listed = {"int": "int list", "tensor": "tensor list"}.get(kind, "list")
+    return Accumulator(name, loop, end, (stmt,), (call.args[0].value,), listed, False)
+
+
+def _off_device(expr: cst.BaseExpression) -> bool:
+    """Whether ``expr`` moves a tensor off the process's device or out of torch (``.cpu()``, ``.to(...)``, ``.numpy()``)."""
+    return any(isinstance(c.func, cst.Attribute) and c.func.attr.value in ("cpu", "to", "numpy", "tolist")  # type: ignore[attr-defined]
+               for c in m.findall(expr, m.Call()))
 
 
 def _empty_list(value: cst.BaseExpression | None, binding: Binding) -> bool:
@@ -249,7 +260,8 @@ def _empty_list(value: cst.BaseExpression | None, binding: Binding) -> bool:
 
 
 def _summarised(scope: Scope, stmt: cst.BaseStatement, name: str) -> bool:
-    """Every load of ``name`` in ``stmt`` is the whole argument of an order-free summary (``np.mean(name)``)."""
+    """Every load of ``name`` in ``stmt`` is the whole argument of an order-free summary (``np.mean(name)``), or of a
+    ``torch.stack(name)`` / ``torch.tensor(name)`` summarised as a whole (``torch.stack(losses).mean()``)."""
     uses = m.findall(stmt, m.Name(name))
     allowed: set[int] = set()
     for call in m.findall(stmt, m.Call()):
@@ -257,7 +269,16 @@ def _summarised(scope: Scope, stmt: cst.BaseStatement, name: str) -> bool:
         qualname = scope.imports.qualname(call.func) or dotted(call.func)
         if qualname in _ORDER_FREE and len(call.args) == 1 and m.matches(call.args[0].value, m.Name(name)):
             allowed.add(id(call.args[0].value))
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value in _WHOLE and not call.args:
+            made = call.func.value
+            if isinstance(made, cst.Call) and (scope.imports.qualname(made.func) or "") in _STACKS and len(made.args) == 1 \
+                    and m.matches(made.args[0].value, m.Name(name)):
+                allowed.add(id(made.args[0].value))
     return all(id(u) in allowed for u in uses)
+
+
+_STACKS = ("torch.stack", "torch.tensor", "numpy.array", "numpy.stack")
+_WHOLE = ("mean", "sum", "max", "min", "median", "std", "var")  # over every element: the order does not matter
 
 
 def _number_dict(value: cst.BaseExpression | None, binding: Binding) -> bool:

@@ -12,9 +12,11 @@ of each batch and walks every step) is averaged too; dealt whole batches, the pr
 so are running values printed inside the loop every N steps (one process's, by convention). A list of per-batch
 numbers summarised after the pass (``np.mean(losses)``) is gathered there (``accelerator.gather`` of a 1-d tensor,
 ``.tolist()``). What cannot be reduced (an ``AverageMeter``, a list read in order, a sum divided by a count it cannot
-place, a loop some processes may not run) is reported (ACC028). So is a sum over a loop whose batches the
-evaluation rule gathers when what it adds does not fit how it is divided (ACC042): a batch's mean loss summed and
-divided by the data set's size, a count divided by the number of batches one process walks.
+place, a loop some processes may not run) is reported (ACC028). A sum over a loop whose batches the
+evaluation rule gathers of a batch's mean loss (``test_loss += criterion(out, y).item()``, divided by the data set's
+size) adds, at each pass, the mean loss of each of the original's batches the pass holds (``loss_means.per_batch_sum``),
+so it is the original's sum; what else does not fit how it is divided (a count divided by the number of batches one
+process walks, a mean loss of values the loop does not gather) is reported (ACC042).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from accelify.codemods.analysis.agreement import Agreement
 from accelify.codemods.analysis.collect import target_names
 from accelify.codemods.analysis.distributed import data_parallel_sites
 from accelify.codemods.analysis.facts import Loop, Scope
-from accelify.codemods.analysis.loss_means import mean_loss
+from accelify.codemods.analysis.loss_means import mean_loss, per_batch_sum, rowwise_names, transformed_mean_loss
+from accelify.codemods.analysis.snippets import expression
 from accelify.codemods.analysis.shard_sums import Accumulator, find_averages
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
@@ -151,7 +154,8 @@ accelerator.end_training()
             warnings=("ACC028:13",),
         ),
         Example(
-            # a batch's mean loss summed over a gathered evaluation and divided by the data set's size: reported
+            # a batch's mean loss summed over a gathered evaluation and divided by the data set's size: the sum of
+            # the mean loss of each original batch a pass holds; a count over the number of passes: reported
             before='''\
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -165,12 +169,13 @@ for x, y in loader:
     loss.backward()
     optimizer.step()
 model.eval()
-test_loss = 0.0
+test_loss, correct = 0.0, 0
 with torch.no_grad():
     for x, y in loader:
         out = model(x)
         test_loss += criterion(out, y).item()
-print(test_loss / len(loader.dataset))
+        correct += ((out > 0) == (y > 0.5)).sum().item()
+print(test_loss / len(loader.dataset), correct / len(loader))
 ''',
             after='''\
 import torch
@@ -188,16 +193,17 @@ for x, y in loader:
     accelerator.backward(loss)
     optimizer.step()
 model.eval()
-test_loss = 0.0
+test_loss, correct = 0.0, 0
 with torch.no_grad():
     for x, y in loader:
         out = model(x)
         out, y = accelerator.gather_for_metrics((out, y))
-        test_loss += criterion(out, y).item()
-accelerator.print(test_loss / len(loader.dataset))
+        test_loss += sum(criterion(out, y).item() for out, y in zip(out.split(loader.batch_sampler.batch_size), y.split(loader.batch_sampler.batch_size)))
+        correct += ((out > 0) == (y > 0.5)).sum().item()
+accelerator.print(test_loss / len(loader.dataset), correct / len(loader))
 accelerator.end_training()
 ''',
-            warnings=("ACC042:17",),
+            warnings=("ACC042:18",),
         ),
         Example(
             # printed inside the loop every N steps (one process's, by convention), and a sum of gathered values
@@ -252,6 +258,8 @@ accelerator.end_training()
                 continue  # the loop's metric is already reported as local (ACC016)
             if kept.local or any(not _global(agreement, kept.loop.scope, v, kept.node, gathered) for v in kept.values):
                 ctx.warn(codes.SHARD_AVERAGE, kept.node, name=kept.name)
+            elif gathered and any(transformed_mean_loss(ctx.plan, kept.loop, v) for v in kept.values):
+                ctx.warn(codes.GATHERED_SUM, kept.node, name=kept.name, why=_TRANSFORMED)
         reductions: dict[cst.For | cst.While, list[str]] = {}
         facts = ctx.plan.facts
         split = ctx.plan.distributed.global_batch(facts, bool(data_parallel_sites(facts)))  # split_batches=True
@@ -260,8 +268,8 @@ accelerator.end_training()
             gathered = _gathered_in(agreement, acc.loop)
             if not acc.local and all(_global(agreement, scope, v, u, gathered) for v, u in zip(acc.increments, acc.updates)):
                 why = _gathered_mismatch(ctx, acc)  # sums of gathered values: already the whole data set's, but
-                if why is not None:  # over 1/N as many passes, each of N batches
-                    ctx.warn(codes.GATHERED_SUM, acc.updates[0], name=acc.name, why=why)
+                if why is not None and not (why is _MEAN_LOSSES and _sum_batch_means(ctx, acc)):  # over 1/N as many
+                    ctx.warn(codes.GATHERED_SUM, acc.updates[0], name=acc.name, why=why)  # passes, each of N batches
                 continue
             accelerator = ctx.accelerator_in(scope)
             torch = _torch_name(ctx, acc)
@@ -277,13 +285,38 @@ accelerator.end_training()
             ctx.change("reduce running sums over a sharded loader across processes")
 
 
+_MEAN_LOSSES = ("each value added is a batch's mean loss, and the sum is divided by the data set's size or read as it "
+                "is: on N processes it is 1/N of the original's")
+
+
+def _sum_batch_means(ctx: Context, acc: Accumulator) -> bool:
+    """``test_loss += criterion(outputs, targets).item()`` over a gathered loop: each value added becomes the sum of
+    the mean losses of the original's batches the pass holds (``analysis/loss_means.py``), when every value added is
+    such a mean loss; the edits are proposed and True returned, else nothing is changed."""
+    agreement = ctx.agreement
+    direct = set().union(*(agreement.gathered[s] for s in acc.loop.stmts if agreement.gathers(s)))
+    gathered = rowwise_names(acc.loop, direct, agreement.gathered_nodes)
+    codes_ = [per_batch_sum(ctx.plan, acc.loop, v, gathered) for v in acc.increments]
+    if any(c is None for c in codes_) or any(ctx.is_skipped(u) or ctx.rewritten(v) for u, v in zip(acc.updates, acc.increments)):
+        return False
+    for update, value, code in zip(acc.updates, acc.increments, codes_):
+        ctx.replace(value, update, lambda _, c=code: expression(c))  # type: ignore[misc]
+    ctx.change("sum the mean loss of each original batch a gathered pass holds")
+    return True
+
+
+_TRANSFORMED = ("each value added is computed from a batch's mean loss (a PSNR, a log), and over a gathered pass that "
+                "is of the mean of N batches, not the sum of the values of each: no division makes it the original's")
+
+
 def _gathered_mismatch(ctx: Context, acc: Accumulator) -> str | None:
     """Why a sum over a gathered loop is not the original's (``analysis/loss_means.py``), or None."""
     if acc.keys:
         return None
+    if any(transformed_mean_loss(ctx.plan, acc.loop, v) for v in acc.increments):
+        return _TRANSFORMED
     if not acc.mean and any(mean_loss(ctx.plan, acc.loop, v) for v in acc.increments):
-        return ("each value added is a batch's mean loss, and the sum is divided by the data set's size or read as it "
-                "is: on N processes it is 1/N of the original's")
+        return _MEAN_LOSSES
     if acc.mean and acc.kind == "int":
         return ("each value added is a count over the gathered batches, and the sum is divided by the number of "
                 "batches one process walks: on N processes it is N times the original's")
@@ -334,6 +367,8 @@ def _reduction(acc: Accumulator, accelerator: str, torch: str, mean: bool) -> st
         return f"for key in ({keys}):\n    {acc.name}[key] = {accelerator}.reduce({value}, {reduction}).item()"
     if acc.kind == "tensor":
         return f"{acc.name} = {accelerator}.reduce({acc.name}, {reduction})"
+    if acc.kind == "tensor list":  # per-batch tensors of one shape, on the device: every process's, in one list
+        return f"{acc.name} = list({accelerator}.gather({torch}.stack({acc.name})))"
     if acc.kind in ("list", "int list"):  # per-batch numbers, as long on every process: every process's, in one list
         dtype = "" if acc.kind == "int list" else f"dtype={torch}.float64, "
         return f"{acc.name} = {accelerator}.gather({torch}.tensor({acc.name}, {dtype}device={accelerator}.device)).tolist()"

@@ -18,10 +18,14 @@ branch a process could take alone (the others may find the folder the main proce
 written and never read back in the run is only written on the main process (no barrier). This works in a
 helper too (``prepare_data(root)`` called by ``main()`` after the accelerator exists: it gets the accelerator).
 
+A helper the accelerator does not reach (``get_training_set()`` -> ``download_bsd300()``, fetching with ``urlopen`` and
+extracting) runs under ``with accelerator.main_process_first():`` at its calls instead, where every call is a
+statement after the accelerator exists and nothing in it reaches the other processes (``analysis/helper_calls.py``).
+
 Left as it is, with ACC018: a statement inside a loop or a branch other than an existence test, where the
 accelerator does not exist yet (at import time, in a helper called before it is created), or a download
-(``urlopen``, ``requests.get``) that its function writes out, extracts or deletes files after: at the fetch, in
-the helper that makes it however deep it is called from (``get_training_set()`` -> ``download_bsd300()``).
+(``urlopen``, ``requests.get``) that its function writes out, extracts or deletes files after, when its calls cannot
+be put on the main process first: at the fetch.
 """
 
 from __future__ import annotations
@@ -31,7 +35,9 @@ import libcst.matchers as m
 
 from accelify.codemods import codes
 from accelify.codemods.analysis.facts import CallSite, Scope
-from accelify.codemods.analysis.snippets import code_of, statement
+from accelify.codemods.analysis.handle_uses import Collectives
+from accelify.codemods.analysis.helper_calls import already_first, first_ready, helper_calls
+from accelify.codemods.analysis.snippets import code_of, statement, with_block
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
 
@@ -206,7 +212,8 @@ def main():
                 continue
             unit = None if read_back is _fetched else _unit(ctx, site)
             if unit is None or not ctx.will_be_after_accelerator(site.scope, unit):
-                ctx.warn(codes.STARTUP_RACE, site.node, name=code_of(site.node.func))
+                if not _first_at_calls(ctx, site):
+                    ctx.warn(codes.STARTUP_RACE, site.node, name=code_of(site.node.func))
                 continue
             done.add(id(site.stmt))
             barrier = read_back(ctx, site)
@@ -225,6 +232,24 @@ def main():
         if site.method in _TABLE_WRITES and site.node.args:
             return _read_back
         return None
+
+
+def _first_at_calls(ctx: Context, site: CallSite) -> bool:
+    """Files made in a helper the accelerator does not reach (``get_training_set()`` -> ``download_bsd300()``): each
+    statement calling the helper, where the accelerator exists, runs under ``main_process_first``
+    (``analysis/helper_calls.py``); True when every call can, else nothing is changed."""
+    if ctx.accelerator_in(site.scope) is not None:
+        return False
+    found = helper_calls(ctx.facts, ctx.plan, site, lambda scope, stmt: first_ready(ctx, scope, stmt, ctx.facts),
+                         Collectives(ctx.facts, ctx.plan, ctx.edits))
+    if found is None:
+        return False
+    for scope, holder in found:
+        if not already_first(ctx, holder):
+            ctx.replace(holder, holder, lambda s, a=ctx.accelerator_in(scope): with_block(  # type: ignore[misc]
+                f"{a}.main_process_first()", [s]))  # type: ignore[list-item]
+    ctx.change("make start-up files in a helper on the main process first, at its calls")
+    return True
 
 
 def _fetched(ctx: Context, site: CallSite) -> bool:

@@ -10,7 +10,10 @@ and the second ``os.makedirs`` raises ``FileExistsError``. So:
   so the main process creates it and the others then find it; a bare one runs on the main process
   only, followed by ``accelerator.wait_for_everyone()``;
 - a dataset built with ``download=True`` is built under ``with accelerator.main_process_first():``
-  (the main process downloads, the others then read the files).
+  (the main process downloads, the others then read the files): its own statement, or the one it is written in
+  (``loader = DataLoader(datasets.MNIST(root, download=True), ...)``) when nothing else there reaches the other
+  processes; in a helper of the program without the accelerator, each call of the helper (a statement after the
+  accelerator exists) goes under it instead.
 
 Where the accelerator does not exist yet (``os.mkdir`` or a download before it is created), the
 statement is left as it is, with ACC018.
@@ -25,6 +28,8 @@ from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import code_of, expression, statement
 from accelify.codemods.analysis.facts import CallSite
+from accelify.codemods.analysis.handle_uses import Collectives
+from accelify.codemods.analysis.helper_calls import already_first, first_ready, helper_calls, holding_statement
 from accelify.codemods.engine.rule import Example, Rule
 
 _CHECKS = ("os.path.exists", "os.path.isdir", "os.path.lexists")
@@ -169,7 +174,9 @@ if __name__ == "__main__":
             elif q == "os.mkdir":
                 self._mkdir(ctx, site, wrapped)
             elif any(a.keyword is not None and a.keyword.value == "download" and _true(a.value) for a in site.node.args):
-                self._first(ctx, site, _alone(site), wrapped)
+                if ctx.accelerator_in(site.scope) is None and _download_in_helper(ctx, site, wrapped):
+                    continue
+                self._first(ctx, site, _alone(site) or _holding(ctx, site), wrapped)
 
     def _mkdir(self, ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) -> None:
         guard = _guard(ctx, site)
@@ -200,6 +207,30 @@ if __name__ == "__main__":
         if ctx.replace(stmt, stmt, lambda s, a=accelerator: _under(s, f"with {a}.main_process_first():")):  # type: ignore[misc]
             wrapped.add(stmt)
             ctx.change("create folders and download data on the main process first")
+
+
+def _holding(ctx: Context, site: CallSite) -> cst.BaseStatement | None:
+    """``train_loader = DataLoader(datasets.MNIST(root, download=True), ...)``: the one statement the download is
+    written in, when nothing else in it reaches the other processes (so running it under ``main_process_first``
+    only orders the processes: the main process downloads, the others then read)."""
+    return holding_statement(ctx.facts, site, Collectives(ctx.facts, ctx.plan, ctx.edits))
+
+
+def _download_in_helper(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) -> bool:
+    """A download in a helper of the program that has no accelerator (``get_training_dataloader(...)`` building
+    ``CIFAR100(root, download=True)``): each call of the helper runs under ``main_process_first``
+    (``analysis/helper_calls.py``); True when every call can."""
+    found = helper_calls(ctx.facts, ctx.plan, site, lambda scope, stmt: first_ready(ctx, scope, stmt),
+                         Collectives(ctx.facts, ctx.plan, ctx.edits))
+    if found is None:
+        return False
+    for scope, holder in found:
+        if holder not in wrapped and not already_first(ctx, holder):
+            accelerator = ctx.accelerator_in(scope)
+            ctx.replace(holder, holder, lambda s, a=accelerator: _under(s, f"with {a}.main_process_first():"))  # type: ignore[misc]
+            wrapped.add(holder)
+    ctx.change("download data on the main process first")
+    return True
 
 
 def _race_handled(ctx: Context, site: CallSite) -> bool:

@@ -1,7 +1,11 @@
 """MainProcessWrites: other file writes run on the main process only, so N processes do not race on
 the same file.
 
-Only whole statements are wrapped; a write inside a bigger expression is left alone.
+Only whole statements are wrapped; a write inside a bigger expression is left alone. A log kept open (a TensorBoard
+``SummaryWriter``, a ``Logger`` class of the program that makes one) is made on the main process only (``None``
+elsewhere) when every use of it is a statement calling one of its methods with no collective in its arguments
+(``analysis/handle_uses.py``); each such statement then runs on the main process. Otherwise it is reported (ACC024)
+with the reason, as is a plain file handle kept open.
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.blocks import under_main_process
 from accelify.codemods.analysis.snippets import code_of, expression
-from accelify.codemods.analysis.facts import CallSite
+from accelify.codemods.analysis.facts import CallSite, Scope
+from accelify.codemods.analysis.handle_uses import Collectives, alone, clock_named, handle_uses
+from accelify.codemods.analysis.names import dotted
 from accelify.codemods.engine.rule import Example, Rule
 
 WRITERS = {
@@ -109,6 +115,41 @@ accelerator.end_training()
             fires=False,
         ),
         Example(
+            # a summary writer: made on the main process only, and each statement writing to it run there
+            before='''\
+import torch
+from torch.utils.tensorboard import SummaryWriter
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+writer = SummaryWriter("runs")
+for step, x in enumerate(torch.ones(4, 2)):
+    loss = model(x).sum()
+    loss.backward()
+    optimizer.step()
+    writer.add_scalar("loss", loss.item(), step)
+writer.close()
+''',
+            after='''\
+import torch
+from torch.utils.tensorboard import SummaryWriter
+from accelify.runtime import Accelerator
+accelerator = Accelerator(cpu=True)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+writer = SummaryWriter("runs") if accelerator.is_main_process else None
+for step, x in enumerate(torch.ones(4, 2)):
+    loss = model(x).sum()
+    accelerator.backward(loss)
+    optimizer.step()
+    if accelerator.is_main_process:
+        writer.add_scalar("loss", loss.item(), step)
+if accelerator.is_main_process:
+    writer.close()
+accelerator.end_training()
+''',
+        ),
+        Example(
             # a handle kept open and written through later: not one statement to guard, so it is reported
             before='''\
 import torch
@@ -154,10 +195,12 @@ accelerator.end_training()
         wrapped: set[cst.BaseStatement] = set()
         for site in ctx.facts.calls:
             if site.qualname in TRACKERS:
-                _warn_tracker(ctx, site)
+                if not _keep_tracker_to_main(ctx, site, wrapped):
+                    _warn_tracker(ctx, site)
                 continue
-            if _writer_class(ctx, site) and ctx.after_accelerator(site.scope, site.stmt):
-                _warn_kept_open(ctx, site, wrapped)  # ``logger = Logger("./logs")``: a class of the program's own
+            if (_writer_class(ctx, site) or site.qualname in LOG_WRITERS or site.qualname in TF_WRITERS) \
+                    and ctx.after_accelerator(site.scope, site.stmt):
+                _keep_log_to_main(ctx, site, wrapped)  # ``logger = Logger("./logs")``: a class of the program's own too
                 continue
             if not ((_writes(site) or _saves_file_object(ctx, site)) and ctx.after_accelerator(site.scope, site.stmt)):
                 continue
@@ -173,42 +216,82 @@ accelerator.end_training()
                 ctx.change("write files on the main process only")
 
 
-def _warn_kept_open(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) -> None:
-    """``log = open(path, "w")`` / ``writer = SummaryWriter(dir)``: a handle every process keeps and writes
-    through later cannot be wrapped as one statement; say so (ACC024) unless it is already main-only."""
+def _kept_open(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) -> cst.BaseExpression | None:
+    """``log = open(path, "w")`` / ``writer = SummaryWriter(dir)`` opening one file (or log) on every process: the
+    target it is kept in, or None when it is not (already main-only, a file of each process's own, another shape)."""
     stmt = site.stmt
     if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
-        return
+        return None
     assign = stmt.body[0]
-    if assign.value is not site.node or len(assign.targets) != 1 or any(s in wrapped for s in ctx.facts.chain(stmt)):
-        return
+    made = assign.value.body if isinstance(assign.value, cst.IfExp) and m.matches(assign.value.orelse, m.Name("None")) \
+        else assign.value  # ``SummaryWriter(d) if args.tensorboard else None``
+    if made is not site.node or len(assign.targets) != 1 or any(s in wrapped for s in ctx.facts.chain(stmt)):
+        return None
+    if made is not assign.value and "is_main_process" in code_of(assign.value.test):  # type: ignore[attr-defined]
+        return None  # ``SummaryWriter(d) if accelerator.is_main_process else None``: converted already
     if ctx.plan.distributed.main_only(ctx.facts, stmt, site.scope) is not None or under_main_process(ctx.facts, stmt):
-        return  # ``if rank == 0: writer = SummaryWriter()``: the script already keeps it to one process
-    if not all(ctx.agreement.uniform(site.scope, a.value, stmt) for a in site.node.args) and not _timestamped(ctx, site):
-        return  # ``SummaryWriter(f"runs/{accelerator.process_index}")``: a file of its own on each process
-    target = code_of(assign.targets[0].target)
-    ctx.warn(codes.SHARED_WRITER, site.node, name=code_of(site.node.func), target=target)
+        return None  # ``if rank == 0: writer = SummaryWriter()``: the script already keeps it to one process
+    if not all(ctx.agreement.uniform(site.scope, a.value, stmt) for a in site.node.args) and not clock_named(ctx.plan, site):
+        return None  # ``SummaryWriter(f"runs/{accelerator.process_index}")``: a file of its own on each process
+    return assign.targets[0].target
 
 
-_CLOCK = ("time.time", "time.strftime", "time.localtime", "datetime.")
-_RANKS = ("process_index", "local_process_index", "rank", "local_rank", "get_rank")
+def _warn_kept_open(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement], why: str = "") -> None:
+    """A handle every process keeps and writes through later that is not kept to the main process: say so (ACC024)."""
+    target = _kept_open(ctx, site, wrapped)
+    if target is not None:
+        ctx.warn(codes.SHARED_WRITER, site.node, name=code_of(site.node.func), target=code_of(target),
+                 why=f" ({why})" if why else "")
 
 
-def _timestamped(ctx: Context, site: CallSite) -> bool:
-    """``SummaryWriter(f"runs/{run_name}")`` with ``run_name = f"{env}__{int(time.time())}"`` (cleanrl): a name
-    that differs between processes only by the clock is one run's log, opened N times (the processes start within
-    the same second, or write N folders of one training), not a file of each process's own; a name that reads the
-    process's rank is."""
-    exprs: list[cst.CSTNode] = [a.value for a in site.node.args]
-    for arg in list(exprs):
-        for name in m.findall(arg, m.Name()):
-            binding = ctx.plan.binding_of(site.scope, name.value)  # type: ignore[attr-defined]
-            if binding is not None and binding.value is not None:
-                exprs.append(binding.value)
-    imports = site.scope.imports
-    clock = any((imports.qualname(c.func) or "").startswith(_CLOCK) for e in exprs for c in m.findall(e, m.Call()))  # type: ignore[attr-defined]
-    rank = any(n.value in _RANKS for e in exprs for n in m.findall(e, m.Name()))  # type: ignore[attr-defined]
-    return clock and not rank
+def _keep_log_to_main(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) -> None:
+    """``writer = SummaryWriter(dir)`` (or a ``Logger`` of the program that makes one) on every process: made on
+    the main process only, ``None`` elsewhere, and each statement that calls one of its methods run on the main
+    process only; where a use cannot be (``handle_uses`` says why), reported (ACC024) with the reason."""
+    target = _kept_open(ctx, site, wrapped)
+    if target is None:
+        return
+    found = handle_uses(ctx.facts, site.scope, site.stmt, target, Collectives(ctx.facts, ctx.plan, ctx.edits))
+    problem = found.problem
+    pending: list[tuple[Scope, cst.SimpleStatementLine]] = []
+    for reader, stmt, use in found.uses:
+        if problem is not None:
+            break
+        if ctx.accelerator_in(reader) is None or not ctx.after_accelerator(reader, stmt):
+            problem = f"`{reader.name}` uses `{found.key}` where the accelerator is not at hand"
+        elif ctx.is_skipped(stmt):
+            problem = f"a use of `{found.key}` is marked `# accelify: skip`"
+        elif not _main_only(ctx, reader, stmt):
+            pending.append((reader, stmt))
+    if problem is not None:
+        _warn_kept_open(ctx, site, wrapped, f"it could not be kept to the main process: {problem}")
+        return
+    value = site.stmt.body[0].value  # type: ignore[attr-defined]
+    ctx.replace_through(site.scope, value, site.stmt, _on_main)
+    for reader, stmt in pending:
+        ctx.replace_through(reader, stmt, stmt, _guard)
+        wrapped.add(stmt)
+    ctx.change("open the log on the main process only, and write to it there")
+
+
+def _main_only(ctx: Context, scope: Scope, stmt: cst.BaseStatement) -> bool:
+    """Whether ``stmt`` already runs on the main process alone (the script's rank test, a guard another rule
+    puts around it: ``writer.add_graph(...)`` by the tracing rule)."""
+    if ctx.plan.distributed.main_only(ctx.facts, stmt, scope) is not None or under_main_process(ctx.facts, stmt):
+        return True
+    new = ctx.edits.replacement_of(stmt)
+    return isinstance(new, cst.If) and code_of(new.test).endswith(".is_main_process")
+
+
+def _on_main(node: cst.CSTNode, accelerator: str) -> cst.CSTNode:
+    """``SummaryWriter(dir)`` -> ``SummaryWriter(dir) if accelerator.is_main_process else None``."""
+    assert isinstance(node, cst.BaseExpression)
+    if isinstance(node, cst.IfExp):  # ``SummaryWriter(d) if args.tensorboard else None``: one more condition
+        test = cst.BooleanOperation(left=node.test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+                                    if isinstance(node.test, (cst.BooleanOperation, cst.IfExp)) else node.test,
+                                    operator=cst.And(), right=expression(f"{accelerator}.is_main_process"))
+        return node.with_changes(test=test)
+    return cst.IfExp(test=expression(f"{accelerator}.is_main_process"), body=node, orelse=cst.Name("None"))
 
 
 def _writer_class(ctx: Context, site: CallSite) -> bool:
@@ -220,6 +303,33 @@ def _writer_class(ctx: Context, site: CallSite) -> bool:
     return any(_writes(s) or (s.qualname or "") in TF_WRITERS for s in function.calls)
 
 
+def _keep_tracker_to_main(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) -> bool:
+    """``wandb.init(project=..., sync_tensorboard=True)`` as a statement of its own, where every other use of the
+    package is a statement calling one of its functions (``wandb.log({...})``, ``wandb.finish()``) with nothing in
+    the arguments that reaches the other processes: each runs on the main process only (one run of the training on
+    the tracker), and True is returned; else nothing is changed."""
+    func = dotted(site.node.func)
+    if func is None or "." not in func or not alone(site) or site.qualname is None:
+        return False
+    alias, package = func.split(".")[0], site.qualname.split(".")[0] + "."
+    uses = [c for c in ctx.facts.calls if c.scope.unit == site.scope.unit and (c.qualname or "").startswith(package)]
+    roots = {id(root) for c in uses if isinstance(c.node.func, cst.Attribute) and isinstance(root := c.node.func.value, cst.Name)}
+    collectives = Collectives(ctx.facts, ctx.plan, ctx.edits)
+    for scope in ctx.facts.scopes:
+        if scope.unit == site.scope.unit and any(id(ref) not in roots for ref in scope.refs.get(alias, [])):
+            return False  # ``wandb.config.lr``, ``wandb.run.name``: read as a value, which the others would not have
+    for use in uses:
+        if not alone(use) or ctx.is_skipped(use.stmt) or ctx.accelerator_in(use.scope) is None \
+                or not ctx.after_accelerator(use.scope, use.stmt) or collectives.in_arguments(use) is not None:
+            return False
+    for use in uses:
+        if not _main_only(ctx, use.scope, use.stmt) and use.stmt not in wrapped:
+            ctx.replace_through(use.scope, use.stmt, use.stmt, _guard)
+            wrapped.add(use.stmt)  # type: ignore[arg-type]
+    ctx.change("start the experiment tracker's run on the main process only, and log to it there")
+    return True
+
+
 def _warn_tracker(ctx: Context, site: CallSite) -> None:
     """``wandb.init(...)`` run by every process: N runs of one training on the tracker (ACC024), unless the script
     already keeps it to one process."""
@@ -228,7 +338,7 @@ def _warn_tracker(ctx: Context, site: CallSite) -> None:
         return
     small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
     target = code_of(small.targets[0].target) if isinstance(small, cst.Assign) and len(small.targets) == 1 else "run"
-    ctx.warn(codes.SHARED_WRITER, site.node, name=code_of(site.node.func), target=target)
+    ctx.warn(codes.SHARED_WRITER, site.node, name=code_of(site.node.func), target=target, why="")
 
 
 def _writes(site: CallSite) -> bool:

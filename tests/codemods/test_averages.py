@@ -75,6 +75,27 @@ REDUCED = {
             total += loss.item() * x.size(0)
         print(total / len(train_set))
         """, ['total = accelerator.reduce(torch.tensor(total, dtype=torch.float64, device=accelerator.device), "sum").item()']),
+    "a sum over the length of a library data set a loader walks (pytorch-beginner's CNN)": ("""
+        from torchvision import datasets
+        train_dataset = datasets.MNIST(root="./data", train=True, download=True)
+        train_loader = DataLoader(train_dataset, batch_size=2)
+        running_loss = 0.0
+        for i, (x, y) in enumerate(train_loader, 1):
+            STEP
+            running_loss += loss.item() * y.size(0)
+            if i % 300 == 0:
+                print(running_loss / (2 * i))
+        print(running_loss / (len(train_dataset)))
+        """, ['running_loss = accelerator.reduce(torch.tensor(running_loss, dtype=torch.float64, device=accelerator.device), "sum").item()']),
+    "a sum over the length of a data set of unknown type a loader walks": ("""
+        data = make_data()
+        train_loader = DataLoader(data, batch_size=2)
+        total = 0.0
+        for x, y in train_loader:
+            STEP
+            total += loss.item() * x.size(0)
+        print(total / len(data))
+        """, ['total = accelerator.reduce(torch.tensor(total, dtype=torch.float64, device=accelerator.device), "sum").item()']),
     "a count through torch.sum": ("""
         correct = 0
         for x, y in loader:
@@ -454,7 +475,36 @@ GATHERED = {
             hits.append((out.argmax(1) == y).sum().item())
         print(sum(hits))
         """, "hits = accelerator.gather(torch.tensor(hits, device=accelerator.device)).tolist()"),
+    "detached losses kept on the device, stacked and averaged": ("""
+        for epoch in range(2):
+            losses = []
+            for x, y in loader:
+                STEP
+                losses.append(loss.detach())
+            print(torch.stack(losses).mean().item())
+        """, "    losses = list(accelerator.gather(torch.stack(losses)))"),
+    "numbers made a tensor and averaged": ("""
+        losses = []
+        for x, y in loader:
+            STEP
+            losses.append(loss.item())
+        print(torch.tensor(losses).mean())
+        """, "losses = accelerator.gather(torch.tensor(losses, dtype=torch.float64, device=accelerator.device)).tolist()"),
 }
+
+
+@pytest.mark.parametrize("kept", [
+    "losses.append(loss.detach().cpu())\n        print(torch.stack(losses).mean())",  # off the device: not gathered as is
+    "losses.append(loss.detach())\n        print(torch.stack(losses)[-1])",  # read in order: the last batch's
+])
+def test_a_list_of_tensors_that_cannot_be_gathered_as_it_is_is_reported(kept: str) -> None:
+    code = _script(f"""
+        losses = []
+        for x, y in loader:
+            STEP
+            {kept}
+        """)
+    assert [c.split(":")[0] for c in codes(code)] == ["ACC028"]
 
 
 @pytest.mark.parametrize("name", list(GATHERED))
@@ -487,13 +537,13 @@ GATHERED_EVAL = """
 
 
 @pytest.mark.parametrize("made, added, divisor, warned", [
-    ("", "criterion(out, y).sum().item()", "len(test_loader.dataset)", True),  # a mean summed, over the data set's size
-    ("", "torch.nn.functional.cross_entropy(out, y).item()", "len(test_loader.dataset)", True),
     ("", "criterion(out, y).item()", "len(test_loader)", False),  # means over the number of passes: the original's
     ('reduction="sum"', "criterion(out, y).item()", "len(test_loader.dataset)", False),  # sums over the data set's size
     ("", "torch.nn.functional.cross_entropy(out, y, reduction='sum').item()", "len(test_loader.dataset)", False),
     ("", "(out.argmax(1) == y).sum().item()", "len(test_loader)", True),  # a count over a per-process number of batches
     ("", "(out.argmax(1) == y).sum().item()", "len(test_loader.dataset)", False),
+    # a mean loss of a value the loop does not gather: its batches cannot be told apart in the pass
+    ("", "criterion(out + torch.randn(1), y).item()", "len(test_loader.dataset)", True),
 ])
 def test_a_sum_over_a_gathered_loop_is_reported_when_its_divisor_does_not_fit(made: str, added: str, divisor: str,
                                                                                warned: bool) -> None:
@@ -501,6 +551,32 @@ def test_a_sum_over_a_gathered_loop_is_reported_when_its_divisor_does_not_fit(ma
     new = converted(code)
     assert "accelerator.gather_for_metrics((out, y))" in new and ".reduce(" not in new
     assert codes(code) == (["ACC042:18"] if warned else [])
+
+
+@pytest.mark.parametrize("added, loss", [
+    ("criterion(out, y).sum().item()", "criterion(out, y).sum().item()"),  # pytorch/examples siamese_network
+    ("torch.nn.functional.cross_entropy(out, y).item()", "torch.nn.functional.cross_entropy(out, y).item()"),
+    ("float(criterion(out, y))", "float(criterion(out, y))"),
+])
+def test_a_sum_of_mean_losses_over_a_gathered_loop_sums_the_original_batches(added: str, loss: str) -> None:
+    """``test_loss += criterion(out, y).item()`` over a gathered loop, divided by the data set's size (F5, cifar100's
+    test loss): each pass holds N of the original's batches, so the value added is the sum of their mean losses, split
+    by the loader's batch size; the printed value is the original's (tests/e2e: corpus ``gathered_mean_losses``)."""
+    code = _script(GATHERED_EVAL.format(made="", added=added, divisor="len(test_loader.dataset)"))
+    size = "test_loader.batch_sampler.batch_size"
+    assert f"test_loss += sum({loss} for out, y in zip(out.split({size}), y.split({size})))\n" in converted(code)
+    assert codes(code) == []
+
+
+def test_a_mean_loss_bound_in_the_loop_is_summed_per_original_batch() -> None:
+    """weiaicunzai/pytorch-cifar100: ``loss = loss_function(outputs, labels)`` then ``test_loss += loss.item()``."""
+    code = _script(GATHERED_EVAL.format(made="", added="loss.item()", divisor="len(test_loader.dataset)").replace(
+        "            out = model(x)\n", "            out = model(x)\n            loss = criterion(out, y)\n"))
+    size = "test_loader.batch_sampler.batch_size"
+    new = converted(code)
+    assert "        loss = criterion(out, y)\n" in new
+    assert f"test_loss += sum(criterion(out, y).item() for out, y in zip(out.split({size}), y.split({size})))\n" in new
+    assert codes(code) == []
 
 
 @pytest.mark.parametrize("added, reduction", [
@@ -562,3 +638,17 @@ def test_a_count_is_not_reduced_alone_when_the_sum_it_divides_stays_per_process(
         code = _script(body.replace("def get_accuracy", "from sklearn.metrics import score\n\n\ndef get_accuracy"))
         assert ".reduce(" not in converted(code)
         assert [c.split(":")[0] for c in codes(code)] == ["ACC028", "ACC028"]  # the sum, and the count kept with it
+
+
+@pytest.mark.parametrize("bound, added, divisor", [
+    ("mse = criterion(out, y)", "10 * math.log10(1 / mse.item())", "len(test_loader)"),  # super_resolution's PSNR
+    ("", "1 / criterion(out, y).item()", "len(test_loader.dataset)"),
+])
+def test_a_function_of_a_mean_loss_summed_over_a_gathered_loop_is_reported(bound: str, added: str, divisor: str) -> None:
+    """pytorch/examples super_resolution: ``psnr = 10 * log10(1 / mse.item())`` summed over the gathered test loop and
+    divided by its length: each pass's PSNR is of the mean over N batches, not the mean of the batches' PSNRs; no
+    division makes it the original's, so it is reported (ACC042), where it had been silently close."""
+    body = GATHERED_EVAL.format(made="", added=added, divisor=divisor).replace(
+        "            out = model(x)\n", f"            out = model(x)\n            {bound}\n" if bound else "            out = model(x)\n")
+    code = _script("import math\n" + textwrap.dedent(body).lstrip("\n"))
+    assert [c.split(":")[0] for c in codes(code)] == ["ACC042"]

@@ -70,8 +70,10 @@ def test_an_experiment_tracker_started_on_every_process_is_reported() -> None:
     assert "run = wandb.init(project='p')\n" in result.new
 
 
-def test_a_logger_class_of_the_program_that_opens_a_writer_is_reported() -> None:
-    """``logger = Logger("./logs")``, a local class whose ``__init__`` makes a summary writer: N processes, N logs."""
+def test_a_logger_class_of_the_program_is_opened_and_written_on_the_main_process() -> None:
+    """``logger = Logger("./logs")`` (pytorch-beginner's CNN), a local class whose ``__init__`` makes a summary writer:
+    N processes wrote N logs. Now made on the main process only (``None`` elsewhere), and each statement that calls
+    one of its methods runs there; nothing is left to report."""
     from accelify.pipeline import convert_source
     from accelify.program import ModuleText
 
@@ -84,7 +86,101 @@ def test_a_logger_class_of_the_program_that_opens_a_writer_is_reported() -> None
         "    loss = model(x).sum()\n    loss.backward()\n    optimizer.step()\n    logger.scalar('loss', loss.item(), step)\n"
     )
     result = convert_source(code, modules=[ModuleText("logger", "logger.py", logger)])
-    assert ("ACC024", 3) in [(w.code, w.line) for w in result.warnings]
+    assert result.warnings == ()
+    assert "logger = Logger('./logs') if accelerator.is_main_process else None\n" in result.new
+    assert "    if accelerator.is_main_process:\n        logger.scalar('loss', loss.item(), step)\n" in result.new
+    again = convert_source(result.new, modules=[ModuleText("logger", "logger.py", logger)])
+    assert again.status == "unchanged" and again.warnings == ()
+
+
+WRITER_HEAD = (
+    "import torch\nimport torch.nn.functional as F\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+    "from torch.utils.tensorboard import SummaryWriter\n"
+    "loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)\n"
+    "model = torch.nn.Linear(2, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+)
+
+
+def test_a_summary_writer_is_opened_and_written_on_the_main_process() -> None:
+    """Every use a statement calling a method of the writer, in the script and in a helper that reads the global:
+    each runs on the main process (a nested ``if`` keeps its test; ``add_graph``, already put on the main process by
+    the tracing rule, is guarded once)."""
+    assert_converts(
+        WRITER_HEAD + "writer = SummaryWriter('runs')\n\n\ndef log(step, value):\n    writer.add_scalar('loss', value, step)\n\n\n"
+        "for epoch in range(2):\n    for x, y in loader:\n        loss = F.mse_loss(model(x), y)\n        optimizer.zero_grad()\n"
+        "        loss.backward()\n        optimizer.step()\n        if epoch > 0:\n            writer.add_scalar('batch', loss.item(), epoch)\n"
+        "    log(epoch, loss.item())\nwriter.add_graph(model, torch.randn(1, 2))\nwriter.close()\n",
+        WRITER_HEAD.replace("SummaryWriter\n", "SummaryWriter\nfrom accelify.runtime import Accelerator\n", 1).replace(
+            "loader = ", "accelerator = Accelerator(cpu=True)\nloader = ")
+        + "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+        "writer = SummaryWriter('runs') if accelerator.is_main_process else None\n\n\n"
+        "def log(step, value):\n    if accelerator.is_main_process:\n        writer.add_scalar('loss', value, step)\n\n\n"
+        "for epoch in range(2):\n    for x, y in loader:\n        loss = F.mse_loss(model(x), y)\n        optimizer.zero_grad()\n"
+        "        accelerator.backward(loss)\n        optimizer.step()\n        if epoch > 0:\n            if accelerator.is_main_process:\n"
+        "                writer.add_scalar('batch', loss.item(), epoch)\n    log(epoch, loss.item())\n"
+        "if accelerator.is_main_process:\n    writer.add_graph(accelerator.unwrap_model(model), torch.randn(1, 2))\n"
+        "if accelerator.is_main_process:\n    writer.close()\naccelerator.end_training()\n",
+    )
+
+
+def test_a_writer_kept_in_an_attribute_of_a_trainer_is_written_on_the_main_process() -> None:
+    """``self.writer = SummaryWriter(...)`` in a trainer's ``__init__``, written in its methods through ``self.writer``."""
+    out = converted(
+        """
+        import torch
+        from torch.utils.tensorboard import SummaryWriter
+
+        class Trainer:
+            def __init__(self):
+                self.model = torch.nn.Linear(2, 1)
+                self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+                self.writer = SummaryWriter("runs")
+
+            def train(self):
+                for step, x in enumerate(torch.ones(4, 2)):
+                    loss = self.model(x).sum()
+                    loss.backward()
+                    self.optimizer.step()
+                    self.writer.add_scalar("loss", loss.item(), step)
+
+        Trainer().train()
+        """
+    )
+    assert 'self.writer = SummaryWriter("runs") if self.accelerator.is_main_process else None\n' in out
+    assert '            if self.accelerator.is_main_process:\n                self.writer.add_scalar("loss"' in out
+
+
+EVALUATE = (
+    "def evaluate():\n    total = 0.0\n    with torch.no_grad():\n        for x, y in loader:\n"
+    "            total += F.mse_loss(model(x), y, reduction='sum').item()\n    return total / len(loader.dataset)\n"
+)
+
+
+@pytest.mark.parametrize(
+    "uses, why",
+    [
+        ("writer.add_scalar('eval', evaluate(), epoch)\n", "calls `evaluate` in its arguments"),
+        ("train_log(writer, loss.item())\n", "used other than by calling one of its methods"),
+        ("print(writer.log_dir)\n", "used other than by calling one of its methods"),
+        ("writer.add_scalar('l', loss.item(), epoch)  # accelify: skip\n", "marked `# accelify: skip`"),
+    ],
+)
+def test_a_writer_whose_uses_cannot_all_run_on_the_main_process_is_reported_with_the_reason(uses: str, why: str) -> None:
+    """An evaluation that gathers, in the arguments (under the gate the other processes would wait for it forever),
+    the writer passed on or read as a value (``None`` on the other processes), a use left alone: reported (ACC024),
+    with the reason, and the writer left on every process."""
+    from accelify.pipeline import convert_source
+
+    code = (
+        WRITER_HEAD + "def train_log(w, v):\n    w.add_scalar('loss', v)\n\n\n" + EVALUATE
+        + "writer = SummaryWriter('runs')\nfor epoch in range(2):\n    for x, y in loader:\n"
+        "        loss = F.mse_loss(model(x), y)\n        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n"
+        + "    " + uses
+    )
+    result = convert_source(code)
+    reported = [w for w in result.warnings if w.code == "ACC024"]
+    assert len(reported) == 1 and why in reported[0].message, reported
+    assert "writer = SummaryWriter('runs')\n" in result.new
 
 
 @pytest.mark.parametrize(
@@ -113,17 +209,18 @@ def test_a_save_of_other_objects_is_left() -> None:
 
 
 @pytest.mark.parametrize(
-    "name, reported",
+    "name, one_log",
     [
         ('run_name = f"cartpole__{int(time.time())}"\nwriter = SummaryWriter(f"runs/{run_name}")\n', True),
         ('writer = SummaryWriter(f"runs/{datetime.datetime.now():%H%M%S}")\n', True),
         ('writer = SummaryWriter(f"runs/{time.time()}-{accelerator.process_index}")\n', False),
     ],
 )
-def test_a_log_named_by_the_clock_is_one_runs_log_opened_on_every_process(name: str, reported: bool) -> None:
+def test_a_log_named_by_the_clock_is_one_runs_log_opened_on_the_main_process(name: str, one_log: bool) -> None:
     """cleanrl's ``SummaryWriter(f"runs/{run_name}")`` with a timestamped ``run_name``: the clock made the name look
-    like each process's own, so N writers of one training went unreported."""
-    from _convert import codes
+    like each process's own, so N writers of one training went unreported; now it is made on the main process. A
+    name with the process's rank is a log of each process's own: left, and not reported."""
+    from accelify.pipeline import convert_source
 
     code = (
         "import time\nimport datetime\nimport torch\nfrom torch.utils.tensorboard import SummaryWriter\n"
@@ -135,4 +232,54 @@ def test_a_log_named_by_the_clock_is_one_runs_log_opened_on_every_process(name: 
         + "model = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         "for x in torch.ones(4, 2):\n    model(x).sum().backward()\n    opt.step()\n    writer.add_scalar('l', 1.0)\n"
     )
-    assert any(c.startswith("ACC024") for c in codes(code)) is reported
+    result = convert_source(code)
+    assert not any(w.code == "ACC024" for w in result.warnings)
+    assert ("if accelerator.is_main_process else None" in result.new) is one_log
+
+
+TRACKED = (
+    "import torch\nimport wandb\nwandb.init(project='p', sync_tensorboard=True)\nmodel = torch.nn.Linear(2, 1)\n"
+    "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nfor x in torch.ones(4, 2):\n"
+    "    loss = model(x).sum()\n    loss.backward()\n    optimizer.step()\n    {use}\n"
+)
+
+
+@pytest.mark.parametrize(
+    "use, converts",
+    [
+        ("wandb.log({'loss': loss.item()})", True),  # cleanrl's dqn.py starts it alone (sync_tensorboard=True)
+        ("print(wandb.config.lr)", False),  # read as a value: the other processes would have no run to read
+        ("wandb.log({'loss': loss.item()})  # accelify: skip", False),
+    ],
+)
+def test_an_experiment_tracker_started_alone_runs_on_the_main_process(use: str, converts: bool) -> None:
+    """``wandb.init(...)`` as a statement of its own, every other use of the package a call of its own: the run is
+    started, and logged to, on the main process only (one run of the training); else it is reported (ACC024)."""
+    from accelify.pipeline import convert_source
+
+    result = convert_source(TRACKED.format(use=use))
+    assert ("if accelerator.is_main_process:\n    wandb.init(project='p', sync_tensorboard=True)\n" in result.new) is converts
+    assert ("    if accelerator.is_main_process:\n        wandb.log(" in result.new) is converts
+    assert [w.code for w in result.warnings if w.code == "ACC024"] == ([] if converts else ["ACC024"])
+    if converts:
+        assert convert_source(result.new).warnings == ()
+
+
+def test_a_writer_made_under_a_flag_and_tested_before_each_use_is_made_on_the_main_process_only() -> None:
+    """``writer = SummaryWriter(d) if args.tb else None`` and ``if writer is not None: writer.add_scalar(...)``: one
+    more condition where it is made; the uses behind the test are left as they are. A tested branch that reaches the
+    other processes (an evaluation that gathers) keeps the writer on every process, reported."""
+    from accelify.pipeline import convert_source
+
+    code = (
+        WRITER_HEAD + EVALUATE + "writer = SummaryWriter('runs') if len(loader) > 1 else None\nfor epoch in range(2):\n"
+        "    for x, y in loader:\n        loss = F.mse_loss(model(x), y)\n        optimizer.zero_grad()\n"
+        "        loss.backward()\n        optimizer.step()\n    if writer is not None:\n        {use}\nif writer:\n    writer.close()\n"
+    )
+    result = convert_source(code.format(use="writer.add_scalar('loss', loss.item(), epoch)"))
+    assert result.warnings == ()
+    assert "writer = SummaryWriter('runs') if len(loader) > 1 and accelerator.is_main_process else None\n" in result.new
+    assert "    if writer is not None:\n        writer.add_scalar('loss', loss.item(), epoch)\n" in result.new
+    assert convert_source(result.new).warnings == ()
+    gathers = convert_source(code.format(use="writer.add_scalar('eval', evaluate(), epoch)"))
+    assert [w.code for w in gathers.warnings] == ["ACC024"] and "runs `evaluate`" in gathers.warnings[0].message
