@@ -345,7 +345,7 @@ class _Recorder(LoaderEvents, ScriptPlaces):
     def on_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if not self.active:
             return
-        from accelify_verify_fingerprint import fingerprint
+        from accelify_verify_fingerprint import fingerprint, sparse_fingerprints
         from accelify_verify_names import number
 
         torch = self.torch
@@ -366,7 +366,8 @@ class _Recorder(LoaderEvents, ScriptPlaces):
                 "model": self._model_name(optimizer, params),
                 "lrs": [number(group.get("lr")) for group in optimizer.param_groups],
                 "inexact": self.exact.take_inexact() if self.exact is not None else [],
-                "params": [fingerprint(torch, p, budget, full, self.owner) for p in params],
+                "params": [fingerprint(torch, p, budget, True, self.owner) for p in params] if full else
+                sparse_fingerprints(torch, params, budget, self.owner),
                 "group": self._group(),
                 "wrappers": sorted((dict(w) for w in self.wrappers.values()), key=lambda w: w["index"]),
                 "loaders": {k: {n: v for n, v in info.items() if n != "current"} for k, info in self.loaders.items()},
