@@ -45,6 +45,7 @@ class LossScale:
         self._reference: Any = None  # the original's losses (accelify_verify_reference.ReferenceLosses)
         self._seen: dict[str, list[float | None]] = {}  # backward's script line -> its probes' factors
         self._kept: dict[str, float | None] = {}  # ... and the factor kept after PROBES equal ones (None: inexact)
+        self.means: set[str] = set()  # script lines whose loss was found to be a mean over the batch's rows
         self.losses: list[tuple[str, float | None]] = []  # (reduction, value) of each loss function called on this
         # batch's share since the last backward (cleared at each new batch, and at each backward)
 
@@ -63,6 +64,8 @@ class LossScale:
         (see the module docstring). A line's first ``PROBES`` backwards are probed (a collective each: every process
         reaches the same decision at the same backward); once they agree, the line keeps that factor."""
         losses, self.losses = self.losses, []
+        if site in self.means:
+            self.exact.epoch_sums.mean_backward(value)  # a per-batch mean: summed per epoch (epochsums)
         if site in self._kept:
             kept = self._kept[site]
             if kept is None:
@@ -106,6 +109,9 @@ class LossScale:
                 # the conversion's 1/N shows in the update); k > 1 a mean scaled by the conversion, shown likewise
                 if power == 0 and _divided_mean(value, losses, world):
                     return 1.0  # a mean over the rows, divided by N by the conversion: its 1/N shows in the update
+                if power == 1 and site not in self.means:
+                    self.means.add(site)
+                    exact.epoch_sums.mean_backward(value)
                 return float(world) if power <= 0 else 1.0
         if summed != 0 or original != 0:
             exact.inexact.add(f"the loss of backward {n} is neither the mean nor the sum over the batch's rows "
@@ -157,6 +163,8 @@ def patch_losses(functional: ModuleType, exact: Any) -> None:
                     out = original(*args, **kwargs)
                     value = float(out.detach().double().item()) if getattr(out, "numel", lambda: 0)() == 1 else None
                     exact.loss_scale.losses.append(("mean" if reduction == "batchmean" else reduction, value))
+                    if reduction == "mean" and value is not None:
+                        exact.epoch_sums.mean_loss(value)
                     return out
                 return original(*args, **kwargs)
 
