@@ -67,6 +67,7 @@ from accelify.verify.runner import RunOutcome
 NAME = "same printed values"
 BASE_RTOL, ATOL = 1e-4, 1e-9
 NEAR = 0.25  # a value within 25% of original/N (or N x original) is named as such
+PRECISE = 1e-3  # a printed number is taken for a reduced sum only when printed this precisely (relative unit) or more
 _NUMBER = re.compile(r"(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|\b(?:nan|inf)\b", re.IGNORECASE)
 _SIGNED = re.compile(r"[-+]?(?:" + _NUMBER.pattern + ")", re.IGNORECASE)
 _TIME_UNIT = re.compile(r"\s?(?:ms|us|µs|ns|s|sec|secs|seconds?|mins?|minutes?|h|hrs?|hours?|it/s|s/it)\b",
@@ -300,11 +301,15 @@ def _how(line: PrintedLine) -> str:
 
 
 def _batch_sum_marks(run: ProcessRecord, line: PrintedLine, number: Number) -> list[tuple[str, float]]:
-    """(reduction, result) of each element reduced at the line's step that is a sum of per-batch means and equals
-    the printed ``number`` (as printed)."""
+    """(reduction, result) of each element reduced at the line's step that is a sum of per-batch means and is the
+    printed ``number``: it rounds to it, and the number is printed with a fraction and four significant digits or
+    more (an epoch counter ``3`` is no sum of losses ``3.02``)."""
+    text = number.text.lower()
+    if not ("." in text or "e" in text) or not number.value or number.unit > PRECISE * abs(number.value):
+        return []
     return [(mark.op, value) for mark in run.reduces if mark.steps == line.steps
             for value, flag in zip(mark.values, mark.batch_sums)
-            if flag and abs(number.value - value) <= number.unit + BASE_RTOL * abs(value)]
+            if flag and abs(number.value - value) <= number.unit / 2 + BASE_RTOL * abs(value)]
 
 
 def _batch_sum(run: ProcessRecord, line: PrintedLine, number: Number) -> bool:

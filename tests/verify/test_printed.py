@@ -189,3 +189,12 @@ def test_a_mark_for_another_value_or_step_leaves_a_printed_value_as_it_is() -> N
     later = judge(original, replace(_reduced("epoch 0 loss sum 12.800000", "sum", 12.8),
                                     reduces=(ReduceMark("sum", (12.8,), (True,), 0),)))
     assert other.status == later.status == FAILED and "about 2x the original" in other.meaning
+
+
+def test_a_number_printed_too_coarsely_is_not_taken_for_a_reduced_sum() -> None:
+    """``Epoch 3: train loss 0.1589``: the epoch number 3 is not the reduced sum 3.02 printed as an integer."""
+    original = record(("Epoch 3: train loss 0.1589", False), losses=(0.3,))
+    run = replace(record(("Epoch 3: train loss 0.1589", False), losses=(0.77,)),
+                  reduces=(ReduceMark("mean", (3.02,), (True,), 1),))
+    check = judge(original, run)
+    assert check.status == PASSED and "judged as a real launch" not in check.detail, check.detail
