@@ -61,11 +61,14 @@ def verify_files(
     concurrent: bool = True,
     label: str | None = None,
     converted_label: str | None = None,
+    original_run: RunOutcome | None = None,
 ) -> VerifyReport:
     """Verify ``converted`` (default: the tool's conversion of ``original``) against ``original``.
 
     ``launcher`` starts the runs (default: fresh processes, as a user would start them; tests pass a
     :class:`~accelify.verify.runner.ForkServerLauncher`); ``concurrent`` runs the three runs at once.
+    ``original_run``: :func:`run_original`'s run of ``original`` with the same ``options``, whose files still exist,
+    used instead of running the original again (a test session verifying several conversions of one script).
     """
     start = time.monotonic()
     own_launcher = launcher is None
@@ -93,7 +96,7 @@ def verify_files(
             checks += skipped_value_checks(reason, options.processes)
         else:
             with tempfile.TemporaryDirectory(prefix="accelify-verify-") as workdir:
-                runs = _run_all(Path(workdir), original, converted, options, launcher, concurrent)
+                runs = _run_all(Path(workdir), original, converted, options, launcher, concurrent, original_run)
                 first, second, distributed = runs  # judged while the files exist: a hang names their lines
                 blocked = exact_blocked(distributed, second)
                 if blocked is not None:  # the script sizes state by the full batch: judge a real launch instead
@@ -130,22 +133,36 @@ def _conversion_check(status: str, why: str | None, changes: int, warnings: list
     return CheckResult("conversion", CONVERT_STAGE, SKIPPED, f"{what}{reason}{noted}")
 
 
+def run_original(workdir: Path, original: ScriptFiles, options: VerifyOptions, launcher: Launcher) -> RunOutcome:
+    """The original's one-process run, as :func:`verify_files` makes it, in ``workdir`` (its files stay there)."""
+    return launcher.run(_spec(workdir, "original", as_program(original), 1, options))
+
+
+def _spec(workdir: Path, label: str, files: ScriptFiles, processes: int, options: VerifyOptions,
+          reference: Path | None = None) -> RunSpec:
+    """A run of ``files`` on ``processes`` (above 1: exact mode, reading the original's losses from ``reference``)."""
+    return RunSpec(label=label, folder=stage(files, workdir / label), target=files.name, logs=workdir / "logs" / label,
+                   args=options.args, processes=processes, steps=options.steps, seed=options.seed,
+                   timeout=options.timeout, exact=processes > 1, reference=reference)
+
+
 def _run_all(workdir: Path, original: ScriptFiles, converted: ScriptFiles, options: VerifyOptions,
-             launcher: Launcher, concurrent: bool) -> list[RunOutcome]:
-    """The three runs: original and conversion on one process, conversion on N.
+             launcher: Launcher, concurrent: bool, original_run: RunOutcome | None = None) -> list[RunOutcome]:
+    """The three runs: original and conversion on one process, conversion on N (the original's run is
+    ``original_run`` where one is given).
 
     ``concurrent``: all three at once. The N-process run reads the original's losses from its record as the original
     writes them (``hook/accelify_verify_reference.py``), so it starts once the original's record exists; it spends
     much of its time waiting for its peers at each step's all-reduce, time the one-process runs fill. One after the
     other otherwise (the original first)."""
-    specs = []
-    for label, files, processes in (("original", original, 1), ("converted", converted, 1),
-                                    ("distributed", converted, options.processes)):
-        folder = stage(files, workdir / label)
-        specs.append(RunSpec(label=label, folder=folder, target=files.name, logs=workdir / "logs" / label,
-                             args=options.args, processes=processes, steps=options.steps, seed=options.seed,
-                             timeout=options.timeout, exact=processes > 1,
-                             reference=specs[0].record_prefix if specs else None))
+    first_spec = original_run.spec if original_run is not None else _spec(workdir, "original", original, 1, options)
+    specs = [first_spec, _spec(workdir, "converted", converted, 1, options),
+             _spec(workdir, "distributed", converted, options.processes, options, first_spec.record_prefix)]
+    if original_run is not None:
+        if not concurrent:
+            return [original_run, *(launcher.run(spec) for spec in specs[1:])]
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="accelify-verify") as pool:
+            return [original_run, *pool.map(launcher.run, specs[1:])]
     if not concurrent:
         return [launcher.run(spec) for spec in specs]
     with ThreadPoolExecutor(max_workers=3, thread_name_prefix="accelify-verify") as pool:
