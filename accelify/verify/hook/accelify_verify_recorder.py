@@ -34,6 +34,7 @@ The record is one JSON object per line, written as it happens:
               how many epochs ended, whether a backward followed its batches)
 ``scheduler`` (exact mode) a prepared scheduler's ``step()`` call: its name, optimizer steps and epochs before it
 ``batch``     (exact mode) the sum of every number of one of the first batches of a prepared loader, per epoch
+``reduce``    (exact mode) a reduce of a tensor holding a sum of per-batch means (``accelify_verify_epochsums.py``)
 ``line``      a line the script printed to stdout holding a digit (``accelify_verify_stdout.py``), a value it
               logged (``accelify_verify_logged.py``: a tracker, ``accelerator.log``, ``logging``) or one its own
               function returned after a loader's epoch ran inside it (``accelify_verify_returns.py``): its text,
