@@ -169,13 +169,15 @@ def test_a_sum_of_per_batch_means_reduced_with_sum_is_judged_as_a_real_launch_co
     right = judge(original, _reduced("epoch 0 loss sum 12.800000", "sum", 12.8))
     assert right.status == PASSED, right.detail
     assert "1 sum of per-batch means reduced over the processes judged as a real launch computes it" in right.detail
-    unmarked = judge(original, record(("epoch 0 loss sum 12.800000", False), losses=(0.77,)))  # not such a sum: N times, a bug
+    # not such a sum: N times the original, a bug
+    unmarked = judge(original, record(("epoch 0 loss sum 12.800000", False), losses=(0.77,)))
     assert unmarked.status == FAILED and "about 2x the original" in unmarked.meaning
 
 
 def test_a_sum_of_per_batch_means_reduced_with_mean_is_one_nth_in_a_real_launch() -> None:
     """Exact mode prints the original's value for it; a real launch 1/N: it fails, saying so."""
-    check = judge(record(("epoch 0 loss sum 6.400000", False), losses=(0.3,)), _reduced("epoch 0 loss sum 6.400000", "mean", 6.4))
+    original = record(("epoch 0 loss sum 6.400000", False), losses=(0.3,))
+    check = judge(original, _reduced("epoch 0 loss sum 6.400000", "mean", 6.4))
     assert check.status == FAILED, check.detail
     assert "reduced with 'mean': a real launch, where each process sums the means of 1/2 of the batches" \
         in check.detail and "printed 3.2" in check.detail
