@@ -12,18 +12,23 @@ agent and two workers). Two workers run everything; the jobs are queued once, wh
 first (the planted hang waits for its timeout).
 
 Corpus cases are verified to the end of the script (no step limit), so that the e2e tests see everything the
-script prints; planted cases use their own step limit and timeout (``case.toml``).
+script prints; planted cases use their own step limit and timeout (``case.toml``). A planted case's original is run
+once for its wrong and its right conversion (``verify_files(original_run=...)``): the two verifications share it.
 """
 
 from __future__ import annotations
 
+import tempfile
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Callable, Iterable, TypeVar
 
 from corpus_cases import CORPUS, Case, PlantedCase
 
 from accelify.verify import ForkServerLauncher, VerifyOptions, VerifyReport, verify_files
+from accelify.verify.runner import RunOutcome
+from accelify.verify.verification import run_original
 
 T = TypeVar("T")
 WORKERS = 2
@@ -38,6 +43,9 @@ class VerificationPool:
         self._executor = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="verification")
         self._futures: dict[str, Future] = {}
         self._lock = threading.Lock()
+        self._originals = tempfile.TemporaryDirectory(prefix="accelify-planted-originals-")
+        self._original_runs: dict[str, RunOutcome] = {}
+        self._original_locks: dict[str, threading.Lock] = {}
 
     def submit(self, key: str, job: Callable[[], T]) -> "Future[T]":
         """Queue ``job`` under ``key`` unless it was queued already; its future."""
@@ -78,7 +86,19 @@ class VerificationPool:
         assert converted is not None, f"planted/{name} has no right.py"
         script = "right.py" if right else "converted.py"
         return verify_files(case.original(), converted, options=options, launcher=self.launcher,
-                            concurrent=False, label=f"planted/{name}", converted_label=f"planted/{name}/{script}")
+                            concurrent=False, label=f"planted/{name}", converted_label=f"planted/{name}/{script}",
+                            original_run=self._original(name, case, options))
+
+    def _original(self, name: str, case: PlantedCase, options: VerifyOptions) -> RunOutcome:
+        """Planted case ``name``'s original, run once for its wrong and its right conversion (the first caller runs
+        it, in its own thread; its files stay until :meth:`close`)."""
+        with self._lock:
+            lock = self._original_locks.setdefault(name, threading.Lock())
+        with lock:
+            if name not in self._original_runs:
+                self._original_runs[name] = run_original(Path(self._originals.name) / name, case.original(),
+                                                         options, self.launcher)
+            return self._original_runs[name]
 
     def close(self) -> None:
         """Cancel what has not started, wait for what has, stop the fork servers."""
@@ -87,3 +107,4 @@ class VerificationPool:
                 future.cancel()
         self._executor.shutdown(wait=True)
         self.launcher.close()
+        self._originals.cleanup()

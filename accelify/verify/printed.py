@@ -67,6 +67,7 @@ from accelify.verify.runner import RunOutcome
 NAME = "same printed values"
 BASE_RTOL, ATOL = 1e-4, 1e-9
 NEAR = 0.25  # a value within 25% of original/N (or N x original) is named as such
+PRECISE = 1e-3  # a printed number is taken for a reduced sum only when printed this precisely (relative unit) or more
 _NUMBER = re.compile(r"(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|\b(?:nan|inf)\b", re.IGNORECASE)
 _SIGNED = re.compile(r"[-+]?(?:" + _NUMBER.pattern + ")", re.IGNORECASE)
 _TIME_UNIT = re.compile(r"\s?(?:ms|us|µs|ns|s|sec|secs|seconds?|mins?|minutes?|h|hrs?|hours?|it/s|s/it)\b",
@@ -198,7 +199,7 @@ def printed_check(run: ProcessRecord, original: ProcessRecord, control: ProcessR
     in_run, in_control = _matches(ours, theirs), _matches(ours, controls)
     peers = [(record, _aggregates(record, channel), _matches(theirs, _aggregates(record, channel)))
              for record in others]
-    compared = lines = step_losses = varying = late = agreed = 0
+    compared = lines = step_losses = varying = late = agreed = launched = 0
     late_seen: set[tuple[str, int]] = set()  # (site, position) of numbers already judged past COMPARED_STEPS
     for i, j in sorted(in_run.items()):
         k = in_control.get(i)
@@ -219,6 +220,9 @@ def printed_check(run: ProcessRecord, original: ProcessRecord, control: ProcessR
             if a.value != c.value and not (a.value != a.value and c.value != c.value):
                 varying += 1  # two one-process runs printed different values: not a value of the training
                 continue
+            printed = d
+            if _batch_sum(run, line, d):  # a real launch reduces 1/N of it here (hook/accelify_verify_epochsums.py)
+                d, launched = Number(d.text, d.value / n, True), launched + 1
             same = exact and _same(a, d, rtol, line.via not in EXACT_VIAS)
             if exact and not same and line.steps > COMPARED_STEPS and (
                     (line.site, position) in late_seen or not _factor(a.value, d.value, n)):
@@ -229,15 +233,20 @@ def printed_check(run: ProcessRecord, original: ProcessRecord, control: ProcessR
                 same = True
             if line.steps > COMPARED_STEPS:
                 late_seen.add((line.site, position))
-            if not same and _step_loss(d.value, _last_loss(run, line), c.value, control_loss, d.unit, n):
+            if not same and printed is d and _step_loss(d.value, _last_loss(run, line), c.value, control_loss,
+                                                        d.unit, n):
                 step_losses += 1  # the last step's loss on process 0's share: conventional
                 continue
             if exact and not same:
+                launch = "" if printed is d else (
+                    f"; a sum of per-batch means reduced with {_reduction(run, line, printed)!r}: a real launch, "
+                    f"where each process sums the means of 1/{n} of the batches, {verb} {d.value:.6g}")
                 return CheckResult(
                     name, stage, FAILED,
                     f"{_where(line)}the original {verb} {ours[i].text.strip()!r}{_how(line)}, process 0 of {n} "
-                    f"{verb} {line.text.strip()!r} ({a.text} vs {d.text}, after {line.steps} optimizer steps)",
-                    _cause(a.value, d.value, n, channel))
+                    f"{verb} {line.text.strip()!r} ({a.text} vs {printed.text}, after {line.steps} optimizer steps"
+                    f"{launch})", _cause(a.value, d.value, n, channel, launched=printed is not d))
+            d = printed
             compared, counted = compared + exact, counted or exact
             for record, printed, matched in peers:
                 peer = matched.get(j)
@@ -259,6 +268,9 @@ def printed_check(run: ProcessRecord, original: ProcessRecord, control: ProcessR
     notes = []
     if agreed:
         notes.append(f"{agreed} equal on every process")
+    if launched:
+        notes.append(f"{launched} sum{'s' if launched != 1 else ''} of per-batch means reduced over the processes "
+                     f"judged as a real launch computes {'them' if launched != 1 else 'it'} (1/{n} of exact mode's)")
     if step_losses:
         notes.append(f"{step_losses} last-step loss{'es' if step_losses != 1 else ''} {verb} after a loop "
                      "(process 0's share, as is conventional) not compared")
@@ -288,14 +300,42 @@ def _how(line: PrintedLine) -> str:
     return f" (with {line.via})" if line.via not in ("print", "return") else ""
 
 
+def _batch_sum_marks(run: ProcessRecord, line: PrintedLine, number: Number) -> list[tuple[str, float]]:
+    """(reduction, result) of each element reduced at the line's step that is a sum of per-batch means and is the
+    printed ``number``: it rounds to it, and the number is printed with a fraction and four significant digits or
+    more (an epoch counter ``3`` is no sum of losses ``3.02``)."""
+    text = number.text.lower()
+    if not ("." in text or "e" in text) or not number.value or number.unit > PRECISE * abs(number.value):
+        return []
+    return [(mark.op, value) for mark in run.reduces if mark.steps == line.steps
+            for value, flag in zip(mark.values, mark.batch_sums)
+            if flag and abs(number.value - value) <= number.unit / 2 + BASE_RTOL * abs(value)]
+
+
+def _batch_sum(run: ProcessRecord, line: PrintedLine, number: Number) -> bool:
+    """``number`` is the result of a reduce of a sum of per-batch means: exact mode walks N times the batches a
+    process of a real launch walks, so a real launch has 1/N of it (``hook/accelify_verify_epochsums.py``)."""
+    return bool(number.comparable and _batch_sum_marks(run, line, number))
+
+
+def _reduction(run: ProcessRecord, line: PrintedLine, number: Number) -> str:
+    marks = _batch_sum_marks(run, line, number)
+    return marks[0][0] if marks else "sum"
+
+
 def _factor(original: float, value: float, n: int) -> bool:
     """Whether ``value`` is about ``original / n`` or ``n`` times it (within ``NEAR``)."""
     return bool(original) and (abs(value - original / n) <= NEAR * abs(original / n)
                                or abs(value - original * n) <= NEAR * abs(original * n))
 
 
-def _cause(original: float, value: float, n: int, channel: Channel = PRINTED) -> str:
-    """Why process 0 printed (logged, returned) another value than the original, in words a user acts on."""
+def _cause(original: float, value: float, n: int, channel: Channel = PRINTED, launched: bool = False) -> str:
+    """Why process 0 printed (logged, returned) another value than the original, in words a user acts on
+    (``launched``: ``value`` is what a real launch computes from a reduced sum of per-batch means)."""
+    if launched and original and abs(value - original / n) <= NEAR * abs(original / n):
+        return (f"in a real launch the value is about 1/{n} of the original: each process sums the per-batch means "
+                f"of its 1/{n} of the batches, and a 'mean' over the processes keeps 1/{n} of the total; reduce the "
+                f"sums with accelerator.reduce(total, 'sum') before {channel.gerund}")
     if original and abs(value - original / n) <= NEAR * abs(original / n):
         return (f"the value is about 1/{n} of the original: an average over one process's shard divided by the "
                 f"whole data set's size; reduce it across processes (accelerator.reduce(total, 'sum'), or "

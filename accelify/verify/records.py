@@ -125,6 +125,17 @@ class BatchMark:
 
 
 @dataclass(frozen=True)
+class ReduceMark:
+    """Exact mode: a reduce over the processes of a tensor holding a sum of this process's per-batch means (see
+    ``hook/accelify_verify_epochsums.py``): a real launch reduces 1/N of it there."""
+
+    op: str
+    values: tuple[float, ...]  # every element of the result
+    batch_sums: tuple[bool, ...]  # which elements were such sums
+    steps: int  # optimizer steps taken before it
+
+
+@dataclass(frozen=True)
 class PrintedLine:
     """A line the script printed to stdout (holding a digit), a value it logged, or one its function returned
     (``via``), and when: inside a DataLoader epoch or after one."""
@@ -156,6 +167,7 @@ class ProcessRecord:
     schedulers: tuple[SchedulerCall, ...] = ()
     batches: tuple[BatchMark, ...] = ()
     lines: tuple[PrintedLine, ...] = ()
+    reduces: tuple[ReduceMark, ...] = ()
     stack: str = field(default="", repr=False)  # Python stacks dumped when the run was ended at the timeout
 
     @property
@@ -202,6 +214,7 @@ def _read(path: Path, rank: int, pid: int) -> ProcessRecord:
     schedulers: list[SchedulerCall] = []
     batches: list[BatchMark] = []
     lines: list[PrintedLine] = []
+    reduces: list[ReduceMark] = []
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
             event = json.loads(line)
@@ -235,13 +248,16 @@ def _read(path: Path, rank: int, pid: int) -> ProcessRecord:
             lines.append(PrintedLine(str(event["text"]), str(event.get("site", "")), bool(event.get("in_epoch")),
                                      int(event.get("backwards", 0)), int(event.get("steps", 0)),
                                      bool(event.get("silent", False)), str(event.get("via", "print"))))
+        elif kind == "reduce":
+            reduces.append(ReduceMark(str(event.get("op")), tuple(float(v) for v in event.get("values", ())),
+                                      tuple(bool(f) for f in event.get("batch_sums", ())), int(event.get("steps", 0))))
         elif kind == "hook_error":
             hook_errors.append(str(event.get("traceback") or event.get("error")))
     stack_path = path.with_suffix(".stack")
     stack = stack_path.read_text(encoding="utf-8", errors="replace") if stack_path.exists() else ""
     return ProcessRecord(backwards=tuple(backwards), steps=tuple(steps), hook_errors=tuple(hook_errors),
                          schedulers=tuple(schedulers), batches=tuple(batches), lines=tuple(lines),
-                         stack=stack, **fields)
+                         reduces=tuple(reduces), stack=stack, **fields)
 
 
 def _step(event: Mapping[str, Any]) -> Step:

@@ -1,7 +1,7 @@
 """``verify_script`` / ``verify_files``: convert, run, check, and return a frozen :class:`VerifyReport`.
 
 The order of work: convert (unless a conversion is given); run the original and the conversion on one process each
-(side by side), then the conversion on N processes in exact mode (they share the original's batches); turn the
+and the conversion on N processes in exact mode (they share the original's batches), all three at once; turn the
 records into checks: one process against the original, the N processes among themselves, and the N processes
 against the original step by step (``exactness``), and what process 0 printed after each epoch against what the
 original printed, logged and returned (``printed``). Where exact mode cannot run the script (it sizes state by the
@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from accelify.verify.deadlocks import deadlock_check
@@ -29,6 +29,7 @@ from accelify.verify.runner import Launcher, RunOutcome, RunSpec
 from accelify.verify.workspace import ScriptFiles, as_program, convert_files, stage
 
 CONVERT_STAGE = "convert"
+START_POLL = 0.05  # seconds between two looks for the original's record, before the N-process run starts
 
 
 def verify_script(
@@ -60,11 +61,14 @@ def verify_files(
     concurrent: bool = True,
     label: str | None = None,
     converted_label: str | None = None,
+    original_run: RunOutcome | None = None,
 ) -> VerifyReport:
     """Verify ``converted`` (default: the tool's conversion of ``original``) against ``original``.
 
     ``launcher`` starts the runs (default: fresh processes, as a user would start them; tests pass a
-    :class:`~accelify.verify.runner.ForkServerLauncher`); ``concurrent`` runs the two one-process runs side by side.
+    :class:`~accelify.verify.runner.ForkServerLauncher`); ``concurrent`` runs the three runs at once.
+    ``original_run``: :func:`run_original`'s run of ``original`` with the same ``options``, whose files still exist,
+    used instead of running the original again (a test session verifying several conversions of one script).
     """
     start = time.monotonic()
     own_launcher = launcher is None
@@ -92,7 +96,7 @@ def verify_files(
             checks += skipped_value_checks(reason, options.processes)
         else:
             with tempfile.TemporaryDirectory(prefix="accelify-verify-") as workdir:
-                runs = _run_all(Path(workdir), original, converted, options, launcher, concurrent)
+                runs = _run_all(Path(workdir), original, converted, options, launcher, concurrent, original_run)
                 first, second, distributed = runs  # judged while the files exist: a hang names their lines
                 blocked = exact_blocked(distributed, second)
                 if blocked is not None:  # the script sizes state by the full batch: judge a real launch instead
@@ -129,23 +133,51 @@ def _conversion_check(status: str, why: str | None, changes: int, warnings: list
     return CheckResult("conversion", CONVERT_STAGE, SKIPPED, f"{what}{reason}{noted}")
 
 
+def run_original(workdir: Path, original: ScriptFiles, options: VerifyOptions, launcher: Launcher) -> RunOutcome:
+    """The original's one-process run, as :func:`verify_files` makes it, in ``workdir`` (its files stay there)."""
+    return launcher.run(_spec(workdir, "original", as_program(original), 1, options))
+
+
+def _spec(workdir: Path, label: str, files: ScriptFiles, processes: int, options: VerifyOptions,
+          reference: Path | None = None) -> RunSpec:
+    """A run of ``files`` on ``processes`` (above 1: exact mode, reading the original's losses from ``reference``)."""
+    return RunSpec(label=label, folder=stage(files, workdir / label), target=files.name, logs=workdir / "logs" / label,
+                   args=options.args, processes=processes, steps=options.steps, seed=options.seed,
+                   timeout=options.timeout, exact=processes > 1, reference=reference)
+
+
 def _run_all(workdir: Path, original: ScriptFiles, converted: ScriptFiles, options: VerifyOptions,
-             launcher: Launcher, concurrent: bool) -> list[RunOutcome]:
-    """The three runs: original and conversion on one process, conversion on N."""
-    specs = []
-    for label, files, processes in (("original", original, 1), ("converted", converted, 1),
-                                    ("distributed", converted, options.processes)):
-        folder = stage(files, workdir / label)
-        specs.append(RunSpec(label=label, folder=folder, target=files.name, logs=workdir / "logs" / label,
-                             args=options.args, processes=processes, steps=options.steps, seed=options.seed,
-                             timeout=options.timeout, exact=processes > 1,
-                             reference=specs[0].record_prefix if specs else None))
-    if concurrent:
+             launcher: Launcher, concurrent: bool, original_run: RunOutcome | None = None) -> list[RunOutcome]:
+    """The three runs: original and conversion on one process, conversion on N (the original's run is
+    ``original_run`` where one is given).
+
+    ``concurrent``: all three at once. The N-process run reads the original's losses from its record as the original
+    writes them (``hook/accelify_verify_reference.py``), so it starts once the original's record exists; it spends
+    much of its time waiting for its peers at each step's all-reduce, time the one-process runs fill. One after the
+    other otherwise (the original first)."""
+    first_spec = original_run.spec if original_run is not None else _spec(workdir, "original", original, 1, options)
+    specs = [first_spec, _spec(workdir, "converted", converted, 1, options),
+             _spec(workdir, "distributed", converted, options.processes, options, first_spec.record_prefix)]
+    if original_run is not None:
+        if not concurrent:
+            return [original_run, *(launcher.run(spec) for spec in specs[1:])]
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="accelify-verify") as pool:
-            alone = list(pool.map(launcher.run, specs[:2]))
-    else:
-        alone = [launcher.run(spec) for spec in specs[:2]]
-    return [*alone, launcher.run(specs[2])]
+            return [original_run, *pool.map(launcher.run, specs[1:])]
+    if not concurrent:
+        return [launcher.run(spec) for spec in specs]
+    with ThreadPoolExecutor(max_workers=3, thread_name_prefix="accelify-verify") as pool:
+        first = pool.submit(launcher.run, specs[0])
+        second = pool.submit(launcher.run, specs[1])
+        _started(specs[0], first)
+        third = pool.submit(launcher.run, specs[2])
+        return [first.result(), second.result(), third.result()]
+
+
+def _started(spec: RunSpec, run: "Future[RunOutcome]") -> None:
+    """Wait until ``spec``'s process has begun its record, or its run has ended (a launcher with fewer free
+    processes than runs starts the original first, so the N-process run never waits for a run queued behind it)."""
+    while not run.done() and not any(spec.logs.glob(spec.record_prefix.name + ".rank0.pid*.jsonl")):
+        time.sleep(START_POLL)
 
 
 def _run_normal(workdir: Path, converted: ScriptFiles, exact: RunSpec, launcher: Launcher) -> RunOutcome:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from accelify.verify.printed import LOGGED, RETURNED, numbers, printed_check, template
 from dataclasses import replace
 
-from accelify.verify.records import Backward, Group, PrintedLine, ProcessRecord, Step
+from accelify.verify.records import Backward, Group, PrintedLine, ProcessRecord, ReduceMark, Step
 from accelify.verify.report import FAILED, PASSED, SKIPPED
 
 
@@ -154,3 +154,49 @@ def test_late_in_a_long_run_only_a_factor_n_differs_from_the_original() -> None:
     share = printed_check(late("epoch 12 train loss 4.4400"), original, original, 2,
                           (late("epoch 12 train loss 4.5600", 1),))
     assert share.status == FAILED and "process 0's share" in share.meaning
+
+
+def _reduced(text: str, op: str, value: float, batch_sum: bool = True) -> ProcessRecord:
+    """Process 0 printed ``text`` right after reducing ``value`` with ``op`` (a sum of per-batch means, or not)."""
+    return replace(record((text, False), losses=(0.77,)), reduces=(ReduceMark(op, (value,), (batch_sum,), 1),))
+
+
+def test_a_sum_of_per_batch_means_reduced_with_sum_is_judged_as_a_real_launch_computes_it() -> None:
+    """Exact mode walks every batch on every process: a sum of per-batch mean losses reduced with "sum" prints N
+    times the original there, and the original's value in a real launch, where each process has 1/N of the
+    batches. The recorder marks such a reduce; the printed value is judged at 1/N."""
+    original = record(("epoch 0 loss sum 6.400000", False), losses=(0.3,))  # not the last step's loss (below)
+    right = judge(original, _reduced("epoch 0 loss sum 12.800000", "sum", 12.8))
+    assert right.status == PASSED, right.detail
+    assert "1 sum of per-batch means reduced over the processes judged as a real launch computes it" in right.detail
+    # not such a sum: N times the original, a bug
+    unmarked = judge(original, record(("epoch 0 loss sum 12.800000", False), losses=(0.77,)))
+    assert unmarked.status == FAILED and "about 2x the original" in unmarked.meaning
+
+
+def test_a_sum_of_per_batch_means_reduced_with_mean_is_one_nth_in_a_real_launch() -> None:
+    """Exact mode prints the original's value for it; a real launch 1/N: it fails, saying so."""
+    original = record(("epoch 0 loss sum 6.400000", False), losses=(0.3,))
+    check = judge(original, _reduced("epoch 0 loss sum 6.400000", "mean", 6.4))
+    assert check.status == FAILED, check.detail
+    assert "reduced with 'mean': a real launch, where each process sums the means of 1/2 of the batches" \
+        in check.detail and "printed 3.2" in check.detail
+    assert "in a real launch the value is about 1/2 of the original" in check.meaning
+    assert "accelerator.reduce(total, 'sum')" in check.meaning
+
+
+def test_a_mark_for_another_value_or_step_leaves_a_printed_value_as_it_is() -> None:
+    original = record(("epoch 0 loss sum 6.400000", False), losses=(0.3,))
+    other = judge(original, _reduced("epoch 0 loss sum 12.800000", "sum", 3.0))
+    later = judge(original, replace(_reduced("epoch 0 loss sum 12.800000", "sum", 12.8),
+                                    reduces=(ReduceMark("sum", (12.8,), (True,), 0),)))
+    assert other.status == later.status == FAILED and "about 2x the original" in other.meaning
+
+
+def test_a_number_printed_too_coarsely_is_not_taken_for_a_reduced_sum() -> None:
+    """``Epoch 3: train loss 0.1589``: the epoch number 3 is not the reduced sum 3.02 printed as an integer."""
+    original = record(("Epoch 3: train loss 0.1589", False), losses=(0.3,))
+    run = replace(record(("Epoch 3: train loss 0.1589", False), losses=(0.77,)),
+                  reduces=(ReduceMark("mean", (3.02,), (True,), 1),))
+    check = judge(original, run)
+    assert check.status == PASSED and "judged as a real launch" not in check.detail, check.detail

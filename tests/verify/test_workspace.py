@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from verification_pool import VerificationPool
 
 from accelify.pipeline import convert_source
 from accelify.verify.workspace import ScriptFiles, convert_files
@@ -106,12 +107,15 @@ def test_a_staged_run_reads_the_users_data_in_place_and_never_writes_it(tmp_path
 
 
 @pytest.mark.multiprocess
-def test_verify_runs_a_script_whose_data_lie_next_to_it_and_above_it(tmp_path: Path) -> None:
+def test_verify_runs_a_script_whose_data_lie_next_to_it_and_above_it(tmp_path: Path,
+                                                                   verification_pool: VerificationPool) -> None:
+    """Through the session's fork servers (a fresh interpreter reads the staged data the same way: the test above)."""
     from accelify.verify import VerifyOptions, verify_script
 
     home = _project(tmp_path / "user")
     before = _tree(tmp_path / "user")
-    report = verify_script(home / "train.py", options=VerifyOptions(steps=3, timeout=120))
+    report = verify_script(home / "train.py", options=VerifyOptions(steps=3, timeout=120),
+                           launcher=verification_pool.launcher)
     ran = {c.name: c.status for c in report.checks}
     assert ran["original runs"] == "passed" and ran["converted runs"] == "passed", report.verdict
     assert _tree(tmp_path / "user") == before

@@ -7,7 +7,8 @@ The plain modules live here, importable by their top-level names when this folde
 parts (``_loaders``: loader events; ``_names``: script places and variable names; ``_fingerprint``: parameters),
 ``accelify_verify_patches.py`` (the patches that route torch into it), the value recorders (``_stdout``: printed
 lines; ``_logged``: trackers and logging; ``_returns``: epoch-level return values), exact mode (``_exact``, its
-shared draws ``_draws`` and summed losses ``_sums``) and the sandbox. None imports ``accelify``: they run inside
+shared draws ``_draws``, summed losses ``_sums`` with the original's losses read as written ``_reference``, and
+reduced sums of per-batch means ``_epochsums``) and the sandbox. None imports ``accelify``: they run inside
 the user's script, which pays for torch only (the recorder falls back to the package's names only where the
 tool itself imports it, for its variables' names).
 """

@@ -73,9 +73,11 @@ class ExactMode:
         self.inexact: set[str] = set()  # why the next step is not comparable ("padded batch", "BatchNorm")
         self.loaders = 0
         self.local = threading.local()
+        from accelify_verify_epochsums import EpochSums
         from accelify_verify_sums import LossScale
 
         self.loss_scale = LossScale(self)  # (backward n, its loss) -> the factor for its gradient
+        self.epoch_sums = EpochSums()  # this process's sums of per-batch means, per loader epoch
 
     # -- process group -----------------------------------------------------------------------------------------
     def _world(self) -> tuple[int, int, Any]:
@@ -226,6 +228,7 @@ def patch_runtime(prepare: ModuleType, exact: ExactMode) -> None:
             loader._accelify_verify_split = world
             loader._accelify_verify_ordinal = ordinal
             loader._accelify_verify_epochs = 0
+            loader._accelify_verify_whole = not settings.split_batches  # a real launch gives whole batches
         return loader
 
     @functools.wraps(prepare_scheduler)
@@ -237,6 +240,11 @@ def patch_runtime(prepare: ModuleType, exact: ExactMode) -> None:
     prepare.prepare_all = synced_prepare_all
     prepare.prepare_data_loader = split_loader
     prepare.prepare_scheduler = one_step_scheduler
+    import importlib
+
+    from accelify_verify_epochsums import patch_reduce
+
+    patch_reduce(importlib.import_module(prepare.__name__.rpartition(".")[0] + ".ops"), exact)
     state = sys.modules.get("accelify.runtime.state")
     if state is not None and hasattr(state, "PartialState"):
         from accelify_verify_stdout import record_unprinted
@@ -258,8 +266,12 @@ def _split_class(base: type, exact: ExactMode) -> type:
         self._accelify_verify_epochs += 1
         exact.sync_rngs(f"loader{self._accelify_verify_ordinal}/epoch{epoch}", ("torch",))
         torch = exact.recorder.torch
+        ordinal = self._accelify_verify_ordinal
+        if getattr(self, "_accelify_verify_whole", True):
+            exact.epoch_sums.epoch(ordinal)
         try:
             for index, batch in enumerate(base.__iter__(self)):
+                exact.epoch_sums.batch(ordinal)
                 if index < 64:
                     exact.recorder.write({"event": "batch", "loader": self._accelify_verify_ordinal, "epoch": epoch,
                                           "index": index, "sum": batch_fingerprint(batch, torch)})

@@ -34,6 +34,7 @@ The record is one JSON object per line, written as it happens:
               how many epochs ended, whether a backward followed its batches)
 ``scheduler`` (exact mode) a prepared scheduler's ``step()`` call: its name, optimizer steps and epochs before it
 ``batch``     (exact mode) the sum of every number of one of the first batches of a prepared loader, per epoch
+``reduce``    (exact mode) a reduce of a tensor holding a sum of per-batch means (``accelify_verify_epochsums.py``)
 ``line``      a line the script printed to stdout holding a digit (``accelify_verify_stdout.py``), a value it
               logged (``accelify_verify_logged.py``: a tracker, ``accelerator.log``, ``logging``) or one its own
               function returned after a loader's epoch ran inside it (``accelify_verify_returns.py``): its text,
@@ -345,7 +346,7 @@ class _Recorder(LoaderEvents, ScriptPlaces):
     def on_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if not self.active:
             return
-        from accelify_verify_fingerprint import fingerprint
+        from accelify_verify_fingerprint import fingerprint, sparse_fingerprints
         from accelify_verify_names import number
 
         torch = self.torch
@@ -366,7 +367,8 @@ class _Recorder(LoaderEvents, ScriptPlaces):
                 "model": self._model_name(optimizer, params),
                 "lrs": [number(group.get("lr")) for group in optimizer.param_groups],
                 "inexact": self.exact.take_inexact() if self.exact is not None else [],
-                "params": [fingerprint(torch, p, budget, full, self.owner) for p in params],
+                "params": [fingerprint(torch, p, budget, True, self.owner) for p in params] if full else
+                sparse_fingerprints(torch, params, budget, self.owner),
                 "group": self._group(),
                 "wrappers": sorted((dict(w) for w in self.wrappers.values()), key=lambda w: w["index"]),
                 "loaders": {k: {n: v for n, v in info.items() if n != "current"} for k, info in self.loaders.items()},

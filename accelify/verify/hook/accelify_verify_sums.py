@@ -5,7 +5,8 @@ rows, averaged over the processes by DDP, is the original's mean: nothing to do.
 (``reduction="sum"``, a hand-written ``.sum()``) would give 1/N of the original's update, though a real launch
 (whole batches per process) is right. At each backward on a share the processes add up their loss values (a Gloo
 all-reduce over exact mode's own group) and compare the total with the original's loss at the same backward, read
-from the original's record (``ACCELIFY_VERIFY_REFERENCE``; the N-process run starts after the one-process runs):
+from the original's record (``ACCELIFY_VERIFY_REFERENCE``; a loss the original's run, running meanwhile, has not
+written yet is waited for: ``accelify_verify_reference.py``):
 
 - the total equals it: a sum over the rows; the backward's gradient is scaled by N (the loss value, and what the
   script prints, stay the script's own). Unless the loss is the sum of the loss functions called on the batch's
@@ -41,17 +42,21 @@ class LossScale:
 
     def __init__(self, exact: Any) -> None:
         self.exact = exact
-        self._reference: list[float | None] | None = None
+        self._reference: Any = None  # the original's losses (accelify_verify_reference.ReferenceLosses)
         self._seen: dict[str, list[float | None]] = {}  # backward's script line -> its probes' factors
         self._kept: dict[str, float | None] = {}  # ... and the factor kept after PROBES equal ones (None: inexact)
+        self.means: set[str] = set()  # script lines whose loss was found to be a mean over the batch's rows
         self.losses: list[tuple[str, float | None]] = []  # (reduction, value) of each loss function called on this
         # batch's share since the last backward (cleared at each new batch, and at each backward)
 
-    def reference(self) -> list[float | None]:
-        """The loss of each backward of the original's one-process run (``ENV_REFERENCE``); empty without it."""
+    def reference(self, n: int) -> float | None:
+        """The loss of backward ``n`` of the original's one-process run (``ENV_REFERENCE``), waited for while that
+        run is still running; None without it."""
         if self._reference is None:
-            self._reference = _read_losses(os.environ.get(ENV_REFERENCE, ""))
-        return self._reference
+            from accelify_verify_reference import ReferenceLosses
+
+            self._reference = ReferenceLosses(os.environ.get(ENV_REFERENCE, ""))
+        return self._reference.loss(n)
 
     def __call__(self, n: int, value: float, site: str) -> float:
         """How much backward ``n`` (loss ``value`` on this process's share, called at the script's ``site``) must
@@ -59,12 +64,14 @@ class LossScale:
         (see the module docstring). A line's first ``PROBES`` backwards are probed (a collective each: every process
         reaches the same decision at the same backward); once they agree, the line keeps that factor."""
         losses, self.losses = self.losses, []
+        if site in self.means:
+            self.exact.epoch_sums.mean_backward(value)  # a per-batch mean: summed per epoch (epochsums)
         if site in self._kept:
             kept = self._kept[site]
             if kept is None:
                 self.exact.inexact.add(f"the loss at {site} is neither the mean nor the sum over the batch's rows")
             return 1.0 if kept is None else kept
-        factor = self._probe(n, value, losses)
+        factor = self._probe(n, value, losses, site)
         if factor is not False:
             seen = self._seen.setdefault(site, [])
             seen.append(factor)  # type: ignore[arg-type]
@@ -72,18 +79,19 @@ class LossScale:
                 self._kept[site] = seen[-1]
         return 1.0 if factor is None or factor is False else factor
 
-    def _probe(self, n: int, value: float,
-               losses: "list[tuple[str, float | None]] | tuple[()]" = ()) -> "float | None | bool":
+    def _probe(self, n: int, value: float, losses: "list[tuple[str, float | None]] | tuple[()]" = (),
+               site: str = "") -> "float | None | bool":
         """The factor for backward ``n``: N (a sum), 1 (a mean), None (neither: marked inexact), or False when it
         cannot be probed (no share, no reference loss, no group)."""
         exact = self.exact
         share = exact.share
         if share is None or share[0] == share[2] - share[1]:
             return False
-        reference = self.reference()
         group = exact.gather_group()
-        original = reference[n - 1] if 0 < n <= len(reference) else None
-        if group is None or original is None:
+        if group is None:
+            return False
+        original = self.reference(n)
+        if original is None:
             return False
         torch = exact.recorder.torch
         total = torch.tensor([value], dtype=torch.float64)
@@ -101,35 +109,15 @@ class LossScale:
                 # the conversion's 1/N shows in the update); k > 1 a mean scaled by the conversion, shown likewise
                 if power == 0 and _divided_mean(value, losses, world):
                     return 1.0  # a mean over the rows, divided by N by the conversion: its 1/N shows in the update
+                if power == 1 and site not in self.means:
+                    self.means.add(site)
+                    exact.epoch_sums.mean_backward(value)
                 return float(world) if power <= 0 else 1.0
         if summed != 0 or original != 0:
             exact.inexact.add(f"the loss of backward {n} is neither the mean nor the sum over the batch's rows "
                               f"(the processes' losses add up to {summed:.6g}, the original's was {original:.6g})")
             return None
         return 1.0
-
-
-def _read_losses(prefix: str) -> list[float | None]:
-    """The backward losses in the original's record (the file of its process with the most backwards)."""
-    import glob
-    import json
-
-    best: list[float | None] = []
-    for path in glob.glob(prefix + ".rank0.pid*.jsonl") if prefix else ():
-        losses: list[float | None] = []
-        try:
-            with open(path, encoding="utf-8") as lines:
-                for line in lines:
-                    if '"event": "backward"' in line:
-                        try:
-                            losses.append(json.loads(line).get("loss"))
-                        except ValueError:
-                            break
-        except OSError:
-            continue
-        if len(losses) > len(best):
-            best = losses
-    return best
 
 
 LEGACY = ("size_average", "reduce")
@@ -175,6 +163,8 @@ def patch_losses(functional: ModuleType, exact: Any) -> None:
                     out = original(*args, **kwargs)
                     value = float(out.detach().double().item()) if getattr(out, "numel", lambda: 0)() == 1 else None
                     exact.loss_scale.losses.append(("mean" if reduction == "batchmean" else reduction, value))
+                    if reduction == "mean" and value is not None:
+                        exact.epoch_sums.mean_loss(value)
                     return out
                 return original(*args, **kwargs)
 
