@@ -5,7 +5,8 @@ Only whole statements are wrapped; a write inside a bigger expression is left al
 ``SummaryWriter``, a ``Logger`` class of the program that makes one) is made on the main process only (``None``
 elsewhere) when every use of it is a statement calling one of its methods with no collective in its arguments
 (``analysis/handle_uses.py``); each such statement then runs on the main process. Otherwise it is reported (ACC024)
-with the reason, as is a plain file handle kept open.
+with the reason, as is a plain file handle kept open. Removing a file every process names alike (``os.remove`` of a
+checkpoint the main process saved, ``shutil.rmtree``, ``Path.unlink``) is a write too (``analysis/removals.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from accelify.codemods.analysis.snippets import code_of, expression
 from accelify.codemods.analysis.facts import CallSite, Scope
 from accelify.codemods.analysis.handle_uses import Collectives, alone, clock_named, handle_uses
 from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.removals import removes_shared_file
 from accelify.codemods.engine.rule import Example, Rule
 
 WRITERS = {
@@ -202,7 +204,11 @@ accelerator.end_training()
                     and ctx.after_accelerator(site.scope, site.stmt):
                 _keep_log_to_main(ctx, site, wrapped)  # ``logger = Logger("./logs")``: a class of the program's own too
                 continue
-            if not ((_writes(site) or _saves_file_object(ctx, site)) and ctx.after_accelerator(site.scope, site.stmt)):
+            removal = removes_shared_file(ctx.agreement, site)  # ``os.remove`` of a checkpoint the main process saved
+            if not ((_writes(site) or _saves_file_object(ctx, site) or removal) and ctx.after_accelerator(site.scope, site.stmt)):
+                continue
+            if removal and (not alone(site) or _main_only(ctx, site.scope, site.stmt)
+                            or Collectives(ctx.facts, ctx.plan, ctx.edits).in_arguments(site) is not None):
                 continue
             stmt = _outermost_write(ctx, site)
             if stmt is None:
