@@ -68,6 +68,21 @@ def inner_stmts(plan: Plan, loop: Loop) -> list[cst.BaseStatement]:
     return found
 
 
+def in_else(plan: Plan, stmt: cst.BaseStatement, loop: cst.For | cst.While) -> bool:
+    """Whether ``stmt`` is in ``loop``'s ``else:`` clause (run once the loop is done, unless it breaks)."""
+    if loop.orelse is None:
+        return False
+    clause = loop.orelse.body
+    body = clause.body if isinstance(clause, cst.IndentedBlock) else ()
+    return any(s in body for s in plan.facts.chain(stmt))
+
+
+def else_placeable(loop: cst.For | cst.While) -> bool:
+    """Whether a reduction can go first in ``loop``'s ``else:`` clause, and so before everything that reads the
+    sum there and after the loop: a clause of its own lines, and no ``break`` that would skip it."""
+    return loop.orelse is not None and isinstance(loop.orelse.body, cst.IndentedBlock) and not m.findall(loop.body, m.Break())
+
+
 def _recomputable(plan: Plan, loop: Loop, stmt: cst.SimpleStatementLine, name: str, updates: list[cst.BaseStatement]) -> bool:
     """``target = <expression>`` in the loop's own body, after every addition to ``name``."""
     if plan.facts.parent_stmt.get(stmt) is not loop.node or len(stmt.body) != 1:

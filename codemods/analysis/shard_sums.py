@@ -48,7 +48,7 @@ import libcst.matchers as m
 
 from accelify.codemods.analysis.facts import Binding, Loop, Scope
 from accelify.codemods.analysis.keyed_sums import KeyedSum, keyed_sums
-from accelify.codemods.analysis.loop_reads import counts_samples, derived_reads, inner_stmts
+from accelify.codemods.analysis.loop_reads import counts_samples, derived_reads, else_placeable, in_else, inner_stmts
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.schedules import enclosing_loop
@@ -72,6 +72,7 @@ class Accumulator:
     keys: tuple[str, ...] = ()  # a dict of running sums (``metrics['loss'] += ...``): the keys it sums under
     local: bool = False  # summed in a helper: this process's values whatever the loop gathers
     derived: tuple[cst.BaseStatement, ...] = ()  # ``acc = correct / n`` in the loop, read after it: run again after
+    at_else: bool = False  # read in ``end``'s ``else:`` clause: reduced first there
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,10 @@ def find_averages(plan: Plan) -> Averages:
             if end is not loop.node and any(not plan.facts.after(r, end) for r in _reads_after(plan, loop.node, loop.scope, name)):
                 found.kept.append(kept)  # read between the passes (``print(total / step)`` every epoch) and summed on
                 continue
+            at_else = any(in_else(plan, r, end) for r in _reads_after(plan, end, loop.scope, name))
+            if at_else and not else_placeable(end):
+                found.kept.append(kept)  # ``for ... else: print(tot)`` with a ``break`` that may skip the clause
+                continue
             reads = list(derived) if derived else _reads_after(plan, end, loop.scope, name)
             mean = divided_by(plan, end, loop, name, reads, counters, set(updates) - counters)
             kind = _kind(init, [v for _, v in ups], _known(loop), _helper_kinds(plan, [v for _, v in ups]))
@@ -156,7 +161,7 @@ def find_averages(plan: Plan) -> Averages:
                 found.kept.append(kept)
                 continue
             summed_here.append(Accumulator(name, loop, end, tuple(u for u, _ in ups), tuple(v for _, v in ups), kind, mean,
-                                           derived=derived))
+                                           derived=derived, at_else=at_else))
         _keep_mixed(plan, loop, found, summed_here)
     return found
 
@@ -333,9 +338,13 @@ def _reads_after(plan: Plan, node: cst.BaseStatement, scope: Scope, name: str) -
     out = []
     for ref in scope.refs.get(name, []):
         holder = scope.holders.get(id(ref))
-        if holder is not None and plan.facts.after(holder, node) and holder not in out:
+        if holder is not None and (plan.facts.after(holder, node) or _else_of(plan, holder, node)) and holder not in out:
             out.append(holder)
     return out
+
+
+def _else_of(plan: Plan, stmt: cst.BaseStatement, node: cst.BaseStatement) -> bool:
+    return isinstance(node, (cst.For, cst.While)) and in_else(plan, stmt, node)  # ``for ... else: print(tot)``
 
 
 def _read_after(plan: Plan, loop: Loop, name: str) -> bool:

@@ -262,6 +262,7 @@ accelerator.end_training()
                 ctx.warn(codes.GATHERED_SUM, kept.node, name=kept.name, why=_TRANSFORMED)
         reductions: dict[cst.For | cst.While, list[str]] = {}
         derived: dict[cst.For | cst.While, list[cst.BaseStatement]] = {}
+        at_else: set[cst.For | cst.While] = set()
         facts = ctx.plan.facts
         split = ctx.plan.distributed.global_batch(facts, bool(data_parallel_sites(facts)))  # split_batches=True
         for acc in found.accumulators:
@@ -284,9 +285,15 @@ accelerator.end_training()
             reductions.setdefault(acc.end, []).append(_reduction(acc, accelerator, torch, acc.mean or means))
             derived.setdefault(acc.end, [])
             derived[acc.end] += [s for s in acc.derived if s not in derived[acc.end]]
+            if acc.at_else:
+                at_else.add(acc.end)
         for loop, code in reductions.items():
             # a value computed in the loop from the sums and read after it is computed again from the reduced sums
-            ctx.insert_after(loop, code + [_code(s) for s in derived[loop]])
+            code = code + [_code(s) for s in derived[loop]]
+            if loop in at_else and loop.orelse is not None and isinstance(loop.orelse.body, cst.IndentedBlock):
+                ctx.insert_before(loop.orelse.body.body[0], code)  # read in ``for ... else:``: first there
+            else:
+                ctx.insert_after(loop, code)
             ctx.change("reduce running sums over a sharded loader across processes")
 
 

@@ -65,11 +65,10 @@ def test_a_count_of_correct_samples_divided_inside_the_loop_is_reduced_or_report
     assert "ACC028" in found
 
 
-@pytest.mark.xfail(strict=True, reason="averages (ACC028 area): a sum read in the loop's `else:` clause is left "
-                   "per process (reported as the list it feeds, not reduced)")
 def test_a_sum_read_in_the_for_else_clause_is_reduced() -> None:
     """udacity Part 5's first experiment: `tot_train_loss / len(trainloader.dataset)` in `for ... else:` prints
-    1/N of the training loss (1.155 on 2 processes, 2.305 on one)."""
+    1/N of the training loss (1.155 on 2 processes, 2.305 on one). Fixed (averages): reduced first in the clause;
+    with a `break` that may skip the clause, reported."""
     new, _ = _new_and_codes(LOADER + dedent("""
         criterion = torch.nn.MSELoss(reduction="sum")
         for e in range(2):
@@ -84,6 +83,20 @@ def test_a_sum_read_in_the_for_else_clause_is_reduced() -> None:
                 print(tot / len(loader.dataset))
         """))
     assert new.count("accelerator.reduce") == 1
+    assert ("    else:\n"
+            "        tot = accelerator.reduce(torch.tensor(tot, dtype=torch.float64, device=accelerator.device), \"sum\").item()\n"
+            "        accelerator.print(tot / len(loader.dataset))\n") in new, new
+    new, found = _new_and_codes(LOADER + dedent("""
+        tot = 0.0
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(net(x), y)
+            tot += loss.item()
+            if loss.item() < 0.01:
+                break
+        else:
+            print(tot / len(loader))
+        """))
+    assert "accelerator.reduce" not in new and "ACC028" in found
 
 
 def test_removing_saved_checkpoints_is_left_to_the_main_process() -> None:
