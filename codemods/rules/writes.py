@@ -6,7 +6,8 @@ Only whole statements are wrapped; a write inside a bigger expression is left al
 elsewhere) when every use of it is a statement calling one of its methods with no collective in its arguments
 (``analysis/handle_uses.py``); each such statement then runs on the main process. Otherwise it is reported (ACC024)
 with the reason, as is a plain file handle kept open. Removing a file every process names alike (``os.remove`` of a
-checkpoint the main process saved, ``shutil.rmtree``, ``Path.unlink``) is a write too (``analysis/removals.py``).
+checkpoint the main process saved, ``shutil.rmtree``, ``Path.unlink``) is a write too (``analysis/removals.py``). A
+handle kept open in a helper of a local module the accelerator is not passed to, called after it exists, is reported.
 """
 
 from __future__ import annotations
@@ -205,7 +206,12 @@ accelerator.end_training()
                 _keep_log_to_main(ctx, site, wrapped)  # ``logger = Logger("./logs")``: a class of the program's own too
                 continue
             removal = removes_shared_file(ctx.agreement, site)  # ``os.remove`` of a checkpoint the main process saved
-            if not ((_writes(site) or _saves_file_object(ctx, site) or removal) and ctx.after_accelerator(site.scope, site.stmt)):
+            if not (_writes(site) or _saves_file_object(ctx, site) or removal):
+                continue
+            if not ctx.after_accelerator(site.scope, site.stmt):
+                if not removal and _outermost_write(ctx, site) is None and _helper_after_accelerator(ctx, site):
+                    # a handle kept open in a helper of a module that has no accelerator (``test(..., save=path)``)
+                    _warn_kept_open(ctx, site, wrapped, f"in `{site.scope.name}`, where the accelerator is not at hand")
                 continue
             if removal and (not alone(site) or _main_only(ctx, site.scope, site.stmt)
                             or Collectives(ctx.facts, ctx.plan, ctx.edits).in_arguments(site) is not None):
@@ -240,6 +246,12 @@ def _kept_open(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) ->
     if not all(ctx.agreement.uniform(site.scope, a.value, stmt) for a in site.node.args) and not clock_named(ctx.plan, site):
         return None  # ``SummaryWriter(f"runs/{accelerator.process_index}")``: a file of its own on each process
     return assign.targets[0].target
+
+
+def _helper_after_accelerator(ctx: Context, site: CallSite) -> bool:
+    """``test(loader, model, save=path)`` imported from a local module (jarfo/gcommands): a function of a module with
+    no accelerator of its own, every call of which runs after the accelerator exists."""
+    return ctx.accelerator_in(site.scope) is None and ctx.will_be_after_accelerator(site.scope, site.stmt)
 
 
 def _warn_kept_open(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement], why: str = "") -> None:

@@ -1,7 +1,7 @@
 """Shapes found wrong in field-test set G (docs/FIELD_TESTS.md), not fixed yet: each is the minimal program of its
 class and the behaviour a right conversion must have. They are strict expected failures: when a fix lands, the test
 passes, pytest reports XPASS as a failure, and the mark is removed with the fix. Each names the rule's area that
-owns the fix. The last one was fixed at this stop (the seeds rule) and is a plain test."""
+owns the fix. Those fixed since are plain tests that say so."""
 
 from __future__ import annotations
 
@@ -131,11 +131,11 @@ def test_removing_saved_checkpoints_is_left_to_the_main_process() -> None:
     assert "\nos.remove(f\"part{torch.distributed.get_rank()}.txt\")\n" in new, new  # each process's own file
 
 
-@pytest.mark.xfail(strict=True, reason="writes (ACC024 area): a results file opened by an evaluation helper of a "
-                   "local module and written row by row is written by every process, unreported")
 def test_a_results_file_written_by_a_helper_module_is_reported(tmp_path: Path) -> None:
     """jarfo/gcommands' `train.test(..., save=results)`: both processes open `train_testing.csv` and write their own
-    shard's rows into it (18 of its 33 lines were left). The same helper in the script itself gets ACC024."""
+    shard's rows into it (18 of its 33 lines were left). The same helper in the script itself gets ACC024; fixed
+    (writes): so does the module's, in the module's own result, and the per-process sums it returns for an early
+    stop are reported (ACC028) there."""
     (tmp_path / "evaluation.py").write_text(dedent("""
         import torch
 
@@ -162,7 +162,39 @@ def test_a_results_file_written_by_a_helper_module_is_reported(tmp_path: Path) -
         test(loader, model, save="results.csv")
         """))
     result = convert_path(tmp_path / "main.py")
-    assert "ACC024" in [w.code for w in result.warnings], result.warnings
+    found = [(Path(w.path or "").name, w.code, w.line) for r in (result, *result.companions) for w in r.warnings]
+    assert ("evaluation.py", "ACC024", 6) in found, found
+    (tmp_path / "evaluation.py").write_text(dedent("""
+        import torch
+
+
+        def test(loader, model):
+            test_loss, correct = 0.0, 0
+            with torch.no_grad():
+                for x, y in loader:
+                    pred = model(x)
+                    test_loss += torch.nn.functional.mse_loss(pred, y).item()
+                    correct += ((pred > 0.5) == (y > 0.5)).sum().item()
+            return test_loss / len(loader), correct
+        """))
+    (tmp_path / "main.py").write_text(LOADER + dedent("""
+        from evaluation import test
+        best, iteration = None, 0
+        while iteration < 3:
+            for x, y in loader:
+                optimizer.zero_grad()
+                torch.nn.functional.mse_loss(net(x), y).backward()
+                optimizer.step()
+            torch.save(net, "model.pt")
+            loss, correct = test(loader, torch.load("model.pt", weights_only=False))
+            if best is None or loss < best:
+                best, iteration = loss, 0
+            else:
+                iteration += 1
+        """))
+    result = convert_path(tmp_path / "main.py")
+    found = [(Path(w.path or "").name, w.code, w.line) for r in (result, *result.companions) for w in r.warnings]
+    assert {("evaluation.py", "ACC028", 9), ("evaluation.py", "ACC028", 10)} <= set(found), found
 
 
 @pytest.mark.xfail(strict=True, reason="placement (analysis/placed.py, creation.py): a program that names a device "
