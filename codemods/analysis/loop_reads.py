@@ -5,7 +5,7 @@ nowhere after the loop, yet what is printed is computed from it: one process's s
 loop at every batch, a sum would count the other processes' batches again at the next; so the value is computed
 again after the loop, from the reduced sum, where ``analysis/shard_sums.py`` places the reduction. That is the
 original's value when the statement that computes it runs at every batch (a statement of the loop's own body), after
-every addition to the sum, and nothing else in the loop sets the name it binds. Anything else (the value computed
+every addition to the sum, reads nothing the loop sets but sums, and nothing else in the loop sets the name it binds. Anything else (the value computed
 under a condition, before an addition, bound twice) cannot be placed, and the sum is reported.
 
 Also here: whether an addition to the sum counts samples rather than batches (``correct += 1`` in a loop over the
@@ -92,6 +92,13 @@ def _recomputable(plan: Plan, loop: Loop, stmt: cst.SimpleStatementLine, name: s
         return False
     if m.findall(small.value, m.NamedExpr() | m.Yield() | m.Await()) or small.targets[0].target.value == name:
         return False
+    skip = {id(a.attr) for a in m.findall(small.value, m.Attribute())} | {id(a.keyword) for a in m.findall(small.value, m.Arg()) if a.keyword}
+    for read in m.findall(small.value, m.Name()):
+        if id(read) in skip:
+            continue
+        bound = loop.scope.bindings.get(read.value, [])  # type: ignore[attr-defined]
+        if any(not b.aug and (b.stmt is loop.node or _inside(plan, b.stmt, loop)) for b in bound):
+            return False  # ``acc = correct / x.size(0)``: a value of the last batch, this process's own
     return all(plan.facts.after(stmt, u) for u in updates)
 
 

@@ -31,7 +31,8 @@ def _new_and_codes(code: str) -> tuple[str, list[str]]:
 def test_a_count_of_correct_samples_divided_inside_the_loop_is_reduced_or_reported() -> None:
     """marcinl/titanic-dnn: `Epoch 3 Accuracy` 27.2 on 2 processes against 59.1 on one. Fixed (averages): the count
     is summed across processes after the batch loop and the accuracy computed again from it, before it is printed;
-    computed under a condition instead, it cannot be recomputed there and is reported."""
+    computed under a condition or from a value of the last batch instead, it cannot be recomputed there and is
+    reported."""
     new, found = _new_and_codes(LOADER + dedent("""
         for epoch in range(2):
             correct = 0
@@ -63,6 +64,16 @@ def test_a_count_of_correct_samples_divided_inside_the_loop_is_reduced_or_report
         print(acc)
         """))
     assert "ACC028" in found
+    new, found = _new_and_codes(LOADER + dedent("""
+        correct = 0
+        for x, y in loader:
+            for idx, p in enumerate(net(x)):
+                if torch.round(p) == y[idx]:
+                    correct += 1
+            acc = correct / x.size(0)
+        print(acc)
+        """))
+    assert "ACC028" in found and "accelerator.reduce" not in new  # the last batch's size: this process's own
 
 
 def test_a_sum_read_in_the_for_else_clause_is_reduced() -> None:
