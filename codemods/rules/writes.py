@@ -209,9 +209,8 @@ accelerator.end_training()
             if not (_writes(site) or _saves_file_object(ctx, site) or removal):
                 continue
             if not ctx.after_accelerator(site.scope, site.stmt):
-                if not removal and _outermost_write(ctx, site) is None and _helper_after_accelerator(ctx, site):
-                    # a handle kept open in a helper of a module that has no accelerator (``test(..., save=path)``)
-                    _warn_kept_open(ctx, site, wrapped, f"in `{site.scope.name}`, where the accelerator is not at hand")
+                if not removal and _helper_after_accelerator(ctx, site):
+                    _warn_in_helper(ctx, site, wrapped)  # ``test(..., save=path)`` of a module with no accelerator
                 continue
             if removal and (not alone(site) or _main_only(ctx, site.scope, site.stmt)
                             or Collectives(ctx.facts, ctx.plan, ctx.edits).in_arguments(site) is not None):
@@ -249,9 +248,21 @@ def _kept_open(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) ->
 
 
 def _helper_after_accelerator(ctx: Context, site: CallSite) -> bool:
-    """``test(loader, model, save=path)`` imported from a local module (jarfo/gcommands): a function of a module with
-    no accelerator of its own, every call of which runs after the accelerator exists."""
+    """A function of a local module with no accelerator of its own, every call of which runs after it exists."""
     return ctx.accelerator_in(site.scope) is None and ctx.will_be_after_accelerator(site.scope, site.stmt)
+
+
+def _warn_in_helper(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) -> None:
+    """A handle kept open, or a ``with open(path, "w") as f:``, in a helper the accelerator is not passed to: every
+    process writes the file (ACC024)."""
+    why = f"in `{site.scope.name}`, where the accelerator is not at hand"
+    stmt = _outermost_write(ctx, site)
+    if stmt is None:
+        _warn_kept_open(ctx, site, wrapped, why)
+    elif isinstance(stmt, cst.With) and not _main_only(ctx, site.scope, stmt):
+        item = next(i for i in stmt.items if i.item is site.node)
+        target = code_of(item.asname.name) if item.asname is not None else "f"
+        ctx.warn(codes.SHARED_WRITER, site.node, name=code_of(site.node.func), target=target, why=f" ({why})")
 
 
 def _warn_kept_open(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement], why: str = "") -> None:

@@ -176,6 +176,18 @@ def test_a_results_file_written_by_a_helper_module_is_reported(tmp_path: Path) -
     found = [(Path(w.path or "").name, w.code, w.line) for r in (result, *result.companions) for w in r.warnings]
     assert ("evaluation.py", "ACC024", 6) in found, found
     (tmp_path / "evaluation.py").write_text(dedent("""
+        import json
+
+
+        def test(loader, model, save):
+            rows = [float(model(x).sum()) for x, _ in loader]
+            with open(save, "w") as f:
+                json.dump(rows, f)
+        """))
+    result = convert_path(tmp_path / "main.py")
+    found = [(Path(w.path or "").name, w.code, w.line) for r in (result, *result.companions) for w in r.warnings]
+    assert ("evaluation.py", "ACC024", 6) in found, found  # `with open(...)` in the helper, written by every process
+    (tmp_path / "evaluation.py").write_text(dedent("""
         import torch
 
 
