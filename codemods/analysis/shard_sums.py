@@ -6,8 +6,10 @@ returned, logged or compared after the loop, they must be reduced across process
 finds them; ``rules/averages.py`` inserts the reduction right after the loop (and leaves out the sums of values
 that are already global, which it reads from the gathers the evaluation rule inserted).
 
-An ``Accumulator`` is a name set to a number outside the loop, incremented with ``+=`` in the loop's own body,
-and read after it. It is reduced once it is complete: right after the loop when it is set again before each
+An ``Accumulator`` is a name set to a number outside the loop, incremented with ``+=`` in the loop's own body
+(or in a loop nested in it: ``correct += 1`` over a batch's outputs counts samples, not batches), and read after it,
+or read in the loop by a value read after it (``acc = correct / len(data)``, computed again after the reduction:
+``analysis/loop_reads.py``). It is reduced once it is complete: right after the loop when it is set again before each
 pass (``running = 0.0`` inside the epoch loop), after the loop around it at the depth where it is set when it
 sums several passes (``tr_loss = 0.0`` before the epoch loop), so a reduction never counts a previous pass
 twice. Its ``kind`` says how to reduce it:
@@ -46,6 +48,7 @@ import libcst.matchers as m
 
 from accelify.codemods.analysis.facts import Binding, Loop, Scope
 from accelify.codemods.analysis.keyed_sums import KeyedSum, keyed_sums
+from accelify.codemods.analysis.loop_reads import counts_samples, derived_reads, else_placeable, in_else, inner_stmts
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.schedules import enclosing_loop
@@ -68,6 +71,8 @@ class Accumulator:
     mean: bool  # divided by a per-process count: the mean of the processes' sums
     keys: tuple[str, ...] = ()  # a dict of running sums (``metrics['loss'] += ...``): the keys it sums under
     local: bool = False  # summed in a helper: this process's values whatever the loop gathers
+    derived: tuple[cst.BaseStatement, ...] = ()  # ``acc = correct / n`` in the loop, read after it: run again after
+    at_else: bool = False  # read in ``end``'s ``else:`` clause: reduced first there
 
 
 @dataclass(frozen=True)
@@ -94,12 +99,15 @@ def find_averages(plan: Plan) -> Averages:
         if plan.loader_of(loop) is None:
             continue
         updates: dict[str, list[tuple[cst.BaseStatement, cst.BaseExpression]]] = {}
-        for stmt in loop.stmts:
+        inner = inner_stmts(plan, loop)  # ``correct += 1`` in a loop over the batch's outputs
+        for stmt in loop.stmts + inner:
             if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):
                 continue
             small = stmt.body[0]
             if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign) and isinstance(small.target, cst.Name):
                 updates.setdefault(small.target.value, []).append((stmt, small.value))
+            elif stmt in inner:
+                continue
             elif isinstance(small, cst.Expr) and m.matches(small.value, m.Call(func=m.Attribute(
                     value=m.Name() | m.Subscript(value=m.Name()), attr=m.Name()))):
                 call = small.value  # ``meter.update(v)``, or one of a dict's (``meters["loss"].update(v)``)
@@ -112,29 +120,48 @@ def find_averages(plan: Plan) -> Averages:
                         found.accumulators.append(listed)
                     else:
                         found.kept.append(Kept(name, loop, stmt, tuple(a.value for a in call.args)))
-        counters = {n for n, ups in updates.items() if all(isinstance(v, cst.Integer) for _, v in ups)}
+        counters = {n for n, ups in updates.items()  # a batch counter; ``correct += 1`` over a batch's items is a sum
+                    if all(isinstance(v, cst.Integer) and not counts_samples(plan, loop, u) for u, v in ups)}
         for keyed in keyed_sums(plan, loop):
             if _read_after(plan, loop, keyed.name) and _made_before(loop, keyed.name):
                 _keyed(plan, loop, keyed, found, counters, set(updates) - counters)
         summed_here: list[Accumulator] = []
         for name, ups in updates.items():
-            if name in counters or not _read_after(plan, loop, name):
+            if name in counters:
                 continue
             kept = Kept(name, loop, ups[0][0], tuple(v for _, v in ups))
+            derived: tuple[cst.BaseStatement, ...] | None = ()
+            if not _read_after(plan, loop, name):
+                derived = derived_reads(plan, loop, name, [u for u, _ in ups])  # ``acc = correct / n`` in the loop
+                if derived == ():
+                    continue
+                if derived is None:
+                    found.kept.append(Kept(name, loop, ups[0][0], kept.values, local=True))
+                    continue
+                kept = Kept(name, loop, ups[0][0], kept.values, local=True)  # what is read is this process's share
             first = _init(plan, loop, name)
-            if first is None or any(_assigned_in(loop, name, s) for s in loop.stmts if s not in {u for u, _ in ups}):
+            if first is None or any(_assigned_in(loop, name, s) for s in loop.stmts + inner if s not in {u for u, _ in ups}):
                 found.kept.append(kept)
                 continue
             init, end = first
+            if derived and end is not loop.node:
+                found.kept.append(kept)  # summed over several passes: the value read after one pass is not recomputed
+                continue
             if end is not loop.node and any(not plan.facts.after(r, end) for r in _reads_after(plan, loop.node, loop.scope, name)):
                 found.kept.append(kept)  # read between the passes (``print(total / step)`` every epoch) and summed on
                 continue
-            mean = divided_by(plan, end, loop, name, _reads_after(plan, end, loop.scope, name), counters, set(updates) - counters)
+            at_else = any(in_else(plan, r, end) for r in _reads_after(plan, end, loop.scope, name))
+            if at_else and not else_placeable(end):
+                found.kept.append(kept)  # ``for ... else: print(tot)`` with a ``break`` that may skip the clause
+                continue
+            reads = list(derived) if derived else _reads_after(plan, end, loop.scope, name)
+            mean = divided_by(plan, end, loop, name, reads, counters, set(updates) - counters)
             kind = _kind(init, [v for _, v in ups], _known(loop), _helper_kinds(plan, [v for _, v in ups]))
             if mean is None or kind is None:
                 found.kept.append(kept)
                 continue
-            summed_here.append(Accumulator(name, loop, end, tuple(u for u, _ in ups), tuple(v for _, v in ups), kind, mean))
+            summed_here.append(Accumulator(name, loop, end, tuple(u for u, _ in ups), tuple(v for _, v in ups), kind, mean,
+                                           derived=derived, at_else=at_else))
         _keep_mixed(plan, loop, found, summed_here)
     return found
 
@@ -149,7 +176,7 @@ def _keep_mixed(plan: Plan, loop: Loop, found: Averages, summed: list[Accumulato
     while changed:
         changed = False
         for acc in list(summed):
-            if any(_mixed(r, acc.name, kept_here) for r in _reads_after(plan, loop.node, loop.scope, acc.name)):
+            if any(_mixed(r, acc.name, kept_here) for r in [*_reads_after(plan, loop.node, loop.scope, acc.name), *acc.derived]):
                 summed.remove(acc)
                 found.kept.append(Kept(acc.name, loop, acc.updates[0], acc.increments, local=True))
                 kept_here.add(acc.name)
@@ -311,9 +338,13 @@ def _reads_after(plan: Plan, node: cst.BaseStatement, scope: Scope, name: str) -
     out = []
     for ref in scope.refs.get(name, []):
         holder = scope.holders.get(id(ref))
-        if holder is not None and plan.facts.after(holder, node) and holder not in out:
+        if holder is not None and (plan.facts.after(holder, node) or _else_of(plan, holder, node)) and holder not in out:
             out.append(holder)
     return out
+
+
+def _else_of(plan: Plan, stmt: cst.BaseStatement, node: cst.BaseStatement) -> bool:
+    return isinstance(node, (cst.For, cst.While)) and in_else(plan, stmt, node)  # ``for ... else: print(tot)``
 
 
 def _read_after(plan: Plan, loop: Loop, name: str) -> bool:

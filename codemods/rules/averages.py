@@ -261,12 +261,15 @@ accelerator.end_training()
             elif gathered and any(transformed_mean_loss(ctx.plan, kept.loop, v) for v in kept.values):
                 ctx.warn(codes.GATHERED_SUM, kept.node, name=kept.name, why=_TRANSFORMED)
         reductions: dict[cst.For | cst.While, list[str]] = {}
+        derived: dict[cst.For | cst.While, list[cst.BaseStatement]] = {}
+        at_else: set[cst.For | cst.While] = set()
         facts = ctx.plan.facts
         split = ctx.plan.distributed.global_batch(facts, bool(data_parallel_sites(facts)))  # split_batches=True
         for acc in found.accumulators:
             scope = acc.loop.scope
             gathered = _gathered_in(agreement, acc.loop)
-            if not acc.local and all(_global(agreement, scope, v, u, gathered) for v, u in zip(acc.increments, acc.updates)):
+            if not acc.local and all(_global(agreement, scope, v, u, gathered) and _guards_global(ctx, acc, u, gathered)
+                                     for v, u in zip(acc.increments, acc.updates)):
                 why = _gathered_mismatch(ctx, acc)  # sums of gathered values: already the whole data set's, but
                 if why is not None and not (why is _MEAN_LOSSES and _sum_batch_means(ctx, acc)):  # over 1/N as many
                     ctx.warn(codes.GATHERED_SUM, acc.updates[0], name=acc.name, why=why)  # passes, each of N batches
@@ -280,8 +283,17 @@ accelerator.end_training()
             # means is already the whole sum's share of 1/N of each mean, so the processes' sums are averaged
             means = split and not acc.mean and not acc.keys and all(_batch_mean(ctx, acc, v) for v in acc.increments)
             reductions.setdefault(acc.end, []).append(_reduction(acc, accelerator, torch, acc.mean or means))
+            derived.setdefault(acc.end, [])
+            derived[acc.end] += [s for s in acc.derived if s not in derived[acc.end]]
+            if acc.at_else:
+                at_else.add(acc.end)
         for loop, code in reductions.items():
-            ctx.insert_after(loop, code)
+            # a value computed in the loop from the sums and read after it is computed again from the reduced sums
+            code = code + [_code(s) for s in derived[loop]]
+            if loop in at_else and loop.orelse is not None and isinstance(loop.orelse.body, cst.IndentedBlock):
+                ctx.insert_before(loop.orelse.body.body[0], code)  # read in ``for ... else:``: first there
+            else:
+                ctx.insert_after(loop, code)
             ctx.change("reduce running sums over a sharded loader across processes")
 
 
@@ -351,6 +363,24 @@ def _global(agreement: Agreement, scope: Scope, value: cst.BaseExpression, at: c
         return True
     names = _reads(value)
     return bool(gathered) and all(n in gathered or agreement.uniform(scope, cst.Name(n), at) for n in names)
+
+
+def _guards_global(ctx: Context, acc: Accumulator, update: cst.BaseStatement, gathered: set[str]) -> bool:
+    """Whether every condition and inner loop an addition sits under in the batch loop agrees across processes: a
+    constant added under a test of the batch's own outputs (``if torch.round(p) == y[idx]: correct += 1`` in a loop
+    over ``out``) counts this process's samples."""
+    for holder in ctx.facts.chain(update)[1:]:
+        if holder is acc.loop.node:
+            return True
+        tests = [holder.test] if isinstance(holder, (cst.If, cst.While)) else [holder.iter] if isinstance(holder, cst.For) else []
+        if any(not _global(ctx.agreement, acc.loop.scope, t, holder, gathered) for t in tests):
+            return False
+    return True
+
+
+def _code(stmt: cst.BaseStatement) -> str:
+    """``stmt``'s source, alone (no blank lines or comments above it)."""
+    return cst.Module(body=[]).code_for_node(stmt.with_changes(leading_lines=())).strip()
 
 
 def _batch_mean(ctx: Context, acc: Accumulator, value: cst.BaseExpression) -> bool:

@@ -5,7 +5,9 @@ Only whole statements are wrapped; a write inside a bigger expression is left al
 ``SummaryWriter``, a ``Logger`` class of the program that makes one) is made on the main process only (``None``
 elsewhere) when every use of it is a statement calling one of its methods with no collective in its arguments
 (``analysis/handle_uses.py``); each such statement then runs on the main process. Otherwise it is reported (ACC024)
-with the reason, as is a plain file handle kept open.
+with the reason, as is a plain file handle kept open. Removing a file every process names alike (``os.remove`` of a
+checkpoint the main process saved, ``shutil.rmtree``, ``Path.unlink``) is a write too (``analysis/removals.py``). A
+handle kept open in a helper of a local module the accelerator is not passed to, called after it exists, is reported.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from accelify.codemods.analysis.snippets import code_of, expression
 from accelify.codemods.analysis.facts import CallSite, Scope
 from accelify.codemods.analysis.handle_uses import Collectives, alone, clock_named, handle_uses
 from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.removals import removes_shared_file
 from accelify.codemods.engine.rule import Example, Rule
 
 WRITERS = {
@@ -202,7 +205,15 @@ accelerator.end_training()
                     and ctx.after_accelerator(site.scope, site.stmt):
                 _keep_log_to_main(ctx, site, wrapped)  # ``logger = Logger("./logs")``: a class of the program's own too
                 continue
-            if not ((_writes(site) or _saves_file_object(ctx, site)) and ctx.after_accelerator(site.scope, site.stmt)):
+            removal = removes_shared_file(ctx.agreement, site)  # ``os.remove`` of a checkpoint the main process saved
+            if not (_writes(site) or _saves_file_object(ctx, site) or removal):
+                continue
+            if not ctx.after_accelerator(site.scope, site.stmt):
+                if not removal and _helper_after_accelerator(ctx, site):
+                    _warn_in_helper(ctx, site, wrapped)  # ``test(..., save=path)`` of a module with no accelerator
+                continue
+            if removal and (not alone(site) or _main_only(ctx, site.scope, site.stmt)
+                            or Collectives(ctx.facts, ctx.plan, ctx.edits).in_arguments(site) is not None):
                 continue
             stmt = _outermost_write(ctx, site)
             if stmt is None:
@@ -234,6 +245,24 @@ def _kept_open(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) ->
     if not all(ctx.agreement.uniform(site.scope, a.value, stmt) for a in site.node.args) and not clock_named(ctx.plan, site):
         return None  # ``SummaryWriter(f"runs/{accelerator.process_index}")``: a file of its own on each process
     return assign.targets[0].target
+
+
+def _helper_after_accelerator(ctx: Context, site: CallSite) -> bool:
+    """A function of a local module with no accelerator of its own, every call of which runs after it exists."""
+    return ctx.accelerator_in(site.scope) is None and ctx.will_be_after_accelerator(site.scope, site.stmt)
+
+
+def _warn_in_helper(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) -> None:
+    """A handle kept open, or a ``with open(path, "w") as f:``, in a helper the accelerator is not passed to: every
+    process writes the file (ACC024)."""
+    why = f"in `{site.scope.name}`, where the accelerator is not at hand"
+    stmt = _outermost_write(ctx, site)
+    if stmt is None:
+        _warn_kept_open(ctx, site, wrapped, why)
+    elif isinstance(stmt, cst.With) and not _main_only(ctx, site.scope, stmt):
+        item = next(i for i in stmt.items if i.item is site.node)
+        target = code_of(item.asname.name) if item.asname is not None else "f"
+        ctx.warn(codes.SHARED_WRITER, site.node, name=code_of(site.node.func), target=target, why=f" ({why})")
 
 
 def _warn_kept_open(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement], why: str = "") -> None:
