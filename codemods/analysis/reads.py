@@ -100,9 +100,11 @@ def _read_takes_any_device(plan: Plan, scope: Scope, stmt: cst.BaseStatement, re
 
 
 def _takes_any_device(plan: Plan, scope: Scope, call: cst.Call, stmt: cst.BaseStatement) -> bool:
-    """A torch function or module, a prepared model, ``len``, or ``print`` (which runs on any device; its text
+    """A torch function or module (not ``torch.utils.data``), a prepared model, ``len``, or ``print`` (which runs on any device; its text
     then names the device)."""
     qualname = scope.imports.qualname(call.func) or ""
+    if qualname.startswith("torch.utils.data."):
+        return False  # a data set's tensors: a loader's workers cannot hand out GPU tensors (and it places batches)
     if qualname.startswith("torch.") or (isinstance(call.func, cst.Name) and call.func.value in ("len", "print")):
         return True
     if plan.prepared_model(scope, call.func, stmt) is not None:

@@ -49,19 +49,26 @@ def unplaced_inputs(plan: Plan) -> list[Unplaced]:
             if outer.stmt is site.stmt and any(a.value is site.node for a in outer.node.args):
                 readers.append(outer.node)
         for reader in readers:
-            for arg in reader.args:
-                if arg.value is site.node:
-                    continue
+            for leaf in (leaf for arg in reader.args if arg.value is not site.node for leaf in _operands(arg.value)):
                 trace = _Trace(site.stmt, site.scope)
-                made = _made_on_cpu(plan, site, arg.value, 0, trace)
+                made = _made_on_cpu(plan, site, leaf, 0, trace)
                 if made is not None and id(made) not in seen:
                     seen.add(id(made))
-                    name = arg.value.value if isinstance(arg.value, cst.Name) else _short(made)
+                    name = leaf.value if isinstance(leaf, cst.Name) else _short(made)
                     placeable = not _has_device(made) and (
                         trace.owner is None or reads_take_any_device(plan, trace.scope, trace.owner)
                     )
                     found.append(Unplaced(name, made, reader, trace.stmt, trace.scope, placeable))
     return found
+
+
+def _operands(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """``x * mask + noise``: x, mask and noise, each traced on its own."""
+    if isinstance(expr, cst.BinaryOperation):
+        return [*_operands(expr.left), *_operands(expr.right)]
+    if isinstance(expr, cst.UnaryOperation):
+        return _operands(expr.expression)
+    return [expr]
 
 
 class _Trace:

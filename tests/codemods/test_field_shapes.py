@@ -203,6 +203,44 @@ def test_split_full_batch_tensors_are_placed_or_named_by_what_reads_them() -> No
     assert "model(torch.zeros(1, 2, device=accelerator.device))" in new
 
 
+def test_a_cpu_tensor_a_data_set_also_holds_is_named_not_moved() -> None:
+    """A full-batch evaluation `model(X)` of the tensor a loader's data set holds: moving X would make the
+    loader hand out GPU tensors (its workers cannot), so X stays and ACC043 names it."""
+    new, found = _new_and_codes(dedent("""
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        X = torch.randn(8, 2)
+        loader = DataLoader(TensorDataset(X), batch_size=4)
+        model = torch.nn.Linear(2, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for (x,) in loader:
+            model(x).sum().backward()
+            optimizer.step()
+        print(model(X).sum())
+        """))
+    assert "X = torch.randn(8, 2)\n" in new and "ACC043" in found
+
+
+def test_every_cpu_operand_of_a_model_input_is_moved() -> None:
+    """`model(x * mask + noise)`: the loop's rows, the mask and the noise are each moved where they are made (the
+    noise with `.to(...)`: drawn on the CPU, as the original's random stream)."""
+    new, found = _new_and_codes(dedent("""
+        import torch
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        model = torch.nn.Linear(2, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        mask = torch.ones(2)
+        noise = torch.randn(2)
+        for x in torch.ones(4, 2):
+            model(x * mask + noise).sum().backward()
+            optimizer.step()
+        """))
+    assert "mask = torch.ones(2, device=accelerator.device)" in new
+    assert "noise = torch.randn(2).to(accelerator.device)" in new
+    assert "for x in torch.ones(4, 2, device=accelerator.device):" in new and "ACC043" not in found
+
+
 def test_batches_from_a_wrapper_class_around_a_loader_are_reported() -> None:
     """karpathy/makemore (set B, converted at this stop): `InfiniteDataLoader` builds a DataLoader over a
     RandomSampler in `__init__`; the training calls `batch_loader.next()` in `while True:`. Every process seeds
