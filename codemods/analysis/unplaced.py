@@ -5,8 +5,8 @@ device (a GPU where there is one). A tensor the script makes with a factory (``t
 ``torch.ones(4, 2)``) and never moves stays on the CPU; when a prepared model reads it outside the batches of a
 prepared loader (full-batch training, ``for x in torch.ones(4, 2): model(x)``), the two meet on different
 devices on a GPU machine, while the original ran that part on the CPU. This module finds those tensors: the
-model's inputs, and the values a call combines with its output in the same expression (``loss_fn(model(X), y)``;
-not yet ``p = model(X); loss_fn(p, y)``), traced back through names, arithmetic, indexing and shape-keeping
+model's inputs, and the values a call combines with its output (``loss_fn(model(X), y)``, or
+``p = model(X)`` then ``loss_fn(p, y)`` in the same scope), traced back through names, arithmetic, indexing and shape-keeping
 methods to where they are made. Whether one can be moved there is analysis/reads.py's question.
 """
 
@@ -45,8 +45,11 @@ def unplaced_inputs(plan: Plan) -> list[Unplaced]:
         if plan.prepared_model(site.scope, site.node.func, site.stmt) is None or in_loader_loop(plan, site):
             continue
         readers = [site.node]
-        for outer in facts.calls:  # ``loss_fn(model(X), y)``: y meets the output
+        output = _bound_output(site)
+        for outer in facts.calls:  # ``loss_fn(model(X), y)``, ``p = model(X); loss_fn(p, y)``: y meets the output
             if outer.stmt is site.stmt and any(a.value is site.node for a in outer.node.args):
+                readers.append(outer.node)
+            elif output is not None and outer.scope is site.scope and _reads_output(plan, outer, output, site):
                 readers.append(outer.node)
         for reader in readers:
             for leaf in (leaf for arg in reader.args if arg.value is not site.node for leaf in _operands(arg.value)):
@@ -60,6 +63,32 @@ def unplaced_inputs(plan: Plan) -> list[Unplaced]:
                     )
                     found.append(Unplaced(name, made, reader, trace.stmt, trace.scope, placeable))
     return found
+
+
+def _bound_output(site: CallSite) -> str | None:
+    """``y_pred = model_0(X_train)``: the name the model's output is bound to."""
+    stmt = site.stmt
+    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign):
+        assign = stmt.body[0]
+        if assign.value is site.node and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
+            return assign.targets[0].target.value
+    return None
+
+
+def _reads_output(plan: Plan, outer: CallSite, output: str, site: CallSite) -> bool:
+    """Whether ``outer`` passes ``output`` as bound by ``site`` (its last binding before ``outer``)."""
+    if not any(isinstance(a.value, cst.Name) and a.value.value == output for a in outer.node.args):
+        return False
+    order = plan.facts.order
+    before = [b for b in outer.scope.bindings.get(output, []) if b.stmt in order and order[b.stmt][0] < order[outer.stmt][0]]
+    return bool(before) and max(before, key=lambda b: order[b.stmt][0]).stmt is site.stmt
+
+
+def _factory_chain(site: CallSite, expr: cst.BaseExpression) -> bool:
+    """``torch.arange(...)`` or ``torch.arange(...).unsqueeze(1)``: a factory call under shape-keeping methods."""
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in SAME_DEVICE:
+        expr = expr.func.value
+    return isinstance(expr, cst.Call) and site.scope.imports.qualname(expr.func) in FACTORIES
 
 
 def _operands(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
@@ -106,7 +135,11 @@ def _made_on_cpu(plan: Plan, site: CallSite, expr: cst.BaseExpression, depth: in
             # ``device="cpu"``: the script asked for the CPU; it is reported, not moved
             return expr if device is None or is_cpu_device(device, site.scope.imports) else None
         if isinstance(func, cst.Attribute) and func.attr.value in SAME_DEVICE:
-            return expr if _made_on_cpu(plan, site, func.value, depth + 1, trace) is not None else None
+            inner = _made_on_cpu(plan, site, func.value, depth + 1, trace)
+            # ``torch.arange(...).unsqueeze(1)`` is made as a whole; ``y_test.type(torch.float)`` where y_test is
+            if inner is None:
+                return None
+            return expr if _factory_chain(site, func.value) else inner
         return None
     if isinstance(expr, cst.Subscript):  # ``X[:train_split]``: on X's device
         return _made_on_cpu(plan, site, expr.value, depth + 1, trace)

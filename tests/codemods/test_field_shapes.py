@@ -241,6 +241,27 @@ def test_every_cpu_operand_of_a_model_input_is_moved() -> None:
     assert "for x in torch.ones(4, 2, device=accelerator.device):" in new and "ACC043" not in found
 
 
+def test_a_target_the_loss_combines_with_a_bound_output_is_moved() -> None:
+    """`pred = model(X)` then `loss_fn(pred, y)`: y meets the model's output, so it is moved as X is."""
+    new, found = _new_and_codes(dedent("""
+        import torch
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        X = torch.randn(8, 2)
+        y = torch.ones(8, 1)
+        model = torch.nn.Linear(2, 1)
+        loss_fn = torch.nn.MSELoss()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(3):
+            pred = model(X)
+            loss = loss_fn(pred, y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        """))
+    assert "X = torch.randn(8, 2).to(accelerator.device)" in new
+    assert "y = torch.ones(8, 1, device=accelerator.device)" in new and "ACC043" not in found
+
+
 def test_batches_from_a_wrapper_class_around_a_loader_are_reported() -> None:
     """karpathy/makemore (set B, converted at this stop): `InfiniteDataLoader` builds a DataLoader over a
     RandomSampler in `__init__`; the training calls `batch_loader.next()` in `while True:`. Every process seeds
