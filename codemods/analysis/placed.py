@@ -47,7 +47,7 @@ def placed_by_runtime(plan: Plan) -> bool:
         return False
     for site in facts.calls:
         runs_model = site.method == "backward" or plan.prepared_model(site.scope, site.node.func, site.stmt) is not None
-        if runs_model and not _in_loader_loop(plan, site):
+        if runs_model and not in_loader_loop(plan, site):
             return False
     makers = _makers(plan)
     memo: dict[int, bool] = {}
@@ -58,7 +58,8 @@ def placed_by_runtime(plan: Plan) -> bool:
     )
 
 
-def _in_loader_loop(plan: Plan, site: CallSite) -> bool:
+def in_loader_loop(plan: Plan, site: CallSite) -> bool:
+    """Whether ``site`` runs inside a loop (at any depth) over a prepared loader."""
     loop: Loop | None = site.loop
     while loop is not None:
         if plan.loader_of(loop) is not None:

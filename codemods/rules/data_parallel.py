@@ -81,7 +81,7 @@ model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 model, optimizer = accelerator.prepare(model, optimizer)
 parallel = torch.cuda.device_count() > 1
-for x in torch.ones(4, 2):
+for x in torch.ones(4, 2, device=accelerator.device):
     accelerator.backward(model(x).sum())
     optimizer.step()
 accelerator.end_training()

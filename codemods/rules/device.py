@@ -40,7 +40,7 @@ model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 model, optimizer = accelerator.prepare(model, optimizer)
 mask = torch.ones(2).to(device)
-for x in torch.ones(4, 2):
+for x in torch.ones(4, 2, device=accelerator.device):
     accelerator.backward(model(x * mask).sum())
     optimizer.step()
 accelerator.end_training()

@@ -3,6 +3,13 @@
 ``device="cuda"`` passed to a function that is not torch's (``log(msg, device="cuda")``) stays, with
 ACC015: the string may be printed or compared. Random factories keep ``.to(...)``: drawing on the GPU would use another random stream than the
 original, which drew on the CPU and then moved the values.
+
+A tensor the script makes on the CPU and never places, read by a prepared model outside a prepared loader's
+batches (``X = torch.arange(0, 1, 0.02).unsqueeze(1)``; ``model(X)``; ``for x in torch.ones(4, 2): model(x)``),
+would meet the model on another device on a GPU machine (the accelerator is not pinned to the CPU in a program
+that names a device): it is moved to ``accelerator.device`` where it is made, when every read of it (and of what
+is computed from it) takes a tensor on any device (analysis/unplaced.py, analysis/reads.py); otherwise (a plot, a
+default argument, ``.numpy()`` read it) ACC043 names it.
 """
 
 from __future__ import annotations
@@ -13,9 +20,11 @@ from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import code_of, expression
 from accelify.codemods.engine.edits import is_pure
+from accelify.codemods.analysis.creation import Creation
 from accelify.codemods.analysis.facts import CallSite
-from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.names import ImportMap, dotted
 from accelify.codemods.analysis.roles import is_cuda_string, is_module_class
+from accelify.codemods.analysis.unplaced import unplaced_inputs
 from accelify.codemods.engine.rule import Example, Rule
 
 DETERMINISTIC_FACTORIES = {
@@ -51,7 +60,7 @@ model, optimizer = accelerator.prepare(model, optimizer)
 mask = torch.ones(2, device=accelerator.device)
 noise = torch.randn(2).to(accelerator.device)
 zeros = torch.zeros(2, device=accelerator.device)
-for x in torch.ones(4, 2):
+for x in torch.ones(4, 2, device=accelerator.device):
     accelerator.backward(model(x * mask + noise + zeros).sum())
     optimizer.step()
 accelerator.end_training()
@@ -79,7 +88,7 @@ model, optimizer = accelerator.prepare(model, optimizer)
 def log(message, device="cuda"):
     return message
 log("start", device="cuda")
-for x in torch.ones(4, 2):
+for x in torch.ones(4, 2, device=accelerator.device):
     accelerator.backward(model(x).sum())
     optimizer.step()
 accelerator.end_training()
@@ -89,10 +98,11 @@ accelerator.end_training()
         Example(
             before='''\
 import torch
-model = torch.nn.Linear(2, 1)
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = torch.nn.Linear(2, 1).to(device)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-mask = torch.ones(2, device="cpu")
-for x in torch.ones(4, 2):
+mask = torch.ones(2, device=device)
+for x in torch.ones(4, 2, device=device):
     model(x * mask).sum().backward()
     optimizer.step()
 ''',
@@ -100,16 +110,18 @@ for x in torch.ones(4, 2):
 import torch
 from accelify.runtime import Accelerator
 accelerator = Accelerator()
+device = accelerator.device
 model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 model, optimizer = accelerator.prepare(model, optimizer)
-mask = torch.ones(2, device="cpu")
-for x in torch.ones(4, 2):
+mask = torch.ones(2, device=device)
+for x in torch.ones(4, 2, device=device):
     accelerator.backward(model(x * mask).sum())
     optimizer.step()
 accelerator.end_training()
 ''',
             fires=False,
+            warnings=("ACC022:6",),
         ),
         Example(
             before='''\
@@ -170,6 +182,25 @@ accelerator.end_training()
                         ctx.warn(codes.CUDA_KEYWORD, arg, name=code_of(site.node.func))
                     elif ctx.replace(arg, site.stmt, lambda a, d=device: a.with_changes(value=d)):  # type: ignore[misc,attr-defined]
                         ctx.change("send other tensors to accelerator.device")
+
+        self._unplaced(ctx)
+
+    def _unplaced(self, ctx: Context) -> None:
+        """ACC043 for each CPU tensor a prepared model reads outside a prepared loader's batches, unless the
+        accelerator is pinned to the CPU (``cpu=True``: the model stays with them, as in the original)."""
+        if ctx.plan.prepare_scope is None or "cpu=True" in ctx.plan.analysis(Creation).arguments:
+            return
+        for found in unplaced_inputs(ctx.plan):
+            accelerator = ctx.accelerator_in(found.scope)
+            if (
+                found.placeable and accelerator is not None and ctx.after_accelerator(found.scope, found.stmt)
+                and not ctx.rewritten(found.made)
+            ):
+                device = expression(f"{accelerator}.device")
+                if ctx.replace(found.made, found.stmt, lambda c, d=device, i=found.scope.imports: _placed(i, c, d)):  # type: ignore[misc]
+                    ctx.change("send the CPU tensors a prepared model reads to accelerator.device")
+                    continue
+            ctx.warn(codes.UNPLACED_INPUT, found.made, name=found.name, reader=code_of(found.reader))
 
     def _cuda(self, ctx: Context, site: CallSite, device: cst.BaseExpression) -> None:
         call = site.node
@@ -236,6 +267,16 @@ def _cuda_target(ctx: Context, site: CallSite) -> bool:
         and bool(value.args)
         and is_cuda_string(value.args[0].value)
     )
+
+
+def _placed(imports: ImportMap, made: cst.CSTNode, device: cst.BaseExpression) -> cst.CSTNode:
+    """``torch.ones(4, 2)`` -> ``torch.ones(4, 2, device=...)``; anything else (a random factory, which keeps
+    the original's random stream, or ``torch.arange(...).unsqueeze(1)``) -> ``(...).to(...)``."""
+    assert isinstance(made, cst.Call)
+    if imports.qualname(made.func) in DETERMINISTIC_FACTORIES:
+        keyword = cst.Arg(device, keyword=cst.Name("device"), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+        return made.with_changes(args=[*made.args, keyword])
+    return cst.Call(func=cst.Attribute(value=made, attr=cst.Name("to")), args=[cst.Arg(device)])
 
 
 def _has_device(call: cst.Call) -> bool:

@@ -228,7 +228,7 @@ CONVERTED = [
         model = torch.nn.Linear(2, 1)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         model, optimizer = accelerator.prepare(model, optimizer)
-        for x in torch.ones(4, 2):
+        for x in torch.ones(4, 2, device=accelerator.device):
             accelerator.backward(model(x).sum())
             optimizer.step()
             if accelerator.is_local_main_process:
