@@ -110,3 +110,19 @@ def test_without_a_prepared_loader_the_steps_are_not_compared() -> None:
 def test_the_tolerance_is_tight_up_to_the_horizon_then_grows() -> None:
     assert tolerance(1) == tolerance(8) == (1e-4, 1e-6)
     assert tolerance(16) == pytest.approx((2e-4, 2e-6)) and tolerance(10_000) == pytest.approx((1e-2, 1e-4))
+
+
+def test_an_adaptive_step_on_a_rounding_level_gradient_is_excused_and_a_real_difference_is_not() -> None:
+    """A Linear's bias right before a BatchNorm has a gradient that is zero up to rounding; Adam divides it by its own
+    size and moves it by up to the learning rate in a direction the summation order decides (titanic-dnn, set G).
+    Only such values are excused, and only within twice the learning rate per step."""
+    grads = [3e-10, 0.5]  # the first value's gradient is rounding noise against the step's largest
+    original = [step(1, [1.0, 2.0], grads=grads, lr=0.003)]
+    flipped = [step(1, [1.0 + 0.0017, 2.0], grads=grads, lr=0.003)]
+    check = judged(original, [record(0, flipped), record(1, flipped)])["same as original"]
+    assert check.status == PASSED and "1 values whose original gradient is zero up to rounding" in check.detail
+    too_far = [step(1, [1.0 + 0.007, 2.0], grads=grads, lr=0.003)]  # more than twice the learning rate
+    assert judged(original, [record(0, too_far), record(1, too_far)])["same as original"].status == FAILED
+    real = [step(1, [1.0, 2.0 + 0.0017], grads=grads, lr=0.003)]  # a value whose gradient is not noise
+    check = judged(original, [record(0, real), record(1, real)])["same as original"]
+    assert check.status == FAILED and "parameter 0" in check.detail
