@@ -204,6 +204,7 @@ def _same_as_original(mine: ProcessRecord, reference: ProcessRecord, n: int) -> 
         if theirs.optimizer != ours.optimizer or len(theirs.params) != len(ours.params) or ours.n > COMPARED_STEPS:
             break
         rtol, atol = tolerance(ours.n)
+        atol = max(atol, adaptive_tolerance(theirs))
         for index, (a, b) in enumerate(zip(theirs.params, ours.params)):
             if a.shape != b.shape or len(a.values) != len(b.values):
                 break
@@ -223,6 +224,24 @@ def _same_as_original(mine: ProcessRecord, reference: ProcessRecord, n: int) -> 
              if exempted else "")
     return CheckResult(name, stage, PASSED, f"process 0's parameters equal the original's after each of {compared} "
                                             f"steps (rtol {RTOL:g} up to step {HORIZON}, growing after){noise}")
+
+
+# Optimizers that divide each gradient by a running measure of its own size: where a gradient's history nearly
+# cancels (m small against sqrt(v)), a float difference in the gradient becomes a difference of a share of the
+# learning rate in the step. Wrong conversions move such parameters by whole steps (other data, no training, a
+# learning rate that differs, which the schedule check compares exactly); float noise moves them by a few hundredths.
+ADAPTIVE = frozenset({"Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta", "SparseAdam",
+                      "Adafactor", "Lamb", "LAMB", "AdaBelief"})
+ADAPTIVE_SHARE = 0.05  # of the learning rate, per step so far
+
+
+def adaptive_tolerance(step: Step) -> float:
+    """The absolute tolerance an adaptive optimizer's parameters get after ``step``: a twentieth of its largest
+    learning rate per step taken, up to ``HORIZON`` steps (0 for any other optimizer, or without learning rates)."""
+    rates = [lr for lr in step.lrs if lr is not None and lr == lr]
+    if step.kind not in ADAPTIVE or not rates:
+        return 0.0
+    return ADAPTIVE_SHARE * max(rates) * min(step.n, HORIZON)
 
 
 ROUNDING_GRAD = 1e-5  # a gradient this small against the step's largest is rounding noise (a bias before BatchNorm)

@@ -98,6 +98,7 @@ class Step:
     model: str | None = None  # the variable of the model holding its first parameter
     lrs: tuple[float | None, ...] = ()  # learning rate of each param group after the step
     inexact: tuple[str, ...] = ()  # exact mode: why this step is not comparable with the original's
+    kind: str | None = None  # the optimizer's class (``Adam``): an adaptive one amplifies float differences
 
     @property
     def label(self) -> str:
@@ -277,7 +278,7 @@ def _step(event: Mapping[str, Any]) -> Step:
     }
     return Step(int(event["n"]), int(event["optimizer"]), params, group, wrappers, loaders,
                 int(event.get("backwards", 0)), event.get("name"), event.get("model"),
-                tuple(event.get("lrs", ())), tuple(event.get("inexact", ())))
+                tuple(event.get("lrs", ())), tuple(event.get("inexact", ())), event.get("kind"))
 
 
 def _floats(values: Any) -> tuple[float, ...]:

@@ -364,6 +364,7 @@ class _Recorder(LoaderEvents, ScriptPlaces):
                 "n": self.steps,
                 "optimizer": index,
                 "name": self.name_of(optimizer),
+                "kind": type(optimizer).__name__,
                 "model": self._model_name(optimizer, params),
                 "lrs": [number(group.get("lr")) for group in optimizer.param_groups],
                 "inexact": self.exact.take_inexact() if self.exact is not None else [],
