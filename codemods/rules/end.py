@@ -94,10 +94,28 @@ print(model(torch.ones(2)))
         cls = builder.class_scope
         methods = [s for s in ctx.facts.scopes if s.parent is cls and s.kind == "function"]
         called = {ctx.plan.callee(site) for m in methods for site in m.calls}
-        drivers = [
-            m for m in methods if m not in called and any(ctx.plan.reaches_backward(site) for site in m.calls)
-        ]
+        drivers = [m for m in methods if m not in called and _loops_over_training(ctx, m, set())
+                   and not any(site.loop is not None for site in ctx.plan.call_sites(m))]  # PPO's update per episode
         return drivers[0] if len(drivers) == 1 else None
+
+
+def _loops_over_training(ctx: Context, scope: Scope, seen: set[int]) -> bool:
+    """Whether ``scope`` runs the training loop: a call reaching ``backward`` inside one of its loops, or in a method it
+    calls that does. A method that takes one step per call (an RL agent's ``learn(batch)``, called by the script's own
+    loop) is no driver: ending the training there would end it after the first step (Hugging Face Accelerate's
+    ``end_training`` destroys the process group)."""
+    if id(scope) in seen:
+        return False
+    seen.add(id(scope))
+    for site in scope.calls:
+        if not ctx.plan.reaches_backward(site):
+            continue
+        if site.loop is not None:
+            return True
+        callee = ctx.plan.callee(site)
+        if callee is not None and _loops_over_training(ctx, callee, seen):
+            return True
+    return False
 
 
 def _is_main_guard(stmt: cst.BaseStatement) -> bool:

@@ -386,3 +386,39 @@ def test_batches_from_a_wrapper_class_around_a_loader_are_reported() -> None:
                 break
         """))
     assert "ACC022" in found and "accelerator.prepare(net, optimizer" in new
+
+
+@pytest.mark.parametrize("epochs", [1, 2], ids=["one-step-per-call", "ppo-update-loop"])
+def test_a_method_the_script_calls_at_every_step_does_not_end_the_training(tmp_path: Path, epochs: int) -> None:
+    """b8227112-tech/DQN-CartPole (set H): `Agent.learn(batch)` takes one optimizer step per call (or, as PPO's
+    `update()`, a few in its own loop) and the script's episode loop calls it. `end_training()` was put at the end
+    of `learn`: under Hugging Face Accelerate it destroys the process group, so the second step fails."""
+    (tmp_path / "agent.py").write_text(dedent(f"""
+        import torch
+
+
+        class Agent:
+            def __init__(self):
+                self.online_net = torch.nn.Linear(4, 2)
+                self.optimizer = torch.optim.Adam(self.online_net.parameters(), lr=1e-3)
+
+            def learn(self, x, y):
+                for _ in range({epochs}):
+                    loss = torch.nn.functional.mse_loss(self.online_net(x), y)
+                    self.optimizer.zero_grad()
+                    loss.backward()
+                    self.optimizer.step()
+                return loss.item()
+        """))
+    (tmp_path / "train.py").write_text(dedent("""
+        import torch
+        from agent import Agent
+
+        agent = Agent()
+        for episode in range(3):
+            agent.learn(torch.randn(4, 4), torch.randn(4, 2))
+        """))
+    result = convert_path(tmp_path / "train.py")
+    text = next(r.new for r in result.companions if Path(r.path).name == "agent.py")
+    assert "self.accelerator.backward(loss)" in text, text
+    assert "end_training" not in text, text
