@@ -145,6 +145,9 @@ accelerator.end_training()
                 continue
             accelerator = ctx.accelerator_in(site.scope)
             found = ctx.plan.prepared_model(site.scope, func.value, site.stmt) if accelerator is not None else None
+            if found is None and accelerator is None:
+                accelerator = _through_instance(ctx, site, func.value)
+                found = True if accelerator is not None else None
             if found is None or _unwrapped_already(func.value):
                 continue
             if ctx.replace(func.value, site.stmt, lambda n, a=accelerator: unwrap(n, a)):  # type: ignore[misc]
@@ -265,6 +268,31 @@ def _map_to_cpu(node: cst.CSTNode) -> cst.CSTNode:
         equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
     )
     return node.with_changes(args=[*node.args, arg])
+
+
+def _through_instance(ctx: Context, site: CallSite, expr: cst.BaseExpression) -> str | None:
+    """``agent.online_net`` where ``agent = Agent()`` once, and ``Agent.__init__`` prepares ``self.online_net``
+    and holds the accelerator (``self.accelerator``): the accelerator as the caller reaches it
+    (``agent.accelerator``), or None. A DQN script copying its agent's network into the target network
+    (``agent.target_net.load_state_dict(agent.online_net.state_dict())``) otherwise reads the DDP wrapper's keys."""
+    if not (isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name)):
+        return None
+    name = expr.value.value
+    owner = site.scope.resolve(name)
+    bindings = owner.bindings.get(name, []) if owner is not None else []
+    if len(bindings) != 1 or not isinstance(bindings[0].value, cst.Call):
+        return None
+    made = ctx.facts.sites.get(bindings[0].value)
+    init = ctx.plan.callee(made) if made is not None else None
+    if init is None or init.name != "__init__" or init.parent is None or not init.body:
+        return None
+    held = ctx.edits.accelerators.get(init.parent) or ctx.edits.accelerators.get(init)
+    if held is None or not held.startswith("self."):
+        return None
+    attribute = cst.Attribute(cst.Name("self"), cst.Name(expr.attr.value))
+    if ctx.plan.prepare_scope is not init or ctx.plan.model_object(init, attribute) is None:
+        return None  # prepared in ``__init__``: every instance the caller holds holds the prepared model
+    return f"{name}.{held[len('self.'):]}"
 
 
 def _unwrapped_already(expr: cst.BaseExpression) -> bool:

@@ -422,3 +422,38 @@ def test_a_method_the_script_calls_at_every_step_does_not_end_the_training(tmp_p
     text = next(r.new for r in result.companions if Path(r.path).name == "agent.py")
     assert "self.accelerator.backward(loss)" in text, text
     assert "end_training" not in text, text
+
+
+def test_a_prepared_models_state_dict_read_through_the_instance_holding_it_is_unwrapped(tmp_path: Path) -> None:
+    """b8227112-tech/DQN-CartPole (set H): `Agent.__init__` builds and (converted) prepares `self.online_net`; the
+    script copies it into the target network through the instance. The DDP wrapper's keys carry `module.`, so on 2
+    processes `load_state_dict` failed; the accelerator is the instance's."""
+    (tmp_path / "agent.py").write_text(dedent("""
+        import torch
+
+
+        class Agent:
+            def __init__(self):
+                self.online_net = torch.nn.Linear(4, 2)
+                self.target_net = torch.nn.Linear(4, 2)
+                self.optimizer = torch.optim.Adam(self.online_net.parameters(), lr=1e-3)
+
+            def learn(self, x, y):
+                loss = torch.nn.functional.mse_loss(self.online_net(x), self.target_net(x).detach() + y)
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+        """))
+    (tmp_path / "train.py").write_text(dedent("""
+        import torch
+        from agent import Agent
+
+        agent = Agent()
+        for episode in range(3):
+            agent.learn(torch.randn(4, 4), torch.randn(4, 2))
+            agent.target_net.load_state_dict(agent.online_net.state_dict())
+            snapshot = agent.target_net.state_dict()
+        """))
+    result = convert_path(tmp_path / "train.py")
+    assert "agent.target_net.load_state_dict(agent.accelerator.unwrap_model(agent.online_net).state_dict())" in result.new
+    assert "snapshot = agent.target_net.state_dict()" in result.new  # never prepared: left as it is
