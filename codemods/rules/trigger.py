@@ -135,14 +135,17 @@ print("converged after", train(model, loader), "epochs")
     def run(self, ctx: Context) -> None:
         for loop in ctx.facts.loops:
             accelerator = ctx.accelerator_in(loop.scope)
-            if accelerator is None or not self._trains(ctx, loop) or not isinstance(loop.node.body, cst.IndentedBlock):
+            if (accelerator is None and not ctx.edits.accelerators) or not self._trains(ctx, loop) \
+                    or not isinstance(loop.node.body, cst.IndentedBlock):
                 continue
             for top in loop.node.body.body:
                 checked = False
                 for exit_stmt, kind in _exits(top):
                     if ctx.is_skipped(exit_stmt) or _agrees(ctx, loop.scope, exit_stmt, top):
                         continue
-                    if kind == "return" or not _last_to_run(ctx, exit_stmt, top):
+                    # no accelerator here to stop together with (a DQN script stepping its agent's prepared network
+                    # in an episode loop that ends when the process's own environment terminates): refused
+                    if accelerator is None or kind == "return" or not _last_to_run(ctx, exit_stmt, top):
                         ctx.abort(codes.LOCAL_EXIT, exit_stmt, what=kind)
                     ctx.replace(exit_stmt, exit_stmt, lambda s, a=accelerator: _set_trigger(s, a))  # type: ignore[misc]
                     if not checked:

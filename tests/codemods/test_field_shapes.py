@@ -457,3 +457,38 @@ def test_a_prepared_models_state_dict_read_through_the_instance_holding_it_is_un
     result = convert_path(tmp_path / "train.py")
     assert "agent.target_net.load_state_dict(agent.accelerator.unwrap_model(agent.online_net).state_dict())" in result.new
     assert "snapshot = agent.target_net.state_dict()" in result.new  # never prepared: left as it is
+
+
+def test_a_backward_in_an_episode_loop_each_process_leaves_alone_is_refused(tmp_path: Path) -> None:
+    """b8227112-tech/DQN-CartPole (set H): the script steps its agent's prepared network once per environment step
+    and breaks out of the step loop when its own environment terminates. Episodes end at different steps on each
+    process, so the DDP backwards stop matching and the run crashed; the script has no accelerator to stop together
+    with (the agent holds it): ACC017."""
+    (tmp_path / "agent.py").write_text(dedent("""
+        import torch
+
+
+        class Agent:
+            def __init__(self):
+                self.online_net = torch.nn.Linear(4, 2)
+                self.optimizer = torch.optim.Adam(self.online_net.parameters(), lr=1e-3)
+        """))
+    (tmp_path / "train.py").write_text(dedent("""
+        import random
+        import torch
+        from agent import Agent
+
+        agent = Agent()
+        for episode in range(3):
+            for step in range(100):
+                terminated = random.random() < 0.1
+                if terminated:
+                    break
+                loss = agent.online_net(torch.randn(4, 4)).pow(2).mean()
+                agent.optimizer.zero_grad()
+                loss.backward()
+                agent.optimizer.step()
+        """))
+    result = convert_path(tmp_path / "train.py")
+    assert result.status == "attention", result.status
+    assert [(w.code, w.line) for w in result.warnings if w.code == "ACC017"] == [("ACC017", 10)], result.warnings
