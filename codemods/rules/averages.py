@@ -15,7 +15,9 @@ numbers summarised after the pass (``np.mean(losses)``) is gathered there (``acc
 place, a loop some processes may not run) is reported (ACC028). A sum over a loop whose batches the
 evaluation rule gathers of a batch's mean loss (``test_loss += criterion(out, y).item()``, divided by the data set's
 size) adds, at each pass, the mean loss of each of the original's batches the pass holds (``loss_means.per_batch_sum``),
-so it is the original's sum; what else does not fit how it is divided (a count divided by the number of batches one
+so it is the original's sum; a value computed from such a mean loss by statements of the loop (``psnr = 10 *
+log10(1 / mse.item())``) and divided by ``len(loader)`` is computed per original batch and divided by the original's
+number of batches (``batch_chains.py``); what else does not fit how it is divided (a count divided by the number of batches one
 process walks, a mean loss of values the loop does not gather) is reported (ACC042).
 """
 
