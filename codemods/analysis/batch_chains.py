@@ -1,6 +1,10 @@
 """A value computed from a batch's mean loss by a chain of statements, summed over a gathered loop and divided by
 the number of batches: computed per original batch again.
 
+A batch's mean loss summed as it is and divided by ``len(loader)`` is that chain of one statement: over a gathered
+pass the mean of N batches, the sum over fewer passes than the original's batches, and with an uneven last round
+(the padding dropped) the last pass weighs as much as a full one: close to the original's, not equal.
+
 pytorch/examples super_resolution sums ``psnr = 10 * log10(1 / mse.item())`` with ``mse = criterion(prediction,
 target)`` over its test loop and divides by ``len(testing_data_loader)``. Over a gathered loop (``prediction, target =
 accelerator.gather_for_metrics(...)``) each pass holds, in order, the original's batches of the loader's batch size
@@ -51,7 +55,7 @@ def batch_chain(plan: Plan, loop: Loop, name: str, update: cst.BaseStatement, ga
     end = body.index(update)
     needed = _reads(_stmt(update).value)  # type: ignore[union-attr]
     start = end
-    for i in range(end - 1, -1, -1):
+    for i in range(end - 1 if not _loss_here(plan, loop, _stmt(update).value) else -1, -1, -1):  # type: ignore[union-attr]
         assign = _stmt(body[i])
         if not isinstance(assign, cst.Assign) or len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
             break
@@ -60,13 +64,14 @@ def batch_chain(plan: Plan, loop: Loop, name: str, update: cst.BaseStatement, ga
             break
         needed = (needed - {bound}) | _reads(assign.value)
         start = i
-        if mean_loss(plan, loop, assign.value):
+        if _loss_here(plan, loop, assign.value):
             break
     chain = body[start:end + 1]
     first = _stmt(chain[0])
-    if start == end or not isinstance(first, cst.Assign) or not mean_loss(plan, loop, first.value):
-        return None
-    if not all(n in gathered for a in _unwrapped_call(first.value).args for n in _reads(a.value)):
+    if not isinstance(first, (cst.Assign, cst.AugAssign)) or not _loss_here(plan, loop, first.value) \
+            or (start != end and not isinstance(first, cst.Assign)):
+        return None  # ``test_loss += criterion(out, y).item()`` alone is a chain of one statement
+    if not all(n in gathered for a in _stripped(first.value).args for n in _reads(a.value)):  # type: ignore[attr-defined]
         return None  # a mean loss of values the loop does not gather: its batches cannot be told apart
     split = [n for n in _ordered_reads(chain) if n in gathered]
     bound = {_stmt(s).targets[0].target.value for s in chain[:-1]}  # type: ignore[union-attr]
@@ -103,10 +108,20 @@ def per_batch_loop(chain: BatchChain, group: list[cst.BaseStatement]) -> list[cs
     return [head.with_changes(body=head.body.with_changes(body=inner), leading_lines=group[0].leading_lines)]  # type: ignore[attr-defined]
 
 
-def _unwrapped_call(expr: cst.BaseExpression) -> cst.Call:
-    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and not expr.args:
-        expr = expr.func.value  # ``criterion(out, y).item()``
-    return expr if isinstance(expr, cst.Call) else cst.Call(func=cst.Name("len"), args=[cst.Arg(cst.Name("_"))])
+def _stripped(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """``expr`` without the methods and ``float(...)`` a mean loss passes through (``criterion(out, y).item()``)."""
+    while True:
+        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and not expr.args:
+            expr = expr.func.value
+        elif isinstance(expr, cst.Call) and m.matches(expr.func, m.Name("float")) and len(expr.args) == 1:
+            expr = expr.args[0].value
+        else:
+            return expr
+
+
+def _loss_here(plan: Plan, loop: Loop, value: cst.BaseExpression) -> bool:
+    """Whether ``value`` computes a batch's mean loss itself (a loss call, not a name bound to one)."""
+    return isinstance(_stripped(value), cst.Call) and mean_loss(plan, loop, value)
 
 
 def _body(loop: Loop) -> list[cst.BaseStatement] | None:

@@ -275,6 +275,8 @@ accelerator.end_training()
             if not acc.local and all(_global(agreement, scope, v, u, gathered) and _guards_global(ctx, acc, u, gathered)
                                      for v, u in zip(acc.increments, acc.updates)):
                 why = _gathered_mismatch(ctx, acc)  # sums of gathered values: already the whole data set's, but
+                if why is None and acc.mean and len(acc.updates) == 1 and acc.end is acc.loop.node:
+                    _per_batch_chain(ctx, acc.name, acc.loop, acc.updates[0])  # a mean loss over ``len(loader)``
                 if why is not None and not (why is _MEAN_LOSSES and _sum_batch_means(ctx, acc)) \
                         and not (why is _TRANSFORMED and len(acc.updates) == 1 and acc.end is acc.loop.node
                                  and _per_batch_chain(ctx, acc.name, acc.loop, acc.updates[0])):  # over 1/N as many

@@ -666,6 +666,9 @@ PSNR = """
     (PSNR, "psnr"),  # pytorch/examples super_resolution
     ("\n    mse = criterion(out, y)\n", "10 * math.log10(1 / mse.item())"),
     ("\n    mse = criterion(out, y).item()\n    rmse = math.sqrt(mse)\n    psnr = 20 * math.log10(1 / rmse)\n", "psnr"),
+    # a mean loss itself over len(loader): the mean of the passes' means weighs an uneven last pass as a full one
+    ("", "criterion(out, y).item()"),
+    ("\n    mse = criterion(out, y)\n    value = mse.item()\n", "value"),
 ])
 def test_a_function_of_a_mean_loss_is_computed_per_original_batch(chain: str, added: str) -> None:
     """pytorch/examples super_resolution: ``mse = criterion(prediction, target)``, ``psnr = 10 * log10(1 / mse.item())``
