@@ -537,7 +537,7 @@ GATHERED_EVAL = """
 
 
 @pytest.mark.parametrize("made, added, divisor, warned", [
-    ("", "criterion(out, y).item()", "len(test_loader)", False),  # means over the number of passes: the original's
+    ("", "criterion(out, y).item()", "len(test_loader)", False),  # summed per original batch (see below)
     ('reduction="sum"', "criterion(out, y).item()", "len(test_loader.dataset)", False),  # sums over the data set's size
     ("", "torch.nn.functional.cross_entropy(out, y, reduction='sum').item()", "len(test_loader.dataset)", False),
     ("", "(out.argmax(1) == y).sum().item()", "len(test_loader)", True),  # a count over a per-process number of batches
