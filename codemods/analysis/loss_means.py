@@ -102,19 +102,22 @@ def rowwise_names(loop: Loop, gathered: set[str], forwards: set[cst.CSTNode]) ->
     return names
 
 
-def transformed_mean_loss(plan: Plan, loop: Loop, value: cst.BaseExpression) -> bool:
+def transformed_mean_loss(plan: Plan, loop: Loop, value: cst.BaseExpression, seen: frozenset[str] = frozenset()) -> bool:
     """Whether ``value`` (or what the loop binds the name it is to) puts a batch's mean loss through a function that is
     not linear (``10 * log10(1 / mse.item())`` with ``mse = criterion(pred, y)``: a log, a root, an exponential, a
-    division by it, a power): over a gathered pass that is the function of the mean of N batches, not the sum of its
+    division by it, a power), directly or through names the loop binds (``rmse = sqrt(mse)``, ``psnr = 20 *
+    log10(1 / rmse)``): over a gathered pass that is the function of the mean of N batches, not the sum of its
     values over each, so no division makes it the original's. A mean loss scaled by the batch's size is linear."""
     expr = _unwrapped(value)
     if isinstance(expr, cst.Name):
         bound = _bound_in(loop, expr.value)
-        if len(bound) != 1:
+        if len(bound) != 1 or expr.value in seen:
             return False
-        expr = bound[0]
-    losses = {n.value for n in m.findall(expr, m.Name())  # type: ignore[attr-defined]
-              if any(isinstance(b := _unwrapped(v), cst.Call) and _loss_call(plan, loop, b) for v in _bound_in(loop, n.value))}  # type: ignore[attr-defined]
+        seen, expr = seen | {expr.value}, bound[0]
+    names = {n.value for n in m.findall(expr, m.Name())} - seen  # type: ignore[attr-defined]
+    if any(len(_bound_in(loop, n)) == 1 and transformed_mean_loss(plan, loop, cst.Name(n), seen) for n in names):
+        return True  # a name bound to a function of a mean loss
+    losses = {n for n in names if any(_from_loss(plan, loop, v, seen | {n}) for v in _bound_in(loop, n))}
 
     def mean(node: cst.BaseExpression) -> bool:
         inner = _unwrapped(node)
@@ -129,6 +132,15 @@ def transformed_mean_loss(plan: Plan, loop: Loop, value: cst.BaseExpression) -> 
                 and (_holds(op.left, mean) or _holds(op.right, mean)):  # type: ignore[attr-defined]
             return True
     return False
+
+
+def _from_loss(plan: Plan, loop: Loop, value: cst.BaseExpression, seen: frozenset[str]) -> bool:
+    """Whether ``value`` is a mean loss or computed from one through names the loop binds (``mse = loss.item()``)."""
+    inner = _unwrapped(value)
+    if isinstance(inner, cst.Call) and _loss_call(plan, loop, inner):
+        return True
+    names = {n.value for n in m.findall(value, m.Name())} - seen  # type: ignore[attr-defined]
+    return any(_from_loss(plan, loop, v, seen | {n}) for n in names for v in _bound_in(loop, n))
 
 
 _NONLINEAR = ("log", "log10", "log2", "log1p", "exp", "sqrt", "pow")

@@ -147,14 +147,14 @@ def find_averages(plan: Plan) -> Averages:
             if derived and end is not loop.node:
                 found.kept.append(kept)  # summed over several passes: the value read after one pass is not recomputed
                 continue
-            if end is not loop.node and any(not plan.facts.after(r, end) for r in _reads_after(plan, loop.node, loop.scope, name)):
+            if end is not loop.node and any(not plan.facts.after(r, end) for r in reads_after(plan, loop.node, loop.scope, name)):
                 found.kept.append(kept)  # read between the passes (``print(total / step)`` every epoch) and summed on
                 continue
-            at_else = any(in_else(plan, r, end) for r in _reads_after(plan, end, loop.scope, name))
+            at_else = any(in_else(plan, r, end) for r in reads_after(plan, end, loop.scope, name))
             if at_else and not else_placeable(end):
                 found.kept.append(kept)  # ``for ... else: print(tot)`` with a ``break`` that may skip the clause
                 continue
-            reads = list(derived) if derived else _reads_after(plan, end, loop.scope, name)
+            reads = list(derived) if derived else reads_after(plan, end, loop.scope, name)
             mean = divided_by(plan, end, loop, name, reads, counters, set(updates) - counters)
             kind = _kind(init, [v for _, v in ups], _known(loop), _helper_kinds(plan, [v for _, v in ups]))
             if mean is None or kind is None:
@@ -176,7 +176,7 @@ def _keep_mixed(plan: Plan, loop: Loop, found: Averages, summed: list[Accumulato
     while changed:
         changed = False
         for acc in list(summed):
-            if any(_mixed(r, acc.name, kept_here) for r in [*_reads_after(plan, loop.node, loop.scope, acc.name), *acc.derived]):
+            if any(_mixed(r, acc.name, kept_here) for r in [*reads_after(plan, loop.node, loop.scope, acc.name), *acc.derived]):
                 summed.remove(acc)
                 found.kept.append(Kept(acc.name, loop, acc.updates[0], acc.increments, local=True))
                 kept_here.add(acc.name)
@@ -232,10 +232,10 @@ def _keyed(plan: Plan, loop: Loop, keyed: KeyedSum, found: Averages, counters: s
         found.kept.append(kept)
         return
     init, end = first
-    if end is not loop.node and any(not plan.facts.after(r, end) for r in _reads_after(plan, loop.node, loop.scope, keyed.name)):
+    if end is not loop.node and any(not plan.facts.after(r, end) for r in reads_after(plan, loop.node, loop.scope, keyed.name)):
         found.kept.append(kept)
         return
-    mean = divided_by(plan, end, loop, keyed.name, _reads_after(plan, end, loop.scope, keyed.name), counters, summed)
+    mean = divided_by(plan, end, loop, keyed.name, reads_after(plan, end, loop.scope, keyed.name), counters, summed)
     if mean is None:
         found.kept.append(kept)
         return
@@ -268,7 +268,7 @@ def _listed(plan: Plan, loop: Loop, stmt: cst.BaseStatement, call: cst.Call, nam
     if kind not in ("int", "float", "number", "tensor") or first is None:
         return None
     init, end = first
-    reads = _reads_after(plan, loop.node, loop.scope, name)
+    reads = reads_after(plan, loop.node, loop.scope, name)
     if any(not plan.facts.after(r, end) for r in reads if end is not loop.node) or not all(
             _summarised(loop.scope, r, name) for r in reads):
         return None
@@ -333,7 +333,7 @@ def _names(expr: cst.BaseExpression) -> set[str]:
     return {n.value for n in m.findall(expr, m.Name())}  # type: ignore[attr-defined]
 
 
-def _reads_after(plan: Plan, node: cst.BaseStatement, scope: Scope, name: str) -> list[cst.BaseStatement]:
+def reads_after(plan: Plan, node: cst.BaseStatement, scope: Scope, name: str) -> list[cst.BaseStatement]:
     """The statements of ``scope`` after ``node`` that read ``name``."""
     out = []
     for ref in scope.refs.get(name, []):
@@ -348,7 +348,7 @@ def _else_of(plan: Plan, stmt: cst.BaseStatement, node: cst.BaseStatement) -> bo
 
 
 def _read_after(plan: Plan, loop: Loop, name: str) -> bool:
-    return bool(_reads_after(plan, loop.node, loop.scope, name))
+    return bool(reads_after(plan, loop.node, loop.scope, name))
 
 
 def _made_before(loop: Loop, name: str) -> bool:

@@ -15,7 +15,9 @@ numbers summarised after the pass (``np.mean(losses)``) is gathered there (``acc
 place, a loop some processes may not run) is reported (ACC028). A sum over a loop whose batches the
 evaluation rule gathers of a batch's mean loss (``test_loss += criterion(out, y).item()``, divided by the data set's
 size) adds, at each pass, the mean loss of each of the original's batches the pass holds (``loss_means.per_batch_sum``),
-so it is the original's sum; what else does not fit how it is divided (a count divided by the number of batches one
+so it is the original's sum; a value computed from such a mean loss by statements of the loop (``psnr = 10 *
+log10(1 / mse.item())``) and divided by ``len(loader)`` is computed per original batch and divided by the original's
+number of batches (``batch_chains.py``); what else does not fit how it is divided (a count divided by the number of batches one
 process walks, a mean loss of values the loop does not gather) is reported (ACC042).
 """
 
@@ -26,12 +28,13 @@ import libcst.matchers as m
 
 from accelify.codemods import codes
 from accelify.codemods.analysis.agreement import Agreement
+from accelify.codemods.analysis.batch_chains import batch_chain, per_batch_loop
 from accelify.codemods.analysis.collect import target_names
 from accelify.codemods.analysis.distributed import data_parallel_sites
 from accelify.codemods.analysis.facts import Loop, Scope
 from accelify.codemods.analysis.loss_means import mean_loss, per_batch_sum, rowwise_names, transformed_mean_loss
 from accelify.codemods.analysis.snippets import expression
-from accelify.codemods.analysis.shard_sums import Accumulator, find_averages
+from accelify.codemods.analysis.shard_sums import Accumulator, find_averages, reads_after
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
 
@@ -258,7 +261,8 @@ accelerator.end_training()
                 continue  # the loop's metric is already reported as local (ACC016)
             if kept.local or any(not _global(agreement, kept.loop.scope, v, kept.node, gathered) for v in kept.values):
                 ctx.warn(codes.SHARD_AVERAGE, kept.node, name=kept.name)
-            elif gathered and any(transformed_mean_loss(ctx.plan, kept.loop, v) for v in kept.values):
+            elif gathered and any(transformed_mean_loss(ctx.plan, kept.loop, v) for v in kept.values) \
+                    and (len(kept.values) != 1 or not _per_batch_chain(ctx, kept.name, kept.loop, kept.node)):
                 ctx.warn(codes.GATHERED_SUM, kept.node, name=kept.name, why=_TRANSFORMED)
         reductions: dict[cst.For | cst.While, list[str]] = {}
         derived: dict[cst.For | cst.While, list[cst.BaseStatement]] = {}
@@ -271,7 +275,11 @@ accelerator.end_training()
             if not acc.local and all(_global(agreement, scope, v, u, gathered) and _guards_global(ctx, acc, u, gathered)
                                      for v, u in zip(acc.increments, acc.updates)):
                 why = _gathered_mismatch(ctx, acc)  # sums of gathered values: already the whole data set's, but
-                if why is not None and not (why is _MEAN_LOSSES and _sum_batch_means(ctx, acc)):  # over 1/N as many
+                if why is None and acc.mean and len(acc.updates) == 1 and acc.end is acc.loop.node:
+                    _per_batch_chain(ctx, acc.name, acc.loop, acc.updates[0])  # a mean loss over ``len(loader)``
+                if why is not None and not (why is _MEAN_LOSSES and _sum_batch_means(ctx, acc)) \
+                        and not (why is _TRANSFORMED and len(acc.updates) == 1 and acc.end is acc.loop.node
+                                 and _per_batch_chain(ctx, acc.name, acc.loop, acc.updates[0])):  # over 1/N as many
                     ctx.warn(codes.GATHERED_SUM, acc.updates[0], name=acc.name, why=why)  # passes, each of N batches
                 continue
             accelerator = ctx.accelerator_in(scope)
@@ -314,6 +322,24 @@ def _sum_batch_means(ctx: Context, acc: Accumulator) -> bool:
     for update, value, code in zip(acc.updates, acc.increments, codes_):
         ctx.replace(value, update, lambda _, c=code: expression(c))  # type: ignore[misc]
     ctx.change("sum the mean loss of each original batch a gathered pass holds")
+    return True
+
+
+def _per_batch_chain(ctx: Context, name: str, loop: Loop, update: cst.BaseStatement) -> bool:
+    """``psnr = 10 * log10(1 / mse.item())`` from ``mse = criterion(prediction, target)``, summed over a gathered loop
+    and divided by ``len(loader)``: the statements run per original batch and the divisor counts the original's
+    batches (``analysis/batch_chains.py``); the edits are proposed and True returned, else nothing is changed."""
+    agreement = ctx.agreement
+    direct = set().union(*(agreement.gathered[s] for s in loop.stmts if agreement.gathers(s)))
+    gathered = rowwise_names(loop, direct, agreement.gathered_nodes)
+    chain = batch_chain(ctx.plan, loop, name, update, gathered, reads_after(ctx.plan, loop.node, loop.scope, name),
+                        ctx.target == "accelerate")
+    if chain is None or any(ctx.is_skipped(s) for s in chain.stmts):
+        return False
+    ctx.regroup(list(chain.stmts), lambda group: per_batch_loop(chain, group))
+    for divisor, stmt in chain.divisors:
+        ctx.replace(divisor, stmt, lambda _, c=chain.batches: expression(c))  # type: ignore[misc]
+    ctx.change("compute a value of each original batch's mean loss per batch over a gathered pass")
     return True
 
 

@@ -537,7 +537,7 @@ GATHERED_EVAL = """
 
 
 @pytest.mark.parametrize("made, added, divisor, warned", [
-    ("", "criterion(out, y).item()", "len(test_loader)", False),  # means over the number of passes: the original's
+    ("", "criterion(out, y).item()", "len(test_loader)", False),  # summed per original batch (see below)
     ('reduction="sum"', "criterion(out, y).item()", "len(test_loader.dataset)", False),  # sums over the data set's size
     ("", "torch.nn.functional.cross_entropy(out, y, reduction='sum').item()", "len(test_loader.dataset)", False),
     ("", "(out.argmax(1) == y).sum().item()", "len(test_loader)", True),  # a count over a per-process number of batches
@@ -641,14 +641,65 @@ def test_a_count_is_not_reduced_alone_when_the_sum_it_divides_stays_per_process(
 
 
 @pytest.mark.parametrize("bound, added, divisor", [
-    ("mse = criterion(out, y)", "10 * math.log10(1 / mse.item())", "len(test_loader)"),  # super_resolution's PSNR
-    ("", "1 / criterion(out, y).item()", "len(test_loader.dataset)"),
+    ("", "1 / criterion(out, y).item()", "len(test_loader.dataset)"),  # no statement of the mean loss to run per batch
+    ("mse = criterion(out, y)", "10 * math.log10(1 / mse.item())", "len(test_loader.dataset)"),  # not the batch count
+    ("mse = criterion(out, y)", "10 * math.log10(1 / mse.item())", "(len(test_loader) + 1)"),
+    ("mse = criterion(out + torch.randn(1), y)", "10 * math.log10(1 / mse.item())", "len(test_loader)"),  # not gathered
 ])
 def test_a_function_of_a_mean_loss_summed_over_a_gathered_loop_is_reported(bound: str, added: str, divisor: str) -> None:
-    """pytorch/examples super_resolution: ``psnr = 10 * log10(1 / mse.item())`` summed over the gathered test loop and
-    divided by its length: each pass's PSNR is of the mean over N batches, not the mean of the batches' PSNRs; no
-    division makes it the original's, so it is reported (ACC042), where it had been silently close."""
+    """A function of a batch's mean loss (a PSNR) summed over the gathered test loop: where it is not the proven
+    shape (see the next test) each pass's value is of the mean over N batches, not the batches' values; no division
+    makes it the original's, so it is reported (ACC042), where it had been silently close."""
     body = GATHERED_EVAL.format(made="", added=added, divisor=divisor).replace(
         "            out = model(x)\n", f"            out = model(x)\n            {bound}\n" if bound else "            out = model(x)\n")
+    code = _script("import math\n" + textwrap.dedent(body).lstrip("\n"))
+    assert [c.split(":")[0] for c in codes(code)] == ["ACC042"]
+
+
+PSNR = """
+    mse = criterion(out, y)
+    psnr = 10 * math.log10(1 / mse.item())
+"""
+
+
+@pytest.mark.parametrize("chain, added", [
+    (PSNR, "psnr"),  # pytorch/examples super_resolution
+    ("\n    mse = criterion(out, y)\n", "10 * math.log10(1 / mse.item())"),
+    ("\n    mse = criterion(out, y).item()\n    rmse = math.sqrt(mse)\n    psnr = 20 * math.log10(1 / rmse)\n", "psnr"),
+    # a mean loss itself over len(loader): the mean of the passes' means weighs an uneven last pass as a full one
+    ("", "criterion(out, y).item()"),
+    ("\n    mse = criterion(out, y)\n    value = mse.item()\n", "value"),
+])
+def test_a_function_of_a_mean_loss_is_computed_per_original_batch(chain: str, added: str) -> None:
+    """pytorch/examples super_resolution: ``mse = criterion(prediction, target)``, ``psnr = 10 * log10(1 / mse.item())``
+    summed over the gathered test loop and divided by its length: the statements from the mean loss to the sum run per
+    original batch the pass holds, and the sum is divided by the original's number of batches (tests/e2e: corpus
+    ``gathered_psnr``, the same PSNR on 1, 2 and 3 processes)."""
+    lines = [line for line in textwrap.dedent(chain).splitlines() if line]
+    body = GATHERED_EVAL.format(made="", added=added, divisor="len(test_loader)").replace(
+        "            out = model(x)\n", "            out = model(x)\n" + "".join(f"            {line}\n" for line in lines))
+    code = _script("import math\n" + textwrap.dedent(body).lstrip("\n"))
+    size = "test_loader.batch_sampler.batch_size"
+    new = converted(code)
+    loop = (f"        out, y = accelerator.gather_for_metrics((out, y))\n"
+            f"        for out, y in zip(out.split({size}), y.split({size})):\n"
+            + "".join(f"            {line}\n" for line in lines) + f"            test_loss += {added}\n")
+    assert loop in new
+    assert "print(test_loss / len(test_loader.batch_sampler.batch_sampler))" in new
+    assert codes(code) == []
+    accelerate = converted(code, target="accelerate")
+    assert 'print(test_loss / len(getattr(test_loader.batch_sampler, "batch_sampler", test_loader.batch_sampler)))' in accelerate
+
+
+@pytest.mark.parametrize("after", [
+    "            print(psnr)\n",  # a name of the chain read later in the pass: it would be the last batch's
+    "            print(out.shape)\n",  # a gathered name read later in the pass: the per-batch loop rebinds it
+    "            print(test_loss)\n",  # the running value read in the pass
+])
+def test_a_chain_read_after_its_sum_in_the_pass_is_reported(after: str) -> None:
+    body = GATHERED_EVAL.format(made="", added="psnr", divisor="len(test_loader)").replace(
+        "            out = model(x)\n", "            out = model(x)\n" + "".join(
+            f"            {line}\n" for line in textwrap.dedent(PSNR).splitlines() if line)).replace(
+        "            test_loss += psnr\n", "            test_loss += psnr\n" + after)
     code = _script("import math\n" + textwrap.dedent(body).lstrip("\n"))
     assert [c.split(":")[0] for c in codes(code)] == ["ACC042"]

@@ -1,0 +1,154 @@
+"""A value computed from a batch's mean loss by a chain of statements, summed over a gathered loop and divided by
+the number of batches: computed per original batch again.
+
+A batch's mean loss summed as it is and divided by ``len(loader)`` is that chain of one statement: over a gathered
+pass the mean of N batches, the sum over fewer passes than the original's batches, and with an uneven last round
+(the padding dropped) the last pass weighs as much as a full one: close to the original's, not equal.
+
+pytorch/examples super_resolution sums ``psnr = 10 * log10(1 / mse.item())`` with ``mse = criterion(prediction,
+target)`` over its test loop and divides by ``len(testing_data_loader)``. Over a gathered loop (``prediction, target =
+accelerator.gather_for_metrics(...)``) each pass holds, in order, the original's batches of the loader's batch size
+(``analysis/loss_means.py``), so the statements from the mean loss to the addition run once per original batch in
+``for prediction, target in zip(prediction.split(b), target.split(b)):``, ``b`` the prepared loader's batch size;
+the sum is then the original's, and it is divided by the original's number of batches,
+``len(loader.batch_sampler.batch_sampler)`` (the batch sampler the prepared loader deals from, on any number of
+processes and with split batches), not by the number of
+passes one process walks. Any other shape (a statement that is not a plain assignment, a name of the chain read after
+it in the loop, a divisor other than ``len(loader)``, a read other than a division) is left to be reported (ACC042).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+import libcst.matchers as m
+
+from accelify.codemods.analysis.facts import Loop
+from accelify.codemods.analysis.loss_means import mean_loss
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.plan import Plan
+from accelify.codemods.analysis.snippets import code_of
+
+
+@dataclass(frozen=True)
+class BatchChain:
+    """The statements to run per original batch, the gathered names they split, and the divisors to change."""
+
+    stmts: tuple[cst.BaseStatement, ...]
+    split: tuple[str, ...]
+    size: str  # the prepared loader's per-process batch size, as code
+    divisors: tuple[tuple[cst.Call, cst.BaseStatement], ...]  # ``len(loader)`` dividing the sum after the loop, where
+    batches: str  # the original's number of batches, as code
+
+
+def batch_chain(plan: Plan, loop: Loop, name: str, update: cst.BaseStatement, gathered: set[str],
+                reads: list[cst.BaseStatement], accelerate: bool = False) -> BatchChain | None:
+    """The chain of statements in ``loop``'s body ending at ``update`` (``name += value``) that starts at a batch's
+    mean loss of ``gathered`` tensors, when every read of ``name`` in ``reads`` divides it by ``len(loader)`` of the
+    loop's loader; else None (see the module docstring). For Hugging Face Accelerate (``accelerate``), whose loader on
+    one process keeps the original batch sampler, the count reads it where the sharding one is missing."""
+    body = _body(loop)
+    source = plan.loop_source(loop)
+    if body is None or update not in body or source is None or dotted(source) is None:
+        return None
+    end = body.index(update)
+    needed = _reads(_stmt(update).value)  # type: ignore[union-attr]
+    start = end
+    for i in range(end - 1 if not _loss_here(plan, loop, _stmt(update).value) else -1, -1, -1):  # type: ignore[union-attr]
+        assign = _stmt(body[i])
+        if not isinstance(assign, cst.Assign) or len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
+            break
+        bound = assign.targets[0].target.value
+        if bound not in needed:
+            break
+        needed = (needed - {bound}) | _reads(assign.value)
+        start = i
+        if _loss_here(plan, loop, assign.value):
+            break
+    chain = body[start:end + 1]
+    first = _stmt(chain[0])
+    if not isinstance(first, (cst.Assign, cst.AugAssign)) or not _loss_here(plan, loop, first.value) \
+            or (start != end and not isinstance(first, cst.Assign)):
+        return None  # ``test_loss += criterion(out, y).item()`` alone is a chain of one statement
+    if not all(n in gathered for a in _stripped(first.value).args for n in _reads(a.value)):  # type: ignore[attr-defined]
+        return None  # a mean loss of values the loop does not gather: its batches cannot be told apart
+    split = [n for n in _ordered_reads(chain) if n in gathered]
+    bound = {_stmt(s).targets[0].target.value for s in chain[:-1]}  # type: ignore[union-attr]
+    if not split or any((_reads_stmt(s) & (bound | set(split))) for s in body[end + 1:]):
+        return None  # a later statement of the pass reads a name the per-batch loop leaves as its last batch's
+    if any(name in _reads(s) for s in loop.stmts if s is not update):
+        return None  # read in the pass (a running value printed every k batches): the passes are not the batches
+    loader = code_of(source)
+    divisors = []
+    for stmt in reads:
+        found = [d for d in m.findall(stmt, m.BinaryOperation(operator=m.Divide())) if m.matches(d.left, m.Name(name))]  # type: ignore[attr-defined]
+        if len(found) != len(m.findall(stmt, m.Name(name))):
+            return None
+        for division in found:
+            right = division.right  # type: ignore[attr-defined]
+            if not (m.matches(right, m.Call(func=m.Name("len"))) and len(right.args) == 1 and code_of(right.args[0].value) == loader):
+                return None
+            divisors.append((right, stmt))
+    if not divisors:
+        return None
+    sampler = f"{loader}.batch_sampler"
+    batches = f'len(getattr({sampler}, "batch_sampler", {sampler}))' if accelerate else f"len({sampler}.batch_sampler)"
+    return BatchChain(tuple(chain), tuple(split), f"{sampler}.batch_size", tuple(divisors), batches)
+
+
+def per_batch_loop(chain: BatchChain, group: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    """``group`` (the chain's statements, as edited) in a loop over the original batches a gathered pass holds."""
+    names = ", ".join(chain.split)
+    parts = [f"{n}.split({chain.size})" for n in chain.split]
+    over = parts[0] if len(parts) == 1 else f"zip({', '.join(parts)})"
+    head = cst.parse_statement(f"for {names} in {over}:\n    pass\n")
+    assert isinstance(head, cst.For)
+    inner = [s.with_changes(leading_lines=()) if i == 0 else s for i, s in enumerate(group)]
+    return [head.with_changes(body=head.body.with_changes(body=inner), leading_lines=group[0].leading_lines)]  # type: ignore[attr-defined]
+
+
+def _stripped(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """``expr`` without the methods and ``float(...)`` a mean loss passes through (``criterion(out, y).item()``)."""
+    while True:
+        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and not expr.args:
+            expr = expr.func.value
+        elif isinstance(expr, cst.Call) and m.matches(expr.func, m.Name("float")) and len(expr.args) == 1:
+            expr = expr.args[0].value
+        else:
+            return expr
+
+
+def _loss_here(plan: Plan, loop: Loop, value: cst.BaseExpression) -> bool:
+    """Whether ``value`` computes a batch's mean loss itself (a loss call, not a name bound to one)."""
+    return isinstance(_stripped(value), cst.Call) and mean_loss(plan, loop, value)
+
+
+def _body(loop: Loop) -> list[cst.BaseStatement] | None:
+    node = loop.node
+    return list(node.body.body) if isinstance(node.body, cst.IndentedBlock) else None  # type: ignore[attr-defined]
+
+
+def _stmt(stmt: cst.BaseStatement) -> cst.BaseSmallStatement | None:
+    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
+        return stmt.body[0]
+    return None
+
+
+def _reads(expr: cst.CSTNode) -> set[str]:
+    skip = {id(a.attr) for a in m.findall(expr, m.Attribute())} | {id(a.keyword) for a in m.findall(expr, m.Arg()) if a.keyword}
+    return {n.value for n in m.findall(expr, m.Name()) if id(n) not in skip}  # type: ignore[attr-defined]
+
+
+def _reads_stmt(stmt: cst.BaseStatement) -> set[str]:
+    return _reads(stmt)
+
+
+def _ordered_reads(chain: list[cst.BaseStatement]) -> list[str]:
+    out: list[str] = []
+    for stmt in chain:
+        skip = {id(a.attr) for a in m.findall(stmt, m.Attribute())}
+        for n in m.findall(stmt, m.Name()):
+            if id(n) not in skip and n.value not in out:  # type: ignore[attr-defined]
+                out.append(n.value)  # type: ignore[attr-defined]
+    return out
