@@ -126,6 +126,38 @@ accelerator.end_training()
         Example(
             before='''\
 import torch
+device = "cuda" if torch.cuda.is_available() else "cpu"
+X = torch.arange(0, 1, 0.1).unsqueeze(1)
+model = torch.nn.Linear(1, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(3):
+    loss = model(X).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+print(X.numpy().mean())
+''',
+            after='''\
+import torch
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+X = torch.arange(0, 1, 0.1).unsqueeze(1)
+model = torch.nn.Linear(1, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+for epoch in range(3):
+    loss = model(X).pow(2).mean()
+    optimizer.zero_grad()
+    accelerator.backward(loss)
+    optimizer.step()
+accelerator.print(X.numpy().mean())
+accelerator.end_training()
+''',
+            warnings=("ACC043:3",),  # X feeds the model and `.numpy()`: moving it would break the second read
+        ),
+        Example(
+            before='''\
+import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 loader = DataLoader(TensorDataset(torch.randn(64, 16), torch.randint(0, 4, (64,))), batch_size=8)
