@@ -18,7 +18,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods.analysis.collect import target_names
-from accelify.codemods.analysis.facts import Loop
+from accelify.codemods.analysis.facts import Loop, Scope
 from accelify.codemods.analysis.plan import Plan
 
 
@@ -117,9 +117,20 @@ def _inside(plan: Plan, stmt: cst.BaseStatement, loop: Loop) -> bool:
     return any(s is loop.node for s in plan.facts.chain(stmt)[1:])
 
 
+def reads_after(plan: Plan, node: cst.BaseStatement, scope: Scope, name: str, else_clause: bool = True
+                ) -> list[cst.BaseStatement]:
+    """The statements of ``scope`` after ``node`` that read ``name`` (and, with ``else_clause``, those in the
+    ``else:`` clause of ``node`` when it is a loop: ``for ... else: print(tot)``)."""
+    out = []
+    for ref in scope.refs.get(name, []):
+        holder = scope.holders.get(id(ref))
+        if holder is None or holder in out:
+            continue
+        if plan.facts.after(holder, node) or (
+                else_clause and isinstance(node, (cst.For, cst.While)) and in_else(plan, holder, node)):
+            out.append(holder)
+    return out
+
+
 def _read_after(plan: Plan, loop: Loop, name: str) -> bool:
-    scope = loop.scope
-    return any(
-        holder is not None and plan.facts.after(holder, loop.node)
-        for holder in (scope.holders.get(id(ref)) for ref in scope.refs.get(name, []))
-    )
+    return bool(reads_after(plan, loop.node, loop.scope, name, else_clause=False))

@@ -48,7 +48,14 @@ import libcst.matchers as m
 
 from accelify.codemods.analysis.facts import Binding, Loop, Scope
 from accelify.codemods.analysis.keyed_sums import KeyedSum, keyed_sums
-from accelify.codemods.analysis.loop_reads import counts_samples, derived_reads, else_placeable, in_else, inner_stmts
+from accelify.codemods.analysis.loop_reads import (
+    counts_samples,
+    derived_reads,
+    else_placeable,
+    in_else,
+    inner_stmts,
+    reads_after,
+)
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.schedules import enclosing_loop
@@ -331,20 +338,6 @@ def _mixed(stmt: cst.BaseStatement, name: str, kept: set[str]) -> bool:
 
 def _names(expr: cst.BaseExpression) -> set[str]:
     return {n.value for n in m.findall(expr, m.Name())}  # type: ignore[attr-defined]
-
-
-def reads_after(plan: Plan, node: cst.BaseStatement, scope: Scope, name: str) -> list[cst.BaseStatement]:
-    """The statements of ``scope`` after ``node`` that read ``name``."""
-    out = []
-    for ref in scope.refs.get(name, []):
-        holder = scope.holders.get(id(ref))
-        if holder is not None and (plan.facts.after(holder, node) or _else_of(plan, holder, node)) and holder not in out:
-            out.append(holder)
-    return out
-
-
-def _else_of(plan: Plan, stmt: cst.BaseStatement, node: cst.BaseStatement) -> bool:
-    return isinstance(node, (cst.For, cst.While)) and in_else(plan, stmt, node)  # ``for ... else: print(tot)``
 
 
 def _read_after(plan: Plan, loop: Loop, name: str) -> bool:

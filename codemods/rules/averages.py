@@ -32,9 +32,10 @@ from accelify.codemods.analysis.batch_chains import batch_chain, per_batch_loop
 from accelify.codemods.analysis.collect import target_names
 from accelify.codemods.analysis.distributed import data_parallel_sites
 from accelify.codemods.analysis.facts import Loop, Scope
+from accelify.codemods.analysis.loop_reads import reads_after
 from accelify.codemods.analysis.loss_means import mean_loss, per_batch_sum, rowwise_names, transformed_mean_loss
 from accelify.codemods.analysis.snippets import expression
-from accelify.codemods.analysis.shard_sums import Accumulator, find_averages, reads_after
+from accelify.codemods.analysis.shard_sums import Accumulator, find_averages
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
 
