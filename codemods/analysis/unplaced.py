@@ -46,10 +46,10 @@ def unplaced_inputs(plan: Plan) -> list[Unplaced]:
             continue
         readers = [site.node]
         output = _bound_output(site)
-        for outer in facts.calls:  # ``loss_fn(model(X), y)``, ``p = model(X); loss_fn(p, y)``: y meets the output
+        for outer in site.scope.calls:  # ``loss_fn(model(X), y)``, ``p = model(X); loss_fn(p, y)``: y meets the output
             if outer.stmt is site.stmt and any(a.value is site.node for a in outer.node.args):
                 readers.append(outer.node)
-            elif output is not None and outer.scope is site.scope and _reads_output(plan, outer, output, site):
+            elif output is not None and _reads_output(plan, outer, output, site):
                 readers.append(outer.node)
         for reader in readers:
             for leaf in (leaf for arg in reader.args if arg.value is not site.node for leaf in _operands(arg.value)):
