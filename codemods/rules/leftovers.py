@@ -15,6 +15,7 @@ from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.own_device import own_device
 from accelify.codemods.analysis.roles import CLIPPING, tensor_backward
 from accelify.codemods.engine.rule import Example, Rule
 
@@ -226,8 +227,8 @@ if __name__ == "__main__":
                 ctx.warn(codes.UNKNOWN_CUDA, site.node)
             elif site.method == "to" and site.node.args and site.node.args[0].keyword is None:
                 value = site.node.args[0].value
-                if ctx.dropped(value) or not _looks_like_device(value):
-                    continue
+                if ctx.dropped(value) or not _looks_like_device(value) or own_device(ctx.plan, site.scope, value):
+                    continue  # ``.to(x.device)`` of a tensor ``x`` follows it wherever it is
                 found = ctx.plan.origin(site.scope, value)
                 if found is not None and found.role == "device" and ctx.accelerating:
                     continue
