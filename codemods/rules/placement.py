@@ -153,10 +153,16 @@ accelerator.end_training()
         module bound to the same name later (``model = Net.from_pretrained(d)`` after training)."""
         receiver = site.node.func.value  # type: ignore[attr-defined]
         found = ctx.plan.model_object(site.scope, receiver)
-        if found is None:
+        if found is None or not _made_for_prepare(ctx, found):
             return False
         latest = _latest_binding(ctx, site, dotted(receiver))
-        return latest is None or ctx.plan.holds(latest) is found
+        if latest is None or ctx.plan.holds(latest) is found:
+            return True
+        # ``if args.net == "a": net = A() else: net = B()`` then ``net = net.cuda()``: whichever arm ran, it is the
+        # model that reaches ``prepare`` (only the first arm's creation is recorded as the prepared object)
+        other = ctx.plan.holds(latest)
+        return other is not None and other.role == "model" and other.where is found.where \
+            and _other_arms(ctx, found.stmt, other.stmt)
 
     def _whole_statement(self, stmt: cst.BaseStatement, sites: list[CallSite]) -> bool:
         """``model.cuda()``, ``x = x.to(device)`` or ``x, y = x.to(d), y.to(d)``: nothing left once placement goes."""
@@ -208,6 +214,35 @@ def _latest_binding(ctx: Context, site: CallSite, key: str | None) -> Binding | 
     earlier = [b for b in site.scope.bindings.get(key, []) if b.where is site.scope and order[b.stmt][0] < order[site.stmt][0]]
     earlier = [b for b in earlier if not rewraps(b, site.scope.imports)]  # ``model = nn.DataParallel(model)`` holds it still
     return max(earlier, key=lambda b: order[b.stmt][0], default=None)
+
+
+def _made_for_prepare(ctx: Context, found: Binding) -> bool:
+    """A model made in a factory function (``get_network(args)``) is the prepared one only where a call's result
+    is what ``prepare`` takes: a second call (``teacher = get_network(args)``) makes another model, which keeps
+    its placement."""
+    factory = found.where
+    if factory.kind != "function" or factory is ctx.plan.prepare_scope:
+        return True
+    if not any(r.value is not None and ctx.plan.origin(factory, r.value) is found for r in factory.returns):
+        return True  # made in a driver that passes it on (``main`` builds it, ``train`` prepares it)
+    prepared = {id(alias.stmt) for alias in ctx.plan.aliases if alias.stmt is not None}
+    sites = ctx.plan.call_sites(factory)
+    return bool(sites) and all(id(s.stmt) in prepared for s in sites)
+
+
+def _other_arms(ctx: Context, first: cst.BaseStatement, second: cst.BaseStatement) -> bool:
+    """Whether two statements are in different arms of one ``if`` (``if``/``elif``/``else``): never both run."""
+    up_first, up_second = ctx.facts.chain(first), ctx.facts.chain(second)
+    for index, node in enumerate(up_first[1:], start=1):
+        if isinstance(node, cst.If) and node in up_second:
+            below_first = up_first[index - 1]
+            below_second = up_second[up_second.index(node) - 1]
+            return _in_body(node, below_first) != _in_body(node, below_second)
+    return False
+
+
+def _in_body(branch: cst.If, stmt: cst.BaseStatement) -> bool:
+    return any(s is stmt for s in branch.body.body)  # type: ignore[union-attr]
 
 
 def _device_keyword(call: cst.Call) -> cst.Arg | None:

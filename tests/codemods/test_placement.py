@@ -340,3 +340,117 @@ def test_a_device_a_helper_returns_becomes_the_accelerators(made: str) -> None:
     assert "    device = accelerator.device\n" in out, out
     assert "x.to(device)" not in out and "torch.nn.Linear(4, 1)\n" in out
     assert codes(source) == []
+
+
+OWN_DEVICE = """
+import argparse
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        mask = torch.ones(x.shape[0], 2).to(x.device)
+        return self.fc(x) * mask
+
+    def survival(self):
+        var = torch.bernoulli(torch.tensor(0.5).float())
+        return torch.equal(var, torch.tensor(1).float().to(var.device))
+
+
+def noise(t):
+    return torch.randn(t.shape).to(t.device)
+
+
+def run(args):
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = Net().to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,))), batch_size=4)
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        zero = torch.zeros(2).to(y.float().device)
+        loss = nn.functional.cross_entropy(model(x + noise(x)) + zero, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    extra = torch.zeros(2).to({setting})
+"""
+
+
+@pytest.mark.parametrize("setting", ["args.device", "settings.device"])
+def test_a_tensors_own_device_is_no_unknown_device(setting: str) -> None:
+    """``.to(x.device)`` of a tensor (a forward's input, a torch value, a batch, a helper's tensor argument) is
+    device-agnostic and right as written; a setting that holds a device still is reported."""
+    code = OWN_DEVICE.replace("{setting}", setting)
+    assert codes(code) == ["ACC002:37"]
+    new = converted(code)
+    assert ".to(x.device)" in new and ".to(var.device)" in new and ".to(t.device)" in new
+
+
+FACTORY = """
+import argparse
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def get_network(args):
+    if args.net == "a":
+        net = Net()
+    elif args.net == "b":
+        net = nn.Sequential(nn.Linear(4, 2))
+    else:
+        net = nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 2))
+    if args.gpu:
+        net = net.cuda()
+    return net
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--net", default="a")
+    parser.add_argument("--gpu", action="store_true")
+    args = parser.parse_args()
+    net = get_network(args){teacher}
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,))), batch_size=4)
+    for x, y in loader:
+        if args.gpu:
+            x, y = x.cuda(), y.cuda()
+        loss = nn.functional.cross_entropy(net(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+
+
+def test_a_factory_placing_whichever_model_an_arm_made_loses_the_placement() -> None:
+    """``get_network(args)`` picks a model in an ``if``/``elif``/``else`` and moves it with ``.cuda()``: the model it
+    returns is the one ``prepare`` places, whichever arm made it."""
+    new = converted(FACTORY.replace("{teacher}", ""))
+    assert "net.cuda()" not in new and "if args.gpu" not in new.split("def main")[0]
+    assert codes(FACTORY.replace("{teacher}", "")) == []
+
+
+def test_a_factory_that_also_makes_an_unprepared_model_keeps_its_placement() -> None:
+    """A second call (``teacher = get_network(args)``) makes a model ``prepare`` never sees: the factory's
+    ``.cuda()`` stays (reported) so the teacher is not left on the CPU."""
+    code = FACTORY.replace("{teacher}", "\n    teacher = get_network(args)")
+    new = converted(code)
+    assert "net = net.cuda()" in new
+    assert codes(code) == ["ACC001:24"]
