@@ -34,7 +34,11 @@ _RANDOM = ("torch.rand", "torch.randn", "torch.randint", "torch.randperm", "torc
 # Draws from the process's own RNG through a method: ``Categorical(probs).sample()``, ``x.bernoulli()``, ``w.normal_()``.
 _RANDOM_METHODS = ("sample", "rsample", "sample_n", "multinomial", "bernoulli", "random_", "uniform_", "normal_",
                    "exponential_", "geometric_", "cauchy_", "log_normal_", "bernoulli_")
-_CLOCK = ("time.time", "time.perf_counter", "time.monotonic", "datetime.")
+# Reads of the clock, which differ between processes. Not the rest of ``datetime``: ``datetime.strptime(name, fmt)``
+# sorting checkpoint folders by the time in their names (resume code) reads no clock.
+_CLOCK = ("time.time", "time.perf_counter", "time.monotonic", "time.process_time", "time.localtime", "time.gmtime",
+          "time.ctime", "time.asctime", "time.strftime", "datetime.datetime.now", "datetime.datetime.utcnow",
+          "datetime.datetime.today", "datetime.date.today")
 _RANK_ATTRS = ("process_index", "local_process_index", "is_main_process", "is_local_main_process", "is_last_process")
 _WALK_WRAPPERS = ("tqdm.tqdm", "tqdm.trange", "tqdm.auto.tqdm", "tqdm.auto.trange", "tqdm.notebook.tqdm",
                   "tqdm.notebook.trange", "enumerate", "builtins.enumerate")

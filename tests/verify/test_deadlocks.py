@@ -84,3 +84,30 @@ def test_a_helper_module_called_from_a_local_branch_is_named_in_its_file() -> No
 
 def test_a_file_that_does_not_parse_has_no_findings() -> None:
     assert latent_deadlocks(("train.py", "def (:\n")) == []
+
+
+def test_a_time_parsed_from_a_folder_name_is_no_clock_read_but_the_clock_is() -> None:
+    """Resume code sorts checkpoint folders by the time in their names (``datetime.strptime``, pytorch-cifar100's
+    utils): every process reads the same names, so a loop that skips epochs by them agrees; one that stops on the
+    clock does not."""
+    utils = textwrap.dedent("""\
+        import datetime
+        import os
+        def most_recent(root, fmt):
+            folders = sorted(os.listdir(root), key=lambda f: datetime.datetime.strptime(f, fmt))
+            return folders[-1]
+        """)
+    body = """\
+        import time
+        from utils import most_recent
+        resume_epoch = int(most_recent(".", fmt="%Y"))
+        for epoch in range(3):
+            if epoch <= resume_epoch:
+                continue
+            for x, y in loader:
+                accelerator.backward(((model(x) - y) ** 2).mean())
+            accelerator.wait_for_everyone()
+        """
+    assert _found(body, ("utils.py", utils)) == []
+    clocked = body.replace("resume_epoch = int(most_recent", "resume_epoch = int(time.time()) % 3 or int(most_recent")
+    assert any("`if epoch <= resume_epoch`" in f for f in _found(clocked, ("utils.py", utils)))
