@@ -22,7 +22,7 @@ _EXPORTS: dict[str, str] = {
     "AcceleratorState": "state",
     "DistributedType": "state",
     "ProcessInfo": "process_group",
-    "GradientState": "state",
+    "GradientState": "gradient_state",
     "UnusedParametersError": "errors",
     # data loading
     "DataLoaderShard": "data_loader",

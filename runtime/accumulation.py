@@ -13,7 +13,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from .data_loader import active_data_loader
-from .state import GradientState
+from .gradient_state import GradientState
 
 
 def no_sync(model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
