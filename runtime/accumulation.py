@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from .data_loader import active_data_loader
+from .data_loader_shard import active_data_loader
 from .gradient_state import GradientState
 
 

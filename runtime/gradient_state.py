@@ -39,7 +39,7 @@ class GradientState:
     @property
     def active_dataloader(self) -> Any:
         """The prepared data loader being iterated now (innermost), or None."""
-        from .data_loader import active_data_loader
+        from .data_loader_shard import active_data_loader
 
         return active_data_loader()
 
