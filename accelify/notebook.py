@@ -4,7 +4,7 @@ A notebook runs its cells in one Python process, top to bottom, so its code cell
 one program in cell order (``Notebook.open``: their text joined, each cell after a marker comment;
 ``accelify.pipeline.convert_notebook_text`` converts it and ``Notebook.close`` cuts it back). IPython syntax is never parsed as Python: a line magic (``%matplotlib inline``), a shell
 escape (``!pip install ...``, ``files = !ls``), a help request (``model?``) becomes a placeholder
-comment and comes back as it was; a cell magic (``%%bash``) keeps its whole cell out of the program,
+comment and comes back as it was (:mod:`accelify.ipython_lines`); a cell magic (``%%bash``) keeps its whole cell out of the program,
 except the magics whose body is Python (``%%time``, ``%%capture``...). The converted program is
 cut back at the markers; a cell whose text did not change keeps its source exactly, outputs and
 metadata are never touched, and the JSON is written back with the notebook's own indentation.
@@ -28,23 +28,14 @@ from typing import Any, Sequence
 
 from accelify.codemods.engine.outcome import CONVERTED, FAILED, NOT_A_CANDIDATE, SKIPPED, UNCHANGED, ConversionWarning
 from accelify.errors import SourceError
+from accelify.ipython_lines import MAGIC_LINE as _MAGIC_LINE
+from accelify.ipython_lines import PYTHON_CELL_MAGICS
+from accelify.ipython_lines import mask as _mask
+from accelify.ipython_lines import unmask as _unmask
 from accelify.results import Result
 
-
-# Cell magics whose body is Python: the first line is a placeholder, the rest is converted.
-PYTHON_CELL_MAGICS = frozenset({"%%time", "%%timeit", "%%capture", "%%prun", "%%debug", "%%python", "%%python3"})
 _CELL = "# @@accelify-cell-{}@@"
 _CELL_LINE = re.compile(r"^# @@accelify-cell-(\d+)@@$", re.MULTILINE)
-_MAGIC = "# @@accelify-magic-{}@@"
-_MAGIC_LINE = re.compile(r"^([ \t]*)# @@accelify-magic-(\d+)@@[ \t]*$")
-_IPYTHON_LINE = re.compile(
-    r"""^\s*(?:
-        [%!?]                                   # %magic, !shell, ?help
-      | [\w.\[\]]+\?{1,2}\s*$                   # obj? / obj??
-      | [\w\s.,\[\]()*]+=\s*[%!]               # files = !ls, t = %timeit -o f()
-    )""",
-    re.VERBOSE,
-)
 
 
 @dataclass
@@ -59,56 +50,6 @@ class _Program:
 def _source_text(cell: dict[str, Any]) -> str:
     source = cell.get("source", "")
     return "".join(source) if isinstance(source, list) else str(source)
-
-
-def _advance(line: str, depth: int, quote: str | None) -> tuple[int, str | None]:
-    """Bracket depth and open triple-quoted string after ``line`` (strings and comments skipped)."""
-    i, n = 0, len(line)
-    while i < n:
-        c = line[i]
-        if quote is not None:
-            if c == "\\":
-                i += 2
-            elif line.startswith(quote, i):
-                i, quote = i + len(quote), None
-            else:
-                i += 1
-            continue
-        if c == "#":
-            break
-        if c in "\"'":
-            quote = line[i : i + 3] if line[i : i + 3] in ('"""', "'''") else c
-            i += len(quote)
-            continue
-        if c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth = max(depth - 1, 0)
-        i += 1
-    return depth, quote if quote in ('"""', "'''") else None
-
-
-def _mask(source: str, magics: dict[int, str]) -> str:
-    """``source`` with its IPython lines replaced by numbered placeholder comments (kept in ``magics``).
-
-    Only a line that starts a statement can be IPython syntax: not one inside brackets (``% (a, b)``
-    continuing a format), a triple-quoted string, or after a backslash."""
-    out: list[str] = []
-    depth, quote, continued, magic_continues = 0, None, False, False
-    for index, line in enumerate(source.split("\n")):
-        stripped = line.lstrip()
-        starts = depth == 0 and quote is None and not continued
-        is_cell_magic = index == 0 and stripped.startswith("%%")
-        if magic_continues or is_cell_magic or (starts and _IPYTHON_LINE.match(line)):
-            number = len(magics)
-            magics[number] = line
-            out.append(line[: len(line) - len(stripped)] + _MAGIC.format(number))
-            magic_continues = line.rstrip().endswith("\\")
-            continue
-        depth, quote = _advance(line, depth, quote)
-        continued = quote is None and line.rstrip().endswith("\\") and not line.lstrip().startswith("#")
-        out.append(line)
-    return "\n".join(out)
 
 
 def _check_cell(masked: str, path: str, number: int) -> str | None:
@@ -157,22 +98,6 @@ def _split(text: str, program: _Program) -> dict[int, str] | None:
         body = text[marker.end() + 1 : end]
         cells[int(marker.group(1))] = (head + body) if i == 0 else body
     return cells
-
-
-def _unmask(text: str, magics: dict[int, str]) -> str | None:
-    """The placeholders replaced by their original lines (re-indented where the conversion moved them)."""
-    out = []
-    for line in text.split("\n"):
-        match = _MAGIC_LINE.match(line)
-        if match is None:
-            out.append(line)
-            continue
-        original = magics.pop(int(match.group(2)), None)
-        if original is None:
-            return None
-        stripped = original.lstrip()
-        out.append(original if original[: len(original) - len(stripped)] == match.group(1) else match.group(1) + stripped)
-    return "\n".join(out)
 
 
 def _cell_source(old: Any, text: str) -> Any:

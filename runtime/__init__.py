@@ -22,10 +22,10 @@ _EXPORTS: dict[str, str] = {
     "AcceleratorState": "state",
     "DistributedType": "state",
     "ProcessInfo": "process_group",
-    "GradientState": "state",
+    "GradientState": "gradient_state",
     "UnusedParametersError": "errors",
     # data loading
-    "DataLoaderShard": "data_loader",
+    "DataLoaderShard": "data_loader_shard",
     "prepare_data_loader": "data_loader",
     "skip_first_batches": "data_loader",
     # wrappers

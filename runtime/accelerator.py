@@ -5,52 +5,42 @@ Each method delegates to a small module: process state (:mod:`.state`), data loa
 scheduler wrappers, model files (:mod:`.model_io`), preparing (:mod:`.prepare`), checkpoints
 (:mod:`.checkpoint`) and trackers (:mod:`.tracking`). It owns one :class:`~.prepared.PreparedObjects`
 (what it prepared and registered) and passes it, with the settings each call needs, to those modules;
-none of them reads the Accelerator's fields.
+none of them reads the Accelerator's fields. Its process facts and its methods for models, trackers and
+processes acting together live in base classes named for that job (:mod:`.accelerator_facts`,
+:mod:`.accelerator_models`, :mod:`.accelerator_trackers`, :mod:`.accelerator_coordination`), which
+read only its public attributes; its constructor's arguments are checked by :mod:`.accelerator_options`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import torch
 from torch.utils.data import DataLoader
 
-from . import checkpoint, model_io, precision, prepare, tracking
+from . import checkpoint, precision, prepare, tracking
+from .accelerator_coordination import AcceleratorCoordination
+from .accelerator_facts import AcceleratorFacts
+from .accelerator_models import AcceleratorModels
+from .accelerator_options import accumulation_steps, pick, refuse_unsupported
+from .accelerator_trackers import AcceleratorTrackers
 from .accumulation import Accumulate, no_sync
 from .checkpoint import ProjectConfiguration
 from .data_loader import DataLoaderShard
 from .data_loader import skip_first_batches as _skip_first_batches
-from .errors import ConfigurationError, UnusedParametersError
+from .errors import UnusedParametersError
 from .kwargs import AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs, sort_handlers
-from .launch_options import check_accumulation_steps
 from .launch_settings import load_launch_settings, sentinels_enabled
 from .optimizer import AcceleratedOptimizer
 from .prepared import PreparedObjects
 from .scheduler import AcceleratedScheduler
 from .sentinels import Sentinels
-from .state import AcceleratorState, DistributedType, GradientState, PartialState
+from .gradient_state import GradientState
+from .state import AcceleratorState, DistributedType
 from .tracking import GeneralTracker, filter_trackers
-
-# Hugging Face Accelerate constructor arguments accelify does not implement: an error, never ignored.
-_UNSUPPORTED = {
-    "deepspeed_plugin", "deepspeed_plugins", "megatron_lm_plugin", "torch_tp_plugin", "parallelism_config",
-    "dynamo_plugin", "dispatch_batches", "use_seedable_sampler", "fp8_recipe_handler",
-}
-
-
-def _state_method(name: str) -> Callable[..., Any]:
-    """An Accelerator method that calls ``PartialState.<name>`` on ``self.state`` (same signature and docs)."""
-    target = getattr(PartialState, name)
-
-    @functools.wraps(target)
-    def method(self: "Accelerator", *args: Any, **kwargs: Any) -> Any:
-        return getattr(self.state, name)(*args, **kwargs)
-
-    return method
 
 
 def _prepared_list(name: str) -> property:
@@ -59,7 +49,7 @@ def _prepared_list(name: str) -> property:
                     doc=f"The {name} of ``PreparedObjects`` (Hugging Face Accelerate's private name for it).")
 
 
-class Accelerator:
+class Accelerator(AcceleratorFacts, AcceleratorModels, AcceleratorTrackers, AcceleratorCoordination):
     """Runs a training loop on one process, or data-parallel on N, with one code path.
 
     Arguments left as ``None`` come from ``accelify launch`` (the launch file) or the
@@ -100,17 +90,7 @@ class Accelerator:
         sentinels: bool | None = None,
         **unsupported: Any,
     ) -> None:
-        if unsupported:
-            known = sorted(set(unsupported) & _UNSUPPORTED)
-            unknown = sorted(set(unsupported) - _UNSUPPORTED)
-            if unknown:
-                raise TypeError(f"Accelerator() got unexpected keyword argument(s) {', '.join(unknown)}.")
-            raise ConfigurationError(
-                f"Accelerator({', '.join(k + '=...' for k in known)}): Hugging Face Accelerate option(s) that accelify "
-                "does not support; remove them (use fsdp_plugin= for sharded training)."
-            )
-        if dynamo_backend not in (None, "no", "NO"):
-            raise ConfigurationError(f"dynamo_backend={dynamo_backend!r} is not supported; call torch.compile yourself.")
+        refuse_unsupported(unsupported, dynamo_backend)
         settings = load_launch_settings()
         handlers = sort_handlers(kwargs_handlers)
         pg = handlers.get(InitProcessGroupKwargs, InitProcessGroupKwargs())
@@ -120,26 +100,22 @@ class Accelerator:
 
             fsdp_plugin = FullyShardedDataParallelPlugin.from_config(settings.fsdp_config)  # HF `fsdp_*` keys too
         self.fsdp_plugin = fsdp_plugin
-        self.state = AcceleratorState(_pick(cpu, settings.cpu, False), backend=pg.backend, timeout=pg.timeout)
+        self.state = AcceleratorState(pick(cpu, settings.cpu, False), backend=pg.backend, timeout=pg.timeout)
         # FSDP shards across processes: with one process there is nothing to shard, models stay plain
         self.state.use_fsdp = use_fsdp and self.state.use_distributed
-        self.state.debug = bool(_pick(debug, settings.debug, False))
-        mp = _pick(mixed_precision, settings.mixed_precision, "no")
+        self.state.debug = bool(pick(debug, settings.debug, False))
+        mp = pick(mixed_precision, settings.mixed_precision, "no")
         self.state.mixed_precision = precision.check_mixed_precision(mp, self.device)
-        steps = gradient_accumulation_steps
-        if gradient_accumulation_plugin is not None:
-            if steps not in (None, 1):
-                raise ConfigurationError("Pass gradient_accumulation_steps or gradient_accumulation_plugin, not both.")
-            steps = gradient_accumulation_plugin.num_steps
-        steps = check_accumulation_steps(_pick(steps, settings.gradient_accumulation_steps, 1), "Accelerator")
+        steps = accumulation_steps(gradient_accumulation_steps, gradient_accumulation_plugin,
+                                   settings.gradient_accumulation_steps)
         self.gradient_state = GradientState(
             steps,
             adjust_scheduler=getattr(gradient_accumulation_plugin, "adjust_scheduler", True),
             sync_with_dataloader=getattr(gradient_accumulation_plugin, "sync_with_dataloader", True),
         )
         self.device_placement = device_placement
-        self.split_batches = bool(_pick(split_batches, getattr(dataloader_config, "split_batches", None), False))
-        self.even_batches = bool(_pick(even_batches, getattr(dataloader_config, "even_batches", None), True))
+        self.split_batches = bool(pick(split_batches, getattr(dataloader_config, "split_batches", None), False))
+        self.even_batches = bool(pick(even_batches, getattr(dataloader_config, "even_batches", None), True))
         self.rng_types = list(rng_types) if rng_types is not None else None
         self.dispatch_batches = getattr(dataloader_config, "dispatch_batches", None)  # only None/False work
         self.non_blocking = bool(getattr(dataloader_config, "non_blocking", False))  # used with pinned memory only
@@ -171,18 +147,7 @@ class Accelerator:
     _dataloaders = _prepared_list("dataloaders")
     _custom_objects = _prepared_list("custom_objects")
 
-    # -- settings and process facts ---------------------------------------------------------
-    device = property(lambda self: self.state.device, doc="The device this process trains on (cuda:<local rank> or cpu).")
-    process_index = property(lambda self: self.state.process_index, doc="This process's rank (0 .. num_processes-1).")
-    local_process_index = property(lambda self: self.state.local_process_index, doc="Rank within this machine.")
-    num_processes = property(lambda self: self.state.num_processes, doc="How many processes train together.")
-    is_main_process = property(lambda self: self.state.is_main_process, doc="True on process 0 only.")
-    is_local_main_process = property(lambda self: self.state.is_local_main_process, doc="True on local rank 0.")
-    is_last_process = property(lambda self: self.state.is_last_process, doc="True on the last process.")
-    use_distributed = property(lambda self: self.state.use_distributed, doc="True with more than one process.")
-    distributed_type = property(lambda self: self.state.distributed_type, doc="NO, MULTI_CPU, MULTI_GPU or FSDP.")
-    mixed_precision = property(lambda self: self.state.mixed_precision, doc="'no', 'fp16' or 'bf16'.")
-    use_fsdp = property(lambda self: self.state.use_fsdp, doc="True when models are sharded with FSDP2.")
+    # -- settings (process facts: runtime/accelerator_facts.py) -----------------------------------
     sync_gradients = property(
         lambda self: self.gradient_state.sync_gradients, doc="True on steps where gradients are synchronised."
     )
@@ -318,39 +283,6 @@ class Accelerator:
             sentinels=self._sentinels,
         )
 
-    # -- models -----------------------------------------------------------------------------
-    def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True) -> torch.nn.Module:
-        """The user's own module inside DDP (and ``torch.compile`` unless ``keep_torch_compile``).
-
-        ``keep_fp32_wrapper=False`` also removes mixed-precision autocast from it for good.
-        """
-        return model_io.unwrap(model, keep_fp32_wrapper, keep_torch_compile)
-
-    def get_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, Any]:
-        """The full state dict of ``model`` (with FSDP: gathered on the main process, every process must call)."""
-        if self.use_fsdp:
-            from . import fsdp
-
-            if fsdp.is_fsdp_module(model):
-                return fsdp.full_state_dict(model)
-        return (self.unwrap_model(model) if unwrap else model).state_dict()
-
-    def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
-        """``torch.save`` on the main process only, atomically (a reader never sees half a file)."""
-        if self.is_main_process:
-            model_io.save_atomic(obj, f, safe_serialization)
-
-    def save_model(
-        self, model: torch.nn.Module, save_directory: str, max_shard_size: int | str = "10GB", safe_serialization: bool = True
-    ) -> None:
-        """Write ``model``'s weights to ``save_directory`` (``model.safetensors`` or ``pytorch_model.bin``, sharded if big).
-
-        Every process must call it (FSDP gathers); only the main process writes.
-        """
-        state_dict = self.get_state_dict(model)
-        if self.is_main_process:
-            model_io.save_model_files(state_dict, save_directory, max_shard_size, safe_serialization)
-
     # -- checkpoints (runtime/checkpoint.py) ------------------------------------------------------
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Save and load ``objects`` (anything with ``state_dict``/``load_state_dict``) in save_state/load_state.
@@ -383,33 +315,7 @@ class Accelerator:
             self._prepared, self.project_configuration, input_dir, load_kwargs, scaler=self.scaler,
             device=self.device, process_index=self.process_index, unwrap=self.unwrap_model, **load_model_func_kwargs)
 
-    # -- trackers (runtime/tracking.py) -----------------------------------------------------------
-    def init_trackers(self, project_name: str, config: dict[str, Any] | None = None,
-                      init_kwargs: dict[str, dict[str, Any]] | None = None) -> None:
-        """Start every tracker of ``log_with`` for run ``project_name`` and store ``config`` in each.
-
-        With two processes, rank 0 creates ``<logging_dir>/<project_name>/metrics.jsonl`` (for
-        ``log_with="jsonl"``); rank 1 starts nothing.
-        """
-        self.trackers = self.trackers + tracking.start_trackers(
-            self.log_with, project_name, self.logging_dir, is_main_process=self.is_main_process, config=config,
-            init_kwargs=init_kwargs)
-
-    def log(self, values: dict[str, Any], step: int | None = None, log_kwargs: dict[str, dict[str, Any]] | None = None) -> None:
-        """Send ``values`` to every tracker (main process only).
-
-        With two processes, ``accelerator.log({"loss": 0.5}, step=3)`` appends one line on rank 0
-        and does nothing on rank 1.
-        """
-        tracking.log_to(self.trackers, values, is_main_process=self.is_main_process, step=step, log_kwargs=log_kwargs)
-
-    def get_tracker(self, name: str, unwrap: bool = False) -> Any:
-        """The started tracker called ``name`` (its underlying object with ``unwrap=True``).
-
-        With no trackers started, returns an inert ``GeneralTracker`` so rank-agnostic code keeps working.
-        """
-        return tracking.find_tracker(self.trackers, name, unwrap)
-
+    # -- the end (trackers: runtime/accelerator_trackers.py) ------------------------------------------
     def end_training(self) -> None:
         """Finish every tracker, then wait for every process; safe to call with no trackers.
 
@@ -427,71 +333,6 @@ class Accelerator:
         if self._sentinels is not None:
             self._sentinels.after_end()
 
-    # -- collectives ------------------------------------------------------------------------
-    def gather(self, tensor: Any) -> Any:
-        """Concatenate ``tensor`` from every process (see ``accelify.runtime.gather``)."""
-        from . import ops
-
-        return ops.gather(tensor)
-
-    def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
-        """Sum/mean/max ``tensor`` over processes (see ``accelify.runtime.reduce``)."""
-        from . import ops
-
-        return ops.reduce(tensor, reduction, scale)
-
-    def pad_across_processes(self, tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False) -> Any:
-        """Pad ``tensor`` to the largest size along ``dim`` on any process."""
-        from . import ops
-
-        return ops.pad_across_processes(tensor, dim=dim, pad_index=pad_index, pad_first=pad_first)
-
-    def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
-        """Gather for evaluation, dropping the samples duplicated to even out the last batch.
-
-        With two processes and 10 samples in batches of 3, the last step gathers ``[6,7,8]`` and
-        ``[9,0,1]`` and returns ``[6,7,8,9]``; objects that are not tensors go through ``gather_object``.
-        """
-        from . import ops
-
-        return ops.gather_for_metrics(input_data, use_gather_object)
-
-    # -- coordination -----------------------------------------------------------------------
-    # wait_for_everyone, main_process_first, print, on_main_process, split_between_processes...:
-    # the process-level coordination of PartialState (see its docstrings), on this accelerator's state.
-    wait_for_everyone = _state_method("wait_for_everyone")
-    main_process_first = _state_method("main_process_first")
-    local_main_process_first = _state_method("local_main_process_first")
-    split_between_processes = _state_method("split_between_processes")
-    print = _state_method("print")
-    on_main_process = _state_method("on_main_process")
-    on_local_main_process = _state_method("on_local_main_process")
-    on_last_process = _state_method("on_last_process")
-    on_process = _state_method("on_process")
-    on_local_process = _state_method("on_local_process")
-
-    def set_trigger(self) -> None:
-        """Raise this process's flag; the next ``check_trigger()`` on every process returns True.
-
-        With two processes, if process 1 calls ``set_trigger()`` (say, its loss went NaN), then
-        ``if accelerator.check_trigger(): break`` stops the loop on both.
-        """
-        self.flag_tensor = torch.ones((), dtype=torch.int32, device=self.device)
-
-    def check_trigger(self) -> bool:
-        """True on every process if any process called ``set_trigger()`` since the last check (which resets it)."""
-        flag = self.flag_tensor if self.flag_tensor is not None else torch.zeros((), dtype=torch.int32, device=self.device)
-        if self.use_distributed:
-            import torch.distributed as dist
-
-            flag = flag.clone()
-            dist.all_reduce(flag)
-        self.flag_tensor = None
-        return bool(flag.item() >= 1)
-
-    set_breakpoint = set_trigger  # the older names in Hugging Face's troubleshooting guide
-    check_breakpoint = check_trigger
-
     def skip_first_batches(self, dataloader: DataLoader, num_batches: int = 0) -> DataLoader:
         """A loader that starts ``num_batches`` into the epoch (to resume mid-epoch)."""
         return _skip_first_batches(dataloader, num_batches)
@@ -508,13 +349,6 @@ class Accelerator:
 
     def __repr__(self) -> str:
         return f"Accelerator({self.state!r}, mixed_precision={self.mixed_precision!r})"
-
-
-def _pick(explicit: Any, configured: Any, default: Any) -> Any:
-    """Precedence: explicit argument > launcher/environment setting > default."""
-    if explicit is not None:
-        return explicit
-    return configured if configured is not None else default
 
 
 def _same_params(params: list[torch.Tensor], model: torch.nn.Module) -> bool:

@@ -12,8 +12,8 @@ from typing import Any, Sequence
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from .data_loader import active_data_loader
-from .state import GradientState
+from .data_loader_shard import active_data_loader
+from .gradient_state import GradientState
 
 
 def no_sync(model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:

@@ -220,7 +220,7 @@ def gather_for_metrics(input_data: Any, use_gather_object: bool = False) -> Any:
     With two processes and 10 samples in batches of 3, the last step gathers ``[6,7,8]`` and
     ``[9,0,1]`` and returns ``[6,7,8,9]``; objects that are not tensors go through :func:`gather_object`.
     """
-    from .data_loader import active_data_loader
+    from .data_loader_shard import active_data_loader
 
     with named_operation("Accelerator.gather_for_metrics"):
         if use_gather_object or not _all_tensors(input_data):

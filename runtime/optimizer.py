@@ -7,7 +7,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from .state import GradientState
+from .gradient_state import GradientState
 
 
 class AcceleratedOptimizer(torch.optim.Optimizer):

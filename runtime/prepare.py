@@ -24,7 +24,7 @@ from .errors import ConfigurationError, UnusedParametersError
 from .optimizer import AcceleratedOptimizer
 from .prepared import PreparedObjects
 from .scheduler import AcceleratedScheduler
-from .state import GradientState
+from .gradient_state import GradientState
 
 _SCHEDULER_TYPES: tuple[type, ...] = (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
 

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
 from .optimizer import AcceleratedOptimizer
-from .state import GradientState
+from .gradient_state import GradientState
 
 
 class AcceleratedScheduler:

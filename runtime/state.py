@@ -17,14 +17,16 @@ import enum
 import functools
 import gc
 from datetime import timedelta
-from typing import Any, Callable, Iterator, Mapping, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 import torch
 
 from .debug import debug_checkpoint, debug_enabled, set_debug_mode
 from .errors import ConfigurationError, DistributedSetupError
 from .devices import process_device, process_group_backend, read_device_facts
+from .gradient_state import GradientState  # noqa: F401  (re-exported: accelify.runtime.state.GradientState)
 from .process_group import ProcessInfo, from_existing_group, init_process_group
+from .process_split import split_inputs as _split
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -323,38 +325,6 @@ class PartialState:
         yield _split(inputs, self.num_processes, self.process_index, apply_padding)
 
 
-def _split(inputs: Any, n: int, index: int, pad: bool) -> Any:
-    if n == 1:
-        return inputs
-    if isinstance(inputs, Mapping):
-        lengths = {len(v) for v in inputs.values()}
-        if len(lengths) > 1:
-            raise ConfigurationError(
-                f"split_between_processes got a dict whose values have different lengths {sorted(lengths)}; "
-                "every value must have the same length."
-            )
-        return type(inputs)({k: _split(v, n, index, pad) for k, v in inputs.items()})  # type: ignore[call-arg]
-    if not hasattr(inputs, "__len__") or not hasattr(inputs, "__getitem__"):
-        raise ConfigurationError(
-            f"split_between_processes cannot split a {type(inputs).__name__}; pass a list, tuple, dict or tensor."
-        )
-    length = len(inputs)
-    per, extra = divmod(length, n)
-    start = index * per + min(index, extra)
-    end = start + per + (1 if index < extra else 0)
-    part = inputs[start:end]
-    if pad and length > 0:
-        target = per + (1 if extra else 0)
-        missing = target - (end - start)
-        if missing > 0:
-            last = inputs[-1:]
-            if isinstance(inputs, torch.Tensor):
-                part = torch.cat([part, last.repeat(missing, *([1] * (inputs.dim() - 1)))])
-            else:
-                part = part + type(part)(list(last) * missing)
-    return part
-
-
 class AcceleratorState(PartialState):
     """One ``Accelerator``'s view of the process: :class:`PartialState` plus its training settings.
 
@@ -380,55 +350,3 @@ class AcceleratorState(PartialState):
         if self.use_fsdp:
             return DistributedType.FSDP
         return super().distributed_type
-
-
-class GradientState:
-    """One ``Accelerator``'s gradient-accumulation state, read by its optimizer and scheduler wrappers.
-
-    ``sync_gradients`` is True on the steps where gradients are all-reduced and the optimizer steps:
-    every ``num_steps``-th ``accumulate`` step and the last batch of the data loader.
-    """
-
-    __slots__ = ("num_steps", "adjust_scheduler", "sync_with_dataloader", "sync_gradients", "step")
-
-    def __init__(self, num_steps: int = 1, adjust_scheduler: bool = True, sync_with_dataloader: bool = True) -> None:
-        self.num_steps = num_steps
-        self.adjust_scheduler = adjust_scheduler
-        self.sync_with_dataloader = sync_with_dataloader
-        self.sync_gradients = True
-        self.step = 0
-
-    def advance(self, end_of_dataloader: bool) -> bool:
-        """Count one ``accumulate`` step and return whether it is a boundary (gradients synchronised)."""
-        if self.sync_with_dataloader and end_of_dataloader:
-            self.step = 0
-            self.sync_gradients = True
-        else:
-            self.step += 1
-            self.sync_gradients = self.step % self.num_steps == 0
-        return self.sync_gradients
-
-    # Hugging Face's GradientState also describes the loader being iterated; read it from the loader.
-    @property
-    def active_dataloader(self) -> Any:
-        """The prepared data loader being iterated now (innermost), or None."""
-        from .data_loader import active_data_loader
-
-        return active_data_loader()
-
-    @property
-    def in_dataloader(self) -> bool:
-        """True while a prepared data loader is being iterated."""
-        return self.active_dataloader is not None
-
-    @property
-    def end_of_dataloader(self) -> bool:
-        """True while the active loader hands out its last batch of the epoch."""
-        loader = self.active_dataloader
-        return bool(loader is not None and loader.end_of_dataloader)
-
-    @property
-    def remainder(self) -> int:
-        """Samples the active loader duplicated to even out its last batch (-1 when unknown or none active)."""
-        loader = self.active_dataloader
-        return -1 if loader is None else loader.remainder
