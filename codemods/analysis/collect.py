@@ -137,6 +137,7 @@ class _Collector:
         self.stmts: list[cst.BaseStatement] = []
         self.parent_stmt: dict[cst.BaseStatement, cst.BaseStatement | None] = {}
         self.loops: list[Loop] = []
+        self.left_early: set[cst.For] = set()  # loops whose ``else:`` clause is being walked: already left
         self.saved_loops: list[list[Loop]] = []  # the loops of enclosing functions
         self.all_loops: list[Loop] = []
         self.calls: list[CallSite] = []
@@ -171,6 +172,9 @@ class _Collector:
         if visit is None or visit(self, node) is not False:
             for name in fields:
                 child = getattr(node, name)
+                if name == "orelse" and isinstance(node, cst.For) and child is not None:
+                    self.loops.pop()  # the ``else:`` clause runs once, after the loop: its statements are not in it
+                    self.left_early.add(node)
                 if isinstance(child, cst.CSTNode):
                     self.walk(child)
                 elif isinstance(child, (list, tuple)):
@@ -333,7 +337,10 @@ class _Collector:
         self.scope.loops.append(loop)
 
     def leave_For(self, original_node: cst.For) -> None:
-        self.loops.pop()
+        if original_node in self.left_early:
+            self.left_early.discard(original_node)
+        else:
+            self.loops.pop()
 
     def visit_Return(self, node: cst.Return) -> None:
         self.scope.returns.append(node)

@@ -703,3 +703,24 @@ def test_a_chain_read_after_its_sum_in_the_pass_is_reported(after: str) -> None:
         "            test_loss += psnr\n", "            test_loss += psnr\n" + after)
     code = _script("import math\n" + textwrap.dedent(body).lstrip("\n"))
     assert [c.split(":")[0] for c in codes(code)] == ["ACC042"]
+
+
+def test_values_appended_in_a_for_else_clause_are_read_after_the_loop_not_kept_per_batch() -> None:
+    """``for x, y in loader: ... else:`` (the Udacity course's shape): the ``else:`` clause runs once after the
+    loop, so a loss curve appended there (``train_losses.append(total / len(loader))``) takes the reduced sum; it is
+    no per-batch list kept over the shard (ACC028 had refused it)."""
+    code = _script("""
+        train_losses = []
+        for epoch in range(2):
+            total = 0.0
+            for x, y in loader:
+                STEP
+                total += loss.item()
+            else:
+                train_losses.append(total / len(loader))
+                print(train_losses[-1])
+        """)
+    assert codes(code) == []
+    new = converted(code)
+    reduce_at = new.index('total = accelerator.reduce(torch.tensor(total, dtype=torch.float64, device=accelerator.device), "mean")')
+    assert new.index("    else:") < reduce_at < new.index("train_losses.append(total / len(loader))")
