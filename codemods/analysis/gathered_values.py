@@ -7,7 +7,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods.analysis.agreement import Agreement
-from accelify.codemods.analysis.collect import target_names
+from accelify.codemods.analysis.statement_shapes import target_names
 from accelify.codemods.analysis.facts import Facts, Loop, Scope
 from accelify.codemods.analysis.shard_sums import Accumulator
 

@@ -29,7 +29,7 @@ from typing import Any, Callable, TypeVar
 import libcst as cst
 import libcst.matchers as m
 
-from accelify.codemods.analysis.collect import target_names
+from accelify.codemods.analysis.statement_shapes import target_names
 from accelify.codemods.analysis.data_checks import TrainingDataChecks
 from accelify.codemods.analysis.data_passes import DataPasses
 from accelify.codemods.analysis.distributed import find_distributed

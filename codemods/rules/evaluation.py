@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods.analysis.collect import target_names
+from accelify.codemods.analysis.statement_shapes import target_names
 from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.evaluation_loops import is_evaluation, is_model, model_call
