@@ -1,5 +1,5 @@
-"""Which names a statement with a model's forward pass binds that hold one row per sample, and the names
-statements read: what an evaluation loop can gather (``rules/evaluation.py``)."""
+"""Which names a statement with a model's forward pass binds that hold one row per sample, the names statements
+read, and the batch names gathered with them: what an evaluation loop gathers (``rules/evaluation.py``)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,10 @@ from typing import Sequence
 
 import libcst as cst
 import libcst.matchers as m
+
+from accelify.codemods.analysis.facts import Loop
+from accelify.codemods.analysis.plan import Plan
+from accelify.codemods.analysis.statement_shapes import target_names
 
 
 # Tensor methods that keep one row per sample: gathering their result gathers the predictions.
@@ -115,3 +119,20 @@ def names_used(stmts: Sequence[cst.BaseStatement]) -> set[str]:
         skip |= {id(a.keyword) for a in m.findall(stmt, m.Arg()) if a.keyword is not None}  # type: ignore[union-attr]
         names |= {n.value for n in m.findall(stmt, m.Name()) if isinstance(n, cst.Name) and id(n) not in skip}
     return names
+
+
+def gathered_names(plan: Plan, loop: Loop, outputs: list[str], inputs: set[str], later: set[str]) -> list[str]:
+    """What one ``gather_for_metrics`` after the forward takes, in order: the outputs, then the batch names used
+    after the forward (``later``): targets first, then inputs (``inputs``, what the forward read) used again."""
+    # a state the forward returns and takes back (an RNN's hidden state: ``out, h = net(x, h)``) stays this
+    # process's own: gathered, it would come back with every process's rows
+    outputs = [o for o in outputs if o not in inputs] or outputs
+    batch = plan.batch_names(loop)
+    ordered = target_names(loop.node.target)
+    for stmt in loop.stmts:  # then the parts unpacked from the batch (``images, labels = data``), in order
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.Assign):
+                    ordered += [n for t in small.targets for n in target_names(t.target) if n in batch]
+    used = [name for name in dict.fromkeys(ordered) if name in batch and name in later and name not in outputs]
+    return outputs + [n for n in used if n not in inputs] + [n for n in used if n in inputs]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods.analysis.statement_shapes import target_names
 from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.evaluation_loops import is_evaluation, is_model, model_call
@@ -14,6 +13,7 @@ from accelify.codemods.analysis.model_outputs import (
     call_inputs,
     derivation,
     extractable,
+    gathered_names,
     named_output,
     names_outside,
     names_used,
@@ -366,18 +366,7 @@ def _gather(ctx: Context, loop: Loop, outputs: list[str], inputs: set[str], late
     """``output, target = accelerator.gather_for_metrics((output, target))``, gathering the outputs, then the batch
     names used after the forward (targets first, then inputs used again). The agreement reads what it makes global
     from this statement."""
-    # a state the forward returns and takes back (an RNN's hidden state: ``out, h = net(x, h)``) stays this
-    # process's own: gathered, it would come back with every process's rows
-    outputs = [o for o in outputs if o not in inputs] or outputs
-    batch = ctx.plan.batch_names(loop)
-    ordered = target_names(loop.node.target)
-    for stmt in loop.stmts:  # then the parts unpacked from the batch (``images, labels = data``), in order
-        if isinstance(stmt, cst.SimpleStatementLine):
-            for small in stmt.body:
-                if isinstance(small, cst.Assign):
-                    ordered += [n for t in small.targets for n in target_names(t.target) if n in batch]
-    used = [name for name in dict.fromkeys(ordered) if name in batch and name in later and name not in outputs]
-    gathered = outputs + [n for n in used if n not in inputs] + [n for n in used if n in inputs]
+    gathered = gathered_names(ctx.plan, loop, outputs, inputs, later)
     if len(gathered) == 1:
         return f"{gathered[0]} = {accelerator}.gather_for_metrics({gathered[0]})"
     names = ", ".join(gathered)
