@@ -1,5 +1,6 @@
 """Which values of a loop are the same on every process because the loop gathered them for metrics (or computed
-them from gathered values alone): sums of those are already the whole data set's (``rules/averages.py``)."""
+them from gathered values alone): sums of those are already the whole data set's (``rules/averages.py``), unless
+how they are summed or divided makes them not the original's (``gathered_mismatch``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import libcst.matchers as m
 from accelify.codemods.analysis.agreement import Agreement
 from accelify.codemods.analysis.statement_shapes import target_names
 from accelify.codemods.analysis.facts import Facts, Loop, Scope
+from accelify.codemods.analysis.loss_means import mean_loss, transformed_mean_loss
+from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.shard_sums import Accumulator
 
 
@@ -55,3 +58,24 @@ def guards_global(
         if any(not is_global(agreement, acc.loop.scope, t, holder, gathered) for t in tests):
             return False
     return True
+
+
+# ACC042's ``why`` for the two mismatches ``rules/averages.py`` may still fix (it tells them apart by identity)
+MEAN_LOSSES = ("each value added is a batch's mean loss, and the sum is divided by the data set's size or read as it "
+               "is: on N processes it is 1/N of the original's")
+TRANSFORMED = ("each value added is computed from a batch's mean loss (a PSNR, a log), and over a gathered pass that "
+               "is of the mean of N batches, not the sum of the values of each: no division makes it the original's")
+
+
+def gathered_mismatch(plan: Plan, acc: Accumulator) -> str | None:
+    """Why a sum over a gathered loop is not the original's (``analysis/loss_means.py``), or None."""
+    if acc.keys:
+        return None
+    if any(transformed_mean_loss(plan, acc.loop, v) for v in acc.increments):
+        return TRANSFORMED
+    if not acc.mean and any(mean_loss(plan, acc.loop, v) for v in acc.increments):
+        return MEAN_LOSSES
+    if acc.mean and acc.kind == "int":
+        return ("each value added is a count over the gathered batches, and the sum is divided by the number of "
+                "batches one process walks: on N processes it is N times the original's")
+    return None

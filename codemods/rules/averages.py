@@ -30,7 +30,14 @@ from accelify.codemods import codes
 from accelify.codemods.analysis.batch_chains import batch_chain, per_batch_loop
 from accelify.codemods.analysis.distributed import data_parallel_sites
 from accelify.codemods.analysis.facts import Loop
-from accelify.codemods.analysis.gathered_values import gathered_in, guards_global, is_global
+from accelify.codemods.analysis.gathered_values import (
+    MEAN_LOSSES,
+    TRANSFORMED,
+    gathered_in,
+    gathered_mismatch,
+    guards_global,
+    is_global,
+)
 from accelify.codemods.analysis.loop_reads import reads_after
 from accelify.codemods.analysis.loss_means import mean_loss, per_batch_sum, rowwise_names, transformed_mean_loss
 from accelify.codemods.analysis.snippets import expression
@@ -264,7 +271,7 @@ accelerator.end_training()
                 ctx.warn(codes.SHARD_AVERAGE, kept.node, name=kept.name)
             elif gathered and any(transformed_mean_loss(ctx.plan, kept.loop, v) for v in kept.values) \
                     and (len(kept.values) != 1 or not _per_batch_chain(ctx, kept.name, kept.loop, kept.node)):
-                ctx.warn(codes.GATHERED_SUM, kept.node, name=kept.name, why=_TRANSFORMED)
+                ctx.warn(codes.GATHERED_SUM, kept.node, name=kept.name, why=TRANSFORMED)
         reductions: dict[cst.For | cst.While, list[str]] = {}
         derived: dict[cst.For | cst.While, list[cst.BaseStatement]] = {}
         at_else: set[cst.For | cst.While] = set()
@@ -277,11 +284,11 @@ accelerator.end_training()
                 is_global(agreement, scope, v, u, gathered) and guards_global(agreement, ctx.facts, acc, u, gathered)
                 for v, u in zip(acc.increments, acc.updates)
             ):
-                why = _gathered_mismatch(ctx, acc)  # sums of gathered values: already the whole data set's, but
+                why = gathered_mismatch(ctx.plan, acc)  # sums of gathered values: already the whole data set's, but
                 if why is None and acc.mean and len(acc.updates) == 1 and acc.end is acc.loop.node:
                     _per_batch_chain(ctx, acc.name, acc.loop, acc.updates[0])  # a mean loss over ``len(loader)``
-                if why is not None and not (why is _MEAN_LOSSES and _sum_batch_means(ctx, acc)) \
-                        and not (why is _TRANSFORMED and len(acc.updates) == 1 and acc.end is acc.loop.node
+                if why is not None and not (why is MEAN_LOSSES and _sum_batch_means(ctx, acc)) \
+                        and not (why is TRANSFORMED and len(acc.updates) == 1 and acc.end is acc.loop.node
                                  and _per_batch_chain(ctx, acc.name, acc.loop, acc.updates[0])):  # over 1/N as many
                     ctx.warn(codes.GATHERED_SUM, acc.updates[0], name=acc.name, why=why)  # passes, each of N batches
                 continue
@@ -306,10 +313,6 @@ accelerator.end_training()
             else:
                 ctx.insert_after(loop, code)
             ctx.change("reduce running sums over a sharded loader across processes")
-
-
-_MEAN_LOSSES = ("each value added is a batch's mean loss, and the sum is divided by the data set's size or read as it "
-                "is: on N processes it is 1/N of the original's")
 
 
 def _sum_batch_means(ctx: Context, acc: Accumulator) -> bool:
@@ -344,24 +347,6 @@ def _per_batch_chain(ctx: Context, name: str, loop: Loop, update: cst.BaseStatem
         ctx.replace(divisor, stmt, lambda _, c=chain.batches: expression(c))  # type: ignore[misc]
     ctx.change("compute a value of each original batch's mean loss per batch over a gathered pass")
     return True
-
-
-_TRANSFORMED = ("each value added is computed from a batch's mean loss (a PSNR, a log), and over a gathered pass that "
-                "is of the mean of N batches, not the sum of the values of each: no division makes it the original's")
-
-
-def _gathered_mismatch(ctx: Context, acc: Accumulator) -> str | None:
-    """Why a sum over a gathered loop is not the original's (``analysis/loss_means.py``), or None."""
-    if acc.keys:
-        return None
-    if any(transformed_mean_loss(ctx.plan, acc.loop, v) for v in acc.increments):
-        return _TRANSFORMED
-    if not acc.mean and any(mean_loss(ctx.plan, acc.loop, v) for v in acc.increments):
-        return _MEAN_LOSSES
-    if acc.mean and acc.kind == "int":
-        return ("each value added is a count over the gathered batches, and the sum is divided by the number of "
-                "batches one process walks: on N processes it is N times the original's")
-    return None
 
 
 def _code(stmt: cst.BaseStatement) -> str:
