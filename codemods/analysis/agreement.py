@@ -24,7 +24,8 @@ from typing import Iterable, Protocol
 
 import libcst as cst
 
-from accelify.codemods.analysis.collect import children, target_names
+from accelify.codemods.analysis.statement_shapes import target_names
+from accelify.codemods.analysis.tree_walk import children
 from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Loop, Scope
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan

@@ -1,5 +1,5 @@
 """Where a statement sits among its neighbours: the block of a compound statement, the statement before it,
-the ``with open(...)`` around it."""
+the ``with open(...)`` around it, the innermost block that holds several statements."""
 
 from __future__ import annotations
 
@@ -113,3 +113,20 @@ def unconditional(facts: Facts, stmt: cst.BaseStatement) -> bool:
         if isinstance(outer, (cst.If, cst.For, cst.While, cst.Try)):
             return False
     return True
+
+
+def common_block(facts: Facts, scope: Scope, stmts: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    """The innermost block of ``scope`` (its body, or the body of an ``if``/``with``/``try`` in it, never
+    a loop's) that contains every statement of ``stmts``; ``scope.body`` when there are none."""
+    block = scope.body
+    if not stmts:
+        return block
+    while True:
+        tops = {id(facts.top_in(s, block)) for s in stmts}
+        if len(tops) != 1 or None in tops:
+            return block
+        top = facts.top_in(stmts[0], block)
+        inner = block_of(top) if isinstance(top, (cst.If, cst.With, cst.Try)) else None  # type: ignore[arg-type]
+        if inner is None or any(facts.top_in(s, inner) is None for s in stmts):
+            return block
+        block = inner

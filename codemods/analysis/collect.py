@@ -8,66 +8,25 @@ attribute loads, every call with its enclosing statement and loop, loops, and th
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Callable, Iterator
-
 import libcst as cst
 
 from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Loop, Scope
 from accelify.codemods.analysis.names import ImportMap, dotted
 from accelify.codemods.analysis.exports import Exports
+from accelify.codemods.analysis.statement_shapes import target_names
+from accelify.codemods.analysis.tree_walk import child_fields
 
 NO_GRAD = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad"}
-
-
-def is_docstring(stmt: cst.BaseStatement) -> bool:
-    """Whether ``stmt`` is a bare string (a docstring when it comes first)."""
-    return (
-        isinstance(stmt, cst.SimpleStatementLine)
-        and isinstance(stmt.body[0], cst.Expr)
-        and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
-    )
-
-
-def target_names(target: cst.BaseExpression) -> list[str]:
-    """The plain names an assignment or loop target binds, in order (``i, (x, y)`` -> i, x, y)."""
-    if isinstance(target, cst.Name):
-        return [target.value]
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return [name for element in target.elements for name in target_names(element.value)]
-    return []
-
-
-def is_import(stmt: cst.BaseStatement) -> bool:
-    """An import line, or a ``try:`` block of imports (``try: import x / except ImportError: ...``)."""
-    if isinstance(stmt, cst.SimpleStatementLine):
-        return all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
-    if isinstance(stmt, cst.Try) and isinstance(stmt.body, cst.IndentedBlock):
-        return all(is_import(s) for s in stmt.body.body)
-    return False
-
-
-# Fields that hold only whitespace, parentheses and punctuation: never walked (about half the nodes).
-_TRIVIA = {
-    "lpar", "rpar", "comma", "semicolon", "leading_lines", "trailing_whitespace", "header", "footer",
-    "lines_after_decorators", "newline", "dot", "equal", "colon", "operator", "asynchronous", "lbracket",
-    "rbracket", "lbrace", "rbrace", "star_tok", "arrow", "walrus", "import_alias", "relative",
-}
 _HANDLERS: dict[type, tuple] = {}
 
 
 def _handlers(cls: type) -> tuple:
     """``(visit, leave, child fields, is a statement)`` for a node class, computed once per class."""
     name = cls.__name__
-    fields = tuple(
-        f.name
-        for f in dataclasses.fields(cls)
-        if f.name not in _TRIVIA and not f.name.startswith("whitespace")
-    )
     return (
         getattr(_Collector, f"visit_{name}", None),
         getattr(_Collector, f"leave_{name}", None),
-        fields,
+        child_fields(cls),
         issubclass(cls, cst.BaseStatement),
     )
 
@@ -81,33 +40,6 @@ def _is_main_guard(test: cst.BaseExpression) -> bool:
     names = [s for s in sides if isinstance(s, cst.Name) and s.value == "__name__"]
     strings = [s for s in sides if isinstance(s, cst.SimpleString) and s.evaluated_value == "__main__"]
     return len(names) == 1 and len(strings) == 1
-
-
-def children(node: cst.CSTNode) -> list[cst.CSTNode]:
-    """The child nodes of ``node`` in source order, trivia left out (much cheaper than LibCST's ``children``)."""
-    cls = type(node)
-    handlers = _HANDLERS.get(cls)
-    if handlers is None:
-        handlers = _HANDLERS[cls] = _handlers(cls)
-    out: list[cst.CSTNode] = []
-    for name in handlers[2]:
-        child = getattr(node, name)
-        if isinstance(child, cst.CSTNode):
-            out.append(child)
-        elif isinstance(child, (list, tuple)):
-            out.extend(item for item in child if isinstance(item, cst.CSTNode))
-    return out
-
-
-def descendants(root: cst.CSTNode, enter: Callable[[cst.CSTNode], bool] = lambda node: True) -> Iterator[cst.CSTNode]:
-    """``root`` and the nodes under it, depth first, trivia left out (as the collector walks: several times
-    faster than a LibCST visitor); the children of a node for which ``enter`` says False are not visited."""
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        yield node
-        if enter(node):
-            stack.extend(reversed(children(node)))
 
 
 SKIP_MARK = "accelify: skip"

@@ -21,7 +21,7 @@ import copy
 import libcst as cst
 import libcst.matchers as m
 
-from accelify.codemods.analysis.collect import is_docstring, is_import
+from accelify.codemods.analysis.statement_shapes import is_docstring, is_import
 from accelify.codemods.analysis.distributed import data_parallel_sites
 from accelify.codemods.analysis.facts import Binding, Scope
 from accelify.codemods.analysis.gradient_accumulation import find_accumulation

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 import libcst.matchers as m
 
-from accelify.codemods.analysis.collect import descendants
+from accelify.codemods.analysis.tree_walk import descendants
 from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Scope
 from accelify.codemods.analysis.launcher_values import (
     LAUNCH_VARIABLES, MAIN_TESTS, QUERIES, SINGLE_TESTS, SINGLE_VALUE, Rank, constant, env_read, source,

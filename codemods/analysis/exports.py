@@ -17,6 +17,7 @@ from typing import Mapping
 import libcst as cst
 
 from accelify.codemods.analysis.names import ImportMap
+from accelify.codemods.analysis.statement_shapes import target_names
 
 # a star-imported local module's exports: local name -> qualified name
 Exports = Mapping[str, Mapping[str, str]]
@@ -75,7 +76,7 @@ def _exports(unit: str, modules: Mapping[str, cst.Module], packages: Mapping[str
             elif isinstance(small, (cst.Assign, cst.AnnAssign)):
                 targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
                 for target in targets:
-                    for name in _target_names(target):
+                    for name in target_names(target):
                         names[name] = f"{unit}.{name}"
                     if isinstance(target, cst.Name) and target.value == "__all__":
                         listed = _strings(small.value)
@@ -106,12 +107,6 @@ def _top_statements(body: "tuple[cst.BaseStatement, ...] | list[cst.BaseStatemen
     return out
 
 
-def _target_names(target: cst.BaseExpression) -> list[str]:
-    if isinstance(target, cst.Name):
-        return [target.value]
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return [name for element in target.elements for name in _target_names(element.value)]
-    return []
 
 
 def _strings(value: cst.BaseExpression | None) -> list[str] | None:
@@ -124,4 +119,3 @@ def _strings(value: cst.BaseExpression | None) -> list[str] | None:
             return None
         out.append(element.value.evaluated_value if isinstance(element.value.evaluated_value, str) else "")
     return [name for name in out if name]
-

@@ -28,7 +28,7 @@ from typing import Iterable, Protocol
 import libcst as cst
 import libcst.matchers as m
 
-from accelify.codemods.analysis.collect import descendants
+from accelify.codemods.analysis.tree_walk import descendants
 from accelify.codemods.analysis.facts import CallSite, Facts, Scope
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.snippets import code_of

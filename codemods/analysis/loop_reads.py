@@ -17,7 +17,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from accelify.codemods.analysis.collect import target_names
+from accelify.codemods.analysis.statement_shapes import target_names
 from accelify.codemods.analysis.facts import Loop, Scope
 from accelify.codemods.analysis.plan import Plan
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from accelify.codemods.analysis.collect import target_names
+from accelify.codemods.analysis.statement_shapes import target_names
 from accelify.codemods.analysis.facts import CallSite, Loop, Scope
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.roles import is_module_class

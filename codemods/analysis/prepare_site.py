@@ -1,4 +1,5 @@
-"""Where ``prepare`` goes and where the ``Accelerator`` is created (the plan's decisions 3 and 4).
+"""Where ``prepare`` goes (the plan's decision 3; where the ``Accelerator`` is created, decision 4, is
+``analysis/accelerator_home.py``).
 
 The prepare site is the scope closest to the entry point that holds every object to prepare as a name (a
 parameter, a local, ``self.x``), in the innermost block that binds them all, right after the last; experiments one
@@ -10,21 +11,20 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods.analysis.blocks import binds_on_every_path, block_of, unconditional
-from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Scope
+from accelify.codemods.analysis.accelerator_home import AcceleratorHome
+from accelify.codemods.analysis.blocks import binds_on_every_path, common_block, unconditional
+from accelify.codemods.analysis.facts import Binding, CallSite, Scope
 from accelify.codemods.analysis.names import dotted
-from accelify.codemods.analysis.prepared_uses import Alias, PreparedUses
+from accelify.codemods.analysis.prepared_uses import Alias
 from accelify.codemods.analysis.problems import (
     BUILT_ELSEWHERE,
     CREATED_AFTER_LOOP,
     MODEL_IN_LOOP,
     REBUILT_BY_A_METHOD,
     SECOND_EXPERIMENT,
-    SELF_TRAINING_MODULE,
     SEVERAL_TRAINERS,
 )
 from accelify.codemods.analysis.roles import classify, removed_wrap
-from accelify.codemods.analysis.trainer_choice import View
 
 PREPARED_ROLES = ("model", "optimizer", "loader", "scheduler")
 # ACC039's ``why`` when a run of the program may build several trainers (``engine/alternatives.py`` has the others)
@@ -32,9 +32,10 @@ SEVERAL_RUN = ("and a run of the program may build more than one of them: one `a
                "several trainings, and one process has one accelerator")
 
 
-class PrepareSite(PreparedUses):
-    """The plan's choice of the prepare site and of the accelerator's home (``Plan`` mixes it in; the objects, their
-    roles and the problems list are the plan's, as are ``trained_by`` and ``_problem``)."""
+class PrepareSite(AcceleratorHome):
+    """The plan's choice of the prepare site (``Plan`` mixes it in, and the accelerator's home with it:
+    ``analysis/accelerator_home.py``; the objects, their roles and the problems list are the plan's, as are
+    ``trained_by`` and ``_problem``)."""
 
     objects: list[Binding]
     in_place: list[Binding]
@@ -43,11 +44,7 @@ class PrepareSite(PreparedUses):
     prepare_block: list[cst.BaseStatement]
     prepare_after: cst.BaseStatement | None
     aliases: list[Alias]
-    home: Scope | None
-    home_block: list[cst.BaseStatement]
-    home_call: CallSite | None
     trainers: list[Scope]
-    view: View | None
 
     def _choose_prepare_site(self) -> None:
         by_scope: dict[Scope, dict[int, Alias]] = {}
@@ -131,30 +128,6 @@ class PrepareSite(PreparedUses):
                 if alias.stmt is not None and alias.key.startswith("self.") and key not in held:
                     held[key] = Alias(alias.key, alias.obj, None, alias.many)
 
-    def _constructed(self, method: Scope) -> Scope | None:
-        """For the method that trains an object (``model.train(train_loader)`` in main, WGAN-GP's layout), called once,
-        outside any loop, from outside its class, whose class binds its objects on ``self`` in ``__init__`` alone (or
-        in builders ``__init__`` calls once) and never again: that ``__init__``. Prepare can then go first thing in
-        the method, with the loader it receives."""
-        cls = method.class_scope
-        if cls is None or method.name == "__init__" or not method.param_names[1:] \
-                or _torch_module_class(cls.name, self.facts.classes):
-            return None  # (a module that trains itself is no trainer: ACC026)
-        sites = self.call_sites(method)
-        if len(sites) != 1 or sites[0].loop is not None or sites[0].scope.class_scope is cls:
-            return None
-        if not any(self.reaches_backward(site) for site in method.calls):
-            return None
-        init = self.facts.function("__init__", cls)
-        if init is None:
-            return None
-        for bindings in cls.bindings.values():
-            for binding in bindings:
-                builder = self.builder_call(binding.where) if binding.where is not init else None
-                if binding.role is not None and binding.where is not init and (builder is None or builder.scope is not init):
-                    return None  # an object bound again elsewhere (a ``load_model`` that builds it anew)
-        return init
-
     def _rebuilt(self, by_scope: dict[Scope, dict[int, Alias]],
                  required: list[Binding]) -> tuple[Scope, CallSite, str] | None:
         """A method that binds a required object on ``self`` and that ``__init__`` calls, but is called again elsewhere
@@ -224,7 +197,7 @@ class PrepareSite(PreparedUses):
 
     def _place_prepare(self, scope: Scope, aliases: list[Alias]) -> None:
         stmts = [a.stmt for a in aliases if a.stmt is not None]
-        block = _common_block(self.facts, scope, stmts)
+        block = common_block(self.facts, scope, stmts)
         order = {role: i for i, role in enumerate(PREPARED_ROLES)}
         tops = [self.facts.top_in(s, block) for s in stmts]
         last = max((t for t in tops if t is not None), key=block.index, default=None)
@@ -348,71 +321,8 @@ class PrepareSite(PreparedUses):
                     return False  # a step of an optimizer, or of something that may be one
         return True
 
-    # the home of the accelerator ----------------------------------------------------------------
-    def _choose_home(self) -> None:
-        scope = self.prepare_scope
-        assert scope is not None
-        via: list[CallSite] = []
-        if scope.class_scope is None:
-            while True:
-                sites = self.call_sites(scope)
-                callers = {id(site.scope) for site in sites}
-                if not sites or len(callers) != 1 or sites[0].scope.kind == "class":
-                    break  # called from several places (or none): the accelerator is made where prepare is
-                caller = sites[0].scope
-                if not all(self._feeds(caller, site, scope) for site in sites) or (
-                        self.view is not None and not self.view.trainer.holds(caller)):
-                    break  # (one of several trainers makes its accelerator itself, not in the code they share)
-                scope, via = caller, sites  # ``train_model(model, device)``, and its retry after an OOM
-        init = self._constructed(scope) if scope.class_scope is not None else None
-        if init is not None and any(a.stmt is None and a.key.startswith("self.") for a in self.aliases):
-            # prepare goes first thing in ``train(self, loader)``; the accelerator first thing in ``__init__``, where
-            # the other methods (``check_cuda``, a print) may already read it
-            self.home, self.home_call, self.home_block = init, None, init.body
-            return
-        if scope.class_scope is not None and _torch_module_class(scope.class_scope.name, self.facts.classes):
-            # forward-forward style: each layer makes and steps its own optimizer in a method of its own
-            self._problem(SELF_TRAINING_MODULE, scope.node, name=f"{scope.class_scope.name}.{scope.name}")
-        self.home, self.home_call = scope, (via[0] if via else None)
-        self.home_block = self.prepare_block if not via else _common_block(self.facts, scope, [s.stmt for s in via])
-
-    def _feeds(self, caller: Scope, site: CallSite, callee: Scope) -> bool:
-        """Whether ``caller`` builds one of the prepared objects or the device it passes to ``callee``."""
-        for arg in site.node.args:
-            if arg.star:
-                continue
-            found = self.origin(caller, arg.value)
-            if found is not None and found.where is caller and (found in self.objects or found.role == "device"):
-                return True
-        return False
-
 
 def _scope_name(scope: Scope) -> str:
     """``GAN.__init__`` for a method, ``train`` for a function."""
     owner = scope.class_scope
     return f"{owner.name}.{scope.name}" if owner is not None else scope.name
-
-
-def _torch_module_class(name: str, classes: dict[str, list[str]], seen: frozenset[str] = frozenset()) -> bool:
-    """Whether the class ``name`` of the program subclasses a ``torch.nn`` class (``nn.Module``, ``nn.Linear``...)."""
-    return any(
-        base.startswith("torch.nn.") or (base not in seen and _torch_module_class(base, classes, seen | {name}))
-        for base in classes.get(name, [])
-    )
-
-
-def _common_block(facts: Facts, scope: Scope, stmts: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
-    """The innermost block of ``scope`` (its body, or the body of an ``if``/``with``/``try`` in it, never
-    a loop's) that contains every statement of ``stmts``; ``scope.body`` when there are none."""
-    block = scope.body
-    if not stmts:
-        return block
-    while True:
-        tops = {id(facts.top_in(s, block)) for s in stmts}
-        if len(tops) != 1 or None in tops:
-            return block
-        top = facts.top_in(stmts[0], block)
-        inner = block_of(top) if isinstance(top, (cst.If, cst.With, cst.Try)) else None  # type: ignore[arg-type]
-        if inner is None or any(facts.top_in(s, inner) is None for s in stmts):
-            return block
-        block = inner

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from accelify.codemods.analysis.collect import target_names
+from accelify.codemods.analysis.statement_shapes import target_names
 from accelify.codemods.analysis.distributed import Distributed
 from accelify.codemods.analysis.facts import Binding, CallSite, Loop, Scope
 from accelify.codemods.analysis.flow import Flow

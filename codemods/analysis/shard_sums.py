@@ -12,7 +12,7 @@ or read in the loop by a value read after it (``acc = correct / len(data)``, com
 ``analysis/loop_reads.py``). It is reduced once it is complete: right after the loop when it is set again before each
 pass (``running = 0.0`` inside the epoch loop), after the loop around it at the depth where it is set when it
 sums several passes (``tr_loss = 0.0`` before the epoch loop), so a reduction never counts a previous pass
-twice. Its ``kind`` says how to reduce it:
+twice. Its ``kind`` (``analysis/sum_kinds.py``) says how to reduce it:
 
 - ``"int"`` / ``"float"``: a Python number (``.item()``, ``.size(0)``, ``len(...)``): reduced as a 0-d tensor,
   ``int64`` or ``float64`` (exact, so one process prints what the original printed), then ``.item()``;
@@ -60,8 +60,8 @@ from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.schedules import enclosing_loop
 from accelify.codemods.analysis.shard_counts import divided_by
+from accelify.codemods.analysis.sum_kinds import helper_kinds, increment_kind, known_kinds, sum_kind
 
-_INT_CALLS = ("size", "numel", "nelement", "dim")
 _KEPT_METHODS = ("update", "append", "extend", "add")
 
 
@@ -163,7 +163,7 @@ def find_averages(plan: Plan) -> Averages:
                 continue
             reads = list(derived) if derived else reads_after(plan, end, loop.scope, name)
             mean = divided_by(plan, end, loop, name, reads, counters, set(updates) - counters)
-            kind = _kind(init, [v for _, v in ups], _known(loop), _helper_kinds(plan, [v for _, v in ups]))
+            kind = sum_kind(init, [v for _, v in ups], known_kinds(loop), helper_kinds(plan, [v for _, v in ups]))
             if mean is None or kind is None:
                 found.kept.append(kept)
                 continue
@@ -189,44 +189,6 @@ def _keep_mixed(plan: Plan, loop: Loop, found: Averages, summed: list[Accumulato
                 kept_here.add(acc.name)
                 changed = True
     found.accumulators.extend(summed)
-
-
-def _helper_kinds(plan: Plan, values: list[cst.BaseExpression]) -> dict[int, str]:
-    """What the program's own functions called in ``values`` return (``acc += get_accuracy(SR, GT)`` where
-    ``get_accuracy`` returns ``float(corr) / float(size)``), by the call's ``id``: only where every ``return`` of the
-    function says the same kind of number or tensor."""
-    kinds: dict[int, str] = {}
-    for value in values:
-        for call in [value] if isinstance(value, cst.Call) else m.findall(value, m.Call()):
-            site = plan.facts.sites.get(call)  # type: ignore[arg-type]
-            function = plan.callee(site) if site is not None else None
-            kind = _returned_kind(function) if function is not None else None
-            if kind is not None:
-                kinds[id(call)] = kind
-    return kinds
-
-
-def _returned_kind(function: Scope) -> str | None:
-    found: set[str | None] = set()
-    for ret in function.returns:
-        if ret.value is None:
-            return None
-        if isinstance(ret.value, cst.Name):  # ``acc = float(corr) / float(size); return acc``
-            bindings = function.bindings.get(ret.value.value, [])
-            if not bindings or any(b.value is None or b.aug for b in bindings):
-                return None
-            found |= {_value_kind(b.value) for b in bindings if b.value is not None}
-        else:
-            found.add(_value_kind(ret.value))
-    return found.pop() if len(found) == 1 and None not in found else None
-
-
-def _value_kind(expr: cst.BaseExpression) -> str | None:
-    """``_increment_kind`` of a value a helper computes and returns, where a true division of numbers is a float."""
-    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Divide):
-        sides = {_value_kind(expr.left), _value_kind(expr.right)}
-        return None if None in sides else "tensor" if "tensor" in sides else "float"
-    return _increment_kind(expr, {})
 
 
 def _keyed(plan: Plan, loop: Loop, keyed: KeyedSum, found: Averages, counters: set[str], summed: set[str]) -> None:
@@ -268,7 +230,7 @@ def _listed(plan: Plan, loop: Loop, stmt: cst.BaseStatement, call: cst.Call, nam
         return None
     if any(m.findall(s, m.Name(name)) for s in loop.stmts if s is not stmt and not any(n is stmt for n in plan.facts.chain(s))):
         return None
-    kind = _increment_kind(call.args[0].value, _known(loop))
+    kind = increment_kind(call.args[0].value, known_kinds(loop))
     first = _init(plan, loop, name, made=_empty_list)
     if kind == "tensor" and _off_device(call.args[0].value):
         return None  # ``loss.detach().cpu()``: a gather needs the tensors on the process's device
@@ -382,99 +344,3 @@ def _init(plan: Plan, loop: Loop, name: str, made: Callable[[cst.BaseExpression 
 
 def _assigned_in(loop: Loop, name: str, stmt: cst.BaseStatement) -> bool:
     return any(b.stmt is stmt for b in loop.scope.bindings.get(name, []))
-
-
-def _known(loop: Loop) -> dict[str, str]:
-    """What names bound in the loop hold: ``loss`` whose ``backward()`` is called is a tensor, ``l = loss.item()``
-    a float."""
-    known = {dotted(s.node.func.value): "tensor" for s in loop.calls  # type: ignore[attr-defined]
-             if s.method == "backward" and isinstance(s.node.func, cst.Attribute) and isinstance(s.node.func.value, cst.Name)}
-    for stmt in loop.stmts:
-        if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign):
-            assign = stmt.body[0]
-            if len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
-                kind = _increment_kind(assign.value, known)
-                if kind is not None:
-                    known.setdefault(assign.targets[0].target.value, kind)
-    return {k: v for k, v in known.items() if k is not None}
-
-
-def _kind(init: Binding, increments: list[cst.BaseExpression], known: dict[str, str],
-          helpers: dict[int, str] | None = None) -> str | None:
-    kinds = {_increment_kind(v, known, helpers) for v in increments}
-    if None in kinds:
-        return None
-    if "tensor" in kinds:
-        return "tensor" if kinds == {"tensor"} or kinds <= {"tensor", "int"} else None
-    if "float" in kinds or isinstance(init.value, cst.Float):
-        return "float"
-    return "number" if "number" in kinds else "int"
-
-
-def _increment_kind(expr: cst.BaseExpression, known: dict[str, str], helpers: dict[int, str] | None = None) -> str | None:
-    """``int`` for a count (``y.size(0)``, ``len(x)``, ``(pred == y).sum().item()``), ``float`` for a loss's
-    ``.item()`` or a mean's (``loss.item() * x.size(0)``), ``number`` for another ``.item()`` (an int or a float:
-    the reduction keeps its type), ``tensor`` for a tensor expression, None when unsure."""
-    if isinstance(expr, cst.Integer):
-        return "int"
-    if isinstance(expr, cst.Name):
-        return known.get(expr.value)
-    if isinstance(expr, cst.Float):
-        return "float"
-    if isinstance(expr, cst.Call):
-        if helpers and id(expr) in helpers:
-            return helpers[id(expr)]  # what the program's own function returns
-        func = expr.func
-        name = dotted(func)
-        if name in ("len", "int"):
-            return "int"
-        if name == "float":
-            return "float"
-        if isinstance(func, cst.Attribute):
-            method = func.attr.value
-            if method in _INT_CALLS:
-                return "int"
-            if method == "item":
-                if _counts(func.value):
-                    return "int"
-                return "float" if _floating(func.value, known) else "number"
-            if method in ("sum", "mean", "detach", "float", "double", "norm"):
-                return "tensor"
-        return None
-    if isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Attribute) and expr.value.attr.value == "shape":
-        return "int"
-    if isinstance(expr, cst.Attribute) and expr.attr.value == "data":
-        return "tensor" if _increment_kind(expr.value, known) == "tensor" else None  # ``loss.data``: the loss, detached
-    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Multiply, cst.Add, cst.Subtract)):
-        kinds = {_increment_kind(expr.left, known, helpers), _increment_kind(expr.right, known, helpers)}
-        if None in kinds:
-            return None
-        for kind in ("tensor", "float", "number"):
-            if kind in kinds:
-                return kind
-        return "int"
-    return None
-
-
-def _floating(expr: cst.BaseExpression, known: dict[str, str]) -> bool:
-    """A floating-point tensor: a loss (``loss``, whose ``backward()`` is called), a mean, ``.float()``."""
-    if isinstance(expr, cst.Name):
-        return known.get(expr.value) == "tensor"
-    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
-        if expr.func.attr.value in ("mean", "float", "double", "norm", "std", "var"):
-            return True
-        if expr.func.attr.value in ("detach", "cpu", "squeeze"):
-            return _floating(expr.func.value, known)
-    return False
-
-
-def _counts(expr: cst.BaseExpression) -> bool:
-    """``(pred == y).sum()``, ``pred.eq(y).sum()``, ``torch.sum(pred == y)``: a count of matches."""
-    if not (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "sum"):
-        return False
-    inner = expr.func.value
-    if dotted(inner) == "torch" and expr.args:
-        inner = expr.args[0].value
-    if isinstance(inner, cst.Comparison):
-        return True
-    return isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute) and inner.func.attr.value in ("eq", "ne")

@@ -17,7 +17,7 @@ from typing import Callable, Hashable, Iterable, Sequence
 
 import libcst as cst
 
-from accelify.codemods.analysis.collect import descendants
+from accelify.codemods.analysis.tree_walk import descendants
 from accelify.codemods.analysis.names import dotted
 
 Replacement = Callable[[cst.CSTNode], cst.CSTNode]

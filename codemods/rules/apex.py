@@ -19,7 +19,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from accelify.codemods.analysis.collect import is_import
+from accelify.codemods.analysis.statement_shapes import is_import
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import code_of, expression
 from accelify.codemods.analysis.facts import CallSite

@@ -27,15 +27,22 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods import codes
-from accelify.codemods.analysis.agreement import Agreement
 from accelify.codemods.analysis.batch_chains import batch_chain, per_batch_loop
-from accelify.codemods.analysis.collect import target_names
 from accelify.codemods.analysis.distributed import data_parallel_sites
-from accelify.codemods.analysis.facts import Loop, Scope
+from accelify.codemods.analysis.facts import Loop
+from accelify.codemods.analysis.gathered_values import (
+    MEAN_LOSSES,
+    TRANSFORMED,
+    gathered_in,
+    gathered_mismatch,
+    guards_global,
+    is_global,
+)
 from accelify.codemods.analysis.loop_reads import reads_after
 from accelify.codemods.analysis.loss_means import mean_loss, per_batch_sum, rowwise_names, transformed_mean_loss
 from accelify.codemods.analysis.snippets import expression
 from accelify.codemods.analysis.shard_sums import Accumulator, find_averages
+from accelify.codemods.analysis.sum_reductions import reduction_code
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
 
@@ -257,14 +264,14 @@ accelerator.end_training()
             return
         agreement = ctx.agreement
         for kept in found.kept:
-            gathered = _gathered_in(agreement, kept.loop)
+            gathered = gathered_in(agreement, kept.loop)
             if any(ctx.reported(site.node) for site in kept.loop.calls):
                 continue  # the loop's metric is already reported as local (ACC016)
-            if kept.local or any(not _global(agreement, kept.loop.scope, v, kept.node, gathered) for v in kept.values):
+            if kept.local or any(not is_global(agreement, kept.loop.scope, v, kept.node, gathered) for v in kept.values):
                 ctx.warn(codes.SHARD_AVERAGE, kept.node, name=kept.name)
             elif gathered and any(transformed_mean_loss(ctx.plan, kept.loop, v) for v in kept.values) \
                     and (len(kept.values) != 1 or not _per_batch_chain(ctx, kept.name, kept.loop, kept.node)):
-                ctx.warn(codes.GATHERED_SUM, kept.node, name=kept.name, why=_TRANSFORMED)
+                ctx.warn(codes.GATHERED_SUM, kept.node, name=kept.name, why=TRANSFORMED)
         reductions: dict[cst.For | cst.While, list[str]] = {}
         derived: dict[cst.For | cst.While, list[cst.BaseStatement]] = {}
         at_else: set[cst.For | cst.While] = set()
@@ -272,14 +279,16 @@ accelerator.end_training()
         split = ctx.plan.distributed.global_batch(facts, bool(data_parallel_sites(facts)))  # split_batches=True
         for acc in found.accumulators:
             scope = acc.loop.scope
-            gathered = _gathered_in(agreement, acc.loop)
-            if not acc.local and all(_global(agreement, scope, v, u, gathered) and _guards_global(ctx, acc, u, gathered)
-                                     for v, u in zip(acc.increments, acc.updates)):
-                why = _gathered_mismatch(ctx, acc)  # sums of gathered values: already the whole data set's, but
+            gathered = gathered_in(agreement, acc.loop)
+            if not acc.local and all(
+                is_global(agreement, scope, v, u, gathered) and guards_global(agreement, ctx.facts, acc, u, gathered)
+                for v, u in zip(acc.increments, acc.updates)
+            ):
+                why = gathered_mismatch(ctx.plan, acc)  # sums of gathered values: already the whole data set's, but
                 if why is None and acc.mean and len(acc.updates) == 1 and acc.end is acc.loop.node:
                     _per_batch_chain(ctx, acc.name, acc.loop, acc.updates[0])  # a mean loss over ``len(loader)``
-                if why is not None and not (why is _MEAN_LOSSES and _sum_batch_means(ctx, acc)) \
-                        and not (why is _TRANSFORMED and len(acc.updates) == 1 and acc.end is acc.loop.node
+                if why is not None and not (why is MEAN_LOSSES and _sum_batch_means(ctx, acc)) \
+                        and not (why is TRANSFORMED and len(acc.updates) == 1 and acc.end is acc.loop.node
                                  and _per_batch_chain(ctx, acc.name, acc.loop, acc.updates[0])):  # over 1/N as many
                     ctx.warn(codes.GATHERED_SUM, acc.updates[0], name=acc.name, why=why)  # passes, each of N batches
                 continue
@@ -291,7 +300,7 @@ accelerator.end_training()
             # with split batches every process holds 1/N of each batch and walks every step: its sum of per-batch
             # means is already the whole sum's share of 1/N of each mean, so the processes' sums are averaged
             means = split and not acc.mean and not acc.keys and all(_batch_mean(ctx, acc, v) for v in acc.increments)
-            reductions.setdefault(acc.end, []).append(_reduction(acc, accelerator, torch, acc.mean or means))
+            reductions.setdefault(acc.end, []).append(reduction_code(acc, accelerator, torch, acc.mean or means))
             derived.setdefault(acc.end, [])
             derived[acc.end] += [s for s in acc.derived if s not in derived[acc.end]]
             if acc.at_else:
@@ -304,10 +313,6 @@ accelerator.end_training()
             else:
                 ctx.insert_after(loop, code)
             ctx.change("reduce running sums over a sharded loader across processes")
-
-
-_MEAN_LOSSES = ("each value added is a batch's mean loss, and the sum is divided by the data set's size or read as it "
-                "is: on N processes it is 1/N of the original's")
 
 
 def _sum_batch_means(ctx: Context, acc: Accumulator) -> bool:
@@ -344,67 +349,6 @@ def _per_batch_chain(ctx: Context, name: str, loop: Loop, update: cst.BaseStatem
     return True
 
 
-_TRANSFORMED = ("each value added is computed from a batch's mean loss (a PSNR, a log), and over a gathered pass that "
-                "is of the mean of N batches, not the sum of the values of each: no division makes it the original's")
-
-
-def _gathered_mismatch(ctx: Context, acc: Accumulator) -> str | None:
-    """Why a sum over a gathered loop is not the original's (``analysis/loss_means.py``), or None."""
-    if acc.keys:
-        return None
-    if any(transformed_mean_loss(ctx.plan, acc.loop, v) for v in acc.increments):
-        return _TRANSFORMED
-    if not acc.mean and any(mean_loss(ctx.plan, acc.loop, v) for v in acc.increments):
-        return _MEAN_LOSSES
-    if acc.mean and acc.kind == "int":
-        return ("each value added is a count over the gathered batches, and the sum is divided by the number of "
-                "batches one process walks: on N processes it is N times the original's")
-    return None
-
-
-def _gathered_in(agreement: Agreement, loop: Loop) -> set[str]:
-    """The names a loop gathers for metrics, and those it computes from them alone (``_, predicted =
-    torch.max(outputs.data, 1)`` after ``outputs, labels = accelerator.gather_for_metrics(...)``)."""
-    names: set[str] = set()
-    for stmt in loop.stmts:
-        if agreement.gathers(stmt):
-            names |= agreement.gathered[stmt]
-        elif names and isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign):
-            assign = stmt.body[0]
-            reads = _reads(assign.value)
-            if reads & names and all(n in names or agreement.uniform(loop.scope, cst.Name(n), stmt) for n in reads):
-                names |= {n for t in assign.targets for n in target_names(t.target)}
-    return names
-
-
-def _reads(expr: cst.BaseExpression) -> set[str]:
-    """The variables ``expr`` reads (not attribute names, not keywords)."""
-    skip = {id(a.attr) for a in m.findall(expr, m.Attribute())} | {id(a.keyword) for a in m.findall(expr, m.Arg()) if a.keyword}
-    return {n.value for n in m.findall(expr, m.Name()) if id(n) not in skip}
-
-
-def _global(agreement: Agreement, scope: Scope, value: cst.BaseExpression, at: cst.BaseStatement, gathered: set[str]) -> bool:
-    """Whether ``value`` is the same on every process: the agreement says so, or every name it reads that the
-    agreement cannot prove global is one the loop gathers (module-level code, which it does not follow in order)."""
-    if agreement.uniform(scope, value, at):
-        return True
-    names = _reads(value)
-    return bool(gathered) and all(n in gathered or agreement.uniform(scope, cst.Name(n), at) for n in names)
-
-
-def _guards_global(ctx: Context, acc: Accumulator, update: cst.BaseStatement, gathered: set[str]) -> bool:
-    """Whether every condition and inner loop an addition sits under in the batch loop agrees across processes: a
-    constant added under a test of the batch's own outputs (``if torch.round(p) == y[idx]: correct += 1`` in a loop
-    over ``out``) counts this process's samples."""
-    for holder in ctx.facts.chain(update)[1:]:
-        if holder is acc.loop.node:
-            return True
-        tests = [holder.test] if isinstance(holder, (cst.If, cst.While)) else [holder.iter] if isinstance(holder, cst.For) else []
-        if any(not _global(ctx.agreement, acc.loop.scope, t, holder, gathered) for t in tests):
-            return False
-    return True
-
-
 def _code(stmt: cst.BaseStatement) -> str:
     """``stmt``'s source, alone (no blank lines or comments above it)."""
     return cst.Module(body=[]).code_for_node(stmt.with_changes(leading_lines=())).strip()
@@ -414,26 +358,6 @@ def _batch_mean(ctx: Context, acc: Accumulator, value: cst.BaseExpression) -> bo
     """A batch's mean: a mean loss (``analysis/loss_means.py``) or a ``.mean()`` (``(pred == y).float().mean()``)."""
     inner = value.func.value if m.matches(value, m.Call(func=m.Attribute(attr=m.Name("item")), args=[])) else value  # type: ignore[attr-defined]
     return mean_loss(ctx.plan, acc.loop, value) or m.matches(inner, m.Call(func=m.Attribute(attr=m.Name("mean")), args=[]))
-
-
-def _reduction(acc: Accumulator, accelerator: str, torch: str, mean: bool) -> str:
-    reduction = '"mean"' if mean else '"sum"'
-    if acc.keys:  # a defaultdict of sums: every key written out, in the same order on every process
-        keys = ", ".join(repr(k) for k in acc.keys) + ("," if len(acc.keys) == 1 else "")
-        value = f"{torch}.tensor(float({acc.name}[key]), dtype={torch}.float64, device={accelerator}.device)"
-        return f"for key in ({keys}):\n    {acc.name}[key] = {accelerator}.reduce({value}, {reduction}).item()"
-    if acc.kind == "tensor":
-        return f"{acc.name} = {accelerator}.reduce({acc.name}, {reduction})"
-    if acc.kind == "tensor list":  # per-batch tensors of one shape, on the device: every process's, in one list
-        return f"{acc.name} = list({accelerator}.gather({torch}.stack({acc.name})))"
-    if acc.kind in ("list", "int list"):  # per-batch numbers, as long on every process: every process's, in one list
-        dtype = "" if acc.kind == "int list" else f"dtype={torch}.float64, "
-        return f"{acc.name} = {accelerator}.gather({torch}.tensor({acc.name}, {dtype}device={accelerator}.device)).tolist()"
-    dtype = f"dtype={torch}.float64, " if acc.kind in ("float", "number") or mean else ""
-    reduced = f"{accelerator}.reduce({torch}.tensor({acc.name}, {dtype}device={accelerator}.device), {reduction}).item()"
-    if acc.kind == "number" and not mean:
-        reduced = f"type({acc.name})({reduced})"  # an int stays an int, a float a float
-    return f"{acc.name} = {reduced}"
 
 
 def _torch_name(ctx: Context, acc: Accumulator) -> str | None:

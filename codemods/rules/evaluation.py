@@ -4,16 +4,23 @@ targets from every process right after the forward pass, so sums and ``len(loade
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import libcst as cst
-import libcst.matchers as m
 
-from accelify.codemods.analysis.collect import target_names
 from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.evaluation_loops import is_evaluation, is_model, model_call
+from accelify.codemods.analysis.model_outputs import (
+    call_inputs,
+    derivation,
+    extractable,
+    gathered_names,
+    named_output,
+    names_outside,
+    names_used,
+    read_through_attributes,
+)
 from accelify.codemods.analysis.snippets import code_of
-from accelify.codemods.analysis.facts import Loop, Scope
+from accelify.codemods.analysis.facts import Loop
 from accelify.codemods.engine.rule import Example, Rule
 
 
@@ -284,40 +291,40 @@ accelerator.end_training()
         for loop in ctx.facts.loops:
             accelerator = ctx.accelerator_in(loop.scope)
             body = loop.node.body
-            if accelerator is None or not isinstance(body, cst.IndentedBlock) or not _is_evaluation(ctx, loop):
+            if accelerator is None or not isinstance(body, cst.IndentedBlock) or not is_evaluation(ctx.plan, loop):
                 continue
             for index, stmt in enumerate(body.body):
-                call = _model_call(ctx, loop, stmt)
+                call = model_call(ctx.plan, ctx.facts, loop, stmt)
                 if call is None:
                     continue
                 rest = list(body.body[index + 1 :])
                 while isinstance(stmt, cst.With) and isinstance(stmt.body, cst.IndentedBlock):
                     # `with torch.autocast(...): logits = model(x)`: gather inside the with, right after
-                    inner = next((s for s in stmt.body.body if _model_call(ctx, loop, s) is not None), None)
+                    inner = next((s for s in stmt.body.body if model_call(ctx.plan, ctx.facts, loop, s) is not None), None)
                     if inner is None:
                         break
                     rest = [*stmt.body.body[list(stmt.body.body).index(inner) + 1 :], *rest]
                     stmt = inner
                 if ctx.is_skipped(stmt):
                     break
-                named = _named_output(stmt, call)
-                if named is not None and len(named) == 1 and _read_through_attributes(named[0], rest):
+                named = named_output(stmt, call)
+                if named is not None and len(named) == 1 and read_through_attributes(named[0], rest):
                     # ``outputs = model(**batch)`` read only as ``outputs.logits``: an object gather cannot
                     # split into rows; gather what the loop derives from it (``preds = outputs.logits.argmax(-1)``)
-                    derived = _derivation(named[0], rest)
+                    derived = derivation(named[0], rest)
                     if derived is None or ctx.is_skipped(derived[0]):
                         ctx.warn(codes.LOCAL_METRIC, call)
                         break
                     stmt, named, call = derived
                     rest = rest[rest.index(stmt) + 1 :]
                 if named is not None:
-                    gather = _gather(ctx, loop, named, _inputs(call), _names_used(rest), accelerator)
+                    gather = _gather(ctx, loop, named, call_inputs(call), names_used(rest), accelerator)
                     ctx.insert_after(stmt, [gather])
-                elif _extractable(stmt):
+                elif extractable(stmt):
                     name = _fresh_name(loop, "output")
                     # names read after the forward: in the later statements, and in this one outside the call
-                    later = _names_used(rest) | (_names_used([stmt]) - (_inputs(call) - _names_outside(stmt, call)))
-                    gather = _gather(ctx, loop, [name], _inputs(call), later, accelerator)
+                    later = names_used(rest) | (names_used([stmt]) - (call_inputs(call) - names_outside(stmt, call)))
+                    gather = _gather(ctx, loop, [name], call_inputs(call), later, accelerator)
                     ctx.insert_before(stmt, [f"{name} = {code_of(call)}", gather])
                     ctx.replace(call, stmt, lambda _, n=name: cst.Name(n))  # type: ignore[misc]
                 else:
@@ -337,138 +344,13 @@ accelerator.end_training()
         for site in ctx.facts.calls:
             if site.method not in walking or not isinstance(site.node.func, cst.Attribute):
                 continue
-            if not _is_model(ctx, site.scope, site.node.func.value, site.stmt):
+            if not is_model(ctx.plan, site.scope, site.node.func.value, site.stmt):
                 continue
             for arg in site.node.args:
                 found = ctx.plan.prepared(site.scope, arg.value, site.stmt)
                 if found is not None and found.role == "loader":
                     ctx.warn(codes.LOCAL_METRIC, site.node)
                     break
-
-
-def _is_evaluation(ctx: Context, loop: Loop) -> bool:
-    """A loop over a prepared loader that runs a prepared model and never calls backward: under
-    ``no_grad``/``inference_mode``, with only its forward under one (``with torch.no_grad(): outputs =
-    model(**batch)``), or with neither in a function that put the model in ``eval()`` mode and takes no
-    gradient or optimizer step in the loop."""
-    if ctx.plan.loader_of(loop) is None or any(ctx.plan.reaches_backward(site) for site in loop.calls):
-        return False
-    forwards = [site for site in loop.calls if _is_model(ctx, loop.scope, site.node.func, site.stmt)]
-    if loop.no_grad or any(site.no_grad for site in forwards):
-        return True
-    if not forwards or any(site.method == "step" or site.qualname == "torch.autograd.grad" for site in loop.calls):
-        return False
-    return any(
-        site.method == "eval" and _is_model(ctx, loop.scope, site.node.func.value, site.stmt)  # type: ignore[attr-defined]
-        for site in loop.scope.calls
-    )
-
-
-def _is_model(ctx: Context, scope: Scope, node: cst.BaseExpression, stmt: cst.BaseStatement) -> bool:
-    """Whether ``node`` holds a prepared model in ``scope`` at ``stmt``."""
-    return ctx.plan.prepared_model(scope, node, stmt) is not None
-
-
-def _model_call(ctx: Context, loop: Loop, stmt: cst.BaseStatement) -> cst.Call | None:
-    """The first call of a prepared model in ``stmt`` (the forward pass), or None."""
-    first, last = ctx.facts.order[stmt]
-    for site in loop.calls:
-        if site.stmt in ctx.facts.order and first <= ctx.facts.order[site.stmt][0] <= last:
-            if _is_model(ctx, loop.scope, site.node.func, site.stmt):
-                return site.node
-    return None
-
-
-# Tensor methods that keep one row per sample: gathering their result gathers the predictions.
-_PER_SAMPLE = {"argmax", "argmin", "softmax", "log_softmax", "sigmoid", "exp", "float", "double", "detach", "cpu", "round"}
-
-
-def _named_output(stmt: cst.BaseStatement, call: cst.Call) -> list[str] | None:
-    """``out = model(x)``, ``pred = model(x).argmax(1)`` or ``recon, mu, logvar = model(x)``: the names
-    that hold one row per sample."""
-    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
-        return None
-    assign = stmt.body[0]
-    if len(assign.targets) != 1:
-        return None
-    target = assign.targets[0].target
-    if isinstance(target, cst.Tuple) and assign.value is call and all(isinstance(e.value, cst.Name) for e in target.elements):
-        return [e.value.value for e in target.elements]  # type: ignore[attr-defined]
-    if not isinstance(target, cst.Name):
-        return None
-    value = assign.value
-    while value is not call:
-        if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)):
-            return None
-        method = value.func.attr.value
-        if method not in _PER_SAMPLE or _reduces_batch(value):
-            return None
-        value = value.func.value
-    return [target.value]
-
-
-def _reduces_batch(call: cst.Call) -> bool:
-    """``x.argmax()`` (over everything) or ``x.softmax(0)``: a result that is no longer one row per sample."""
-    if call.func.attr.value in ("argmax", "argmin", "softmax", "log_softmax") and not call.args:  # type: ignore[attr-defined]
-        return call.func.attr.value in ("argmax", "argmin")  # type: ignore[attr-defined]
-    for arg in call.args:
-        if (arg.keyword is None or arg.keyword.value == "dim") and isinstance(arg.value, cst.Integer):
-            return arg.value.evaluated_value == 0
-        if arg.keyword is None or arg.keyword.value == "dim":
-            return not isinstance(arg.value, cst.UnaryOperation)  # dim=-1 style is per sample; other shapes: unknown
-    return False
-
-
-def _read_through_attributes(name: str, stmts: Sequence[cst.BaseStatement]) -> bool:
-    """``name`` is read in ``stmts``, and only as ``name.attr`` (a model output object such as
-    ``outputs.logits``), never whole, indexed or rebound."""
-    reads = [n for stmt in stmts for n in m.findall(stmt, m.Name(name)) if isinstance(n, cst.Name)]
-    if not reads:
-        return False
-    called = {id(c.func) for stmt in stmts for c in m.findall(stmt, m.Call(func=m.Attribute()))}  # type: ignore[union-attr]
-    through = {
-        id(a.value)  # type: ignore[union-attr]
-        for stmt in stmts
-        for a in m.findall(stmt, m.Attribute(value=m.Name(name)))
-        if id(a) not in called and a.attr.value not in _TENSOR_ATTRIBUTES  # type: ignore[union-attr]
-    }
-    return all(id(n) in through for n in reads)
-
-
-# Attributes of a tensor (``outputs.data``): a name read through them holds a tensor, not an output object.
-_TENSOR_ATTRIBUTES = {"data", "shape", "dtype", "device", "T", "mT", "grad", "real", "imag", "ndim", "is_cuda"}
-
-
-def _derivation(
-    name: str, stmts: Sequence[cst.BaseStatement]
-) -> tuple[cst.BaseStatement, list[str], cst.BaseExpression] | None:
-    """The first ``preds = name.logits.argmax(dim=-1)`` (an attribute of the output, through methods that keep
-    one row per sample) among ``stmts``, with the name it binds and its value."""
-    for stmt in stmts:
-        if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
-            continue
-        assign = stmt.body[0]
-        if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
-            continue
-        value = assign.value
-        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
-            if value.func.attr.value not in _PER_SAMPLE or _reduces_batch(value):
-                break
-            value = value.func.value
-        if isinstance(value, cst.Attribute) and m.matches(value.value, m.Name(name)):
-            return stmt, [assign.targets[0].target.value], assign.value
-    return None
-
-
-def _extractable(stmt: cst.BaseStatement) -> bool:
-    """A simple statement the forward can be taken out of (``loss += f(model(x), y).item()``)."""
-    return isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(
-        stmt.body[0], (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.Expr)
-    )
-
-
-def _inputs(call: cst.Call) -> set[str]:
-    return {n.value for n in m.findall(call, m.Name()) if isinstance(n, cst.Name)}
 
 
 def _fresh_name(loop: Loop, base: str) -> str:
@@ -484,35 +366,8 @@ def _gather(ctx: Context, loop: Loop, outputs: list[str], inputs: set[str], late
     """``output, target = accelerator.gather_for_metrics((output, target))``, gathering the outputs, then the batch
     names used after the forward (targets first, then inputs used again). The agreement reads what it makes global
     from this statement."""
-    # a state the forward returns and takes back (an RNN's hidden state: ``out, h = net(x, h)``) stays this
-    # process's own: gathered, it would come back with every process's rows
-    outputs = [o for o in outputs if o not in inputs] or outputs
-    batch = ctx.plan.batch_names(loop)
-    ordered = target_names(loop.node.target)
-    for stmt in loop.stmts:  # then the parts unpacked from the batch (``images, labels = data``), in order
-        if isinstance(stmt, cst.SimpleStatementLine):
-            for small in stmt.body:
-                if isinstance(small, cst.Assign):
-                    ordered += [n for t in small.targets for n in target_names(t.target) if n in batch]
-    used = [name for name in dict.fromkeys(ordered) if name in batch and name in later and name not in outputs]
-    gathered = outputs + [n for n in used if n not in inputs] + [n for n in used if n in inputs]
+    gathered = gathered_names(ctx.plan, loop, outputs, inputs, later)
     if len(gathered) == 1:
         return f"{gathered[0]} = {accelerator}.gather_for_metrics({gathered[0]})"
     names = ", ".join(gathered)
     return f"{names} = {accelerator}.gather_for_metrics(({names}))"
-
-
-def _names_outside(stmt: cst.BaseStatement, call: cst.Call) -> set[str]:
-    """Names ``stmt`` uses outside ``call``."""
-    inside = {id(n) for n in m.findall(call, m.Name())}
-    return {n.value for n in m.findall(stmt, m.Name()) if isinstance(n, cst.Name) and id(n) not in inside}
-
-
-def _names_used(stmts: Sequence[cst.BaseStatement]) -> set[str]:
-    """The variables ``stmts`` read or bind: not attribute names (``outputs.data``) nor keywords (``dim=1``)."""
-    names: set[str] = set()
-    for stmt in stmts:
-        skip = {id(n.attr) for n in m.findall(stmt, m.Attribute())}  # type: ignore[union-attr]
-        skip |= {id(a.keyword) for a in m.findall(stmt, m.Arg()) if a.keyword is not None}  # type: ignore[union-attr]
-        names |= {n.value for n in m.findall(stmt, m.Name()) if isinstance(n, cst.Name) and id(n) not in skip}
-    return names

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods.analysis.collect import is_docstring, is_import
+from accelify.codemods.analysis.statement_shapes import is_docstring, is_import
 from accelify.codemods.analysis.creation import Creation
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule

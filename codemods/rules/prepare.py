@@ -24,7 +24,7 @@ import libcst as cst
 
 from accelify.codemods.analysis.flow import loader_mapping
 
-from accelify.codemods.analysis.collect import is_docstring
+from accelify.codemods.analysis.statement_shapes import is_docstring
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.facts import Scope
 from accelify.codemods.engine.rule import Example, Rule

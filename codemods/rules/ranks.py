@@ -25,7 +25,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from accelify.codemods.analysis.collect import children
+from accelify.codemods.analysis.tree_walk import children
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import expression
 from accelify.codemods.analysis.distributed import IS_INITIALIZED, Distributed

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods.analysis.collect import is_docstring
+from accelify.codemods.analysis.statement_shapes import is_docstring
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import expression
 from accelify.codemods.analysis.facts import Loop, Scope

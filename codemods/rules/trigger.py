@@ -14,7 +14,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods import codes
-from accelify.codemods.analysis.collect import children
+from accelify.codemods.analysis.tree_walk import children
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import statement
 from accelify.codemods.analysis.facts import Loop, Scope

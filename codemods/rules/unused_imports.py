@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods.analysis.collect import descendants
+from accelify.codemods.analysis.tree_walk import descendants
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.engine.edits import apply

@@ -20,39 +20,18 @@ from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.blocks import under_main_process
 from accelify.codemods.analysis.snippets import code_of, expression
 from accelify.codemods.analysis.facts import CallSite, Scope
+from accelify.codemods.analysis.file_writes import (
+    LOG_WRITERS,
+    TF_WRITERS,
+    TRACKERS,
+    saves_file_object,
+    writer_class,
+    writes_file,
+)
 from accelify.codemods.analysis.handle_uses import Collectives, alone, clock_named, handle_uses
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.removals import removes_shared_file
 from accelify.codemods.engine.rule import Example, Rule
-
-WRITERS = {
-    "json.dump",
-    "pickle.dump",
-    "yaml.dump",
-    "yaml.safe_dump",
-    "numpy.save",
-    "numpy.savez",
-    "numpy.savetxt",
-    "matplotlib.pyplot.savefig",
-    "safetensors.torch.save_file",
-    "torchvision.utils.save_image",
-    "imageio.imwrite",
-    "imageio.imsave",
-    "cv2.imwrite",
-    "scipy.io.savemat",
-}
-WRITE_MODES = ("w", "a", "x")
-# objects whose ``save(path)`` writes a file: a matplotlib animation (``anim.save("train.gif")``), a PIL image
-FILE_OBJECTS = {"matplotlib.animation.ArtistAnimation", "matplotlib.animation.FuncAnimation",
-                "PIL.Image.fromarray", "PIL.Image.open", "PIL.Image.new"}
-# Loggers that write files of their own from every process that creates one.
-# experiment trackers: a run per process on their servers (N runs of one training), never guarded by hand here
-# (their later ``log`` calls would then fail on the other processes): reported (ACC024)
-TRACKERS = {"wandb.init", "mlflow.start_run", "neptune.init_run", "neptune.init", "comet_ml.Experiment",
-            "clearml.Task.init"}
-TF_WRITERS = {"tensorflow.summary.FileWriter", "tensorflow.summary.create_file_writer",
-              "tensorflow.compat.v1.summary.FileWriter"}
-LOG_WRITERS = {"torch.utils.tensorboard.SummaryWriter", "tensorboardX.SummaryWriter", "torch.utils.tensorboard.writer.SummaryWriter"}
 
 
 class MainProcessWrites(Rule):
@@ -191,7 +170,7 @@ accelerator.end_training()
         for site in ctx.facts.calls:
             if site.qualname in TRACKERS:
                 _warn_tracker(ctx, site)
-            elif _writes(site) and ctx.after_accelerator(site.scope, site.stmt) and _outermost_write(ctx, site) is None:
+            elif writes_file(site) and ctx.after_accelerator(site.scope, site.stmt) and _outermost_write(ctx, site) is None:
                 _warn_kept_open(ctx, site, set())
 
     def run(self, ctx: Context) -> None:
@@ -201,12 +180,12 @@ accelerator.end_training()
                 if not _keep_tracker_to_main(ctx, site, wrapped):
                     _warn_tracker(ctx, site)
                 continue
-            if (_writer_class(ctx, site) or site.qualname in LOG_WRITERS or site.qualname in TF_WRITERS) \
+            if (writer_class(ctx.plan, site) or site.qualname in LOG_WRITERS or site.qualname in TF_WRITERS) \
                     and ctx.after_accelerator(site.scope, site.stmt):
                 _keep_log_to_main(ctx, site, wrapped)  # ``logger = Logger("./logs")``: a class of the program's own too
                 continue
             removal = removes_shared_file(ctx.agreement, site)  # ``os.remove`` of a checkpoint the main process saved
-            if not (_writes(site) or _saves_file_object(ctx, site) or removal):
+            if not (writes_file(site) or saves_file_object(ctx.plan, site) or removal):
                 continue
             if not ctx.after_accelerator(site.scope, site.stmt):
                 if not removal and _helper_after_accelerator(ctx, site):
@@ -323,15 +302,6 @@ def _on_main(node: cst.CSTNode, accelerator: str) -> cst.CSTNode:
     return cst.IfExp(test=expression(f"{accelerator}.is_main_process"), body=node, orelse=cst.Name("None"))
 
 
-def _writer_class(ctx: Context, site: CallSite) -> bool:
-    """Whether ``site`` makes an instance of a class of the program whose ``__init__`` opens a log or a file for
-    writing (a ``Logger`` wrapping a TensorBoard or TensorFlow summary writer)."""
-    function = ctx.plan.callee(site)
-    if function is None or not isinstance(function.node, cst.FunctionDef) or function.node.name.value != "__init__":
-        return False
-    return any(_writes(s) or (s.qualname or "") in TF_WRITERS for s in function.calls)
-
-
 def _keep_tracker_to_main(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) -> bool:
     """``wandb.init(project=..., sync_tensorboard=True)`` as a statement of its own, where every other use of the
     package is a statement calling one of its functions (``wandb.log({...})``, ``wandb.finish()``) with nothing in
@@ -368,39 +338,6 @@ def _warn_tracker(ctx: Context, site: CallSite) -> None:
     small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
     target = code_of(small.targets[0].target) if isinstance(small, cst.Assign) and len(small.targets) == 1 else "run"
     ctx.warn(codes.SHARED_WRITER, site.node, name=code_of(site.node.func), target=target, why="")
-
-
-def _writes(site: CallSite) -> bool:
-    """``open(p, "w")``, ``Path(p).open("a")``, ``p.write_text(...)``, ``json.dump``-style writers, ``savefig``."""
-    if site.qualname in WRITERS or site.method in ("savefig", "write_text", "write_bytes"):
-        return True
-    if site.qualname in LOG_WRITERS:
-        return True
-    if site.qualname == "open":
-        mode_position = 1
-    elif site.method == "open" and not (site.qualname or "").startswith(("os.", "io.", "gzip.", "bz2.", "lzma.")):
-        mode_position = 0  # pathlib: Path.open(mode)
-    else:
-        return False
-    mode = next((a.value for a in site.node.args if a.keyword is not None and a.keyword.value == "mode"), None)
-    positional = [a for a in site.node.args if a.keyword is None]
-    if mode is None and len(positional) > mode_position:
-        mode = positional[mode_position].value
-    return isinstance(mode, cst.SimpleString) and any(c in str(mode.evaluated_value) for c in WRITE_MODES)
-
-
-def _saves_file_object(ctx: Context, site: CallSite) -> bool:
-    """``anim.save("x.gif")`` where ``anim = animation.ArtistAnimation(...)``, ``Image.fromarray(a).save(p)``: the
-    ``save`` of an object made by a constructor in FILE_OBJECTS, directly or through the name it is bound to."""
-    if site.method != "save" or not isinstance(site.node.func, cst.Attribute):
-        return False
-    receiver = site.node.func.value
-    made: cst.BaseExpression | None = receiver if isinstance(receiver, cst.Call) else None
-    if isinstance(receiver, cst.Name):
-        binding = ctx.plan.binding_of(site.scope, receiver.value)
-        made = binding.value if binding is not None else None
-    maker = ctx.facts.sites.get(made) if isinstance(made, cst.Call) else None
-    return maker is not None and (maker.qualname or "") in FILE_OBJECTS
 
 
 def _outermost_write(ctx: Context, site: CallSite) -> cst.BaseStatement | None:

@@ -1,0 +1,166 @@
+"""The call graph of one program: the function of the program each call runs (a function in scope, ``self.method``,
+a class's ``__init__`` for ``Trainer(...)``, a function of a local module: ``loops.fit``, ``from data import
+make_loaders``), the calls of each function, the argument a call passes for a parameter, and whether a call reaches a
+``backward``. ``Flow`` (``analysis/flow.py``) follows values over it."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.codemods.analysis.classes import Classes
+from accelify.codemods.analysis.facts import CallSite, Facts, Scope
+
+
+class CallGraph:
+    """Which function of the program each call runs, over one program (``Facts.program``)."""
+
+    def __init__(self, facts: Facts, elsewhere: frozenset[int] = frozenset()) -> None:
+        self.facts = facts
+        # the classes of the trainers a run does not build, when one of several trainers is converted on its own
+        # (``analysis/trainer_choice.py``): ``gan = GAN(args)`` in one branch and ``gan = WGAN(args)`` in another
+        # leave ``gan`` a GAN for GAN's conversion
+        self.elsewhere = elsewhere
+        self._units = {unit: f.module_scope for unit, f in facts.units.items()}
+        self._callees: dict[CallSite, Scope | None] = {}
+        self._sites: dict[Scope, list[CallSite]] = {}
+        self.classes = Classes(facts, self.defined)
+        for site in facts.calls:
+            function = self._resolve_callee(site)
+            self._callees[site] = function
+            if function is not None:
+                self._sites.setdefault(function, []).append(site)
+
+    # the call graph -----------------------------------------------------------------------------
+    def callee(self, site: CallSite) -> Scope | None:
+        """The function of the program that ``site`` runs, or None (a library call, or unknown)."""
+        return self._callees.get(site)
+
+    def call_sites(self, function: Scope) -> list[CallSite]:
+        """Every call of ``function`` in the program."""
+        return self._sites.get(function, [])
+
+    def _resolve_callee(self, site: CallSite) -> Scope | None:
+        func = site.node.func
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+            cls = site.scope.class_scope
+            return self.classes.self_method(cls, func.attr.value) if cls is not None else None
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Call) and isinstance(func.value.func, cst.Name) \
+                and func.value.func.value == "super" and site.scope.class_scope is not None:
+            bases = self.classes.bases(site.scope.class_scope)  # ``super().__init__(model, ...)`` in a subclass: the base's
+            return next((m for m in (self.classes.method(b, func.attr.value) for b in bases) if m is not None), None)
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
+            method = self._instance_method(site.scope, func.value.value, func.attr.value)
+            if method is not None:
+                return method
+            cls = self.classes.class_of(site.scope, func.value)  # ``CudaUtils.get_device()``: a static or class method
+            if cls is not None:
+                return self.classes.method(cls, func.attr.value)
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Call):
+            cls = self.classes.class_of(site.scope, func.value.func)  # ``GAN().train(loader)``: GAN's ``train``
+            if cls is not None:
+                return self.classes.method(cls, func.attr.value)
+        if isinstance(func, cst.Name):
+            owner = site.scope.resolve(func.value)
+            if owner is not None and owner.unit == site.scope.unit:
+                found = self.facts.function(func.value, owner) or self._init(self.facts.class_scope(func.value, owner))
+                if found is not None:
+                    return found
+        if self.elsewhere and (cls := self._chosen(site.scope, func)) is not None:
+            return self._init(cls)  # ``GANS[args.gan_type](args)``: the one trainer this conversion is about
+        return self._imported(site.qualname)
+
+    def _chosen(self, scope: Scope, func: cst.BaseExpression) -> Scope | None:
+        """The class a call of ``func`` builds in the view of one of several trainers: the class it names, or the one
+        class of a registry (``GANS[key]``) that is not another trainer's; None for anything else."""
+        found = self.classes.class_of(scope, func)
+        if found is None:
+            chosen = [c for c in self.classes.registered(scope, func) if id(c) not in self.elsewhere]
+            found = chosen[0] if len(chosen) == 1 else None
+        return found if found is not None and id(found) not in self.elsewhere else None
+
+    def _instance_method(self, scope: Scope, name: str, method: str) -> Scope | None:
+        """``trainer.fit(...)`` where ``trainer = Trainer(...)``, a class of the program: ``Trainer.fit``."""
+        owner = scope.resolve(name)
+        bindings = owner.bindings.get(name, []) if owner is not None else []
+        if len(bindings) > 1:  # ``model = GPT(...)``, then ``model = torch.compile(model)``: the instance is GPT's
+            if self.elsewhere:  # the one of several trainers this conversion is about
+                bindings = [b for b in bindings if isinstance(b.value, cst.Call) and self._chosen(scope, b.value.func)]
+            else:
+                bindings = [b for b in bindings if isinstance(b.value, cst.Call) and isinstance(b.value.func, cst.Name)
+                            and self.facts.class_scope(b.value.func.value, scope.resolve(b.value.func.value)) is not None]
+        if len(bindings) != 1 or not isinstance(bindings[0].value, cst.Call):
+            return None
+        func = bindings[0].value.func
+        cls = self._chosen(scope, func) if self.elsewhere else self.classes.class_of(scope, func)
+        return self.classes.method(cls, method) if cls is not None else None
+
+    def _imported(self, qualname: str | None) -> Scope | None:
+        """``loops.fit`` -> the function ``fit`` of the local module ``loops`` (or a class's ``__init__``)."""
+        found = self.defined(qualname)
+        if found is None:
+            return None
+        module, name = found
+        return self.facts.function(name, module) or self._init(self.facts.class_scope(name, module))
+
+    def defined(self, qualname: str | None) -> tuple[Scope, str] | None:
+        """The local module and name that define ``qualname``, through a package's re-exports (``engine.fit``
+        where ``engine/__init__.py`` says ``from .loops import fit``: ``engine.loops``'s ``fit``)."""
+        for _ in range(8):  # re-exports of re-exports, never a cycle
+            if not qualname or "." not in qualname:
+                return None
+            unit, _, name = qualname.rpartition(".")
+            module = self._units.get(unit)
+            if module is None or unit == "__main__":
+                return None
+            if self.facts.function(name, module) is not None or self.facts.class_scope(name, module) is not None:
+                return module, name
+            target = module.imports.aliases.get(name)
+            if target is None or target == qualname:
+                return None
+            qualname = target
+        return None
+
+    def _init(self, cls: Scope | None) -> Scope | None:
+        return self.facts.function("__init__", cls) if cls is not None else None
+
+    def arg_for(self, site: CallSite, function: Scope, param: str) -> cst.Arg | None:
+        """The argument ``site`` passes for ``function``'s parameter ``param``."""
+        node = function.node
+        assert isinstance(node, cst.FunctionDef)
+        positional = [p.name.value for p in (*node.params.posonly_params, *node.params.params)]
+        bound = isinstance(site.node.func, cst.Attribute) or node.name.value == "__init__"
+        if function.parent is not None and function.parent.kind == "class" and bound and positional[:1] in (["self"], ["cls"]):
+            positional = positional[1:]
+        index = 0
+        for arg in site.node.args:
+            if arg.star:
+                return None
+            if arg.keyword is not None:
+                if arg.keyword.value == param:
+                    return arg
+                continue
+            if index < len(positional) and positional[index] == param:
+                return arg
+            index += 1
+        return None
+
+    def reaches_backward(self, site: CallSite, seen: frozenset[int] = frozenset()) -> bool:
+        """Whether ``site`` is a ``backward`` call or calls (through the program) a function that makes one."""
+        if site.method == "backward":
+            return True
+        for function in [self.callee(site), *self.callbacks(site)]:
+            if function is not None and id(function) not in seen:
+                if any(self.reaches_backward(s, seen | {id(function)}) for s in function.calls):
+                    return True
+        return False
+
+    def callbacks(self, site: CallSite) -> list[Scope]:
+        """Functions of the program passed to a call by name (``optimizer.step(closure)``): it runs them."""
+        found = []
+        for arg in site.node.args:
+            if isinstance(arg.value, cst.Name):
+                owner = site.scope.resolve(arg.value.value)
+                function = self.facts.function(arg.value.value, owner) if owner is not None else None
+                if function is not None:
+                    found.append(function)
+        return found

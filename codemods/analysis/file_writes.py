@@ -1,0 +1,81 @@
+"""Which calls write a file every process names alike (``open(p, "w")``, ``json.dump``, ``savefig``, a
+``SummaryWriter``, the ``save`` of an animation or image), and which start an experiment tracker's run: what
+``rules/writes.py`` keeps to the main process."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.codemods.analysis.facts import CallSite
+from accelify.codemods.analysis.plan import Plan
+
+WRITERS = {
+    "json.dump",
+    "pickle.dump",
+    "yaml.dump",
+    "yaml.safe_dump",
+    "numpy.save",
+    "numpy.savez",
+    "numpy.savetxt",
+    "matplotlib.pyplot.savefig",
+    "safetensors.torch.save_file",
+    "torchvision.utils.save_image",
+    "imageio.imwrite",
+    "imageio.imsave",
+    "cv2.imwrite",
+    "scipy.io.savemat",
+}
+WRITE_MODES = ("w", "a", "x")
+# objects whose ``save(path)`` writes a file: a matplotlib animation (``anim.save("train.gif")``), a PIL image
+FILE_OBJECTS = {"matplotlib.animation.ArtistAnimation", "matplotlib.animation.FuncAnimation",
+                "PIL.Image.fromarray", "PIL.Image.open", "PIL.Image.new"}
+# Loggers that write files of their own from every process that creates one.
+# experiment trackers: a run per process on their servers (N runs of one training), never guarded by hand here
+# (their later ``log`` calls would then fail on the other processes): reported (ACC024)
+TRACKERS = {"wandb.init", "mlflow.start_run", "neptune.init_run", "neptune.init", "comet_ml.Experiment",
+            "clearml.Task.init"}
+TF_WRITERS = {"tensorflow.summary.FileWriter", "tensorflow.summary.create_file_writer",
+              "tensorflow.compat.v1.summary.FileWriter"}
+LOG_WRITERS = {"torch.utils.tensorboard.SummaryWriter", "tensorboardX.SummaryWriter", "torch.utils.tensorboard.writer.SummaryWriter"}
+
+
+def writer_class(plan: Plan, site: CallSite) -> bool:
+    """Whether ``site`` makes an instance of a class of the program whose ``__init__`` opens a log or a file for
+    writing (a ``Logger`` wrapping a TensorBoard or TensorFlow summary writer)."""
+    function = plan.callee(site)
+    if function is None or not isinstance(function.node, cst.FunctionDef) or function.node.name.value != "__init__":
+        return False
+    return any(writes_file(s) or (s.qualname or "") in TF_WRITERS for s in function.calls)
+
+
+def writes_file(site: CallSite) -> bool:
+    """``open(p, "w")``, ``Path(p).open("a")``, ``p.write_text(...)``, ``json.dump``-style writers, ``savefig``."""
+    if site.qualname in WRITERS or site.method in ("savefig", "write_text", "write_bytes"):
+        return True
+    if site.qualname in LOG_WRITERS:
+        return True
+    if site.qualname == "open":
+        mode_position = 1
+    elif site.method == "open" and not (site.qualname or "").startswith(("os.", "io.", "gzip.", "bz2.", "lzma.")):
+        mode_position = 0  # pathlib: Path.open(mode)
+    else:
+        return False
+    mode = next((a.value for a in site.node.args if a.keyword is not None and a.keyword.value == "mode"), None)
+    positional = [a for a in site.node.args if a.keyword is None]
+    if mode is None and len(positional) > mode_position:
+        mode = positional[mode_position].value
+    return isinstance(mode, cst.SimpleString) and any(c in str(mode.evaluated_value) for c in WRITE_MODES)
+
+
+def saves_file_object(plan: Plan, site: CallSite) -> bool:
+    """``anim.save("x.gif")`` where ``anim = animation.ArtistAnimation(...)``, ``Image.fromarray(a).save(p)``: the
+    ``save`` of an object made by a constructor in FILE_OBJECTS, directly or through the name it is bound to."""
+    if site.method != "save" or not isinstance(site.node.func, cst.Attribute):
+        return False
+    receiver = site.node.func.value
+    made: cst.BaseExpression | None = receiver if isinstance(receiver, cst.Call) else None
+    if isinstance(receiver, cst.Name):
+        binding = plan.binding_of(site.scope, receiver.value)
+        made = binding.value if binding is not None else None
+    maker = plan.facts.sites.get(made) if isinstance(made, cst.Call) else None
+    return maker is not None and (maker.qualname or "") in FILE_OBJECTS

@@ -1,0 +1,233 @@
+"""The plan's decision 1, roles: which bindings create a model, optimizer, scheduler, data loader or device (through
+the program's own helpers too: ``make_optimizer(model)``, ``make_loaders()``), and which models each optimizer
+trains (``trained_by``); ``Plan`` mixes it in and asks it first."""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from accelify.codemods.analysis.distributed import Distributed
+from accelify.codemods.analysis.facts import Binding, Scope
+from accelify.codemods.analysis.flow import Flow
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.roles import (
+    LIBRARY_OPTIMIZERS,
+    classify,
+    element_call,
+    factory_role,
+    names_a_device,
+    parameter_owners,
+    parameter_owners_in,
+    strip_placement,
+)
+from accelify.codemods.analysis.statement_shapes import target_names
+
+
+class RoleAssignment(Flow):
+    """Assigns ``Binding.role`` over the program (``analysis/roles.py`` classifies one value), and follows what an
+    optimizer trains; the hand-written distributed code it reads is the plan's (``distributed``)."""
+
+    distributed: Distributed
+
+    def _assign_roles(self) -> None:
+        for binding in self.facts.bindings():
+            binding.role = classify(binding.value, binding.where.imports, self.facts.classes)
+            binding.many = binding.role is not None and element_call(binding.value) is not None
+            if binding.role == "device" and self.distributed.follows_device(binding.value):
+                binding.role = None  # ``device_type = 'cuda' if 'cuda' in device else 'cpu'``: it follows the device
+        for scope in self.facts.scopes:  # every assignment of a device variable is one (the else branches too)
+            for bindings in scope.bindings.values():
+                if any(b.role == "device" for b in bindings):
+                    for b in bindings:
+                        if b.role is None and b.value is not None and names_a_device(b.value, b.where.imports):
+                            b.role = "device"
+        for binding in self.facts.bindings():
+            if binding.role is None and (binding.value is not None or binding.unpacked is not None):
+                self._made_by_helper(binding)
+        stepped: set[str | None] = set()
+        zeroed: set[str | None] = set()
+        for site in self.facts.calls:
+            if site.method in ("step", "zero_grad") and isinstance(site.node.func, cst.Attribute):
+                (stepped if site.method == "step" else zeroed).add(dotted(site.node.func.value))
+        for binding in self.facts.bindings():
+            if binding.role == "optimizer" and binding.key not in stepped | zeroed and not _from_torch_optim(binding):
+                binding.role = None  # ``OrderedSet(m.named_parameters())`` is no optimizer unless it steps
+            elif binding.role is None and binding.key in stepped & zeroed and self._model_arguments(binding):
+                # ``optimizer = make_optimizer(model, **cfg)`` (however it builds it): stepped and zeroed, fed a model
+                binding.role = "optimizer"
+        for binding in self.facts.bindings():  # whatever an optimizer trains is a model
+            if binding.role == "optimizer":
+                for where, owner in self.trained_by(binding):
+                    found = self.origin(where, owner)
+                    if found is not None and found.role is None and found.value is not None:
+                        found.role = "model"
+        self._origins.clear()
+        self._params.clear()
+
+    def trained_by(self, optimizer: Binding) -> list[tuple[Scope, cst.BaseExpression]]:
+        """The models ``optimizer`` trains, as (scope, expression): the owners of the ``.parameters()``
+        passed to its constructor (for a list, to each element and to what is appended to it), else the
+        model arguments of the helper that made it. ``block`` of ``for block in model.blocks`` stands for
+        ``model.blocks``; ``model.stem`` for ``model`` when only the whole model can be followed."""
+        where, call = _maker(optimizer)
+        calls: list[cst.BaseExpression] = [call]
+        if optimizer.many:
+            calls = [e.value for e in optimizer.value.elements] if isinstance(optimizer.value, (cst.List, cst.Tuple)) else [call]  # type: ignore[union-attr]
+            calls += [s.node.args[0].value for s in optimizer.where.calls if s.method in ("append", "extend")
+                      and s.node.args and dotted(s.node.func.value) == optimizer.key]  # type: ignore[attr-defined]
+        owners = [o for c in calls if isinstance(c, cst.Call) for o in parameter_owners(c)]
+        if not owners:  # ``AdamW(optimizer_grouped_parameters, ...)``: the groups name ``model.named_parameters()``
+            owners = self._group_owners(where, [a.value for c in calls if isinstance(c, cst.Call) for a in c.args])
+        if owners:
+            receiver = _method_receiver(optimizer)
+            return [
+                (optimizer.where, receiver)  # ``self.fc.parameters()`` too: the whole model is what gets prepared
+                if receiver is not None and _rooted_at_self(owner)
+                else (where, self._model_root(where, self._comprehended(optimizer, owner)))
+                for owner in owners
+            ]
+        return [(optimizer.where, arg) for arg in self._model_arguments(optimizer)]
+
+    def _group_owners(self, where: Scope, values: list[cst.BaseExpression]) -> list[cst.BaseExpression]:
+        """The owners of the ``.parameters()`` that parameter groups passed by name hold, followed through the names
+        they are built from in ``where`` (``param_optimizer = list(model.named_parameters())``, then
+        ``groups = [{"params": [p for n, p in param_optimizer if ...]}, ...]``), a few bindings deep."""
+        names = [v.value for v in values if isinstance(v, cst.Name)]
+        seen: set[str] = set()
+        owners: list[cst.BaseExpression] = []
+        for _ in range(3):
+            nxt: list[str] = []
+            for name in names:
+                binding = self.binding_of(where, name)
+                if name in seen or binding is None or binding.value is None or binding.where is not where:
+                    continue
+                seen.add(name)
+                found = parameter_owners_in(binding.value)
+                owners += found
+                if not found:
+                    nxt += [n.value for n in m.findall(binding.value, m.Name()) if isinstance(n, cst.Name)]
+            if owners or not nxt:
+                break
+            names = nxt
+        return owners
+
+    def _comprehended(self, optimizer: Binding, owner: cst.BaseExpression) -> cst.BaseExpression:
+        """``block`` -> ``model.blocks`` when ``block`` is the target of the list comprehension's ``for``."""
+        value = optimizer.value
+        if isinstance(value, cst.ListComp) and isinstance(owner, cst.Name):
+            comp: cst.BaseComp | None = value.for_in  # type: ignore[assignment]
+            while comp is not None:
+                if owner.value in target_names(comp.target):  # type: ignore[attr-defined]
+                    iterable = comp.iter  # type: ignore[attr-defined]
+                    while isinstance(iterable, cst.Call) and iterable.args:  # enumerate(model.blocks)
+                        iterable = iterable.args[0].value
+                    return iterable
+                comp = comp.inner_for_in  # type: ignore[attr-defined]
+        return owner
+
+    def _model_root(self, scope: Scope, owner: cst.BaseExpression) -> cst.BaseExpression:
+        """``model.stem`` -> ``model`` when ``model.stem`` itself cannot be followed but ``model`` can."""
+        while isinstance(owner, cst.Attribute) and self.origin(scope, owner) is None and dotted(owner.value) is not None:
+            owner = owner.value
+        return owner
+
+    def _model_arguments(self, binding: Binding) -> list[cst.BaseExpression]:
+        """Arguments of ``binding``'s call that hold an ``nn.Module`` built here (``make_optimizer(model)``)."""
+        value = strip_placement(binding.value) if binding.value is not None else None
+        if not isinstance(value, cst.Call):
+            return []
+        out = []
+        if isinstance(value.func, cst.Attribute) and (found := self.origin(binding.where, value.func.value)) is not None:
+            if found.role == "model":  # ``optimizer = model.configure_optimizers(...)``
+                out.append(value.func.value)
+        for arg in value.args:
+            found = self.origin(binding.where, arg.value) if not arg.star else None
+            if found is not None and found.role == "model":
+                out.append(arg.value)
+        return out
+
+    def _made_by_helper(self, binding: Binding) -> None:
+        """``opt = make_optimizer(model, **cfg)`` where the helper returns ``torch.optim.AdamW(...)``
+        directly, or ``train_dl, test_dl = make_loaders()`` returning ``DataLoader(...), DataLoader(...)``:
+        the binding takes the role of what every ``return`` builds (element ``index`` of a tuple)."""
+        index = None
+        if binding.unpacked is not None:
+            value, index = binding.unpacked
+        else:
+            value = strip_placement(binding.value)  # type: ignore[arg-type]
+        if not isinstance(value, cst.Call) or not self._local_call(value):
+            return
+        function = self.callee(self.facts.sites[value])
+        assert function is not None
+        returned = []
+        for ret in function.returns:
+            expr = ret.value
+            if index is not None:
+                expr = expr.elements[index].value if isinstance(expr, (cst.Tuple, cst.List)) and index < len(expr.elements) else None
+            if expr is not None:
+                returned.append(strip_placement(expr))
+        if returned and not all(isinstance(e, cst.Call) for e in returned):
+            # ``data_loader = DataLoader(...); return data_loader``: each call makes a loader of its own (stargan's
+            # ``get_loader`` called for CelebA and for RaFD), as a returned call would; models and optimizers stay
+            # the helper's own objects, which the optimizer's ``.parameters()`` there names
+            bound = [_bound_call(function, e) for e in returned]
+            if all(isinstance(e, cst.Call) and classify(e, function.imports, self.facts.classes) == "loader" for e in bound):
+                returned = bound
+        if not returned or len(returned) != len(function.returns) or not all(isinstance(e, cst.Call) for e in returned):
+            return
+        roles = {classify(e, function.imports, self.facts.classes) for e in returned}
+        if "device" in roles and all(names_a_device(e, function.imports) for e in returned):
+            roles = {"device"}  # ``return torch.device('cuda:0')`` or, without CUDA, ``return torch.device('cpu')``
+        if len(roles) == 1 and None not in roles:
+            binding.role = roles.pop()
+            binding.made = (function, returned[0])
+
+    def bindings_with_role(self, role: str) -> list[Binding]:
+        return [b for b in self.facts.bindings() if b.role == role]
+
+
+def _bound_call(function: Scope, expr: cst.BaseExpression) -> cst.BaseExpression:
+    """``data_loader`` of ``return data_loader`` -> the call it is bound to, when the function binds it once
+    (``data_loader = DataLoader(...)``): each call of the helper makes an object of its own, as a returned call does."""
+    bindings = function.bindings.get(expr.value, []) if isinstance(expr, cst.Name) else []
+    if len(bindings) == 1 and bindings[0].loop is None and bindings[0].value is not None:
+        value = strip_placement(bindings[0].value)
+        if isinstance(value, cst.Call):
+            return value
+    return expr
+
+
+def _maker(binding: Binding) -> tuple[Scope, cst.Call]:
+    """The scope and the call that built ``binding``'s object (in a helper that returned it, or here; the
+    first element of a list)."""
+    where, value = binding.made or (binding.where, strip_placement(binding.value))  # type: ignore[arg-type]
+    element = element_call(value) if binding.many else None
+    value = strip_placement(element) if element is not None else value
+    return where, value if isinstance(value, cst.Call) else cst.Call(cst.Name("_"))
+
+
+def _method_receiver(binding: Binding) -> cst.BaseExpression | None:
+    """``model`` of ``optimizer = model.configure_optimizers(...)`` when a method of a class built the object:
+    what that method's ``self`` stands for where the binding is."""
+    if binding.made is None or binding.made[0].parent is None or binding.made[0].parent.kind != "class":
+        return None
+    value = binding.unpacked[0] if binding.unpacked is not None else strip_placement(binding.value)  # type: ignore[arg-type]
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+        return value.func.value
+    return None
+
+
+def _rooted_at_self(expr: cst.BaseExpression) -> bool:
+    while isinstance(expr, cst.Attribute):
+        expr = expr.value
+    return isinstance(expr, cst.Name) and expr.value == "self"
+
+
+def _from_torch_optim(binding: Binding) -> bool:
+    """Whether ``binding`` holds a ``torch.optim`` optimizer, or a library's (``transformers.AdamW``), not just a
+    call that takes parameters."""
+    where, core = _maker(binding)
+    q = where.imports.qualname(core.func) or ""
+    return q.startswith("torch.optim.") or q in LIBRARY_OPTIMIZERS or \
+        factory_role(core, where.imports, {}) == "optimizer"  # ``config.init_obj('optimizer', torch.optim, params)``

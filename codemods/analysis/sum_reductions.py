@@ -1,0 +1,28 @@
+"""The statement that reduces (or gathers) a running sum across processes, by its kind
+(``analysis/shard_sums.py``): what ``rules/averages.py`` inserts after the loop."""
+
+from __future__ import annotations
+
+from accelify.codemods.analysis.shard_sums import Accumulator
+
+
+def reduction_code(acc: Accumulator, accelerator: str, torch: str, mean: bool) -> str:
+    """The code that makes ``acc`` the whole data set's after its loop (``accelerator`` and ``torch`` as the module
+    spells them): ``"mean"`` when ``mean``, else ``"sum"``; a list of per-batch values is gathered."""
+    reduction = '"mean"' if mean else '"sum"'
+    if acc.keys:  # a defaultdict of sums: every key written out, in the same order on every process
+        keys = ", ".join(repr(k) for k in acc.keys) + ("," if len(acc.keys) == 1 else "")
+        value = f"{torch}.tensor(float({acc.name}[key]), dtype={torch}.float64, device={accelerator}.device)"
+        return f"for key in ({keys}):\n    {acc.name}[key] = {accelerator}.reduce({value}, {reduction}).item()"
+    if acc.kind == "tensor":
+        return f"{acc.name} = {accelerator}.reduce({acc.name}, {reduction})"
+    if acc.kind == "tensor list":  # per-batch tensors of one shape, on the device: every process's, in one list
+        return f"{acc.name} = list({accelerator}.gather({torch}.stack({acc.name})))"
+    if acc.kind in ("list", "int list"):  # per-batch numbers, as long on every process: every process's, in one list
+        dtype = "" if acc.kind == "int list" else f"dtype={torch}.float64, "
+        return f"{acc.name} = {accelerator}.gather({torch}.tensor({acc.name}, {dtype}device={accelerator}.device)).tolist()"
+    dtype = f"dtype={torch}.float64, " if acc.kind in ("float", "number") or mean else ""
+    reduced = f"{accelerator}.reduce({torch}.tensor({acc.name}, {dtype}device={accelerator}.device), {reduction}).item()"
+    if acc.kind == "number" and not mean:
+        reduced = f"type({acc.name})({reduced})"  # an int stays an int, a float a float
+    return f"{acc.name} = {reduced}"
