@@ -42,8 +42,10 @@ def judged(original: list[Step], ranks: list[ProcessRecord]) -> dict[str, CheckR
     return {c.name: c for c in checks}
 
 
-def moving(count: int, **kwargs: object) -> list[Step]:
-    return [step(i + 1, [1.0 - 0.1 * i, 2.0 + 0.1 * i], **kwargs) for i in range(count)]  # type: ignore[arg-type]
+def moving(count: int, stride: float = 0.1, **kwargs: object) -> list[Step]:
+    """``count`` steps that each move both values by ``stride``."""
+    return [step(i + 1, [1.0 - stride * i, 2.0 + stride * i], **kwargs)  # type: ignore[arg-type]
+            for i in range(count)]
 
 
 def test_the_original_steps_on_n_processes_pass_every_exact_check() -> None:
@@ -133,12 +135,52 @@ def test_an_adaptive_optimizer_gets_a_share_of_its_learning_rate_and_no_more() -
     rate (titanic-dnn: 4.6e-5 after step 4 at lr 3e-3); SGD does not, and a whole step is never excused."""
     grads = [0.3, 0.5]
 
-    def run(kind: str, delta: float) -> str:
-        original = [replace(s, kind=kind) for s in moving(4, grads=grads, lr=0.003)]
-        mine = [replace(s, kind=kind) for s in moving(4, grads=grads, lr=0.003)]
+    def run(kind: str, delta: float) -> str:  # each step moves the values by about the learning rate, as Adam does
+        original = [replace(s, kind=kind) for s in moving(4, 0.003, grads=grads, lr=0.003)]
+        mine = [replace(s, kind=kind) for s in moving(4, 0.003, grads=grads, lr=0.003)]
         mine[3] = replace(mine[3], params=(parameter([v + delta for v in mine[3].params[0].values], grads),))
         return judged(original, [record(0, mine), record(1, mine)])["same as original"].status
 
     assert run("Adam", 4.6e-4) == PASSED  # values near 1: 4.6e-5 would pass any optimizer's rtol
     assert run("SGD", 4.6e-4) == FAILED
     assert run("Adam", 0.003) == FAILED
+
+
+
+def small(count: int) -> list[Step]:
+    """``count`` steps that each move a value near 0 and a value near 2 by 1e-3 (L2 of an update: 1.41e-3)."""
+    return [step(i + 1, [0.001 * (i + 1), 2.0 + 0.001 * (i + 1)]) for i in range(count)]
+
+
+def shifted(steps: list[Step], at: int, delta: float) -> list[Step]:
+    """``steps`` with their first value moved by ``delta`` from step ``at`` on (later steps inherit it)."""
+    return [replace(s, params=(parameter([s.params[0].values[0] + delta, s.params[0].values[1]],
+                                         list(s.params[0].grads)),)) if s.n >= at else s for s in steps]
+
+
+def test_float32_rounding_of_a_later_step_is_a_small_share_of_its_update_and_is_passed() -> None:
+    """pytorch-cifar100's ResNet18: once the parameters differ in their last bits, the two runs' float32 gradients
+    round differently by ~1e-3 of their size, beyond atol on values near 0 (2.7e-6 after step 4); in float64 they
+    agree to 1e-14. What the step added to the difference is 1.4 % of its update here: rounding, and said so."""
+    rounded = shifted(small(4), 3, 2e-5)  # beyond atol 1e-6 on the value near 0
+    check = judged(small(4), [record(0, rounded), record(1, rounded)])["same as original"]
+    assert check.status == PASSED, check
+    assert "from step 3 on the gradients differ by float32 rounding" in check.detail
+    assert "at most 1.41% of that step's update (up to 5% is rounding)" in check.detail
+
+
+def test_a_difference_that_is_a_large_share_of_the_update_still_fails_and_says_its_share() -> None:
+    wrong = shifted(small(4), 3, 3e-4)  # 21 % of the step's update: the update itself changed
+    check = judged(small(4), [record(0, wrong), record(1, wrong)])["same as original"]
+    assert check.status == FAILED and "after step 3" in check.detail
+    assert "what the step added to the difference is 21.21% of its update" in check.detail
+
+
+def test_rounding_is_not_excused_at_a_first_step_nor_where_the_original_did_not_move() -> None:
+    first = shifted(small(3), 1, 2e-5)  # step 1: no update before it to measure the difference against
+    check = judged(small(3), [record(0, first), record(1, first)])["same as original"]
+    assert check.status == FAILED and "after step 1" in check.detail
+    still = [step(i + 1, [0.001, 2.0]) for i in range(3)]  # a learning rate of 0: nothing moved, nothing rounded
+    moved = shifted(still, 2, 2e-5)
+    check = judged(still, [record(0, moved), record(1, moved)])["same as original"]
+    assert check.status == FAILED and "after step 2" in check.detail
