@@ -11,7 +11,7 @@ import libcst as cst
 
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import code_of, expression, unwrap
-from accelify.codemods.analysis.facts import CallSite
+from accelify.codemods.analysis.facts import CallSite, Scope
 from accelify.codemods.engine.rule import Example, Rule
 from accelify.codemods.analysis.blocks import opened_path, opening_with, outside_open, previous
 
@@ -104,7 +104,9 @@ accelerator.end_training()
                 ctx.change('torch.load(..., map_location="cpu")')
                 # only the main process writes: the others must not read the file before it is there
                 anchor = _read_anchor(ctx, load)
-                if _reads_unwaited_save(ctx, load, saves, order) and anchor not in waited and not ctx.is_skipped(anchor):
+                unwaited = _reads_unwaited_save(ctx, load, saves, order) or (
+                    _saved_by_earlier_call(ctx, load, order) and ctx.agreement.agreed(anchor, load.scope))
+                if unwaited and anchor not in waited and not ctx.is_skipped(anchor):
                     ctx.insert_before(anchor, [f"{accelerator}.wait_for_everyone()"])
                     waited.add(anchor)
         self._whole_models(ctx, saves, order, waited)
@@ -234,6 +236,29 @@ def _reads_unwaited_save(ctx: Context, load: CallSite, saves: list[CallSite], or
     statements = {s.stmt for s in saves}
     module = ctx.facts.unit_of(load.scope).module
     return not any(previous(ctx.facts, s.stmt, module) not in statements for s in before[matching[-1] + 1 :])
+
+
+def _saved_by_earlier_call(ctx: Context, load: CallSite, order: dict[cst.Call, int]) -> bool:
+    """Whether a call before ``load`` in its function runs, through the program, a ``torch.save`` (the main process
+    alone writes it once converted): ``early_stopping(val_loss, model)`` whose ``save_checkpoint`` saves the best
+    weights, then ``model.load_state_dict(torch.load("checkpoint.pt"))``. The others must not read the file before
+    the main process has written it (nor an older file of a previous run), so a barrier goes before the load."""
+    def saves(function: Scope, seen: frozenset[int]) -> bool:
+        for site in function.calls:
+            if site.qualname == "torch.save":
+                return True
+            callee = ctx.plan.callee(site)
+            if callee is not None and id(callee) not in seen and saves(callee, seen | {id(callee)}):
+                return True
+        return False
+
+    for site in load.scope.calls:
+        if order.get(site.node, len(order)) >= order[load.node]:
+            continue
+        callee = ctx.plan.callee(site)
+        if callee is not None and saves(callee, frozenset({id(callee)})):
+            return True
+    return False
 
 
 def _read_anchor(ctx: Context, load: CallSite) -> cst.BaseStatement:
