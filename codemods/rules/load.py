@@ -99,9 +99,10 @@ accelerator.end_training()
             if found.role == "model":
                 ctx.replace(func.value, site.stmt, lambda n, a=accelerator: unwrap(n, a))  # type: ignore[misc]
                 ctx.change("load into accelerator.unwrap_model(model)")
-            for load in self._loads_feeding(ctx, site):
-                ctx.replace(load.node, load.stmt, _map_to_cpu)
-                ctx.change('torch.load(..., map_location="cpu")')
+            for load in self._loads_feeding(ctx, site, mapped=True):
+                if _without_location(load):
+                    ctx.replace(load.node, load.stmt, _map_to_cpu)
+                    ctx.change('torch.load(..., map_location="cpu")')
                 # only the main process writes: the others must not read the file before it is there
                 anchor = _read_anchor(ctx, load)
                 unwaited = _reads_unwaited_save(ctx, load, saves, order) or (
@@ -174,8 +175,9 @@ accelerator.end_training()
                 ctx.insert_before(anchor, [f"{accelerator}.wait_for_everyone()"])
                 waited.add(anchor)
 
-    def _loads_feeding(self, ctx: Context, site: CallSite) -> list[CallSite]:
-        """``torch.load`` calls without ``map_location`` whose result this call loads (directly or via a name)."""
+    def _loads_feeding(self, ctx: Context, site: CallSite, mapped: bool = False) -> list[CallSite]:
+        """``torch.load`` calls without ``map_location`` whose result this call loads (directly or via a name); with
+        ``mapped``, also those that name a location or other arguments (``weights_only=True``)."""
         if not site.node.args:
             return []
         value = site.node.args[0].value
@@ -187,9 +189,15 @@ accelerator.end_training()
         load = ctx.facts.sites.get(value) if isinstance(value, cst.Call) else None
         if load is None or load.qualname != "torch.load" or ctx.rewritten(load.node):
             return []
-        if any(a.keyword is not None and a.keyword.value == "map_location" for a in load.node.args) or len(load.node.args) > 1:
-            return []
-        return [load]
+        return [load] if mapped or _without_location(load) else []
+
+
+def _without_location(load: CallSite) -> bool:
+    """``torch.load(f)``, ``torch.load(f, weights_only=True)``: no location named (by keyword or by position), so
+    ``map_location="cpu"`` can be added."""
+    args = load.node.args
+    return not any(a.keyword is not None and a.keyword.value == "map_location" for a in args) \
+        and sum(a.keyword is None for a in args) == 1 and not any(a.star for a in args)
 
 
 def _assigns_model(ctx: Context, load: CallSite) -> bool:
