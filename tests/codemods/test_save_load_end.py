@@ -236,7 +236,8 @@ def test_a_load_from_a_file_opened_by_a_with_waits_before_the_with() -> None:
             "model = torch.load(path, map_location=\"cpu\").to(accelerator.device)\n") in plain
 
 
-def test_a_helper_handed_the_prepared_model_saves_it_unwrapped_and_the_load_waits_for_it() -> None:
+@pytest.mark.parametrize("extra", ["", ", weights_only=True"])
+def test_a_helper_handed_the_prepared_model_saves_it_unwrapped_and_the_load_waits_for_it(extra: str) -> None:
     """Bjarten/early-stopping-pytorch (set I, W10): `early_stopping(val_loss, model)` runs the instance's `__call__`,
     whose `save_checkpoint(val_loss, model)` saved the prepared model's state dict (`module.` keys: the load after
     training crashed), and nothing kept the other processes from reading the file before the main process wrote it."""
@@ -253,10 +254,11 @@ def test_a_helper_handed_the_prepared_model_saves_it_unwrapped_and_the_load_wait
         "import torch\nfrom early_stopping import EarlyStopping\n\n\ndef train(model, opt, epochs):\n"
         "    early_stopping = EarlyStopping()\n    for epoch in range(epochs):\n        loss = model(torch.ones(2)).sum()\n"
         "        loss.backward()\n        opt.step()\n        early_stopping(float(epoch), model)\n"
-        "    model.load_state_dict(torch.load('checkpoint.pt'))\n\n\n"
+        f"    model.load_state_dict(torch.load('checkpoint.pt'{extra}))\n\n\n"
         "model = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\ntrain(model, opt, 2)\n",
         modules=[helper])
     assert ("        early_stopping(float(epoch), model)\n    accelerator.wait_for_everyone()\n"
-            "    accelerator.unwrap_model(model).load_state_dict(torch.load('checkpoint.pt', map_location=\"cpu\"))\n") in result.new
+            f"    accelerator.unwrap_model(model).load_state_dict(torch.load('checkpoint.pt'{extra}, map_location=\"cpu\"))\n"
+            ) in result.new, result.new
     text = next(c.new for c in result.companions if c.path == "early_stopping.py")
     assert "        self.accelerator.save(self.accelerator.unwrap_model(model).state_dict(), self.path)\n" in text, text
