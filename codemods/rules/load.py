@@ -251,22 +251,17 @@ def _saved_by_earlier_call(ctx: Context, load: CallSite, order: dict[cst.Call, i
     alone writes it once converted): ``early_stopping(val_loss, model)`` whose ``save_checkpoint`` saves the best
     weights, then ``model.load_state_dict(torch.load("checkpoint.pt"))``. The others must not read the file before
     the main process has written it (nor an older file of a previous run), so a barrier goes before the load."""
-    def saves(function: Scope, seen: frozenset[int]) -> bool:
-        for site in function.calls:
-            if site.qualname == "torch.save":
-                return True
-            callee = ctx.plan.callee(site)
-            if callee is not None and id(callee) not in seen and saves(callee, seen | {id(callee)}):
-                return True
-        return False
+    known: dict[int, bool] = {}
 
-    for site in load.scope.calls:
-        if order.get(site.node, len(order)) >= order[load.node]:
-            continue
-        callee = ctx.plan.callee(site)
-        if callee is not None and saves(callee, frozenset({id(callee)})):
-            return True
-    return False
+    def saves(function: Scope) -> bool:
+        if id(function) not in known:
+            known[id(function)] = False  # a recursion reads "no" until it is known
+            known[id(function)] = any(site.qualname == "torch.save" or (
+                (callee := ctx.plan.callee(site)) is not None and saves(callee)) for site in function.calls)
+        return known[id(function)]
+
+    return any(order.get(site.node, len(order)) < order[load.node] and (callee := ctx.plan.callee(site)) is not None
+               and saves(callee) for site in load.scope.calls)
 
 
 def _read_anchor(ctx: Context, load: CallSite) -> cst.BaseStatement:
