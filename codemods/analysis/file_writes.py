@@ -44,7 +44,8 @@ def writer_class(plan: Plan, site: CallSite) -> bool:
     function = plan.callee(site)
     if function is None or not isinstance(function.node, cst.FunctionDef) or function.node.name.value != "__init__":
         return False
-    return function.parent is not None and logger_class(plan, function.parent)
+    made = plan.classes.class_of(site.scope, site.node.func) or function.parent  # a subclass may inherit ``__init__``
+    return made is not None and logger_class(plan, made)
 
 
 def logger_class(plan: Plan, cls: Scope) -> bool:
@@ -54,10 +55,16 @@ def logger_class(plan: Plan, cls: Scope) -> bool:
     ``__init__`` (SimCLR's) is no logger: kept to the main process, only that process would train. The writes rule
     makes an instance of a logger class on the main process only, and the save rule keeps collectives out of its
     methods (their calls then run on the main process alone)."""
-    init = plan.facts.function("__init__", cls)
+    init = plan.classes.method(cls, "__init__")
     if init is None or not any(writes_file(s) or (s.qualname or "") in TF_WRITERS for s in init.calls):
         return False
-    methods = [s for s in plan.facts.scopes if s.class_scope is cls]
+    family, pending = {id(cls)}, [cls]  # its own methods and those it inherits (``class Trainer(BaseTrainer)``)
+    while pending:
+        for base in plan.classes.bases(pending.pop()):
+            if id(base) not in family:
+                family.add(id(base))
+                pending.append(base)
+    methods = [s for s in plan.facts.scopes if s.class_scope is not None and id(s.class_scope) in family]
     return not any(plan.reaches_backward(c) or _steps_optimizer(plan, c) for m in methods for c in m.calls)
 
 

@@ -351,3 +351,19 @@ def test_a_trainer_that_makes_a_summary_writer_trains_on_every_process() -> None
     assert "        self.writer = SummaryWriter() if self.accelerator.is_main_process else None\n" in new
     assert ("            if self.accelerator.is_main_process:\n"
             "                self.writer.add_scalar('loss', loss.item(), step)\n") in new
+
+
+def test_a_trainer_whose_training_is_inherited_is_no_logger() -> None:
+    """`class Trainer(BaseTrainer)` makes the writer in its `__init__` and inherits `train()` (backward, step) from
+    its base: it trains, so neither the trainer nor its `train()` call goes to the main process."""
+    new = converted(
+        "import torch\nfrom torch.utils.tensorboard import SummaryWriter\n\n\nclass BaseTrainer:\n"
+        "    def train(self, data):\n        for step, x in enumerate(data):\n            loss = self.model(x).sum()\n"
+        "            self.optimizer.zero_grad()\n            loss.backward()\n            self.optimizer.step()\n\n\n"
+        "class Trainer(BaseTrainer):\n    def __init__(self, model, optimizer):\n        self.model = model\n"
+        "        self.optimizer = optimizer\n        self.writer = SummaryWriter()\n\n\n"
+        "def main():\n    model = torch.nn.Linear(2, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    trainer = Trainer(model, optimizer)\n    trainer.train(torch.ones(4, 2))\n"
+    )
+    assert "is_main_process else None" not in new.split("def main")[1], new
+    assert "    trainer.train(torch.ones(4, 2), accelerator)\n" in new and "    if accelerator.is_main_process:\n        trainer" not in new
