@@ -65,6 +65,9 @@ class CallGraph:
                 found = self.facts.function(func.value, owner) or self._init(self.facts.class_scope(func.value, owner))
                 if found is not None:
                     return found
+            called = self._instance_method(site.scope, func.value, "__call__")
+            if called is not None:
+                return called  # ``early_stopping(val_loss, model)``: the instance's ``__call__``
         if self.elsewhere and (cls := self._chosen(site.scope, func)) is not None:
             return self._init(cls)  # ``GANS[args.gan_type](args)``: the one trainer this conversion is about
         return self._imported(site.qualname)
@@ -88,9 +91,10 @@ class CallGraph:
             else:
                 bindings = [b for b in bindings if isinstance(b.value, cst.Call) and isinstance(b.value.func, cst.Name)
                             and self.facts.class_scope(b.value.func.value, scope.resolve(b.value.func.value)) is not None]
-        if len(bindings) != 1 or not isinstance(bindings[0].value, cst.Call):
+        made = _made(bindings[0].value) if len(bindings) == 1 else None
+        if made is None:
             return None
-        func = bindings[0].value.func
+        func = made.func
         cls = self._chosen(scope, func) if self.elsewhere else self.classes.class_of(scope, func)
         return self.classes.method(cls, method) if cls is not None else None
 
@@ -128,7 +132,7 @@ class CallGraph:
         node = function.node
         assert isinstance(node, cst.FunctionDef)
         positional = [p.name.value for p in (*node.params.posonly_params, *node.params.params)]
-        bound = isinstance(site.node.func, cst.Attribute) or node.name.value == "__init__"
+        bound = isinstance(site.node.func, cst.Attribute) or node.name.value in ("__init__", "__call__")
         if function.parent is not None and function.parent.kind == "class" and bound and positional[:1] in (["self"], ["cls"]):
             positional = positional[1:]
         index = 0
@@ -164,3 +168,11 @@ class CallGraph:
                 if function is not None:
                     found.append(function)
         return found
+
+
+def _made(value: cst.BaseExpression | None) -> cst.Call | None:
+    """The constructor call a name is bound to: ``Logger(...)``, also as the converted code makes it on the main
+    process only (``Logger(...) if accelerator.is_main_process else None``); None for anything else."""
+    if isinstance(value, cst.IfExp) and isinstance(value.orelse, cst.Name) and value.orelse.value == "None":
+        value = value.body
+    return value if isinstance(value, cst.Call) else None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods.analysis.facts import CallSite
+from accelify.codemods.analysis.facts import CallSite, Scope
 from accelify.codemods.analysis.plan import Plan
 
 WRITERS = {
@@ -40,12 +40,41 @@ LOG_WRITERS = {"torch.utils.tensorboard.SummaryWriter", "tensorboardX.SummaryWri
 
 
 def writer_class(plan: Plan, site: CallSite) -> bool:
-    """Whether ``site`` makes an instance of a class of the program whose ``__init__`` opens a log or a file for
-    writing (a ``Logger`` wrapping a TensorBoard or TensorFlow summary writer)."""
+    """Whether ``site`` makes an instance of a logger class of the program (``logger_class``)."""
     function = plan.callee(site)
     if function is None or not isinstance(function.node, cst.FunctionDef) or function.node.name.value != "__init__":
         return False
-    return any(writes_file(s) or (s.qualname or "") in TF_WRITERS for s in function.calls)
+    made = plan.classes.class_of(site.scope, site.node.func) or function.parent  # a subclass may inherit ``__init__``
+    return made is not None and logger_class(plan, made)
+
+
+def logger_class(plan: Plan, cls: Scope) -> bool:
+    """Whether ``cls`` is a class of the program that only logs: its ``__init__`` opens a log or a file for writing
+    (a ``Logger`` wrapping a TensorBoard or TensorFlow summary writer), and no method of it trains (calls, through
+    the program, a ``backward`` or an optimizer's ``step``). A trainer that makes a ``SummaryWriter`` in its
+    ``__init__`` (SimCLR's) is no logger: kept to the main process, only that process would train. The writes rule
+    makes an instance of a logger class on the main process only, and the save rule keeps collectives out of its
+    methods (their calls then run on the main process alone)."""
+    init = plan.classes.method(cls, "__init__")
+    if init is None or not any(writes_file(s) or (s.qualname or "") in TF_WRITERS for s in init.calls):
+        return False
+    family, pending = {id(cls)}, [cls]  # its own methods and those it inherits (``class Trainer(BaseTrainer)``)
+    while pending:
+        for base in plan.classes.bases(pending.pop()):
+            if id(base) not in family:
+                family.add(id(base))
+                pending.append(base)
+    methods = [s for s in plan.facts.scopes if s.class_scope is not None and id(s.class_scope) in family]
+    return not any(plan.reaches_backward(c) or _steps_optimizer(plan, c) for m in methods for c in m.calls)
+
+
+def _steps_optimizer(plan: Plan, site: CallSite) -> bool:
+    """``self.optimizer.step()`` / ``scaler.step(opt)``: an update of the parameters (a step of something the
+    plan takes for an optimizer, or any ``step`` handed an argument, as a scaler's is)."""
+    if site.method != "step" or not isinstance(site.node.func, cst.Attribute):
+        return False
+    found = plan.origin(site.scope, site.node.func.value)
+    return bool(site.node.args) or (found is not None and found.role == "optimizer")
 
 
 def writes_file(site: CallSite) -> bool:

@@ -9,8 +9,9 @@ accelerator.is_main_process:``. Anything else keeps the handle on every process,
 - the handle read in another way (passed to a function, returned, stored, an attribute read: ``writer.log_dir``),
   since on the other processes it is ``None``;
 - a call in the arguments that may reach the other processes (a ``gather``/``reduce``/barrier, a backward, a
-  ``torch.distributed`` call, or a function of the program that makes one): under the gate only the main process
-  would reach it, and the others would wait for it forever;
+  ``torch.distributed`` call, or a function of the program that makes one), or a method of the program's logger that
+  makes one (a barrier another rule writes in it): under the gate only the main process would reach it, and the
+  others would wait for it forever;
 - the handle bound more than once, or in a scope without the accelerator.
 
 A branch taken only where the handle exists (``if writer is not None:``, ``if writer:``) is a use too, when nothing in
@@ -144,6 +145,9 @@ def handle_uses(
             reached = collectives.in_arguments(site)
             if reached is not None:
                 found.problem = f"`{_first_line(site.stmt)}` calls `{reached}` in its arguments, which every process must reach"
+                return found
+            if collectives.reaches(site):  # ``logger.save_models(G, D)`` whose method waits for the others
+                found.problem = f"`{_first_line(site.stmt)}` runs a call that every process must reach"
                 return found
             found.uses.append((reader, site.stmt, site))  # type: ignore[arg-type]
     return found

@@ -11,7 +11,7 @@ import libcst as cst
 
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import code_of, expression, unwrap
-from accelify.codemods.analysis.facts import CallSite
+from accelify.codemods.analysis.facts import CallSite, Scope
 from accelify.codemods.engine.rule import Example, Rule
 from accelify.codemods.analysis.blocks import opened_path, opening_with, outside_open, previous
 
@@ -99,12 +99,15 @@ accelerator.end_training()
             if found.role == "model":
                 ctx.replace(func.value, site.stmt, lambda n, a=accelerator: unwrap(n, a))  # type: ignore[misc]
                 ctx.change("load into accelerator.unwrap_model(model)")
-            for load in self._loads_feeding(ctx, site):
-                ctx.replace(load.node, load.stmt, _map_to_cpu)
-                ctx.change('torch.load(..., map_location="cpu")')
+            for load in self._loads_feeding(ctx, site, mapped=True):
+                if _without_location(load):
+                    ctx.replace(load.node, load.stmt, _map_to_cpu)
+                    ctx.change('torch.load(..., map_location="cpu")')
                 # only the main process writes: the others must not read the file before it is there
                 anchor = _read_anchor(ctx, load)
-                if _reads_unwaited_save(ctx, load, saves, order) and anchor not in waited and not ctx.is_skipped(anchor):
+                unwaited = _reads_unwaited_save(ctx, load, saves, order) or (
+                    _saved_by_earlier_call(ctx, load, order) and ctx.agreement.agreed(anchor, load.scope))
+                if unwaited and anchor not in waited and not ctx.is_skipped(anchor):
                     ctx.insert_before(anchor, [f"{accelerator}.wait_for_everyone()"])
                     waited.add(anchor)
         self._whole_models(ctx, saves, order, waited)
@@ -172,8 +175,9 @@ accelerator.end_training()
                 ctx.insert_before(anchor, [f"{accelerator}.wait_for_everyone()"])
                 waited.add(anchor)
 
-    def _loads_feeding(self, ctx: Context, site: CallSite) -> list[CallSite]:
-        """``torch.load`` calls without ``map_location`` whose result this call loads (directly or via a name)."""
+    def _loads_feeding(self, ctx: Context, site: CallSite, mapped: bool = False) -> list[CallSite]:
+        """``torch.load`` calls without ``map_location`` whose result this call loads (directly or via a name); with
+        ``mapped``, also those that name a location or other arguments (``weights_only=True``)."""
         if not site.node.args:
             return []
         value = site.node.args[0].value
@@ -185,9 +189,15 @@ accelerator.end_training()
         load = ctx.facts.sites.get(value) if isinstance(value, cst.Call) else None
         if load is None or load.qualname != "torch.load" or ctx.rewritten(load.node):
             return []
-        if any(a.keyword is not None and a.keyword.value == "map_location" for a in load.node.args) or len(load.node.args) > 1:
-            return []
-        return [load]
+        return [load] if mapped or _without_location(load) else []
+
+
+def _without_location(load: CallSite) -> bool:
+    """``torch.load(f)``, ``torch.load(f, weights_only=True)``: no location named (by keyword or by position), so
+    ``map_location="cpu"`` can be added."""
+    args = load.node.args
+    return not any(a.keyword is not None and a.keyword.value == "map_location" for a in args) \
+        and sum(a.keyword is None for a in args) == 1 and not any(a.star for a in args)
 
 
 def _assigns_model(ctx: Context, load: CallSite) -> bool:
@@ -234,6 +244,24 @@ def _reads_unwaited_save(ctx: Context, load: CallSite, saves: list[CallSite], or
     statements = {s.stmt for s in saves}
     module = ctx.facts.unit_of(load.scope).module
     return not any(previous(ctx.facts, s.stmt, module) not in statements for s in before[matching[-1] + 1 :])
+
+
+def _saved_by_earlier_call(ctx: Context, load: CallSite, order: dict[cst.Call, int]) -> bool:
+    """Whether a call before ``load`` in its function runs, through the program, a ``torch.save`` (the main process
+    alone writes it once converted): ``early_stopping(val_loss, model)`` whose ``save_checkpoint`` saves the best
+    weights, then ``model.load_state_dict(torch.load("checkpoint.pt"))``. The others must not read the file before
+    the main process has written it (nor an older file of a previous run), so a barrier goes before the load."""
+    known: dict[int, bool] = {}
+
+    def saves(function: Scope) -> bool:
+        if id(function) not in known:
+            known[id(function)] = False  # a recursion reads "no" until it is known
+            known[id(function)] = any(site.qualname == "torch.save" or (
+                (callee := ctx.plan.callee(site)) is not None and saves(callee)) for site in function.calls)
+        return known[id(function)]
+
+    return any(order.get(site.node, len(order)) < order[load.node] and (callee := ctx.plan.callee(site)) is not None
+               and saves(callee) for site in load.scope.calls)
 
 
 def _read_anchor(ctx: Context, load: CallSite) -> cst.BaseStatement:

@@ -1,4 +1,8 @@
 """SaveOnMain: checkpoints are written once, from the unwrapped model, after every process is done.
+
+The barrier before a save is a collective: it goes only where every process reaches it alike. A save in a method
+of a logger class (``analysis/file_writes.py`` ``logger_class``), whose calls the writes rule runs on the main
+process only, gets it before each call of the method instead.
 """
 
 from __future__ import annotations
@@ -8,7 +12,8 @@ import libcst as cst
 from accelify.codemods.analysis.blocks import outside_open, previous
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import expression, unwrap
-from accelify.codemods.analysis.facts import Binding, CallSite
+from accelify.codemods.analysis.facts import Binding, CallSite, Scope
+from accelify.codemods.analysis.file_writes import logger_class
 from accelify.codemods.engine.rule import Example, Rule
 
 
@@ -88,7 +93,10 @@ accelerator.end_training()
             # and outside the `with open(...)` around the save (the writes rule puts it on the main process)
             anchor = outside_open(ctx.facts, site.stmt)
             before = previous(ctx.facts, site.stmt, ctx.facts.unit_of(site.scope).module)
-            if (before is None or before not in waited) and ctx.agreement.agreed(anchor, site.scope):
+            cls = site.scope.class_scope
+            if cls is not None and logger_class(ctx.plan, cls):
+                _wait_at_calls(ctx, site.scope, waited)  # its calls run on the main process only: no barrier in it
+            elif (before is None or before not in waited) and ctx.agreement.agreed(anchor, site.scope):
                 ctx.insert_before(anchor, [f"{accelerator}.wait_for_everyone()"])
             waited.add(site.stmt)
             ctx.change("save with accelerator.save after wait_for_everyone()")
@@ -138,6 +146,23 @@ accelerator.end_training()
 
     def _is_model(self, ctx: Context, site: CallSite, expr: cst.BaseExpression) -> bool:
         return ctx.plan.prepared_model(site.scope, expr, site.stmt) is not None
+
+
+def _wait_at_calls(ctx: Context, method: Scope, waited: set[cst.BaseStatement]) -> None:
+    """A save in a method of a logger class (``Logger.save_models``): the writes rule makes the logger on the main
+    process only and runs each statement calling its methods there, so a barrier inside would be reached by the main
+    process alone (a hang). The barrier goes before each statement that calls the method instead, outside that
+    guard, where every process reaches it alike (``accelerator.wait_for_everyone()`` then ``if
+    accelerator.is_main_process: logger.save_models(G, D, epoch)``); a call from the class itself gets none."""
+    for call in ctx.plan.call_sites(method):
+        accelerator = ctx.accelerator_in(call.scope)
+        if accelerator is None or call.scope.class_scope is method.class_scope or call.stmt in waited \
+                or not ctx.after_accelerator(call.scope, call.stmt) or ctx.is_skipped(call.stmt):
+            continue
+        anchor = outside_open(ctx.facts, call.stmt)
+        if ctx.agreement.agreed(anchor, call.scope):
+            ctx.insert_before(anchor, [f"{accelerator}.wait_for_everyone()"])
+            waited.add(call.stmt)
 
 
 def _reaching(ctx: Context, site: CallSite, name: str) -> Binding | None:

@@ -2,9 +2,10 @@
 the same file.
 
 Only whole statements are wrapped; a write inside a bigger expression is left alone. A log kept open (a TensorBoard
-``SummaryWriter``, a ``Logger`` class of the program that makes one) is made on the main process only (``None``
-elsewhere) when every use of it is a statement calling one of its methods with no collective in its arguments
-(``analysis/handle_uses.py``); each such statement then runs on the main process. Otherwise it is reported (ACC024)
+``SummaryWriter``, a ``Logger`` class of the program that makes one and does not train: ``file_writes.logger_class``)
+is made on the main process only (``None`` elsewhere) when every use of it is a statement calling one of its methods
+with no collective in its arguments or in the method (``analysis/handle_uses.py``); each such statement then runs on
+the main process (the save rule keeps its barrier out of such a method, before the call). Otherwise it is reported (ACC024)
 with the reason, as is a plain file handle kept open. Removing a file every process names alike (``os.remove`` of a
 checkpoint the main process saved, ``shutil.rmtree``, ``Path.unlink``) is a write too (``analysis/removals.py``). A
 handle kept open in a helper of a local module the accelerator is not passed to, called after it exists, is reported.

@@ -234,3 +234,31 @@ def test_a_load_from_a_file_opened_by_a_with_waits_before_the_with() -> None:
     plain = converted(HEAD + TRAIN + "torch.save(model, path)\nmodel = torch.load(path)\n")
     assert ("\naccelerator.wait_for_everyone()\n"
             "model = torch.load(path, map_location=\"cpu\").to(accelerator.device)\n") in plain
+
+
+@pytest.mark.parametrize("extra", ["", ", weights_only=True"])
+def test_a_helper_handed_the_prepared_model_saves_it_unwrapped_and_the_load_waits_for_it(extra: str) -> None:
+    """Bjarten/early-stopping-pytorch (set I, W10): `early_stopping(val_loss, model)` runs the instance's `__call__`,
+    whose `save_checkpoint(val_loss, model)` saved the prepared model's state dict (`module.` keys: the load after
+    training crashed), and nothing kept the other processes from reading the file before the main process wrote it."""
+    from accelify.pipeline import convert_source
+    from accelify.program import ModuleText
+
+    helper = ModuleText("early_stopping", "early_stopping.py", (
+        "import torch\n\n\nclass EarlyStopping:\n    def __init__(self, path='checkpoint.pt'):\n        self.best = None\n"
+        "        self.path = path\n\n    def __call__(self, val_loss, model):\n"
+        "        if self.best is None or val_loss < self.best:\n            self.best = val_loss\n"
+        "            self.save_checkpoint(val_loss, model)\n\n    def save_checkpoint(self, val_loss, model):\n"
+        "        torch.save(model.state_dict(), self.path)\n"))
+    result = convert_source(
+        "import torch\nfrom early_stopping import EarlyStopping\n\n\ndef train(model, opt, epochs):\n"
+        "    early_stopping = EarlyStopping()\n    for epoch in range(epochs):\n        loss = model(torch.ones(2)).sum()\n"
+        "        loss.backward()\n        opt.step()\n        early_stopping(float(epoch), model)\n"
+        f"    model.load_state_dict(torch.load('checkpoint.pt'{extra}))\n\n\n"
+        "model = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\ntrain(model, opt, 2)\n",
+        modules=[helper])
+    assert ("        early_stopping(float(epoch), model)\n    accelerator.wait_for_everyone()\n"
+            f"    accelerator.unwrap_model(model).load_state_dict(torch.load('checkpoint.pt'{extra}, map_location=\"cpu\"))\n"
+            ) in result.new, result.new
+    text = next(c.new for c in result.companions if c.path == "early_stopping.py")
+    assert "        self.accelerator.save(self.accelerator.unwrap_model(model).state_dict(), self.path)\n" in text, text

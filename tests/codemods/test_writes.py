@@ -283,3 +283,87 @@ def test_a_writer_made_under_a_flag_and_tested_before_each_use_is_made_on_the_ma
     assert convert_source(result.new).warnings == ()
     gathers = convert_source(code.format(use="writer.add_scalar('eval', evaluate(), epoch)"))
     assert [w.code for w in gathers.warnings] == ["ACC024"] and "runs `evaluate`" in gathers.warnings[0].message
+
+
+LOGGER_MODULE = (
+    "import torch\nfrom torch.utils.tensorboard import SummaryWriter\n\n\nclass Logger:\n    def __init__(self, name):\n"
+    "        self.writer = SummaryWriter(comment=name)\n\n    def log(self, loss, step):\n"
+    "        self.writer.add_scalar('loss', loss, step)\n\n    def save_models(self, model, epoch):\n{save}"
+)
+LOGGED = (
+    "import torch\nfrom logger import Logger\nmodel = torch.nn.Linear(2, 1)\n"
+    "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nlogger = Logger('run')\n"
+    "for epoch in range(2):\n    for i, x in enumerate(torch.ones(4, 2)):\n        opt.zero_grad()\n"
+    "        loss = model(x).sum()\n        loss.backward()\n        opt.step()\n        logger.log(loss.item(), i)\n"
+    "        logger.save_models(model, epoch)\n"
+)
+
+
+def test_a_logger_that_saves_the_model_gets_no_barrier_in_the_method_it_calls_on_the_main_process() -> None:
+    """diegoalejogm/gans (set I, W1): `logger.save_models(G, D, epoch)` after every batch, the logger made on the main
+    process only and each of its calls run there; the save rule had put `wait_for_everyone()` inside `save_models`:
+    process 0 waited there, process 1 at its next backward. The barrier goes before the call, outside the guard; the
+    method saves the unwrapped model."""
+    from accelify.pipeline import convert_source
+    from accelify.program import ModuleText
+
+    module = ModuleText("logger", "logger.py", LOGGER_MODULE.format(save="        torch.save(model.state_dict(), f'm_{epoch}.pt')\n"))
+    result = convert_source(LOGGED, modules=[module])
+    assert result.warnings == ()
+    assert "logger = Logger('run', accelerator) if accelerator.is_main_process else None\n" in result.new
+    assert ("        accelerator.wait_for_everyone()\n        if accelerator.is_main_process:\n"
+            "            logger.save_models(model, epoch)\n") in result.new, result.new
+    text = next(c.new for c in result.companions if c.path == "logger.py")
+    assert "wait_for_everyone" not in text
+    assert "        self.accelerator.save(self.accelerator.unwrap_model(model).state_dict(), f'm_{epoch}.pt')\n" in text
+
+
+def test_a_logger_whose_method_reaches_a_collective_stays_on_every_process_and_is_reported() -> None:
+    """A logger method that runs the prepared model (`G(noise)`: DDP may synchronise buffers in the forward) cannot
+    run on the main process alone: the logger stays on every process, reported (ACC024) with that reason."""
+    from accelify.pipeline import convert_source
+    from accelify.program import ModuleText
+
+    module = ModuleText("logger", "logger.py", LOGGER_MODULE.format(
+        save="        self.writer.add_histogram('out', model(torch.ones(1, 2)), epoch)\n"))
+    result = convert_source(LOGGED, modules=[module])
+    assert [(w.code, w.line) for w in result.warnings] == [("ACC024", 5)]
+    assert "runs a call that every process must reach" in result.warnings[0].message
+    assert "logger = Logger('run')\n" in result.new
+    assert "        logger.save_models(model, epoch)\n" in result.new and "is_main_process:\n        logger" not in result.new
+
+
+def test_a_trainer_that_makes_a_summary_writer_trains_on_every_process() -> None:
+    """sthalles/SimCLR (set I, W12): a trainer class whose `__init__` makes a `SummaryWriter` was taken for a logger:
+    `simclr = SimCLR(...) if accelerator.is_main_process else None` and its `train()` under the guard, so only process
+    0 trained (a hang in its first backward). A class that trains is no logger: only its writer goes to the main
+    process."""
+    new = converted(
+        "import torch\nfrom torch.utils.tensorboard import SummaryWriter\n\n\nclass Trainer:\n"
+        "    def __init__(self, model, optimizer):\n        self.model = model\n        self.optimizer = optimizer\n"
+        "        self.writer = SummaryWriter()\n\n    def train(self, data):\n        for step, x in enumerate(data):\n"
+        "            loss = self.model(x).sum()\n            self.optimizer.zero_grad()\n            loss.backward()\n"
+        "            self.optimizer.step()\n            self.writer.add_scalar('loss', loss.item(), step)\n\n\n"
+        "def main():\n    model = torch.nn.Linear(2, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    trainer = Trainer(model, optimizer)\n    trainer.train(torch.ones(4, 2))\n"
+    )
+    assert "    trainer = Trainer(model, optimizer, accelerator)\n    trainer.train(torch.ones(4, 2))\n" in new, new
+    assert "        self.writer = SummaryWriter() if self.accelerator.is_main_process else None\n" in new
+    assert ("            if self.accelerator.is_main_process:\n"
+            "                self.writer.add_scalar('loss', loss.item(), step)\n") in new
+
+
+def test_a_trainer_whose_training_is_inherited_is_no_logger() -> None:
+    """`class Trainer(BaseTrainer)` makes the writer in its `__init__` and inherits `train()` (backward, step) from
+    its base: it trains, so neither the trainer nor its `train()` call goes to the main process."""
+    new = converted(
+        "import torch\nfrom torch.utils.tensorboard import SummaryWriter\n\n\nclass BaseTrainer:\n"
+        "    def train(self, data):\n        for step, x in enumerate(data):\n            loss = self.model(x).sum()\n"
+        "            self.optimizer.zero_grad()\n            loss.backward()\n            self.optimizer.step()\n\n\n"
+        "class Trainer(BaseTrainer):\n    def __init__(self, model, optimizer):\n        self.model = model\n"
+        "        self.optimizer = optimizer\n        self.writer = SummaryWriter()\n\n\n"
+        "def main():\n    model = torch.nn.Linear(2, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    trainer = Trainer(model, optimizer)\n    trainer.train(torch.ones(4, 2))\n"
+    )
+    assert "is_main_process else None" not in new.split("def main")[1], new
+    assert "    trainer.train(torch.ones(4, 2), accelerator)\n" in new and "    if accelerator.is_main_process:\n        trainer" not in new

@@ -111,3 +111,25 @@ def test_a_time_parsed_from_a_folder_name_is_no_clock_read_but_the_clock_is() ->
     assert _found(body, ("utils.py", utils)) == []
     clocked = body.replace("resume_epoch = int(most_recent", "resume_epoch = int(time.time()) % 3 or int(most_recent")
     assert any("`if epoch <= resume_epoch`" in f for f in _found(clocked, ("utils.py", utils)))
+
+
+def test_a_barrier_in_a_method_of_an_object_kept_to_the_main_process_is_found() -> None:
+    """diegoalejogm/gans (set I, W1) as first converted: the logger made on the main process only (`... if
+    accelerator.is_main_process else None`), each call of its methods guarded, and a barrier inside `save_models`."""
+    found = _found("""\
+        class Logger:
+            def __init__(self, accelerator):
+                self.accelerator = accelerator
+
+            def save_models(self, model):
+                self.accelerator.wait_for_everyone()
+                self.accelerator.save(self.accelerator.unwrap_model(model).state_dict(), "m.pt")
+
+
+        logger = Logger(accelerator) if accelerator.is_main_process else None
+        for x, y in loader:
+            accelerator.backward(((model(x) - y) ** 2).mean())
+            if accelerator.is_main_process:
+                logger.save_models(model)
+        """)
+    assert len(found) == 1 and found[0].startswith("train.py:16: self.accelerator.wait_for_everyone() is in `save_models`")
