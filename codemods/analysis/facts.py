@@ -10,6 +10,9 @@ import libcst as cst
 from accelify.codemods.analysis.names import ImportMap
 
 
+_UNIT_SPAN = 10_000_000  # more statements than any module holds
+
+
 @dataclass(eq=False)
 class Scope:
     """A module, function or class body."""
@@ -158,7 +161,9 @@ class Facts:
             parent_stmt={k: v for f in every for k, v in f.parent_stmt.items()},
             classes={k: v for f in reversed(every) for k, v in f.classes.items()},
             skipped={s for f in every for s in f.skipped},
-            order={k: v for f in every for k, v in f.order.items()},
+            # positions count per module: each module gets its own range, so that no statement of one module falls
+            # in the span of a statement of another (a handler in a helper taken to hold the script's backward)
+            order={k: (a + i * _UNIT_SPAN, b + i * _UNIT_SPAN) for i, f in enumerate(every) for k, (a, b) in f.order.items()},
             unit=main.unit,
             units={f.unit: f for f in every},
         )
