@@ -38,6 +38,7 @@ from accelify.codemods.analysis.roles import (
     join_terms,
     split_terms,
 )
+from accelify.codemods.analysis.seen_from import Passed, seen_from, unseen
 from accelify.codemods.analysis.snippets import code_of
 
 _REFS = m.Name() | m.Attribute(value=m.Name())
@@ -57,6 +58,7 @@ class Creation:
         self.index = 0
         self.after = False  # ``(index, True)``: right after ``block[index - 1]``; else right before ``block[index]``
         self.late: str | None = None  # a value the arguments read, bound only after a launcher read needs the accelerator
+        self.unseen: dict[str, str] | None = None  # an argument reading names the home does not have (ACC044's fields)
         if self.home is not None:
             self._decide(self.home)
 
@@ -102,6 +104,11 @@ class Creation:
             amp = self._seen_from(home, amp)
             arguments.append(amp.argument())  # type: ignore[arg-type]
             depends += [e for e in (amp.precision, amp.enabled) if e is not None]
+            missing = [n for e in (amp.precision, amp.enabled) if e is not None for n in unseen(home, e)]
+            if missing:  # written in ``home`` it would be a NameError: the accelerator rule refuses, naming it
+                read = amp.where or next((s.scope for s in amp.autocasts), None) or next((b.where for b in amp.scalers), home)
+                self.unseen = {"argument": arguments[-1], "names": "`, `".join(dict.fromkeys(missing)),
+                               "home": home.name, "where": _qualified(read)}
         accumulation = plan.analysis(find_accumulation)
         if accumulation.steps is not None:
             arguments.append(f"gradient_accumulation_steps={code_of(accumulation.steps)}")
@@ -121,30 +128,18 @@ class Creation:
         self.late = self._late(home, block, self.index, depends)
 
     def _seen_from(self, home: Scope, amp: "Amp") -> "Amp":
-        """``amp`` with its on/off flag as ``home`` sees it: a parameter of the function that trains
-        (``train_model(..., amp=False)``, ``enabled=amp and torch.cuda.is_available()``) becomes what every call in
-        ``home`` passes for it (``args.amp``)."""
-        enabled = amp.enabled
-        if enabled is None:
+        """``amp`` with its on/off flag as ``home`` sees it (``analysis/seen_from.py``): a parameter of the function
+        that trains (``train_model(..., amp=False)``) becomes what every call in ``home`` passes for it
+        (``args.amp``), and a trainer's ``self.args.fp16`` what its construction in ``home`` passes for ``args``."""
+        if amp.enabled is None:
             return amp
-        where = next((s.scope for s in amp.autocasts), None) or next((b.where for b in amp.scalers), None)
-        function = where
-        while function is not None and function.kind != "function":
-            function = function.parent
-        if function is None or function is home:
+        where = amp.where or next((s.scope for s in amp.autocasts), None) or next((b.where for b in amp.scalers), None)
+        if where is None:
             return amp
-        names = {n.value for n in m.findall(enabled, m.Name()) if n.value in function.param_names}  # type: ignore[union-attr]
-        calls = [c for c in self.plan.call_sites(function) if c.scope is home]
-        if not names or not calls:
-            return amp
-        passed: dict[str, cst.BaseExpression] = {}
-        for name in names:
-            args = [self.plan.arg_for(c, function, name) for c in calls]
-            if any(a is None for a in args) or len({code_of(a.value) for a in args}) != 1:  # type: ignore[union-attr]
-                return amp
-            passed[name] = args[0].value  # type: ignore[union-attr]
         seen = copy.copy(amp)
-        seen.enabled = enabled.visit(_Passed(passed))  # type: ignore[assignment]
+        seen.enabled = seen_from(self.plan, home, where, amp.enabled)
+        if amp.precision is not None:
+            seen.precision = seen_from(self.plan, home, where, amp.precision)
         return seen
 
     def _cpu_flag(self, home: Scope) -> cst.BaseExpression | None:
@@ -191,7 +186,7 @@ class Creation:
                 passed[name] = bindings[0].value
         if not passed:
             return flag
-        return cst.ensure_type(flag.visit(_Passed(passed)), cst.BaseExpression)
+        return cst.ensure_type(flag.visit(Passed(passed)), cst.BaseExpression)
 
     def _late(self, home: Scope, block: list[cst.BaseStatement], index: int, depends: list[cst.BaseExpression]) -> str | None:
         """A launcher read must see the accelerator, and the accelerator its arguments' values: a value the
@@ -318,6 +313,11 @@ class Creation:
         return flag
 
 
+def _qualified(scope: Scope) -> str:
+    """``SimCLR.train`` for a method, ``train`` for a function."""
+    return f"{scope.parent.name}.{scope.name}" if scope.parent is not None and scope.parent.kind == "class" else scope.name
+
+
 def _declares(stmt: cst.BaseStatement) -> bool:
     """``global x`` / ``nonlocal x``."""
     return isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, (cst.Global, cst.Nonlocal)) for s in stmt.body)
@@ -354,20 +354,3 @@ def _assigned(block: cst.BaseSuite, key: str) -> cst.BaseExpression | None:
         if isinstance(small, cst.Assign) and any(dotted(t.target) == key for t in small.targets)
     ]
     return values[0] if len(values) == 1 else None
-
-
-class _Passed(cst.CSTTransformer):
-    """Each parameter name replaced by the expression its callers pass for it."""
-
-    def __init__(self, passed: dict[str, cst.BaseExpression]) -> None:
-        super().__init__()
-        self.passed = passed
-
-    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
-        return self.passed.get(original.value, updated)
-
-    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.Attribute:
-        return updated.with_changes(attr=original.attr)  # ``x.amp``: an attribute, not the parameter
-
-    def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg:
-        return updated.with_changes(keyword=original.keyword)  # ``f(amp=...)``: a keyword, not the parameter

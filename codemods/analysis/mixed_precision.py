@@ -45,6 +45,7 @@ class Amp:
     precision: cst.BaseExpression | None = None  # "fp16" / "bf16", or an expression giving one
     enabled: cst.BaseExpression | None = None  # when it is on (None: always)
     depends: set[str] = field(default_factory=set)  # names the argument reads (the accelerator goes after them)
+    where: Scope | None = None  # where ``enabled`` is read (a trainer's method: ``self.args.fp16``)
     off_first: bool = False  # the script says when it is off (``nullcontext() if <off> else autocast(...)``)
 
     def argument(self) -> str | None:
@@ -87,6 +88,7 @@ def find_amp(plan: Plan) -> Amp | None:
         inlined = _string_choices(inlined, where)
         inlined = _dtype_tests(plan, inlined, where, amp)
         enabled, _ = _cuda_tests(plan, inlined, where, amp)
+        amp.where = where
         enabled = enabled.with_changes(lpar=[], rpar=[]) if hasattr(enabled, "lpar") else enabled
     if cuda_only and (enabled is None or "cuda" not in code_of(enabled)):
         available = expression("torch.cuda.is_available()")

@@ -103,6 +103,8 @@ print(f"w={w.item():.2f} b={b.item():.2f}")
         if creation.late is not None:
             ctx.abort(codes.MANUAL_DISTRIBUTED, block[index], name=code_of(block[index]).strip().splitlines()[0],
                       fix=f"bind `{creation.late}` before it reads the launcher's values (the accelerator needs it and must come first)")
+        if creation.unseen is not None:
+            ctx.abort(codes.UNSEEN_ARGUMENT, block[min(index, len(block) - 1)], **creation.unseen)
         if creation.after:
             ctx.insert_after(block[index - 1], [creation.code()])
         else:

@@ -80,3 +80,74 @@ def test_a_constant_flag_bound_after_the_loader_is_written_into_the_accelerator(
     assert creation < next(i for i, line in enumerate(lines) if "accelerator.prepare(" in line)
     namespace: dict[str, object] = {}
     exec(compile(result.new, "titanic_like.py", "exec"), namespace)  # runs on one process: no NameError
+
+
+SIMCLR_LIKE = """\
+import argparse
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Trainer:
+    def __init__(self, *args, **kwargs):
+        self.args = kwargs["args"]
+        self.model = kwargs["model"]
+        self.optimizer = kwargs["optimizer"]
+
+    def train(self, loader):
+        scaler = torch.cuda.amp.GradScaler(enabled=self.args.fp16_precision)
+        for x, y in loader:
+            with torch.cuda.amp.autocast(enabled=self.args.fp16_precision):
+                loss = torch.nn.functional.mse_loss(self.model(x), y)
+            self.optimizer.zero_grad()
+            scaler.scale(loss).backward()
+            scaler.step(self.optimizer)
+            scaler.update()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--fp16-precision", action="store_true")
+    args = parser.parse_args()
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(16, 2), torch.randn(16, 1)), batch_size=4)
+    trainer = Trainer(model=model, optimizer=optimizer, args=args)
+    trainer.train(loader)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_trainers_flag_stored_from_its_constructor_is_read_as_the_construction_passes_it() -> None:
+    """Set I's I10 (SimCLR, W13): the AMP flag is ``self.args.fp16_precision`` in ``Trainer.train``; the accelerator is
+    created in ``main()``, where no ``self`` exists (a NameError at the first line before). ``self.args`` holds
+    ``kwargs["args"]``, and ``main`` builds the trainer with ``args=args``: the argument reads ``args.fp16_precision``,
+    after ``args`` exists. The same with a plain parameter (``def __init__(self, model, optimizer, args)``)."""
+    plain = SIMCLR_LIKE.replace("def __init__(self, *args, **kwargs):", "def __init__(self, model, optimizer, args):").replace(
+        'kwargs["args"]', "args").replace('kwargs["model"]', "model").replace('kwargs["optimizer"]', "optimizer")
+    for source in (SIMCLR_LIKE, plain):
+        result = convert_source(source)
+        assert result.status == "converted", [w.format() for w in result.warnings]
+        lines = result.new.splitlines()
+        created = next(i for i, line in enumerate(lines) if "Accelerator(" in line and "import" not in line)
+        assert lines[created] == (
+            '    accelerator = Accelerator(mixed_precision="fp16" if args.fp16_precision and torch.cuda.is_available() else "no")')
+        assert lines[created - 1] == "    args = parser.parse_args()"
+        assert "self.args" not in lines[created]
+        compile(result.new, "train.py", "exec")
+
+
+def test_a_trainers_flag_that_cannot_be_followed_to_the_creation_site_is_refused_naming_it() -> None:
+    """``self.args`` made in ``__init__`` by a call (not handed in): ``main`` has no name for it, so the accelerator
+    cannot read the flag where it is created; the file is refused (ACC044) naming the argument, never written with
+    ``self`` in ``main``."""
+    source = SIMCLR_LIKE.replace('self.args = kwargs["args"]', "self.args = parse_options()").replace(
+        "class Trainer:", "def parse_options():\n    return argparse.Namespace(fp16_precision=False)\n\n\nclass Trainer:")
+    result = convert_source(source)
+    assert result.status != "converted" and result.new == source
+    warning = next(w for w in result.warnings if w.code == "ACC044")
+    text = warning.format()
+    assert "self.args.fp16_precision" in text and "`self`" in text and "Trainer.train" in text and "`main`" in text
