@@ -17,6 +17,7 @@ whether a statement runs after the accelerator exists reads ``anchor``.
 from __future__ import annotations
 
 import copy
+from typing import Callable
 
 import libcst as cst
 import libcst.matchers as m
@@ -34,6 +35,7 @@ from accelify.codemods.analysis.roles import (
     cpu_flag,
     flags_from_test,
     is_cpu_device,
+    is_probe,
     is_cuda_flag,
     join_terms,
     split_terms,
@@ -149,15 +151,16 @@ class Creation:
         flag = self._branch_flag(devices, imports)
         if flag is not None:
             return flag
+        probe = self._probe(home)
         for device in devices:
-            flag = cpu_flag(device.value, imports)  # type: ignore[arg-type]
+            flag = cpu_flag(device.value, imports, probe)  # type: ignore[arg-type]
             if flag is not None:
                 break
         if flag is None:
             # a `args.cuda = not args.no_cuda and torch.cuda.is_available()` flag with no device variable
             for b in _bindings(home):
                 if b.value is not None and is_cuda_flag(b.value, imports):
-                    flag = flags_from_test(b.value, imports)
+                    flag = flags_from_test(b.value, imports, probe)
                     break
             # nanoGPT: `device = args.device` ("cpu", "cuda", "cuda:1"), the device hand-written DDP sets up
             for b in _bindings(home):
@@ -297,8 +300,27 @@ class Creation:
             found = self.plan.binding_of(scope, key)
             if found is not None and found.value is not None and is_cuda_flag(found.value, imports):
                 test = found.value
-        terms = [t for t in split_terms(test, cst.And) if not (isinstance(t, cst.Call) and imports.qualname(t.func) in AVAILABILITY)]
+        terms = [t for t in split_terms(test, cst.And) if not is_probe(t, imports, self._probe(scope))]
         return join_terms([terms[0].with_changes(lpar=[], rpar=[]), *terms[1:]], cst.And()) if terms else None
+
+    def _probe(self, scope: Scope) -> Callable[[cst.BaseExpression], bool]:
+        """Whether a term seen from ``scope`` probes the machine: a name bound only to availability probes
+        (``has_mps = torch.backends.mps.is_built()``), never a user's switch (set I's I4)."""
+
+        def probe(term: cst.BaseExpression, depth: int = 0) -> bool:
+            if isinstance(term, cst.UnaryOperation) and isinstance(term.operator, cst.Not):
+                return probe(term.expression, depth)
+            if isinstance(term, cst.BooleanOperation):
+                return probe(term.left, depth) and probe(term.right, depth)
+            if isinstance(term, cst.Call):
+                return is_probe(term, scope.imports)
+            key = dotted(term)
+            owner = scope.resolve(key) if key is not None and "." not in key else None
+            bindings = owner.bindings.get(key, []) if owner is not None and key is not None else []
+            return depth < 4 and bool(bindings) and all(
+                b.value is not None and probe(b.value, depth + 1) for b in bindings)
+
+        return probe
 
     def _expand(self, builder: Scope, flag: cst.BaseExpression) -> cst.BaseExpression:
         """``not use_cuda`` where ``use_cuda = not args.no_cuda and torch.cuda.is_available()`` -> ``args.no_cuda``."""
