@@ -42,6 +42,7 @@ from accelify.codemods.analysis.roles import (
 )
 from accelify.codemods.analysis.seen_from import Passed, seen_from, unseen
 from accelify.codemods.analysis.snippets import code_of
+from accelify.codemods.analysis.unused_submodules import unused_submodules
 
 _REFS = m.Name() | m.Attribute(value=m.Name())
 LINE_LENGTH = 88
@@ -99,6 +100,10 @@ class Creation:
         if plan.distributed.global_batch(facts, bool(data_parallel_sites(facts))):
             arguments.append("split_batches=True")  # DataParallel split each batch over the GPUs: so do the processes
         options = plan.distributed.ddp_options()  # DistributedDataParallel(model, find_unused_parameters=True)
+        if plan.analysis(unused_submodules) and not any(a.keyword is not None and a.keyword.value == "find_unused_parameters" for a in options):
+            # an EMA copy or a teacher the forward never runs gets no gradient: DDP would stop at the second step
+            options = [*options, cst.Arg(cst.Name("True"), keyword=cst.Name("find_unused_parameters"),
+                                         equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))]
         amp = plan.analysis(find_amp)
         depends: list[cst.BaseExpression] = [flag] if flag is not None else []
         depends += [a.value for a in options]

@@ -217,3 +217,46 @@ def test_a_device_chosen_among_mps_cuda_and_cpu_by_probes_is_no_cpu_switch() -> 
         accelerator.end_training()
         """,
     )
+
+
+EMA_MODEL = """
+import copy
+import torch
+from torch import nn
+
+
+class WithEMA(nn.Module):
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+        self.ema = copy.deepcopy(net)
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def build():
+    model = WithEMA(nn.Linear(2, 1))
+    return model
+
+
+model = build()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 2)), batch_size=2)
+for (x,) in loader:
+    model(x).sum().backward()
+    opt.step()
+"""
+
+
+def test_a_submodule_the_forward_never_runs_makes_ddp_look_for_unused_parameters() -> None:
+    """Set I's I8 (DDPM, W4): ``self.ema = deepcopy(net)`` that ``forward`` never reads gets no gradient; DDP stops
+    at the second step. The model is built by a helper that returns it: followed to its class. The accelerator finds
+    unused parameters; the same model whose forward reads the copy (or reaches its submodules by name) does not."""
+    out = converted(EMA_MODEL)
+    assert "accelerator = Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)])" in out
+    assert "from accelify.runtime import Accelerator, DistributedDataParallelKwargs" in out
+    for forward in ("return self.net(x) + 0 * self.ema(x)", "return self.net(x) if self.training else self.ema(x)",
+                    "return [m for m in self.children()][0](x)"):
+        out = converted(EMA_MODEL.replace("return self.net(x)", forward))
+        assert "accelerator = Accelerator()" in out and "find_unused_parameters" not in out, forward
