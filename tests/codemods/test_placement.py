@@ -456,12 +456,7 @@ def test_a_factory_that_also_makes_an_unprepared_model_keeps_its_placement() -> 
     assert codes(code) == ["ACC001:24"]
 
 
-def test_a_device_set_on_args_and_read_by_a_trainer_holding_args_stays_bound() -> None:
-    """Set I's I10 (SimCLR, W14): ``args.device = ...`` in ``main()`` was removed as unused, but the trainer class
-    built with ``args=args`` reads ``self.args.device`` (an AttributeError). ``self.args`` is followed to the ``args``
-    its construction passes: the device stays, bound to ``accelerator.device``."""
-    assert_converts(
-        """
+TRAINER_WITH_ARGS = """
         import argparse
         import torch
 
@@ -494,7 +489,15 @@ def test_a_device_set_on_args_and_read_by_a_trainer_holding_args_stays_bound() -
             loader = torch.utils.data.DataLoader(data, batch_size=4)
             trainer = Trainer(model=model, optimizer=optimizer, args=args)
             trainer.train(loader)
-        """,
+"""
+
+
+def test_a_device_set_on_args_and_read_by_a_trainer_holding_args_stays_bound() -> None:
+    """Set I's I10 (SimCLR, W14): ``args.device = ...`` in ``main()`` was removed as unused, but the trainer class
+    built with ``args=args`` reads ``self.args.device`` (an AttributeError). ``self.args`` is followed to the ``args``
+    its construction passes: the device stays, bound to ``accelerator.device``."""
+    assert_converts(
+        TRAINER_WITH_ARGS,
         """
         import argparse
         import torch
@@ -535,3 +538,4 @@ def test_a_device_set_on_args_and_read_by_a_trainer_holding_args_stays_bound() -
             accelerator.end_training()
         """,
     )
+    assert not [c for c in codes(TRAINER_WITH_ARGS) if c.startswith("ACC002")]  # ``self.args.device`` is the accelerator's
