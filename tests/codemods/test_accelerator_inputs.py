@@ -151,3 +151,42 @@ def test_a_trainers_flag_that_cannot_be_followed_to_the_creation_site_is_refused
     warning = next(w for w in result.warnings if w.code == "ACC044")
     text = warning.format()
     assert "self.args.fp16_precision" in text and "`self`" in text and "Trainer.train" in text and "`main`" in text
+
+
+MPS_CHAIN_AMP = """\
+import argparse
+import torch
+from torch import nn
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--amp", action="store_true")
+    args = parser.parse_args()
+    has_mps = torch.backends.mps.is_built()
+    device = "mps" if has_mps else "cuda" if torch.cuda.is_available() else "cpu"
+    model = nn.Linear(2, 1).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler(enabled=args.amp and device == "cuda")
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 2)), batch_size=2)
+    for (x,) in loader:
+        with torch.autocast("cuda", enabled=args.amp and device == "cuda"):
+            loss = model(x.to(device)).sum()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+"""
+
+
+def test_amp_on_a_cuda_device_chosen_after_mps_reads_when_that_chain_picks_cuda() -> None:
+    """Set I's I4 shape (W5) with AMP behind ``device == "cuda"``: the device is CUDA when the MPS probe fails and CUDA
+    is available, so the accelerator reads ``not has_mps and torch.cuda.is_available()`` (not the ``has_mps`` of the
+    first branch), after ``has_mps`` exists; no CPU pin."""
+    result = convert_source(MPS_CHAIN_AMP)
+    assert result.status == "converted", [w.format() for w in result.warnings]
+    lines = result.new.splitlines()
+    created = next(i for i, line in enumerate(lines) if "Accelerator(" in line and "import" not in line)
+    assert lines[created] == ('    accelerator = Accelerator(mixed_precision="fp16" if args.amp and not has_mps and '
+                              'torch.cuda.is_available() else "no")')
+    assert created > lines.index("    has_mps = torch.backends.mps.is_built()")
+    assert "    device = accelerator.device" in lines
