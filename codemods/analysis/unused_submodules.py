@@ -31,6 +31,10 @@ from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.roles import is_module_class, strip_placement
 
 _COPIES = {"copy.deepcopy"}
+# torch.nn classes that hold no parameters (a loss, an activation kept as an attribute): nothing for DDP to miss
+_NO_PARAMETERS = ("Parameter", "Identity", "Flatten", "Unflatten", "ReLU", "LeakyReLU", "GELU", "SiLU", "ELU", "Tanh",
+                  "Sigmoid", "Softmax", "LogSoftmax", "Dropout", "MaxPool", "AvgPool", "AdaptiveAvgPool",
+                  "AdaptiveMaxPool", "Upsample", "PixelShuffle", "Softplus", "Mish", "Hardswish")
 _REFLECTION = {"modules", "children", "named_modules", "named_children", "__dict__"}
 
 
@@ -129,7 +133,7 @@ def _a_module(plan: Plan, scope: Scope, value: cst.BaseExpression) -> bool:
         return True
     if qualname.startswith("torch.nn.") and not qualname.startswith(("torch.nn.functional.", "torch.nn.init.", "torch.nn.utils.")):
         name = qualname.rpartition(".")[2]
-        return name[:1].isupper() and name not in ("Parameter", "ParameterList", "ParameterDict", "Identity", "Flatten")
+        return name[:1].isupper() and not name.endswith("Loss") and not name.startswith(_NO_PARAMETERS)
     cls = plan.classes.class_of(scope, value.func)
     if cls is None:
         return False

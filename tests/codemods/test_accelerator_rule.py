@@ -260,3 +260,6 @@ def test_a_submodule_the_forward_never_runs_makes_ddp_look_for_unused_parameters
                     "return [m for m in self.children()][0](x)"):
         out = converted(EMA_MODEL.replace("return self.net(x)", forward))
         assert "accelerator = Accelerator()" in out and "find_unused_parameters" not in out, forward
+    # a loss or an activation kept as an attribute holds no parameters: nothing for DDP to miss
+    out = converted(EMA_MODEL.replace("self.ema = copy.deepcopy(net)", "self.criterion = nn.MSELoss()\n        self.act = nn.ReLU()"))
+    assert "accelerator = Accelerator()" in out and "find_unused_parameters" not in out
