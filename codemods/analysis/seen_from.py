@@ -28,7 +28,7 @@ from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.snippets import code_of
 
 
-def seen_from(plan: Plan, home: Scope, where: Scope, expr: cst.BaseExpression) -> cst.BaseExpression:
+def seen_from(plan: Plan, home: Scope, where: Scope, expr: cst.BaseExpression, depth: int = 0) -> cst.BaseExpression:
     """``expr``, read in ``where``, as ``home`` sees it (unchanged where it cannot be followed: ``unseen`` then
     says what is missing)."""
     function = where
@@ -49,7 +49,7 @@ def seen_from(plan: Plan, home: Scope, where: Scope, expr: cst.BaseExpression) -
         for attribute in m.findall(expr, m.Attribute(value=m.Name("self"))):
             key = dotted(attribute)  # type: ignore[arg-type]
             if key is not None and key not in passed:
-                found = _stored(plan, home, function.class_scope, key)
+                found = _stored(plan, home, function.class_scope, key, depth) if depth < 3 else None
                 if found is not None:
                     passed[key] = found
     return cst.ensure_type(expr.visit(Passed(passed)), cst.BaseExpression) if passed else expr
@@ -82,9 +82,10 @@ def _passed_in(plan: Plan, home: Scope, function: Scope, param: str) -> cst.Base
     return args[0].value  # type: ignore[union-attr]
 
 
-def _stored(plan: Plan, home: Scope, cls: Scope, key: str) -> cst.BaseExpression | None:
+def _stored(plan: Plan, home: Scope, cls: Scope, key: str, depth: int) -> cst.BaseExpression | None:
     """``self.args`` -> what the constructions of ``cls`` in ``home`` pass for the ``__init__`` parameter stored
-    there once (``self.args = args``, ``self.args = kwargs["args"]``)."""
+    there once (``self.args = args``, ``self.args = kwargs["args"]``); ``self.amp`` stored as ``args.amp`` (an
+    expression of the parameters) -> the same expression of what is passed."""
     init = plan.facts.function("__init__", cls)
     bindings = cls.bindings.get(key, [])
     if init is None or len(bindings) != 1 or bindings[0].where is not init or bindings[0].value is None:
@@ -99,7 +100,13 @@ def _stored(plan: Plan, home: Scope, cls: Scope, key: str) -> cst.BaseExpression
         index = value.slice[0].slice
         if isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString):
             param = str(index.value.evaluated_value)  # ``kwargs["args"]``: the keyword ``args=`` of the call
-    return _passed_in(plan, home, init, param) if param is not None else None
+    if param is not None:
+        return _passed_in(plan, home, init, param)
+    if isinstance(value, (cst.Integer, cst.Float, cst.SimpleString)) or (
+            isinstance(value, cst.Name) and value.value in ("True", "False", "None")):
+        return value  # ``self.amp = False``: the same everywhere
+    seen = seen_from(plan, home, init, value, depth + 1)
+    return seen if seen is not value and not unseen(home, seen) else None
 
 
 class Passed(cst.CSTTransformer):

@@ -125,10 +125,12 @@ def test_a_trainers_flag_stored_from_its_constructor_is_read_as_the_construction
     """Set I's I10 (SimCLR, W13): the AMP flag is ``self.args.fp16_precision`` in ``Trainer.train``; the accelerator is
     created in ``main()``, where no ``self`` exists (a NameError at the first line before). ``self.args`` holds
     ``kwargs["args"]``, and ``main`` builds the trainer with ``args=args``: the argument reads ``args.fp16_precision``,
-    after ``args`` exists. The same with a plain parameter (``def __init__(self, model, optimizer, args)``)."""
+    after ``args`` exists. The same with a plain parameter (``def __init__(self, model, optimizer, args)``), and with
+    the flag stored as an expression of one (``self.fp16 = args.fp16_precision``)."""
     plain = SIMCLR_LIKE.replace("def __init__(self, *args, **kwargs):", "def __init__(self, model, optimizer, args):").replace(
         'kwargs["args"]', "args").replace('kwargs["model"]', "model").replace('kwargs["optimizer"]', "optimizer")
-    for source in (SIMCLR_LIKE, plain):
+    stored = plain.replace("self.args = args", "self.fp16 = args.fp16_precision").replace("self.args.fp16_precision", "self.fp16")
+    for source in (SIMCLR_LIKE, plain, stored):
         result = convert_source(source)
         assert result.status == "converted", [w.format() for w in result.warnings]
         lines = result.new.splitlines()
