@@ -17,6 +17,7 @@ whether a statement runs after the accelerator exists reads ``anchor``.
 from __future__ import annotations
 
 import copy
+from typing import Callable
 
 import libcst as cst
 import libcst.matchers as m
@@ -34,11 +35,14 @@ from accelify.codemods.analysis.roles import (
     cpu_flag,
     flags_from_test,
     is_cpu_device,
+    is_probe,
     is_cuda_flag,
     join_terms,
     split_terms,
 )
+from accelify.codemods.analysis.seen_from import Passed, seen_from, unseen
 from accelify.codemods.analysis.snippets import code_of
+from accelify.codemods.analysis.unused_submodules import unused_submodules
 
 _REFS = m.Name() | m.Attribute(value=m.Name())
 LINE_LENGTH = 88
@@ -57,6 +61,7 @@ class Creation:
         self.index = 0
         self.after = False  # ``(index, True)``: right after ``block[index - 1]``; else right before ``block[index]``
         self.late: str | None = None  # a value the arguments read, bound only after a launcher read needs the accelerator
+        self.unseen: dict[str, str] | None = None  # an argument reading names the home does not have (ACC044's fields)
         if self.home is not None:
             self._decide(self.home)
 
@@ -95,6 +100,10 @@ class Creation:
         if plan.distributed.global_batch(facts, bool(data_parallel_sites(facts))):
             arguments.append("split_batches=True")  # DataParallel split each batch over the GPUs: so do the processes
         options = plan.distributed.ddp_options()  # DistributedDataParallel(model, find_unused_parameters=True)
+        if plan.analysis(unused_submodules) and not any(a.keyword is not None and a.keyword.value == "find_unused_parameters" for a in options):
+            # an EMA copy or a teacher the forward never runs gets no gradient: DDP would stop at the second step
+            options = [*options, cst.Arg(cst.Name("True"), keyword=cst.Name("find_unused_parameters"),
+                                         equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))]
         amp = plan.analysis(find_amp)
         depends: list[cst.BaseExpression] = [flag] if flag is not None else []
         depends += [a.value for a in options]
@@ -102,6 +111,11 @@ class Creation:
             amp = self._seen_from(home, amp)
             arguments.append(amp.argument())  # type: ignore[arg-type]
             depends += [e for e in (amp.precision, amp.enabled) if e is not None]
+            missing = [n for e in (amp.precision, amp.enabled) if e is not None for n in unseen(home, e)]
+            if missing:  # written in ``home`` it would be a NameError: the accelerator rule refuses, naming it
+                read = amp.where or next((s.scope for s in amp.autocasts), None) or next((b.where for b in amp.scalers), home)
+                self.unseen = {"argument": arguments[-1], "names": "`, `".join(dict.fromkeys(missing)),
+                               "home": home.name, "where": _qualified(read)}
         accumulation = plan.analysis(find_accumulation)
         if accumulation.steps is not None:
             arguments.append(f"gradient_accumulation_steps={code_of(accumulation.steps)}")
@@ -121,30 +135,18 @@ class Creation:
         self.late = self._late(home, block, self.index, depends)
 
     def _seen_from(self, home: Scope, amp: "Amp") -> "Amp":
-        """``amp`` with its on/off flag as ``home`` sees it: a parameter of the function that trains
-        (``train_model(..., amp=False)``, ``enabled=amp and torch.cuda.is_available()``) becomes what every call in
-        ``home`` passes for it (``args.amp``)."""
-        enabled = amp.enabled
-        if enabled is None:
+        """``amp`` with its on/off flag as ``home`` sees it (``analysis/seen_from.py``): a parameter of the function
+        that trains (``train_model(..., amp=False)``) becomes what every call in ``home`` passes for it
+        (``args.amp``), and a trainer's ``self.args.fp16`` what its construction in ``home`` passes for ``args``."""
+        if amp.enabled is None:
             return amp
-        where = next((s.scope for s in amp.autocasts), None) or next((b.where for b in amp.scalers), None)
-        function = where
-        while function is not None and function.kind != "function":
-            function = function.parent
-        if function is None or function is home:
+        where = amp.where or next((s.scope for s in amp.autocasts), None) or next((b.where for b in amp.scalers), None)
+        if where is None:
             return amp
-        names = {n.value for n in m.findall(enabled, m.Name()) if n.value in function.param_names}  # type: ignore[union-attr]
-        calls = [c for c in self.plan.call_sites(function) if c.scope is home]
-        if not names or not calls:
-            return amp
-        passed: dict[str, cst.BaseExpression] = {}
-        for name in names:
-            args = [self.plan.arg_for(c, function, name) for c in calls]
-            if any(a is None for a in args) or len({code_of(a.value) for a in args}) != 1:  # type: ignore[union-attr]
-                return amp
-            passed[name] = args[0].value  # type: ignore[union-attr]
         seen = copy.copy(amp)
-        seen.enabled = enabled.visit(_Passed(passed))  # type: ignore[assignment]
+        seen.enabled = seen_from(self.plan, home, where, amp.enabled)
+        if amp.precision is not None:
+            seen.precision = seen_from(self.plan, home, where, amp.precision)
         return seen
 
     def _cpu_flag(self, home: Scope) -> cst.BaseExpression | None:
@@ -154,15 +156,16 @@ class Creation:
         flag = self._branch_flag(devices, imports)
         if flag is not None:
             return flag
+        probe = self._probe(home)
         for device in devices:
-            flag = cpu_flag(device.value, imports)  # type: ignore[arg-type]
+            flag = cpu_flag(device.value, imports, probe)  # type: ignore[arg-type]
             if flag is not None:
                 break
         if flag is None:
             # a `args.cuda = not args.no_cuda and torch.cuda.is_available()` flag with no device variable
             for b in _bindings(home):
                 if b.value is not None and is_cuda_flag(b.value, imports):
-                    flag = flags_from_test(b.value, imports)
+                    flag = flags_from_test(b.value, imports, probe)
                     break
             # nanoGPT: `device = args.device` ("cpu", "cuda", "cuda:1"), the device hand-written DDP sets up
             for b in _bindings(home):
@@ -191,7 +194,7 @@ class Creation:
                 passed[name] = bindings[0].value
         if not passed:
             return flag
-        return cst.ensure_type(flag.visit(_Passed(passed)), cst.BaseExpression)
+        return cst.ensure_type(flag.visit(Passed(passed)), cst.BaseExpression)
 
     def _late(self, home: Scope, block: list[cst.BaseStatement], index: int, depends: list[cst.BaseExpression]) -> str | None:
         """A launcher read must see the accelerator, and the accelerator its arguments' values: a value the
@@ -302,8 +305,27 @@ class Creation:
             found = self.plan.binding_of(scope, key)
             if found is not None and found.value is not None and is_cuda_flag(found.value, imports):
                 test = found.value
-        terms = [t for t in split_terms(test, cst.And) if not (isinstance(t, cst.Call) and imports.qualname(t.func) in AVAILABILITY)]
+        terms = [t for t in split_terms(test, cst.And) if not is_probe(t, imports, self._probe(scope))]
         return join_terms([terms[0].with_changes(lpar=[], rpar=[]), *terms[1:]], cst.And()) if terms else None
+
+    def _probe(self, scope: Scope) -> Callable[[cst.BaseExpression], bool]:
+        """Whether a term seen from ``scope`` probes the machine: a name bound only to availability probes
+        (``has_mps = torch.backends.mps.is_built()``), never a user's switch (set I's I4)."""
+
+        def probe(term: cst.BaseExpression, depth: int = 0) -> bool:
+            if isinstance(term, cst.UnaryOperation) and isinstance(term.operator, cst.Not):
+                return probe(term.expression, depth)
+            if isinstance(term, cst.BooleanOperation):
+                return probe(term.left, depth) and probe(term.right, depth)
+            if isinstance(term, cst.Call):
+                return is_probe(term, scope.imports)
+            key = dotted(term)
+            owner = scope.resolve(key) if key is not None and "." not in key else None
+            bindings = owner.bindings.get(key, []) if owner is not None and key is not None else []
+            return depth < 4 and bool(bindings) and all(
+                b.value is not None and probe(b.value, depth + 1) for b in bindings)
+
+        return probe
 
     def _expand(self, builder: Scope, flag: cst.BaseExpression) -> cst.BaseExpression:
         """``not use_cuda`` where ``use_cuda = not args.no_cuda and torch.cuda.is_available()`` -> ``args.no_cuda``."""
@@ -316,6 +338,11 @@ class Creation:
                     if expanded is not None:
                         return expanded
         return flag
+
+
+def _qualified(scope: Scope) -> str:
+    """``SimCLR.train`` for a method, ``train`` for a function."""
+    return f"{scope.parent.name}.{scope.name}" if scope.parent is not None and scope.parent.kind == "class" else scope.name
 
 
 def _declares(stmt: cst.BaseStatement) -> bool:
@@ -354,20 +381,3 @@ def _assigned(block: cst.BaseSuite, key: str) -> cst.BaseExpression | None:
         if isinstance(small, cst.Assign) and any(dotted(t.target) == key for t in small.targets)
     ]
     return values[0] if len(values) == 1 else None
-
-
-class _Passed(cst.CSTTransformer):
-    """Each parameter name replaced by the expression its callers pass for it."""
-
-    def __init__(self, passed: dict[str, cst.BaseExpression]) -> None:
-        super().__init__()
-        self.passed = passed
-
-    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
-        return self.passed.get(original.value, updated)
-
-    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.Attribute:
-        return updated.with_changes(attr=original.attr)  # ``x.amp``: an attribute, not the parameter
-
-    def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg:
-        return updated.with_changes(keyword=original.keyword)  # ``f(amp=...)``: a keyword, not the parameter

@@ -17,7 +17,7 @@ Found once (``plan.analysis(find_amp)``) for what reads it: the accelerator's ``
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import libcst as cst
 import libcst.matchers as m
@@ -45,6 +45,7 @@ class Amp:
     precision: cst.BaseExpression | None = None  # "fp16" / "bf16", or an expression giving one
     enabled: cst.BaseExpression | None = None  # when it is on (None: always)
     depends: set[str] = field(default_factory=set)  # names the argument reads (the accelerator goes after them)
+    where: Scope | None = None  # where ``enabled`` is read (a trainer's method: ``self.args.fp16``)
     off_first: bool = False  # the script says when it is off (``nullcontext() if <off> else autocast(...)``)
 
     def argument(self) -> str | None:
@@ -87,6 +88,7 @@ def find_amp(plan: Plan) -> Amp | None:
         inlined = _string_choices(inlined, where)
         inlined = _dtype_tests(plan, inlined, where, amp)
         enabled, _ = _cuda_tests(plan, inlined, where, amp)
+        amp.where = where
         enabled = enabled.with_changes(lpar=[], rpar=[]) if hasattr(enabled, "lpar") else enabled
     if cuda_only and (enabled is None or "cuda" not in code_of(enabled)):
         available = expression("torch.cuda.is_available()")
@@ -354,15 +356,26 @@ def _cuda_condition(device: Binding) -> cst.BaseExpression | None:
     assert value is not None
     if isinstance(value, cst.Call) and value.args:
         value = value.args[0].value
+    if isinstance(value, cst.IfExp) and _other_accelerator(value.body) and isinstance(value.orelse, cst.IfExp):
+        # ``"mps" if has_mps else "cuda" if torch.cuda.is_available() else "cpu"``: CUDA when the first test fails
+        rest = _cuda_condition(replace(device, value=value.orelse))
+        if rest is None:
+            return None
+        return cst.BooleanOperation(negated(value.test), cst.And(), _paren(rest))
     if isinstance(value, cst.IfExp):
         flag = flags_from_test(value.test, device.where.imports) if not _is_cpu(value.body) else None
         available = expression("torch.cuda.is_available()")
-        if _is_cpu(value.body):
+        if _is_cpu(value.body) or _other_accelerator(value.body):
             return None
         if flag is None:
             return available
         return cst.BooleanOperation(cst.UnaryOperation(cst.Not(), _paren(flag)), cst.And(), available)
     return None
+
+
+def _other_accelerator(expr: cst.BaseExpression) -> bool:
+    """``"mps"``, ``"xpu"``: a device string that is neither CUDA nor the CPU."""
+    return isinstance(expr, cst.SimpleString) and str(expr.evaluated_value).split(":")[0] in ("mps", "xpu", "npu", "hpu")
 
 
 def _is_cpu(expr: cst.BaseExpression) -> bool:

@@ -5,7 +5,7 @@ Matching is by qualified name (``names.ImportMap``), so every import spelling an
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import libcst as cst
 import libcst.matchers as m
@@ -37,7 +37,11 @@ AVAILABILITY = {
     "torch.accelerator.is_available",
     "torch.backends.mps.is_available",
     "torch.xpu.is_available",
+    # probes of how torch was built: they describe the machine too, never a user's switch (set I's I4)
+    "torch.backends.mps.is_built",
+    "torch.backends.cuda.is_built",
 }
+Probe = Callable[[cst.BaseExpression], bool]  # a term that probes the machine (``has_mps`` bound to a probe)
 CURRENT_ACCELERATOR = "torch.accelerator.current_accelerator"
 CLIPPING = {"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_value_"}
 _NOT_MODELS = {"torch.nn.Parameter", "torch.nn.Module", "torch.nn.ModuleList", "torch.nn.ModuleDict", "torch.nn.ParameterList"}
@@ -150,6 +154,8 @@ def is_device_expr(expr: cst.BaseExpression, imports: ImportMap) -> bool:
     if isinstance(expr, cst.IfExp):
         if is_cpu_device(expr.body, imports):  # "cpu" if args.cpu or not torch.cuda.is_available() else "cuda"
             return is_device_expr(expr.orelse, imports)
+        if _accelerator_name(expr.body):  # "mps" if has_mps else "cuda" if ... else "cpu"
+            return is_cpu_device(expr.orelse, imports) or is_device_expr(expr.orelse, imports)
         return is_device_expr(expr.body, imports) and (
             is_cpu_device(expr.orelse, imports) or is_device_expr(expr.orelse, imports)
         )
@@ -172,9 +178,19 @@ def names_a_device(expr: cst.BaseExpression, imports: ImportMap) -> bool:
     return False
 
 
-def cpu_flag(expr: cst.BaseExpression, imports: ImportMap) -> cst.BaseExpression | None:
+def _accelerator_name(expr: cst.BaseExpression) -> bool:
+    """``"mps"``, ``"cuda"``, ``"xpu"``, ``"cuda:0"``: a string naming a device that is not the CPU."""
+    if not isinstance(expr, cst.SimpleString):
+        return False
+    text = expr.evaluated_value
+    return isinstance(text, str) and text.split(":")[0] in _DEVICE_NAMES and text.split(":")[0] not in ("cpu", "meta")
+
+
+def cpu_flag(expr: cst.BaseExpression, imports: ImportMap, probe: Probe | None = None) -> cst.BaseExpression | None:
     """The ``cpu=`` argument a device expression implies: ``args.no_cuda`` for
-    ``"cuda" if torch.cuda.is_available() and not args.no_cuda else "cpu"``; None when only availability decides."""
+    ``"cuda" if torch.cuda.is_available() and not args.no_cuda else "cpu"``; None when only availability decides.
+    A chain (``"mps" if has_mps else "cuda" if torch.cuda.is_available() else "cpu"``) is the CPU only when every
+    test fails: forced only when each test holds a user's switch (``probe`` says which names probe the machine)."""
     if isinstance(expr, cst.Call) and imports.qualname(expr.func) == "torch.device" and expr.args:
         expr = expr.args[0].value
         if dotted(expr) is not None:  # torch.device(args.device): the CPU when the user asks for it
@@ -182,8 +198,29 @@ def cpu_flag(expr: cst.BaseExpression, imports: ImportMap) -> cst.BaseExpression
     if not isinstance(expr, cst.IfExp):
         return None
     if is_cpu_device(expr.body, imports):
-        return _cpu_terms(expr.test, imports)
-    return flags_from_test(expr.test, imports)
+        return _cpu_terms(expr.test, imports, probe)
+    first = flags_from_test(expr.test, imports, probe)
+    if isinstance(expr.orelse, cst.IfExp):
+        rest = cpu_flag(expr.orelse, imports, probe)
+        if first is None or rest is None:
+            return None  # one of the devices is chosen by availability alone: the accelerator decides the same way
+        return cst.BooleanOperation(_grouped(first), cst.And(), _grouped(rest))
+    return first
+
+
+def _grouped(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """``a or b`` in parentheses (a term of an ``and``)."""
+    if isinstance(expr, cst.BooleanOperation) and isinstance(expr.operator, cst.Or) and not expr.lpar:
+        return expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return expr
+
+
+def is_probe(term: cst.BaseExpression, imports: ImportMap, probe: Probe | None = None) -> bool:
+    """``torch.cuda.is_available()``, ``torch.backends.mps.is_built()``, or a term ``probe`` says probes the
+    machine: never a user's switch."""
+    if isinstance(term, cst.Call) and imports.qualname(term.func) in AVAILABILITY:
+        return True
+    return probe is not None and probe(term)
 
 
 def is_cuda_flag(value: cst.BaseExpression, imports: ImportMap) -> bool:
@@ -195,18 +232,13 @@ def is_cuda_flag(value: cst.BaseExpression, imports: ImportMap) -> bool:
     )
 
 
-def _cpu_terms(test: cst.BaseExpression, imports: ImportMap) -> cst.BaseExpression | None:
+def _cpu_terms(test: cst.BaseExpression, imports: ImportMap, probe: Probe | None = None) -> cst.BaseExpression | None:
     """``args.cpu or not torch.cuda.is_available()`` -> ``args.cpu`` (the terms that force the CPU)."""
     terms = split_terms(test, cst.Or)
     kept = [
         t.with_changes(lpar=[], rpar=[])
         for t in terms
-        if not (
-            isinstance(t, cst.UnaryOperation)
-            and isinstance(t.operator, cst.Not)
-            and isinstance(t.expression, cst.Call)
-            and imports.qualname(t.expression.func) in AVAILABILITY
-        )
+        if not (isinstance(t, cst.UnaryOperation) and isinstance(t.operator, cst.Not) and is_probe(t.expression, imports, probe))
     ]
     return join_terms(kept)
 
@@ -234,11 +266,12 @@ def join_terms(terms: list[cst.BaseExpression], operator: cst.BaseBooleanOp | No
     return result
 
 
-def flags_from_test(test: cst.BaseExpression, imports: ImportMap) -> cst.BaseExpression | None:
-    """``not args.no_cuda and torch.cuda.is_available()`` -> ``args.no_cuda`` (the condition that forces the CPU)."""
+def flags_from_test(test: cst.BaseExpression, imports: ImportMap, probe: Probe | None = None) -> cst.BaseExpression | None:
+    """``not args.no_cuda and torch.cuda.is_available()`` -> ``args.no_cuda`` (the condition that forces the CPU);
+    an availability probe is never a CPU switch (``has_mps`` bound to ``torch.backends.mps.is_built()``, by ``probe``)."""
     flags: list[cst.BaseExpression] = []
     for term in split_terms(test, cst.And):
-        if isinstance(term, cst.Call) and imports.qualname(term.func) in AVAILABILITY:
+        if is_probe(term, imports, probe):
             continue
         if isinstance(term, cst.UnaryOperation) and isinstance(term.operator, cst.Not):
             flags.append(term.expression.with_changes(lpar=[], rpar=[]))

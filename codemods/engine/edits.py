@@ -180,7 +180,7 @@ class _Applier(cst.CSTTransformer):
         if isinstance(updated_node, (cst.IndentedBlock, cst.Module)) and type(original_node) is type(updated_node):
             indented = isinstance(updated_node, cst.IndentedBlock)
             body, leftover = self._body(original_node.body, updated_node.body, indented)  # type: ignore[attr-defined]
-            if not body:
+            if not body and original_node.body:  # type: ignore[attr-defined]  # an empty module stays empty
                 body = [cst.SimpleStatementLine([cst.Pass()], leading_lines=leftover)]
                 leftover = []
                 self.emptied.add(body[0])

@@ -85,6 +85,40 @@ print(f"w={w.item():.2f} b={b.item():.2f}")
 ''',
             warnings=("ACC012:10",),
         ),
+        Example(  # an AMP flag the trainer makes itself: ``main`` has no name for it (written there: a NameError)
+            before='''\
+import argparse
+import torch
+
+
+def options():
+    return argparse.Namespace(amp=False)
+
+
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.model = model
+        self.optimizer = optimizer
+        self.args = options()
+
+    def fit(self, loader):
+        scaler = torch.cuda.amp.GradScaler(enabled=self.args.amp)
+        for (x,) in loader:
+            with torch.autocast("cuda", enabled=self.args.amp):
+                loss = self.model(x).sum()
+            scaler.scale(loss).backward()
+            scaler.step(self.optimizer)
+            scaler.update()
+
+
+def main():
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(4, 2)))
+    Trainer(model, optimizer).fit(loader)
+''',
+            warnings=("ACC044:26",),
+        ),
     )
 
     def run(self, ctx: Context) -> None:
@@ -103,6 +137,8 @@ print(f"w={w.item():.2f} b={b.item():.2f}")
         if creation.late is not None:
             ctx.abort(codes.MANUAL_DISTRIBUTED, block[index], name=code_of(block[index]).strip().splitlines()[0],
                       fix=f"bind `{creation.late}` before it reads the launcher's values (the accelerator needs it and must come first)")
+        if creation.unseen is not None:
+            ctx.abort(codes.UNSEEN_ARGUMENT, block[min(index, len(block) - 1)], **creation.unseen)
         if creation.after:
             ctx.insert_after(block[index - 1], [creation.code()])
         else:

@@ -12,6 +12,8 @@ from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import expression
 from accelify.codemods.analysis.facts import Binding
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.seen_from import seen_from
 from accelify.codemods.engine.rule import Example, Rule
 
 
@@ -225,6 +227,14 @@ accelerator.end_training()
                     # a load of the same name whose origin is unknown might be this device: count it as a use
                     if origin is binding or (origin is None and key == binding.key and scope.resolve(key.split(".")[0])):
                         found.append(ref)
+            if "." in binding.key and scope.class_scope is not None:
+                # a trainer's ``self.args.device`` where ``self.args`` is the ``args`` its construction in the
+                # binding's scope passes (``SimCLR(args=args)``): the same object's device (set I's I10)
+                for attribute, _ in scope.attributes:
+                    if attribute.attr.value != attr or not (dotted(attribute.value) or "").startswith("self."):
+                        continue
+                    if dotted(seen_from(ctx.plan, binding.where, scope, attribute)) == binding.key:
+                        found.append(attribute)
         return found
 
 

@@ -16,6 +16,8 @@ from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.own_device import own_device
+from accelify.codemods.analysis.seen_from import seen_from
+from accelify.codemods.analysis.facts import Scope
 from accelify.codemods.analysis.roles import CLIPPING, tensor_backward
 from accelify.codemods.engine.rule import Example, Rule
 
@@ -234,6 +236,8 @@ if __name__ == "__main__":
                     continue
                 if ctx.accelerating and dotted(value) in ctx.plan.distributed.device_indexes:
                     continue  # the device hand-written DDP set up: now the accelerator's (``str(accelerator.device)``)
+                if ctx.accelerating and _tied_through_self(ctx, site.scope, value):
+                    continue  # a trainer's ``self.args.device``: the ``args.device`` now ``accelerator.device``
                 ctx.warn(codes.UNKNOWN_TO_DEVICE, site.node, device=code_of(value))
 
     @staticmethod
@@ -263,3 +267,15 @@ def _looks_like_device(value: cst.BaseExpression) -> bool:
     if isinstance(value, cst.Attribute):
         value = value.attr
     return isinstance(value, cst.Name) and ("device" in value.value.lower() or value.value in ("dev", "gpu"))
+
+
+def _tied_through_self(ctx: Context, scope: Scope, value: cst.BaseExpression) -> bool:
+    """``self.args.device`` in a trainer whose ``self.args`` is the ``args`` its construction passes, where
+    ``args.device = ...`` was tied to ``accelerator.device`` (the device rule follows the same path)."""
+    if not (dotted(value) or "").startswith("self."):
+        return False
+    for binding in ctx.plan.bindings_with_role("device"):
+        if "." in binding.key and binding.value is not None and ctx.rewritten(binding.value):
+            if dotted(seen_from(ctx.plan, binding.where, scope, value)) == binding.key:
+                return True
+    return False

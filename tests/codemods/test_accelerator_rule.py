@@ -29,6 +29,18 @@ FLAG_CASES = [
     ("--cpu, inverted ternary", 'device = "cpu" if args.cpu or not torch.cuda.is_available() else "cuda"', "cpu=args.cpu"),
     ("a flag that is not derived", 'device = torch.device("cuda" if args.gpu else "cpu")', "cpu=not args.gpu"),
     ("availability only", 'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")', ""),
+    # set I's I4 (W5): a probe of the machine kept in a name is no CPU switch (it was ``cpu=not has_mps``: the CPU on
+    # every CUDA machine)
+    ("mps, cuda or cpu by probes", 'has_mps = torch.backends.mps.is_built()\n'
+     'device = "mps" if has_mps else "cuda" if torch.cuda.is_available() else "cpu"', ""),
+    ("mps, cuda or cpu by probes, in torch.device", 'has_mps = torch.backends.mps.is_available()\n'
+     'device = torch.device("mps" if has_mps else "cuda" if torch.cuda.is_available() else "cpu")', ""),
+    ("mps or cuda by probes, then a user's switch", 'device = "mps" if torch.backends.mps.is_available() else '
+     '"cuda" if torch.cuda.is_available() and not args.no_cuda else "cpu"', ""),
+    ("a user's switch for each device", 'device = "mps" if args.mps else "cuda" if args.cuda else "cpu"',
+     "cpu=not args.mps and not args.cuda"),
+    ("probes in branches", 'has_mps = torch.backends.mps.is_built()\nif has_mps:\n    device = torch.device("mps")\n'
+     'elif torch.cuda.is_available():\n    device = torch.device("cuda")\nelse:\n    device = torch.device("cpu")', ""),
 ]
 
 
@@ -158,3 +170,96 @@ def test_a_device_chosen_branch_by_branch_keeps_every_opt_in() -> None:
         """
     )
     assert "accelerator = Accelerator(cpu=not (opt.cuda or opt.mps))" in out
+
+
+def test_a_device_chosen_among_mps_cuda_and_cpu_by_probes_is_no_cpu_switch() -> None:
+    """Set I's I4 (W5): ``has_mps = torch.backends.mps.is_built()`` then ``"mps" if has_mps else "cuda" if
+    torch.cuda.is_available() else "cpu"`` was read as a user's CPU switch, ``Accelerator(cpu=not has_mps)``: the CPU
+    on every CUDA machine. A probe of the machine (kept in a name or not) is never a CPU switch, and the chain is a
+    device variable: both bindings become ``accelerator.device``."""
+    assert_converts(
+        """
+        import torch
+        from torch import nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+        has_mps = torch.backends.mps.is_built()
+        device = "mps" if has_mps else "cuda" if torch.cuda.is_available() else "cpu"
+        print(f"Using device: {device}")
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        model = nn.Linear(2, 1).to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        loader = DataLoader(TensorDataset(torch.randn(16, 2), torch.randn(16, 1)), batch_size=4)
+        for x, y in loader:
+            opt.zero_grad()
+            nn.functional.mse_loss(model(x.to(device)), y.to(device)).backward()
+            opt.step()
+        """,
+        """
+        import torch
+        from torch import nn
+        from torch.utils.data import DataLoader, TensorDataset
+        from accelify.runtime import Accelerator
+
+        accelerator = Accelerator()
+        has_mps = torch.backends.mps.is_built()
+        device = accelerator.device
+        accelerator.print(f"Using device: {device}")
+        device = accelerator.device
+        model = nn.Linear(2, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        loader = DataLoader(TensorDataset(torch.randn(16, 2), torch.randn(16, 1)), batch_size=4)
+        model, opt, loader = accelerator.prepare(model, opt, loader)
+        for x, y in loader:
+            opt.zero_grad()
+            accelerator.backward(nn.functional.mse_loss(model(x.to(device)), y.to(device)))
+            opt.step()
+        accelerator.end_training()
+        """,
+    )
+
+
+EMA_MODEL = """
+import copy
+import torch
+from torch import nn
+
+
+class WithEMA(nn.Module):
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+        self.ema = copy.deepcopy(net)
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def build():
+    model = WithEMA(nn.Linear(2, 1))
+    return model
+
+
+model = build()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 2)), batch_size=2)
+for (x,) in loader:
+    model(x).sum().backward()
+    opt.step()
+"""
+
+
+def test_a_submodule_the_forward_never_runs_makes_ddp_look_for_unused_parameters() -> None:
+    """Set I's I8 (DDPM, W4): ``self.ema = deepcopy(net)`` that ``forward`` never reads gets no gradient; DDP stops
+    at the second step. The model is built by a helper that returns it: followed to its class. The accelerator finds
+    unused parameters; the same model whose forward reads the copy (or reaches its submodules by name) does not."""
+    out = converted(EMA_MODEL)
+    assert "accelerator = Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)])" in out
+    assert "from accelify.runtime import Accelerator, DistributedDataParallelKwargs" in out
+    for forward in ("return self.net(x) + 0 * self.ema(x)", "return self.net(x) if self.training else self.ema(x)",
+                    "return [m for m in self.children()][0](x)"):
+        out = converted(EMA_MODEL.replace("return self.net(x)", forward))
+        assert "accelerator = Accelerator()" in out and "find_unused_parameters" not in out, forward
+    # a loss or an activation kept as an attribute holds no parameters: nothing for DDP to miss
+    out = converted(EMA_MODEL.replace("self.ema = copy.deepcopy(net)", "self.criterion = nn.MSELoss()\n        self.act = nn.ReLU()"))
+    assert "accelerator = Accelerator()" in out and "find_unused_parameters" not in out

@@ -292,3 +292,20 @@ def test_a_download_in_a_data_module_called_through_a_helper_runs_on_the_main_pr
     assert noted == [] and all(not c.changed for c in result.companions)
     assert "    with accelerator.main_process_first():\n        loader = DataLoader(get_training_set(), batch_size=4)\n" \
         in result.new
+
+
+def test_an_empty_or_comment_only_init_of_an_imported_package_is_left_byte_for_byte(tmp_path: Path) -> None:
+    # set I's I8 (W9): the package's empty ``__init__.py`` came out as ``pass`` with no newline
+    _write(tmp_path, {"train.py": TRAIN, "engine/__init__.py": "", "engine/steps.py": STEPS,
+                      "engine/loops.py": LOOPS, "helpers/__init__.py": "# helpers\n\n",
+                      "helpers/names.py": "NAME = 'run'\n"})
+    script = TRAIN.replace("from engine import fit", "from engine import loops\nfrom helpers import names").replace(
+        "    fit(", "    loops.fit(")
+    (tmp_path / "train.py").write_text(script)
+    result = convert_path(tmp_path / "train.py")
+    assert result.status == "converted", result.reason
+    changed = {Path(c.path).relative_to(tmp_path).as_posix(): c.new for c in result.companions if c.changed}
+    assert set(changed) == {"engine/loops.py", "engine/steps.py"}, changed
+    for companion in result.companions:
+        if companion.path.endswith("__init__.py"):
+            assert companion.new == companion.old

@@ -454,3 +454,88 @@ def test_a_factory_that_also_makes_an_unprepared_model_keeps_its_placement() -> 
     new = converted(code)
     assert "net = net.cuda()" in new
     assert codes(code) == ["ACC001:24"]
+
+
+TRAINER_WITH_ARGS = """
+        import argparse
+        import torch
+
+
+        class Trainer:
+            def __init__(self, *args, **kwargs):
+                self.args = kwargs["args"]
+                self.model = kwargs["model"].to(self.args.device)
+                self.optimizer = kwargs["optimizer"]
+
+            def train(self, loader):
+                for x, y in loader:
+                    mask = torch.ones(2).to(self.args.device)
+                    loss = torch.nn.functional.mse_loss(self.model(x * mask), y)
+                    self.optimizer.zero_grad()
+                    loss.backward()
+                    self.optimizer.step()
+
+
+        def main():
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--disable-cuda", action="store_true")
+            args = parser.parse_args()
+            if not args.disable_cuda and torch.cuda.is_available():
+                args.device = torch.device("cuda")
+            else:
+                args.device = torch.device("cpu")
+            model = torch.nn.Linear(2, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            loader = torch.utils.data.DataLoader(data, batch_size=4)
+            trainer = Trainer(model=model, optimizer=optimizer, args=args)
+            trainer.train(loader)
+"""
+
+
+def test_a_device_set_on_args_and_read_by_a_trainer_holding_args_stays_bound() -> None:
+    """Set I's I10 (SimCLR, W14): ``args.device = ...`` in ``main()`` was removed as unused, but the trainer class
+    built with ``args=args`` reads ``self.args.device`` (an AttributeError). ``self.args`` is followed to the ``args``
+    its construction passes: the device stays, bound to ``accelerator.device``."""
+    assert_converts(
+        TRAINER_WITH_ARGS,
+        """
+        import argparse
+        import torch
+        from accelify.runtime import Accelerator
+
+
+        class Trainer:
+            def __init__(self, *args, accelerator, **kwargs):
+                self.accelerator = accelerator
+                self.args = kwargs["args"]
+                self.model = kwargs["model"].to(self.args.device)
+                self.optimizer = kwargs["optimizer"]
+
+            def train(self, loader):
+                for x, y in loader:
+                    mask = torch.ones(2).to(self.args.device)
+                    loss = torch.nn.functional.mse_loss(self.model(x * mask), y)
+                    self.optimizer.zero_grad()
+                    self.accelerator.backward(loss)
+                    self.optimizer.step()
+
+
+        def main():
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--disable-cuda", action="store_true")
+            args = parser.parse_args()
+            accelerator = Accelerator(cpu=args.disable_cuda)
+            if not args.disable_cuda and torch.cuda.is_available():
+                args.device = accelerator.device
+            else:
+                args.device = accelerator.device
+            model = torch.nn.Linear(2, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            loader = torch.utils.data.DataLoader(data, batch_size=4)
+            model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+            trainer = Trainer(model=model, optimizer=optimizer, args=args, accelerator=accelerator)
+            trainer.train(loader)
+            accelerator.end_training()
+        """,
+    )
+    assert not [c for c in codes(TRAINER_WITH_ARGS) if c.startswith("ACC002")]  # ``self.args.device`` is the accelerator's
