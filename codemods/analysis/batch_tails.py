@@ -16,8 +16,9 @@ running values, when every one of them is a plain assignment, an augmented assig
 ``append``/``extend``, and reads of the loop's own values only the gathered ones (split by rows) and names the
 statements bind themselves; the later statements of the pass must not read what they bind (it would be the last
 batch's). They then run in ``for out, y in zip(out.split(b), y.split(b)):``: every value added or appended is the
-original's, batch by batch. A sum divided by the number of batches (``len(loader)``, the only per-process count this
-accepts) is divided by the original's number of batches instead (``len(loader.batch_sampler.batch_sampler)``);
+original's, batch by batch. A sum divided by the number of batches (``len(loader)``, or a name bound to it once and
+read only there: ``test_loss /= num_batches``, PyTorch's quickstart; the only per-process counts this accepts) is
+divided by the original's number of batches instead (``len(loader.batch_sampler.batch_sampler)``);
 divided by the data set's size or read as it is, it is the original's sum already. Anything else: None (reported).
 """
 
@@ -140,7 +141,7 @@ def _divisors(loop: Loop, name: str, reads: list[cst.BaseStatement], loader: str
     for stmt in reads:
         small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
         if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.DivideAssign) and m.matches(small.target, m.Name(name)):
-            found = _count(loop, small.value, loader)
+            found = _count(loop, small.value, loader, stmt)
             return None if found is None or m.findall(small.value, m.Name(name)) else out + [found]
         divisions = [d for d in m.findall(stmt, m.BinaryOperation(operator=m.Divide())) if m.matches(d.left, m.Name(name))]  # type: ignore[attr-defined]
         if len(divisions) != len(m.findall(stmt, m.Name(name))):

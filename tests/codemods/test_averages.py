@@ -808,3 +808,24 @@ def test_values_of_a_gathered_pass_that_cannot_run_per_batch_are_reported() -> N
     code = _script(UDACITY.replace("            ps = torch.exp(log_ps)\n", "            print(log_ps)\n            ps = torch.exp(log_ps)\n"))
     assert "(test_loader.batch_sampler" not in converted(code)
     assert codes(code) == ["ACC042:19", "ACC042:24"]
+
+
+@pytest.mark.parametrize("divide", [
+    "test_loss /= len(test_loader)\nprint(test_loss, correct)",
+    "test_loss /= num_batches\nprint(test_loss, correct)",  # PyTorch's quickstart: num_batches = len(dataloader) before the loop
+])
+def test_a_mean_loss_divided_in_place_by_the_number_of_batches_runs_per_original_batch(divide: str) -> None:
+    body = GATHERED_EVAL.format(made="", added="criterion(out, y).item()", divisor="len(test_loader)").replace(
+        "    test_loss = 0\n", "    num_batches = len(test_loader)\n    test_loss = 0\n").replace(
+        "            test_loss += criterion(out, y).item()\n",
+        "            test_loss += criterion(out, y).item()\n            correct += (out.argmax(1) == y).sum().item()\n").replace(
+        "    test_loss = 0\n", "    test_loss, correct = 0, 0\n").replace(
+        "    print(test_loss / len(test_loader))\n", textwrap.indent(divide, "    ") + "\n")
+    code = _script(body)
+    new = converted(code)
+    size = "test_loader.batch_sampler.batch_size"
+    assert (f"        for out, y in zip(out.split({size}), y.split({size})):\n"
+            "            test_loss += criterion(out, y).item()\n"
+            "            correct += (out.argmax(1) == y).sum().item()\n") in new, new
+    assert "len(test_loader.batch_sampler.batch_sampler)" in new, new
+    assert codes(code) == []
