@@ -225,6 +225,60 @@ accelerator.end_training()
 ''',
         ),
         Example(
+            # a list of mean losses over a gathered evaluation, with a print between the gather and the append: the
+            # pass's statements cannot run per original batch, so the list (one value per pass) is reported
+            before='''\
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+model = torch.nn.Linear(2, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+criterion = torch.nn.CrossEntropyLoss()
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randint(0, 2, (8,))), batch_size=2)
+for x, y in loader:
+    criterion(model(x), y).backward()
+    optimizer.step()
+model.eval()
+losses = []
+with torch.no_grad():
+    for x, y in loader:
+        out = model(x)
+        loss = criterion(out, y)
+        print(loss.item())
+        losses.append(loss.item())
+print(np.mean(losses))
+''',
+            after='''\
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+
+accelerator = Accelerator()
+model = torch.nn.Linear(2, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+criterion = torch.nn.CrossEntropyLoss()
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randint(0, 2, (8,))), batch_size=2)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for x, y in loader:
+    accelerator.backward(criterion(model(x), y))
+    optimizer.step()
+model.eval()
+losses = []
+with torch.no_grad():
+    for x, y in loader:
+        out = model(x)
+        out, y = accelerator.gather_for_metrics((out, y))
+        loss = criterion(out, y)
+        accelerator.print(loss.item())
+        losses.append(loss.item())
+accelerator.print(np.mean(losses))
+accelerator.end_training()
+''',
+            warnings=("ACC042:19",),
+        ),
+        Example(
             # printed inside the loop every N steps (one process's, by convention), and a sum of gathered values
             before='''\
 import torch
