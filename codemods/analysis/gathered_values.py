@@ -66,6 +66,12 @@ MEAN_LOSSES = ("each value added is a batch's mean loss, and the sum is divided 
 TRANSFORMED = ("each value added is computed from a batch's mean loss (a PSNR, a log), and over a gathered pass that "
                "is of the mean of N batches, not the sum of the values of each: no division makes it the original's")
 
+PER_PASS_LIST = ("each value appended is computed from a whole gathered pass (N processes' batches at once), so the "
+                 "list holds one value per pass, not one per original batch, and a summary of it is not the original's")
+BATCH_MEANS = ("each value added is a batch's mean (a mean loss, an accuracy), and over a gathered pass that is the "
+               "mean of N batches at once: summed over 1/N as many passes, with an uneven last round, it is not the "
+               "original's sum of batch means")
+
 
 def gathered_mismatch(plan: Plan, acc: Accumulator) -> str | None:
     """Why a sum over a gathered loop is not the original's (``analysis/loss_means.py``), or None."""

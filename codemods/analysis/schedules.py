@@ -33,13 +33,23 @@ _DEFINITIONS = (cst.FunctionDef, cst.ClassDef)
 
 
 def per_batch(plan: Plan, scheduler: Binding) -> bool | None:
-    """Whether every ``step()`` of ``scheduler`` runs once per batch (see the module docstring)."""
+    """Whether every ``step()`` of ``scheduler`` runs once per batch (see the module docstring). A name bound to a
+    scheduler in several places (``if args.dataset == "svhn": scheduler = MultiStepLR(...) else: scheduler =
+    MultiStepLR(...)``) is one scheduler for this question: its step calls are every binding's."""
+    alike = _same_name(scheduler)
     sites = [
         s for s in plan.facts.calls
-        if s.method == "step" and isinstance(s.node.func, cst.Attribute) and plan.origin(s.scope, s.node.func.value) is scheduler
+        if s.method == "step" and isinstance(s.node.func, cst.Attribute) and plan.origin(s.scope, s.node.func.value) in alike
     ]
     answers = {_site(plan, s.scope, s.stmt, frozenset()) for s in sites}
     return answers.pop() if len(answers) == 1 else None
+
+
+def _same_name(scheduler: Binding) -> list[Binding]:
+    """``scheduler`` and the other bindings of its name in its scope that make a scheduler (the branches of an
+    ``if``/``else``): a step call's origin is one of them (the first), whichever the program ran."""
+    alike = [b for b in scheduler.scope.bindings.get(scheduler.key, []) if b.role == "scheduler"]
+    return alike if scheduler in alike else [scheduler, *alike]
 
 
 def enclosing_loop(plan: Plan, stmt: cst.BaseStatement) -> cst.For | cst.While | None:

@@ -56,6 +56,7 @@ from accelify.codemods.analysis.loop_reads import (
     inner_stmts,
     reads_after,
 )
+from accelify.codemods.analysis.loss_means import mean_loss
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.schedules import enclosing_loop
@@ -163,7 +164,7 @@ def find_averages(plan: Plan) -> Averages:
                 continue
             reads = list(derived) if derived else reads_after(plan, end, loop.scope, name)
             mean = divided_by(plan, end, loop, name, reads, counters, set(updates) - counters)
-            kind = sum_kind(init, [v for _, v in ups], known_kinds(loop), helper_kinds(plan, [v for _, v in ups]))
+            kind = sum_kind(init, [v for _, v in ups], known_kinds(loop), _kinds(plan, loop, [v for _, v in ups]))
             if mean is None or kind is None:
                 found.kept.append(kept)
                 continue
@@ -171,6 +172,15 @@ def find_averages(plan: Plan) -> Averages:
                                            derived=derived, at_else=at_else))
         _keep_mixed(plan, loop, found, summed_here)
     return found
+
+
+def _kinds(plan: Plan, loop: Loop, values: list[cst.BaseExpression]) -> dict[int, str]:
+    """``helper_kinds``, and a tensor for a batch's mean loss added as it is under ``no_grad`` (``test_loss +=
+    criterion(log_ps, labels)``, the Udacity course's test loop)."""
+    kinds = helper_kinds(plan, values)
+    if loop.no_grad:
+        kinds.update({id(v): "tensor" for v in values if isinstance(v, cst.Call) and mean_loss(plan, loop, v)})
+    return kinds
 
 
 def _keep_mixed(plan: Plan, loop: Loop, found: Averages, summed: list[Accumulator]) -> None:

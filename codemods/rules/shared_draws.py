@@ -14,6 +14,16 @@ built before it): ``torch.manual_seed(0)``, ``np.random.seed(0)``, ``random.seed
 no import, the same line under ``accelify.runtime`` and Hugging Face Accelerate. The script was not
 reproducible before; it now is, and one process computes what the original computed from a fresh seed 0.
 
+Seeded alike, the processes would then draw alike for the rest of the run too: the same noise for a GAN's fake
+batch at every step, the same dropout masks and random augmentations, so N processes' fake batches are copies of one
+another. So right after the last statement that draws a shared value, every process but process 0 seeds each of
+those libraries again with its index (``if accelerator.process_index > 0: torch.manual_seed(accelerator.process_index)``,
+what ``set_seed(seed, device_specific=True)`` does in both runtimes, except that process 0 goes on with its stream,
+so one process still computes what the original computed from seed 0). A prepared loader's shuffle does not depend
+on it (process 0's permutation is used on every process, in both runtimes). Where the accelerator does not exist yet
+after the last shared draw (drawn at import time, the accelerator made in ``main()``), that goes right before the
+statement that trains in a block walked after it; where no such place is found, the draws are left and reported.
+
 Where no prepared loader feeds training and the training loop draws its data as it goes (batches sampled at
 random, episodes), one seed would make every process draw the same batches: the draws are left as they are,
 with ACC032, as they are where the library that draws is not imported under a name the seed can use.
@@ -79,6 +89,8 @@ accelerator = Accelerator()
 torch.manual_seed(0)
 x = torch.randn(64, 4)
 y = x @ torch.randn(4, 1)
+if accelerator.process_index > 0:
+    torch.manual_seed(accelerator.process_index)
 loader = DataLoader(TensorDataset(x, y), batch_size=8, shuffle=True)
 model = torch.nn.Linear(4, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -186,8 +198,37 @@ accelerator.end_training()
         if ctx.is_skipped(stmt) or stmt in ctx.edits.removed:
             ctx.warn(codes.UNSEEDED_DRAWS, draw, name=code_of(draw.func), why="the statement before which the seed goes is skipped")
             return
+        own = _own_streams(ctx, walk, lines)
+        if own is None:
+            ctx.warn(codes.UNSEEDED_DRAWS, draw, name=code_of(draw.func),
+                     why="no place after them where the accelerator exists was found to give each process its own "
+                         "stream again (seeded alike, every process would draw the same noise and dropout while training)")
+            return
         ctx.insert_before(stmt, lines)
-        ctx.change("seed the values drawn before training alike on every process")
+        place, code, after = own
+        (ctx.insert_after if after else ctx.insert_before)(place, code)
+        ctx.change("seed the values drawn before training alike on every process, then each process its own stream")
+
+
+def _own_streams(ctx: Context, walk: "_Walk", lines: list[str]) -> tuple[cst.BaseStatement, list[str], bool] | None:
+    """Where and what gives each process its own stream again once the shared values are drawn: right after the last
+    statement that draws them (or, where the accelerator does not exist there yet, right before a statement that
+    trains, in a block the walk entered after it), each library the seed ``lines`` set seeded again with the process's
+    index on every process but process 0, which goes on with the stream the original drew from (so one process
+    computes what the original computed from seed 0). Seeded alike and left so, every process would draw the same
+    noise, dropout masks and random augmentations at every step (the GAN's fake batches copies of one another).
+    Returns the statement, the code, and whether it goes after the statement; None where no such place has the
+    accelerator."""
+    assert walk.last is not None
+    places = [(walk.last, True)] + [(t, False) for t in walk.trains[walk.last_block:] if t[0] is not walk.first[0]]  # type: ignore[index]
+    for (stmt, scope), after in places:
+        accelerator = ctx.accelerator_in(scope)
+        if accelerator is None or not ctx.after_accelerator(scope, stmt) or ctx.is_skipped(stmt) or stmt in ctx.edits.removed:
+            continue
+        seeds = "\n".join("    " + line.replace("(0)", f"({accelerator}.process_index)") for line in lines)
+        code = [f"if {accelerator}.process_index > 0:\n{seeds}"]
+        return stmt, code, after
+    return None
 
 
 class _Walk:
@@ -201,6 +242,9 @@ class _Walk:
         self.unseeded: set[str] = set()
         self.draw: CallSite | None = None
         self.first: tuple[cst.BaseStatement, Scope] | None = None
+        self.last: tuple[cst.BaseStatement, Scope] | None = None  # the last statement that draws a shared value
+        self.trains: list[tuple[cst.BaseStatement, Scope]] = []  # the statement that trains, of each block walked
+        self.last_block = 0  # the index in ``trains`` of the block ``last`` is in
         self.seen: set[int] = set()
         self.samples = {  # ``TensorDataset(torch.randn(n, d), torch.randn(n, 1))``: samples, each drawn once
             _chain_root(arg.value) for site in ctx.facts.calls if site.qualname == "torch.utils.data.TensorDataset"
@@ -218,6 +262,7 @@ class _Walk:
                 continue
             sites = self._sites(stmt, scope)
             if any(self.plan.reaches_backward(s) for s in sites):
+                self.trains.append((stmt, scope))
                 self._enter(stmt, scope, sites)
                 return True
             draws, seeds, uses = self._random(sites, set())
@@ -225,6 +270,8 @@ class _Walk:
                 self.draw = next(
                     s for s in self._flat(sites) if _library(s) in draws - self.seeded and not self._sample(s)
                 )
+            if draws - self.seeded:
+                self.last, self.last_block = (stmt, scope), len(self.trains)
             self.unseeded |= draws - self.seeded
             if (uses or draws) and self.first is None:
                 self.first = (stmt, scope)

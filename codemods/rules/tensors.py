@@ -59,6 +59,8 @@ optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 model, optimizer = accelerator.prepare(model, optimizer)
 mask = torch.ones(2, device=accelerator.device)
 noise = torch.randn(2).to(accelerator.device)
+if accelerator.process_index > 0:
+    torch.manual_seed(accelerator.process_index)
 zeros = torch.zeros(2, device=accelerator.device)
 for x in torch.ones(4, 2, device=accelerator.device):
     accelerator.backward(model(x * mask + noise + zeros).sum())

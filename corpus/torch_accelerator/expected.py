@@ -75,15 +75,16 @@ def train(dataloader, model, loss_fn, optimizer):
 
 def test(dataloader, model, loss_fn):
     size = len(dataloader.dataset)
-    num_batches = len(dataloader)
+    num_batches = len(dataloader.batch_sampler.batch_sampler)
     model.eval()
     test_loss, correct = 0, 0
     with torch.no_grad():
         for X, y in dataloader:
             pred = model(X)
             pred, y = accelerator.gather_for_metrics((pred, y))
-            test_loss += loss_fn(pred, y).item()
-            correct += (pred.argmax(1) == y).type(torch.float).sum().item()
+            for pred, y in zip(pred.split(dataloader.batch_sampler.batch_size), y.split(dataloader.batch_sampler.batch_size)):
+                test_loss += loss_fn(pred, y).item()
+                correct += (pred.argmax(1) == y).type(torch.float).sum().item()
     test_loss /= num_batches
     correct /= size
     accelerator.print(f"Test Error: \n Accuracy: {(100*correct):>0.1f}%, Avg loss: {test_loss:>8f} \n")

@@ -41,6 +41,8 @@ def main():
     torch.manual_seed(0)
     data = make_problem(1024, 8, noise=0.05)
     train_set, val_set = random_split(data, [768, 256])
+    if accelerator.process_index > 0:
+        torch.manual_seed(accelerator.process_index)
     train_loader = DataLoader(train_set, batch_size=32, shuffle=True)
     val_loader = DataLoader(val_set, batch_size=64)
 

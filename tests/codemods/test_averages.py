@@ -540,7 +540,8 @@ GATHERED_EVAL = """
     ("", "criterion(out, y).item()", "len(test_loader)", False),  # summed per original batch (see below)
     ('reduction="sum"', "criterion(out, y).item()", "len(test_loader.dataset)", False),  # sums over the data set's size
     ("", "torch.nn.functional.cross_entropy(out, y, reduction='sum').item()", "len(test_loader.dataset)", False),
-    ("", "(out.argmax(1) == y).sum().item()", "len(test_loader)", True),  # a count over a per-process number of batches
+    # a count over the number of batches: counted per original batch, over the original's number of batches
+    ("", "(out.argmax(1) == y).sum().item()", "len(test_loader)", False),
     ("", "(out.argmax(1) == y).sum().item()", "len(test_loader.dataset)", False),
     # a mean loss of a value the loop does not gather: its batches cannot be told apart in the pass
     ("", "criterion(out + torch.randn(1), y).item()", "len(test_loader.dataset)", True),
@@ -724,3 +725,107 @@ def test_values_appended_in_a_for_else_clause_are_read_after_the_loop_not_kept_p
     new = converted(code)
     reduce_at = new.index('total = accelerator.reduce(torch.tensor(total, dtype=torch.float64, device=accelerator.device), "mean")')
     assert new.index("    else:") < reduce_at < new.index("train_losses.append(total / len(loader))")
+
+
+UDACITY = """
+    test_loader = DataLoader(TensorDataset(torch.randn(9, 2), torch.randint(0, 2, (9,))), batch_size=2)
+    for x, y in loader:
+        STEP
+    criterion = torch.nn.NLLLoss()
+    test_loss = 0
+    accuracy = 0
+    with torch.no_grad():
+        model.eval()
+        for images, labels in test_loader:
+            log_ps = model(images)
+            test_loss += criterion(log_ps, labels)
+            ps = torch.exp(log_ps)
+            top_p, top_class = ps.topk(1, dim=1)
+            equals = top_class == labels.view(*top_class.shape)
+            accuracy += torch.mean(equals.type(torch.FloatTensor))
+    print(test_loss / len(test_loader), accuracy / len(test_loader))
+    """
+
+
+def test_batch_means_over_a_gathered_loop_run_per_original_batch() -> None:
+    """The Udacity course's test loop: a mean loss summed as a tensor and an accuracy that is a batch's mean, both over
+    ``len(testloader)``. Over a gathered pass each is the mean of N batches (close to the original's, not equal with an
+    uneven last round): the statements from the gather to the last update run per original batch, and the sums are
+    divided by the original's number of batches (tests/e2e/test_gathered_batches.py runs it on 2 and 3 processes)."""
+    code = _script(UDACITY)
+    size = "test_loader.batch_sampler.batch_size"
+    new = converted(code)
+    assert ("        log_ps, labels = accelerator.gather_for_metrics((log_ps, labels))\n"
+            f"        for log_ps, labels in zip(log_ps.split({size}), labels.split({size})):\n"
+            "            test_loss += criterion(log_ps, labels)\n"
+            "            ps = torch.exp(log_ps)\n"
+            "            top_p, top_class = ps.topk(1, dim=1)\n"
+            "            equals = top_class == labels.view(*top_class.shape)\n"
+            "            accuracy += torch.mean(equals.type(torch.FloatTensor))\n"
+            "accelerator.print(test_loss / len(test_loader.batch_sampler.batch_sampler), "
+            "accuracy / len(test_loader.batch_sampler.batch_sampler))\n") in new, new
+    assert codes(code) == []
+
+
+EARLY_STOPPING = """
+    valid_loader = DataLoader(TensorDataset(torch.randn(9, 2), torch.randint(0, 2, (9,))), batch_size=2)
+    criterion = torch.nn.CrossEntropyLoss()
+    for epoch in range(2):
+        valid_losses = []
+        for x, y in loader:
+            STEP
+        model.eval()
+        for data, target in valid_loader:
+            output = model(data)
+            loss = criterion(output, target)
+            valid_losses.append(loss.item())
+        print(np.average(valid_losses))
+    """
+
+
+def test_a_list_of_mean_losses_over_a_gathered_loop_gets_one_per_original_batch() -> None:
+    """Bjarten/early-stopping-pytorch (field set I, W11): ``valid_losses.append(loss.item())`` per batch, then
+    ``np.average(valid_losses)``. Appending the sum of a pass's batch means made the printed loss N times the
+    original's; the list must hold one value per original batch."""
+    code = "import numpy as np\n" + _script(EARLY_STOPPING)
+    size = "valid_loader.batch_sampler.batch_size"
+    new = converted(code)
+    assert ("        output, target = accelerator.gather_for_metrics((output, target))\n"
+            f"        for output, target in zip(output.split({size}), target.split({size})):\n"
+            "            loss = criterion(output, target)\n"
+            "            valid_losses.append(loss.item())\n"
+            "    accelerator.print(np.average(valid_losses))\n") in new, new
+    assert codes(code) == []
+
+
+def test_values_of_a_gathered_pass_that_cannot_run_per_batch_are_reported() -> None:
+    """A statement that cannot run once per batch (a print) between the gather and the last update: the list and the
+    batch means are one pass's, reported (ACC042), never left silently."""
+    code = "import numpy as np\n" + _script(EARLY_STOPPING.replace(
+        "            valid_losses.append(loss.item())\n", "            print(loss.item())\n            valid_losses.append(loss.item())\n"))
+    assert "        valid_losses.append(loss.item())\n" in converted(code)
+    assert codes(code) == ["ACC042:21"]
+    code = _script(UDACITY.replace("            ps = torch.exp(log_ps)\n", "            print(log_ps)\n            ps = torch.exp(log_ps)\n"))
+    assert "(test_loader.batch_sampler" not in converted(code)
+    assert codes(code) == ["ACC042:19", "ACC042:24"]
+
+
+@pytest.mark.parametrize("divide", [
+    "test_loss /= len(test_loader)\nprint(test_loss, correct)",
+    "test_loss /= num_batches\nprint(test_loss, correct)",  # PyTorch's quickstart: num_batches = len(dataloader) before the loop
+])
+def test_a_mean_loss_divided_in_place_by_the_number_of_batches_runs_per_original_batch(divide: str) -> None:
+    body = GATHERED_EVAL.format(made="", added="criterion(out, y).item()", divisor="len(test_loader)").replace(
+        "    test_loss = 0\n", "    num_batches = len(test_loader)\n    test_loss = 0\n").replace(
+        "            test_loss += criterion(out, y).item()\n",
+        "            test_loss += criterion(out, y).item()\n            correct += (out.argmax(1) == y).sum().item()\n").replace(
+        "    test_loss = 0\n", "    test_loss, correct = 0, 0\n").replace(
+        "    print(test_loss / len(test_loader))\n", textwrap.indent(divide, "    ") + "\n")
+    code = _script(body)
+    new = converted(code)
+    size = "test_loader.batch_sampler.batch_size"
+    assert (f"        for out, y in zip(out.split({size}), y.split({size})):\n"
+            "            test_loss += criterion(out, y).item()\n"
+            "            correct += (out.argmax(1) == y).sum().item()\n") in new, new
+    assert "len(test_loader.batch_sampler.batch_sampler)" in new, new
+    assert codes(code) == []

@@ -105,3 +105,35 @@ def test_per_batch(name: str) -> None:
     scheduler = next(b for b in plan.facts.bindings() if b.key == "scheduler")
     assert per_batch(plan, scheduler) is expected
     assert (scheduler in plan.objects) is (expected is not False)
+
+
+BRANCHES = """\
+import sys
+import torch
+from torch.optim.lr_scheduler import MultiStepLR
+from torch.utils.data import DataLoader, TensorDataset
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+if len(sys.argv) > 1:
+    scheduler = MultiStepLR(optimizer, milestones=[80, 120], gamma=0.1)
+else:
+    scheduler = MultiStepLR(optimizer, milestones=[60, 120, 160], gamma=0.2)
+for epoch in range(2):
+    for x, y in loader:
+        model(x).sum().backward()
+        optimizer.step()
+{step}
+"""
+
+
+@pytest.mark.parametrize("step, expected", [("    scheduler.step()", False), ("        scheduler.step()", True)])
+def test_per_batch_of_a_name_bound_in_branches(step: str, expected: bool) -> None:
+    """A scheduler bound in both branches of an ``if``/``else`` (the ``--dataset`` switch, uoguelph-mlrg/Cutout):
+    every binding is stepped where the one step call is, so stepped per epoch neither is prepared."""
+    plan = Plan(collect(cst.parse_module(BRANCHES.format(step=step))))
+    schedulers = [b for b in plan.facts.bindings() if b.key == "scheduler"]
+    assert len(schedulers) == 2
+    for scheduler in schedulers:
+        assert per_batch(plan, scheduler) is expected
+        assert (scheduler in plan.objects) is expected

@@ -143,3 +143,65 @@ def test_folds_without_numpy_module_are_reported() -> None:
         "import numpy as np\n", "from numpy import zeros, arange\n").replace("np.zeros", "zeros").replace("np.arange", "arange")
     assert "seed(0)" not in converted(code)
     assert codes(code) == ["ACC032:10"]  # at the splitter
+
+
+GAN = """\
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=8, shuffle=True)
+D = nn.Sequential(nn.Linear(4, 1), nn.Sigmoid())
+G = nn.Linear(3, 4)
+d_opt = torch.optim.Adam(D.parameters(), lr=1e-3)
+g_opt = torch.optim.Adam(G.parameters(), lr=1e-3)
+bce = nn.BCELoss()
+test_noise = torch.randn(4, 3)
+for (real,) in loader:
+    fake = G(torch.randn(real.size(0), 3))
+    d_opt.zero_grad()
+    d_loss = bce(D(real), torch.ones(real.size(0), 1)) + bce(D(fake.detach()), torch.zeros(real.size(0), 1))
+    d_loss.backward()
+    d_opt.step()
+    g_opt.zero_grad()
+    bce(D(fake), torch.ones(real.size(0), 1)).backward()
+    g_opt.step()
+print(G(test_noise).sum().item())
+"""
+
+
+def test_each_process_draws_its_own_stream_after_the_shared_draws() -> None:
+    """diegoalejogm/gans (field set I, W8): the seed that makes ``test_noise`` alike also made every step's noise alike
+    on every process (the N fake batches were copies). After the last shared draw, every process but process 0 seeds
+    its own stream; process 0 goes on with the original's."""
+    new = converted(GAN)
+    assert "torch.manual_seed(0)\nD = nn.Sequential" in new, new
+    assert ("test_noise = torch.randn(4, 3)\n"
+            "if accelerator.process_index > 0:\n"
+            "    torch.manual_seed(accelerator.process_index)\n"
+            "for (real,) in loader:\n") in new, new
+
+
+def test_each_library_seeded_alike_gets_its_own_stream_again() -> None:
+    new = converted(
+        HEAD + "def main():\n    x = torch.randn(64, 4)\n    k = random.randint(0, 3)\n"
+        "    ds, val = random_split(TensorDataset(x, x[:, k:k + 1]), [48, 16])\n"
+        "    model = torch.nn.Linear(4, 1)\n" + LOOP
+    )
+    assert ("    ds, val = random_split(TensorDataset(x, x[:, k:k + 1]), [48, 16])\n"
+            "    if accelerator.process_index > 0:\n"
+            "        random.seed(accelerator.process_index)\n"
+            "        torch.manual_seed(accelerator.process_index)\n"
+            "    model = torch.nn.Linear(4, 1)\n") in new, new
+
+
+def test_drawn_at_import_time_the_own_stream_starts_before_the_training() -> None:
+    """The shared value drawn at module level, the accelerator made in ``main()``: the per-process seed goes where
+    the accelerator exists, right before the loop that trains."""
+    new = converted(HEAD + "W = torch.randn(4, 1)\n\ndef main():\n    ds = TensorDataset(torch.ones(64, 4), torch.ones(64, 1))\n"
+                    "    model = torch.nn.Sequential(torch.nn.Dropout(0.5), torch.nn.Linear(4, 1))\n" + LOOP
+                    + "\nif __name__ == '__main__':\n    main()\n")
+    assert "torch.manual_seed(0)\nW = torch.randn(4, 1)\n" in new, new
+    assert ("    if accelerator.process_index > 0:\n"
+            "        torch.manual_seed(accelerator.process_index)\n"
+            "    for xb, yb in loader:\n") in new, new

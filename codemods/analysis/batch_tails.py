@@ -1,0 +1,190 @@
+"""The statements of a gathered evaluation loop from the gather to the last running value they update, run once per
+original batch: what makes per-batch values over a gathered loop the original's where one chain
+(``analysis/batch_chains.py``) or one sum (``analysis/loss_means.py``) is not enough.
+
+Over a gathered loop each pass holds, in order, the original's batches of the loader's batch size (the processes are
+dealt whole batches in turn; ``gather_for_metrics`` drops the samples that evened out the last round), and the loop
+runs 1/N as many times. A value computed from a pass is then the value of N batches at once: a batch's mean (``accuracy
++= torch.mean(equals.type(torch.FloatTensor))``, the Udacity course's test loop), a mean loss appended to a list that is
+averaged after the loop (``valid_losses.append(loss.item())`` then ``np.average(valid_losses)``, the much-copied
+early-stopping notebook), a mean loss summed as a tensor next to such an accuracy. Summed and divided by the number of
+passes, or listed and averaged, it comes out close to the original's and not equal whenever the last round is uneven;
+a list holds one value per pass, so a sum of it is 1/N of the original's.
+
+``per_batch_tail`` takes the loop's own statements from the one right after the gather to the last update of its
+running values, when every one of them is a plain assignment, an augmented assignment of a name, or a list's
+``append``/``extend``, and reads of the loop's own values only the gathered ones (split by rows) and names the
+statements bind themselves; the later statements of the pass must not read what they bind (it would be the last
+batch's). They then run in ``for out, y in zip(out.split(b), y.split(b)):``: every value added or appended is the
+original's, batch by batch. A sum divided by the number of batches (``len(loader)``, or a name bound to it once and
+read only there: ``test_loss /= num_batches``, PyTorch's quickstart; the only per-process counts this accepts) is
+divided by the original's number of batches instead (``len(loader.batch_sampler.batch_sampler)``);
+divided by the data set's size or read as it is, it is the original's sum already. Anything else: None (reported).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import libcst as cst
+import libcst.matchers as m
+
+from accelify.codemods.analysis.agreement import Agreement
+from accelify.codemods.analysis.batch_chains import BatchChain
+from accelify.codemods.analysis.facts import Loop
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.plan import Plan
+from accelify.codemods.analysis.shard_sums import Accumulator
+from accelify.codemods.analysis.snippets import code_of
+from accelify.codemods.analysis.statement_shapes import target_names
+
+_LIST_METHODS = ("append", "extend")
+
+
+def per_batch_tail(plan: Plan, agreement: Agreement, loop: Loop, accs: Iterable[Accumulator], gathered: set[str],
+                   reads: dict[str, list[cst.BaseStatement]], accelerate: bool = False) -> BatchChain | None:
+    """The statements of ``loop`` to run per original batch so that every running value of ``accs`` (the loop's
+    sums and lists of gathered values) is the original's, the gathered names (``gathered``: those that keep a row per
+    sample) to split, and the divisors to change (``reads``: the statements after the loop that read each sum); None
+    where the loop is not that shape (see the module docstring). For Hugging Face Accelerate (``accelerate``) the
+    count of batches reads the batch sampler the prepared loader keeps on one process."""
+    accs = list(accs)
+    body = list(loop.node.body.body) if isinstance(loop.node.body, cst.IndentedBlock) else None
+    source = plan.loop_source(loop)
+    if body is None or not accs or source is None or dotted(source) is None:
+        return None
+    anchors = [i for i, s in enumerate(body) if agreement.gathers(s) and s not in agreement.gathered_before]
+    if len(anchors) != 1 or sum(1 for s in loop.stmts if agreement.gathers(s)) != 1:
+        return None  # gathered in a nested block, before a statement, or twice
+    updates = [u for acc in accs for u in acc.updates]
+    if any(acc.keys or acc.local for acc in accs) or any(u not in body for u in updates):
+        return None  # a dict of sums, a helper's sum, an update under a condition or in an inner loop
+    start, end = anchors[0] + 1, max(body.index(u) for u in updates)
+    if end < start:
+        return None
+    region = body[start:end + 1]
+    own = _bound_in(loop)
+    bound: set[str] = set()
+    split: list[str] = []
+    for stmt in region:
+        found = _shape(stmt)
+        if found is None:
+            return None
+        targets, reads_here = found
+        for name in [n for n in reads_here if n not in bound]:
+            if name in gathered:
+                if name not in split:
+                    split.append(name)
+            elif name in own:
+                return None  # a value of the pass that is this process's (the inputs), not split into batches
+        bound |= targets
+    if not split or any(set(_reads(s)) & (bound | set(split)) for s in body[end + 1:]):
+        return None  # a later statement reads a name the per-batch loop leaves as its last batch's
+    loader = code_of(source)
+    divisors: list[tuple[cst.Call, cst.BaseStatement]] = []
+    for acc in accs:
+        if not acc.mean:
+            continue
+        if acc.end is not loop.node:
+            return None
+        found_divisors = _divisors(loop, acc.name, reads.get(acc.name, []), loader)
+        if not found_divisors:
+            return None
+        divisors += found_divisors
+    sampler = f"{loader}.batch_sampler"
+    batches = f'len(getattr({sampler}, "batch_sampler", {sampler}))' if accelerate else f"len({sampler}.batch_sampler)"
+    return BatchChain(tuple(region), tuple(split), f"{sampler}.batch_size", tuple(divisors), batches)
+
+
+def _shape(stmt: cst.BaseStatement) -> tuple[set[str], list[str]] | None:
+    """(names bound, names read) of a statement that may run per batch: ``a = ...`` (names or tuples of names),
+    ``total += ...``, ``values.append(...)``; None for any other statement."""
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1) or _draws(stmt):
+        return None
+    small = stmt.body[0]
+    if isinstance(small, cst.Assign):
+        targets: set[str] = set()
+        for target in small.targets:
+            names = [target.target] if isinstance(target.target, cst.Name) else \
+                [e.value for e in target.target.elements] if isinstance(target.target, cst.Tuple) else [None]
+            if not all(isinstance(n, cst.Name) for n in names):
+                return None  # ``self.x = ...``, ``out[i] = ...``, a starred or nested target
+            targets |= set(target_names(target.target))
+        return targets, _reads(small.value)
+    if isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name):
+        return set(), _reads(small.value)
+    if isinstance(small, cst.Expr) and m.matches(small.value, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name()))):
+        call = small.value
+        assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+        if call.func.attr.value in _LIST_METHODS:
+            return set(), _reads(call)
+    return None
+
+
+_RANDOM = ("rand", "randn", "randint", "randn_like", "rand_like", "randint_like", "randperm", "normal", "bernoulli",
+           "multinomial", "poisson", "dropout", "random", "choice", "shuffle")
+
+
+def _draws(stmt: cst.BaseStatement) -> bool:
+    """Whether ``stmt`` draws at random (``out + torch.randn(1)``): run per batch on every process, each process would
+    draw its own values, and what is global would differ between processes."""
+    return any((dotted(c.func) or "").rsplit(".", 1)[-1] in _RANDOM for c in m.findall(stmt, m.Call()))  # type: ignore[attr-defined]
+
+
+def _divisors(loop: Loop, name: str, reads: list[cst.BaseStatement], loader: str
+              ) -> list[tuple[cst.Call, cst.BaseStatement]] | None:
+    """Every ``len(loader)`` that divides the sum ``name`` in ``reads`` (the statements after the loop that read it), with
+    the statement holding it, when every read of the sum is such a division, or the first one is ``name /= d`` (the
+    later ones then read the mean); ``d`` may be a name bound once to ``len(loader)`` and read only there
+    (``num_batches = len(dataloader)``, PyTorch's quickstart): its ``len(loader)`` is the one to change. Else None."""
+    out = []
+    for stmt in reads:
+        small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
+        if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.DivideAssign) and m.matches(small.target, m.Name(name)):
+            found = _count(loop, small.value, loader, stmt)
+            return None if found is None or m.findall(small.value, m.Name(name)) else out + [found]
+        divisions = [d for d in m.findall(stmt, m.BinaryOperation(operator=m.Divide())) if m.matches(d.left, m.Name(name))]  # type: ignore[attr-defined]
+        if len(divisions) != len(m.findall(stmt, m.Name(name))):
+            return None
+        for division in divisions:
+            found = _count(loop, division.right, loader, stmt)  # type: ignore[attr-defined]
+            if found is None:
+                return None
+            out.append(found)
+    return out
+
+
+def _count(loop: Loop, divisor: cst.BaseExpression, loader: str, stmt: cst.BaseStatement | None = None
+           ) -> tuple[cst.Call, cst.BaseStatement] | None:
+    """``len(loader)`` itself (held by ``stmt``), or the ``len(loader)`` a name is bound to once in the loop's scope and
+    read only as this divisor; None otherwise."""
+    def length(expr: cst.BaseExpression) -> bool:
+        return m.matches(expr, m.Call(func=m.Name("len"))) and len(expr.args) == 1 and code_of(expr.args[0].value) == loader  # type: ignore[attr-defined]
+
+    if length(divisor) and stmt is not None:
+        return divisor, stmt  # type: ignore[return-value]
+    if not isinstance(divisor, cst.Name):
+        return None
+    scope = loop.scope
+    bindings = scope.bindings.get(divisor.value, [])
+    if len(bindings) != 1 or bindings[0].value is None or not length(bindings[0].value) or len(scope.refs.get(divisor.value, [])) != 1:
+        return None
+    return bindings[0].value, bindings[0].stmt  # type: ignore[return-value]
+
+
+def _bound_in(loop: Loop) -> set[str]:
+    """The names the loop binds: its targets, and every name assigned in its body."""
+    names = set(loop.targets)
+    for node in m.findall(loop.node.body, m.AssignTarget() | m.AugAssign() | m.AnnAssign() | m.For() | m.WithItem()):
+        target = getattr(node, "target", None) or getattr(node, "asname", None)
+        if isinstance(target, cst.AsName):
+            target = target.name
+        if target is not None:
+            names |= {n.value for n in m.findall(target, m.Name())}  # type: ignore[attr-defined]
+    return names
+
+
+def _reads(node: cst.CSTNode) -> list[str]:
+    """The variables ``node`` reads (not attribute names, not keywords), in the order they come, once each."""
+    skip = {id(a.attr) for a in m.findall(node, m.Attribute())} | {id(a.keyword) for a in m.findall(node, m.Arg()) if a.keyword}
+    return list(dict.fromkeys(n.value for n in m.findall(node, m.Name()) if id(n) not in skip))  # type: ignore[attr-defined]

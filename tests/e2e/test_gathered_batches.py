@@ -1,0 +1,180 @@
+"""End to end, on 1, 2 and 3 processes: the shapes of field set I that exited 0 with values close to the original's,
+or trained alike on every process (docs/FIELD_TESTS.md, W7, W8, W11 and the Udacity test loop).
+
+Four programs, converted by the tool and run together by one driver (one launch per number of processes):
+
+- ``udacity``: a tensor sum of mean losses and an accuracy that is a batch's mean over a gathered test loop, divided
+  by ``len(testloader)``; ``early``: ``valid_losses.append(loss.item())`` then ``np.average``; ``quick``: PyTorch's
+  quickstart ``test_loss /= num_batches``. 36 test samples in batches of 8: the last round is uneven on 2 and 3
+  processes. ``accelify verify``'s exact mode cannot see these (it feeds the gathered loop the original's batches):
+  the learning rate is 0, so every run evaluates the same weights, and the printed values must equal the original's
+  on one process.
+- ``sched``: a per-epoch ``MultiStepLR`` bound in the branches of an ``if``/``else``: the learning rate printed per
+  epoch is the original's (prepared, it reached its milestones N times too early).
+- ``gan``: noise for the generator drawn at every step after a shared ``test_noise``: every process draws the same
+  ``test_noise`` and its own step noise (seeded alike and left so, the N fake batches were copies).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from accelify.pipeline import convert_source
+
+pytestmark = pytest.mark.multiprocess
+
+ACCELIFY = [sys.executable, "-c", "from accelify.cli import main; main()"]
+
+DATA = """\
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+train_loader = DataLoader(TensorDataset(torch.randn(32, 6), torch.randint(0, 4, (32,))), batch_size=8, shuffle=True)
+test_loader = DataLoader(TensorDataset(torch.randn(36, 6), torch.randint(0, 4, (36,))), batch_size=8)
+model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 4), nn.LogSoftmax(dim=1))
+criterion = nn.NLLLoss()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+for x, y in train_loader:
+    optimizer.zero_grad()
+    criterion(model(x), y).backward()
+    optimizer.step()
+"""
+
+PROGRAMS = {
+    "udacity": DATA + """\
+test_loss = 0
+accuracy = 0
+with torch.no_grad():
+    model.eval()
+    for images, labels in test_loader:
+        log_ps = model(images)
+        test_loss += criterion(log_ps, labels)
+        ps = torch.exp(log_ps)
+        top_p, top_class = ps.topk(1, dim=1)
+        equals = top_class == labels.view(*top_class.shape)
+        accuracy += torch.mean(equals.type(torch.FloatTensor))
+print("udacity {:.6f} {:.6f}".format(test_loss / len(test_loader), accuracy / len(test_loader)))
+""",
+    "early": DATA + """\
+valid_losses = []
+model.eval()
+for data, target in test_loader:
+    output = model(data)
+    loss = criterion(output, target)
+    valid_losses.append(loss.item())
+print(f"early {np.average(valid_losses):.6f} {len(valid_losses)}")
+""",
+    "quick": DATA + """\
+def test(dataloader, model, loss_fn):
+    size = len(dataloader.dataset)
+    num_batches = len(dataloader)
+    model.eval()
+    test_loss, correct = 0, 0
+    with torch.no_grad():
+        for X, y in dataloader:
+            pred = model(X)
+            test_loss += loss_fn(pred, y).item()
+            correct += (pred.argmax(1) == y).type(torch.float).sum().item()
+    test_loss /= num_batches
+    correct /= size
+    print(f"quick {correct:.6f} {test_loss:.6f}")
+
+
+test(test_loader, model, criterion)
+""",
+    "sched": """\
+import sys
+import torch
+from torch.optim.lr_scheduler import MultiStepLR
+from torch.utils.data import DataLoader, TensorDataset
+model = torch.nn.Linear(2, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2)
+if len(sys.argv) > 99:
+    scheduler = MultiStepLR(opt, milestones=[3], gamma=0.1)
+else:
+    scheduler = MultiStepLR(opt, milestones=[2], gamma=0.2)
+for epoch in range(4):
+    for x, y in loader:
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    scheduler.step()
+    print("sched", epoch, round(opt.param_groups[0]["lr"], 6))
+""",
+    "gan": """\
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+loader = DataLoader(TensorDataset(torch.ones(32, 4)), batch_size=4, shuffle=True)
+D = nn.Sequential(nn.Linear(4, 1), nn.Sigmoid())
+G = nn.Linear(3, 4)
+d_opt = torch.optim.Adam(D.parameters(), lr=1e-3)
+g_opt = torch.optim.Adam(G.parameters(), lr=1e-3)
+bce = nn.BCELoss()
+test_noise = torch.randn(4, 3)
+for (real,) in loader:
+    z = torch.randn(real.size(0), 3)
+    fake = G(z)
+    d_opt.zero_grad()
+    d_loss = bce(D(real), torch.ones(real.size(0), 1)) + bce(D(fake.detach()), torch.zeros(real.size(0), 1))
+    d_loss.backward()
+    d_opt.step()
+    g_opt.zero_grad()
+    bce(D(fake), torch.ones(real.size(0), 1)).backward()
+    g_opt.step()
+""",
+}
+
+# runs each program in turn in this process (the converted ones share the one process group), then prints, per
+# process, the GAN's shared test noise and the last step's noise
+DRIVER = """\
+import os
+import runpy
+import sys
+
+rank = os.environ.get("RANK", "0")
+for path in sys.argv[1:]:
+    found = runpy.run_path(path, run_name="__main__")
+    if path.endswith("gan.py"):
+        print(f"rank{rank} gan {found['test_noise'].sum().item():.6f} {found['z'].sum().item():.6f}", flush=True)
+"""
+
+
+def _lines(stdout: str, prefix: str) -> list[str]:
+    return [line for line in stdout.splitlines() if line.startswith(prefix)]
+
+
+def test_gathered_values_schedulers_and_draws_on_2_and_3_processes(tmp_path: Path, clean_env) -> None:  # type: ignore[no-untyped-def]
+    for folder in ("original", "converted"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "driver.py").write_text(DRIVER, encoding="utf-8")
+    for name, code in PROGRAMS.items():
+        (tmp_path / "original" / f"{name}.py").write_text(code, encoding="utf-8")
+        result = convert_source(code)
+        assert result.status == "converted" and not result.warnings, (name, [w.format() for w in result.warnings])
+        (tmp_path / "converted" / f"{name}.py").write_text(result.new, encoding="utf-8")
+    scripts = [f"{name}.py" for name in PROGRAMS]
+    original = subprocess.run([sys.executable, "driver.py", *scripts], cwd=tmp_path / "original", capture_output=True,
+                              text=True, timeout=120, env=clean_env(None))
+    assert original.returncode == 0, original.stderr
+    expected = [line for line in original.stdout.splitlines() if not line.startswith("rank")]
+    assert len(expected) == 3 + 4, original.stdout
+    for n in (2, 3):
+        run = subprocess.run([*ACCELIFY, "launch", "--cpu", "-n", str(n), "-q", "driver.py", *scripts],
+                             cwd=tmp_path / "converted", capture_output=True, text=True, timeout=300, env=clean_env(None))
+        assert run.returncode == 0, run.stderr[-3000:]
+        printed = [line for line in run.stdout.splitlines() if line.split(" ")[0] in PROGRAMS]
+        assert printed == expected, f"on {n} processes:\n" + run.stdout
+        gan = sorted(_lines(run.stdout, "rank"))
+        assert len(gan) == n, run.stdout
+        assert len({line.split()[2] for line in gan}) == 1, gan  # the shared test noise, alike
+        assert len({line.split()[3] for line in gan}) == n, gan  # each process its own step noise
