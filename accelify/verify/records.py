@@ -137,6 +137,18 @@ class ReduceMark:
 
 
 @dataclass(frozen=True)
+class PaddedGather:
+    """Exact mode: the script gathered (``accelerator.gather``, not ``gather_for_metrics``) this process's share of a
+    batch padded to split evenly over the processes: the rows duplicated to pad it are in what it got
+    (``hook/accelify_verify_gathered.py``)."""
+
+    site: str  # the script's ``file:line``
+    rows: int  # rows of the batch
+    gathered: int  # rows gathered, duplicates included
+    steps: int  # optimizer steps taken before it
+
+
+@dataclass(frozen=True)
 class PrintedLine:
     """A line the script printed to stdout (holding a digit), a value it logged, or one its function returned
     (``via``), and when: inside a DataLoader epoch or after one."""
@@ -169,6 +181,7 @@ class ProcessRecord:
     batches: tuple[BatchMark, ...] = ()
     lines: tuple[PrintedLine, ...] = ()
     reduces: tuple[ReduceMark, ...] = ()
+    padded_gathers: tuple[PaddedGather, ...] = ()
     stack: str = field(default="", repr=False)  # Python stacks dumped when the run was ended at the timeout
 
     @property
@@ -216,6 +229,7 @@ def _read(path: Path, rank: int, pid: int) -> ProcessRecord:
     batches: list[BatchMark] = []
     lines: list[PrintedLine] = []
     reduces: list[ReduceMark] = []
+    padded: list[PaddedGather] = []
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
             event = json.loads(line)
@@ -252,13 +266,16 @@ def _read(path: Path, rank: int, pid: int) -> ProcessRecord:
         elif kind == "reduce":
             reduces.append(ReduceMark(str(event.get("op")), tuple(float(v) for v in event.get("values", ())),
                                       tuple(bool(f) for f in event.get("batch_sums", ())), int(event.get("steps", 0))))
+        elif kind == "padded_gather":
+            padded.append(PaddedGather(str(event.get("site", "")), int(event.get("rows", 0)),
+                                       int(event.get("gathered", 0)), int(event.get("steps", 0))))
         elif kind == "hook_error":
             hook_errors.append(str(event.get("traceback") or event.get("error")))
     stack_path = path.with_suffix(".stack")
     stack = stack_path.read_text(encoding="utf-8", errors="replace") if stack_path.exists() else ""
     return ProcessRecord(backwards=tuple(backwards), steps=tuple(steps), hook_errors=tuple(hook_errors),
                          schedulers=tuple(schedulers), batches=tuple(batches), lines=tuple(lines),
-                         reduces=tuple(reduces), stack=stack, **fields)
+                         reduces=tuple(reduces), padded_gathers=tuple(padded), stack=stack, **fields)
 
 
 def _step(event: Mapping[str, Any]) -> Step:
