@@ -244,7 +244,7 @@ def _read(path: Path, rank: int, pid: int) -> ProcessRecord:
             backwards.append(Backward(int(event["n"]), event.get("loss"), tuple(shape) if shape is not None else None,
                                       event.get("loader"), int(event.get("after_step", 0)), group))
         elif kind == "step":
-            steps.append(_step(event))
+            steps.append(_step(event, steps[-1].group if steps else None))
         elif kind == "stop":
             fields["stopped"] = True
         elif kind == "exit":
@@ -278,13 +278,19 @@ def _read(path: Path, rank: int, pid: int) -> ProcessRecord:
                          reduces=tuple(reduces), padded_gathers=tuple(padded), stack=stack, **fields)
 
 
-def _step(event: Mapping[str, Any]) -> Step:
-    params = tuple(
-        Parameter(tuple(p["shape"]), int(p["numel"]), float(p["sum"]), _floats(p["values"]), bool(p["sampled"]),
-                  bool(p["grad"]), p.get("wrapper"), _floats(p.get("grads", ())))
-        for p in event.get("params", ())
-    )
-    group = Group(**event.get("group", {"initialized": False}))
+def _step(event: Mapping[str, Any], group: Group | None = None) -> Step:
+    """A ``step`` event; ``group``: the process group of the step before (a step writes it only when it changed)."""
+    fingerprints = event.get("params", ())
+    if isinstance(fingerprints, dict):
+        params = _columns(fingerprints)
+    else:
+        params = tuple(
+            Parameter(tuple(p["shape"]), int(p["numel"]), float(p["sum"]), _floats(p["values"]), bool(p["sampled"]),
+                      bool(p["grad"]), p.get("wrapper"), _floats(p.get("grads", ())))
+            for p in fingerprints
+        )
+    if "group" in event or group is None:
+        group = Group(**event.get("group", {"initialized": False}))
     wrappers = tuple(Wrapper(int(w["index"]), int(w["forward_calls"]), str(w["module"]))
                      for w in event.get("wrappers", ()))
     loaders = {
@@ -296,6 +302,18 @@ def _step(event: Mapping[str, Any]) -> Step:
     return Step(int(event["n"]), int(event["optimizer"]), params, group, wrappers, loaders,
                 int(event.get("backwards", 0)), event.get("name"), event.get("model"),
                 tuple(event.get("lrs", ())), tuple(event.get("inexact", ())), event.get("kind"))
+
+
+def _columns(sparse: Mapping[str, Any]) -> tuple[Parameter, ...]:
+    """The parameters of a sparse fingerprint written by columns (``hook/accelify_verify_fingerprint.py``)."""
+    budget, values, start, found = int(sparse["budget"]), sparse["values"], 0, []
+    for shape, count, total, grad, wrapper in zip(sparse["shape"], sparse["numel"], sparse["sum"], sparse["grad"],
+                                                  sparse["wrapper"]):
+        taken = min(count, budget)
+        found.append(Parameter(tuple(shape), count, float(total), tuple(values[start:start + taken]), count > budget,
+                               bool(grad), wrapper))
+        start += taken
+    return tuple(found)
 
 
 def _floats(values: Any) -> tuple[float, ...]:
