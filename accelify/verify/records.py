@@ -169,6 +169,7 @@ class ProcessRecord:
     rank: int
     pid: int
     ppid: int
+    started: float = 0.0  # when it wrote its first event (seconds since the epoch)
     backwards: tuple[Backward, ...] = ()
     steps: tuple[Step, ...] = ()
     stopped: bool = False  # reached the step limit and ended itself
@@ -238,6 +239,7 @@ def _read(path: Path, rank: int, pid: int) -> ProcessRecord:
         kind = event.get("event")
         if kind == "start":
             fields["ppid"] = int(event.get("ppid", 0))
+            fields["started"] = float(event.get("time", 0.0))
         elif kind == "backward":
             shape = event.get("shape")
             group = Group(**event["group"]) if event.get("group") else None
