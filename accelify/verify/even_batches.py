@@ -47,7 +47,9 @@ def even_batch_size_test(agreement: Agreement, scope: Scope, test: cst.BaseExpre
         batch, compared = _sized_batch(size), _sized_batch(other)
         if batch is None or not _even_batch(agreement, scope, batch, at):
             continue
-        if agreement.uniform(scope, other, at) or (compared is not None and _even_batch(agreement, scope, compared, at)):
+        if agreement.uniform(scope, other, at):
+            return True
+        if compared is not None and _even_batch(agreement, scope, compared, at):
             return True
     return False
 
@@ -118,17 +120,22 @@ def _even_loader(agreement: Agreement, loop: Loop) -> bool:
     facts, plan = agreement.facts, agreement.plan
     made = plan.loader_of(loop)
     call = made.value if made is not None else None
-    if not isinstance(call, cst.Call) or (made.where.imports.qualname(call.func) or "").rsplit(".", 1)[-1] != "DataLoader":
+    if made is None or not isinstance(call, cst.Call):
+        return False
+    if (made.where.imports.qualname(call.func) or "").rsplit(".", 1)[-1] != "DataLoader":
         return False
     keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
     collate = keywords.get("collate_fn")
     if "batch_sampler" in keywords or any(a.star for a in call.args) or (
             collate is not None and not (isinstance(collate, cst.Name) and collate.value == "None")):
         return False
-    size = keywords.get("batch_size", call.args[1].value if len(call.args) > 1 and call.args[1].keyword is None else None)
+    positional = [a.value for a in call.args if a.keyword is None]
+    if len(positional) > 4:  # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...): by position
+        return False
+    size = keywords.get("batch_size", positional[1] if len(positional) > 1 else None)
     if isinstance(size, cst.Name) and size.value == "None":
         return False
-    dataset = keywords.get("dataset", call.args[0].value if call.args and call.args[0].keyword is None else None)
+    dataset = keywords.get("dataset", positional[0] if positional else None)
     return dataset is not None and _map_style(facts, plan, made.where, dataset) and not _uneven_anywhere(facts)
 
 
