@@ -120,6 +120,8 @@ def run_environment(spec: RunSpec, base: Mapping[str, str] | None = None) -> dic
 class Launcher:
     """Starts runs as a user would: ``python target args`` for one process, torch.distributed.run for N."""
 
+    queues = False  # every run starts at once (a launcher with a few fork servers queues runs behind busy ones)
+
     def run(self, spec: RunSpec) -> RunOutcome:
         """Run ``spec`` to its end, its step limit or its timeout; never raises for the script's own failure."""
         spec.logs.mkdir(parents=True, exist_ok=True)
@@ -174,6 +176,8 @@ class ForkServerLauncher(Launcher):
     """Runs forked from up to ``servers`` fork servers (torch imported once each): one-process runs, and N-process
     runs as N forked ranks with torch.distributed.run's environment (no agent: test suites save its import and the
     workers'). Thread-safe: a run waits for a free server. Call :meth:`close` at the end."""
+
+    queues = True
 
     def __init__(self, servers: int = 2) -> None:
         self.size = servers
