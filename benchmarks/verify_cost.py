@@ -43,7 +43,11 @@ torchrun's agent 1.6 s CPU and 4 s before the workers start (load 8). So the exa
 (every step twice, each through DDP); what was cut is the records: sparse steps written by columns and the process
 group only when it changes. Old and new recorder side by side, alternated, 4 rounds of the original's run and the
 exact run at 100 epochs (6400 steps, load 5-12): records 66.0 -> 56.2 MB, reading them back 9.80 -> 8.72 s CPU
-(0.89, part of it the serial tail after the runs), the runs' own CPU within the noise (0.985 and 0.997). Left: fork servers for the CLI's runs (about 4 s of imports
+(0.89, part of it the serial tail after the runs), the runs' own CPU within the noise (0.985 and 0.997). The
+N-process run no longer waits for the original's record before it starts (4.4 s at load 8; only a launcher that
+queues runs needs the wait). Whole verifications of 100 epochs (the script alone 32.2 s and 35.2 s at load 7-8), old
+and new at the same time, twice (load 7-15): 177.5 -> 172.4 s and 163.5 -> 165.5 s wall, 102.3 -> 99.9 s and
+101.0 -> 101.0 s CPU: no difference the load's noise lets through. Left: fork servers for the CLI's runs (about 4 s of imports
 per process, 4-5 processes a verification) and an agent-less N-process launch (the agent's 1.6 s and its start
 latency) would save more, at the price of runs no longer started as a user starts them.
 """
