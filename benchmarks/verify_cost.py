@@ -30,6 +30,26 @@ finished its last run alone, which favours it). CPU seconds barely moved (284.7 
 the script's): on an idle 2-core machine the ratio cannot go under half that, about 3.7-4, so the 4x target there
 is at its edge, and the next saving must be CPU (the 2-process exact run: each process takes every step, with the
 whole batch loaded, its optimizer step and an all-reduce). The CPU seconds are printed now for that reason.
+
+Sixth stop, the exact 2-process run profiled (process-time cProfile and A/B runs, at load 5-14 on the shared 2 cores,
+so every figure carries about 10 % of noise): a recorded 2-process run of this script costs 17.4 s CPU without the
+recorder (a real launch, 30 epochs), 18.4 s with it, and 24.5 s in exact mode, where each process takes every step
+(split batches: twice a real launch's steps). Per step and process, DDP on Gloo costs about 1 ms of CPU over the
+same step without it (a bare all-reduce of the 83k gradients 0.2 ms; gradient_as_bucket_view, static_graph and
+broadcast_buffers=False change little), the recorder's step event 0.2-0.35 ms (of which the sparse fingerprint's
+six float64 sums are 0.05 ms, near their floor), the exact split under 0.1 ms. Start-up is paid per process:
+torch 1.7 s CPU, torch._dynamo 2.5 s (imported at the first optimizer step, by the script's own run too), and
+torchrun's agent 1.6 s CPU and 4 s before the workers start (load 8). So the exact run's cost is mostly inherent
+(every step twice, each through DDP); what was cut is the records: sparse steps written by columns and the process
+group only when it changes. Old and new recorder side by side, alternated, 4 rounds of the original's run and the
+exact run at 100 epochs (6400 steps, load 5-12): records 66.0 -> 56.2 MB, reading them back 9.80 -> 8.72 s CPU
+(0.89, part of it the serial tail after the runs), the runs' own CPU within the noise (0.985 and 0.997). The
+N-process run no longer waits for the original's record before it starts (4.4 s at load 8; only a launcher that
+queues runs needs the wait). Whole verifications of 100 epochs (the script alone 32.2 s and 35.2 s at load 7-8), old
+and new at the same time, twice (load 7-15): 177.5 -> 172.4 s and 163.5 -> 165.5 s wall, 102.3 -> 99.9 s and
+101.0 -> 101.0 s CPU: no difference the load's noise lets through. Left: fork servers for the CLI's runs (about 4 s of imports
+per process, 4-5 processes a verification) and an agent-less N-process launch (the agent's 1.6 s and its start
+latency) would save more, at the price of runs no longer started as a user starts them.
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ a collective is the same. The check reads the converted program with the convert
 converter itself would not have written fails here too, naming the line.
 
 It errs as the analysis does, towards "may differ": a finding is a line to look at, and the fix it names is the
-one the converter would have written (decide on every process: reduce or ``check_trigger`` first).
+one the converter would have written (decide on every process: reduce or ``check_trigger`` first). One exception
+is proved here: a test on the size of a prepared map-style loader's batch (``if x.size(0) != batch_size:
+continue``), the same on every process under ``even_batches`` (``even_batches.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from accelify.codemods.analysis.collect import collect
 from accelify.codemods.analysis.facts import CallSite, Facts, Scope
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
+from accelify.verify.even_batches import even_batch_size_test
 
 if TYPE_CHECKING:
     from accelify.verify.report import CheckResult
@@ -125,7 +128,7 @@ def _why(agreement: Agreement, facts: Facts, site: CallSite) -> str | None:
     """Why processes may reach ``site`` a different number of times, or None when they agree."""
     chain = facts.chain(site.stmt)
     for outer in chain[1:]:
-        if isinstance(outer, (cst.If, cst.While)) and not agreement.uniform(site.scope, outer.test, outer):
+        if isinstance(outer, (cst.If, cst.While)) and not _uniform(agreement, site.scope, outer.test, outer):
             kind = "an `if`" if isinstance(outer, cst.If) else "a `while`"
             return (f"sits under {kind} whose test may differ between processes (`{_code(facts, outer.test)}`): "
                     "processes that skip it leave the others waiting. Decide on every process alike (reduce the "
@@ -144,6 +147,12 @@ def _why(agreement: Agreement, facts: Facts, site: CallSite) -> str | None:
     return None
 
 
+def _uniform(agreement: Agreement, scope: Scope, test: cst.BaseExpression, at: cst.BaseStatement) -> bool:
+    """The test has the same value on every process: as the analysis finds, or as a prepared loader's batch size
+    (``even_batches``)."""
+    return agreement.uniform(scope, test, at) or even_batch_size_test(agreement, scope, test, at)
+
+
 def _local_exit(agreement: Agreement, facts: Facts, site: CallSite, loop: cst.For | cst.While) -> str | None:
     """A ``break`` (anywhere in ``loop``) or a ``continue`` (before ``site``) under a process-local test."""
     at = facts.order[site.stmt][0]
@@ -157,7 +166,7 @@ def _local_exit(agreement: Agreement, facts: Facts, site: CallSite, loop: cst.Fo
         for outer in facts.chain(line)[1:]:
             if outer is loop:
                 break
-            if isinstance(outer, (cst.If, cst.While)) and not agreement.uniform(site.scope, outer.test, outer):
+            if isinstance(outer, (cst.If, cst.While)) and not _uniform(agreement, site.scope, outer.test, outer):
                 word = "break" if isinstance(stmt, cst.Break) else "continue"
                 return (f"sits in a loop that one process may leave early (`{word}` under "
                         f"`if {_code(facts, outer.test)}`, a test that may differ between processes): the others "

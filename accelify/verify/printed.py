@@ -60,7 +60,7 @@ import re
 from dataclasses import dataclass
 
 from accelify.verify.exactness import COMPARED_STEPS, NOT_SHARED, tolerance
-from accelify.verify.records import PrintedLine, ProcessRecord
+from accelify.verify.records import PaddedGather, PrintedLine, ProcessRecord
 from accelify.verify.report import FAILED, PASSED, SKIPPED, CheckResult
 from accelify.verify.runner import RunOutcome
 
@@ -245,7 +245,8 @@ def printed_check(run: ProcessRecord, original: ProcessRecord, control: ProcessR
                     name, stage, FAILED,
                     f"{_where(line)}the original {verb} {ours[i].text.strip()!r}{_how(line)}, process 0 of {n} "
                     f"{verb} {line.text.strip()!r} ({a.text} vs {printed.text}, after {line.steps} optimizer steps"
-                    f"{launch})", _cause(a.value, d.value, n, channel, launched=printed is not d))
+                    f"{launch})", _cause(a.value, d.value, n, channel, launched=printed is not d,
+                                         padded=_padded_gather(run, line)))
             d = printed
             compared, counted = compared + exact, counted or exact
             for record, printed, matched in peers:
@@ -329,9 +330,16 @@ def _factor(original: float, value: float, n: int) -> bool:
                                or abs(value - original * n) <= NEAR * abs(original * n))
 
 
-def _cause(original: float, value: float, n: int, channel: Channel = PRINTED, launched: bool = False) -> str:
+def _padded_gather(run: ProcessRecord, line: PrintedLine) -> PaddedGather | None:
+    """The first ``gather`` of a padded batch's share before ``line`` was printed (None when there is none)."""
+    return next((mark for mark in run.padded_gathers if mark.steps <= line.steps), None)
+
+
+def _cause(original: float, value: float, n: int, channel: Channel = PRINTED, launched: bool = False,
+           padded: PaddedGather | None = None) -> str:
     """Why process 0 printed (logged, returned) another value than the original, in words a user acts on
-    (``launched``: ``value`` is what a real launch computes from a reduced sum of per-batch means)."""
+    (``launched``: ``value`` is what a real launch computes from a reduced sum of per-batch means; ``padded``: a
+    ``gather`` that kept the rows duplicated to even out a batch)."""
     if launched and original and abs(value - original / n) <= NEAR * abs(original / n):
         return (f"in a real launch the value is about 1/{n} of the original: each process sums the per-batch means "
                 f"of its 1/{n} of the batches, and a 'mean' over the processes keeps 1/{n} of the total; reduce the "
@@ -343,6 +351,11 @@ def _cause(original: float, value: float, n: int, channel: Channel = PRINTED, la
     if original and abs(value - original * n) <= NEAR * abs(original * n):
         return (f"the value is about {n}x the original: a sum over the processes of values that are already "
                 "averages (reduce with 'mean', or sum the totals before dividing)")
+    if padded is not None:
+        return (f"the values gathered with accelerator.gather at {padded.site} count rows twice: a batch of "
+                f"{padded.rows} rows does not split evenly over the {n} processes, and gather keeps the rows "
+                f"duplicated to even it out ({padded.gathered} gathered); gather them with "
+                "accelerator.gather_for_metrics, which drops them")
     return _share(channel)
 
 

@@ -137,6 +137,18 @@ class ReduceMark:
 
 
 @dataclass(frozen=True)
+class PaddedGather:
+    """Exact mode: the script gathered (``accelerator.gather``, not ``gather_for_metrics``) this process's share of a
+    batch padded to split evenly over the processes: the rows duplicated to pad it are in what it got
+    (``hook/accelify_verify_gathered.py``)."""
+
+    site: str  # the script's ``file:line``
+    rows: int  # rows of the batch
+    gathered: int  # rows gathered, duplicates included
+    steps: int  # optimizer steps taken before it
+
+
+@dataclass(frozen=True)
 class PrintedLine:
     """A line the script printed to stdout (holding a digit), a value it logged, or one its function returned
     (``via``), and when: inside a DataLoader epoch or after one."""
@@ -157,6 +169,7 @@ class ProcessRecord:
     rank: int
     pid: int
     ppid: int
+    started: float = 0.0  # when it wrote its first event (seconds since the epoch)
     backwards: tuple[Backward, ...] = ()
     steps: tuple[Step, ...] = ()
     stopped: bool = False  # reached the step limit and ended itself
@@ -169,6 +182,7 @@ class ProcessRecord:
     batches: tuple[BatchMark, ...] = ()
     lines: tuple[PrintedLine, ...] = ()
     reduces: tuple[ReduceMark, ...] = ()
+    padded_gathers: tuple[PaddedGather, ...] = ()
     stack: str = field(default="", repr=False)  # Python stacks dumped when the run was ended at the timeout
 
     @property
@@ -216,6 +230,7 @@ def _read(path: Path, rank: int, pid: int) -> ProcessRecord:
     batches: list[BatchMark] = []
     lines: list[PrintedLine] = []
     reduces: list[ReduceMark] = []
+    padded: list[PaddedGather] = []
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
             event = json.loads(line)
@@ -224,13 +239,14 @@ def _read(path: Path, rank: int, pid: int) -> ProcessRecord:
         kind = event.get("event")
         if kind == "start":
             fields["ppid"] = int(event.get("ppid", 0))
+            fields["started"] = float(event.get("time", 0.0))
         elif kind == "backward":
             shape = event.get("shape")
             group = Group(**event["group"]) if event.get("group") else None
             backwards.append(Backward(int(event["n"]), event.get("loss"), tuple(shape) if shape is not None else None,
                                       event.get("loader"), int(event.get("after_step", 0)), group))
         elif kind == "step":
-            steps.append(_step(event))
+            steps.append(_step(event, steps[-1].group if steps else None))
         elif kind == "stop":
             fields["stopped"] = True
         elif kind == "exit":
@@ -252,22 +268,31 @@ def _read(path: Path, rank: int, pid: int) -> ProcessRecord:
         elif kind == "reduce":
             reduces.append(ReduceMark(str(event.get("op")), tuple(float(v) for v in event.get("values", ())),
                                       tuple(bool(f) for f in event.get("batch_sums", ())), int(event.get("steps", 0))))
+        elif kind == "padded_gather":
+            padded.append(PaddedGather(str(event.get("site", "")), int(event.get("rows", 0)),
+                                       int(event.get("gathered", 0)), int(event.get("steps", 0))))
         elif kind == "hook_error":
             hook_errors.append(str(event.get("traceback") or event.get("error")))
     stack_path = path.with_suffix(".stack")
     stack = stack_path.read_text(encoding="utf-8", errors="replace") if stack_path.exists() else ""
     return ProcessRecord(backwards=tuple(backwards), steps=tuple(steps), hook_errors=tuple(hook_errors),
                          schedulers=tuple(schedulers), batches=tuple(batches), lines=tuple(lines),
-                         reduces=tuple(reduces), stack=stack, **fields)
+                         reduces=tuple(reduces), padded_gathers=tuple(padded), stack=stack, **fields)
 
 
-def _step(event: Mapping[str, Any]) -> Step:
-    params = tuple(
-        Parameter(tuple(p["shape"]), int(p["numel"]), float(p["sum"]), _floats(p["values"]), bool(p["sampled"]),
-                  bool(p["grad"]), p.get("wrapper"), _floats(p.get("grads", ())))
-        for p in event.get("params", ())
-    )
-    group = Group(**event.get("group", {"initialized": False}))
+def _step(event: Mapping[str, Any], group: Group | None = None) -> Step:
+    """A ``step`` event; ``group``: the process group of the step before (a step writes it only when it changed)."""
+    fingerprints = event.get("params", ())
+    if isinstance(fingerprints, dict):
+        params = _columns(fingerprints)
+    else:
+        params = tuple(
+            Parameter(tuple(p["shape"]), int(p["numel"]), float(p["sum"]), _floats(p["values"]), bool(p["sampled"]),
+                      bool(p["grad"]), p.get("wrapper"), _floats(p.get("grads", ())))
+            for p in fingerprints
+        )
+    if "group" in event or group is None:
+        group = Group(**event.get("group", {"initialized": False}))
     wrappers = tuple(Wrapper(int(w["index"]), int(w["forward_calls"]), str(w["module"]))
                      for w in event.get("wrappers", ()))
     loaders = {
@@ -279,6 +304,18 @@ def _step(event: Mapping[str, Any]) -> Step:
     return Step(int(event["n"]), int(event["optimizer"]), params, group, wrappers, loaders,
                 int(event.get("backwards", 0)), event.get("name"), event.get("model"),
                 tuple(event.get("lrs", ())), tuple(event.get("inexact", ())), event.get("kind"))
+
+
+def _columns(sparse: Mapping[str, Any]) -> tuple[Parameter, ...]:
+    """The parameters of a sparse fingerprint written by columns (``hook/accelify_verify_fingerprint.py``)."""
+    budget, values, start, found = int(sparse["budget"]), sparse["values"], 0, []
+    for shape, count, total, grad, wrapper in zip(sparse["shape"], sparse["numel"], sparse["sum"], sparse["grad"],
+                                                  sparse["wrapper"]):
+        taken = min(count, budget)
+        found.append(Parameter(tuple(shape), count, float(total), tuple(values[start:start + taken]), count > budget,
+                               bool(grad), wrapper))
+        start += taken
+    return tuple(found)
 
 
 def _floats(values: Any) -> tuple[float, ...]:

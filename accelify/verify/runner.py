@@ -120,6 +120,8 @@ def run_environment(spec: RunSpec, base: Mapping[str, str] | None = None) -> dic
 class Launcher:
     """Starts runs as a user would: ``python target args`` for one process, torch.distributed.run for N."""
 
+    queues = False  # every run starts at once (a launcher with a few fork servers queues runs behind busy ones)
+
     def run(self, spec: RunSpec) -> RunOutcome:
         """Run ``spec`` to its end, its step limit or its timeout; never raises for the script's own failure."""
         spec.logs.mkdir(parents=True, exist_ok=True)
@@ -174,6 +176,8 @@ class ForkServerLauncher(Launcher):
     """Runs forked from up to ``servers`` fork servers (torch imported once each): one-process runs, and N-process
     runs as N forked ranks with torch.distributed.run's environment (no agent: test suites save its import and the
     workers'). Thread-safe: a run waits for a free server. Call :meth:`close` at the end."""
+
+    queues = True
 
     def __init__(self, servers: int = 2) -> None:
         self.size = servers
@@ -233,8 +237,12 @@ class ForkServerLauncher(Launcher):
 
 
 def end_hung_run(proc: subprocess.Popen[bytes], record_prefix: Path) -> None:
-    """Ask every recorded process of a hung run for its stacks, then kill them all and the launcher."""
-    recorded = [r.pid for r in read_records(record_prefix)]
+    """Ask every recorded process of a hung run for its stacks, then kill them all and the launcher.
+
+    A recorded process that has ended since may have left its pid to another process (another verification's
+    worker, on a busy machine): only a pid that is still the recorded process is signalled (:func:`still_running`),
+    or SIGUSR1 and SIGKILL would end an unrelated process without a message."""
+    recorded = [r.pid for r in read_records(record_prefix) if still_running(r)]
     workers = set(recorded) | _children(proc.pid)
     for pid in recorded:
         _signal(pid, recorder.STACK_SIGNAL)
@@ -248,6 +256,38 @@ def end_hung_run(proc: subprocess.Popen[bytes], record_prefix: Path) -> None:
     except subprocess.TimeoutExpired:
         _signal_group(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+START_SLACK = 1.0  # seconds: /proc's boot time is whole seconds
+
+
+def still_running(record: ProcessRecord) -> bool:
+    """Whether ``record``'s pid is still the process that wrote it: same parent, started no later than its first
+    event (Linux ``/proc``; where there is none, every recorded pid is taken for its process, as before)."""
+    if not os.path.isdir("/proc/self"):
+        return True
+    try:
+        with open(f"/proc/{record.pid}/stat", encoding="ascii", errors="replace") as fh:
+            fields = fh.read().rpartition(")")[2].split()  # after the command name, which may hold spaces
+        ppid, ticks = int(fields[1]), int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return False  # gone
+    if ppid != record.ppid:
+        return False
+    if record.started:
+        started = _boot_time() + ticks / os.sysconf("SC_CLK_TCK")
+        if started > record.started + START_SLACK:
+            return False
+    return True
+
+
+def _boot_time() -> float:
+    """Seconds since the epoch at which this machine booted (``btime`` of ``/proc/stat``)."""
+    with open("/proc/stat", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    return 0.0
 
 
 def _free_port() -> int:

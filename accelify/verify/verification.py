@@ -152,9 +152,11 @@ def _run_all(workdir: Path, original: ScriptFiles, converted: ScriptFiles, optio
     ``original_run`` where one is given).
 
     ``concurrent``: all three at once. The N-process run reads the original's losses from its record as the original
-    writes them (``hook/accelify_verify_reference.py``), so it starts once the original's record exists; it spends
-    much of its time waiting for its peers at each step's all-reduce, time the one-process runs fill. One after the
-    other otherwise (the original first)."""
+    writes them (``hook/accelify_verify_reference.py``, which waits for the record to appear); with a launcher that
+    queues runs (a few fork servers) it starts once the original's record exists, so that it never holds the server
+    the original waits for; with one that starts every run at once, right away (under load the original's record
+    took seconds to appear, and the N-process run is the longest). It spends much of its time waiting for its peers
+    at each step's all-reduce, time the one-process runs fill. One after the other otherwise (the original first)."""
     first_spec = original_run.spec if original_run is not None else _spec(workdir, "original", original, 1, options)
     specs = [first_spec, _spec(workdir, "converted", converted, 1, options),
              _spec(workdir, "distributed", converted, options.processes, options, first_spec.record_prefix)]
@@ -168,7 +170,8 @@ def _run_all(workdir: Path, original: ScriptFiles, converted: ScriptFiles, optio
     with ThreadPoolExecutor(max_workers=3, thread_name_prefix="accelify-verify") as pool:
         first = pool.submit(launcher.run, specs[0])
         second = pool.submit(launcher.run, specs[1])
-        _started(specs[0], first)
+        if launcher.queues:
+            _started(specs[0], first)
         third = pool.submit(launcher.run, specs[2])
         return [first.result(), second.result(), third.result()]
 

@@ -133,3 +133,81 @@ def test_a_barrier_in_a_method_of_an_object_kept_to_the_main_process_is_found() 
                 logger.save_models(model)
         """)
     assert len(found) == 1 and found[0].startswith("train.py:16: self.accelerator.wait_for_everyone() is in `save_models`")
+
+
+EVEN = """\
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+from accelify.runtime import Accelerator
+
+
+class Pairs(Dataset):
+    def __init__(self, n):
+        self.x = torch.randn(n, 8)
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return self.x[i], self.x[i].sum(0, keepdim=True)
+
+
+class Trainer:
+    def __init__(self, batch_size):
+        self.batch_size = batch_size
+        self.accelerator = Accelerator()
+        self.model = torch.nn.Linear(8, 1)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        self.loader = DataLoader(Pairs(50), batch_size=batch_size, shuffle=True)
+        self.model, self.optimizer, self.loader = self.accelerator.prepare(self.model, self.optimizer, self.loader)
+
+    def train(self):
+        for i, (images, targets) in enumerate(self.loader):
+            if images.size()[0] != self.batch_size:
+                continue
+            loss = ((self.model(images) - targets) ** 2).mean()
+            self.optimizer.zero_grad()
+            self.accelerator.backward(loss)
+            self.optimizer.step()
+
+
+Trainer(16).train()
+"""
+
+
+def _even(old: str = "", new: str = "") -> list[str]:
+    source = EVEN.replace(old, new) if old else EVEN
+    assert source != EVEN or not old, f"{old!r} is not in the program"
+    return [d.format() for d in latent_deadlocks(("train.py", source))]
+
+
+def test_a_skip_on_the_batch_size_of_a_prepared_map_style_loader_is_no_deadlock() -> None:
+    """Under even_batches every process gets full batches of a map-style dataset at every step (the last round is
+    completed from the start): ``if images.size()[0] != self.batch_size: continue`` takes the same branch everywhere,
+    in each spelling of the size."""
+    assert _even() == []
+    assert _even("images.size()[0]", "len(images)") == []
+    assert _even("images.size()[0]", "images.shape[0]") == []
+    assert _even("images.size()[0] != self.batch_size", "images.size(0) < targets.size(0)") == []
+    assert _even("shuffle=True)", "shuffle=True, drop_last=True)") == []
+    assert _even("Pairs(50)", "torch.utils.data.TensorDataset(torch.randn(50, 8), torch.randn(50, 1))") == []
+
+
+def test_a_batch_size_test_that_may_differ_between_processes_is_still_found() -> None:
+    """Not provably even: an iterable dataset (its stream's last batch may be short on one process only), a collate
+    function of the script's own (it may drop samples), a batch sampler (batches of varying size), even_batches
+    turned off, a batch filtered before the test, a size compared with a local value, a dataset the program does not
+    show."""
+    near_misses = {
+        "iterable": ("class Pairs(Dataset)", "class Pairs(IterableDataset)"),
+        "collate": ("shuffle=True)", "shuffle=True, collate_fn=lambda items: items)"),
+        "batch sampler": ("batch_size=batch_size, shuffle=True)", "batch_sampler=[[0, 1], [2]])"),
+        "uneven": ("Accelerator()", "Accelerator(even_batches=False)"),
+        "filtered": ("            if images.size()[0]", "            images = images[images[:, 0] > 0]\n"
+                                                       "            if images.size()[0]"),
+        "local value": ("!= self.batch_size", "!= int(targets.sum())"),
+        "unknown dataset": ("Pairs(50)", "load_pairs(50)"),
+    }
+    for name, (old, new) in near_misses.items():
+        found = _even(old, new)
+        assert len(found) == 1 and "`continue` under `if images.size()[0]" in found[0], f"{name}: {found}"

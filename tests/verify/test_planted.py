@@ -97,3 +97,15 @@ def test_float32_rounding_of_a_right_conversion_is_not_called_wrong(verification
     assert report.passed, summary
     same = report.check("same as original")
     assert same.status == PASSED and "after each of 4 steps" in same.detail, summary
+
+
+def test_an_evaluation_over_an_uneven_last_batch_keeps_the_run_exact(verification_pool: VerificationPool) -> None:
+    """Exact mode pads the 5-row last test batch to 3 + 3 rows: ``gather_for_metrics`` drops the wrapped-around row
+    (as a real launch drops its duplicate), and the padding marks no training step inexact, since no backward used it:
+    every step and every printed line is compared with the original."""
+    report = verification_pool.planted_right("eval_last_batch_uneven")
+    summary = "\n".join(f"{c.stage}: {c.name}: {c.status}: {c.detail}" for c in report.checks)
+    same = report.check("same as original")
+    assert same.status == PASSED and "not exact" not in same.detail, summary
+    printed = report.check("same printed values")
+    assert printed.status == PASSED and " in 3 lines " in printed.detail and "not exact" not in printed.detail, summary

@@ -7,10 +7,10 @@ The plain modules live here, importable by their top-level names when this folde
 parts (``_loaders``: loader events; ``_names``: script places and variable names; ``_fingerprint``: parameters),
 ``accelify_verify_patches.py`` (the patches that route torch into it), the value recorders (``_stdout``: printed
 lines; ``_logged``: trackers and logging; ``_returns``: epoch-level return values), exact mode (``_exact``, its
-shared draws ``_draws``, summed losses ``_sums`` with the original's losses read as written ``_reference``, and
-reduced sums of per-batch means ``_epochsums``) and the sandbox. None imports ``accelify``: they run inside
-the user's script, which pays for torch only (the recorder falls back to the package's names only where the
-tool itself imports it, for its variables' names).
+shared draws ``_draws``, summed losses ``_sums`` with the original's losses read as written ``_reference``,
+reduced sums of per-batch means ``_epochsums``, gathers of a padded batch's shares ``_gathered``) and the sandbox.
+None imports ``accelify``: they run inside the user's script, which pays for torch only (the recorder falls back to
+the package's names only where the tool itself imports it, for its variables' names).
 """
 
 from __future__ import annotations

@@ -12,8 +12,10 @@ parameters can be compared with the original's step by step. What this module ch
   process) and process ``r`` takes rows ``[r*b/N, (r+1)*b/N)`` of every tensor of each collated batch whose first
   dimension is the batch's. A batch of ``b`` rows that does not split evenly is padded by wrapping around to its
   first rows (the runtime's ``even_batches``); the steps that used such a batch are marked inexact (the mean over
-  padded shares is not the original's mean). The global torch RNG is taken from process 0 when each epoch of a
-  prepared loader starts (the runtime shares the permutation seed drawn from it);
+  padded shares is not the original's mean; a pass over a loader that feeds no backward, an evaluation, marks
+  nothing), and ``gather_for_metrics`` drops the wrapped-around rows again, as a real launch drops its duplicates
+  (``accelify_verify_gathered.py``). The global torch RNG is taken from process 0 when each epoch of a prepared
+  loader starts (the runtime shares the permutation seed drawn from it);
 - schedulers: a prepared scheduler moves one step per call (``split_batches``: the optimizer takes as many steps as
   the original's); each call of a prepared scheduler is recorded with the optimizer steps and epochs so far, so a
   scheduler stepped once per epoch (which moves N steps per call in a real launch) is still found;
@@ -86,6 +88,10 @@ class ExactMode:
         if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
             return 0, 1, None
         return dist.get_rank(), dist.get_world_size(), dist.distributed_c10d._get_default_store()
+
+    def world_size(self) -> int:
+        """Processes in the default group (1 without one)."""
+        return self._world()[1]
 
     def _from_rank0(self, key: str, value: Any) -> Any:
         """Process 0's ``value`` under ``key`` in the store (this process's own when it cannot be read)."""
@@ -243,8 +249,11 @@ def patch_runtime(prepare: ModuleType, exact: ExactMode) -> None:
     import importlib
 
     from accelify_verify_epochsums import patch_reduce
+    from accelify_verify_gathered import patch_gather_for_metrics
 
-    patch_reduce(importlib.import_module(prepare.__name__.rpartition(".")[0] + ".ops"), exact)
+    ops = importlib.import_module(prepare.__name__.rpartition(".")[0] + ".ops")
+    patch_reduce(ops, exact)
+    patch_gather_for_metrics(ops, exact)
     state = sys.modules.get("accelify.runtime.state")
     if state is not None and hasattr(state, "PartialState"):
         from accelify_verify_stdout import record_unprinted
@@ -269,6 +278,7 @@ def _split_class(base: type, exact: ExactMode) -> type:
         ordinal = self._accelify_verify_ordinal
         if getattr(self, "_accelify_verify_whole", True):
             exact.epoch_sums.epoch(ordinal)
+        backwards, marks = exact.recorder.backwards, set(exact.inexact)
         try:
             for index, batch in enumerate(base.__iter__(self)):
                 exact.epoch_sums.batch(ordinal)
@@ -281,6 +291,8 @@ def _split_class(base: type, exact: ExactMode) -> type:
             exact.recorder.in_epoch = False  # after the script's last batch, as in the original's loader
         finally:
             exact.share = None
+            if exact.recorder.backwards == backwards:  # an evaluation pass: what it marked feeds no step
+                exact.inexact = marks
 
     cls = type(base.__name__, (base,), {"__iter__": __iter__, "__module__": base.__module__})
     _SPLIT_CLASSES[base] = cls

@@ -135,6 +135,7 @@ class _Recorder(LoaderEvents, ScriptPlaces):
         self.draws = 0  # batches drawn from every loader
         self._in_epoch = False
         self.returns: Any = None  # the epoch-level return values' tracer (accelify_verify_returns.py)
+        self._step_group: dict[str, Any] | None = None  # the process group as the last step event wrote it
         self._paths: dict[str, str | None] = {}
         self._file = open(self.prefix + ".jsonl", "w", encoding="utf-8", buffering=1)
         self._stack = open(self.prefix + ".stack", "w", encoding="utf-8")
@@ -370,11 +371,13 @@ class _Recorder(LoaderEvents, ScriptPlaces):
                 "inexact": self.exact.take_inexact() if self.exact is not None else [],
                 "params": [fingerprint(torch, p, budget, True, self.owner) for p in params] if full else
                 sparse_fingerprints(torch, params, budget, self.owner),
-                "group": self._group(),
                 "wrappers": sorted((dict(w) for w in self.wrappers.values()), key=lambda w: w["index"]),
                 "loaders": {k: {n: v for n, v in info.items() if n != "current"} for k, info in self.loaders.items()},
                 "backwards": self.backwards,
             }
+            group = self._group()
+            if group != self._step_group:  # written when it changes: records.py carries it to the next steps
+                event["group"] = self._step_group = group
         self.write(event)
         if self.draws == 0 and self.returns is not None and not self.returns.stopped:
             self.returns.stop()  # no DataLoader feeds the training: no epoch-level function to trace

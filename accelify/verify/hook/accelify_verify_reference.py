@@ -18,7 +18,7 @@ import os
 import time
 
 POLL = 0.02  # seconds between two reads of a record that does not hold the asked loss yet
-START_WAIT = 30.0  # seconds to wait for the original's record to appear (verify starts this run after it)
+START_WAIT = 30.0  # seconds to wait for the original's record to appear (this run may start with it, or after it)
 _ENDS = ('"event": "exit"', '"event": "stop"', '"event": "error"')
 
 
