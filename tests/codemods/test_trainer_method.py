@@ -144,3 +144,10 @@ def test_another_method_that_trains_from_outside_the_class_is_refused() -> None:
     calls = "execute.pretrain(torch.ones(8, 4), torch.ones(8, 1))\nexecute.train()"
     message = _refusal(EXECUTE.format(extra=pretrain, calls=calls))
     assert "`Execute.pretrain` trains too, called from outside the class: run before it" in message, message
+
+
+def test_the_model_saved_through_the_instance_after_training_is_unwrapped() -> None:
+    """After ``execute.train()`` the instance holds the prepared model: its state dict would have DDP's keys."""
+    new = convert_source(dedent(EXECUTE.format(
+        extra="", calls='execute.train()\ntorch.save(execute.model.state_dict(), "model.pt")'))).new
+    assert 'torch.save(execute.accelerator.unwrap_model(execute.model).state_dict(), "model.pt")' in new, new
