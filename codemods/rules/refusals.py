@@ -558,6 +558,25 @@ for (x,) in loader:
 ''',
             warnings=('ACC041:15',),
         ),
+        Example(  # the model built in ``__init__``, the optimizer and loader in ``train()``, which runs per epoch
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+class Execute:
+    def __init__(self):
+        self.model = torch.nn.Linear(2, 1)
+    def train(self):
+        loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+        optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        for x, y in loader:
+            torch.nn.functional.mse_loss(self.model(x), y).backward()
+            optimizer.step()
+execute = Execute()
+for epoch in range(3):
+    execute.train()
+''',
+            warnings=('ACC044:6',),
+        ),
     )
 
     def run(self, ctx: Context) -> None:
