@@ -43,14 +43,15 @@ class TrainerMethod(PreparedUses):
         if not sites:
             return "the program never calls it, so how often it runs is unknown"
         if len(sites) > 1:
-            return f"it is called {len(sites)} times: prepared at each call, the model would be wrapped again"
+            return (f"it is called {len(sites)} times, so `prepare` there would run at each call (on the same "
+                    "instance, the model already prepared would be wrapped again)")
         site = sites[0]
         if site.scope.class_scope is cls:
             return f"it is called by `{cls.name}.{site.scope.name}`, not once from outside the class"
         looped = self._looped_caller(site, set())
         if looped is not None:
-            return (f"it is called in a loop (in {looped}): prepared at each call, the model already prepared "
-                    "would be wrapped again")
+            return (f"it is called in a loop (in {looped}), so `prepare` there would run at every pass (on the same "
+                    "instance, the model already prepared would be wrapped again)")
         for other in self.facts.scopes:
             if other.class_scope is cls and other is not method and other.name != "__init__" and any(
                     s.scope.class_scope is not cls for s in self.call_sites(other)) and any(
