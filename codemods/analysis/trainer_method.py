@@ -21,9 +21,12 @@ ROLES = ("model", "optimizer", "loader", "scheduler")
 class TrainerMethod(PreparedUses):
     """Whether a method of a trainer class may hold ``prepare`` (``AcceleratorHome._constructed`` asks it)."""
 
+    objects: list[Binding]  # the plan's objects to prepare
+
     def own_objects(self, method: Scope) -> bool:
-        """Whether ``method`` builds a prepared kind of object itself (a local or ``self.x``), outside any loop."""
-        return any(b.role in ROLES and b.loop is None and b.where is method
+        """Whether ``method`` builds one of the objects to prepare itself (a local or ``self.x``), outside any loop
+        (a spare loader no loop walks does not make it a place to prepare)."""
+        return any(b.role in ROLES and b.loop is None and b.where is method and b in self.objects
                    for bindings in [*method.bindings.values(), *self._self_bindings(method)] for b in bindings)
 
     def _self_bindings(self, method: Scope) -> list[list[Binding]]:

@@ -5,7 +5,7 @@ why (ACC044), not ACC014's "no place holds them"."""
 
 from __future__ import annotations
 
-from _convert import assert_converts, codes, dedent
+from _convert import assert_converts, codes, converted, dedent
 
 from accelify.pipeline import convert_source
 
@@ -151,3 +151,32 @@ def test_the_model_saved_through_the_instance_after_training_is_unwrapped() -> N
     new = convert_source(dedent(EXECUTE.format(
         extra="", calls='execute.train()\ntorch.save(execute.model.state_dict(), "model.pt")'))).new
     assert 'torch.save(execute.accelerator.unwrap_model(execute.model).state_dict(), "model.pt")' in new, new
+
+
+def test_a_spare_loader_in_train_leaves_prepare_in_init_where_everything_is_built() -> None:
+    """``__init__`` builds the model, optimizer and loader; ``train()`` builds a loader no loop walks: only
+    ``__init__`` is a place to prepare (not whichever of the two the analysis meets first)."""
+    new = converted('''
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+
+    class Execute:
+        def __init__(self):
+            self.model = torch.nn.Linear(4, 1)
+            self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+            self.loader = DataLoader(TensorDataset(torch.ones(8, 4), torch.ones(8, 1)), batch_size=2)
+
+        def train(self):
+            spare = DataLoader(TensorDataset(torch.ones(8, 4), torch.ones(8, 1)), batch_size=4)
+            print(len(spare))
+            for x, y in self.loader:
+                torch.nn.functional.mse_loss(self.model(x), y).backward()
+                self.optimizer.step()
+
+
+    execute = Execute()
+    execute.train()
+    ''')
+    init = new[new.index("def __init__"):new.index("def train")]
+    assert "self.model, self.optimizer, self.loader = self.accelerator.prepare(" in init, new
