@@ -8,12 +8,13 @@ import libcst as cst
 
 from accelify.codemods.analysis.blocks import common_block
 from accelify.codemods.analysis.facts import Binding, CallSite, Scope
-from accelify.codemods.analysis.prepared_uses import Alias, PreparedUses
+from accelify.codemods.analysis.prepared_uses import Alias
 from accelify.codemods.analysis.problems import SELF_TRAINING_MODULE
 from accelify.codemods.analysis.trainer_choice import View
+from accelify.codemods.analysis.trainer_method import TrainerMethod
 
 
-class AcceleratorHome(PreparedUses):
+class AcceleratorHome(TrainerMethod):
     """The plan's choice of the accelerator's home (``Plan`` mixes it in through ``PrepareSite``, which sets the
     prepare scope, block and aliases this reads)."""
 
@@ -69,9 +70,14 @@ class AcceleratorHome(PreparedUses):
         in builders ``__init__`` calls once) and never again: that ``__init__``. Prepare can then go first thing in
         the method, with the loader it receives."""
         cls = method.class_scope
-        if cls is None or method.name == "__init__" or not method.param_names[1:] \
-                or _torch_module_class(cls.name, self.facts.classes):
+        if cls is None or method.name == "__init__" or _torch_module_class(cls.name, self.facts.classes):
             return None  # (a module that trains itself is no trainer: ACC026)
+        if self.own_objects(method):
+            # ``train(self)`` builds the optimizer and loaders for the model ``__init__`` built: prepare goes after them
+            init = self.facts.function("__init__", cls)
+            return init if init is not None and self.trains(method) and self.why_not_once(method, init) is None else None
+        if not method.param_names[1:]:
+            return None
         sites = self.call_sites(method)
         if len(sites) != 1 or sites[0].loop is not None or sites[0].scope.class_scope is cls:
             return None

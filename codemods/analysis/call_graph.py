@@ -9,6 +9,7 @@ import libcst as cst
 
 from accelify.codemods.analysis.classes import Classes
 from accelify.codemods.analysis.facts import CallSite, Facts, Scope
+from accelify.codemods.analysis.names import dotted
 
 
 class CallGraph:
@@ -34,6 +35,21 @@ class CallGraph:
     def callee(self, site: CallSite) -> Scope | None:
         """The function of the program that ``site`` runs, or None (a library call, or unknown)."""
         return self._callees.get(site)
+
+    def held_method(self, site: CallSite) -> Scope | None:
+        """``self.preprocessing.load_data()`` in a method, where the class binds ``self.preprocessing`` once, to an
+        instance of a class of the program (``Preprocessing(args)``): that class's ``load_data``. None otherwise.
+        Only what asks for it follows such calls (the values drawn before training: ``rules/shared_draws.py``)."""
+        func = site.node.func
+        cls = site.scope.class_scope
+        if cls is None or not isinstance(func, cst.Attribute) or not isinstance(func.value, cst.Attribute) \
+                or dotted(func.value.value) != "self":
+            return None
+        bindings = cls.bindings.get(f"self.{func.value.attr.value}", [])
+        if len(bindings) != 1 or not isinstance(bindings[0].value, cst.Call):
+            return None
+        held = self.classes.class_of(bindings[0].where, bindings[0].value.func)
+        return self.classes.method(held, func.attr.value) if held is not None else None
 
     def call_sites(self, function: Scope) -> list[CallSite]:
         """Every call of ``function`` in the program."""

@@ -41,6 +41,7 @@ from accelify.codemods.analysis.prepared_uses import Alias
 from accelify.codemods.analysis.problems import (  # the kinds rules/refusals.py reads as ``plan.KIND``
     BUILT_ELSEWHERE,
     CREATED_AFTER_LOOP,
+    HELD_BY_A_METHOD,
     MODEL_IN_LOOP,
     MODELS_IN_A_COLLECTION,
     NOT_A_LOADER,
@@ -61,7 +62,7 @@ from accelify.codemods.analysis.trainer_choice import View
 from accelify.codemods.analysis.snippets import code_of
 
 __all__ = [
-    "BUILT_ELSEWHERE", "CREATED_AFTER_LOOP", "MODEL_IN_LOOP", "MODELS_IN_A_COLLECTION", "NOT_A_LOADER", "PENALTY_ALONE", "PREPARED_ROLES",
+    "BUILT_ELSEWHERE", "CREATED_AFTER_LOOP", "HELD_BY_A_METHOD", "MODEL_IN_LOOP", "MODELS_IN_A_COLLECTION", "NOT_A_LOADER", "PENALTY_ALONE", "PREPARED_ROLES",
     "REBUILT_BY_A_METHOD", "SCHEDULER_IN_LOOP", "SECOND_EXPERIMENT", "SELF_TRAINING_MODULE", "SEVERAL_TRAINERS", "UNKNOWN_DATA", "UNSHARDED",
     "Alias", "Plan", "Problem",
 ]

@@ -19,6 +19,7 @@ from accelify.codemods.analysis.prepared_uses import Alias
 from accelify.codemods.analysis.problems import (
     BUILT_ELSEWHERE,
     CREATED_AFTER_LOOP,
+    HELD_BY_A_METHOD,
     MODEL_IN_LOOP,
     REBUILT_BY_A_METHOD,
     SECOND_EXPERIMENT,
@@ -91,6 +92,9 @@ class PrepareSite(AcceleratorHome):
                 self.trainers = trainers
                 names = ", ".join(f"`{_scope_name(t)}`" for t in trainers)
                 self._problem(SEVERAL_TRAINERS, culprit.stmt, names=names, why=SEVERAL_RUN)
+            elif (holder := self.method_holding(by_scope, required)) is not None:
+                method, why = holder  # ``train(self)`` builds what the model of ``__init__`` needs, but runs per epoch
+                self._problem(HELD_BY_A_METHOD, method.node, name=_scope_name(method), why=why)
             else:
                 self._problem(BUILT_ELSEWHERE, culprit.stmt, name=culprit.key)
             return

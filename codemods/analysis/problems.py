@@ -11,6 +11,7 @@ MODEL_IN_LOOP = "model_in_loop"  # a model or optimizer built inside a loop: ref
 SCHEDULER_IN_LOOP = "scheduler_in_loop"  # a scheduler built inside a loop: left out of prepare
 CREATED_AFTER_LOOP = "created_after_loop"  # an object created after training starts: refused
 BUILT_ELSEWHERE = "built_elsewhere"  # no scope holds every object: refused
+HELD_BY_A_METHOD = "held_by_a_method"  # a trainer method holds every object but may run more than once: refused
 SEVERAL_TRAINERS = "several_trainers"  # several scopes each build a whole training of their own: refused
 UNSHARDED = "unsharded"  # training walks a loader as it was before prepare: refused
 UNKNOWN_DATA = "unknown_data"  # training walks data that cannot be followed

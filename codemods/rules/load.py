@@ -318,8 +318,11 @@ def _through_instance(ctx: Context, site: CallSite, expr: cst.BaseExpression) ->
     if held is None or not held.startswith("self."):
         return None
     attribute = cst.Attribute(cst.Name("self"), cst.Name(expr.attr.value))
-    if ctx.plan.prepare_scope is not init or ctx.plan.model_object(init, attribute) is None:
-        return None  # prepared in ``__init__``: every instance the caller holds holds the prepared model
+    site_scope = ctx.plan.prepare_scope
+    if site_scope is None or (site_scope is not init and site_scope.class_scope is not init.parent) \
+            or ctx.plan.model_object(init, attribute) is None:
+        return None  # prepared in ``__init__``, or in the one method that trains (``Execute.train``, which builds the
+        # optimizer and loaders): the instance holds the prepared model after it (before, unwrapping changes nothing)
     return f"{name}.{held[len('self.'):]}"
 
 

@@ -12,6 +12,8 @@ before ``prepare``). Each such problem is reported with its code, and the file i
 - ACC039: several classes or functions each build a whole training of their own, and a run may build more than one
   (one built per run, in the branches of an ``if`` on a flag, is converted each on its own: ``engine/alternatives.py``);
 - ACC040: a trainer's builder method (``self.build_model()`` in ``__init__``) is called again elsewhere;
+- ACC045: a trainer method holds the model ``__init__`` built with the objects it builds, but may run more than once
+  (called per epoch) or beside another method that trains;
 - ACC041: a gradient penalty (``torch.autograd.grad(..., create_graph=True)``) backwarded on its own.
 
 - ACC021: a training loop walks data that cannot be followed to where it is built (a name followed nowhere, the
@@ -44,6 +46,7 @@ CODES = {
     found.NOT_A_LOADER: codes.NOT_A_LOADER,
     found.SEVERAL_TRAINERS: codes.SEVERAL_TRAINERS,
     found.REBUILT_BY_A_METHOD: codes.REBUILT_BY_A_METHOD,
+    found.HELD_BY_A_METHOD: codes.HELD_BY_A_METHOD,
     found.PENALTY_ALONE: codes.PENALTY_ALONE,
 }
 
@@ -554,6 +557,25 @@ for (x,) in loader:
     d_optimizer.step()
 ''',
             warnings=('ACC041:15',),
+        ),
+        Example(  # the model built in ``__init__``, the optimizer and loader in ``train()``, which runs per epoch
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+class Execute:
+    def __init__(self):
+        self.model = torch.nn.Linear(2, 1)
+    def train(self):
+        loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+        optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        for x, y in loader:
+            torch.nn.functional.mse_loss(self.model(x), y).backward()
+            optimizer.step()
+execute = Execute()
+for epoch in range(3):
+    execute.train()
+''',
+            warnings=('ACC045:6',),
         ),
     )
 

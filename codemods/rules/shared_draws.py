@@ -314,7 +314,7 @@ class _Walk:
             elif q.startswith(("torch.nn.", "torchvision.models.")) and not q.startswith(_WRAPS):
                 uses = True
             else:
-                callee = self.plan.callee(site)
+                callee = self.plan.callee(site) or self.plan.held_method(site)  # (``self.data.load()`` too)
                 if callee is None or id(callee) in seen:
                     continue
                 if callee.class_scope is not None and is_module_class(callee.class_scope.name, self.ctx.facts.classes):
@@ -351,7 +351,7 @@ class _Walk:
         def add(group: list[CallSite]) -> None:
             for site in group:
                 out.append(site)
-                callee = self.plan.callee(site)
+                callee = self.plan.callee(site) or self.plan.held_method(site)
                 if callee is not None and id(callee) not in seen:
                     seen.add(id(callee))
                     add(callee.calls)

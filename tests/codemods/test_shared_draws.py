@@ -205,3 +205,41 @@ def test_drawn_at_import_time_the_own_stream_starts_before_the_training() -> Non
     assert ("    if accelerator.process_index > 0:\n"
             "        torch.manual_seed(accelerator.process_index)\n"
             "    for xb, yb in loader:\n") in new, new
+
+
+def test_a_split_drawn_in_a_method_of_a_helper_object_the_trainer_holds_is_seeded() -> None:
+    """FernandoLpz's ``Execute.__init__`` runs ``self.preprocessing = Preprocessing(args)`` then
+    ``self.preprocessing.load_data()``, which calls ``train_test_split`` with no ``random_state``: each process
+    would split differently (and score its gathered test predictions against its own labels)."""
+    new = converted('''
+    import numpy as np
+    import torch
+    from sklearn.model_selection import train_test_split
+    from torch.utils.data import DataLoader, TensorDataset
+
+
+    class Preprocessing:
+        def load_data(self):
+            x = np.ones((8, 2), dtype="float32")
+            self.x_train, self.x_test = train_test_split(x, test_size=0.25)
+
+
+    class Execute:
+        def __init__(self):
+            self.preprocessing = Preprocessing()
+            self.preprocessing.load_data()
+            self.model = torch.nn.Linear(2, 1)
+
+        def train(self):
+            x = torch.from_numpy(self.preprocessing.x_train)
+            loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=2)
+            optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+            for xb, yb in loader:
+                torch.nn.functional.mse_loss(self.model(xb), yb).backward()
+                optimizer.step()
+
+
+    execute = Execute()
+    execute.train()
+    ''')
+    assert "np.random.seed(0)\nexecute = Execute()\n" in new, new
