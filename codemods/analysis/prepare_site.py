@@ -223,14 +223,19 @@ class PrepareSite(AcceleratorHome):
                     return
         # ``if args.use_optimizer: optimizer = ...``: after the ``if`` the name is unbound when the test is false,
         # so that object is prepared in its branch, right where it is built, and the rest where they were to be
-        branched = [a for a in aliases if self._bound_only_if(scope, a, block)]
+        branched = [a for a in aliases if self._bound_only_if(scope, a, block, last)]
         self.in_place.extend(a.obj for a in branched)
         aliases = [a for a in aliases if a not in branched]
         self.prepare_scope, self.prepare_block, self.prepare_after, self.aliases = scope, block, last, aliases
 
-    def _bound_only_if(self, scope: Scope, alias: Alias, block: list[cst.BaseStatement]) -> bool:
+    def _bound_only_if(self, scope: Scope, alias: Alias, block: list[cst.BaseStatement],
+                       last: cst.BaseStatement | None) -> bool:
         """Whether ``alias`` is bound by a plain statement in an ``if`` of ``block`` that not every way through
-        binds, with no binding of its name before that ``if`` outside any branch or loop."""
+        binds, with no binding of its name before that ``if`` outside any branch or loop, and no statement of
+        ``block`` after that ``if`` and up to ``last`` (where prepare goes) that reads the name whenever it runs:
+        ``if args.model == "a": net = A() elif args.model == "b": net = B()`` then ``net = net.cuda()`` is bound on
+        every way that reaches prepare (the original reads it there), so it is prepared there, whichever branch
+        built it."""
         obj, stmt = alias.obj, alias.stmt
         if stmt is None or alias.many or obj.stmt is not stmt or obj.where is not scope or obj.key != alias.key:
             return False
@@ -240,7 +245,20 @@ class PrepareSite(AcceleratorHome):
         binders = [b.stmt for b in scope.bindings.get(alias.key, []) if b.stmt is not None]
         if any(self.facts.after(top, b) and unconditional(self.facts, b) for b in binders):
             return False
-        return not binds_on_every_path(self.facts, top, binders)
+        if binds_on_every_path(self.facts, top, binders):
+            return False
+        return not (last is not None and last in block and self._read_after(scope, alias.key, block, top, last))
+
+    def _read_after(self, scope: Scope, key: str, block: list[cst.BaseStatement], first: cst.BaseStatement,
+                    last: cst.BaseStatement) -> bool:
+        """Whether a plain statement of ``block`` after ``first`` and up to ``last`` reads ``key``."""
+        start, end = block.index(first), block.index(last)
+        for ref in scope.refs.get(key, []):
+            holder = scope.holders.get(id(ref))
+            if holder is not None and holder in block and start < block.index(holder) <= end \
+                    and isinstance(holder, cst.SimpleStatementLine):
+                return True
+        return False
 
     def _rebound_models(self, scope: Scope, late: list[Alias], loop: cst.BaseStatement) -> list[Binding]:
         """The models a later experiment's optimizers train, built again after ``loop`` (``model = Net()`` right
