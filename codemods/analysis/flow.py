@@ -257,7 +257,7 @@ class Flow(CallGraph):
 
 def loader_mapping(binding: Binding) -> bool:
     """``dataloaders = {"train": DataLoader(...), ...}``: loaders kept in a dict, prepared one by one."""
-    return binding.role == "loader" and isinstance(binding.value, cst.Dict)
+    return binding.role == "loader" and isinstance(binding.value, (cst.Dict, cst.DictComp))
 
 
 def _is_import(stmt: cst.BaseStatement) -> bool:

@@ -77,6 +77,8 @@ class Plan(RoleAssignment, PrepareSite, TrainingDataChecks, DataPasses):
         # ``view``: one of several trainers chosen by a flag, converted on its own (``trainer_choice.py``); the
         # others' territories are bystanders to it
         self.view = view
+        self.rebuilt: list[Binding] = []  # holders of loaders (a dict of them) made again right after prepare
+        self.wrapped: list[tuple[Binding, cst.Call]] = []  # ``cycle(DataLoader(...))``: prepared where it is built
         self.trainers: list[Scope] = []  # the scopes of the trainers the plan found each building a training (ACC039)
         super().__init__(facts, frozenset(id(t.territory) for t in view.others) if view is not None else frozenset())
         self.imports = facts.imports

@@ -1,0 +1,185 @@
+"""Loaders the training reaches through something that holds them rather than through their own name.
+
+Three shapes many authors write, each of which captures the loader object when its statement runs:
+
+- a container of loaders: ``loaders = {"train": loader_train, "valid": loader_valid}`` walked as ``loaders[phase]``
+  (also a list or tuple of them);
+- a wrapper: ``data = iter(loader)``, ``itertools.cycle(loader)``, or a generator function of the program
+  (``def cycle(dl): while True: for x in dl: yield x``) drawn from with ``next(data)`` or walked;
+- a loader built right where it is wrapped: ``train_loader = cycle(DataLoader(...))``.
+
+A holder made before ``prepare`` keeps the loader as it was: every process would walk all of its data. The plan
+asks ``check_holders`` for each loop that trains; the answer is one of: fine (the holder is made after ``prepare``),
+rebuilt (its statement is made again right after ``prepare``: ``rebuilt``), wrapped in place (the inline loader
+becomes ``accelerator.prepare(DataLoader(...))`` where it is built: ``wrapped``), or a ``Problem`` naming the holder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+import libcst.matchers as m
+
+from accelify.codemods.analysis.facts import Binding, Scope
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.prepared_uses import PreparedUses
+from accelify.codemods.analysis.problems import UNSHARDED
+from accelify.codemods.analysis.roles import classify
+
+WRAPPERS = frozenset({"iter", "itertools.cycle"})
+_PURE = (cst.Name, cst.Attribute, cst.SimpleString, cst.Integer)
+
+
+@dataclass(frozen=True)
+class Holder:
+    """``binding`` holds loaders: the loader expressions it captured (``loaders``), or one built inline (``inline``)."""
+
+    binding: Binding
+    loaders: tuple[cst.BaseExpression, ...]
+    inline: cst.Call | None
+
+
+class LoaderHolders(PreparedUses):
+    """The plan's view of loaders held by containers and wrappers (``Plan`` mixes it in)."""
+
+    rebuilt: list[Binding]  # holders made again right after prepare
+    wrapped: list[tuple[Binding, cst.Call]]  # loaders built inline in a wrapper: prepared where they are built
+    prepare_block: list[cst.BaseStatement]
+
+    def holder(self, scope: Scope, expr: cst.BaseExpression, depth: int = 0) -> Holder | None:
+        """What holds the loaders ``expr`` (``loaders[phase]``, ``data`` of ``next(data)``) reads, followed through
+        the parameters of helpers when every caller passes the same holder; None when it is no holder."""
+        subscript = isinstance(expr, cst.Subscript)
+        base = expr.value if isinstance(expr, cst.Subscript) else expr
+        key = dotted(base)
+        if key is None or "." in key or depth > 4:
+            return None
+        owner = scope.resolve(key)
+        if owner is not None and owner.kind == "function" and key in owner.param_names and key not in owner.bindings:
+            found = {id(h.binding): h for site in self.call_sites(owner)
+                     if (arg := self.arg_for(site, owner, key)) is not None and isinstance(arg.value, cst.Name)
+                     and (h := self.holder(site.scope, _like(expr, arg.value), depth + 1)) is not None}
+            return next(iter(found.values())) if len(found) == 1 else None
+        binding = self.binding_of(scope, key)
+        if binding is None or binding.role is not None or binding.value is None or binding.unpacked is not None:
+            return None
+        value, where = binding.value, binding.where
+        if subscript and isinstance(value, (cst.Dict, cst.List, cst.Tuple)):
+            elements = [e.value for e in value.elements if isinstance(e, (cst.DictElement, cst.Element))]
+            loaders = tuple(e for e in elements if self._is_loader(where, e))
+            return Holder(binding, loaders, None) if loaders else None
+        if not subscript and isinstance(value, cst.Call) and value.args and self._wrapper(where, value):
+            inner = value.args[0].value
+            if isinstance(inner, cst.Call) and classify(inner, where.imports, self.facts.classes) == "loader":
+                return Holder(binding, (), inner)
+            if self._is_loader(where, inner):
+                return Holder(binding, (inner,), None)
+        return None
+
+    def _is_loader(self, scope: Scope, expr: cst.BaseExpression) -> bool:
+        found = super().origin(scope, expr)
+        return found is not None and found.role == "loader"
+
+    def _wrapper(self, scope: Scope, call: cst.Call) -> bool:
+        """``iter(x)``, ``itertools.cycle(x)``, or a generator function of the program (it yields)."""
+        if (scope.imports.qualname(call.func) or dotted(call.func)) in WRAPPERS:
+            return True
+        site = self.facts.sites.get(call)
+        function = self.callee(site) if site is not None else None
+        return function is not None and bool(m.findall(function.node, m.Yield()))
+
+    def origin(self, scope: Scope, expr: cst.BaseExpression) -> Binding | None:
+        """As ``Flow.origin``; ``loaders[phase]`` of a container of loaders is (the first of) its loaders."""
+        if isinstance(expr, cst.Subscript):
+            found = self.holder(scope, expr)
+            if found is not None and found.loaders:
+                return super().origin(found.binding.where, found.loaders[0])
+        return super().origin(scope, expr)
+
+    def prepared(self, scope: Scope, expr: cst.BaseExpression, at: cst.BaseStatement | None = None) -> Binding | None:
+        """As ``PreparedUses.prepared``; ``loaders[phase]`` is prepared when its container holds prepared loaders."""
+        found = super().prepared(scope, expr, at)
+        if found is None or not isinstance(expr, cst.Subscript):
+            return found
+        held = self.holder(scope, expr)
+        return found if held is None or self.holder_sees_prepared(held, scope, at) else None
+
+    def holder_sees_prepared(self, held: Holder, scope: Scope, at: cst.BaseStatement | None) -> bool:
+        """Whether ``held``'s loaders are the prepared ones where ``scope`` reads it at ``at``."""
+        binding = held.binding
+        if binding in self.rebuilt:
+            return at is None or scope is not binding.where or self.prepare_after is None \
+                or self.facts.after(at, self.prepare_after)
+        if any((b, c) for b, c in self.wrapped if b is binding):
+            return True
+        return all(super(LoaderHolders, self).prepared(binding.where, e, binding.stmt) is not None for e in held.loaders)
+
+    def check_holders(self, loop_scope: Scope, sources: list[cst.BaseExpression], node: cst.CSTNode) -> bool:
+        """Settle every holder the training loop reads in ``sources``; False when one is refused (a problem)."""
+        for source in sources:
+            held = self.holder(loop_scope, source)
+            if held is None:
+                continue
+            binding = held.binding
+            if held.inline is not None:
+                if binding.where is self.prepare_scope or binding.where is getattr(self, "home", None):
+                    if all(b is not binding for b, _ in self.wrapped):
+                        self.wrapped.append((binding, held.inline))
+                    continue
+                self._problem(UNSHARDED, node, name=binding.key, line=binding.key)  # type: ignore[attr-defined]
+                return False
+            if not any(self._is_prepared_loader(binding.where, e) for e in held.loaders):
+                continue
+            if binding in self.rebuilt or self.holder_sees_prepared(held, binding.where, binding.stmt):
+                continue
+            if self._rebuildable(binding):
+                self.rebuilt.append(binding)
+                continue
+            self._problem(UNSHARDED, node, name=binding.key, line=binding.key)  # type: ignore[attr-defined]
+            return False
+        return True
+
+    def _is_prepared_loader(self, scope: Scope, expr: cst.BaseExpression) -> bool:
+        found = super().origin(scope, expr)
+        return found is not None and found.role == "loader" and found in self.objects
+
+    def _rebuildable(self, binding: Binding) -> bool:
+        """Whether the holder's statement can run again right after ``prepare`` and mean the same: a plain
+        ``name = <display or wrapper of names>`` directly in the block ``prepare`` goes in, before it, its name
+        neither bound again nor read between the two (nothing else captured the old holder)."""
+        stmt, after = binding.stmt, self.prepare_after
+        if binding.where is not self.prepare_scope or after is None or stmt not in self.prepare_block \
+                or after not in self.prepare_block or self.prepare_block.index(stmt) >= self.prepare_block.index(after):
+            return False
+        if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)
+                and len(stmt.body[0].targets) == 1 and isinstance(stmt.body[0].targets[0].target, cst.Name)):
+            return False
+        if not _pure(binding.value):
+            return False
+        if len(binding.where.bindings.get(binding.key, [])) != 1:
+            return False
+        start, end = self.facts.order[stmt][1], self.facts.order[after][1]
+        for ref in binding.where.refs.get(binding.key, []):
+            holder = binding.where.holders.get(id(ref))
+            if holder is not None and holder is not stmt and start < self.facts.order[holder][0] <= end:
+                return False
+        return True
+
+
+def _pure(value: cst.BaseExpression | None) -> bool:
+    """A display or a wrapper call whose parts are names, attributes and literals: made again, it means the same."""
+    if isinstance(value, _PURE):
+        return True
+    if isinstance(value, (cst.List, cst.Tuple)):
+        return all(isinstance(e, cst.Element) and _pure(e.value) for e in value.elements)
+    if isinstance(value, cst.Dict):
+        return all(isinstance(e, cst.DictElement) and _pure(e.key) and _pure(e.value) for e in value.elements)
+    if isinstance(value, cst.Call):
+        return all(a.keyword is None and not a.star and _pure(a.value) for a in value.args)
+    return False
+
+
+def _like(expr: cst.BaseExpression, name: cst.Name) -> cst.BaseExpression:
+    """``expr`` with its base (``loaders`` of ``loaders[phase]``) replaced by the caller's ``name``."""
+    return expr.with_changes(value=name) if isinstance(expr, cst.Subscript) else name

@@ -1,0 +1,99 @@
+"""Loaders the training reaches through a container or a wrapper (``analysis/loader_holders.py``): a dict of loaders
+made before ``prepare`` is made again after it, a loader built inside ``cycle(...)``/``iter(...)`` is prepared where
+it is built, and a holder that cannot be made again is refused naming it. Never a loader left unsharded in silence."""
+
+from __future__ import annotations
+
+import pytest
+from _convert import assert_converts, converted
+
+from accelify.pipeline import convert_source
+
+LOOP = """\
+for epoch in range(2):
+    for phase in ["train", "valid"]:
+        for x, y in loaders[phase]:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            if phase == "train":
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+"""
+
+
+def test_a_dict_of_named_loaders_made_before_prepare_is_made_again_after_it() -> None:
+    """brain-segmentation-pytorch's ``loaders = {"train": loader_train, "valid": loader_valid}`` before the model:
+    prepare rebinds the names, not the dict, so every process walked all the data (and ACC022 said no DataLoader
+    fed the loop)."""
+    assert_converts(
+        "import torch\n"
+        "train = torch.utils.data.DataLoader(ds, batch_size=2, shuffle=True)\n"
+        "valid = torch.utils.data.DataLoader(vs, batch_size=2)\n"
+        'loaders = {"train": train, "valid": valid}\n'
+        "model = torch.nn.Linear(2, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n" + LOOP,
+        "import torch\n"
+        "from accelify.runtime import Accelerator\n"
+        "accelerator = Accelerator()\n"
+        "train = torch.utils.data.DataLoader(ds, batch_size=2, shuffle=True)\n"
+        "valid = torch.utils.data.DataLoader(vs, batch_size=2)\n"
+        'loaders = {"train": train, "valid": valid}\n'
+        "model = torch.nn.Linear(2, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "model, opt, train, valid = accelerator.prepare(model, opt, train, valid)\n"
+        'loaders = {"train": train, "valid": valid}\n'
+        + LOOP.replace("loss.backward()", "accelerator.backward(loss)") + "accelerator.end_training()\n",
+    )
+
+
+def test_a_dict_of_loaders_changed_before_prepare_is_refused_naming_it() -> None:
+    result = convert_source(
+        "import torch\n"
+        "def fit(model, opt, loaders):\n"
+        '    for x, y in loaders["train"]:\n'
+        "        torch.nn.functional.mse_loss(model(x), y).backward()\n"
+        "        opt.step()\n"
+        "train = torch.utils.data.DataLoader(ds, batch_size=2, shuffle=True)\n"
+        'loaders = {"train": train}\n'
+        'loaders["again"] = train\n'
+        "model = torch.nn.Linear(2, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "fit(model, opt, loaders)\n"
+    )
+    assert result.status == "attention", result.new
+    assert [(w.code, w.line) for w in result.warnings] == [("ACC020", 3)]
+    assert "walks `loaders` as it was before `accelerator.prepare`" in result.warnings[0].message
+
+
+def test_the_transfer_learning_tutorials_dict_comprehension_of_loaders_is_prepared_where_it_is_built() -> None:
+    out = converted(
+        "import torch\n"
+        'dataloaders = {x: torch.utils.data.DataLoader(sets[x], batch_size=4) for x in ["train", "valid"]}\n'
+        "model = torch.nn.Linear(2, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n" + LOOP.replace("loaders[", "dataloaders[")
+    )
+    assert "dataloaders = {k: accelerator.prepare(v) for k, v in dataloaders.items()}\nmodel = " in out, out
+    assert "model, opt = accelerator.prepare(model, opt)\n" in out, out
+
+
+CYCLE = "def cycle(dl):\n    while True:\n        for batch in dl:\n            yield batch\n"
+STEPS = ("model = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+         "for it in range(8):\n    x, y = next(data)\n    torch.nn.functional.mse_loss(model(x), y).backward()\n"
+         "    opt.step()\n")
+
+
+@pytest.mark.parametrize("wrapper", ["cycle", "iter", "itertools.cycle"])
+def test_a_loader_built_inside_a_wrapper_is_prepared_where_it_is_built(wrapper: str) -> None:
+    """DDPM's ``train_loader = cycle(DataLoader(...))`` read with ``next``: only the test loader was prepared."""
+    out = converted("import itertools\nimport torch\n" + CYCLE
+                    + f"data = {wrapper}(torch.utils.data.DataLoader(ds, batch_size=2, shuffle=True))\n" + STEPS)
+    assert f"data = {wrapper}(accelerator.prepare(torch.utils.data.DataLoader(ds, batch_size=2, shuffle=True)))\n" in out, out
+    assert "model, opt = accelerator.prepare(model, opt)\n" in out, out
+
+
+@pytest.mark.parametrize("wrapper", ["cycle", "iter", "itertools.cycle"])
+def test_a_wrapper_of_a_named_loader_made_before_prepare_is_made_again_after_it(wrapper: str) -> None:
+    out = converted("import itertools\nimport torch\n" + CYCLE
+                    + "loader = torch.utils.data.DataLoader(ds, batch_size=2, shuffle=True)\n"
+                    + f"data = {wrapper}(loader)\n" + STEPS)
+    assert f"model, opt, loader = accelerator.prepare(model, opt, loader)\ndata = {wrapper}(loader)\nfor it in" in out, out
