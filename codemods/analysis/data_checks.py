@@ -36,7 +36,7 @@ class TrainingDataChecks(LoaderHolders):
             source = self.loop_source(loop)
             drawn = [site.node.args[0].value for site in loop.calls
                      if isinstance(site.node.func, cst.Name) and site.node.func.value == "next" and site.node.args]
-            if not self.check_holders(loop.scope, [source, *drawn], loop.node.iter):
+            if not self.check_holders(loop.scope, [source, *drawn], loop.node.iter) or not self.check_captured(loop):
                 continue  # ``loaders[phase]`` of a dict made before prepare, that cannot be made again after it
             found = self.origin(loop.scope, source)
             # ``x, y = next(data_iter)`` with ``data_iter = iter(loader)`` walks the loader all the same; a name

@@ -21,13 +21,16 @@ from dataclasses import dataclass
 import libcst as cst
 import libcst.matchers as m
 
-from accelify.codemods.analysis.facts import Binding, Scope
+from accelify.codemods.analysis.facts import Binding, Loop, Scope
 from accelify.codemods.analysis.names import dotted
-from accelify.codemods.analysis.prepared_uses import PreparedUses
+from accelify.codemods.analysis.prepared_uses import SOURCE_WRAPPERS, PreparedUses
 from accelify.codemods.analysis.problems import UNSHARDED
 from accelify.codemods.analysis.roles import classify
 
 WRAPPERS = frozenset({"iter", "itertools.cycle"})
+# wrappers that take nothing from the loader when they are made (``iter`` draws the shuffle's seed, ``list`` walks it):
+# their statement can run again after ``prepare`` and mean the same
+LAZY = frozenset({"enumerate"})
 _PURE = (cst.Name, cst.Attribute, cst.SimpleString, cst.Integer)
 
 
@@ -133,16 +136,51 @@ class LoaderHolders(PreparedUses):
                 continue
             if binding in self.rebuilt or self.holder_sees_prepared(held, binding.where, binding.stmt):
                 continue
-            if self._rebuildable(binding):
+            if self._rebuildable(binding) and not self._eager(binding):
                 self.rebuilt.append(binding)
                 continue
             self._problem(UNSHARDED, node, name=binding.key, line=binding.key)  # type: ignore[attr-defined]
             return False
         return True
 
+    def check_captured(self, loop: Loop) -> bool:
+        """``steps = list(enumerate(loader))`` / ``pbar = tqdm(loader)`` then ``for i, (x, y) in pbar``: the statement
+        that wraps the loader must see the prepared one. Made before ``prepare``: an ``enumerate`` is made again after
+        it; anything else is refused naming it (a ``Problem``), False then."""
+        imports = loop.scope.imports
+        expr: cst.BaseExpression = loop.node.iter
+        chain: list[Binding] = []
+        for _ in range(3):
+            while isinstance(expr, cst.Call) and imports.qualname(expr.func) in SOURCE_WRAPPERS and expr.args:
+                expr = expr.args[0].value
+            bound = self.binding_of(loop.scope, expr.value) if isinstance(expr, cst.Name) else None
+            if bound is None or not isinstance(bound.value, cst.Call) or imports.qualname(bound.value.func) not in SOURCE_WRAPPERS:
+                break
+            chain.append(bound)
+            expr = bound.value
+        if not chain or not self._is_prepared_loader(loop.scope, expr):
+            return True
+        for binding in chain:
+            if binding.where is not loop.scope or binding in self.rebuilt or \
+                    super(LoaderHolders, self).prepared(binding.where, expr, binding.stmt) is not None:
+                continue
+            value = binding.value
+            if isinstance(value, cst.Call) and imports.qualname(value.func) in LAZY and self._rebuildable(binding):
+                self.rebuilt.append(binding)
+                continue
+            self._problem(UNSHARDED, loop.node.iter, name=binding.key, line=binding.key)  # type: ignore[attr-defined]
+            return False
+        return True
+
     def _is_prepared_loader(self, scope: Scope, expr: cst.BaseExpression) -> bool:
         found = super().origin(scope, expr)
         return found is not None and found.role == "loader" and found in self.objects
+
+    def _eager(self, binding: Binding) -> bool:
+        """``iter(loader)``, ``itertools.cycle(loader)``: made, they start walking the loader (its shuffle draws a
+        seed), so made again after ``prepare`` the one-process run would draw differently from the original."""
+        value = binding.value
+        return isinstance(value, cst.Call) and (binding.where.imports.qualname(value.func) or dotted(value.func)) in WRAPPERS
 
     def _rebuildable(self, binding: Binding) -> bool:
         """Whether the holder's statement can run again right after ``prepare`` and mean the same: a plain

@@ -91,9 +91,46 @@ def test_a_loader_built_inside_a_wrapper_is_prepared_where_it_is_built(wrapper: 
     assert "model, opt = accelerator.prepare(model, opt)\n" in out, out
 
 
-@pytest.mark.parametrize("wrapper", ["cycle", "iter", "itertools.cycle"])
-def test_a_wrapper_of_a_named_loader_made_before_prepare_is_made_again_after_it(wrapper: str) -> None:
-    out = converted("import itertools\nimport torch\n" + CYCLE
-                    + "loader = torch.utils.data.DataLoader(ds, batch_size=2, shuffle=True)\n"
-                    + f"data = {wrapper}(loader)\n" + STEPS)
-    assert f"model, opt, loader = accelerator.prepare(model, opt, loader)\ndata = {wrapper}(loader)\nfor it in" in out, out
+def test_a_generator_of_a_named_loader_made_before_prepare_is_made_again_after_it() -> None:
+    """A generator function takes nothing from the loader until it is drawn from: made again, it means the same."""
+    out = converted("import torch\n" + CYCLE + "loader = torch.utils.data.DataLoader(ds, batch_size=2, shuffle=True)\n"
+                    + "data = cycle(loader)\n" + STEPS)
+    assert "model, opt, loader = accelerator.prepare(model, opt, loader)\ndata = cycle(loader)\nfor it in" in out, out
+
+
+@pytest.mark.parametrize("wrapper", ["iter", "itertools.cycle"])
+def test_an_eager_wrapper_of_a_named_loader_made_before_prepare_is_refused_naming_it(wrapper: str) -> None:
+    """``iter(loader)`` starts walking it (the shuffle draws its seed): made again after prepare, the one-process run
+    would draw differently from the original, so it is refused rather than rebuilt."""
+    result = convert_source("import itertools\nimport torch\n"
+                            + "loader = torch.utils.data.DataLoader(ds, batch_size=2, shuffle=True)\n"
+                            + f"data = {wrapper}(loader)\n" + STEPS)
+    assert result.status == "attention", result.new
+    assert [w.code for w in result.warnings] == ["ACC020"]
+    assert "walks `data` as it was before" in result.warnings[0].message
+
+
+EPOCHS = ("model = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+          "for epoch in range(2):\n{made}    for i, (x, y) in pbar:\n"
+          "        torch.nn.functional.mse_loss(model(x), y).backward()\n        opt.step()\n")
+
+
+def test_a_loop_over_a_progress_bar_of_a_listed_prepared_loader_is_sharded_and_not_warned() -> None:
+    """jeffheaton's ``steps = list(enumerate(dataloader_train)); pbar = tqdm.tqdm(steps)`` in the epoch loop: it walks
+    the prepared loader (ACC022 said no DataLoader fed it)."""
+    result = convert_source("import torch\nimport tqdm\nloader = torch.utils.data.DataLoader(ds, batch_size=2, shuffle=True)\n"
+                            + EPOCHS.format(made="    steps = list(enumerate(loader))\n    pbar = tqdm.tqdm(steps)\n"))
+    assert result.status == "converted" and not result.warnings, result.warnings
+    assert "model, opt, loader = accelerator.prepare(model, opt, loader)\n" in result.new
+
+
+@pytest.mark.parametrize(("made", "outcome"), [("enumerate(loader)", "again"), ("tqdm.tqdm(loader)", "ACC020"),
+                                               ("list(enumerate(loader))", "ACC020")])
+def test_a_wrapped_loader_bound_before_prepare_is_made_again_or_refused(made: str, outcome: str) -> None:
+    result = convert_source("import torch\nimport tqdm\nloader = torch.utils.data.DataLoader(ds, batch_size=2, shuffle=True)\n"
+                            + f"pbar = {made}\n" + EPOCHS.format(made=""))
+    if outcome == "again":
+        assert f"model, opt, loader = accelerator.prepare(model, opt, loader)\npbar = {made}\nfor epoch" in result.new
+    else:
+        assert [w.code for w in result.warnings] == ["ACC020"], result.warnings
+        assert "walks `pbar` as it was before" in result.warnings[0].message
