@@ -61,6 +61,7 @@ class PrepareSite(AcceleratorHome):
                     continue  # ``model = train_model(model, ...)``: what the training returns, not a place to prepare
                 if previous is None or previous.stmt is None or (later and previous.key == binding.key):
                     aliases[id(held)] = Alias(binding.key, held, self._completed(binding), binding.many)
+        self._held_by_objects(by_scope)
         for scope in self.facts.scopes:
             if scope.kind != "function":
                 continue
@@ -100,6 +101,32 @@ class PrepareSite(AcceleratorHome):
         held = {id(a.obj) for a in aliases} | {id(o) for o in self.in_place}
         self.objects = [o for o in self.objects if id(o) in held]  # loaders no one iterates, out of reach: left alone
         self._place_prepare(scope, aliases)
+
+    def _held_by_objects(self, by_scope: dict[Scope, dict[int, Alias]]) -> None:
+        """``self.data_loader = MnistDataLoader(config)`` whose ``__init__`` sets ``self.train_loader = DataLoader(...)``:
+        the scope that builds the helper object holds its loader as ``self.data_loader.train_loader`` right after that
+        statement (prepare assigns the prepared one back to the attribute, where the training reads it). Only where a
+        loop walks that attribute itself: an object that wraps its loader (``self.data_iter = iter(self.loader)``) and
+        hands out batches keeps the one it wrapped."""
+        walked = {(id(loop.scope.class_scope or loop.scope), dotted(source)) for loop in self.facts.loops
+                  for source in self.walked_sources(loop)}
+        for binding in self.facts.bindings():
+            if binding.role is not None or binding.value is None or binding.loop is not None or binding.key.count(".") > 1:
+                continue
+            init = self.constructed_init(binding.value)
+            if init is None or not isinstance(binding.stmt, cst.SimpleStatementLine):
+                continue
+            for key in init.class_scope.bindings:  # type: ignore[union-attr]
+                if not key.startswith("self.") or key.count(".") != 1:
+                    continue
+                nested = f"{binding.key}.{key[5:]}"
+                if (id(binding.where.class_scope or binding.where), nested) not in walked:
+                    continue
+                held = self.held_by_object(binding.where, nested)
+                held = self.holds(held) if held is not None else None
+                if held is not None and held in self.objects and held.role == "loader":
+                    by_scope.setdefault(binding.where, {}).setdefault(
+                        id(held), Alias(f"{binding.key}.{key[5:]}", held, binding.stmt))
 
     def _fold_builders(self, by_scope: dict[Scope, dict[int, Alias]]) -> None:
         """What a builder method binds on ``self`` (``self.build_model()`` in ``__init__`` making ``self.unet`` and
