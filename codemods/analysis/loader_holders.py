@@ -153,7 +153,8 @@ class LoaderHolders(PreparedUses):
         for _ in range(3):
             while isinstance(expr, cst.Call) and imports.qualname(expr.func) in SOURCE_WRAPPERS and expr.args:
                 expr = expr.args[0].value
-            bound = self.binding_of(loop.scope, expr.value) if isinstance(expr, cst.Name) else None
+            bound = self._reaching(loop.scope, expr.value, chain[-1].stmt if chain else loop.node) \
+                if isinstance(expr, cst.Name) else None
             if bound is None or not isinstance(bound.value, cst.Call) or imports.qualname(bound.value.func) not in SOURCE_WRAPPERS:
                 break
             chain.append(bound)
@@ -171,6 +172,13 @@ class LoaderHolders(PreparedUses):
             self._problem(UNSHARDED, loop.node.iter, name=binding.key, line=binding.key)  # type: ignore[attr-defined]
             return False
         return True
+
+    def _reaching(self, scope: Scope, key: str, before: cst.BaseStatement) -> Binding | None:
+        """The binding of ``key`` in ``scope`` last made before ``before`` (a notebook's second experiment binds
+        ``pbar`` again), else what ``binding_of`` says."""
+        order = self.facts.order
+        earlier = [b for b in scope.bindings.get(key, []) if order[b.stmt][0] < order[before][0]]
+        return max(earlier, key=lambda b: order[b.stmt][0]) if earlier else self.binding_of(scope, key)
 
     def _is_prepared_loader(self, scope: Scope, expr: cst.BaseExpression) -> bool:
         found = super().origin(scope, expr)

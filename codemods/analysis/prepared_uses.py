@@ -76,9 +76,12 @@ class PreparedUses(Flow):
         if target is None:
             return False
         head = key.split(".")[0]
-        for obj in self.in_place:
-            if obj.key == key and obj.where is scope:
-                return at is None or self.facts.after(at, obj.stmt)
+        placed = [obj for obj in self.in_place if obj.key == key and obj.where is scope]
+        if placed:
+            if at is None or any(self.facts.after(at, obj.stmt) for obj in placed):
+                return True
+            if key not in names:
+                return False  # (a notebook's first experiment reads the name the main prepare rebinds: checked below)
         if key in names and (scope is target or scope.inside(target)):
             anchor = self.prepare_after
             if scope is not target or at is None or anchor is None:

@@ -134,3 +134,17 @@ def test_a_wrapped_loader_bound_before_prepare_is_made_again_or_refused(made: st
     else:
         assert [w.code for w in result.warnings] == ["ACC020"], result.warnings
         assert "walks `pbar` as it was before" in result.warnings[0].message
+
+
+def test_a_notebooks_two_experiments_each_walking_a_listed_loader_convert_without_a_refusal() -> None:
+    """jeffheaton's notebook: the second experiment binds ``dataloader_train``, ``steps`` and ``pbar`` again and is
+    prepared where it is built; the first experiment's ``steps = list(enumerate(...))`` comes after the main prepare
+    (it was read as seeing the second experiment's prepare, not yet made: ACC020)."""
+    experiment = ("loader = torch.utils.data.DataLoader(ds, batch_size=2, shuffle=True)\n"
+                  "model = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+                  "for epoch in range(2):\n    steps = list(enumerate(loader))\n    pbar = tqdm.tqdm(steps)\n"
+                  "    for i, (x, y) in pbar:\n        torch.nn.functional.mse_loss(model(x), y).backward()\n"
+                  "        opt.step()\n")
+    result = convert_source("import torch\nimport tqdm\n" + experiment + experiment)
+    assert result.status == "converted" and not result.warnings, result.warnings
+    assert result.new.count("accelerator.prepare(") == 4, result.new
