@@ -114,7 +114,7 @@ class LoaderHolders(PreparedUses):
         if binding in self.rebuilt:
             return at is None or scope is not binding.where or self.prepare_after is None \
                 or self.facts.after(at, self.prepare_after)
-        if any((b, c) for b, c in self.wrapped if b is binding):
+        if any(b is binding for b, _ in self.wrapped):
             return True
         return all(super(LoaderHolders, self).prepared(binding.where, e, binding.stmt) is not None for e in held.loaders)
 
