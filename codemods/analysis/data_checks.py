@@ -31,8 +31,13 @@ class TrainingDataChecks(LoaderHolders):
         every process the whole data set: the file is refused, naming it. Data that cannot be followed at
         all is reported."""
         for loop in self.facts.loops:
-            if not any(self.reaches_backward(site) for site in loop.calls) or self.bystander(loop.scope):
+            if self.bystander(loop.scope):
                 continue
+            if not any(self.reaches_backward(site) for site in loop.calls):
+                if self._feeds_training(loop):  # type: ignore[attr-defined]
+                    self.check_inline(loop)  # ``def batches(): for b in DataLoader(...): yield b``
+                continue
+            self.check_inline(loop)
             source = self.loop_source(loop)
             drawn = [site.node.args[0].value for site in loop.calls
                      if isinstance(site.node.func, cst.Name) and site.node.func.value == "next" and site.node.args]

@@ -43,11 +43,23 @@ class Holder:
     inline: cst.Call | None
 
 
+@dataclass(frozen=True)
+class Inline:
+    """A loader built where it is used (``cycle(DataLoader(...))``, ``for x in DataLoader(...)``): ``call``, in the
+    statement ``stmt`` of ``scope``; ``name`` is what the refusal names if it cannot be prepared there."""
+
+    scope: Scope
+    stmt: cst.BaseStatement
+    call: cst.Call
+    name: str
+    binding: Binding | None = None
+
+
 class LoaderHolders(PreparedUses):
     """The plan's view of loaders held by containers and wrappers (``Plan`` mixes it in)."""
 
     rebuilt: list[Binding]  # holders made again right after prepare
-    wrapped: list[tuple[Binding, cst.Call]]  # loaders built inline in a wrapper: prepared where they are built
+    wrapped: list["Inline"]  # loaders built inline (in a wrapper, or as a loop's iterable): prepared where built
     prepare_block: list[cst.BaseStatement]
 
     def holder(self, scope: Scope, expr: cst.BaseExpression, depth: int = 0) -> Holder | None:
@@ -108,30 +120,33 @@ class LoaderHolders(PreparedUses):
         held = self.holder(scope, expr)
         return found if held is None or self.holder_sees_prepared(held, scope, at) else None
 
+    def feeds_training(self) -> bool:
+        """As ``PreparedUses.feeds_training``; a loader prepared where it is built (``for x in DataLoader(...)``,
+        ``cycle(DataLoader(...))``) feeds the training too."""
+        return bool(self.wrapped) or super().feeds_training()
+
     def holder_sees_prepared(self, held: Holder, scope: Scope, at: cst.BaseStatement | None) -> bool:
         """Whether ``held``'s loaders are the prepared ones where ``scope`` reads it at ``at``."""
         binding = held.binding
         if binding in self.rebuilt:
             return at is None or scope is not binding.where or self.prepare_after is None \
                 or self.facts.after(at, self.prepare_after)
-        if any(b is binding for b, _ in self.wrapped):
+        if any(w.binding is binding for w in self.wrapped):
             return True
         return all(super(LoaderHolders, self).prepared(binding.where, e, binding.stmt) is not None for e in held.loaders)
 
     def check_holders(self, loop_scope: Scope, sources: list[cst.BaseExpression], node: cst.CSTNode) -> bool:
         """Settle every holder the training loop reads in ``sources``; False when one is refused (a problem)."""
         for source in sources:
+            self._returned_inline(loop_scope, source)
             held = self.holder(loop_scope, source)
             if held is None:
                 continue
             binding = held.binding
             if held.inline is not None:
-                if binding.where is self.prepare_scope or binding.where is getattr(self, "home", None):
-                    if all(b is not binding for b, _ in self.wrapped):
-                        self.wrapped.append((binding, held.inline))
-                    continue
-                self._problem(UNSHARDED, node, name=binding.key, line=binding.key)  # type: ignore[attr-defined]
-                return False
+                if all(w.binding is not binding for w in self.wrapped):
+                    self.wrapped.append(Inline(binding.where, binding.stmt, held.inline, binding.key, binding))
+                continue
             if not any(self._is_prepared_loader(binding.where, e) for e in held.loaders):
                 continue
             if binding in self.rebuilt or self.holder_sees_prepared(held, binding.where, binding.stmt):
@@ -142,6 +157,35 @@ class LoaderHolders(PreparedUses):
             self._problem(UNSHARDED, node, name=binding.key, line=binding.key)  # type: ignore[attr-defined]
             return False
         return True
+
+    def _returned_inline(self, scope: Scope, source: cst.BaseExpression) -> None:
+        """``data = make_iter()`` where ``make_iter`` returns ``iter(DataLoader(...))``: the loader is prepared where
+        the function builds it."""
+        key = dotted(source)
+        binding = self.binding_of(scope, key) if key is not None and "." not in key else None
+        call = binding.value if binding is not None else None
+        site = self.facts.sites.get(call) if isinstance(call, cst.Call) else None
+        function = self.callee(site) if site is not None else None
+        if function is None or function.node.name.value == "__init__" or m.findall(function.node, m.Yield()):  # type: ignore[union-attr]
+            return
+        for ret in function.returns:
+            value = ret.value
+            if not (isinstance(value, cst.Call) and value.args and self._wrapper(function, value)):
+                continue  # (a loader returned as it is is followed to where it is built, and prepared with the others)
+            value = value.args[0].value
+            made = self.facts.sites.get(value) if isinstance(value, cst.Call) else None
+            if made is not None and classify(value, function.imports, self.facts.classes) == "loader" \
+                    and all(w.call is not value for w in self.wrapped):
+                self.wrapped.append(Inline(function, made.stmt, value, key or "the loader"))  # type: ignore[arg-type]
+
+    def check_inline(self, loop: Loop) -> None:
+        """``for x, y in DataLoader(ds, ...)`` (also in a generator that feeds the training): the loader is built
+        where it is walked, so it is prepared right there."""
+        source = self.loop_source(loop)
+        if isinstance(source, cst.Call) and classify(source, loop.scope.imports, self.facts.classes) == "loader" \
+                and all(w.call is not source for w in self.wrapped):
+            name = (dotted(source.func) or "DataLoader") + "(...)"
+            self.wrapped.append(Inline(loop.scope, loop.node, source, name))
 
     def check_captured(self, loop: Loop) -> bool:
         """``steps = list(enumerate(loader))`` / ``pbar = tqdm(loader)`` then ``for i, (x, y) in pbar``: the statement

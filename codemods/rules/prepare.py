@@ -226,13 +226,13 @@ def _wrap_inline(ctx: Context) -> None:
     """``train_loader = cycle(DataLoader(...))``: the loader the wrapper is given is prepared right there
     (``cycle(accelerator.prepare(DataLoader(...)))``); where no accelerator exists yet at that statement the file is
     refused rather than left walking all the data on every process."""
-    for binding, call in ctx.plan.wrapped:
-        accelerator = ctx.accelerator_in(binding.where)
-        if accelerator is None or not ctx.will_be_after_accelerator(binding.where, binding.stmt):
-            ctx.abort(codes.UNSHARDED, binding.stmt, name=binding.key)
-        ctx.replace_through(binding.where, call, binding.stmt, lambda node, acc: cst.Call(
+    for inline in ctx.plan.wrapped:
+        accelerator = ctx.accelerator_in(inline.scope)
+        if accelerator is None or not ctx.will_be_after_accelerator(inline.scope, inline.stmt):
+            ctx.abort(codes.UNSHARDED, inline.call, name=inline.name)
+        ctx.replace_through(inline.scope, inline.call, inline.stmt, lambda node, acc: cst.Call(
             func=cst.Attribute(value=cst.parse_expression(acc), attr=cst.Name("prepare")), args=[cst.Arg(node)]))  # type: ignore[arg-type]
-        ctx.change(f"prepare the loader {binding.key} wraps where it is built")
+        ctx.change(f"prepare the loader {inline.name} walks where it is built")
 
 
 def _prepare_code(names: list[str], accelerator: str, indent: str) -> str:

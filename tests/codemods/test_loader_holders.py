@@ -148,3 +148,43 @@ def test_a_notebooks_two_experiments_each_walking_a_listed_loader_convert_withou
     result = convert_source("import torch\nimport tqdm\n" + experiment + experiment)
     assert result.status == "converted" and not result.warnings, result.warnings
     assert result.new.count("accelerator.prepare(") == 4, result.new
+
+
+def test_a_loader_built_where_it_is_walked_is_prepared_there() -> None:
+    """``for x, y in DataLoader(ds, ...)`` in the epoch loop, a generator that walks one it builds, and a helper
+    that returns ``iter(DataLoader(...))``: each was left walking all the data on every process, with no warning."""
+    out = converted(
+        "import torch\nfrom torch.utils.data import DataLoader\n"
+        "def batches():\n    while True:\n        for batch in DataLoader(ds, batch_size=2, shuffle=True):\n"
+        "            yield batch\n"
+        "def make_iter():\n    return iter(DataLoader(ds, batch_size=2))\n"
+        "data = batches()\nother = make_iter()\n"
+        "model = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for epoch in range(2):\n    for x, y in DataLoader(ds, batch_size=2, shuffle=True):\n"
+        "        x2, y2 = next(data)\n        x3, y3 = next(other)\n"
+        "        torch.nn.functional.mse_loss(model(x), y).backward()\n        opt.step()\n"
+    )
+    assert "        for batch in accelerator.prepare(DataLoader(ds, batch_size=2, shuffle=True)):\n" in out, out
+    assert "    return iter(accelerator.prepare(DataLoader(ds, batch_size=2)))\n" in out, out
+    assert "    for x, y in accelerator.prepare(DataLoader(ds, batch_size=2, shuffle=True)):\n" in out, out
+    assert out.count("accelerator.prepare(") == 4, out
+
+
+def test_a_loader_a_helper_returns_as_it_is_is_prepared_once() -> None:
+    out = converted(
+        "import torch\nfrom torch.utils.data import DataLoader\n"
+        "def get_loader():\n    return DataLoader(ds, batch_size=2)\n"
+        "loader = get_loader()\nmodel = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for x, y in loader:\n    torch.nn.functional.mse_loss(model(x), y).backward()\n    opt.step()\n"
+    )
+    assert out.count("accelerator.prepare(") == 1 and "model, opt, loader = accelerator.prepare(model, opt, loader)" in out, out
+
+
+def test_a_loop_over_a_loader_built_in_place_is_not_told_that_no_loader_feeds_it() -> None:
+    result = convert_source(
+        "import torch\nfrom torch.utils.data import DataLoader\n"
+        "model = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for x, y in DataLoader(ds, batch_size=2, shuffle=True):\n"
+        "    torch.nn.functional.mse_loss(model(x), y).backward()\n    opt.step()\n"
+    )
+    assert result.status == "converted" and not result.warnings, result.warnings
