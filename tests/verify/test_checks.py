@@ -270,3 +270,9 @@ def test_a_small_loader_walked_whole_fails_and_an_uneven_share_passes() -> None:
     assert by_name(distributed_checks(half, reference(2, 4), OPTIONS))["data sharded"].status == PASSED
     uneven = two([step(1, [0.1], loader=loader(2, 4))], [step(1, [0.1], rank=1, loader=loader(2, 4))])
     assert by_name(distributed_checks(uneven, reference(3, 4), OPTIONS))["data sharded"].status == PASSED
+
+
+def test_split_odd_batches_count_as_sharded() -> None:
+    """verify's exact runs split each batch of 25 rows: process 0 takes 13 rows of each of the 24 batches."""
+    split = two([step(1, [0.1], loader=loader(24, 13))], [step(1, [0.1], rank=1, loader=loader(24, 12))])
+    assert by_name(distributed_checks(split, reference(24, 25), OPTIONS))["data sharded"].status == PASSED
