@@ -154,7 +154,9 @@ def local_modules(script: str | os.PathLike[str], module: cst.Module) -> list[Mo
     entry = Path(script).resolve()
     package = entry_package(script)
     levels = len(package.split(".")) if package else 0
-    roots = [entry.parent, *([entry.parents[levels]] if levels else [])]  # beside it first, as Python looks
+    # beside it first, as Python looks, then each folder above up to its outermost package's parent: a repository
+    # whose root holds a stray ``__init__.py`` runs ``python main.py`` from that root, where ``datasets/`` is found
+    roots = [entry.parent, *(entry.parents[i] for i in range(1, levels + 1))]
     project = installed_root(script)
     if project is not None and project not in roots:
         roots.append(project)

@@ -161,7 +161,12 @@ def _sharded(records: list[ProcessRecord], one: ProcessRecord | None, n: int) ->
             if mine is None or alone is None:
                 unknown.append(loader.site)
                 continue
-            if mine > math.ceil(alone / n) + loader.batch:  # type: ignore[operator]
+            # sharded, each process walks at most ceil(B / n) of the B batches one process walks (the runtime pads the
+            # last round), or, split (verify's exact runs), ceil(b / n) rows of each of them: a one-batch slack passed a
+            # loader of 2 batches walked whole on 2 processes (8 of 8 samples)
+            batches, size = alone // reference.batch, reference.batch  # type: ignore[union-attr, operator]
+            share = max(-(-batches // n) * size, batches * -(-size // n))
+            if mine > share:
                 return CheckResult(
                     name, stage, FAILED,
                     f"process {record.rank} drew {mine} samples per epoch from the loader iterated at {loader.site}, "

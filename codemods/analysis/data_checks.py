@@ -11,7 +11,7 @@ import libcst as cst
 
 from accelify.codemods.analysis.facts import Binding, Scope
 from accelify.codemods.analysis.names import dotted
-from accelify.codemods.analysis.prepared_uses import PreparedUses
+from accelify.codemods.analysis.loader_holders import LoaderHolders
 from accelify.codemods.analysis.problems import BUILT_ELSEWHERE, NOT_A_LOADER, UNKNOWN_DATA, UNSHARDED
 from accelify.codemods.analysis.roles import classify, strip_placement
 
@@ -19,7 +19,7 @@ _BUILTIN_DATA = {"range", "list", "zip", "enumerate", "iter", "tuple", "sorted",
                  "tqdm.trange", "tqdm.auto.trange"}
 
 
-class TrainingDataChecks(PreparedUses):
+class TrainingDataChecks(LoaderHolders):
     """The plan's checks of what the training walks and trains (``Plan`` mixes it in; ``trained_by``, ``bystander``
     and ``_problem`` are the plan's)."""
 
@@ -31,9 +31,18 @@ class TrainingDataChecks(PreparedUses):
         every process the whole data set: the file is refused, naming it. Data that cannot be followed at
         all is reported."""
         for loop in self.facts.loops:
-            if not any(self.reaches_backward(site) for site in loop.calls) or self.bystander(loop.scope):
+            if self.bystander(loop.scope):
                 continue
+            if not any(self.reaches_backward(site) for site in loop.calls):
+                if self._feeds_training(loop):  # type: ignore[attr-defined]
+                    self.check_inline(loop)  # ``def batches(): for b in DataLoader(...): yield b``
+                continue
+            self.check_inline(loop)
             source = self.loop_source(loop)
+            drawn = [site.node.args[0].value for site in loop.calls
+                     if isinstance(site.node.func, cst.Name) and site.node.func.value == "next" and site.node.args]
+            if not self.check_holders(loop.scope, [source, *drawn], loop.node.iter) or not self.check_captured(loop):
+                continue  # ``loaders[phase]`` of a dict made before prepare, that cannot be made again after it
             found = self.origin(loop.scope, source)
             # ``x, y = next(data_iter)`` with ``data_iter = iter(loader)`` walks the loader all the same; a name
             # bound to one of two loaders (``data_loader = self.a`` or ``self.b``) walks either (the loop's own

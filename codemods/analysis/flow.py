@@ -63,8 +63,11 @@ class Flow(CallGraph):
             found = self.origin(scope, expr.value)
             return found if found is not None and loader_mapping(found) else None
         key = dotted(expr)
-        if key is None or key.count(".") > 1:
+        if key is None or key.count(".") > 2:
             return None
+        if key.count(".") == 2:  # ``self.data_loader.train_loader``: an attribute of a helper object the program builds
+            held = self.held_by_object(scope, key)
+            return self.holds(held) if held is not None else None
         cache_key = (id(scope), key)
         cached = self._origins.get(cache_key, _MISSING)
         if cached is not _MISSING:
@@ -103,6 +106,25 @@ class Flow(CallGraph):
             return None
         bindings = init.class_scope.bindings.get(f"self.{attr}")
         return next((b for b in bindings if b.role is not None), bindings[0]) if bindings else None
+
+    def held_by_object(self, scope: Scope, key: str) -> Binding | None:
+        """``self.data_loader.train_loader`` where ``self.data_loader = MnistDataLoader(config)`` and that class's
+        ``__init__`` sets ``self.train_loader``: that binding (the first that makes an object with a role)."""
+        holder, _, attr = key.rpartition(".")
+        bound = self.binding_of(scope, holder)
+        init = self.constructed_init(bound.value) if bound is not None and bound.value is not None else None
+        if init is None:
+            return None
+        bindings = init.class_scope.bindings.get(f"self.{attr}")  # type: ignore[union-attr]
+        return next((b for b in bindings if b.role is not None), bindings[0]) if bindings else None
+
+    def constructed_init(self, value: cst.BaseExpression) -> Scope | None:
+        """The ``__init__`` of a class of the program that ``value`` (``MnistDataLoader(config)``) constructs, or None."""
+        site = self.facts.sites.get(value) if isinstance(value, cst.Call) else None
+        init = self.callee(site) if site is not None else None
+        if init is None or init.node.name.value != "__init__" or init.class_scope is None:  # type: ignore[union-attr]
+            return None
+        return init
 
     def holds(self, binding: Binding) -> Binding | None:
         """The creation binding of the object ``binding`` stores: itself when it creates one, else
@@ -257,7 +279,7 @@ class Flow(CallGraph):
 
 def loader_mapping(binding: Binding) -> bool:
     """``dataloaders = {"train": DataLoader(...), ...}``: loaders kept in a dict, prepared one by one."""
-    return binding.role == "loader" and isinstance(binding.value, cst.Dict)
+    return binding.role == "loader" and isinstance(binding.value, (cst.Dict, cst.DictComp))
 
 
 def _is_import(stmt: cst.BaseStatement) -> bool:

@@ -34,6 +34,7 @@ from accelify.codemods.analysis.data_passes import DataPasses
 from accelify.codemods.analysis.distributed import find_distributed
 from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Scope
 from accelify.codemods.analysis.flow import loader_mapping
+from accelify.codemods.analysis.loader_holders import Inline
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.penalties import penalty_backward
 from accelify.codemods.analysis.prepare_site import PREPARED_ROLES, PrepareSite
@@ -78,6 +79,8 @@ class Plan(RoleAssignment, PrepareSite, TrainingDataChecks, DataPasses):
         # ``view``: one of several trainers chosen by a flag, converted on its own (``trainer_choice.py``); the
         # others' territories are bystanders to it
         self.view = view
+        self.rebuilt: list[Binding] = []  # holders of loaders (a dict of them) made again right after prepare
+        self.wrapped: list[Inline] = []  # ``cycle(DataLoader(...))``, ``for x in DataLoader(...)``: prepared where built
         self.trainers: list[Scope] = []  # the scopes of the trainers the plan found each building a training (ACC039)
         super().__init__(facts, frozenset(id(t.territory) for t in view.others) if view is not None else frozenset())
         self.imports = facts.imports

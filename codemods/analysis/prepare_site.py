@@ -62,6 +62,7 @@ class PrepareSite(AcceleratorHome):
                     continue  # ``model = train_model(model, ...)``: what the training returns, not a place to prepare
                 if previous is None or previous.stmt is None or (later and previous.key == binding.key):
                     aliases[id(held)] = Alias(binding.key, held, self._completed(binding), binding.many)
+        self._held_by_objects(by_scope)
         for scope in self.facts.scopes:
             if scope.kind != "function":
                 continue
@@ -104,6 +105,32 @@ class PrepareSite(AcceleratorHome):
         held = {id(a.obj) for a in aliases} | {id(o) for o in self.in_place}
         self.objects = [o for o in self.objects if id(o) in held]  # loaders no one iterates, out of reach: left alone
         self._place_prepare(scope, aliases)
+
+    def _held_by_objects(self, by_scope: dict[Scope, dict[int, Alias]]) -> None:
+        """``self.data_loader = MnistDataLoader(config)`` whose ``__init__`` sets ``self.train_loader = DataLoader(...)``:
+        the scope that builds the helper object holds its loader as ``self.data_loader.train_loader`` right after that
+        statement (prepare assigns the prepared one back to the attribute, where the training reads it). Only where a
+        loop walks that attribute itself: an object that wraps its loader (``self.data_iter = iter(self.loader)``) and
+        hands out batches keeps the one it wrapped."""
+        walked = {(id(loop.scope.class_scope or loop.scope), dotted(source)) for loop in self.facts.loops
+                  for source in self.walked_sources(loop)}
+        for binding in self.facts.bindings():
+            if binding.role is not None or binding.value is None or binding.loop is not None or binding.key.count(".") > 1:
+                continue
+            init = self.constructed_init(binding.value)
+            if init is None or not isinstance(binding.stmt, cst.SimpleStatementLine):
+                continue
+            for key in init.class_scope.bindings:  # type: ignore[union-attr]
+                if not key.startswith("self.") or key.count(".") != 1:
+                    continue
+                nested = f"{binding.key}.{key[5:]}"
+                if (id(binding.where.class_scope or binding.where), nested) not in walked:
+                    continue
+                held = self.held_by_object(binding.where, nested)
+                held = self.holds(held) if held is not None else None
+                if held is not None and held in self.objects and held.role == "loader":
+                    by_scope.setdefault(binding.where, {}).setdefault(
+                        id(held), Alias(f"{binding.key}.{key[5:]}", held, binding.stmt))
 
     def _fold_builders(self, by_scope: dict[Scope, dict[int, Alias]]) -> None:
         """What a builder method binds on ``self`` (``self.build_model()`` in ``__init__`` making ``self.unet`` and
@@ -227,14 +254,19 @@ class PrepareSite(AcceleratorHome):
                     return
         # ``if args.use_optimizer: optimizer = ...``: after the ``if`` the name is unbound when the test is false,
         # so that object is prepared in its branch, right where it is built, and the rest where they were to be
-        branched = [a for a in aliases if self._bound_only_if(scope, a, block)]
+        branched = [a for a in aliases if self._bound_only_if(scope, a, block, last)]
         self.in_place.extend(a.obj for a in branched)
         aliases = [a for a in aliases if a not in branched]
         self.prepare_scope, self.prepare_block, self.prepare_after, self.aliases = scope, block, last, aliases
 
-    def _bound_only_if(self, scope: Scope, alias: Alias, block: list[cst.BaseStatement]) -> bool:
+    def _bound_only_if(self, scope: Scope, alias: Alias, block: list[cst.BaseStatement],
+                       last: cst.BaseStatement | None) -> bool:
         """Whether ``alias`` is bound by a plain statement in an ``if`` of ``block`` that not every way through
-        binds, with no binding of its name before that ``if`` outside any branch or loop."""
+        binds, with no binding of its name before that ``if`` outside any branch or loop, and no statement of
+        ``block`` after that ``if`` and up to ``last`` (where prepare goes) that reads the name whenever it runs:
+        ``if args.model == "a": net = A() elif args.model == "b": net = B()`` then ``net = net.cuda()`` is bound on
+        every way that reaches prepare (the original reads it there), so it is prepared there, whichever branch
+        built it."""
         obj, stmt = alias.obj, alias.stmt
         if stmt is None or alias.many or obj.stmt is not stmt or obj.where is not scope or obj.key != alias.key:
             return False
@@ -244,7 +276,20 @@ class PrepareSite(AcceleratorHome):
         binders = [b.stmt for b in scope.bindings.get(alias.key, []) if b.stmt is not None]
         if any(self.facts.after(top, b) and unconditional(self.facts, b) for b in binders):
             return False
-        return not binds_on_every_path(self.facts, top, binders)
+        if binds_on_every_path(self.facts, top, binders):
+            return False
+        return not (last is not None and last in block and self._read_after(scope, alias.key, block, top, last))
+
+    def _read_after(self, scope: Scope, key: str, block: list[cst.BaseStatement], first: cst.BaseStatement,
+                    last: cst.BaseStatement) -> bool:
+        """Whether a plain statement of ``block`` after ``first`` and up to ``last`` reads ``key``."""
+        start, end = block.index(first), block.index(last)
+        for ref in scope.refs.get(key, []):
+            holder = scope.holders.get(id(ref))
+            if holder is not None and holder in block and start < block.index(holder) <= end \
+                    and isinstance(holder, cst.SimpleStatementLine):
+                return True
+        return False
 
     def _rebound_models(self, scope: Scope, late: list[Alias], loop: cst.BaseStatement) -> list[Binding]:
         """The models a later experiment's optimizers train, built again after ``loop`` (``model = Net()`` right

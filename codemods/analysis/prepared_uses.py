@@ -19,6 +19,8 @@ from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.roles import is_cuda_string, rewraps, strip_placement
 
 ITERATION_WRAPPERS = {"enumerate", "iter", "tqdm.tqdm"}
+# what a loop's iterable may wrap its loader in and still walk it once per pass: ``tqdm(list(enumerate(loader)))``
+SOURCE_WRAPPERS = ITERATION_WRAPPERS | {"list", "tuple", "tqdm.auto.tqdm", "tqdm.notebook.tqdm"}
 
 
 @dataclass(frozen=True)
@@ -74,9 +76,12 @@ class PreparedUses(Flow):
         if target is None:
             return False
         head = key.split(".")[0]
-        for obj in self.in_place:
-            if obj.key == key and obj.where is scope:
-                return at is None or self.facts.after(at, obj.stmt)
+        placed = [obj for obj in self.in_place if obj.key == key and obj.where is scope]
+        if placed:
+            if at is None or any(self.facts.after(at, obj.stmt) for obj in placed):
+                return True
+            if key not in names:
+                return False  # (a notebook's first experiment reads the name the main prepare rebinds: checked below)
         if key in names and (scope is target or scope.inside(target)):
             anchor = self.prepare_after
             if scope is not target or at is None or anchor is None:
@@ -185,14 +190,14 @@ class PreparedUses(Flow):
 
     # loops --------------------------------------------------------------------------------------
     def loop_source(self, loop: Loop) -> cst.BaseExpression:
-        """The iterable a loop walks, under ``enumerate``/``tqdm``/``iter``."""
+        """The iterable a loop walks, under ``enumerate``/``tqdm``/``iter``/``list``."""
         imports = loop.scope.imports
         expr = loop.node.iter
         for _ in range(3):  # progress = tqdm(loader); for step, batch in enumerate(progress)
-            while isinstance(expr, cst.Call) and imports.qualname(expr.func) in ITERATION_WRAPPERS and expr.args:
+            while isinstance(expr, cst.Call) and imports.qualname(expr.func) in SOURCE_WRAPPERS and expr.args:
                 expr = expr.args[0].value
             bound = self.binding_of(loop.scope, expr.value) if isinstance(expr, cst.Name) else None
-            if bound is None or not isinstance(bound.value, cst.Call) or imports.qualname(bound.value.func) not in ITERATION_WRAPPERS:
+            if bound is None or not isinstance(bound.value, cst.Call) or imports.qualname(bound.value.func) not in SOURCE_WRAPPERS:
                 break
             expr = bound.value
         return expr

@@ -314,6 +314,8 @@ def classify(value: cst.BaseExpression | None, imports: ImportMap, classes: dict
         isinstance(e, cst.DictElement) and classify(e.value, imports, classes) == "loader" for e in value.elements
     ):
         return "loader"  # ``dataloaders = {"train": DataLoader(...), "val": DataLoader(...)}``, walked as ``dataloaders[phase]``
+    if isinstance(value, cst.DictComp) and classify(value.value, imports, classes) == "loader":
+        return "loader"  # the transfer-learning tutorial's ``{x: DataLoader(image_datasets[x], ...) for x in ["train", "val"]}``
     if is_device_expr(value, imports):
         return "device"
     core = strip_placement(value)

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accelify.codemods import codes
 from accelify.codemods.analysis.flow import loader_mapping
+from accelify.codemods.analysis.snippets import code_of
 
 from accelify.codemods.analysis.statement_shapes import is_docstring
 from accelify.codemods.engine.context import Context
@@ -193,6 +195,7 @@ accelerator.end_training()
                     code = f"{loader.key} = {accelerator}.prepare({loader.key})"
                 ctx.insert_after(loader.stmt, [code])
                 ctx.change(f"prepare {loader.key} where it is built")
+        _wrap_inline(ctx)
         scope = plan.prepare_scope
         accelerator = ctx.accelerator_in(scope) if scope is not None else None
         if scope is None or accelerator is None or not plan.aliases:
@@ -201,18 +204,35 @@ accelerator.end_training()
         # a name passed twice comes back as two wrappers of one object
         names = list(dict.fromkeys(a.spelled for a in plan.aliases))
         code = _prepare_code(names, accelerator, _depth(ctx, plan.prepare_block) * _indent(ctx, scope))
+        # ``loaders = {"train": train, "valid": valid}`` made before prepare holds the old loaders: made again after it
+        again = [code_of(b.stmt).strip() for b in plan.rebuilt]
         block = plan.prepare_block
         following = block[block.index(plan.prepare_after) + 1:] if plan.prepare_after in block else []
         if following and ctx.edits.vanishes(following[0]):
             # the wrap it replaces went (``if ddp: model = DDP(model)``, apex's ``amp.initialize``): it takes its place
-            ctx.insert_before(following[0], [code])
+            ctx.insert_before(following[0], [code, *again])
         elif plan.prepare_after is not None:
-            ctx.insert_after(plan.prepare_after, [code])
+            ctx.insert_after(plan.prepare_after, [code, *again])
         else:  # every object arrives as a parameter: prepare them first thing
             block = plan.prepare_block
             first = 1 if len(block) > 1 and is_docstring(block[0]) else 0
             ctx.insert_before(block[first], [code])  # after an accelerator created there too (it is inserted first)
         ctx.change(f"prepare {', '.join(names)}")
+        for binding in plan.rebuilt:
+            ctx.change(f"make {binding.key} again after prepare, with the prepared loaders")
+
+
+def _wrap_inline(ctx: Context) -> None:
+    """``train_loader = cycle(DataLoader(...))``: the loader the wrapper is given is prepared right there
+    (``cycle(accelerator.prepare(DataLoader(...)))``); where no accelerator exists yet at that statement the file is
+    refused rather than left walking all the data on every process."""
+    for inline in ctx.plan.wrapped:
+        accelerator = ctx.accelerator_in(inline.scope)
+        if accelerator is None or not ctx.will_be_after_accelerator(inline.scope, inline.stmt):
+            ctx.abort(codes.UNSHARDED, inline.call, name=inline.name)
+        ctx.replace_through(inline.scope, inline.call, inline.stmt, lambda node, acc: cst.Call(
+            func=cst.Attribute(value=cst.parse_expression(acc), attr=cst.Name("prepare")), args=[cst.Arg(node)]))  # type: ignore[arg-type]
+        ctx.change(f"prepare the loader {inline.name} walks where it is built")
 
 
 def _prepare_code(names: list[str], accelerator: str, indent: str) -> str:

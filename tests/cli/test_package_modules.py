@@ -107,3 +107,25 @@ def test_a_script_with_a_main_block_that_a_notebook_imports_is_previewed_as_itse
     assert entries_using(Path("ddpm.py")) == [Path("vis.ipynb")]
     result = CliRunner().invoke(main, ["convert", "--check", "-q", "ddpm.py"])
     assert result.exit_code == 1 and "would convert: ddpm.py" in result.output, result.output
+
+
+def test_a_loader_held_by_a_helper_object_of_another_package_is_prepared_on_its_attribute(tmp_path: Path) -> None:
+    """moemen95's template: ``self.data_loader = MnistDataLoader(config)`` (``datasets/mnist.py``) sets
+    ``self.train_loader``, walked as ``self.data_loader.train_loader`` by ``agents/mnist.py``; the repository root
+    holds a stray ``__init__.py``. Refused before with ACC021's fix (build it in a local module), which it already was."""
+    helper = ("import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n\nclass Loaders:\n"
+              "    def __init__(self, config):\n"
+              "        self.train_loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)\n")
+    agent = ("import torch\nfrom datasets.mnist import Loaders\n\n\nclass Agent:\n    def __init__(self, config):\n"
+             "        self.model = torch.nn.Linear(2, 1)\n        self.data_loader = Loaders(config)\n"
+             "        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)\n\n"
+             "    def train(self):\n        for x, y in self.data_loader.train_loader:\n"
+             "            torch.nn.functional.mse_loss(self.model(x), y).backward()\n            self.optimizer.step()\n")
+    for name, text in {"__init__.py": "", "datasets/__init__.py": "", "datasets/mnist.py": helper,
+                       "agents/__init__.py": "", "agents/mnist.py": agent}.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    result = convert_path(tmp_path / "agents" / "mnist.py")
+    assert result.status == "converted", result.warnings
+    assert ("self.model, self.optimizer, self.data_loader.train_loader = self.accelerator.prepare(\n"
+            "            self.model, self.optimizer, self.data_loader.train_loader\n        )\n") in result.new, result.new

@@ -668,3 +668,21 @@ def test_a_name_bound_on_every_way_through_an_if_is_prepared_after_it(binding: s
                     "    model(x).sum().backward()\n    optimizer.step()\n")
     assert out.count("accelerator.prepare(") == 1, out
     assert "\nmodel, optimizer = accelerator.prepare(model, optimizer)\nfor x in" in out
+
+
+@pytest.mark.parametrize("read", ["net = net.cuda()\n", ""])
+def test_a_model_built_in_an_if_elif_chain_and_read_after_it_is_prepared_after_the_chain(read: str) -> None:
+    """Cutout's ``if args.model == 'resnet18': cnn = ResNet18() elif ...: cnn = WideResNet()`` (no ``else``), then
+    ``cnn = cnn.cuda()`` and the optimizer on ``cnn.parameters()``: the statements after the chain read the name, so
+    every way that reaches prepare has bound it. Prepared in the first branch only, the other model trained as N
+    unwrapped copies."""
+    out = converted(
+        "import torch\nfrom torch import nn\n"
+        "loader = torch.utils.data.DataLoader(ds, batch_size=2)\n"
+        "if arch == 'small':\n    net = nn.Linear(2, 1)\nelif arch == 'big':\n    net = nn.Sequential(nn.Linear(2, 1))\n"
+        + read +
+        "opt = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+        "for x, y in loader:\n    nn.functional.mse_loss(net(x), y).backward()\n    opt.step()\n"
+    )
+    assert out.count("accelerator.prepare(") == 1, out
+    assert "opt = torch.optim.SGD(net.parameters(), lr=0.1)\nnet, opt, loader = accelerator.prepare(net, opt, loader)\n" in out, out

@@ -259,3 +259,20 @@ def test_allclose_agrees_with_torch_allclose_on_edge_values() -> None:
                                            rtol=rtol, atol=atol, equal_nan=True))
             assert allclose(a, b, rtol, atol) == expected, (a, b, rtol, atol)
     assert not allclose([1.0], [1.0, 2.0], 1e-5, 1e-7)
+
+
+def test_a_small_loader_walked_whole_fails_and_an_uneven_share_passes() -> None:
+    """brain-segmentation-pytorch's I3 run: 2 batches of 4, walked whole by both processes, passed as "8 of 8 samples"
+    while a one-batch slack was allowed; sharded, each process walks ceil(B / n) batches (3 batches: 2 and 2)."""
+    full = two([step(1, [0.1], loader=loader(2, 4))], [step(1, [0.1], rank=1, loader=loader(2, 4))])
+    assert by_name(distributed_checks(full, reference(2, 4), OPTIONS))["data sharded"].status == FAILED
+    half = two([step(1, [0.1], loader=loader(1, 4))], [step(1, [0.1], rank=1, loader=loader(1, 4))])
+    assert by_name(distributed_checks(half, reference(2, 4), OPTIONS))["data sharded"].status == PASSED
+    uneven = two([step(1, [0.1], loader=loader(2, 4))], [step(1, [0.1], rank=1, loader=loader(2, 4))])
+    assert by_name(distributed_checks(uneven, reference(3, 4), OPTIONS))["data sharded"].status == PASSED
+
+
+def test_split_odd_batches_count_as_sharded() -> None:
+    """verify's exact runs split each batch of 25 rows: process 0 takes 13 rows of each of the 24 batches."""
+    split = two([step(1, [0.1], loader=loader(24, 13))], [step(1, [0.1], rank=1, loader=loader(24, 12))])
+    assert by_name(distributed_checks(split, reference(24, 25), OPTIONS))["data sharded"].status == PASSED
