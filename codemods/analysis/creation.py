@@ -62,6 +62,7 @@ class Creation:
         self.after = False  # ``(index, True)``: right after ``block[index - 1]``; else right before ``block[index]``
         self.late: str | None = None  # a value the arguments read, bound only after a launcher read needs the accelerator
         self.unseen: dict[str, str] | None = None  # an argument reading names the home does not have (ACC044's fields)
+        self.bound_late: str | None = None  # a value an argument reads, bound after the accelerator's place (ACC046)
         if self.home is not None:
             self._decide(self.home)
 
@@ -131,8 +132,10 @@ class Creation:
         self.block = block
         self.index, self.after = self._position(home, block, depends)
         if flag is not None and arguments and arguments[0].startswith("cpu="):
-            arguments[0] = f"cpu={code_of(self._inline_late(home, block, flag))}"
+            flag = self._inline_late(home, block, flag)
+            arguments[0] = f"cpu={code_of(flag)}"
         self.late = self._late(home, block, self.index, depends)
+        self.bound_late = self._bound_late(home, block, [flag, *depends[1:]] if flag is not None else depends)
 
     def _seen_from(self, home: Scope, amp: "Amp") -> "Amp":
         """``amp`` with its on/off flag as ``home`` sees it (``analysis/seen_from.py``): a parameter of the function
@@ -209,6 +212,26 @@ class Creation:
         names = {dotted(r) for d in depends for r in m.findall(d, _REFS) if id(r) not in attributes}  # type: ignore[arg-type]
         late = sorted(n for n in names if n and n in bound and n not in before and n.split(".")[0] not in before)
         return late[0] if late else None
+
+    def _bound_late(self, home: Scope, block: list[cst.BaseStatement], depends: list[cst.BaseExpression]) -> str | None:
+        """A value the accelerator's arguments read that ``block`` binds only after the accelerator's place, which
+        must come before the objects to prepare are made (Pytorch-Project-Template: ``self.cuda = self.is_cuda &
+        self.config.cuda`` set after the model and loaders, ``Accelerator(cpu=not self.cuda)`` at the top of
+        ``__init__``: an AttributeError at start). Its name, or None."""
+        facts = self.plan.facts
+        tops = {}
+        for b in _bindings(home):
+            top = facts.top_in(b.stmt, block)
+            if top is not None:
+                tops.setdefault(b.key, []).append(block.index(top))
+        attributes = {id(a.attr) for d in depends for a in m.findall(d, m.Attribute()) if isinstance(a, cst.Attribute)}
+        for d in depends:
+            for ref in m.findall(d, _REFS):
+                key = dotted(ref) if id(ref) not in attributes else None  # type: ignore[arg-type]
+                if key and key in tops and min(tops[key]) >= self.index and (
+                        "." in key or not any(i < self.index for i in tops.get(key.split(".")[0], []))):
+                    return key
+        return None
 
     def _position(self, home: Scope, block: list[cst.BaseStatement], depends: list[cst.BaseExpression]) -> tuple[int, bool]:
         """Where the accelerator goes in ``block``, as early as possible: ``(index, True)`` right after

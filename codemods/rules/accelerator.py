@@ -119,6 +119,37 @@ def main():
 ''',
             warnings=("ACC044:26",),
         ),
+        Example(  # the device flag set after the objects: the accelerator must exist before them
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Agent:
+    def __init__(self, config):
+        self.config = config
+        self.model = torch.nn.Linear(4, 1)
+        self.loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        self.is_cuda = torch.cuda.is_available()
+        self.cuda = self.is_cuda & self.config["cuda"]
+        if self.cuda:
+            self.device = torch.device("cuda")
+        else:
+            self.device = torch.device("cpu")
+
+    def train(self):
+        for x, y in self.loader:
+            loss = torch.nn.functional.mse_loss(self.model(x.to(self.device)), y.to(self.device))
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+
+
+Agent({"cuda": True}).train()
+''',
+            warnings=("ACC046:7",),
+        ),
     )
 
     def run(self, ctx: Context) -> None:
@@ -139,6 +170,9 @@ def main():
                       fix=f"bind `{creation.late}` before it reads the launcher's values (the accelerator needs it and must come first)")
         if creation.unseen is not None:
             ctx.abort(codes.UNSEEN_ARGUMENT, block[min(index, len(block) - 1)], **creation.unseen)
+        if creation.bound_late is not None:
+            ctx.abort(codes.BOUND_LATE, block[min(index, len(block) - 1)], name=creation.bound_late,
+                      home=ctx.plan.home.name if ctx.plan.home is not None else "the module")
         if creation.after:
             ctx.insert_after(block[index - 1], [creation.code()])
         else:
