@@ -305,7 +305,7 @@ class _Walk:
             q = site.qualname or ""
             library = _library(site)
             if library is not None:
-                if not self._sample(site):
+                if not self._sample(site) and library not in seeds:  # ``random.seed(seed)`` just before: seeded
                     draws.add(library)
             elif q in _SEEDERS:
                 seeds |= _SEEDERS[q]

@@ -243,3 +243,23 @@ def test_a_split_drawn_in_a_method_of_a_helper_object_the_trainer_holds_is_seede
     execute.train()
     ''')
     assert "np.random.seed(0)\nexecute = Execute()\n" in new, new
+
+
+def test_a_draw_right_after_its_own_seed_in_a_data_set_is_no_unseeded_draw() -> None:
+    """brain-segmentation's data set picks its validation patients with ``random.seed(seed)`` then
+    ``random.sample(...)`` in ``__init__``: every process picks the same ones, so nothing is reported or seeded."""
+    code = HEAD + (
+        "class Patients(torch.utils.data.Dataset):\n"
+        "    def __init__(self, seed=42):\n"
+        "        names = [str(i) for i in range(10)]\n"
+        "        random.seed(seed)\n"
+        "        keep = random.sample(names, k=4)\n"
+        "        self.x = torch.ones(len(keep) * 16, 4)\n"
+        "    def __len__(self):\n"
+        "        return len(self.x)\n"
+        "    def __getitem__(self, i):\n"
+        "        return self.x[i], self.x[i, :1]\n\n"
+        "def main():\n    ds = Patients()\n    model = torch.nn.Linear(4, 1)\n" + LOOP
+    )
+    assert codes(code) == []
+    assert "random.seed(0)" not in converted(code)
