@@ -101,22 +101,12 @@ def _tensor_param(plan: Plan, function: Scope, name: str, depth: int) -> bool:
         return True
     if cls is not None:
         return False
-    index = next((i for i, p in enumerate(function.params) if p.name.value == name), None)
     sites = plan.call_sites(function)
-    if index is None or not sites:
+    if not sites:
         return False
     for site in sites:
-        passed = _argument(site.node, name, index)
-        if passed is None or not _tensor(plan, site.scope, passed, depth + 1):
+        passed = plan.arg_for(site, function, name)
+        if passed is None or not _tensor(plan, site.scope, passed.value, depth + 1):
             return False
     return True
 
-
-def _argument(call: cst.Call, name: str, index: int) -> cst.BaseExpression | None:
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == name:
-            return arg.value
-    positional = [a for a in call.args if a.keyword is None]
-    if any(a.star for a in positional[: index + 1]):
-        return None
-    return positional[index].value if index < len(positional) else None

@@ -109,9 +109,5 @@ accelerator.end_training()
                 if not body:
                     continue
                 first, last = order[body[0]][0], order[body[-1]][1]
-                inside = {id(b) for b in body}
-                # positions count per module of the program: a call at the same position in another file is not
-                # in this handler, so the handler's statements must contain it
-                if any(first <= order[s.stmt][0] <= last and any(id(c) in inside for c in ctx.facts.chain(s.stmt))
-                       and ctx.plan.reaches_backward(s) for s in ctx.facts.calls):
+                if any(first <= order[s.stmt][0] <= last and ctx.plan.reaches_backward(s) for s in ctx.facts.calls):
                     ctx.warn(codes.RETRY, handler)
