@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Sequence
 import libcst as cst
 
 from accelify.codemods.codes import NOTHING_TO_PREPARE
-from accelify.codemods.engine.outcome import ALREADY_CONVERTED, ATTENTION, CONVERTED, FAILED, SKIPPED, UNCHANGED, ConversionWarning
+from accelify.codemods.engine.outcome import ALREADY_CONVERTED, ATTENTION, CONVERTED, FAILED, NOT_A_CANDIDATE, SKIPPED, UNCHANGED, ConversionWarning
 from accelify.codemods.engine.targets import DEFAULT_TARGET, TARGETS
 from accelify.errors import OutputCheckError, SourceError, TooLargeError, UnknownTargetError
 from accelify.notebook import Notebook, read_notebook
@@ -191,7 +191,20 @@ def convert_path(
     except SourceError as error:
         return Result(name, FAILED, "", "", error=str(error))
     result = convert_source(source.text, path=name, target=target, disabled=disabled, encoding=source.encoding)
+    if result.status == SKIPPED and result.reason == NOT_A_CANDIDATE:
+        return _loaded_by_name(result, source.text)
     return name_the_entry(result)
+
+
+def _loaded_by_name(result: Result, code: str) -> Result:
+    """A skipped entry whose package loads its training modules by name says which to convert instead."""
+    from accelify.loaded_by_name import loaded_by_name
+
+    try:
+        found = loaded_by_name(result.path, cst.parse_module(code))
+    except cst.ParserSyntaxError:
+        return result
+    return result if found is None else replace(result, reason=found.reason())
 
 
 def name_the_entry(result: Result, path: str | os.PathLike[str] | None = None) -> Result:

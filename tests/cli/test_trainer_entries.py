@@ -230,3 +230,47 @@ def test_migrate_groups_a_helper_package_of_the_installed_project_with_its_scrip
     result = CliRunner().invoke(main, ["migrate", ".", "--out", "out/"])
     assert result.exit_code == 0, result.output
     assert "self.accelerator.prepare(" in (tmp_path / "out" / "algos_utils" / "trainer.py").read_text()
+
+
+REGISTRY = """\
+import os
+
+path = os.path.dirname(os.path.abspath(__file__))
+for py in [f[:-3] for f in os.listdir(path) if f.endswith(".py") and f != "__init__.py"]:
+    mod = __import__(".".join([__name__, py]), fromlist=[py])
+    globals().update({k: v for k, v in vars(mod).items() if isinstance(v, type)})
+"""
+BY_NAME_MAIN = """\
+import sys
+
+from agents import *
+
+
+def main():
+    agent = globals()[sys.argv[1]]()
+    agent.run()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_an_entry_that_loads_its_training_by_name_names_the_modules_to_convert(tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A template project's ``main.py`` imports ``agents``, whose ``__init__`` imports every module of its folder by
+    name: the entry imports no torch, and "does not import torch" alone left the user nowhere to go."""
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "__init__.py").write_text(REGISTRY)
+    (tmp_path / "agents" / "mnist.py").write_text(TRAINER.replace("class Trainer", "class MnistAgent"))
+    (tmp_path / "agents" / "base.py").write_text("class BaseAgent:\n    pass\n")
+    (tmp_path / "main.py").write_text(BY_NAME_MAIN)
+    (tmp_path / "util.py").write_text("import os\n")
+    monkeypatch.chdir(tmp_path)
+    result = convert_path("main.py")
+    assert result.status == "skipped"
+    assert result.reason is not None and "agents/__init__.py imports the modules of its folder by name" in result.reason
+    assert result.reason.endswith("convert the module that trains instead (agents/mnist.py)")  # base.py: no torch
+    out = CliRunner().invoke(main, ["convert", "main.py"])
+    assert "main.py: skipped: does not import torch: it loads its training by name" in out.stderr
+    assert convert_path("util.py").reason == "does not import torch"  # no package that loads by name: as before
