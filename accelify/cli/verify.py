@@ -7,6 +7,7 @@ write the JSON report on request. Exit codes: 0 every check passed, 1 a check fa
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -51,6 +52,7 @@ def verify(script: Path, script_args: tuple[str, ...], converted: Path | None, s
 
     options = VerifyOptions(steps=steps, processes=processes, timeout=timeout, args=script_args, seed=seed,
                             rtol=rtol, atol=atol)
+    previous = signal.signal(signal.SIGTERM, _terminated)  # a `timeout` or a job scheduler ending verify
     try:
         report = verify_script(script, converted=converted, options=options)
         if report_path is not None:
@@ -61,5 +63,15 @@ def verify(script: Path, script_args: tuple[str, ...], converted: Path | None, s
     except OSError as error:
         click.echo(f"error: {error}", err=True)
         sys.exit(2)
+    except KeyboardInterrupt:
+        click.echo("interrupted: the runs verify had started were ended", err=True)
+        sys.exit(130)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     verify_view.print_verify_report(make_console(), report)
     sys.exit(0 if report.passed else 1)
+
+
+def _terminated(number: int, frame: object) -> None:
+    """SIGTERM ends verify as Ctrl-C does, so that the runs it started (each in a session of its own) end with it."""
+    raise KeyboardInterrupt

@@ -122,6 +122,10 @@ class Launcher:
 
     queues = False  # every run starts at once (a launcher with a few fork servers queues runs behind busy ones)
 
+    def __init__(self) -> None:
+        self._live: set[subprocess.Popen[bytes]] = set()
+        self._live_lock = threading.Lock()
+
     def run(self, spec: RunSpec) -> RunOutcome:
         """Run ``spec`` to its end, its step limit or its timeout; never raises for the script's own failure."""
         spec.logs.mkdir(parents=True, exist_ok=True)
@@ -146,6 +150,16 @@ class Launcher:
     def close(self) -> None:
         """Release what the launcher holds (nothing here)."""
 
+    def stop_all(self) -> None:
+        """End every run still going, its workers with it (the user interrupted verify, or it was terminated): the
+        runs start in sessions of their own, so an interrupt of verify alone would leave them running."""
+        with self._live_lock:
+            live = list(self._live)
+        for proc in live:
+            for pid in _children(proc.pid):
+                _signal_group(pid, signal.SIGKILL)
+            _signal_group(proc.pid, signal.SIGKILL)
+
     def _one(self, spec: RunSpec) -> tuple[int | None, bool]:
         command = [sys.executable, *(["-m"] if spec.module else []), spec.program, *spec.args]
         return self._popen(spec, command, spec.logs / "stdout.txt", spec.logs / "stderr.txt")
@@ -165,11 +179,19 @@ class Launcher:
             stderr = files.enter_context(open(err, "wb")) if err is not None else subprocess.STDOUT
             proc = subprocess.Popen(command, cwd=spec.folder, env=run_environment(spec), stdin=subprocess.DEVNULL,
                                     stdout=stdout, stderr=stderr, start_new_session=True)
+            with self._live_lock:
+                self._live.add(proc)
             try:
                 return proc.wait(timeout=spec.timeout), False
             except subprocess.TimeoutExpired:
                 end_hung_run(proc, spec.record_prefix)
                 return None, True
+            except BaseException:  # interrupted while this thread waited: the run must not outlive verify
+                self.stop_all()
+                raise
+            finally:
+                with self._live_lock:
+                    self._live.discard(proc)
 
 
 class ForkServerLauncher(Launcher):
@@ -180,6 +202,7 @@ class ForkServerLauncher(Launcher):
     queues = True
 
     def __init__(self, servers: int = 2) -> None:
+        super().__init__()
         self.size = servers
         self._free: queue.Queue[ForkServer] = queue.Queue()
         self._all: list[ForkServer] = []

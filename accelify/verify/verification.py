@@ -164,16 +164,24 @@ def _run_all(workdir: Path, original: ScriptFiles, converted: ScriptFiles, optio
         if not concurrent:
             return [original_run, *(launcher.run(spec) for spec in specs[1:])]
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="accelify-verify") as pool:
-            return [original_run, *pool.map(launcher.run, specs[1:])]
+            try:
+                return [original_run, *pool.map(launcher.run, specs[1:])]
+            except BaseException:
+                launcher.stop_all()
+                raise
     if not concurrent:
         return [launcher.run(spec) for spec in specs]
     with ThreadPoolExecutor(max_workers=3, thread_name_prefix="accelify-verify") as pool:
-        first = pool.submit(launcher.run, specs[0])
-        second = pool.submit(launcher.run, specs[1])
-        if launcher.queues:
-            _started(specs[0], first)
-        third = pool.submit(launcher.run, specs[2])
-        return [first.result(), second.result(), third.result()]
+        try:
+            first = pool.submit(launcher.run, specs[0])
+            second = pool.submit(launcher.run, specs[1])
+            if launcher.queues:
+                _started(specs[0], first)
+            third = pool.submit(launcher.run, specs[2])
+            return [first.result(), second.result(), third.result()]
+        except BaseException:  # Ctrl-C or a termination reaches this thread only: end the runs the others wait on
+            launcher.stop_all()
+            raise
 
 
 def _started(spec: RunSpec, run: "Future[RunOutcome]") -> None:

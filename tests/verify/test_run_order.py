@@ -19,6 +19,7 @@ class _Recording(Launcher):
     (or after ``patience`` seconds); it never writes a record."""
 
     def __init__(self, queues: bool, patience: float) -> None:
+        super().__init__()
         self.queues = queues
         self.patience = patience
         self.started: list[str] = []
