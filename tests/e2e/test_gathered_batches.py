@@ -13,10 +13,11 @@ Four programs, converted by the tool and run together by one driver (one launch 
   epoch is the original's (prepared, it reached its milestones N times too early).
 - ``gan``: noise for the generator drawn at every step after a shared ``test_noise``: every process draws the same
   ``test_noise`` and its own step noise (seeded alike and left so, the N fake batches were copies).
-- ``kwargs`` (three files): a trainer class that takes its model, optimizer and per-epoch ``StepLR`` through
-  ``**kwargs`` (``self.scheduler = kwargs["scheduler"]``, SimCLR's shape, field set I, I10) and saves
-  ``{"state_dict": self.model.state_dict()}`` through a helper of another module: the learning rate printed per epoch
-  is the original's (the scheduler stays out of prepare) and the checkpoint's keys have no ``module.`` prefix.
+- ``kwargs`` (three files, SimCLR's shape, field set I, I10): a trainer class that takes its model, optimizer and a
+  per-epoch ``CosineAnnealingLR(opt, T_max=len(loader))`` through ``**kwargs`` (``self.scheduler =
+  kwargs["scheduler"]``) and saves ``{"state_dict": self.model.state_dict()}`` through a helper of another module:
+  the learning rate printed per epoch is the original's (the scheduler stays out of prepare and is built before it,
+  from the whole loader's length) and the checkpoint's keys have no ``module.`` prefix.
 """
 
 from __future__ import annotations
@@ -144,8 +145,8 @@ from kw_trainer import KwTrainer
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(2, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
-sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.1)
 loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2)
+sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=len(loader), eta_min=0)
 KwTrainer(model=model, optimizer=opt, scheduler=sched, epochs=4).train(loader)
 """,
 }
@@ -233,7 +234,7 @@ def test_gathered_values_schedulers_draws_and_trainer_kwargs_on_2_and_3_processe
     expected = original.stdout.splitlines()
     assert len(_gan_lines(tmp_path / "original")) == 1
     assert len(expected) == 3 + 4 + 4 + 1, original.stdout
-    assert "kwargs 1 0.01" in expected and "kwargs keys ['0.bias', '0.weight']" in expected, original.stdout
+    assert "kwargs 1 0.05" in expected and "kwargs keys ['0.bias', '0.weight']" in expected, original.stdout
     for n in (2, 3):
         run = subprocess.run([*ACCELIFY, "launch", "--cpu", "-n", str(n), "-q", "driver.py", *scripts],
                              cwd=tmp_path / "converted", capture_output=True, text=True, timeout=300, env=clean_env(None))
