@@ -1,11 +1,13 @@
 """The call graph of one program: the function of the program each call runs (a function in scope, ``self.method``,
 a class's ``__init__`` for ``Trainer(...)``, a function of a local module: ``loops.fit``, ``from data import
-make_loaders``), the calls of each function, the argument a call passes for a parameter, and whether a call reaches a
-``backward``. ``Flow`` (``analysis/flow.py``) follows values over it."""
+make_loaders``), the calls of each function, the argument a call passes for a parameter (also for a key its
+``**kwargs`` is read at: ``kwargs["model"]``), and whether a call reaches a ``backward``. ``Flow``
+(``analysis/flow.py``) follows values over it."""
 
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
 from accelify.codemods.analysis.classes import Classes
 from accelify.codemods.analysis.facts import CallSite, Facts, Scope
@@ -153,6 +155,11 @@ class CallGraph:
             positional = positional[1:]
         index = 0
         for arg in site.node.args:
+            if arg.star == "**" and (spread := _spread(site.scope, arg.value)) is not None:
+                found = next((a for a in spread if a.keyword is not None and a.keyword.value == param), None)
+                if found is not None:
+                    return found  # ``Trainer(**dict(model=model))``: the ``model=model`` in it
+                continue
             if arg.star:
                 return None
             if arg.keyword is not None:
@@ -163,6 +170,23 @@ class CallGraph:
                 return arg
             index += 1
         return None
+
+    def kwargs_read(self, scope: Scope, expr: cst.BaseExpression | None) -> tuple[Scope, str] | None:
+        """``kwargs["model"]``, ``kwargs.get("model"[, default])`` or ``kwargs.pop("model"[, default])`` read in
+        ``scope``, ``kwargs`` being the ``**`` parameter of a function that neither rebinds nor writes it: that
+        function and the keyword (``model``) whose argument its callers hand over (``arg_for(site, function,
+        "model")``). None for anything else (a computed key, a key that is also a named parameter)."""
+        name, key = _kwargs_lookup(expr)
+        function = scope.resolve(name) if name is not None else None
+        if function is None or function.kind != "function" or not isinstance(function.node, cst.FunctionDef):
+            return None
+        star = function.node.params.star_kwarg
+        if not isinstance(star, cst.Param) or star.name.value != name or name in function.bindings:
+            return None
+        named = [p.name.value for p in function.params if p is not star and p is not function.node.params.star_arg]
+        if key in named or _writes(function.node, name):
+            return None
+        return function, key  # type: ignore[return-value]
 
     def reaches_backward(self, site: CallSite, seen: frozenset[int] = frozenset()) -> bool:
         """Whether ``site`` is a ``backward`` call or calls (through the program) a function that makes one."""
@@ -192,3 +216,40 @@ def _made(value: cst.BaseExpression | None) -> cst.Call | None:
     if isinstance(value, cst.IfExp) and isinstance(value.orelse, cst.Name) and value.orelse.value == "None":
         value = value.body
     return value if isinstance(value, cst.Call) else None
+
+
+_READS = frozenset({"get", "pop"})
+_WRITES = frozenset({"update", "setdefault", "clear", "popitem"})
+
+
+def _kwargs_lookup(expr: cst.BaseExpression | None) -> tuple[str | None, str | None]:
+    """``kwargs["k"]`` / ``kwargs.get("k"[, d])`` / ``kwargs.pop("k"[, d])``: ``("kwargs", "k")``; else ``(None, None)``."""
+    owner: cst.BaseExpression | None = None
+    key: cst.BaseExpression | None = None
+    if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
+        owner, key = expr.value, expr.slice[0].slice.value
+    elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _READS \
+            and 1 <= len(expr.args) <= 2 and not any(a.star or a.keyword is not None for a in expr.args):
+        owner, key = expr.func.value, expr.args[0].value
+    if isinstance(owner, cst.Name) and isinstance(key, cst.SimpleString) and isinstance(key.evaluated_value, str):
+        return owner.value, key.evaluated_value
+    return None, None
+
+
+def _writes(function: cst.FunctionDef, name: str) -> bool:
+    """Whether ``function`` changes its dict ``name`` (``name["k"] = v``, ``del name["k"]``, ``name.update(...)``)."""
+    stored = m.Subscript(value=m.Name(name))
+    targets = [t.target for a in m.findall(function, m.Assign()) for t in a.targets]  # type: ignore[attr-defined]
+    targets += [a.target for a in m.findall(function, m.AugAssign() | m.AnnAssign() | m.Del())]  # type: ignore[attr-defined]
+    if any(m.matches(t, stored) for t in targets):
+        return True
+    return bool(m.findall(function, m.Call(func=m.Attribute(value=m.Name(name), attr=m.OneOf(*(m.Name(w) for w in _WRITES))))))
+
+
+def _spread(scope: Scope, value: cst.BaseExpression) -> list[cst.Arg] | None:
+    """The keyword arguments of ``**dict(k=v, ...)`` (the builtin, every argument a plain keyword); None otherwise."""
+    if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "dict"
+            and scope.resolve("dict") is None):
+        return None
+    args = list(value.args)
+    return args if all(a.keyword is not None and not a.star for a in args) else None

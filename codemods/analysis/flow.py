@@ -8,7 +8,8 @@
   ``Flow`` extends;
 - ``origin(scope, expr)``: the binding that created the object ``expr`` holds, following plain
   aliases (``net = model``), placement (``model = model.to(device)``), helper parameters back to
-  their call sites (when every call site agrees), ``self.x`` attributes, and return values
+  their call sites (when every call site agrees; also a key of ``**kwargs``: ``kwargs["model"]`` is the
+  ``model=`` they pass), ``self.x`` attributes, and return values
   (``train_dl, test_dl = make_loaders()``, ``return model``).
 
 Roles (``Binding.role``) must be assigned before origins are asked for (``Plan`` does it).
@@ -57,6 +58,9 @@ class Flow(CallGraph):
         """Where the object ``expr`` (a name, ``self.x``, ``args.x``, or a call of a local function)
         was created; None when it cannot be followed."""
         expr = strip_placement(expr)
+        read = self.kwargs_read(scope, expr)
+        if read is not None:  # ``kwargs["model"]``: what the callers pass as ``model=``
+            return self.param_origin(*read)
         if isinstance(expr, cst.Call):
             return self._returned(scope, expr, None)
         if isinstance(expr, cst.Subscript):  # ``dataloaders[phase]``: one of a dict's loaders
@@ -145,6 +149,9 @@ class Flow(CallGraph):
         value = strip_placement(strip_wrapper(binding.value, binding.where.imports))
         if isinstance(value, cst.Call) and len(value.args) == 1 and self._prepares(binding.where, value):
             value = value.args[0].value  # ``model = accelerator.prepare(model)`` in a converted program
+        read = self.kwargs_read(binding.where, value)
+        if read is not None:  # ``self.model = kwargs["model"]``: what the callers pass as ``model=``, as for a parameter
+            return self.param_origin(*read)
         if isinstance(value, cst.Call):
             # a call of a function of the program gives what it returns; any other call creates the object here
             return (self._returned(binding.where, value, None) or binding) if self._local_call(value) else binding

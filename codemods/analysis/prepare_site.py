@@ -2,14 +2,16 @@
 ``analysis/accelerator_home.py``).
 
 The prepare site is the scope closest to the entry point that holds every object to prepare as a name (a
-parameter, a local, ``self.x``), in the innermost block that binds them all, right after the last; experiments one
-after another are each prepared where they are built. The home is the prepare scope, or the caller that built some
+parameter, a local, ``self.x``), in the innermost block that binds them all, right after the last (or after a
+per-epoch scheduler that reads a prepared loader's length right after them); experiments one after another are each
+prepared where they are built. The home is the prepare scope, or the caller that built some
 of the objects and passed them in. What cannot be placed is recorded as a ``Problem``.
 """
 
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
 from accelify.codemods.analysis.accelerator_home import AcceleratorHome
 from accelify.codemods.analysis.blocks import binds_on_every_path, common_block, unconditional
@@ -252,12 +254,34 @@ class PrepareSite(AcceleratorHome):
                     else:
                         self._problem(CREATED_AFTER_LOOP, culprit.stmt, name=culprit.key)
                     return
+        last = self._after_sized_schedulers(scope, block, last)
         # ``if args.use_optimizer: optimizer = ...``: after the ``if`` the name is unbound when the test is false,
         # so that object is prepared in its branch, right where it is built, and the rest where they were to be
         branched = [a for a in aliases if self._bound_only_if(scope, a, block, last)]
         self.in_place.extend(a.obj for a in branched)
         aliases = [a for a in aliases if a not in branched]
         self.prepare_scope, self.prepare_block, self.prepare_after, self.aliases = scope, block, last, aliases
+
+    def _after_sized_schedulers(self, scope: Scope, block: list[cst.BaseStatement],
+                                last: cst.BaseStatement | None) -> cst.BaseStatement | None:
+        """``last``, or a later statement of ``block`` that builds a scheduler left out of prepare (stepped once per
+        epoch) from the length of a loader it prepares, with no training in between (SimCLR's
+        ``CosineAnnealingLR(optimizer, T_max=len(train_loader))``): built after prepare it would read the prepared
+        loader's length, N times shorter, and run its schedule N times too fast, so prepare goes after it."""
+        if last is None:
+            return None
+        loaders = [o for o in self.objects if o.role == "loader"]
+        for binding in self.bindings_with_role("scheduler"):
+            top = self.facts.top_in(binding.stmt, block) if binding.where is scope and binding not in self.objects else None
+            if top is None or binding.value is None or binding.loop is not None or block.index(top) <= block.index(last):
+                continue  # (one made again in a loop is the plan's problem: ACC027)
+            sized = any(
+                isinstance(c, cst.Call) and len(c.args) == 1 and self.origin(scope, c.args[0].value) in loaders
+                for c in m.findall(binding.value, m.Call(func=m.Name("len")))
+            )
+            if sized and not any(self.drives_training(scope, s) for s in block[block.index(last) + 1:block.index(top) + 1]):
+                last = top
+        return last
 
     def _bound_only_if(self, scope: Scope, alias: Alias, block: list[cst.BaseStatement],
                        last: cst.BaseStatement | None) -> bool:

@@ -100,18 +100,25 @@ class PreparedUses(Flow):
         if owner is not None and owner.kind == "function" and head in owner.param_names and head not in owner.bindings:
             if "." in key:
                 return False
-            sites = self.call_sites(owner)
-            args = [self.arg_for(site, owner, head) for site in sites]
-            return bool(sites) and all(
-                arg is not None and self._sees_expr(site.scope, arg.value, site.stmt, seen) for site, arg in zip(sites, args)
-            )
+            return self._passed_prepared(owner, head, seen)
         binding = self.binding_of(scope, key) or self.instance_attr(scope, key)
         if binding is not None and binding.value is not None:
             value = strip_placement(binding.value)
+            read = self.kwargs_read(binding.where, value)
+            if read is not None:  # ``self.model = kwargs["model"]``: what every caller passes as ``model=``
+                return self._passed_prepared(*read, seen)
             inner = dotted(value)
             if inner is not None and (inner != key or binding.where is not scope):
                 return self._sees_expr(binding.where, value, binding.stmt, seen)
         return False
+
+    def _passed_prepared(self, function: Scope, param: str, seen: frozenset) -> bool:
+        """Whether every call of ``function`` passes a prepared object for ``param``, at the call."""
+        sites = self.call_sites(function)
+        args = [self.arg_for(site, function, param) for site in sites]
+        return bool(sites) and all(
+            arg is not None and self._sees_expr(site.scope, arg.value, site.stmt, seen) for site, arg in zip(sites, args)
+        )
 
     def builder_call(self, scope: Scope) -> CallSite | None:
         """For a method ``__init__`` runs once before anything else can (``self.build_model()``, a statement of its

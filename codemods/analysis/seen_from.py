@@ -8,7 +8,8 @@ module translates such an expression through the calls that hand the value over:
 - a parameter of the function that reads it becomes what every call in the home passes for it
   (``train_model(..., amp=args.amp)``: ``amp`` -> ``args.amp``);
 - ``self.<attr>`` in a method becomes what the class's ``__init__`` stored there, followed to the argument
-  every construction of the class in the home passes (``self.args = args`` or ``self.args = kwargs["args"]``,
+  every construction of the class in the home passes (``self.args = args`` or ``self.args = kwargs["args"]``
+  or ``kwargs.get("args")``,
   ``SimCLR(..., args=args)``: ``self.args`` -> ``args``).
 
 ``unseen(home, expr)`` names what of an expression still does not exist in the home, so the caller refuses
@@ -94,12 +95,9 @@ def _stored(plan: Plan, home: Scope, cls: Scope, key: str, depth: int) -> cst.Ba
     param: str | None = None
     if isinstance(value, cst.Name) and value.value in init.param_names:
         param = value.value
-    star = init.node.params.star_kwarg if isinstance(init.node, cst.FunctionDef) else None
-    if (isinstance(value, cst.Subscript) and star is not None and isinstance(star, cst.Param)
-            and isinstance(value.value, cst.Name) and value.value.value == star.name.value and len(value.slice) == 1):
-        index = value.slice[0].slice
-        if isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString):
-            param = str(index.value.evaluated_value)  # ``kwargs["args"]``: the keyword ``args=`` of the call
+    read = plan.kwargs_read(init, value)
+    if read is not None and read[0] is init:
+        param = read[1]  # ``kwargs["args"]`` (``.get``, ``.pop``): the keyword ``args=`` of the call
     if param is not None:
         return _passed_in(plan, home, init, param)
     if isinstance(value, (cst.Integer, cst.Float, cst.SimpleString)) or (

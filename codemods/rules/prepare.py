@@ -15,7 +15,11 @@ A per-batch schedule's length computed from the loader (``OneCycleLR(total_steps
 ``len(loader)`` there is the unprepared loader's, B batches; on N processes each process walks about B/N of
 them per epoch and each call moves N steps, B per epoch, the length the original planned (with uneven
 batches at most N - 1 more, which the scheduler stops at its ``total_steps``). Computed from a prepared
-loader it would be N times too short; this rule never puts ``prepare`` before the scheduler it receives.
+loader it would be N times too short; this rule never puts ``prepare`` before the scheduler it receives. Nor
+before a per-epoch one it leaves out that reads a loader's length (SimCLR's ``CosineAnnealingLR(optimizer,
+T_max=len(train_loader))``, stepped once per epoch): that length must stay the original's too
+(``PrepareSite._after_sized_schedulers``); such a scheduler holds the optimizer ``prepare`` wraps, whose
+``param_groups`` are the prepared optimizer's.
 """
 
 from __future__ import annotations

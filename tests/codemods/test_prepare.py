@@ -686,3 +686,60 @@ def test_a_model_built_in_an_if_elif_chain_and_read_after_it_is_prepared_after_t
     )
     assert out.count("accelerator.prepare(") == 1, out
     assert "opt = torch.optim.SGD(net.parameters(), lr=0.1)\nnet, opt, loader = accelerator.prepare(net, opt, loader)\n" in out, out
+
+
+def test_a_per_epoch_scheduler_sized_by_the_loader_is_built_before_prepare() -> None:
+    """SimCLR (field set I, I10): ``CosineAnnealingLR(optimizer, T_max=len(train_loader))`` stepped once per epoch
+    stays out of prepare; built after it, it read the prepared loader's length (half on 2 processes) and its schedule
+    ran twice as fast (lr 1.5e-4 at epoch 10 against 2.56e-4). Prepare goes after it; a scheduler that reads no length
+    (``StepLR``) still comes after prepare, and nothing moves past a training loop."""
+    assert_converts(
+        """
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        loader = DataLoader(TensorDataset(torch.randn(16, 3), torch.randn(16, 1)), batch_size=4)
+        model = torch.nn.Linear(3, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=len(loader), eta_min=0)
+        for epoch in range(8):
+            for x, y in loader:
+                opt.zero_grad()
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                opt.step()
+            sched.step()
+        """,
+        """
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        from accelify.runtime import Accelerator
+        accelerator = Accelerator()
+        loader = DataLoader(TensorDataset(torch.randn(16, 3), torch.randn(16, 1)), batch_size=4)
+        model = torch.nn.Linear(3, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=len(loader), eta_min=0)
+        model, opt, loader = accelerator.prepare(model, opt, loader)
+        for epoch in range(8):
+            for x, y in loader:
+                opt.zero_grad()
+                accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+                opt.step()
+            sched.step()
+        accelerator.end_training()
+        """,
+    )
+    unsized = converted("""
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        loader = DataLoader(TensorDataset(torch.randn(16, 3), torch.randn(16, 1)), batch_size=4)
+        model = torch.nn.Linear(3, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2)
+        for epoch in range(8):
+            for x, y in loader:
+                opt.zero_grad()
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                opt.step()
+            sched.step()
+        """)
+    assert ("model, opt, loader = accelerator.prepare(model, opt, loader)\n"
+            "sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2)\n") in unsized

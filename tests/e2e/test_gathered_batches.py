@@ -13,6 +13,11 @@ Four programs, converted by the tool and run together by one driver (one launch 
   epoch is the original's (prepared, it reached its milestones N times too early).
 - ``gan``: noise for the generator drawn at every step after a shared ``test_noise``: every process draws the same
   ``test_noise`` and its own step noise (seeded alike and left so, the N fake batches were copies).
+- ``kwargs`` (three files, SimCLR's shape, field set I, I10): a trainer class that takes its model, optimizer and a
+  per-epoch ``CosineAnnealingLR(opt, T_max=len(loader))`` through ``**kwargs`` (``self.scheduler =
+  kwargs["scheduler"]``) and saves ``{"state_dict": self.model.state_dict()}`` through a helper of another module:
+  the learning rate printed per epoch is the original's (the scheduler stays out of prepare and is built before it,
+  from the whole loader's length) and the checkpoint's keys have no ``module.`` prefix.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from accelify.pipeline import convert_source
+from accelify.program import ModuleText
 
 pytestmark = pytest.mark.multiprocess
 
@@ -132,7 +138,50 @@ for (real,) in loader:
     bce(D(fake), torch.ones(real.size(0), 1)).backward()
     g_opt.step()
 """,
+    "kwargs": """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from kw_trainer import KwTrainer
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(2, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2)
+sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=len(loader), eta_min=0)
+KwTrainer(model=model, optimizer=opt, scheduler=sched, epochs=4).train(loader)
+""",
 }
+
+# the local modules of a program of several files
+MODULES = {
+    "kwargs": {
+        "kw_trainer.py": """\
+import torch
+from kw_utils import save_checkpoint
+class KwTrainer:
+    def __init__(self, *args, **kwargs):
+        self.model = kwargs["model"]
+        self.optimizer = kwargs.get("optimizer")
+        self.scheduler = kwargs["scheduler"]
+        self.epochs = kwargs.get("epochs", 1)
+    def train(self, loader):
+        for epoch in range(self.epochs):
+            for x, y in loader:
+                self.optimizer.zero_grad()
+                torch.nn.functional.mse_loss(self.model(x), y).backward()
+                self.optimizer.step()
+            self.scheduler.step()
+            print("kwargs", epoch, round(self.optimizer.param_groups[0]["lr"], 6))
+        save_checkpoint({"epoch": self.epochs, "state_dict": self.model.state_dict()}, "kwargs.pt")
+""",
+        "kw_utils.py": """\
+import torch
+def save_checkpoint(state, filename):
+    torch.save(state, filename)
+""",
+    },
+}
+# what the conversion rightly reports: the helper's torch.save has no accelerator (every process writes the file)
+WARNINGS = {"kwargs": ["ACC009"]}
 
 # runs each program in turn in this process (the converted ones share the one process group), then writes, per
 # process, the GAN's shared test noise and the last step's noise to a file of its own (lines the processes print
@@ -142,9 +191,13 @@ import os
 import runpy
 import sys
 
+import torch
+
 rank = os.environ.get("RANK", "0")
 for path in sys.argv[1:]:
     found = runpy.run_path(path, run_name="__main__")
+    if path.endswith("kwargs.py") and rank == "0":  # (every process has saved it: end_training waited for them)
+        print("kwargs keys", sorted(torch.load("kwargs.pt")["state_dict"]))
     if path.endswith("gan.py"):
         with open(f"gan_rank{rank}.txt", "w") as out:
             out.write(f"rank{rank} gan {found['test_noise'].sum().item():.6f} {found['z'].sum().item():.6f}\\n")
@@ -158,22 +211,30 @@ def _gan_lines(folder: Path) -> list[str]:
     return lines
 
 
-def test_gathered_values_schedulers_and_draws_on_2_and_3_processes(tmp_path: Path, clean_env) -> None:  # type: ignore[no-untyped-def]
+def test_gathered_values_schedulers_draws_and_trainer_kwargs_on_2_and_3_processes(tmp_path: Path, clean_env) -> None:  # type: ignore[no-untyped-def]
     for folder in ("original", "converted"):
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "driver.py").write_text(DRIVER, encoding="utf-8")
     for name, code in PROGRAMS.items():
         (tmp_path / "original" / f"{name}.py").write_text(code, encoding="utf-8")
-        result = convert_source(code)
-        assert result.status == "converted" and not result.warnings, (name, [w.format() for w in result.warnings])
+        modules = [ModuleText(path[:-3], path, text) for path, text in MODULES.get(name, {}).items()]
+        result = convert_source(code, path=f"{name}.py", modules=modules)
+        warnings = [w for part in (result, *result.companions) for w in part.warnings]
+        assert result.status == "converted", (name, result.reason)
+        assert [w.code for w in warnings] == WARNINGS.get(name, []), (name, [w.format() for w in warnings])
         (tmp_path / "converted" / f"{name}.py").write_text(result.new, encoding="utf-8")
+        converted = {c.path: c.new for c in result.companions}
+        for module in modules:
+            (tmp_path / "original" / module.path).write_text(module.text, encoding="utf-8")
+            (tmp_path / "converted" / module.path).write_text(converted.get(module.path, module.text), encoding="utf-8")
     scripts = [f"{name}.py" for name in PROGRAMS]
     original = subprocess.run([sys.executable, "driver.py", *scripts], cwd=tmp_path / "original", capture_output=True,
                               text=True, timeout=120, env=clean_env(None))
     assert original.returncode == 0, original.stderr
     expected = original.stdout.splitlines()
     assert len(_gan_lines(tmp_path / "original")) == 1
-    assert len(expected) == 3 + 4, original.stdout
+    assert len(expected) == 3 + 4 + 4 + 1, original.stdout
+    assert "kwargs 1 0.05" in expected and "kwargs keys ['0.bias', '0.weight']" in expected, original.stdout
     for n in (2, 3):
         run = subprocess.run([*ACCELIFY, "launch", "--cpu", "-n", str(n), "-q", "driver.py", *scripts],
                              cwd=tmp_path / "converted", capture_output=True, text=True, timeout=300, env=clean_env(None))
