@@ -8,6 +8,7 @@ is a library. Modules are read once, in the order they are first imported, up to
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from accelify.errors import SourceError
 from accelify.source import read_source
 
 LIMIT = 64  # local modules followed from one script; a bigger tree is a package, for `accelify migrate`
+ABOVE = 2  # folders above a script (past its packages) searched last for a module no installed one shadows
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,9 @@ def local_modules(script: str | os.PathLike[str], module: cst.Module) -> list[Mo
     project = installed_root(script)
     if project is not None and project not in roots:
         roots.append(project)
+    # last, a folder or two above: a script in ``scripts/`` importing ``src.a2c`` runs from the repository's root
+    # (``python -m``, ``PYTHONPATH=.``, or ``sys.path.append("..")``); only a name no installed module has
+    above = [p for p in entry.parents[levels + 1:levels + 1 + ABOVE] if p not in roots and p.parent != p]
     shown = Path(os.path.dirname(os.fspath(script)))  # paths as the user wrote the script's
 
     def where(path: Path) -> str:
@@ -169,6 +174,8 @@ def local_modules(script: str | os.PathLike[str], module: cst.Module) -> list[Mo
 
     def find(name: str) -> tuple[str, str, str] | None:
         path = next((p for p in (find_local(name, root) for root in roots) if p is not None), None)
+        if path is None and above and not _installed(name.split(".")[0]):
+            path = next((p for p in (find_local(name, root) for root in above) if p is not None), None)
         if path is None or path.resolve() == entry:
             return None
         try:
@@ -178,6 +185,15 @@ def local_modules(script: str | os.PathLike[str], module: cst.Module) -> list[Mo
         return where(path), source.text, source.encoding
 
     return discover(module, find, package)
+
+
+def _installed(top: str) -> bool:
+    """Whether this interpreter imports ``top`` from somewhere else than the program's folders (torch, numpy, a
+    standard module): such a name is never looked for above the script."""
+    try:
+        return importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 _IMPORTED_FIRST = re.compile(r"(?:^|;)[ \t]*(?:import|from)[ \t]+([\w, \t]+)", re.MULTILINE)
@@ -194,6 +210,9 @@ def may_import_local(code: str, script: str | os.PathLike[str]) -> bool:
         present = {entry.name for entry in os.scandir(folder or ".")}
         if project is not None and project != folder.resolve():
             present |= {entry.name for entry in os.scandir(project)}
+        for above in Path(script).resolve().parents[1:1 + ABOVE]:  # as ``local_modules`` looks last
+            if above.parent != above:
+                present |= {entry.name for entry in os.scandir(above)}
     except OSError:
         return True
     for names in _IMPORTED_FIRST.findall(code):

@@ -129,3 +129,48 @@ def test_a_loader_held_by_a_helper_object_of_another_package_is_prepared_on_its_
     assert result.status == "converted", result.warnings
     assert ("self.model, self.optimizer, self.data_loader.train_loader = self.accelerator.prepare(\n"
             "            self.model, self.optimizer, self.data_loader.train_loader\n        )\n") in result.new, result.new
+
+
+SCRIPTS_TRAIN = """\
+import torch
+from src.engine import fit
+import json
+
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+fit(model, optimizer, loader)
+"""
+
+ENGINE = """\
+import torch
+
+
+def fit(model, optimizer, loader):
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def test_a_script_in_scripts_finds_the_module_its_repository_root_holds(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``scripts/train.py`` imports ``src.engine``, which runs from the repository's root (``python -m``,
+    ``PYTHONPATH=.``): the loop there was not seen, so the conversion prepared what the script builds and left the
+    loop's backward as it was (an RL agent whose actor and critic train outside its forward was "converted")."""
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "src").mkdir()
+    (tmp_path / "scripts" / "train.py").write_text(SCRIPTS_TRAIN)
+    (tmp_path / "src" / "engine.py").write_text(ENGINE)
+    (tmp_path / "json.py").write_text("raise RuntimeError('an installed module is never looked for above')\n")
+    monkeypatch.chdir(tmp_path / "scripts")
+    result = convert_path("train.py")
+    assert result.status == "converted", result.reason
+    assert [c.path for c in result.companions] == [str(Path("..") / "src" / "engine.py")]
+    assert "accelerator.backward(loss)" in result.companions[0].new
+    out = CliRunner().invoke(main, ["convert", "train.py", "-o", str(tmp_path / "out") + "/"])
+    assert out.exit_code == 0, out.output
+    assert (tmp_path / "out" / "src" / "engine.py").is_file() and (tmp_path / "out" / "scripts" / "train.py").is_file()
+    assert not (tmp_path / "out" / "json.py").exists()
