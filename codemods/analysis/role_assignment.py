@@ -53,8 +53,10 @@ class RoleAssignment(Flow):
         for binding in self.facts.bindings():
             if binding.role == "optimizer" and binding.key not in stepped | zeroed and not _from_torch_optim(binding):
                 binding.role = None  # ``OrderedSet(m.named_parameters())`` is no optimizer unless it steps
-            elif binding.role is None and binding.key in stepped & zeroed and self._model_arguments(binding):
-                # ``optimizer = make_optimizer(model, **cfg)`` (however it builds it): stepped and zeroed, fed a model
+            elif binding.role is None and binding.key in stepped & zeroed and (
+                    self._model_arguments(binding) or self._trains_model_parameters(binding)):
+                # ``optimizer = make_optimizer(model, **cfg)`` (however it builds it): stepped and zeroed, fed a model;
+                # ``optimizer = opt_func(model.parameters(), lr)`` (a class handed in as a parameter): its parameters
                 binding.role = "optimizer"
         for binding in self.facts.bindings():  # whatever an optimizer trains is a model
             if binding.role == "optimizer":
@@ -146,6 +148,14 @@ class RoleAssignment(Flow):
             if found is not None and found.role == "model":
                 out.append(arg.value)
         return out
+
+    def _trains_model_parameters(self, binding: Binding) -> bool:
+        """``binding``'s call is handed the parameters of a model built here (``opt_func(model.parameters(), lr)``)."""
+        value = strip_placement(binding.value) if binding.value is not None else None
+        if not isinstance(value, cst.Call):
+            return False
+        return any((found := self.origin(binding.where, owner)) is not None and found.role == "model"
+                   for owner in parameter_owners(value))
 
     def _made_by_helper(self, binding: Binding) -> None:
         """``opt = make_optimizer(model, **cfg)`` where the helper returns ``torch.optim.AdamW(...)``

@@ -71,3 +71,32 @@ def test_only_an_imported_module_makes_a_factory() -> None:
     assert role("config.init_obj('sched', torch.optim.lr_scheduler, optimizer)") == "scheduler"
     assert role("Trainer(model, criterion)") is None
     assert role("config.init_obj('loss', torch.nn)") is None
+
+
+def test_an_optimizer_class_handed_in_as_a_parameter_builds_the_optimizer() -> None:
+    """``fit(epochs, lr, model, loader, opt_func=torch.optim.SGD)`` makes ``opt_func(model.parameters(), lr)`` (the
+    "zero to GANs" course layout, copied by many notebooks). No optimizer was found, and the refusal (ACC012: "no
+    optimizer was found to prepare") was false; a call handed a model's parameters that is stepped and zeroed is one."""
+    source = (
+        "import torch\n\n\n"
+        "def fit(epochs, lr, model, loader, opt_func=torch.optim.SGD):\n"
+        "    optimizer = opt_func(model.parameters(), lr)\n"
+        "    for epoch in range(epochs):\n"
+        "        for x, y in loader:\n"
+        "            loss = torch.nn.functional.mse_loss(model(x), y)\n"
+        "            loss.backward()\n"
+        "            optimizer.step()\n"
+        "            optimizer.zero_grad()\n\n\n"
+        "model = torch.nn.Linear(3, 1)\n"
+        "loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 3), torch.randn(8, 1)), 4)\n"
+        "fit(2, 0.1, model, loader)\n"
+        "fit(2, 0.01, model, loader, torch.optim.Adam)\n"
+    )
+    result = convert_source(source, path="train.py")
+    assert result.status == "converted", result.reason
+    assert "    optimizer = opt_func(model.parameters(), lr)\n" \
+           "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n" in result.new
+    assert "accelerator.backward(loss)" in result.new
+    counted = convert_source(source.replace("opt_func(model.parameters(), lr)", "count(model.parameters())")
+                             .replace("optimizer.step()", "pass").replace("optimizer.zero_grad()", "pass"), path="t.py")
+    assert "accelerator.prepare(model, optimizer" not in counted.new  # not stepped and zeroed: no optimizer
