@@ -1,0 +1,308 @@
+"""Loops that skip the short last batch of a loader, and what keeps their set of samples on N processes.
+
+``for x, y in test_loader: if len(y) != batch_size: break`` (or ``continue``) evaluates, or trains on, exactly the
+loader's full batches: on one process a loader over a map-style data set with no sampler of its own hands out
+batches of its batch size except the last one. A prepared loader completes its last batch on every process (even
+batches, the runtime's default and Hugging Face Accelerate's), so on N processes the test never fires and the loop
+takes the short batch's samples too. ``drop_last=True`` does not fix that: a prepared loader then also drops the
+last round of full batches when their number does not divide by N (3 processes, 2 full batches: nothing at all).
+
+What keeps the original's set is a loader that only ever makes full batches, by its sampler: ``sampler=range(len(d)
+// b * b)`` for a sequential loader, ``sampler=RandomSampler(d, num_samples=len(d) // b * b)`` for a shuffled one
+(the same draws as ``shuffle=True``, cut before the short batch: on one process exactly the original's batches).
+Prepared, its last round is completed with duplicates that ``gather_for_metrics`` drops, and every process takes
+part in every step.
+
+``find_skips`` proves, for each such test, that the size compared is the loader's batch size (the same literal, the
+loader's ``.batch_size``, or the same name or attribute, never rebound, through one level of parameters) and that the
+loader's construction is visible and can take that sampler; otherwise it says why not (``Skip.problem``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from accelify.codemods.analysis.call_graph import CallGraph
+from accelify.codemods.analysis.dataset_kinds import map_style
+from accelify.codemods.analysis.facts import Binding, Loop, Scope
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.plan import Plan
+from accelify.codemods.analysis.roles import strip_placement
+
+_LOADERS = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader")
+_OWN_BATCHING = ("sampler", "batch_sampler", "collate_fn")
+# the problems ``Skip.problem`` names (the warning's ``why``)
+NOT_THE_BATCH_SIZE = "the size it is compared with is not provably the loader's batch size"
+NOT_VISIBLE = "the loader's construction (a `DataLoader(...)` this program makes) is not visible here"
+OWN_BATCHING = "the loader has its own sampler, batch sampler or collate function, so a short batch may come anywhere"
+NOT_MAP_STYLE = "the loader's data set is not known to be map-style (an iterable one cannot take a sampler)"
+UNKNOWN_DROP_LAST = "whether the loader drops its short last batch is decided at run time"
+UNKNOWN_SHUFFLE = "whether the loader shuffles is decided at run time"
+WALKED_ELSEWHERE = "the same loader is walked elsewhere without this test"
+LENGTH_READ = "the program reads `len()` of the loader, which counts the short batch"
+NOT_REPEATABLE = "its batch size or generator is not a plain name or number that can be read again"
+
+
+@dataclass(frozen=True)
+class Skip:
+    """``if <size of a batch> != <size>: break`` in ``loop``, a loop over a prepared loader."""
+
+    loop: Loop
+    test: cst.If
+    loader: Binding | None  # where the loader is made (``DataLoader(...)``)
+    problem: str | None = None  # why its construction is left as it is (the loop keeps the short batch on N processes)
+
+
+@dataclass(frozen=True)
+class FullBatches:
+    """What the loader ``call`` (in ``binding``) needs to make full batches only."""
+
+    binding: Binding
+    call: cst.Call
+    dataset: cst.BaseExpression
+    size: cst.BaseExpression
+    shuffle: bool
+    generator: cst.BaseExpression | None
+
+
+def find_skips(plan: Plan) -> list[Skip]:
+    """Every test that skips a loader's short last batch in a loop over a prepared loader (module docstring)."""
+    found: list[Skip] = []
+    for loop in plan.facts.loops:
+        prepared = plan.loader_of(loop)
+        made = plan.built_by(prepared) if prepared is not None else None
+        if made is None or not isinstance(loop.node.body, cst.IndentedBlock):
+            continue
+        batches = plan.batch_names(loop)
+        for index, stmt in enumerate(loop.node.body.body):
+            compared = _short_batch_test(stmt, batches)
+            if compared is None:
+                if _unpacks(stmt, batches):
+                    continue  # ``x, y = batch`` / ``x = x.to(device)`` before the test
+                break
+            assert isinstance(stmt, cst.If)
+            call = made.value
+            if not isinstance(call, cst.Call) or not _is_loader(made.where, call):
+                found.append(Skip(loop, stmt, made, NOT_VISIBLE))
+            elif _true(_argument(call, "drop_last", 99)):
+                pass  # no short batch at all: the test never fires, on one process or N
+            elif not _loader_size(plan, loop, made, compared):
+                found.append(Skip(loop, stmt, made, NOT_THE_BATCH_SIZE))
+            else:
+                found.append(Skip(loop, stmt, made, _construction_problem(plan, made)))
+            break
+    return _walked_alike(plan, found)
+
+
+def full_batches(plan: Plan, made: Binding) -> FullBatches:
+    """The parts of the loader ``made`` (one ``find_skips`` found no problem with) the new sampler is built from."""
+    call = made.value
+    assert isinstance(call, cst.Call)
+    keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+    positional = [a.value for a in call.args if a.keyword is None]
+    dataset = keywords.get("dataset", positional[0] if positional else None)
+    size = keywords.get("batch_size", positional[1] if len(positional) > 1 else None)
+    shuffle = keywords.get("shuffle", positional[2] if len(positional) > 2 else None)
+    assert dataset is not None and size is not None
+    return FullBatches(made, call, dataset, size, _true(shuffle), keywords.get("generator"))
+
+
+def length_reads(plan: Plan, made: Binding) -> list[cst.Call]:
+    """``len(loader)`` anywhere in the program, of the loader ``made``."""
+    out: list[cst.Call] = []
+    for site in plan.facts.calls:
+        if site.qualname != "len" or len(site.node.args) != 1:
+            continue
+        held = plan.origin(site.scope, site.node.args[0].value)
+        if held is not None and plan.built_by(held) is made:
+            out.append(site.node)
+    return out
+
+
+def sized_batch(expr: cst.BaseExpression) -> str | None:
+    """``x`` of ``x.size()[0]``, ``x.size(0)``, ``x.shape[0]``, ``len(x)``, and of ``x.data`` or ``x[i]`` in their place."""
+    target: cst.BaseExpression | None = None
+    if isinstance(expr, cst.Subscript) and _first_index(expr):
+        value = expr.value
+        if isinstance(value, cst.Call) and not value.args and isinstance(value.func, cst.Attribute) \
+                and value.func.attr.value == "size":
+            target = value.func.value
+        elif isinstance(value, cst.Attribute) and value.attr.value == "shape":
+            target = value.value
+    elif isinstance(expr, cst.Call) and len(expr.args) == 1 and expr.args[0].keyword is None:
+        arg = expr.args[0].value
+        if isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "size" and _zero(arg):
+            target = expr.func.value
+        elif isinstance(expr.func, cst.Name) and expr.func.value == "len":
+            target = arg
+    if isinstance(target, cst.Attribute) and target.attr.value == "data":
+        target = target.value
+    if isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name) and _int_index(target):
+        target = target.value
+    return target.value if isinstance(target, cst.Name) else None
+
+
+# -- the test -------------------------------------------------------------------------------------------------------
+def _short_batch_test(stmt: cst.BaseStatement, batches: set[str]) -> cst.BaseExpression | None:
+    """``if len(y) != n: break`` (``continue``; ``x.size(0) < n``; ``n != ...``): what the batch's size is compared with."""
+    if not isinstance(stmt, cst.If) or stmt.orelse is not None or not isinstance(stmt.body, cst.IndentedBlock):
+        return None
+    body = stmt.body.body
+    if len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine) or len(body[0].body) != 1 \
+            or not isinstance(body[0].body[0], (cst.Break, cst.Continue)):
+        return None
+    test = stmt.test
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return None
+    operator, right = test.comparisons[0].operator, test.comparisons[0].comparator
+    for size, other, smaller in ((test.left, right, cst.LessThan), (right, test.left, cst.GreaterThan)):
+        name = sized_batch(size)
+        if name is not None and name in batches and isinstance(operator, (cst.NotEqual, smaller)):
+            return other
+    return None
+
+
+def _unpacks(stmt: cst.BaseStatement, batches: set[str]) -> bool:
+    """``x, y = batch``, ``x = x.to(device)``, ``inputs = batch[0]``: names taken from the batch, nothing computed."""
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
+        return False
+    value = stmt.body[0].value
+    parts = value.elements if isinstance(value, cst.Tuple) else [value]
+    for part in parts:
+        core = strip_placement(part.value if isinstance(part, cst.BaseElement) else part)
+        if isinstance(core, cst.Subscript):
+            core = core.value
+        if not (isinstance(core, cst.Name) and core.value in batches):
+            return False
+    return True
+
+
+# -- the size compared is the loader's -----------------------------------------------------------------------------
+def _loader_size(plan: Plan, loop: Loop, made: Binding, compared: cst.BaseExpression) -> bool:
+    call = made.value
+    assert isinstance(call, cst.Call)
+    if isinstance(compared, cst.Attribute) and compared.attr.value == "batch_size":
+        held = plan.origin(loop.scope, compared.value)  # ``loader.batch_size``
+        if held is not None and plan.built_by(held) is made:
+            return True
+    size = _argument(call, "batch_size", 1)
+    if size is None:
+        return isinstance(compared, cst.Integer) and compared.evaluated_value == 1  # DataLoader's default
+    if isinstance(size, cst.Integer) or isinstance(compared, cst.Integer):
+        return isinstance(size, cst.Integer) and isinstance(compared, cst.Integer) \
+            and size.evaluated_value == compared.evaluated_value
+    key, wanted = dotted(size), dotted(compared)
+    return key is not None and wanted is not None and _same(plan, made.where, key, loop.scope, wanted, 3)
+
+
+def _same(plan: CallGraph, scope: Scope, key: str, there: Scope, wanted: str, depth: int) -> bool:
+    """Whether ``key`` read in ``scope`` is the value ``wanted`` read in ``there``: the same binding, never
+    rebound, or a parameter every caller passes it for."""
+    head, _, rest = key.partition(".")
+    if head != "self" and scope.kind == "function" and head in scope.param_names and head not in scope.bindings \
+            and not (scope is there and key == wanted):
+        sites = plan.call_sites(scope)
+        if depth == 0 or not sites:
+            return False
+        for site in sites:
+            arg = plan.arg_for(site, scope, head)
+            passed = dotted(arg.value) if arg is not None else None
+            if passed is None or not _same(plan, site.scope, passed + (f".{rest}" if rest else ""), there, wanted, depth - 1):
+                return False
+        return True
+    if key != wanted:
+        return False
+    if head == "self":
+        owner, other = scope.class_scope, there.class_scope
+        return owner is not None and owner is other and len(owner.bindings.get(key, [])) <= 1
+    owner = scope.resolve(head)
+    if owner is None or owner is not there.resolve(head):
+        return False
+    fixed = len(owner.bindings.get(head, [])) + (head in owner.param_names) <= 1
+    return fixed and (not rest or not owner.bindings.get(key))
+
+
+# -- the loader can take the sampler -------------------------------------------------------------------------------
+def _construction_problem(plan: Plan, made: Binding) -> str | None:
+    call = made.value
+    assert isinstance(call, cst.Call)
+    if any(a.star for a in call.args) or len([a for a in call.args if a.keyword is None]) > 3:
+        return NOT_VISIBLE
+    keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+    if any(k in keywords and not _none(keywords[k]) for k in _OWN_BATCHING):
+        return OWN_BATCHING
+    if "drop_last" in keywords and not _none(keywords["drop_last"]):
+        return UNKNOWN_DROP_LAST
+    dataset = _argument(call, "dataset", 0)
+    if dataset is None or not map_style(plan.facts, plan, made.where, dataset):
+        return NOT_MAP_STYLE
+    shuffle = _argument(call, "shuffle", 2)
+    if shuffle is not None and not isinstance(shuffle, cst.Name):
+        return UNKNOWN_SHUFFLE
+    if isinstance(shuffle, cst.Name) and shuffle.value not in ("True", "False"):
+        return UNKNOWN_SHUFFLE
+    generator = keywords.get("generator")
+    if not _repeatable(_argument(call, "batch_size", 1)) or (
+            _true(shuffle) and generator is not None and not _none(generator) and dotted(generator) is None):
+        return NOT_REPEATABLE
+    return None
+
+
+def _walked_alike(plan: Plan, skips: list[Skip]) -> list[Skip]:
+    """Each skip, with a problem where the same loader is walked by a loop without the test, or its length read."""
+    out: list[Skip] = []
+    for skip in skips:
+        problem = skip.problem
+        if problem is None and skip.loader is not None:
+            tested = {id(s.loop) for s in skips if s.loader is skip.loader}
+            if any(_built(plan, lp) is skip.loader and id(lp) not in tested for lp in plan.facts.loops):
+                problem = WALKED_ELSEWHERE
+            elif length_reads(plan, skip.loader):
+                problem = LENGTH_READ
+        out.append(Skip(skip.loop, skip.test, skip.loader, problem))
+    return out
+
+
+def _built(plan: Plan, loop: Loop) -> Binding | None:
+    prepared = plan.loader_of(loop)
+    return plan.built_by(prepared) if prepared is not None else None
+
+
+def _argument(call: cst.Call, keyword: str, position: int) -> cst.BaseExpression | None:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == keyword:
+            return arg.value
+    positional = [a.value for a in call.args if a.keyword is None]
+    return positional[position] if len(positional) > position else None
+
+
+def _is_loader(scope: Scope, call: cst.Call) -> bool:
+    return (scope.imports.qualname(call.func) or "") in _LOADERS
+
+
+def _repeatable(expr: cst.BaseExpression | None) -> bool:
+    return isinstance(expr, cst.Integer) or (expr is not None and dotted(expr) is not None)
+
+
+def _true(expr: cst.BaseExpression | None) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "True"
+
+
+def _none(expr: cst.BaseExpression) -> bool:
+    """``None`` or ``False``: the argument's default (no sampler, no collate function, no drop_last)."""
+    return isinstance(expr, cst.Name) and expr.value in ("None", "False")
+
+
+def _first_index(node: cst.Subscript) -> bool:
+    return len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index) and _zero(node.slice[0].slice.value)
+
+
+def _int_index(node: cst.Subscript) -> bool:
+    return len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index) \
+        and isinstance(node.slice[0].slice.value, cst.Integer)
+
+
+def _zero(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Integer) and expr.evaluated_value == 0
