@@ -14,7 +14,9 @@ On one process those are the original's batches (the same draws), the short one 
 fires. A data set built in the call is named where it is built (``DataLoader(test_dataset := TensorDataset(...),
 ...)``) so it is built once. Where the size compared is not provably the loader's batch size, or the loader cannot
 take the sampler (its own sampler, an iterable data set, its length read, another loop walking it whole), the loader
-is left as it is and the difference is reported (ACC047).
+is left as it is and the difference is reported (ACC047). So it is with ``--target accelerate`` for a loop that gathers
+for metrics: Hugging Face Accelerate's ``gather_for_metrics`` counts the last round's duplicates from
+``len(loader.dataset)``, which such a sampler makes wrong (7 of 8 samples on one process).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import libcst as cst
 
 from accelify.codemods import codes
 from accelify.codemods.analysis.facts import Binding, Scope
+from accelify.codemods.analysis.evaluation_loops import is_evaluation
 from accelify.codemods.analysis.short_batches import FullBatches, Skip, find_skips, full_batches
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.snippets import code_of, expression
@@ -32,6 +35,10 @@ from accelify.codemods.analysis.tree_walk import descendants
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
 
+# Hugging Face Accelerate counts the duplicates that complete the last round as ``len(dataset) % total batch size``
+HF_REMAINDER = ("Hugging Face Accelerate's `gather_for_metrics` takes the duplicates of the last batch to be "
+                "`len(loader.dataset) % batch_size` samples (whatever the sampler), which a sampler that leaves the "
+                "short batch out makes wrong (use `--target accelify`, whose runtime counts them as it makes them)")
 _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp, cst.Lambda)
 
 
@@ -210,6 +217,9 @@ accelerator.end_training()
                 problem = "`torch` is not imported by name where the loader is made"
             elif parts is not None and _named(parts) is None and _inside_function_expression(made, parts.call):
                 problem = "its data set is built inside a comprehension or lambda"
+            elif parts is not None and ctx.target == "accelerate" and any(
+                    is_evaluation(ctx.plan, skip.loop) for skip in group):  # gathered for metrics (rules/evaluation)
+                problem = HF_REMAINDER
             if problem is not None or parts is None or made is None:
                 for skip in group:
                     ctx.warn(codes.SHORT_BATCH, skip.test, why=skip.problem or problem or "")
