@@ -17,7 +17,7 @@ size at every step, when all of these hold (what this module proves, and nothing
   sharded sampler completes the last round with samples from the start, so every process gets full batches (or
   equal slices of them with ``split_batches``), and ``drop_last`` leaves only full ones;
 - the size read is ``x.size()[0]``, ``x.size(0)``, ``x.shape[0]`` or ``len(x)`` (``x.data`` alike) of a batch the loop binds (its target,
-  ``batch[0]``, or names unpacked from it, never reassigned in the function), compared with values the analysis finds
+  ``batch[0]``, or names unpacked from it, never reassigned in the loop), compared with values the analysis finds
   the same on every process, or with another such size.
 """
 
@@ -63,17 +63,17 @@ def _even_batch(agreement: Agreement, scope: Scope, name: str, at: cst.BaseState
         loop = next((lp for lp in scope.loops if lp.node is outer), None)
         if loop is None or name not in plan.batch_names(loop):
             continue
-        return _as_drawn(scope, loop, name) and _even_loader(agreement, loop)
+        return _as_drawn(facts, scope, loop, name, at) and _even_loader(agreement, loop)
     return False
 
 
-def _as_drawn(scope: Scope, loop: Loop, name: str) -> bool:
-    """Every binding of ``name`` in ``scope`` is the loop's target or an unpacking of the loop's batch."""
+def _as_drawn(facts: Facts, scope: Scope, loop: Loop, name: str, at: cst.BaseStatement) -> bool:
+    """Every binding of ``name`` in the loop before ``at`` is its target or an unpacking of its batch (one outside the
+    loop, another loop over the training data binding the same ``x, y``, or one after ``at``, ``out, y =
+    accelerator.gather_for_metrics((out, y))``, is replaced by the loop's own at the next step)."""
     for binding in scope.bindings.get(name, []):
-        if binding.stmt is loop.node:
+        if binding.stmt is loop.node or binding.stmt not in loop.stmts or facts.after(binding.stmt, at):
             continue
-        if binding.stmt not in loop.stmts:
-            return False
         value = binding.unpacked[0] if binding.unpacked is not None else binding.value
         if isinstance(value, cst.Subscript) and _int_index(value):
             value = value.value
@@ -84,7 +84,8 @@ def _as_drawn(scope: Scope, loop: Loop, name: str) -> bool:
 
 def _even_loader(agreement: Agreement, loop: Loop) -> bool:
     facts, plan = agreement.facts, agreement.plan
-    made = plan.loader_of(loop)
+    prepared = plan.loader_of(loop)
+    made = plan.built_by(prepared) if prepared is not None else None  # through a builder: `a, b = make_loaders()`
     call = made.value if made is not None else None
     if made is None or not isinstance(call, cst.Call):
         return False

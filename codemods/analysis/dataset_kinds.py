@@ -23,6 +23,8 @@ _ITERABLE = ("torch.utils.data.IterableDataset", "torch.utils.data.dataset.Itera
 def map_style(facts: Facts, plan: Plan, scope: Scope, dataset: cst.BaseExpression, depth: int = 2) -> bool:
     """Whether ``dataset`` (read in ``scope``) is made by a map-style class (see the module docstring); a parameter
     is map-style when every call passes one."""
+    if isinstance(dataset, cst.NamedExpr):  # ``DataLoader(test_set := TensorDataset(...), ...)``
+        dataset = dataset.value
     if isinstance(dataset, cst.Name) and scope.kind == "function" and dataset.value in scope.param_names \
             and dataset.value not in scope.bindings:
         sites = plan.call_sites(scope)

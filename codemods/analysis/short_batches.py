@@ -26,10 +26,13 @@ import libcst as cst
 
 from accelify.codemods.analysis.call_graph import CallGraph
 from accelify.codemods.analysis.dataset_kinds import map_style
+from accelify.codemods.analysis.evaluation_loops import is_evaluation
 from accelify.codemods.analysis.facts import Binding, Loop, Scope
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.roles import strip_placement
+from accelify.codemods.analysis.snippets import code_of
+from accelify.codemods.analysis.tree_walk import descendants
 
 _LOADERS = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader")
 _OWN_BATCHING = ("sampler", "batch_sampler", "collate_fn")
@@ -43,6 +46,13 @@ UNKNOWN_SHUFFLE = "whether the loader shuffles is decided at run time"
 WALKED_ELSEWHERE = "the same loader is walked elsewhere without this test"
 LENGTH_READ = "the program reads `len()` of the loader, which counts the short batch"
 NOT_REPEATABLE = "its batch size or generator is not a plain name or number that can be read again"
+NO_TORCH_NAME = "`torch` is not imported by name where the loader is made"
+IN_COMPREHENSION = "its data set is built inside a comprehension or lambda"
+# Hugging Face Accelerate counts the duplicates that complete the last round as ``len(dataset) % total batch size``
+HF_REMAINDER = ("Hugging Face Accelerate's `gather_for_metrics` takes the duplicates of the last batch to be "
+                "`len(loader.dataset) % batch_size` samples (whatever the sampler), which a sampler that leaves the "
+                "short batch out makes wrong (use `--target accelify`, whose runtime counts them as it makes them)")
+_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp, cst.Lambda)
 
 
 @dataclass(frozen=True)
@@ -65,6 +75,59 @@ class FullBatches:
     size: cst.BaseExpression
     shuffle: bool
     generator: cst.BaseExpression | None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The skips of one loader, and either what makes it full batches only (``parts``, ``sampler``: how the module
+    names ``RandomSampler`` when it shuffles) or why it is left as it is (``problem``, or each skip's own)."""
+
+    skips: tuple[Skip, ...]
+    parts: FullBatches | None
+    sampler: str | None = None
+    problem: str | None = None
+
+
+def decisions(plan: Plan, target: str) -> list[Decision]:
+    """For each loader a loop skips the short batch of: rewrite it, or why not (for the conversion ``target``)."""
+    groups: dict[int, list[Skip]] = {}
+    for skip in plan.analysis(find_skips):
+        groups.setdefault(id(skip.loader), []).append(skip)
+    out: list[Decision] = []
+    for group in groups.values():
+        made, skips = group[0].loader, tuple(group)
+        problem = next((s.problem for s in group if s.problem is not None), None)
+        if problem is not None or made is None:
+            out.append(Decision(skips, None, problem=problem))
+            continue
+        parts = full_batches(plan, made)
+        sampler = _sampler_class(made.where) if parts.shuffle else None
+        if parts.shuffle and sampler is None:
+            problem = NO_TORCH_NAME
+        elif repeatable_dataset(parts) is None and _in_comprehension(made, parts.call):
+            problem = IN_COMPREHENSION
+        elif target == "accelerate" and any(is_evaluation(plan, s.loop) for s in group):  # gathered for metrics
+            problem = HF_REMAINDER
+        out.append(Decision(skips, None, problem=problem) if problem is not None else Decision(skips, parts, sampler))
+    return out
+
+
+def full_batch_tests(plan: Plan, target: str) -> set[int]:
+    """The ids of the ``if`` statements whose loader is rewritten to full batches only: their test never fires, on
+    any process (every process only ever gets full batches)."""
+    return {id(s.test) for d in decisions(plan, target) if d.parts is not None for s in d.skips}
+
+
+def repeatable_dataset(parts: FullBatches) -> str | None:
+    """The data set's code when it can be read again as it is (a name, ``self.test_set``, ``sets[phase]``)."""
+    dataset = parts.dataset
+    if dotted(dataset) is not None:
+        return code_of(dataset)
+    if isinstance(dataset, cst.Subscript) and dotted(dataset.value) is not None and all(
+            isinstance(e.slice, cst.Index) and (isinstance(e.slice.value, (cst.Integer, cst.SimpleString))
+                                                or dotted(e.slice.value) is not None) for e in dataset.slice):
+        return code_of(dataset)
+    return None
 
 
 def find_skips(plan: Plan) -> list[Skip]:
@@ -263,6 +326,27 @@ def _walked_alike(plan: Plan, skips: list[Skip]) -> list[Skip]:
                 problem = LENGTH_READ
         out.append(Skip(skip.loop, skip.test, skip.loader, problem))
     return out
+
+
+def _sampler_class(scope: Scope) -> str | None:
+    """How the module names ``torch.utils.data.RandomSampler``."""
+    aliases = scope.imports.aliases
+    for local, full in aliases.items():
+        if full in ("torch.utils.data.RandomSampler", "torch.utils.data.sampler.RandomSampler"):
+            return local
+    for local, full in aliases.items():
+        if full == "torch.utils.data":
+            return f"{local}.RandomSampler"
+    for local, full in aliases.items():
+        if full == "torch":
+            return f"{local}.utils.data.RandomSampler"
+    return None
+
+
+def _in_comprehension(made: Binding, call: cst.Call) -> bool:
+    """The call sits in a comprehension or lambda, where ``:=`` cannot name the data set for the function."""
+    return any(isinstance(node, _COMPREHENSIONS) and any(inner is call for inner in descendants(node))
+               for node in descendants(made.stmt))
 
 
 def _built(plan: Plan, loop: Loop) -> Binding | None:

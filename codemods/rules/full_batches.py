@@ -11,7 +11,7 @@ too. The loader is built to make only its full batches instead, by a sampler cut
     ->  train = DataLoader(train_set, batch_size=bs, sampler=torch.utils.data.RandomSampler(train_set, num_samples=...))
 
 On one process those are the original's batches (the same draws), the short one left out; the test stays and never
-fires. A data set built in the call is named where it is built (``DataLoader(test_dataset := TensorDataset(...),
+fires, on any process (so its ``break`` needs no ``set_trigger``). A data set built in the call is named where it is built (``DataLoader(test_dataset := TensorDataset(...),
 ...)``) so it is built once. Where the size compared is not provably the loader's batch size, or the loader cannot
 take the sampler (its own sampler, an iterable data set, its length read, another loop walking it whole), the loader
 is left as it is and the difference is reported (ACC047). So it is with ``--target accelerate`` for a loop that gathers
@@ -26,21 +26,11 @@ from typing import Callable
 import libcst as cst
 
 from accelify.codemods import codes
-from accelify.codemods.analysis.facts import Binding, Scope
-from accelify.codemods.analysis.evaluation_loops import is_evaluation
-from accelify.codemods.analysis.short_batches import FullBatches, Skip, find_skips, full_batches
-from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.facts import Binding
+from accelify.codemods.analysis.short_batches import FullBatches, decisions, repeatable_dataset
 from accelify.codemods.analysis.snippets import code_of, expression
-from accelify.codemods.analysis.tree_walk import descendants
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
-
-# Hugging Face Accelerate counts the duplicates that complete the last round as ``len(dataset) % total batch size``
-HF_REMAINDER = ("Hugging Face Accelerate's `gather_for_metrics` takes the duplicates of the last batch to be "
-                "`len(loader.dataset) % batch_size` samples (whatever the sampler), which a sampler that leaves the "
-                "short batch out makes wrong (use `--target accelify`, whose runtime counts them as it makes them)")
-_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp, cst.Lambda)
-
 
 class KeepFullBatches(Rule):
     name = "full_batches"
@@ -88,8 +78,6 @@ correct = total = 0
 with torch.no_grad():
     for x, y in test:
         if len(y) != 4:
-            accelerator.set_trigger()
-        if accelerator.check_trigger():
             break
         out = model(x)
         out, y = accelerator.gather_for_metrics((out, y))
@@ -204,34 +192,20 @@ accelerator.end_training()
     )
 
     def run(self, ctx: Context) -> None:
-        skips: list[Skip] = ctx.plan.analysis(find_skips)
-        by_loader: dict[int, list[Skip]] = {}
-        for skip in skips:
-            by_loader.setdefault(id(skip.loader), []).append(skip)
-        for group in by_loader.values():
-            made = group[0].loader
-            problem = next((s.problem for s in group if s.problem is not None), None)
-            parts = full_batches(ctx.plan, made) if problem is None and made is not None else None
-            sampler = _sampler_class(made.where) if parts is not None and parts.shuffle and made is not None else None
-            if parts is not None and parts.shuffle and sampler is None:
-                problem = "`torch` is not imported by name where the loader is made"
-            elif parts is not None and _named(parts) is None and _inside_function_expression(made, parts.call):
-                problem = "its data set is built inside a comprehension or lambda"
-            elif parts is not None and ctx.target == "accelerate" and any(
-                    is_evaluation(ctx.plan, skip.loop) for skip in group):  # gathered for metrics (rules/evaluation)
-                problem = HF_REMAINDER
-            if problem is not None or parts is None or made is None:
-                for skip in group:
-                    ctx.warn(codes.SHORT_BATCH, skip.test, why=skip.problem or problem or "")
+        for decision in decisions(ctx.plan, ctx.target):
+            if decision.parts is None:
+                for skip in decision.skips:
+                    ctx.warn(codes.SHORT_BATCH, skip.test, why=skip.problem or decision.problem or "")
                 continue
-            ctx.replace(parts.call, made.stmt, _with_sampler(parts, _fresh(made), sampler))
+            made = decision.parts.binding
+            ctx.replace(decision.parts.call, made.stmt, _with_sampler(decision.parts, _fresh(made), decision.sampler))
             ctx.change("build the loader with only its full batches where a loop skips its short last batch")
 
 
 def _with_sampler(parts: FullBatches, fresh: str, sampler: str | None) -> Callable[[cst.CSTNode], cst.CSTNode]:
     """The replacement of the loader's call: ``sampler=`` after ``batch_size``, ``shuffle=True`` dropped, and the data
     set named where it is built when it is not a name already."""
-    named = _named(parts)
+    named = repeatable_dataset(parts)
     dataset = named if named is not None else fresh
     size = code_of(parts.size)
     count = f"len({dataset}) // {size} * {size}"
@@ -268,18 +242,6 @@ def _with_sampler(parts: FullBatches, fresh: str, sampler: str | None) -> Callab
     return rewrite
 
 
-def _named(parts: FullBatches) -> str | None:
-    """The data set's code when it can be read again as it is (a name, ``self.test_set``, ``sets[phase]``)."""
-    dataset = parts.dataset
-    if dotted(dataset) is not None:
-        return code_of(dataset)
-    if isinstance(dataset, cst.Subscript) and dotted(dataset.value) is not None and all(
-            isinstance(e.slice, cst.Index) and (isinstance(e.slice.value, (cst.Integer, cst.SimpleString))
-                                                or dotted(e.slice.value) is not None) for e in dataset.slice):
-        return code_of(dataset)
-    return None
-
-
 def _fresh(made: Binding) -> str:
     """A name for the data set, free in the function that makes the loader: ``<loader>_dataset``."""
     scope = made.where
@@ -289,24 +251,3 @@ def _fresh(made: Binding) -> str:
     while name in used:
         name += "_"
     return name
-
-
-def _sampler_class(scope: Scope) -> str | None:
-    """How the module names ``torch.utils.data.RandomSampler``."""
-    aliases = scope.imports.aliases
-    for local, full in aliases.items():
-        if full in ("torch.utils.data.RandomSampler", "torch.utils.data.sampler.RandomSampler"):
-            return local
-    for local, full in aliases.items():
-        if full == "torch.utils.data":
-            return f"{local}.RandomSampler"
-    for local, full in aliases.items():
-        if full == "torch":
-            return f"{local}.utils.data.RandomSampler"
-    return None
-
-
-def _inside_function_expression(made: Binding, call: cst.Call) -> bool:
-    """The call sits in a comprehension or lambda, where ``:=`` cannot name the data set for the function."""
-    return any(isinstance(node, _COMPREHENSIONS) and any(inner is call for inner in descendants(node))
-               for node in descendants(made.stmt))

@@ -30,8 +30,6 @@ def evaluate():
     with torch.no_grad():
         for x, y in test_loader:
             if len(y) != args.batch_size:
-                accelerator.set_trigger()
-            if accelerator.check_trigger():
                 break
             output = model(x)
             output, y = accelerator.gather_for_metrics((output, y))
