@@ -139,7 +139,7 @@ def find_skips(plan: Plan) -> list[Skip]:
         if made is None or not isinstance(loop.node.body, cst.IndentedBlock):
             continue
         batches = plan.batch_names(loop)
-        for index, stmt in enumerate(loop.node.body.body):
+        for stmt in loop.node.body.body:
             compared = _short_batch_test(stmt, batches)
             if compared is None:
                 if _unpacks(stmt, batches):
@@ -149,7 +149,7 @@ def find_skips(plan: Plan) -> list[Skip]:
             call = made.value
             if not isinstance(call, cst.Call) or not _is_loader(made.where, call):
                 found.append(Skip(loop, stmt, made, NOT_VISIBLE))
-            elif _true(_argument(call, "drop_last", 99)):
+            elif _true(_argument(call, "drop_last", 99)) or _full_batch_sampler(call):
                 pass  # no short batch at all: the test never fires, on one process or N
             elif not _loader_size(plan, loop, made, compared):
                 found.append(Skip(loop, stmt, made, NOT_THE_BATCH_SIZE))
@@ -214,7 +214,7 @@ def _short_batch_test(stmt: cst.BaseStatement, batches: set[str]) -> cst.BaseExp
         return None
     body = stmt.body.body
     if len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine) or len(body[0].body) != 1 \
-            or not isinstance(body[0].body[0], (cst.Break, cst.Continue)):
+            or not (isinstance(body[0].body[0], (cst.Break, cst.Continue)) or _triggers(body[0].body[0])):
         return None
     test = stmt.test
     if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
@@ -225,6 +225,12 @@ def _short_batch_test(stmt: cst.BaseStatement, batches: set[str]) -> cst.BaseExp
         if name is not None and name in batches and isinstance(operator, (cst.NotEqual, smaller)):
             return other
     return None
+
+
+def _triggers(small: cst.BaseSmallStatement) -> bool:
+    """``accelerator.set_trigger()``: the ``break`` of a converted program (``rules/trigger.py``), seen again."""
+    return isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) \
+        and isinstance(small.value.func, cst.Attribute) and small.value.func.attr.value == "set_trigger"
 
 
 def _unpacks(stmt: cst.BaseStatement, batches: set[str]) -> bool:
@@ -347,6 +353,28 @@ def _in_comprehension(made: Binding, call: cst.Call) -> bool:
     """The call sits in a comprehension or lambda, where ``:=`` cannot name the data set for the function."""
     return any(isinstance(node, _COMPREHENSIONS) and any(inner is call for inner in descendants(node))
                for node in descendants(made.stmt))
+
+
+def _full_batch_sampler(call: cst.Call) -> bool:
+    """``sampler=range(len(d) // b * b)`` or ``sampler=RandomSampler(d, num_samples=len(d) // b * b)``, ``b`` the
+    loader's batch size: full batches only (what ``rules/full_batches.py`` writes, or the same by hand)."""
+    sampler, size = _argument(call, "sampler", 3), _argument(call, "batch_size", 1)
+    if not isinstance(sampler, cst.Call) or size is None:
+        return False
+    name = dotted(sampler.func) or ""
+    if name == "range" and len(sampler.args) == 1:
+        count: cst.BaseExpression | None = sampler.args[0].value
+    elif name.endswith("RandomSampler"):
+        count = next((a.value for a in sampler.args if a.keyword is not None and a.keyword.value == "num_samples"), None)
+    else:
+        return False
+    if not (isinstance(count, cst.BinaryOperation) and isinstance(count.operator, cst.Multiply)
+            and isinstance(count.left, cst.BinaryOperation) and isinstance(count.left.operator, cst.FloorDivide)):
+        return False
+    length, divisor, factor = count.left.left, count.left.right, count.right
+    wanted = code_of(size)
+    return isinstance(length, cst.Call) and dotted(length.func) == "len" and code_of(divisor) == wanted \
+        and code_of(factor) == wanted
 
 
 def _built(plan: Plan, loop: Loop) -> Binding | None:

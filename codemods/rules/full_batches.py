@@ -202,6 +202,15 @@ accelerator.end_training()
             ctx.change("build the loader with only its full batches where a loop skips its short last batch")
 
 
+    def recheck(self, ctx: Context) -> None:
+        """Converted code: a skip whose loader is still left as it is is reported again (one built with full batches
+        only is not a skip any more)."""
+        for decision in decisions(ctx.plan, ctx.target):
+            if decision.parts is None:
+                for skip in decision.skips:
+                    ctx.warn(codes.SHORT_BATCH, skip.test, why=skip.problem or decision.problem or "")
+
+
 def _with_sampler(parts: FullBatches, fresh: str, sampler: str | None) -> Callable[[cst.CSTNode], cst.CSTNode]:
     """The replacement of the loader's call: ``sampler=`` after ``batch_size``, ``shuffle=True`` dropped, and the data
     set named where it is built when it is not a name already."""

@@ -149,3 +149,15 @@ def test_near_misses() -> None:
     out = converted(program(TRAIN + TEST_SET + "test = DataLoader(test_set, batch_size=4)\n").replace(
         "            break\n", "            print('short')\n            break\n"))
     assert "sampler=" not in out
+
+
+def test_a_converted_file_is_reported_again_only_where_the_loader_was_left() -> None:
+    """``convert --check`` on converted code: ACC047 stays until the loader is fixed; a loader built with full batches
+    only (by the rule or by hand) is not a skip any more."""
+    from accelify.pipeline import convert_source
+
+    left = convert_source(program(TRAIN + TEST_SET + "test = DataLoader(test_set, batch_size=4)\n", "len(y) != 8"))
+    again = convert_source(left.new)
+    assert again.status == "unchanged" and [w.code for w in again.warnings].count("ACC047") == 1
+    fixed = convert_source(program(TRAIN + TEST_SET + "test = DataLoader(test_set, batch_size=4)\n"))
+    assert "ACC047" not in [w.code for w in convert_source(fixed.new).warnings]
