@@ -14,8 +14,10 @@ Prepared, its last round is completed with duplicates that ``gather_for_metrics`
 part in every step.
 
 ``find_skips`` proves, for each such test, that the size compared is the loader's batch size (the same literal, the
-loader's ``.batch_size``, or the same name or attribute, never rebound, through one level of parameters) and that the
-loader's construction is visible and can take that sampler; otherwise it says why not (``Skip.problem``).
+loader's ``.batch_size``, or the same name or attribute, never rebound, also through a builder's parameters:
+``same_values``) and that the loader's construction is visible and can take that sampler; otherwise it says why not
+(``Skip.problem``). ``decisions`` adds what depends on the target and the module (``--target accelerate``: an
+evaluation loop's loader is left, Hugging Face's ``gather_for_metrics`` miscounting such a sampler's last batch).
 """
 
 from __future__ import annotations
@@ -24,13 +26,13 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from accelify.codemods.analysis.call_graph import CallGraph
 from accelify.codemods.analysis.dataset_kinds import map_style
 from accelify.codemods.analysis.evaluation_loops import is_evaluation
 from accelify.codemods.analysis.facts import Binding, Loop, Scope
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.roles import strip_placement
+from accelify.codemods.analysis.same_values import same_value
 from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.analysis.tree_walk import descendants
 
@@ -263,34 +265,7 @@ def _loader_size(plan: Plan, loop: Loop, made: Binding, compared: cst.BaseExpres
         return isinstance(size, cst.Integer) and isinstance(compared, cst.Integer) \
             and size.evaluated_value == compared.evaluated_value
     key, wanted = dotted(size), dotted(compared)
-    return key is not None and wanted is not None and _same(plan, made.where, key, loop.scope, wanted, 3)
-
-
-def _same(plan: CallGraph, scope: Scope, key: str, there: Scope, wanted: str, depth: int) -> bool:
-    """Whether ``key`` read in ``scope`` is the value ``wanted`` read in ``there``: the same binding, never
-    rebound, or a parameter every caller passes it for."""
-    head, _, rest = key.partition(".")
-    if head != "self" and scope.kind == "function" and head in scope.param_names and head not in scope.bindings \
-            and not (scope is there and key == wanted):
-        sites = plan.call_sites(scope)
-        if depth == 0 or not sites:
-            return False
-        for site in sites:
-            arg = plan.arg_for(site, scope, head)
-            passed = dotted(arg.value) if arg is not None else None
-            if passed is None or not _same(plan, site.scope, passed + (f".{rest}" if rest else ""), there, wanted, depth - 1):
-                return False
-        return True
-    if key != wanted:
-        return False
-    if head == "self":
-        owner, other = scope.class_scope, there.class_scope
-        return owner is not None and owner is other and len(owner.bindings.get(key, [])) <= 1
-    owner = scope.resolve(head)
-    if owner is None or owner is not there.resolve(head):
-        return False
-    fixed = len(owner.bindings.get(head, [])) + (head in owner.param_names) <= 1
-    return fixed and (not rest or not owner.bindings.get(key))
+    return key is not None and wanted is not None and same_value(plan, made.where, key, loop.scope, wanted)
 
 
 # -- the loader can take the sampler -------------------------------------------------------------------------------
