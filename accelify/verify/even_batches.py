@@ -16,8 +16,8 @@ size at every step, when all of these hold (what this module proves, and nothing
   on some processes): with it on (the default, in ``accelify.runtime`` and in Hugging Face Accelerate alike) the
   sharded sampler completes the last round with samples from the start, so every process gets full batches (or
   equal slices of them with ``split_batches``), and ``drop_last`` leaves only full ones;
-- the size read is ``x.size()[0]``, ``x.size(0)``, ``x.shape[0]`` or ``len(x)`` of a batch the loop binds (its target,
-  ``batch[0]``, or names unpacked from it, never reassigned in the function), compared with values the analysis finds
+- the size read is ``x.size()[0]``, ``x.size(0)``, ``x.shape[0]`` or ``len(x)`` (``x.data`` alike) of a batch the loop binds (its target,
+  ``batch[0]``, or names unpacked from it, never reassigned in the loop), compared with values the analysis finds
   the same on every process, or with another such size.
 """
 
@@ -26,14 +26,9 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods.analysis.agreement import Agreement
+from accelify.codemods.analysis.dataset_kinds import map_style
 from accelify.codemods.analysis.facts import Facts, Loop, Scope
-from accelify.codemods.analysis.plan import Plan
-
-_MAP_STYLE = ("torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset", "torch.utils.data.Subset",
-              "torch.utils.data.dataset.Subset")
-_DATASET = ("torch.utils.data.Dataset", "torch.utils.data.dataset.Dataset")
-_ITERABLE = ("torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset")
-
+from accelify.codemods.analysis.short_batches import sized_batch
 
 def even_batch_size_test(agreement: Agreement, scope: Scope, test: cst.BaseExpression, at: cst.BaseStatement) -> bool:
     """Whether ``test`` (of an ``if``/``while`` at ``at``) compares the size of a prepared loader's batch, the same on
@@ -44,7 +39,7 @@ def even_batch_size_test(agreement: Agreement, scope: Scope, test: cst.BaseExpre
         return False
     left, right = test.left, test.comparisons[0].comparator
     for size, other in ((left, right), (right, left)):
-        batch, compared = _sized_batch(size), _sized_batch(other)
+        batch, compared = sized_batch(size), sized_batch(other)
         if batch is None or not _even_batch(agreement, scope, batch, at):
             continue
         if agreement.uniform(scope, other, at):
@@ -54,38 +49,9 @@ def even_batch_size_test(agreement: Agreement, scope: Scope, test: cst.BaseExpre
     return False
 
 
-def _sized_batch(expr: cst.BaseExpression) -> str | None:
-    """``x`` of ``x.size()[0]``, ``x.size(0)``, ``x.shape[0]``, ``len(x)`` (``x``: a name, or ``name[int]``)."""
-    target: cst.BaseExpression | None = None
-    if isinstance(expr, cst.Subscript) and _first_index(expr):
-        value = expr.value
-        if isinstance(value, cst.Call) and not value.args and isinstance(value.func, cst.Attribute) \
-                and value.func.attr.value == "size":
-            target = value.func.value
-        elif isinstance(value, cst.Attribute) and value.attr.value == "shape":
-            target = value.value
-    elif isinstance(expr, cst.Call) and len(expr.args) == 1 and expr.args[0].keyword is None:
-        arg = expr.args[0].value
-        if isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "size" and _zero(arg):
-            target = expr.func.value
-        elif isinstance(expr.func, cst.Name) and expr.func.value == "len":
-            target = arg
-    if isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name) and _int_index(target):
-        target = target.value
-    return target.value if isinstance(target, cst.Name) else None
-
-
-def _first_index(node: cst.Subscript) -> bool:
-    return len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index) and _zero(node.slice[0].slice.value)
-
-
 def _int_index(node: cst.Subscript) -> bool:
     return len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index) \
         and isinstance(node.slice[0].slice.value, cst.Integer)
-
-
-def _zero(expr: cst.BaseExpression) -> bool:
-    return isinstance(expr, cst.Integer) and expr.evaluated_value == 0
 
 
 def _even_batch(agreement: Agreement, scope: Scope, name: str, at: cst.BaseStatement) -> bool:
@@ -97,17 +63,17 @@ def _even_batch(agreement: Agreement, scope: Scope, name: str, at: cst.BaseState
         loop = next((lp for lp in scope.loops if lp.node is outer), None)
         if loop is None or name not in plan.batch_names(loop):
             continue
-        return _as_drawn(scope, loop, name) and _even_loader(agreement, loop)
+        return _as_drawn(facts, scope, loop, name, at) and _even_loader(agreement, loop)
     return False
 
 
-def _as_drawn(scope: Scope, loop: Loop, name: str) -> bool:
-    """Every binding of ``name`` in ``scope`` is the loop's target or an unpacking of the loop's batch."""
+def _as_drawn(facts: Facts, scope: Scope, loop: Loop, name: str, at: cst.BaseStatement) -> bool:
+    """Every binding of ``name`` in the loop before ``at`` is its target or an unpacking of its batch (one outside the
+    loop, another loop over the training data binding the same ``x, y``, or one after ``at``, ``out, y =
+    accelerator.gather_for_metrics((out, y))``, is replaced by the loop's own at the next step)."""
     for binding in scope.bindings.get(name, []):
-        if binding.stmt is loop.node:
+        if binding.stmt is loop.node or binding.stmt not in loop.stmts or facts.after(binding.stmt, at):
             continue
-        if binding.stmt not in loop.stmts:
-            return False
         value = binding.unpacked[0] if binding.unpacked is not None else binding.value
         if isinstance(value, cst.Subscript) and _int_index(value):
             value = value.value
@@ -118,7 +84,8 @@ def _as_drawn(scope: Scope, loop: Loop, name: str) -> bool:
 
 def _even_loader(agreement: Agreement, loop: Loop) -> bool:
     facts, plan = agreement.facts, agreement.plan
-    made = plan.loader_of(loop)
+    prepared = plan.loader_of(loop)
+    made = plan.built_by(prepared) if prepared is not None else None  # through a builder: `a, b = make_loaders()`
     call = made.value if made is not None else None
     if made is None or not isinstance(call, cst.Call):
         return False
@@ -136,29 +103,7 @@ def _even_loader(agreement: Agreement, loop: Loop) -> bool:
     if isinstance(size, cst.Name) and size.value == "None":
         return False
     dataset = keywords.get("dataset", positional[0] if positional else None)
-    return dataset is not None and _map_style(facts, plan, made.where, dataset) and not _uneven_anywhere(facts)
-
-
-def _map_style(facts: Facts, plan: Plan, scope: Scope, dataset: cst.BaseExpression) -> bool:
-    """The dataset is made here by a map-style class (see the module docstring)."""
-    if not isinstance(dataset, cst.Call):
-        made = plan.origin(scope, dataset)
-        if made is None or not isinstance(made.value, cst.Call):
-            return False
-        scope, dataset = made.where, made.value
-    qualname = scope.imports.qualname(dataset.func) or ""
-    if qualname in _MAP_STYLE or qualname.startswith("torchvision.datasets."):
-        return True
-    bases, seen, pending = set(), set(), [qualname]
-    while pending:
-        name = pending.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        for base in facts.classes.get(name, []):
-            bases.add(base)
-            pending.append(base)
-    return bool(bases & set(_DATASET)) and not bases & set(_ITERABLE)
+    return dataset is not None and map_style(facts, plan, made.where, dataset) and not _uneven_anywhere(facts)
 
 
 def _uneven_anywhere(facts: Facts) -> bool:

@@ -6,7 +6,7 @@ records into checks: one process against the original, the N processes among the
 against the original step by step (``exactness``), and what process 0 printed after each epoch against what the
 original printed, logged and returned (``printed``). Where exact mode cannot run the script (it sizes state by the
 full batch, ``fallback``), the conversion runs again on N processes as a real launch runs it, and that run is judged
-by the non-exact checks. Each run has its own folder in a
+by the non-exact checks; a script that tests its batches' size (``size_tests``) runs that way from the start. Each run has its own folder in a
 temporary working directory that is removed at the end; the report keeps what each process printed.
 """
 
@@ -26,6 +26,7 @@ from accelify.verify.fallback import exact_blocked
 from accelify.verify.printed import skipped_value_checks, value_checks
 from accelify.verify.report import FAILED, PASSED, SKIPPED, CheckResult, RunSummary, VerifyOptions, VerifyReport
 from accelify.verify.runner import Launcher, RunOutcome, RunSpec
+from accelify.verify.size_tests import explain, size_tests
 from accelify.verify.workspace import ScriptFiles, as_program, convert_files, stage
 
 CONVERT_STAGE = "convert"
@@ -95,11 +96,13 @@ def verify_files(
             checks += skipped_exact_checks(reason, options.processes)
             checks += skipped_value_checks(reason, options.processes)
         else:
+            sized = size_tests(converted)  # a batch-size test sees a share of each batch in exact mode: a real launch
             with tempfile.TemporaryDirectory(prefix="accelify-verify-") as workdir:
-                runs = _run_all(Path(workdir), original, converted, options, launcher, concurrent, original_run)
+                runs = _run_all(Path(workdir), original, converted, options, launcher, concurrent, original_run,
+                                exact=not sized)
                 first, second, distributed = runs  # judged while the files exist: a hang names their lines
-                blocked = exact_blocked(distributed, second)
-                if blocked is not None:  # the script sizes state by the full batch: judge a real launch instead
+                blocked = explain(sized, options.processes) if sized else exact_blocked(distributed, second)
+                if blocked is not None and not sized:  # the script sizes state by the full batch: judge a real launch
                     distributed = _run_normal(Path(workdir), converted, distributed.spec, launcher)
                     runs[2] = distributed
                 checks += one_process_checks(first, second, options)
@@ -139,17 +142,20 @@ def run_original(workdir: Path, original: ScriptFiles, options: VerifyOptions, l
 
 
 def _spec(workdir: Path, label: str, files: ScriptFiles, processes: int, options: VerifyOptions,
-          reference: Path | None = None) -> RunSpec:
-    """A run of ``files`` on ``processes`` (above 1: exact mode, reading the original's losses from ``reference``)."""
+          reference: Path | None = None, exact: bool = True) -> RunSpec:
+    """A run of ``files`` on ``processes`` (above 1 and ``exact``: exact mode, reading the original's losses from
+    ``reference``)."""
+    exact = exact and processes > 1
     return RunSpec(label=label, folder=stage(files, workdir / label), target=files.name, logs=workdir / "logs" / label,
                    args=options.args, processes=processes, steps=options.steps, seed=options.seed,
-                   timeout=options.timeout, exact=processes > 1, reference=reference)
+                   timeout=options.timeout, exact=exact, reference=reference if exact else None)
 
 
 def _run_all(workdir: Path, original: ScriptFiles, converted: ScriptFiles, options: VerifyOptions,
-             launcher: Launcher, concurrent: bool, original_run: RunOutcome | None = None) -> list[RunOutcome]:
-    """The three runs: original and conversion on one process, conversion on N (the original's run is
-    ``original_run`` where one is given).
+             launcher: Launcher, concurrent: bool, original_run: RunOutcome | None = None, exact: bool = True
+             ) -> list[RunOutcome]:
+    """The three runs: original and conversion on one process, conversion on N, in exact mode unless ``exact`` is
+    False (the original's run is ``original_run`` where one is given).
 
     ``concurrent``: all three at once. The N-process run reads the original's losses from its record as the original
     writes them (``hook/accelify_verify_reference.py``, which waits for the record to appear); with a launcher that
@@ -159,7 +165,7 @@ def _run_all(workdir: Path, original: ScriptFiles, converted: ScriptFiles, optio
     at each step's all-reduce, time the one-process runs fill. One after the other otherwise (the original first)."""
     first_spec = original_run.spec if original_run is not None else _spec(workdir, "original", original, 1, options)
     specs = [first_spec, _spec(workdir, "converted", converted, 1, options),
-             _spec(workdir, "distributed", converted, options.processes, options, first_spec.record_prefix)]
+             _spec(workdir, "distributed", converted, options.processes, options, first_spec.record_prefix, exact)]
     if original_run is not None:
         if not concurrent:
             return [original_run, *(launcher.run(spec) for spec in specs[1:])]

@@ -162,6 +162,20 @@ class Flow(CallGraph):
             return self.origin(binding.where, value)
         return self._held_before(binding)
 
+    def built_by(self, binding: Binding) -> Binding:
+        """Where the object ``binding`` holds is built: ``binding`` itself, or, when it takes what a function of the
+        program returns (``train_loader, test_loader = create_datasets(64)``, roles or not), the binding in that
+        function whose value is returned, followed the same way."""
+        for _ in range(4):  # a builder calling a builder
+            call, index = binding.unpacked if binding.unpacked is not None else (binding.value, None)
+            if not isinstance(call, cst.Call) or not self._local_call(call):
+                return binding
+            found = self._returned(binding.where, call, index)
+            if found is None or found is binding:
+                return binding
+            binding = found
+        return binding
+
     def _imported_value(self, binding: Binding) -> Binding | None:
         """``from data import loader`` (or ``from data import *``): the object the local module ``data`` binds to
         ``loader`` at import time, when it binds it once; None for a library's name."""

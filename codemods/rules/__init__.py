@@ -26,6 +26,7 @@ from accelify.codemods.rules.device import ReplaceDevice
 from accelify.codemods.rules.end import EndTraining
 from accelify.codemods.rules.evaluation import GatherForMetrics
 from accelify.codemods.rules.forward_methods import RefuseForwardMethods
+from accelify.codemods.rules.full_batches import KeepFullBatches
 from accelify.codemods.rules.gathered_shapes import ShapeFromGather
 from accelify.codemods.rules.imports import AddAcceleratorImport
 from accelify.codemods.rules.leftovers import ReportLeftovers
@@ -82,6 +83,7 @@ RULES: tuple[type[Rule], ...] = (
     ReplaceDevice,
     PlaceTensors,
     InsertPrepare,
+    KeepFullBatches,
     SwapBackward,
     SwapClipping,
     AccumulateGradients,

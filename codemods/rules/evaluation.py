@@ -19,6 +19,7 @@ from accelify.codemods.analysis.model_outputs import (
     names_used,
     read_through_attributes,
 )
+from accelify.codemods.analysis.reduced_outputs import feeds_reduced_sums_only
 from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.analysis.facts import Loop
 from accelify.codemods.engine.rule import Example, Rule
@@ -327,9 +328,11 @@ accelerator.end_training()
                     gather = _gather(ctx, loop, [name], call_inputs(call), later, accelerator)
                     ctx.insert_before(stmt, [f"{name} = {code_of(call)}", gather])
                     ctx.replace(call, stmt, lambda _, n=name: cst.Name(n))  # type: ignore[misc]
-                else:
+                elif not feeds_reduced_sums_only(ctx.plan, loop, stmt, rest):
                     ctx.warn(codes.LOCAL_METRIC, call)
                     break
+                else:
+                    break  # what it computes ends in running sums reduced after the loop (rules/averages.py)
                 ctx.change("gather predictions and targets for metrics")
                 break
 

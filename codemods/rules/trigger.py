@@ -6,7 +6,8 @@ hangs. ``break`` becomes ``accelerator.set_trigger()``, and right after the loop
 holds it, ``if accelerator.check_trigger(): break`` stops every process together as soon as any one of
 them would have. On one process that is the original control flow. A ``break`` that is not the last
 thing its statement runs, and a ``return`` out of a training loop on a local value, cannot be moved
-like this: the file is refused with the reason.
+like this: the file is refused with the reason. A test that skips a loader's short last batch, where that loader is
+built with full batches only (``rules/full_batches.py``), never fires on any process: its ``break`` stays.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from accelify.codemods.analysis.tree_walk import children
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import statement
 from accelify.codemods.analysis.facts import Loop, Scope
+from accelify.codemods.analysis.short_batches import full_batch_tests
 from accelify.codemods.engine.rule import Example, Rule
 
 
@@ -133,6 +135,7 @@ print("converged after", train(model, loader), "epochs")
     )
 
     def run(self, ctx: Context) -> None:
+        full = full_batch_tests(ctx.plan, ctx.target)  # ``if len(y) != batch_size: break`` over full batches only
         for loop in ctx.facts.loops:
             accelerator = ctx.accelerator_in(loop.scope)
             if (accelerator is None and not ctx.edits.accelerators) or not self._trains(ctx, loop) \
@@ -141,7 +144,7 @@ print("converged after", train(model, loader), "epochs")
             for top in loop.node.body.body:
                 checked = False
                 for exit_stmt, kind in _exits(top):
-                    if ctx.is_skipped(exit_stmt) or _agrees(ctx, loop.scope, exit_stmt, top):
+                    if ctx.is_skipped(exit_stmt) or id(top) in full or _agrees(ctx, loop.scope, exit_stmt, top):
                         continue
                     # no accelerator here to stop together with (a DQN script stepping its agent's prepared network
                     # in an episode loop that ends when the process's own environment terminates): refused

@@ -188,3 +188,49 @@ def test_a_helper_handed_a_loader_at_one_call_and_something_else_at_another_is_l
         "    print(evaluate(train, model), evaluate(pairs, model))\n"
     )
     assert "gather_for_metrics" not in out
+
+
+FORWARD_IN_BRANCHES = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+loader = DataLoader(TensorDataset(torch.randn(16, 3), torch.randn(16, 1)), batch_size=4)
+model = torch.nn.Linear(3, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+labels = False
+for x, y in loader:
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    optimizer.step()
+test_loss = 0
+with torch.no_grad():
+    for x, y in loader:
+        if labels:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+        else:
+            loss = torch.nn.functional.l1_loss(model(x), y)
+{use}
+test_loss /= len(loader)
+print(test_loss)
+"""
+
+
+@pytest.mark.parametrize(
+    ("use", "reported"),
+    [
+        ("        test_loss += loss.item()", False),  # only a running sum, reduced after the loop
+        ("        value = loss.item()\n        test_loss += value", False),  # through a plain assignment
+        ("        test_loss += loss.item()\n        print(loss.item())", True),  # one process's batch, printed
+        ("        value = loss.item()\n        test_loss += value\nprint(value)", True),  # the last batch's, read after
+    ],
+)
+def test_a_forward_that_cannot_be_gathered_is_reported_only_where_a_value_stays_local(use: str, reported: bool) -> None:
+    """field test I8 (DDPM by abarankab): the forward is in an ``if``/``else`` (``diffusion(x, y)`` or
+    ``diffusion(x)``), so it is not gathered, but the test loss it feeds is a running sum the averages rule reduces
+    after the loop: ACC016 ("the metric stays each process's own") was false there. It stays for a value read
+    anywhere else."""
+    from accelify.pipeline import convert_source
+
+    result = convert_source(FORWARD_IN_BRANCHES.format(use=use))
+    assert result.status == "converted", result.error
+    assert 'test_loss = accelerator.reduce(torch.tensor(test_loss, dtype=torch.float64, device=accelerator.device), "mean")' \
+        in result.new, result.new
+    assert ("ACC016" in [w.code for w in result.warnings]) is reported

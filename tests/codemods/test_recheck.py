@@ -18,7 +18,8 @@ from accelify.codemods import codes
 from accelify.codemods.rules import RULES
 from accelify.pipeline import convert_source
 
-RECHECKED = {code.code for code in (codes.SHARED_WRITER, codes.LOG_EVERY_PROCESS, codes.UNSEEDED_DRAWS, codes.GATHERED_SHAPE)}
+RECHECKED = {code.code for code in (codes.SHARED_WRITER, codes.LOG_EVERY_PROCESS, codes.UNSEEDED_DRAWS, codes.GATHERED_SHAPE,
+                                     codes.SHORT_BATCH)}
 CASES = [
     (rule.name, example) for rule in RULES for example in rule.examples
     if any(w.split(":")[0] in RECHECKED for w in example.warnings)

@@ -331,3 +331,19 @@ def test_a_prepared_loader_keeps_the_scripts_sampler_for_its_length() -> None:
     prepared = prepare_data_loader(loader, num_processes=1, process_index=0)
     assert len(prepared.sampler) == 20 and len(prepared) == 2
     assert sum(len(batch[0]) for batch in prepared) == 20
+
+
+@pytest.mark.parametrize(("total", "n", "full_only", "drop_last"), [(11, 2, 8, 8), (11, 3, 8, 0), (12, 2, 12, 8), (12, 3, 12, 12)])
+def test_a_loader_of_full_batches_only_keeps_exactly_them_where_drop_last_loses_rounds(
+        total: int, n: int, full_only: int, drop_last: int) -> None:
+    """What the conversion of a loop that skips the short last batch relies on (codemods/rules/full_batches.py): a
+    sampler cut before the short batch hands out the full batches, the last round completed with duplicates that
+    ``gather_for_metrics`` drops (``remainder``), so the N processes keep exactly the original's samples; with
+    ``drop_last=True`` a prepared loader also drops the last round of full batches when it is incomplete."""
+    cut = DataLoader(range(total), batch_size=4, sampler=range(total // 4 * 4))
+    handed = [i for rank in shards(cut, n) for batch in rank for i in batch]
+    prepared = prepare_data_loader(cut, num_processes=n, process_index=0)
+    list(prepared)
+    assert len(handed) - prepared.remainder == full_only and set(handed) == set(range(full_only))
+    dropped = shards(DataLoader(range(total), batch_size=4, drop_last=True), n)
+    assert sum(len(batch) for rank in dropped for batch in rank) == drop_last

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, TensorDataset
 
 from accelify.runtime import (
     AcceleratedOptimizer,
@@ -103,6 +103,12 @@ for batch in ploader:
     objs += acc.gather_for_metrics([f"s{int(v)}" for v in batch])
 assert sorted(seen) == [float(i) for i in range(10)], seen
 assert sorted(objs) == sorted(f"s{i}" for i in range(10)), objs
+# a loader of full batches only (codemods/rules/full_batches.py): 11 samples in batches of 4 keep the 8 of the two
+# full batches; 12 keep all 12, the last round completed by a duplicate batch that gather_for_metrics drops
+for total, kept in ((11, 8), (12, 12)):
+    cut = acc.prepare(DataLoader(TensorDataset(torch.arange(float(total))), batch_size=4, sampler=range(total // 4 * 4)))
+    seen = [v for (batch,) in cut for v in acc.gather_for_metrics(batch).tolist()]
+    assert sorted(seen) == [float(i) for i in range(kept)], (total, seen)
 
 # -- coordination ------------------------------------------------------------------------------
 marker = out / "first.txt"

@@ -1,0 +1,73 @@
+"""Loops that test their batch's size, which exact mode cannot run as a real launch runs them.
+
+Exact mode (``hook/accelify_verify_exact.py``) hands each of N processes ``b/N`` rows of every batch of a prepared
+loader. A loop that skips a batch by its size (``if len(y) != batch_size: break``, ``if x.size(0) != bs: continue``:
+the short last batch left out) sees ``b/N`` rows at every batch there and skips them all, where a real launch (whole
+batches per process) takes them. :func:`size_tests` finds such tests in the converted program, so that verification
+runs it on N processes as a real launch does and skips the exact checks with the reason, instead of judging a run
+that trained on nothing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from accelify.codemods.analysis.short_batches import sized_batch
+from accelify.codemods.analysis.statement_shapes import target_names
+
+if TYPE_CHECKING:
+    from accelify.verify.workspace import ScriptFiles
+
+
+def size_tests(files: ScriptFiles) -> list[str]:
+    """``file:line`` of each ``if`` in a ``for`` loop that compares the size of a batch the loop binds."""
+    found: list[str] = []
+    for name, source in ((files.name, files.source), *files.modules):
+        try:
+            wrapper = MetadataWrapper(cst.parse_module(source))
+        except cst.ParserSyntaxError:
+            continue  # the runs report it
+        finder = _Finder()
+        wrapper.visit(finder)
+        found += [f"{name}:{line}" for line in finder.lines]
+    return found
+
+
+def explain(found: list[str], processes: int) -> str:
+    """The reason the exact checks are skipped."""
+    return (f"the exact check could not run: {found[0]} tests the size of its batch, which exact mode's share of each "
+            f"batch changes; the normal {processes}-process run was checked instead")
+
+
+class _Finder(cst.CSTVisitor):
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loops: list[set[str]] = []  # the names each enclosing ``for`` binds (its target, what its body assigns)
+        self.lines: list[int] = []
+
+    def visit_For(self, node: cst.For) -> None:
+        names = set(target_names(node.target))
+        body = node.body.body if isinstance(node.body, cst.IndentedBlock) else ()
+        for stmt in body:
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    if isinstance(small, cst.Assign):
+                        for target in small.targets:
+                            names |= set(target_names(target.target))
+        self.loops.append(names)
+
+    def leave_For(self, original_node: cst.For) -> None:
+        self.loops.pop()
+
+    def visit_If(self, node: cst.If) -> None:
+        test = node.test
+        if not self.loops or not isinstance(test, cst.Comparison):
+            return
+        sides = [test.left, *(c.comparator for c in test.comparisons)]
+        if any(sized_batch(side) in self.loops[-1] for side in sides):
+            self.lines.append(self.get_metadata(PositionProvider, node).start.line)

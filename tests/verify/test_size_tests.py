@@ -1,0 +1,28 @@
+"""size_tests: a loop that tests its batch's size runs on N processes as a real launch (exact mode's shares of each
+batch would make the test skip every batch)."""
+
+from __future__ import annotations
+
+from accelify.verify.size_tests import explain, size_tests
+from accelify.verify.workspace import ScriptFiles
+
+SCRIPT = """\
+for x, y in loader:
+    if len(y) != batch_size:
+        break
+for i, batch in enumerate(train):
+    x, y = batch
+    if x.size(0) < 4:
+        continue
+if len(items) != 3:
+    pass
+for row in rows:
+    if len(other) != 2:
+        continue
+"""
+
+
+def test_the_size_tests_of_a_loops_batch_are_found_and_nothing_else() -> None:
+    found = size_tests(ScriptFiles("train.py", SCRIPT, (("helper.py", "for (x,) in data:\n    if x.shape[0] != n:\n        break\n"),)))
+    assert found == ["train.py:2", "train.py:6", "helper.py:2"]
+    assert "train.py:2 tests the size of its batch" in explain(found, 2) and "normal 2-process run" in explain(found, 2)
