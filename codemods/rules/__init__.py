@@ -20,6 +20,7 @@ from accelify.codemods.rules.backward import SwapBackward
 from accelify.codemods.rules.clipping import SwapClipping
 from accelify.codemods.rules.closure import ReduceClosureLoss
 from accelify.codemods.rules.collectives import ReplaceCollectives
+from accelify.codemods.rules.comprehended_shares import WarnComprehendedShares
 from accelify.codemods.rules.data_parallel import RemoveDataParallel
 from accelify.codemods.rules.ddp import RemoveDistributedWrapper
 from accelify.codemods.rules.device import ReplaceDevice
@@ -90,6 +91,7 @@ RULES: tuple[type[Rule], ...] = (
     ReduceClosureLoss,
     GatherForMetrics,
     ReduceAverages,
+    WarnComprehendedShares,
     ShapeFromGather,
     StopTogether,
     WarnRetry,

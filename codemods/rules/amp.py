@@ -160,7 +160,7 @@ for x, y in train:
 accelerator.print("val loss", evaluate(model, val, ctx))
 accelerator.end_training()
 ''',
-            warnings=("ACC005:12",),
+            warnings=("ACC005:12", "ACC050:8"),
         ),
         Example(  # a use left (reported) keeps the object it reads
             before='''
