@@ -1,0 +1,138 @@
+"""Field set J (docs/FIELD_TESTS.md): calls of the loop other than the training forward. A forward inside a
+comprehension (``tuple(net(d) for d in data)``) gathered whole, never taken out of the scope that binds its names; a
+target the loop may set to None gathered on its own; a siamese/triplet net's tuple of outputs split member by member;
+a model's own sampling method whose output never reaches a loss converted (ACC025 only where it does); files written
+by writers of any library, or by any call named like a write, guarded or reported."""
+
+from __future__ import annotations
+
+from _convert import assert_converts, codes, converted
+
+DATA = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+net = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+train = DataLoader(TensorDataset(torch.randn(16, 3, 4)), batch_size=4)
+test = DataLoader(TensorDataset(torch.randn(8, 3, 4)), batch_size=4)
+"""
+CONVERTED_DATA = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+net = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+train = DataLoader(TensorDataset(torch.randn(16, 3, 4)), batch_size=4)
+test = DataLoader(TensorDataset(torch.randn(8, 3, 4)), batch_size=4)
+net, optimizer, train, test = accelerator.prepare(net, optimizer, train, test)
+"""
+TRIPLET = """
+
+def triplet_loss(a, p, n):
+    return torch.relu((a - p).pow(2).sum(1) - (a - n).pow(2).sum(1) + 1.0).mean()
+
+
+"""
+
+
+def test_a_forward_in_a_generator_is_gathered_whole_and_split_member_by_member() -> None:
+    """siamese-triplet's evaluation: ``outputs = tuple(net(d) for d in data)``. The forward was taken out of the
+    generator (``output = net(d)``: NameError ``d``); the tuple is gathered whole, and the per-batch mean loss over it
+    runs per original batch with each member split (a tuple has no ``.split``)."""
+    assert_converts(DATA + TRIPLET + """\
+for (x,) in train:
+    triplet_loss(*(net(d) for d in x.unbind(1))).backward()
+    optimizer.step()
+val_loss = 0.0
+with torch.no_grad():
+    for (x,) in test:
+        outputs = tuple(net(d) for d in x.unbind(1))
+        val_loss += triplet_loss(*outputs).item()
+print(val_loss / len(test))
+""", CONVERTED_DATA + TRIPLET + """\
+for (x,) in train:
+    accelerator.backward(triplet_loss(*(net(d) for d in x.unbind(1))))
+    optimizer.step()
+val_loss = 0.0
+with torch.no_grad():
+    for (x,) in test:
+        outputs = tuple(net(d) for d in x.unbind(1))
+        outputs = accelerator.gather_for_metrics(outputs)
+        for outputs in zip(*(member.split(test.batch_sampler.batch_size) for member in outputs)):
+            val_loss += triplet_loss(*outputs).item()
+accelerator.print(val_loss / len(test.batch_sampler.batch_sampler))
+accelerator.end_training()
+""")
+
+
+def test_a_forward_in_another_comprehension_stays_where_it_is_and_is_reported() -> None:
+    """``sum(net(d).mean() for d in ...)``: no sequence of per-sample outputs to gather; the forward is not moved
+    out of the generator (it reads ``d``), and the metric is reported as each process's own (ACC016)."""
+    code = DATA + """\
+for (x,) in train:
+    net(x).sum().backward()
+    optimizer.step()
+total = 0.0
+with torch.no_grad():
+    for (x,) in test:
+        total += sum(net(d).mean() for d in x.unbind(1)).item()
+print(total)
+"""
+    new = converted(code)
+    assert "        total += sum(net(d).mean() for d in x.unbind(1)).item()\n" in new, new
+    assert "= net(d)" not in new and "gather_for_metrics" not in new, new
+    assert "ACC016:13" in codes(code)
+
+
+def test_a_target_the_loop_may_set_to_none_is_gathered_on_its_own() -> None:
+    """siamese-triplet's ``target = target if len(target) > 0 else None``: gathered in one tuple with the outputs, a
+    None sent the whole tuple through ``gather_object`` ("too many values to unpack" on 2 processes); the target is
+    gathered under ``if target is not None:``, the net's tuple of outputs on its own."""
+    before = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+net = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+train = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 2)), batch_size=4)
+test = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 2)), batch_size=4)
+for x, y in train:
+    torch.nn.functional.mse_loss(net(x), y).backward()
+    optimizer.step()
+total = 0.0
+with torch.no_grad():
+    for x, target in test:
+        target = target if len(target) > 0 else None
+        outputs = net(x)
+        if target is not None:
+            total += (outputs - target).pow(2).sum().item()
+print(total / len(test.dataset))
+"""
+    after = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+net = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+train = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 2)), batch_size=4)
+test = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 2)), batch_size=4)
+net, optimizer, train, test = accelerator.prepare(net, optimizer, train, test)
+for x, y in train:
+    accelerator.backward(torch.nn.functional.mse_loss(net(x), y))
+    optimizer.step()
+total = 0.0
+with torch.no_grad():
+    for x, target in test:
+        target = target if len(target) > 0 else None
+        outputs = net(x)
+        outputs = accelerator.gather_for_metrics(outputs)
+        if target is not None:
+            target = accelerator.gather_for_metrics(target)
+        if target is not None:
+            total += (outputs - target).pow(2).sum().item()
+accelerator.print(total / len(test.dataset))
+accelerator.end_training()
+"""
+    assert_converts(before, after)
+    assert codes(before) == []
