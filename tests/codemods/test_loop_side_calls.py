@@ -136,3 +136,82 @@ accelerator.end_training()
 """
     assert_converts(before, after)
     assert codes(before) == []
+
+
+GENERATOR = """\
+import torch
+import torch.nn as nn
+class VAE(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.dec = nn.Linear(2, 4)
+    def forward(self, z):
+        return self.dec(z)
+    def sample(self, n):
+        return torch.sigmoid(self.dec(torch.randn(n, 2)))
+    def train_step(self, x):
+        loss = (self(torch.randn(len(x), 2)) - x).pow(2).mean()
+        loss.backward()
+        return loss.item()
+model = VAE()
+optimizer = torch.optim.Adam(model.parameters())
+"""
+
+
+def _acc025(code: str) -> list[str]:
+    return [c for c in codes(GENERATOR + code) if c.startswith("ACC025:")]
+
+
+def test_a_sample_for_a_figure_converts_and_one_that_reaches_the_loss_is_refused() -> None:
+    """timbmg/VAE-CVAE-MNIST: ``x = vae.inference(z)`` decoded for a figure every k batches was refused (ACC025, whose
+    advice would break the program). Refused now only where the sample can reach a backward: through a name, a
+    list, a helper's return, or a method that backpropagates itself."""
+    loop = """\
+for x in torch.rand(8, 3, 4):
+    loss = (model(torch.randn(3, 2)) - x).pow(2).mean()
+    EXTRA
+    loss.backward()
+    optimizer.step()
+"""
+    converts = [
+        "frames = [model.sample(4).mean().item()]",  # a print, a list of frames
+        "with torch.no_grad():\n        img = model.sample(4)",
+        "img = model.sample(4).detach()\n    loss = loss + img.sum() * 0",  # no gradient leaves a detached value
+    ]
+    for extra in converts:
+        assert _acc025(loop.replace("EXTRA", extra)) == [], extra
+    refused = [
+        "loss = loss + model.sample(4).mean()",
+        "kept = []\n    kept.append(model.sample(4))\n    loss = loss + torch.stack(kept).mean()",
+        "self_loss = model.train_step(x)",  # the method backpropagates itself
+    ]
+    for extra in refused:
+        assert _acc025(loop.replace("EXTRA", extra)), extra
+    helper = """\
+def sample_loss(m):
+    return m.sample(4).mean()
+for x in torch.rand(8, 3, 4):
+    loss = (model(torch.randn(3, 2)) - x).pow(2).mean() + HELPER
+    loss.backward()
+    optimizer.step()
+"""
+    assert _acc025(helper.replace("HELPER", "sample_loss(model)")), "a helper's returned sample reaches the loss"
+    assert not _acc025(helper.replace("HELPER", "0 * len(str(sample_loss(model).item()))"))
+
+
+def test_an_evaluation_helper_generating_with_the_model_converts() -> None:
+    """``model.generate(...)`` in a helper the training calls between epochs (its value printed): converted, the
+    accelerate target reaching the method through ``unwrap_model``."""
+    code = GENERATOR + """\
+def show(m):
+    print(m.sample(2).shape)
+for epoch in range(2):
+    for x in torch.rand(8, 3, 4):
+        loss = (model(torch.randn(3, 2)) - x).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+    show(model)
+"""
+    assert _acc025(code[len(GENERATOR):]) == []
+    new = converted(code, target="accelerate")
+    assert "    accelerator.print(accelerator.unwrap_model(m).sample(2).shape)\n" in new, new
