@@ -1,7 +1,10 @@
 """MainProcessWrites: other file writes run on the main process only, so N processes do not race on
 the same file.
 
-Only whole statements are wrapped; a write inside a bigger expression is left alone. A log kept open (a TensorBoard
+The writers are the known ones (``file_writes.WRITERS``: ``json.dump``, ``imageio.mimsave``, ``cv2.imwrite``...) and
+any library call named like a write that is handed a path (``analysis/named_writes.py``: ``skvideo.io.vwrite(p, v)``,
+``tokenizer.save_pretrained(output_dir)``). Only whole statements are wrapped, and not those already on the main
+process alone; a write inside a bigger expression is left alone. A log kept open (a TensorBoard
 ``SummaryWriter``, a ``Logger`` class of the program that makes one and does not train: ``file_writes.logger_class``)
 is made on the main process only (``None`` elsewhere) when every use of it is a statement calling one of its methods
 with no collective in its arguments or in the method (``analysis/handle_uses.py``); each such statement then runs on
@@ -31,6 +34,7 @@ from accelify.codemods.analysis.file_writes import (
 )
 from accelify.codemods.analysis.handle_uses import Collectives, alone, clock_named, handle_uses
 from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.named_writes import writes_by_name
 from accelify.codemods.analysis.removals import removes_shared_file
 from accelify.codemods.engine.rule import Example, Rule
 
@@ -186,7 +190,7 @@ accelerator.end_training()
                 _keep_log_to_main(ctx, site, wrapped)  # ``logger = Logger("./logs")``: a class of the program's own too
                 continue
             removal = removes_shared_file(ctx.agreement, site)  # ``os.remove`` of a checkpoint the main process saved
-            if not (writes_file(site) or saves_file_object(ctx.plan, site) or removal):
+            if not (writes_file(site) or saves_file_object(ctx.plan, site) or removal or writes_by_name(ctx.plan, site)):
                 continue
             if not ctx.after_accelerator(site.scope, site.stmt):
                 if not removal and _helper_after_accelerator(ctx, site):
@@ -199,7 +203,7 @@ accelerator.end_training()
             if stmt is None:
                 _warn_kept_open(ctx, site, wrapped)
                 continue
-            if stmt in wrapped or any(s in wrapped for s in ctx.facts.chain(stmt)):
+            if stmt in wrapped or any(s in wrapped for s in ctx.facts.chain(stmt)) or _main_only(ctx, site.scope, stmt):
                 continue
             accelerator = ctx.accelerator_in(site.scope)
             if ctx.replace(stmt, stmt, lambda s, a=accelerator: _guard(s, a)):  # type: ignore[misc]

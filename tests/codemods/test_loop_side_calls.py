@@ -6,6 +6,8 @@ by writers of any library, or by any call named like a write, guarded or reporte
 
 from __future__ import annotations
 
+import pytest
+
 from _convert import assert_converts, codes, converted
 
 DATA = """\
@@ -215,3 +217,77 @@ for epoch in range(2):
     assert _acc025(code[len(GENERATOR):]) == []
     new = converted(code, target="accelerate")
     assert "    accelerator.print(accelerator.unwrap_model(m).sample(2).shape)\n" in new, new
+
+
+WRITER_HEAD = """\
+import imageio
+import numpy as np
+import torch
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+frames = []
+for x in torch.ones(4, 2):
+    model(x).sum().backward()
+    optimizer.step()
+    frames.append(np.zeros((4, 4), dtype=np.uint8))
+"""
+
+
+def test_a_gif_written_at_the_end_of_training_is_written_by_the_main_process() -> None:
+    """EmilienDupont/wgan-gp: ``imageio.mimsave('./training_{}_epochs.gif'.format(epochs), frames)`` was written by
+    every process to one path, no warning (``imageio.mimsave`` was not among the known writers)."""
+    assert_converts(WRITER_HEAD + "imageio.mimsave('./training_{}_epochs.gif'.format(2), frames)\n", """\
+import imageio
+import numpy as np
+import torch
+from accelify.runtime import Accelerator
+accelerator = Accelerator(cpu=True)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+frames = []
+for x in torch.ones(4, 2):
+    accelerator.backward(model(x).sum())
+    optimizer.step()
+    frames.append(np.zeros((4, 4), dtype=np.uint8))
+if accelerator.is_main_process:
+    imageio.mimsave('./training_{}_epochs.gif'.format(2), frames)
+accelerator.end_training()
+""")
+
+
+@pytest.mark.parametrize("write", [
+    # known writers, by library
+    "imageio.mimwrite('progress.gif', frames)",
+    "import imageio.v2 as iio\niio.mimsave('progress.gif', frames)",
+    "import imageio.v3 as iio\niio.imwrite('progress.gif', np.stack(frames))",
+    "import cv2\ncv2.imwrite('last.png', frames[-1])",
+    "np.savez_compressed('frames.npz', *frames)",
+    "from scipy.io import wavfile\nwavfile.write('out.wav', 16000, frames[-1])",
+    "import soundfile as sf\nsf.write('out.wav', frames[-1], 16000)",
+    "import torchaudio\ntorchaudio.save('out.wav', torch.zeros(1, 8), 16000)",
+    "import joblib\njoblib.dump(frames, 'frames.pkl')",
+    "import matplotlib.pyplot as plt\nplt.imsave('last.png', frames[-1])",
+    "import pandas as pd\npd.DataFrame(frames[-1]).to_json('last.json')",
+    "np.stack(frames).tofile('frames.bin')",
+    # any library call named like a write that is handed a path
+    "import skvideo.io\nskvideo.io.vwrite('progress.mp4', np.stack(frames))",
+    "from PIL import Image\nsave_dir = 'samples'\nImage.fromarray(frames[-1]).save(f'{save_dir}/last.png')",
+    "from transformers import AutoTokenizer\noutput_dir = 'out'\ntokenizer = AutoTokenizer.from_pretrained('t5-small')\n"
+    "tokenizer.save_pretrained(output_dir)",
+])
+def test_a_file_every_process_names_alike_is_written_by_the_main_process(write: str) -> None:
+    new = converted(WRITER_HEAD + write + "\n")
+    last = write.splitlines()[-1]
+    assert f"if accelerator.is_main_process:\n    {last}\n" in new, new
+
+
+@pytest.mark.parametrize("call", [
+    "import sys\nsys.stdout.write('loss 0.5\\n')",  # a handle's write: its open is the write
+    "import lightning\ntrainer = lightning.Trainer()\ntrainer.save_checkpoint('last.ckpt')",  # a collective of its own
+    "cache = make_cache()\ncache.save()",  # no path
+    "report = make_report()\nreport.write_summary(frames)",  # no path
+])
+def test_calls_that_write_no_shared_file_are_left(call: str) -> None:
+    new = converted(WRITER_HEAD + call + "\n")
+    assert "is_main_process" not in new, new
