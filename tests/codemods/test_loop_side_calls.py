@@ -197,6 +197,21 @@ for x in torch.rand(8, 3, 4):
     loss.backward()
     optimizer.step()
 """
+    # timbmg/VAE-CVAE-MNIST rebinds the batch's own name: ``x = vae.inference(z)`` after the step; the next pass
+    # takes a new ``x`` from the loader before the loss reads it. A name the loop does not rebind carries the
+    # sample into the next pass's loss
+    rebound = """\
+prev = torch.zeros(4)
+for i, x in enumerate(torch.rand(8, 3, 4)):
+    loss = (model(torch.randn(3, 2)) - x).pow(2).mean() + 0 * prev.sum()
+    loss.backward()
+    optimizer.step()
+    if i % 4 == 0:
+        x = model.sample(3)
+        print(x.mean().item())
+"""
+    assert _acc025(rebound) == []
+    assert _acc025(rebound.replace("x = model.sample(3)", "prev = model.sample(3)[0]"))
     assert _acc025(helper.replace("HELPER", "sample_loss(model)")), "a helper's returned sample reaches the loss"
     assert not _acc025(helper.replace("HELPER", "0 * len(str(sample_loss(model).item()))"))
 
