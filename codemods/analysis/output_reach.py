@@ -6,12 +6,13 @@ computed from it). A sample decoded for a figure or a print, whose value only ev
 ``save_image`` or a list of frames, trains nothing.
 
 The value is followed forward through the statements of the scope the call is in (in any order, as a loop carries
-values from one pass to the next; but a name a loop around the binding rebinds at each pass, as ``x`` of ``for x, y in
-loader`` rebound by ``x = vae.inference(z)`` for a figure, holds it only in what follows in that pass): a name, ``self.x`` or container assigned from an expression that holds it, a
-list it is appended to, a ``for`` over it. It stops at what cuts the graph (``.detach()``, ``.item()``, ``.data``,
-``.tolist()``, ``.numpy()``). It reaches a backward when a ``backward`` call (``loss.backward()``,
-``torch.autograd.backward/grad``) or a function of the program that makes one is handed a value that holds it; and,
-returned by a function, when a caller's value of that call does.
+values from one pass to the next; but a name a loop around the binding rebinds at each pass, as ``x`` of ``for x, y
+in loader`` rebound by ``x = vae.inference(z)`` for a figure, holds it only in what follows in that pass): a name,
+``self.x`` or container assigned from an expression that holds it, a list it is appended to, a ``for`` over it. It
+stops at what cuts the graph (``.detach()``, ``.item()``, ``.data``, ``.tolist()``, ``.numpy()``). It reaches a
+backward when a ``backward`` call (``loss.backward()``, ``torch.autograd.backward/grad``) or a function of the
+program that makes one is handed a value that holds it; and, returned by a function, when a caller's value of that
+call does.
 """
 
 from __future__ import annotations
