@@ -306,3 +306,33 @@ def test_a_file_every_process_names_alike_is_written_by_the_main_process(write: 
 def test_calls_that_write_no_shared_file_are_left(call: str) -> None:
     new = converted(WRITER_HEAD + call + "\n")
     assert "is_main_process" not in new, new
+
+
+HELPERS = """\
+import imageio
+import numpy as np
+
+
+def save_gif(frames, path):
+    imageio.mimsave(path, [np.asarray(f) for f in frames])
+"""
+
+
+def test_a_write_in_a_helper_without_the_accelerator_runs_on_the_main_process_at_its_calls() -> None:
+    """``save_gif(frames, path)`` in a module the accelerator is not passed to: each call of it, a statement of its
+    own after the accelerator exists, runs on the main process; a call whose value is used cannot be, and the write
+    is reported (ACC047)."""
+    from accelify.pipeline import convert_source
+    from accelify.program import ModuleText
+
+    module = [ModuleText("utils", "utils.py", HELPERS)]
+    code = WRITER_HEAD.replace("import imageio\n", "from utils import save_gif\n") + 'save_gif(frames, "progress.gif")\n'
+    result = convert_source(code, modules=module)
+    assert result.warnings == (), [w.format() for w in result.warnings]
+    assert 'if accelerator.is_main_process:\n    save_gif(frames, "progress.gif")\n' in result.new, result.new
+    again = convert_source(result.new, modules=module)
+    assert again.status == "unchanged" and again.warnings == ()
+    used = convert_source(code.replace("save_gif(frames", "done = save_gif(frames"), modules=module)
+    found = [f"{w.code}:{w.line}" for r in (used, *used.companions) for w in r.warnings]
+    assert found == ["ACC047:6"], found
+    assert "is_main_process" not in used.new
