@@ -85,6 +85,8 @@ print(total)
     assert "        total += sum(net(d).mean() for d in x.unbind(1)).item()\n" in new, new
     assert "= net(d)" not in new and "gather_for_metrics" not in new, new
     assert "ACC016:13" in codes(code)
+    mapped = code.replace("sum(net(d).mean() for d in x.unbind(1))", "sum(map(lambda d: net(d).mean(), x.unbind(1)))")
+    assert "= net(d)" not in converted(mapped) and "ACC016:13" in codes(mapped)
 
 
 def test_a_target_the_loop_may_set_to_none_is_gathered_on_its_own() -> None:
