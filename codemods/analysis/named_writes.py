@@ -41,13 +41,20 @@ def writes_by_name(plan: Plan, site: CallSite) -> bool:
         return False
     if (site.qualname or "").startswith("torch.") and not (site.qualname or "").startswith("torchvision."):
         return False  # ``torch.save``: the save rule's
-    if plan.callee(site) is not None:
-        return False  # a function of the program: the writes in it are found where they happen
+    if plan.callee(site) is not None or _defined_in_program(plan, name):
+        return False  # a function of the program (or one named alike): the writes in it are found where they happen
     if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
         binding = plan.binding_of(site.scope, func.value.value)
         if binding is not None and isinstance(binding.stmt, cst.With):
             return False  # ``zf.writestr(...)`` of ``with ZipFile(p, "w") as zf``: the handle's opening is the write
     return any(path_like(a.value) for a in site.node.args if a.keyword is None or _path_keyword(a.keyword.value))
+
+
+def _defined_in_program(plan: Plan, name: str) -> bool:
+    """Whether a function or method of the program is named ``name`` (``trainer.save(path)`` whose object the call
+    graph cannot follow): its writes, and the barrier the save rule may put before them, are its own."""
+    units = [plan.facts, *plan.facts.units.values()]
+    return any(s.kind == "function" and s.name == name for facts in units for s in facts.scopes)
 
 
 def _path_keyword(keyword: str) -> bool:

@@ -338,3 +338,19 @@ def test_a_write_in_a_helper_without_the_accelerator_runs_on_the_main_process_at
     found = [f"{w.code}:{w.line}" for r in (used, *used.companions) for w in r.warnings]
     assert found == ["ACC047:6"], found
     assert "is_main_process" not in used.new
+
+
+def test_a_call_named_like_a_method_of_the_program_is_left_to_that_method() -> None:
+    """``trainer.save("model.pt")`` on an object the call graph cannot follow, where the program defines ``save``:
+    its writes (and a barrier before a checkpoint in it) are that method's; guarded at the call, only the main process
+    would reach the barrier."""
+    code = WRITER_HEAD + """\
+class Trainer:
+    def save(self, path):
+        torch.save(model.state_dict(), path)
+def make_trainer():
+    return Trainer()
+trainers = [make_trainer()]
+trainers[0].save("model.pt")
+"""
+    assert "    trainers[0].save(" not in converted(code)
