@@ -6,9 +6,10 @@ model in ``DistributedDataParallel``, and only a call of the wrapper (``model(x)
 all-reduce; reached through the wrapper, the method runs on the inner module, its ``self(x)`` skips DDP, and
 each process silently trains its own copy (Hugging Face Accelerate's wrapper has no such method at all).
 Neither target has a way to send such a method through the wrapper, so the file is refused, pointing at
-the call. Methods whose output never reaches a ``backward`` (``vae.inference(z)`` decoded for a figure,
-``analysis/output_reach.py``), methods used without gradients (``model.generate(...)`` under ``no_grad``, evaluation), methods
-that do not run the forward (``model.decode(z)``), and methods that only pick something from it (a DQN's
+the call. Methods whose output never reaches a ``backward`` (``vae.inference(z)`` decoded for a figure:
+``analysis/output_reach.py``; a method that backpropagates itself always trains), methods used without gradients
+(``model.generate(...)`` under ``no_grad``, evaluation), methods that do not run the forward
+(``model.decode(z)``), and methods that only pick something from it (a DQN's
 ``model.act(state, eps)``: its forward under ``no_grad`` or ``volatile``, or every value it returns taken
 through ``.item()``, ``.argmax()``, ``.max(1)[1]``, ``.data``, ``.detach()``...: no graph leaves it, so it is no
 training forward) are left to the other rules.
