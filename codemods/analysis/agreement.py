@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Iterable, Protocol
 
 import libcst as cst
+import libcst.matchers as m
 
 from accelify.codemods.analysis.statement_shapes import target_names
 from accelify.codemods.analysis.tree_walk import children
@@ -294,7 +295,12 @@ class Agreement:
 
 
 def _gathered_names(stmt: cst.BaseStatement) -> list[str]:
-    """The names ``x, y = accelerator.gather_for_metrics((x, y))`` binds, or none for any other statement."""
+    """The names ``x, y = accelerator.gather_for_metrics((x, y))`` binds (also under ``if y is not None:``, as a
+    name the loop may set to None is gathered), or none for any other statement."""
+    if isinstance(stmt, cst.If) and isinstance(stmt.body, cst.IndentedBlock) and len(stmt.body.body) == 1 \
+            and m.matches(stmt.test, m.Comparison(comparisons=[m.ComparisonTarget(m.IsNot(), m.Name("None"))])) \
+            and not stmt.orelse:
+        stmt = stmt.body.body[0]
     if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
         return []
     value = stmt.body[0].value

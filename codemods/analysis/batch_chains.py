@@ -25,7 +25,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods.analysis.facts import Loop
-from accelify.codemods.analysis.loss_means import mean_loss
+from accelify.codemods.analysis.loss_means import mean_loss, split_rows, starred_reads
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.snippets import code_of
@@ -100,7 +100,8 @@ def batch_chain(plan: Plan, loop: Loop, name: str, update: cst.BaseStatement, ga
 def per_batch_loop(chain: BatchChain, group: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
     """``group`` (the chain's statements, as edited) in a loop over the original batches a gathered pass holds."""
     names = ", ".join(chain.split)
-    parts = [f"{n}.split({chain.size})" for n in chain.split]
+    sequences = {n for s in chain.stmts for n in starred_reads(s)}
+    parts = [split_rows(n, chain.size, n in sequences) for n in chain.split]
     over = parts[0] if len(parts) == 1 else f"zip({', '.join(parts)})"
     head = cst.parse_statement(f"for {names} in {over}:\n    pass\n")
     assert isinstance(head, cst.For)

@@ -1,5 +1,6 @@
-"""Which calls write a file every process names alike (``open(p, "w")``, ``json.dump``, ``savefig``, a
-``SummaryWriter``, the ``save`` of an animation or image), and which start an experiment tracker's run: what
+"""Which calls write a file every process names alike (``open(p, "w")``, ``json.dump``, ``savefig``,
+``imageio.mimsave``, ``df.to_csv(p)``, a ``SummaryWriter``, the ``save`` of an animation or image, a library call named
+like a write that is handed a path: ``analysis/named_writes.py``), and which start an experiment tracker's run: what
 ``rules/writes.py`` keeps to the main process."""
 
 from __future__ import annotations
@@ -9,22 +10,26 @@ import libcst as cst
 from accelify.codemods.analysis.facts import CallSite, Scope
 from accelify.codemods.analysis.plan import Plan
 
+_IMAGEIO = ("mimsave", "mimwrite", "imwrite", "imsave", "volwrite", "volsave", "mvolwrite", "mvolsave")
+# library functions that write a file whose path (or open file) they are handed
 WRITERS = {
-    "json.dump",
-    "pickle.dump",
-    "yaml.dump",
-    "yaml.safe_dump",
-    "numpy.save",
-    "numpy.savez",
-    "numpy.savetxt",
-    "matplotlib.pyplot.savefig",
-    "safetensors.torch.save_file",
-    "torchvision.utils.save_image",
-    "imageio.imwrite",
-    "imageio.imsave",
-    "cv2.imwrite",
-    "scipy.io.savemat",
+    "json.dump", "pickle.dump", "yaml.dump", "yaml.safe_dump", "toml.dump", "joblib.dump", "dill.dump",
+    "cloudpickle.dump",
+    "numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.savetxt",
+    "matplotlib.pyplot.savefig", "matplotlib.pyplot.imsave", "matplotlib.image.imsave",
+    "safetensors.torch.save_file", "safetensors.numpy.save_file",
+    "torchvision.utils.save_image", "torchvision.io.write_png", "torchvision.io.write_jpeg",
+    "torchvision.io.write_video", "torchvision.io.write_file",
+    *(f"imageio.{f}" for f in _IMAGEIO), *(f"imageio.v2.{f}" for f in _IMAGEIO), "imageio.v3.imwrite",
+    "cv2.imwrite", "skimage.io.imsave", "tifffile.imwrite", "tifffile.imsave", "nibabel.save",
+    "scipy.io.savemat", "scipy.io.mmwrite", "scipy.io.wavfile.write", "scipy.misc.imsave",
+    "soundfile.write", "torchaudio.save", "librosa.output.write_wav",
 }
+# methods that write the file named by their argument: a figure's, a pandas frame's (without a path, ``to_json()``
+# returns the text; ``to_csv``/``to_parquet``/``to_feather``/``to_pickle`` are rules/shared_files.py's, which
+# also puts a barrier before a read back), an array's ``tofile``
+WRITE_METHODS = ("savefig", "write_text", "write_bytes")
+PATH_METHODS = ("to_excel", "to_hdf", "to_json", "to_stata", "tofile")
 WRITE_MODES = ("w", "a", "x")
 # objects whose ``save(path)`` writes a file: a matplotlib animation (``anim.save("train.gif")``), a PIL image
 FILE_OBJECTS = {"matplotlib.animation.ArtistAnimation", "matplotlib.animation.FuncAnimation",
@@ -79,7 +84,9 @@ def _steps_optimizer(plan: Plan, site: CallSite) -> bool:
 
 def writes_file(site: CallSite) -> bool:
     """``open(p, "w")``, ``Path(p).open("a")``, ``p.write_text(...)``, ``json.dump``-style writers, ``savefig``."""
-    if site.qualname in WRITERS or site.method in ("savefig", "write_text", "write_bytes"):
+    if site.qualname in WRITERS or site.method in WRITE_METHODS:
+        return True
+    if site.method in PATH_METHODS and site.node.args:
         return True
     if site.qualname in LOG_WRITERS:
         return True

@@ -75,10 +75,27 @@ def per_batch_sum(plan: Plan, loop: Loop, increment: cst.BaseExpression, gathere
     if not names or source is None or dotted(source) is None:
         return None
     size = f"{code_of(source)}.batch_sampler.batch_size"
+    sequences = starred_reads(expr)
     if len(names) == 1:
-        return f"sum({code_of(expr)} for {names[0]} in {names[0]}.split({size}))"
-    parts = ", ".join(f"{n}.split({size})" for n in names)
+        return f"sum({code_of(expr)} for {names[0]} in {split_rows(names[0], size, names[0] in sequences)})"
+    parts = ", ".join(split_rows(n, size, n in sequences) for n in names)
     return f"sum({code_of(expr)} for {', '.join(names)} in zip({parts}))"
+
+
+def starred_reads(node: cst.CSTNode) -> set[str]:
+    """Names ``node`` unpacks (``loss_fn(*outputs)``, ``[*outputs]``): each holds a sequence of per-sample tensors (a
+    siamese or triplet net's outputs): a per-sample tensor unpacked would hand a loss one argument per sample."""
+    found = {a.value.value for a in m.findall(node, m.Arg(star="*", value=m.Name()))}  # type: ignore[union-attr]
+    found |= {e.value.value for e in m.findall(node, m.StarredElement(value=m.Name()))}  # type: ignore[union-attr]
+    return found
+
+
+def split_rows(name: str, size: str, sequence: bool) -> str:
+    """The code that splits gathered ``name`` into the original's batches of ``size`` rows: ``name.split(size)``, or
+    for a sequence of tensors (``sequence``) each member split and the pieces zipped per batch."""
+    if sequence:
+        return f"zip(*(member.split({size}) for member in {name}))"
+    return f"{name}.split({size})"
 
 
 _ROWWISE = ("squeeze", "float", "double", "long", "detach", "cpu", "sigmoid", "contiguous")

@@ -8,7 +8,7 @@ from typing import Sequence
 import libcst as cst
 import libcst.matchers as m
 
-from accelify.codemods.analysis.facts import Loop
+from accelify.codemods.analysis.facts import Binding, Loop
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.statement_shapes import target_names
 
@@ -39,6 +39,44 @@ def named_output(stmt: cst.BaseStatement, call: cst.Call) -> list[str] | None:
             return None
         value = value.func.value
     return [target.value]
+
+
+# Nodes that bind names of their own (a comprehension's loop variable, a lambda's parameters): an expression inside
+# one cannot be moved out of it, its names would be unbound there.
+_OWN_SCOPES = m.ListComp() | m.SetComp() | m.DictComp() | m.GeneratorExp() | m.Lambda()
+
+
+def in_own_scope(stmt: cst.BaseStatement, call: cst.Call) -> bool:
+    """Whether ``call`` lies in a comprehension, generator expression or lambda of ``stmt`` (``tuple(net(d) for d in
+    data)``): it reads names that scope binds, so it cannot be taken out of the statement."""
+    for node in m.findall(stmt, _OWN_SCOPES):
+        if any(c is call for c in m.findall(node, m.Call())):
+            return True
+    return False
+
+
+def comprehension_output(stmt: cst.BaseStatement, call: cst.Call) -> list[str] | None:
+    """``outputs = tuple(net(d) for d in data)`` or ``outputs = [net(d) for d in data]`` (a network applied to each
+    member of a pair or triplet): the name bound to the sequence of forward outputs, each one row per sample, which
+    ``gather_for_metrics`` gathers member by member; None for any other shape (``sum(net(d).mean() for d in data)``)."""
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
+        return None
+    assign = stmt.body[0]
+    if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
+        return None
+    value = assign.value
+    if isinstance(value, cst.Call) and m.matches(value.func, m.Name("tuple") | m.Name("list")) and len(value.args) == 1 \
+            and isinstance(value.args[0].value, cst.GeneratorExp):
+        value = value.args[0].value
+    if not isinstance(value, (cst.ListComp, cst.GeneratorExp)) or isinstance(assign.value, cst.GeneratorExp):
+        return None  # a bare generator is read once: gathered, it would be another kind of object
+    element = value.elt
+    while element is not call:
+        if not (isinstance(element, cst.Call) and isinstance(element.func, cst.Attribute)) \
+                or element.func.attr.value not in PER_SAMPLE or reduces_batch(element):
+            return None
+        element = element.func.value
+    return [assign.targets[0].target.value]
 
 
 def reduces_batch(call: cst.Call) -> bool:
@@ -136,3 +174,24 @@ def gathered_names(plan: Plan, loop: Loop, outputs: list[str], inputs: set[str],
                     ordered += [n for t in small.targets for n in target_names(t.target) if n in batch]
     used = [name for name in dict.fromkeys(ordered) if name in batch and name in later and name not in outputs]
     return outputs + [n for n in used if n not in inputs] + [n for n in used if n in inputs]
+
+
+def optional_names(loop: Loop, names: Sequence[str]) -> list[str]:
+    """Those of ``names`` the loop may bind to None (``target = target if len(target) > 0 else None``, as siamese and
+    triplet trainers do for data sets without labels; ``target = None``): gathered with tensors in one tuple, a None
+    sends the whole tuple through ``gather_object``, which hands back a list of every process's objects."""
+    return [n for n in names if any(_may_be_none(b) for b in loop.scope.bindings.get(n, []) if _inside(b, loop))]
+
+
+def _inside(binding: Binding, loop: Loop) -> bool:
+    inner = binding.loop
+    while inner is not None and inner is not loop:
+        inner = inner.parent
+    return inner is loop
+
+
+def _may_be_none(binding: Binding) -> bool:
+    value = binding.value
+    if isinstance(value, cst.IfExp):
+        return any(m.matches(v, m.Name("None")) for v in (value.body, value.orelse))
+    return value is not None and m.matches(value, m.Name("None"))

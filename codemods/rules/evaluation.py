@@ -11,11 +11,14 @@ from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.evaluation_loops import is_evaluation, is_model, model_call
 from accelify.codemods.analysis.model_outputs import (
     call_inputs,
+    comprehension_output,
     derivation,
     extractable,
     gathered_names,
+    in_own_scope,
     named_output,
     names_outside,
+    optional_names,
     names_used,
     read_through_attributes,
 )
@@ -318,15 +321,23 @@ accelerator.end_training()
                         break
                     stmt, named, call = derived
                     rest = rest[rest.index(stmt) + 1 :]
+                inputs = call_inputs(call)
+                if named is None and in_own_scope(stmt, call):
+                    # ``outputs = tuple(net(d) for d in data)``: the forward reads the comprehension's own names and
+                    # cannot be taken out of it; gather the whole sequence it builds, or leave the metric (ACC016)
+                    named = comprehension_output(stmt, call)
+                    if named is None:
+                        ctx.warn(codes.LOCAL_METRIC, call)
+                        break
+                    inputs = names_used([stmt]) - set(named)
                 if named is not None:
-                    gather = _gather(ctx, loop, named, call_inputs(call), names_used(rest), accelerator)
-                    ctx.insert_after(stmt, [gather])
+                    ctx.insert_after(stmt, _gather(ctx, loop, named, inputs, names_used(rest), accelerator))
                 elif extractable(stmt):
                     name = _fresh_name(loop, "output")
                     # names read after the forward: in the later statements, and in this one outside the call
                     later = names_used(rest) | (names_used([stmt]) - (call_inputs(call) - names_outside(stmt, call)))
                     gather = _gather(ctx, loop, [name], call_inputs(call), later, accelerator)
-                    ctx.insert_before(stmt, [f"{name} = {code_of(call)}", gather])
+                    ctx.insert_before(stmt, [f"{name} = {code_of(call)}", *gather])
                     ctx.replace(call, stmt, lambda _, n=name: cst.Name(n))  # type: ignore[misc]
                 elif not feeds_reduced_sums_only(ctx.plan, loop, stmt, rest):
                     ctx.warn(codes.LOCAL_METRIC, call)
@@ -365,12 +376,20 @@ def _fresh_name(loop: Loop, base: str) -> str:
     return name
 
 
-def _gather(ctx: Context, loop: Loop, outputs: list[str], inputs: set[str], later: set[str], accelerator: str) -> str:
+def _gather(ctx: Context, loop: Loop, outputs: list[str], inputs: set[str], later: set[str], accelerator: str) -> list[str]:
     """``output, target = accelerator.gather_for_metrics((output, target))``, gathering the outputs, then the batch
-    names used after the forward (targets first, then inputs used again). The agreement reads what it makes global
-    from this statement."""
+    names used after the forward (targets first, then inputs used again); a name the loop may set to None
+    (``target = target if len(target) > 0 else None``) is gathered on its own under ``if target is not None:``. The
+    agreement reads what it makes global from these statements."""
     gathered = gathered_names(ctx.plan, loop, outputs, inputs, later)
-    if len(gathered) == 1:
-        return f"{gathered[0]} = {accelerator}.gather_for_metrics({gathered[0]})"
-    names = ", ".join(gathered)
-    return f"{names} = {accelerator}.gather_for_metrics(({names}))"
+    optional = optional_names(loop, gathered)
+    gathered = [n for n in gathered if n not in optional]
+    guarded = [f"if {n} is not None:\n    {_gather_line([n], accelerator)}" for n in optional]
+    return [_gather_line(gathered, accelerator), *guarded] if gathered else guarded
+
+
+def _gather_line(names: list[str], accelerator: str) -> str:
+    if len(names) == 1:
+        return f"{names[0]} = {accelerator}.gather_for_metrics({names[0]})"
+    joined = ", ".join(names)
+    return f"{joined} = {accelerator}.gather_for_metrics(({joined}))"

@@ -6,8 +6,10 @@ model in ``DistributedDataParallel``, and only a call of the wrapper (``model(x)
 all-reduce; reached through the wrapper, the method runs on the inner module, its ``self(x)`` skips DDP, and
 each process silently trains its own copy (Hugging Face Accelerate's wrapper has no such method at all).
 Neither target has a way to send such a method through the wrapper, so the file is refused, pointing at
-the call. Methods used without gradients (``model.generate(...)`` under ``no_grad``, evaluation), methods
-that do not run the forward (``model.decode(z)``), and methods that only pick something from it (a DQN's
+the call. Methods whose output never reaches a ``backward`` (``vae.inference(z)`` decoded for a figure:
+``analysis/output_reach.py``; a method that backpropagates itself always trains), methods used without gradients
+(``model.generate(...)`` under ``no_grad``, evaluation), methods that do not run the forward
+(``model.decode(z)``), and methods that only pick something from it (a DQN's
 ``model.act(state, eps)``: its forward under ``no_grad`` or ``volatile``, or every value it returns taken
 through ``.item()``, ``.argmax()``, ``.max(1)[1]``, ``.data``, ``.detach()``...: no graph leaves it, so it is no
 training forward) are left to the other rules.
@@ -23,6 +25,7 @@ from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.analysis.detached import only_picks
 from accelify.codemods.analysis.facts import CallSite, Facts, Scope
+from accelify.codemods.analysis.output_reach import output_reaches_backward
 from accelify.codemods.analysis.roles import MODULE_API, is_module_class
 from accelify.codemods.engine.rule import Example, Rule
 
@@ -166,6 +169,82 @@ accelerator.end_training()
             fires=False,
         ),
         Example(
+            # a VAE sampled through its own method for a figure: the samples never reach a loss or a backward, so
+            # the bypassed wrapper averages nothing away; Hugging Face Accelerate's wrapper lacks the method, so the
+            # call goes through unwrap_model (the runtime's prepared model forwards it)
+            before='''\
+import torch
+import torch.nn as nn
+class VAE(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.dec = nn.Linear(2, 4)
+    def forward(self, z):
+        return self.dec(z)
+    def inference(self, z):
+        return torch.sigmoid(self.dec(z))
+model = VAE()
+optimizer = torch.optim.Adam(model.parameters())
+for i, x in enumerate(torch.rand(8, 3, 4)):
+    loss = (model(torch.randn(3, 2)) - x).pow(2).mean()
+    loss.backward()
+    optimizer.step()
+    if i % 4 == 0:
+        samples = model.inference(torch.randn(10, 2))
+        print(loss.item(), samples.mean().item())
+''',
+            after='''\
+import torch
+import torch.nn as nn
+from accelerate import Accelerator
+accelerator = Accelerator(cpu=True)
+class VAE(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.dec = nn.Linear(2, 4)
+    def forward(self, z):
+        return self.dec(z)
+    def inference(self, z):
+        return torch.sigmoid(self.dec(z))
+model = VAE()
+optimizer = torch.optim.Adam(model.parameters())
+model, optimizer = accelerator.prepare(model, optimizer)
+for i, x in enumerate(torch.rand(8, 3, 4)):
+    loss = (model(torch.randn(3, 2)) - x).pow(2).mean()
+    accelerator.backward(loss)
+    optimizer.step()
+    if i % 4 == 0:
+        samples = accelerator.unwrap_model(model).inference(torch.randn(10, 2))
+        accelerator.print(loss.item(), samples.mean().item())
+accelerator.end_training()
+''',
+            fires=False,
+            target="accelerate",
+        ),
+        Example(
+            # the same method whose samples go into the loss: gradients flow through the bypassed forward: refused
+            before='''\
+import torch
+import torch.nn as nn
+class VAE(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.dec = nn.Linear(2, 4)
+    def forward(self, z):
+        return self.dec(z)
+    def inference(self, z):
+        return torch.sigmoid(self.dec(z))
+model = VAE()
+optimizer = torch.optim.Adam(model.parameters())
+for x in torch.rand(8, 3, 4):
+    samples = [model.inference(torch.randn(3, 2))]
+    loss = (torch.stack(samples) - x).pow(2).mean()
+    loss.backward()
+    optimizer.step()
+''',
+            warnings=("ACC025:14",),
+        ),
+        Example(
             # a parameter replaced while the model runs (VQ-VAE's EMA codebook): refused
             before='''\
 import torch
@@ -195,14 +274,18 @@ for x in torch.rand(10, 2, 4):
         if any(o.role == "model" for o in ctx.plan.objects):
             for method, node, name in _replaced_parameters(ctx.facts):
                 ctx.abort(codes.PARAMETER_REPLACED, node, name=name, method=method)
-        methods = _forward_methods(ctx.facts)
+        methods_training = _backward_methods(ctx)
+        methods = _forward_methods(ctx.facts, methods_training)
         if not methods:
             return
         for site in ctx.facts.calls:
             if site.method not in methods or site.no_grad or not isinstance(site.node.func, cst.Attribute):
                 continue
-            if ctx.plan.prepared_model(site.scope, site.node.func.value, site.stmt) is None or not _trains(ctx, site):
+            if ctx.plan.prepared_model(site.scope, site.node.func.value, site.stmt) is None:
                 continue
+            if not (site.method in methods_training or ctx.plan.reaches_backward(site)
+                    or output_reaches_backward(ctx.plan, site)):
+                continue  # a sample for a figure or a print (``vae.inference(z)``): no gradient leaves it
             ctx.abort(codes.FORWARD_METHOD, site.node, call=f"{code_of(site.node.func)}(...)")
 
 
@@ -235,10 +318,10 @@ def _replaced_parameters(facts: Facts) -> list[tuple[str, cst.Assign, str]]:
 _PARAMETER = ("torch.nn.Parameter", "torch.nn.parameter.Parameter")
 
 
-def _forward_methods(facts: Facts) -> set[str]:
+def _forward_methods(facts: Facts, training: set[str]) -> set[str]:
     """Names of methods (other than ``forward`` and nn.Module's own) of classes in the program that call
     ``self(...)``, ``self.forward(...)``, one of the module's layers (``self.actor(x)``) or another such method of
-    ``self``."""
+    ``self``; one that only picks from its forward's output counts when it backpropagates itself (``training``)."""
     methods = [
         s for s in facts.scopes
         if s.kind == "function" and s.parent is not None and s.parent.kind == "class"
@@ -253,7 +336,7 @@ def _forward_methods(facts: Facts) -> set[str]:
             if method.name not in found and any(
                 (_runs_forward(site, found) or _runs_layer(site, layers)) and not site.no_grad for site in method.calls
             ):
-                if not only_picks(method, found | layers):
+                if method.name in training or not only_picks(method, found | layers):
                     found.add(method.name)
                     changed = True
     return found
@@ -290,11 +373,11 @@ def _runs_forward(site: CallSite, found: set[str]) -> bool:
     )
 
 
-def _trains(ctx: Context, site: CallSite) -> bool:
-    """The call is made where training happens: its own loop (not a loop nested in it), or its function
-    outside loops, calls backward."""
-    around: list[CallSite] = site.loop.calls if site.loop is not None else site.scope.calls
-    return any(other.loop is site.loop and ctx.plan.reaches_backward(other) for other in around)
-
-
-
+def _backward_methods(ctx: Context) -> set[str]:
+    """Methods of classes of the program that call ``backward`` themselves (``model.train_step(x)`` computing and
+    backpropagating its own loss, returning ``loss.item()``): a call of one trains, whatever it returns."""
+    return {
+        s.name for s in ctx.facts.scopes
+        if s.kind == "function" and s.parent is not None and s.parent.kind == "class"
+        and any(ctx.plan.reaches_backward(c) for c in s.calls)
+    }

@@ -1,7 +1,10 @@
 """MainProcessWrites: other file writes run on the main process only, so N processes do not race on
 the same file.
 
-Only whole statements are wrapped; a write inside a bigger expression is left alone. A log kept open (a TensorBoard
+The writers are the known ones (``file_writes.WRITERS``: ``json.dump``, ``imageio.mimsave``, ``cv2.imwrite``...) and
+any library call named like a write that is handed a path (``analysis/named_writes.py``: ``skvideo.io.vwrite(p, v)``,
+``tokenizer.save_pretrained(output_dir)``). Only whole statements are wrapped, and not those already on the main
+process alone; a write inside a bigger expression is left alone. A log kept open (a TensorBoard
 ``SummaryWriter``, a ``Logger`` class of the program that makes one and does not train: ``file_writes.logger_class``)
 is made on the main process only (``None`` elsewhere) when every use of it is a statement calling one of its methods
 with no collective in its arguments or in the method (``analysis/handle_uses.py``); each such statement then runs on
@@ -30,7 +33,9 @@ from accelify.codemods.analysis.file_writes import (
     writes_file,
 )
 from accelify.codemods.analysis.handle_uses import Collectives, alone, clock_named, handle_uses
+from accelify.codemods.analysis.helper_calls import helper_calls
 from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.named_writes import writes_by_name
 from accelify.codemods.analysis.removals import removes_shared_file
 from accelify.codemods.engine.rule import Example, Rule
 
@@ -164,6 +169,51 @@ accelerator.end_training()
 ''',
             warnings=("ACC024:4",),
         ),
+        Example(
+            # a write in a helper the accelerator is not passed to: its calls run on the main process when each can
+            # (tests/codemods/test_loop_side_calls.py); a call whose value is kept cannot: reported (ACC048)
+            before='''\
+import imageio
+import torch
+def save_gif(frames, path):
+    imageio.mimsave(path, frames)
+    return len(frames)
+def main():
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    frames = []
+    for x in torch.ones(4, 2):
+        model(x).sum().backward()
+        optimizer.step()
+        frames.append(model.weight.detach().numpy())
+    save_gif(frames, "progress.gif")
+    n = save_gif(frames, "again.gif")
+main()
+''',
+            after='''\
+import imageio
+import torch
+from accelify.runtime import Accelerator
+def save_gif(frames, path):
+    imageio.mimsave(path, frames)
+    return len(frames)
+def main():
+    accelerator = Accelerator(cpu=True)
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    frames = []
+    for x in torch.ones(4, 2):
+        accelerator.backward(model(x).sum())
+        optimizer.step()
+        frames.append(model.weight.detach().numpy())
+    save_gif(frames, "progress.gif")
+    n = save_gif(frames, "again.gif")
+    accelerator.end_training()
+main()
+''',
+            warnings=("ACC048:4",),
+        ),
     )
 
     def recheck(self, ctx: Context) -> None:
@@ -186,7 +236,7 @@ accelerator.end_training()
                 _keep_log_to_main(ctx, site, wrapped)  # ``logger = Logger("./logs")``: a class of the program's own too
                 continue
             removal = removes_shared_file(ctx.agreement, site)  # ``os.remove`` of a checkpoint the main process saved
-            if not (writes_file(site) or saves_file_object(ctx.plan, site) or removal):
+            if not (writes_file(site) or saves_file_object(ctx.plan, site) or removal or writes_by_name(ctx.plan, site)):
                 continue
             if not ctx.after_accelerator(site.scope, site.stmt):
                 if not removal and _helper_after_accelerator(ctx, site):
@@ -199,7 +249,7 @@ accelerator.end_training()
             if stmt is None:
                 _warn_kept_open(ctx, site, wrapped)
                 continue
-            if stmt in wrapped or any(s in wrapped for s in ctx.facts.chain(stmt)):
+            if stmt in wrapped or any(s in wrapped for s in ctx.facts.chain(stmt)) or _main_only(ctx, site.scope, stmt):
                 continue
             accelerator = ctx.accelerator_in(site.scope)
             if ctx.replace(stmt, stmt, lambda s, a=accelerator: _guard(s, a)):  # type: ignore[misc]
@@ -234,7 +284,8 @@ def _helper_after_accelerator(ctx: Context, site: CallSite) -> bool:
 
 def _warn_in_helper(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) -> None:
     """A handle kept open, or a ``with open(path, "w") as f:``, in a helper the accelerator is not passed to: every
-    process writes the file (ACC024)."""
+    process writes the file (ACC024); a write that is a statement of its own there is kept to the main process at
+    the helper's calls (``_write_at_calls``)."""
     why = f"in `{site.scope.name}`, where the accelerator is not at hand"
     stmt = _outermost_write(ctx, site)
     if stmt is None:
@@ -243,6 +294,29 @@ def _warn_in_helper(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement
         item = next(i for i in stmt.items if i.item is site.node)
         target = code_of(item.asname.name) if item.asname is not None else "f"
         ctx.warn(codes.SHARED_WRITER, site.node, name=code_of(site.node.func), target=target, why=f" ({why})")
+    elif not isinstance(stmt, cst.With) and not _main_only(ctx, site.scope, stmt):
+        _write_at_calls(ctx, site, wrapped)
+
+
+def _write_at_calls(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) -> None:
+    """``imageio.mimsave(path, frames)`` in ``save_gif(frames, path)`` of a module the accelerator is not passed to:
+    each call of the helper, a statement of its own whose value is not kept, where the accelerator exists and with
+    nothing in it that reaches the other processes, runs on the main process; where one is not, reported (ACC048)."""
+    def ready(scope: Scope, stmt: cst.BaseStatement) -> bool:
+        return (isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], cst.Expr)
+                and ctx.accelerator_in(scope) is not None and ctx.after_accelerator(scope, stmt))
+
+    calls = helper_calls(ctx.facts, ctx.plan, site, ready, Collectives(ctx.facts, ctx.plan, ctx.edits))
+    if calls is None:
+        ctx.warn(codes.HELPER_WRITE, site.node, name=code_of(site.node.func), helper=site.scope.name)
+        return
+    for scope, stmt in calls:
+        if stmt in wrapped or any(s in wrapped for s in ctx.facts.chain(stmt)) or _main_only(ctx, scope, stmt):
+            continue
+        accelerator = ctx.accelerator_in(scope)
+        if ctx.replace(stmt, stmt, lambda s, a=accelerator: _guard(s, a)):  # type: ignore[misc]
+            wrapped.add(stmt)
+            ctx.change("write files on the main process only")
 
 
 def _warn_kept_open(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement], why: str = "") -> None:
