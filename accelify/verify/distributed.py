@@ -152,6 +152,7 @@ def _sharded(records: list[ProcessRecord], one: ProcessRecord | None, n: int) ->
         return CheckResult(name, stage, SKIPPED, "the conversion's one-process run, the reference, did not finish")
     judged: list[str] = []
     unknown: list[str] = []
+    few: list[tuple[str, int]] = []
     for record in records:
         for key, loader in record.loaders.items():
             if not loader.training:
@@ -160,6 +161,11 @@ def _sharded(records: list[ProcessRecord], one: ProcessRecord | None, n: int) ->
             mine, alone = _samples(loader), _samples(reference) if reference is not None else None
             if mine is None or alone is None:
                 unknown.append(loader.site)
+                continue
+            if alone // reference.batch < n:  # type: ignore[union-attr, operator]
+                # fewer batches than processes: every process takes one batch, sharded or not (a padded one may even
+                # be larger than the one process's short batch: 256 rows against 205)
+                few.append((loader.site, alone // reference.batch))  # type: ignore[union-attr, operator]
                 continue
             # sharded, each process walks at most ceil(B / n) of the B batches one process walks (the runtime pads the
             # last round), or, split (verify's exact runs), ceil(b / n) rows of each of them: a one-batch slack passed a
@@ -177,6 +183,12 @@ def _sharded(records: list[ProcessRecord], one: ProcessRecord | None, n: int) ->
                 judged.append(f"{loader.site}: {mine} of {alone} samples per epoch")
     if judged:
         return CheckResult(name, stage, PASSED, "; ".join(judged) + " (process 0)")
+    if few:
+        site, batches = few[0]
+        return CheckResult(name, stage, SKIPPED, f"the loader iterated at {site} makes {batches} batch"
+                                                 f"{'es' if batches != 1 else ''} per epoch, fewer than the {n} "
+                                                 "processes: each process takes one batch whether or not it is "
+                                                 "sharded, so its share cannot be measured (give verify more data)")
     if unknown:
         return CheckResult(name, stage, SKIPPED, f"the loader iterated at {unknown[0]} has no length and no epoch "
                                                  "ended within the steps: its share cannot be measured")

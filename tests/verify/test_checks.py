@@ -276,3 +276,12 @@ def test_split_odd_batches_count_as_sharded() -> None:
     """verify's exact runs split each batch of 25 rows: process 0 takes 13 rows of each of the 24 batches."""
     split = two([step(1, [0.1], loader=loader(24, 13))], [step(1, [0.1], rank=1, loader=loader(24, 12))])
     assert by_name(distributed_checks(split, reference(24, 25), OPTIONS))["data sharded"].status == PASSED
+
+
+def test_a_loader_of_fewer_batches_than_processes_cannot_show_its_share() -> None:
+    """205 samples in batches of 256: one process takes one short batch of 205; on 2 processes process 1 takes a
+    padded batch of 256. "Drew 256 of 205" failed a right conversion (I9 with a small training set)."""
+    padded = two([step(1, [0.1], loader=loader(1, 205))], [step(1, [0.1], rank=1, loader=loader(1, 256))])
+    sharded = by_name(distributed_checks(padded, reference(1, 205), OPTIONS))["data sharded"]
+    assert sharded.status == SKIPPED
+    assert sharded.detail.startswith("the loader iterated at train.py:12 makes 1 batch per epoch, fewer than the 2")
