@@ -7,6 +7,7 @@ import libcst as cst
 
 from accelify.codemods.analysis.facts import Facts, Loop, Scope
 from accelify.codemods.analysis.plan import Plan
+from accelify.codemods.analysis.roles import strip_placement
 
 
 def is_evaluation(plan: Plan, loop: Loop) -> bool:
@@ -16,7 +17,7 @@ def is_evaluation(plan: Plan, loop: Loop) -> bool:
     gradient or optimizer step in the loop."""
     if plan.loader_of(loop) is None or any(plan.reaches_backward(site) for site in loop.calls):
         return False
-    forwards = [site for site in loop.calls if is_model(plan, loop.scope, site.node.func, site.stmt)]
+    forwards = [site for site in loop.calls if is_forward(plan, loop.scope, site.node, site.stmt)]
     if loop.no_grad or any(site.no_grad for site in forwards):
         return True
     if not forwards or any(site.method == "step" or site.qualname == "torch.autograd.grad" for site in loop.calls):
@@ -25,6 +26,23 @@ def is_evaluation(plan: Plan, loop: Loop) -> bool:
         site.method == "eval" and is_model(plan, loop.scope, site.node.func.value, site.stmt)  # type: ignore[attr-defined]
         for site in loop.scope.calls
     )
+
+
+def is_forward(plan: Plan, scope: Scope, call: cst.Call, stmt: cst.BaseStatement) -> bool:
+    """Whether ``call`` runs a prepared model: ``model(x)``, or a method the model's own class defines
+    (siamese-triplet's ``model.get_embedding(images)``, an ``encode``, a ``predict``): a forward of the model's
+    layers all the same, whose per-batch outputs are this process's share."""
+    if is_model(plan, scope, call.func, stmt):
+        return True
+    func = call.func
+    if not isinstance(func, cst.Attribute):
+        return False
+    found = plan.prepared_model(scope, func.value, stmt)
+    value = strip_placement(found.value) if found is not None and found.value is not None else None
+    if not isinstance(value, cst.Call):
+        return False
+    cls = plan.classes.class_of(found.where, value.func)  # type: ignore[union-attr]
+    return cls is not None and plan.classes.method(cls, func.attr.value) is not None
 
 
 def is_model(plan: Plan, scope: Scope, node: cst.BaseExpression, stmt: cst.BaseStatement) -> bool:
@@ -37,6 +55,6 @@ def model_call(plan: Plan, facts: Facts, loop: Loop, stmt: cst.BaseStatement) ->
     first, last = facts.order[stmt]
     for site in loop.calls:
         if site.stmt in facts.order and first <= facts.order[site.stmt][0] <= last:
-            if is_model(plan, loop.scope, site.node.func, site.stmt):
+            if is_forward(plan, loop.scope, site.node, site.stmt):
                 return site.node
     return None
