@@ -25,6 +25,7 @@ from accelify.codemods.analysis.facts import Loop, Scope
 from accelify.codemods.analysis.plan import Plan
 
 _DEPTH = 6  # how many names and parameters a class is followed through
+_ADDING = ("append", "extend")  # a list attribute the object grows at every call
 
 
 @dataclass(frozen=True)
@@ -106,15 +107,22 @@ def _classes(plan: Plan, scope: Scope, expr: cst.BaseExpression, depth: int) -> 
 
 
 def _adds_to_self(function: Scope) -> str | None:
-    """The first attribute ``function`` (a method) adds to with ``self.x += ...``, or None."""
+    """The first attribute ``function`` (a method) adds to: ``self.x += ...``, or ``self.x.append(...)`` (a list of
+    per-batch values it summarises later: siamese-triplet's ``AverageNonzeroTripletsMetric``), or None."""
     if not isinstance(function.node, cst.FunctionDef):
         return None
     for node in _walk(function.node.body):
-        if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign):
-            target = node.target
-            if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == "self":
-                return target.attr.value
+        if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign) and _on_self(node.target):
+            return node.target.attr.value  # type: ignore[attr-defined]
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _ADDING \
+                and _on_self(node.func.value):
+            return node.func.value.attr.value  # type: ignore[attr-defined]
     return None
+
+
+def _on_self(node: cst.BaseExpression) -> bool:
+    """``self.x``."""
+    return isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self"
 
 
 def _walk(node: cst.CSTNode) -> list[cst.CSTNode]:

@@ -23,6 +23,7 @@ class AccumulatedAccuracyMetric(Metric):
     def __init__(self):
         self.correct = 0
         self.total = 0
+        self.values = []
 
     def __call__(self, outputs, target, loss):
         pred = outputs.argmax(1)
@@ -90,6 +91,15 @@ def test_a_metric_object_fed_in_the_training_loop_is_reported() -> None:
 def test_a_list_of_metric_objects_handed_through_parameters_is_reported() -> None:
     line = next(i for i, text in enumerate(FIT.splitlines(), 1) if text.strip() == "metric(outputs, y, loss)")
     assert _warnings(FIT) == [f"ACC028:{line}"]
+
+
+def test_a_metric_object_that_keeps_a_list_of_per_batch_values_is_reported() -> None:
+    """siamese-triplet's ``AverageNonzeroTripletsMetric``: ``self.values.append(loss[1])``, ``np.mean`` of them."""
+    code = FIT.replace("self.correct += (pred == target).sum().item()\n        self.total += target.size(0)",
+                       "self.values.append((pred == target).sum().item())")
+    assert "self.total +=" not in code
+    line = next(i for i, text in enumerate(code.splitlines(), 1) if text.strip() == "metric(outputs, y, loss)")
+    assert _warnings(code) == [f"ACC028:{line}"]
 
 
 def test_a_metric_object_fed_gathered_values_is_not_reported() -> None:
