@@ -5,6 +5,7 @@ gathered before they fill an array sized by the data set (siamese-triplet's ``ex
 from __future__ import annotations
 
 from _convert import converted, dedent
+from accelify.pipeline import convert_source
 
 NET = """\
 import numpy as np
@@ -89,3 +90,24 @@ def test_a_method_given_no_batch_is_not_the_forward() -> None:
         print(total)
         """))
     assert "gather_for_metrics" not in new, new
+
+
+def test_rows_written_into_an_array_sized_by_the_data_set_from_a_loop_not_gathered_are_reported() -> None:
+    """No ``no_grad``, no ``eval()``: not an evaluation, nothing gathered, so each process fills 1/N of the rows and
+    the rest stay zero: reported (ACC028) at each write; an evaluation's gathered rows are not."""
+    code = NET + dedent("""
+        embeddings = np.zeros((len(loader.dataset), 2))
+        labels = np.zeros(len(loader.dataset))
+        k = 0
+        for images, target in loader:
+            embeddings[k:k + len(images)] = model(images).detach().numpy()
+            labels[k:k + len(images)] = target.numpy()
+            k += len(images)
+        print(embeddings.sum(), labels.sum())
+        """)
+    lines = code.splitlines()
+    writes = [i for i, text in enumerate(lines, 1) if text.startswith(("    embeddings[k:", "    labels[k:"))]
+    result = convert_source(code)
+    assert [f"{w.code}:{w.line}" for w in result.warnings] == [f"ACC028:{n}" for n in writes]
+    gathered = convert_source(code.replace("embeddings = np.zeros", "model.eval()\nembeddings = np.zeros"))
+    assert "gather_for_metrics" in gathered.new and [w.code for w in gathered.warnings] == [], gathered.new
