@@ -4,9 +4,11 @@ in a statement of one (``rules/evaluation.py``)."""
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
 from accelify.codemods.analysis.facts import Facts, Loop, Scope
 from accelify.codemods.analysis.plan import Plan
+from accelify.codemods.analysis.roles import strip_placement
 
 
 def is_evaluation(plan: Plan, loop: Loop) -> bool:
@@ -16,7 +18,7 @@ def is_evaluation(plan: Plan, loop: Loop) -> bool:
     gradient or optimizer step in the loop."""
     if plan.loader_of(loop) is None or any(plan.reaches_backward(site) for site in loop.calls):
         return False
-    forwards = [site for site in loop.calls if is_model(plan, loop.scope, site.node.func, site.stmt)]
+    forwards = [site for site in loop.calls if is_forward(plan, loop, site.node, site.stmt)]
     if loop.no_grad or any(site.no_grad for site in forwards):
         return True
     if not forwards or any(site.method == "step" or site.qualname == "torch.autograd.grad" for site in loop.calls):
@@ -25,6 +27,32 @@ def is_evaluation(plan: Plan, loop: Loop) -> bool:
         site.method == "eval" and is_model(plan, loop.scope, site.node.func.value, site.stmt)  # type: ignore[attr-defined]
         for site in loop.scope.calls
     )
+
+
+def is_forward(plan: Plan, loop: Loop, call: cst.Call, stmt: cst.BaseStatement) -> bool:
+    """Whether ``call`` runs a prepared model on the loop's batch: ``model(x)``, or, in a loop that never calls the
+    model itself, a method the model's own class defines given (part of) the batch (siamese-triplet's
+    ``model.get_embedding(images)``, an ``encode``, a ``predict``): a forward of the model's layers all the same,
+    whose per-batch outputs are this process's share (``model.init_hidden(bsz)`` is given no batch: not one)."""
+    if is_model(plan, loop.scope, call.func, stmt):
+        return True
+    func = call.func
+    if not isinstance(func, cst.Attribute) or _calls_model(plan, loop):
+        return False
+    found = plan.prepared_model(loop.scope, func.value, stmt)
+    value = strip_placement(found.value) if found is not None and found.value is not None else None
+    if not isinstance(value, cst.Call):
+        return False
+    cls = plan.classes.class_of(found.where, value.func)  # type: ignore[union-attr]
+    if cls is None or plan.classes.method(cls, func.attr.value) is None:
+        return False
+    names = {n.value for a in call.args for n in m.findall(a.value, m.Name())}  # type: ignore[attr-defined]
+    return any(plan.is_batch(loop.scope, n, loop) for n in names)
+
+
+def _calls_model(plan: Plan, loop: Loop) -> bool:
+    """Whether the loop calls a prepared model itself (``model(x)``) anywhere."""
+    return any(is_model(plan, loop.scope, site.node.func, site.stmt) for site in loop.calls)
 
 
 def is_model(plan: Plan, scope: Scope, node: cst.BaseExpression, stmt: cst.BaseStatement) -> bool:
@@ -37,6 +65,6 @@ def model_call(plan: Plan, facts: Facts, loop: Loop, stmt: cst.BaseStatement) ->
     first, last = facts.order[stmt]
     for site in loop.calls:
         if site.stmt in facts.order and first <= facts.order[site.stmt][0] <= last:
-            if is_model(plan, loop.scope, site.node.func, site.stmt):
+            if is_forward(plan, loop, site.node, site.stmt):
                 return site.node
     return None

@@ -59,6 +59,7 @@ from accelify.codemods.analysis.problems import (  # the kinds rules/refusals.py
 from accelify.codemods.analysis.role_assignment import RoleAssignment
 from accelify.codemods.analysis.roles import strip_placement
 from accelify.codemods.analysis.schedules import per_batch
+from accelify.codemods.analysis.alias_names import Rebind
 from accelify.codemods.analysis.trainer_choice import View
 from accelify.codemods.analysis.snippets import code_of
 
@@ -94,6 +95,7 @@ class Plan(RoleAssignment, PrepareSite, TrainingDataChecks, DataPasses):
         self.prepare_block: list[cst.BaseStatement] = []
         self.prepare_after: cst.BaseStatement | None = None  # prepare goes right after this statement
         self.aliases: list[Alias] = []  # what prepare passes and rebinds, in order
+        self.rebinds: list[Rebind] = []  # ``model = embedding_net`` again after prepare (``alias_names.py``)
         self.home: Scope | None = None
         self.home_block: list[cst.BaseStatement] = []
         self.home_call: CallSite | None = None  # the call in the home that leads to the prepare scope

@@ -14,6 +14,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods.analysis.accelerator_home import AcceleratorHome
+from accelify.codemods.analysis.alias_names import Rebind, follow_aliases
 from accelify.codemods.analysis.blocks import binds_on_every_path, common_block, unconditional
 from accelify.codemods.analysis.facts import Binding, CallSite, Scope
 from accelify.codemods.analysis.names import dotted
@@ -27,7 +28,7 @@ from accelify.codemods.analysis.problems import (
     SECOND_EXPERIMENT,
     SEVERAL_TRAINERS,
 )
-from accelify.codemods.analysis.roles import classify, removed_wrap
+from accelify.codemods.analysis.roles import classify, removed_wrap, strip_placement
 
 PREPARED_ROLES = ("model", "optimizer", "loader", "scheduler")
 # ACC039's ``why`` when a run of the program may build several trainers (``engine/alternatives.py`` has the others)
@@ -47,6 +48,7 @@ class PrepareSite(AcceleratorHome):
     prepare_block: list[cst.BaseStatement]
     prepare_after: cst.BaseStatement | None
     aliases: list[Alias]
+    rebinds: list[Rebind]  # second names that train, bound again to the prepared object right after prepare
     trainers: list[Scope]
 
     def _choose_prepare_site(self) -> None:
@@ -260,6 +262,7 @@ class PrepareSite(AcceleratorHome):
         branched = [a for a in aliases if self._bound_only_if(scope, a, block, last)]
         self.in_place.extend(a.obj for a in branched)
         aliases = [a for a in aliases if a not in branched]
+        aliases, self.rebinds = follow_aliases(self, scope, aliases, last)  # ``model = embedding_net`` trains
         self.prepare_scope, self.prepare_block, self.prepare_after, self.aliases = scope, block, last, aliases
 
     def _after_sized_schedulers(self, scope: Scope, block: list[cst.BaseStatement],
@@ -326,11 +329,22 @@ class PrepareSite(AcceleratorHome):
             at = self.facts.order[alias.stmt][0]
             for _, owner in self.trained_by(alias.obj):
                 key = dotted(owner)
-                earlier = [b for b in scope.bindings.get(key or "", []) if b.role == "model"
+                earlier = [b for b in scope.bindings.get(key or "", []) if self._names_a_model(b)
                            and isinstance(b.stmt, cst.SimpleStatementLine) and start < self.facts.order[b.stmt][0] < at]
                 if earlier and earlier[-1] not in found and earlier[-1] not in self.in_place:
                     found.append(earlier[-1])
         return found
+
+    def _names_a_model(self, binding: Binding) -> bool:
+        """A binding that makes a model, or a second name for one (``model = embedding_net``: the name the later
+        experiment trains, prepared right there; the first name alone would leave that one training the bare
+        module)."""
+        if binding.role == "model":
+            return True
+        if binding.value is None or binding.unpacked is not None or dotted(strip_placement(binding.value)) is None:
+            return False
+        held = self.holds(binding)
+        return held is not None and held.role == "model"
 
     def _later_experiment(self, scope: Scope, alias: Alias, loop: cst.BaseStatement) -> bool:
         """Whether ``alias`` re-binds, after training started at ``loop``, a name an earlier experiment bound to an

@@ -15,7 +15,10 @@ epoch (``StepLR(optimizer, step_size=2)`` after ``train(...)``) would move N epo
 - per epoch: that loop holds a loop that trains, or calls a helper that does (``train(model, loader)``), or the
   call is in a function that trains over the data itself before or after it (``train_one_epoch``'s last line);
 - a step call outside any loop of its function is decided at the function's call sites (``on_epoch_end()``
-  called after the batch loop, ``training_step(batch)`` called from it).
+  called after the batch loop, ``training_step(batch)`` called from it);
+- a catch-up: a loop that does nothing but step schedulers (``for epoch in range(0, start_epoch):
+  scheduler.step()``, resuming) counts in whatever unit the other steps count, so it decides nothing: without it a
+  per-epoch scheduler would read as mixed and be prepared (siamese-triplet's ``fit``, copied widely).
 
 The answer is ``True`` (every call per batch), ``False`` (every call per epoch) or ``None`` (mixed, no call, or
 a shape this cannot read; ``Plan`` then keeps the scheduler in ``prepare`` as before).
@@ -37,12 +40,43 @@ def per_batch(plan: Plan, scheduler: Binding) -> bool | None:
     scheduler in several places (``if args.dataset == "svhn": scheduler = MultiStepLR(...) else: scheduler =
     MultiStepLR(...)``) is one scheduler for this question: its step calls are every binding's."""
     alike = _same_name(scheduler)
-    sites = [
-        s for s in plan.facts.calls
-        if s.method == "step" and isinstance(s.node.func, cst.Attribute) and plan.origin(s.scope, s.node.func.value) in alike
-    ]
-    answers = {_site(plan, s.scope, s.stmt, frozenset()) for s in sites}
+    sites = [s for s in plan.facts.calls if _steps_scheduler(plan, s, alike)]
+    deciding = [s for s in sites if not _catch_up(plan, s, alike)]
+    answers = {_site(plan, s.scope, s.stmt, frozenset()) for s in deciding}
     return answers.pop() if len(answers) == 1 else None
+
+
+def _catch_up(plan: Plan, site: CallSite, alike: list[Binding]) -> bool:
+    """Whether ``site`` is in a loop that only steps the scheduler before the training (a resume's catch-up, a
+    warm-up fast-forward): the loop walks no data, every call in it is a step of the scheduler or a call outside
+    the program (``print``; a call of the program's own functions could train), and after it its function trains
+    or steps the scheduler again (a loop of steps after all the training is a schedule of its own)."""
+    loop = enclosing_loop(plan, site.stmt)
+    if loop is None or (isinstance(loop, cst.For) and _walks_loader(plan, site.scope, loop)):
+        return False
+    for other in site.scope.calls:
+        if other is site or not _within(plan, other.stmt, loop):
+            continue
+        if _steps_scheduler(plan, other, alike):
+            continue
+        if plan.callee(other) is not None or plan.reaches_backward(other) or _steps_optimizer(plan, other, frozenset()):
+            return False
+    return any(
+        plan.facts.after(other.stmt, loop) and (_steps_scheduler(plan, other, alike) or _trains_at(plan, other))
+        for other in site.scope.calls
+    )
+
+
+def _steps_scheduler(plan: Plan, site: CallSite, alike: list[Binding]) -> bool:
+    func = site.node.func
+    return site.method == "step" and isinstance(func, cst.Attribute) and plan.origin(site.scope, func.value) in alike
+
+
+def _trains_at(plan: Plan, site: CallSite) -> bool:
+    """Whether ``site`` makes a backward, steps an optimizer or calls a function that trains."""
+    callee = plan.callee(site)
+    return plan.reaches_backward(site) or _steps_optimizer(plan, site, frozenset()) or (
+        callee is not None and _trains(plan, callee, frozenset()))
 
 
 def _same_name(scheduler: Binding) -> list[Binding]:

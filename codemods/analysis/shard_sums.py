@@ -30,7 +30,9 @@ twice. Its ``kind`` (``analysis/sum_kinds.py``) says how to reduce it:
 batches (Accelerate's default, ours too) every process walks the same number of batches, so the mean of the
 per-process sums over that count is the global average. Divided by a global count (``len(loader.dataset)``,
 ``len(train_set)`` of a data set, a count summed too) it is summed. Divided by anything else it cannot be told
-which, and it is ``kept``, as is a running value held by an object (``meter.update(v, n)``),
+which, and it is ``kept``, as is a running value held by an object (``meter.update(v, n)``, a metric object of the
+program's that adds what it is fed to its attributes: ``analysis/metric_objects.py``; rows written into an array
+sized by the data set: ``analysis/sized_arrays.py``),
 a list read in order (a loss curve plotted) or appended to conditionally, or a sum carried over several passes: the
 rule reports those.
 
@@ -57,6 +59,8 @@ from accelify.codemods.analysis.loop_reads import (
     reads_after,
 )
 from accelify.codemods.analysis.loss_means import mean_loss
+from accelify.codemods.analysis.metric_objects import metric_calls
+from accelify.codemods.analysis.sized_arrays import row_writes
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.schedules import enclosing_loop
@@ -128,6 +132,13 @@ def find_averages(plan: Plan) -> Averages:
                         found.accumulators.append(listed)
                     else:
                         found.kept.append(Kept(name, loop, stmt, tuple(a.value for a in call.args)))
+        reported = {id(k.node) for k in found.kept}
+        for fed in metric_calls(plan, loop, loop.stmts + inner):  # ``metric(outputs, target)``: sums into itself
+            if id(fed.stmt) not in reported and _read_after(plan, loop, fed.name):
+                found.kept.append(Kept(fed.name, loop, fed.stmt, tuple(a.value for a in fed.call.args)))
+        for row in row_writes(plan, loop):  # ``embeddings[k:k + len(x)] = ...`` into ``np.zeros(len(data))``
+            if _read_after(plan, loop, row.name):
+                found.kept.append(Kept(row.name, loop, row.stmt, (row.value,)))
         counters = {n for n, ups in updates.items()  # a batch counter; ``correct += 1`` over a batch's items is a sum
                     if all(isinstance(v, cst.Integer) and not counts_samples(plan, loop, u) for u, v in ups)}
         for keyed in keyed_sums(plan, loop):

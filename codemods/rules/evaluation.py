@@ -23,7 +23,8 @@ from accelify.codemods.analysis.model_outputs import (
     read_through_attributes,
 )
 from accelify.codemods.analysis.reduced_outputs import feeds_reduced_sums_only
-from accelify.codemods.analysis.snippets import code_of
+from accelify.codemods.analysis.roles import MODULE_API
+from accelify.codemods.analysis.snippets import code_of, unwrap
 from accelify.codemods.analysis.facts import Loop
 from accelify.codemods.engine.rule import Example, Rule
 
@@ -337,7 +338,7 @@ accelerator.end_training()
                     # names read after the forward: in the later statements, and in this one outside the call
                     later = names_used(rest) | (names_used([stmt]) - (call_inputs(call) - names_outside(stmt, call)))
                     gather = _gather(ctx, loop, [name], call_inputs(call), later, accelerator)
-                    ctx.insert_before(stmt, [f"{name} = {code_of(call)}", *gather])
+                    ctx.insert_before(stmt, [f"{name} = {code_of(_reachable(ctx, loop, call, stmt, accelerator))}", *gather])
                     ctx.replace(call, stmt, lambda _, n=name: cst.Name(n))  # type: ignore[misc]
                 elif not feeds_reduced_sums_only(ctx.plan, loop, stmt, rest):
                     ctx.warn(codes.LOCAL_METRIC, call)
@@ -365,6 +366,17 @@ accelerator.end_training()
                 if found is not None and found.role == "loader":
                     ctx.warn(codes.LOCAL_METRIC, site.node)
                     break
+
+
+def _reachable(ctx: Context, loop: Loop, call: cst.Call, stmt: cst.BaseStatement, accelerator: str) -> cst.Call:
+    """The forward as the new statement runs it: with ``--target accelerate`` a method of the model's own class
+    (``model.get_embedding(x)``) through ``accelerator.unwrap_model(model)``, as the attributes rule writes it where
+    the call stays in place (Hugging Face Accelerate's DDP wrapper does not have it)."""
+    func = call.func
+    if ctx.target != "accelerate" or not isinstance(func, cst.Attribute) or is_model(ctx.plan, loop.scope, func, stmt) \
+            or func.attr.value in MODULE_API:
+        return call
+    return call.with_changes(func=func.with_changes(value=unwrap(func.value, accelerator)))
 
 
 def _fresh_name(loop: Loop, base: str) -> str:

@@ -210,6 +210,7 @@ accelerator.end_training()
         code = _prepare_code(names, accelerator, _depth(ctx, plan.prepare_block) * _indent(ctx, scope))
         # ``loaders = {"train": train, "valid": valid}`` made before prepare holds the old loaders: made again after it
         again = [code_of(b.stmt).strip() for b in plan.rebuilt]
+        again += [f"{r.alias} = {r.prepared}" for r in plan.rebinds]  # a second name that trains: the prepared one
         block = plan.prepare_block
         following = block[block.index(plan.prepare_after) + 1:] if plan.prepare_after in block else []
         if following and ctx.edits.vanishes(following[0]):
@@ -224,6 +225,8 @@ accelerator.end_training()
         ctx.change(f"prepare {', '.join(names)}")
         for binding in plan.rebuilt:
             ctx.change(f"make {binding.key} again after prepare, with the prepared loaders")
+        for rebind in plan.rebinds:
+            ctx.change(f"bind {rebind.alias} to the prepared {rebind.prepared}: the training goes on through it")
 
 
 def _wrap_inline(ctx: Context) -> None:

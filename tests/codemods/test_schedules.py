@@ -88,6 +88,50 @@ SHAPES = {
         for epoch in range(2):
             scheduler.step()
         """),
+    "per epoch after a resume's catch-up loop": (False, """
+        def fit(loader, model, optimizer, scheduler, n_epochs, start_epoch=0):
+            for epoch in range(0, start_epoch):
+                scheduler.step()
+            for epoch in range(start_epoch, n_epochs):
+                scheduler.step()
+                for x, y in loader:
+                    model(x).sum().backward()
+                    optimizer.step()
+        fit(loader, model, optimizer, scheduler, 2)
+        """),
+    "per epoch after a module-level catch-up loop": (False, """
+        start_epoch = 1
+        for _ in range(start_epoch):
+            print("skipping an epoch")
+            scheduler.step()
+        for epoch in range(start_epoch, 3):
+            for x, y in loader:
+                model(x).sum().backward()
+                optimizer.step()
+            scheduler.step()
+        """),
+    "per batch after a catch-up loop": (True, """
+        start_step = 3
+        for _ in range(start_step):
+            scheduler.step()
+        for x, y in loader:
+            model(x).sum().backward()
+            optimizer.step()
+            scheduler.step()
+        """),
+    "a loop stepping it beside a call of the program's own is no catch-up": (None, """
+        def train(model, loader, optimizer):
+            for x, y in loader:
+                model(x).sum().backward()
+                optimizer.step()
+        for epoch in range(2):
+            train(model, loader, optimizer)
+            scheduler.step()
+        for x, y in loader:
+            model(x).sum().backward()
+            optimizer.step()
+            scheduler.step()
+        """),
     "a warm-up loop of its own": (None, """
         for _ in range(3):
             scheduler.step()
