@@ -28,7 +28,7 @@ import libcst.matchers as m
 from accelify.codemods.analysis.statement_shapes import target_names
 from accelify.codemods.analysis.tree_walk import children
 from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Loop, Scope
-from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.names import PROGRESS_BARS, dotted
 from accelify.codemods.analysis.plan import Plan
 
 _RANDOM = ("torch.rand", "torch.randn", "torch.randint", "torch.randperm", "torch.bernoulli", "torch.multinomial",
@@ -42,8 +42,8 @@ _CLOCK = ("time.time", "time.perf_counter", "time.monotonic", "time.process_time
           "time.ctime", "time.asctime", "time.strftime", "datetime.datetime.now", "datetime.datetime.utcnow",
           "datetime.datetime.today", "datetime.date.today")
 _RANK_ATTRS = ("process_index", "local_process_index", "is_main_process", "is_local_main_process", "is_last_process")
-_WALK_WRAPPERS = ("tqdm.tqdm", "tqdm.trange", "tqdm.auto.tqdm", "tqdm.auto.trange", "tqdm.notebook.tqdm",
-                  "tqdm.notebook.trange", "enumerate", "builtins.enumerate")
+_WALK_WRAPPERS = (*sorted(PROGRESS_BARS), "tqdm.trange", "tqdm.auto.trange", "tqdm.notebook.trange", "enumerate",
+                  "builtins.enumerate")
 _GLOBAL_METHODS = ("gather_for_metrics", "gather", "reduce", "check_trigger", "pad_across_processes")
 
 

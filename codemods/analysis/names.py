@@ -25,7 +25,15 @@ _CANONICAL: dict[str, str] = {
     "tqdm.auto.tqdm": "tqdm.tqdm",
     "tqdm.notebook.tqdm": "tqdm.tqdm",
     "tqdm.autonotebook.tqdm": "tqdm.tqdm",
+    "tqdm.rich.tqdm": "tqdm.tqdm",
+    "tqdm.contrib.telegram.tqdm": "tqdm.tqdm",
+    "fastprogress.fastprogress.progress_bar": "fastprogress.progress_bar",
+    "rich.progress.Progress.track": "rich.progress.track",
 }
+# Progress bars that walk an iterable once and yield its items (the loop walks the loader they are handed): tqdm,
+# rich's ``track``, alive-progress's ``alive_it``, fastprogress's ``progress_bar``, progressbar2's ``progressbar``.
+PROGRESS_BARS = frozenset({"tqdm.tqdm", "rich.progress.track", "alive_progress.alive_it", "fastprogress.progress_bar",
+                           "progressbar.progressbar"})
 
 
 def dotted(expr: cst.BaseExpression) -> str | None:

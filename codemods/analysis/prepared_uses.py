@@ -15,10 +15,10 @@ from accelify.codemods.analysis.statement_shapes import target_names
 from accelify.codemods.analysis.distributed import Distributed
 from accelify.codemods.analysis.facts import Binding, CallSite, Loop, Scope
 from accelify.codemods.analysis.flow import Flow
-from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.names import PROGRESS_BARS, dotted
 from accelify.codemods.analysis.roles import is_cuda_string, rewraps, strip_placement
 
-ITERATION_WRAPPERS = {"enumerate", "iter", "tqdm.tqdm"}
+ITERATION_WRAPPERS = {"enumerate", "iter", *PROGRESS_BARS}
 # what a loop's iterable may wrap its loader in and still walk it once per pass: ``tqdm(list(enumerate(loader)))``
 SOURCE_WRAPPERS = ITERATION_WRAPPERS | {"list", "tuple", "tqdm.auto.tqdm", "tqdm.notebook.tqdm"}
 

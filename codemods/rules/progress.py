@@ -11,12 +11,14 @@ from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import expression
 from accelify.codemods.engine.rule import Example, Rule
 
-BARS = {"tqdm.tqdm", "tqdm.trange", "tqdm.auto.trange", "tqdm.notebook.trange"}
+# bars that take ``disable=`` (rich's ``track`` and alive-progress's ``alive_it`` too)
+BARS = {"tqdm.tqdm", "tqdm.trange", "tqdm.auto.trange", "tqdm.notebook.trange", "rich.progress.track",
+        "alive_progress.alive_it"}
 
 
 class DisableProgress(Rule):
     name = "progress"
-    description = "Show tqdm progress bars on the local main process only."
+    description = "Show progress bars (tqdm, rich's track, alive_it) on the local main process only."
     examples = (
         Example(
             before='''\

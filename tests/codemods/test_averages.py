@@ -829,3 +829,32 @@ def test_a_mean_loss_divided_in_place_by_the_number_of_batches_runs_per_original
             "            correct += (out.argmax(1) == y).sum().item()\n") in new, new
     assert "len(test_loader.batch_sampler.batch_sampler)" in new, new
     assert codes(code) == []
+
+
+@pytest.mark.parametrize("bar", ["from rich.progress import track", "from alive_progress import alive_it as track",
+                                 "from tqdm.rich import tqdm as track", "from fastprogress import progress_bar as track"])
+def test_a_loop_through_any_progress_bar_walks_the_prepared_loader(bar: str) -> None:
+    """``enumerate(track(loader, ...))`` (rich) walked "something else": the epoch's loss stayed process 0's share,
+    printed as the whole epoch's, and rich drew its bar on every process (field test J10)."""
+    source = textwrap.dedent(f"""\
+        import torch
+        {bar}
+        from torch.utils.data import DataLoader, TensorDataset
+        loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,))), batch_size=8)
+        model = torch.nn.Linear(4, 2)
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+        for epoch in range(2):
+            epoch_loss = 0.0
+            for batch_idx, (x, y) in enumerate(track(loader)):
+                optimizer.zero_grad()
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                loss.backward()
+                optimizer.step()
+                epoch_loss += loss.item()
+            print(f"epoch {{epoch}} loss {{epoch_loss / len(loader):.4f}}")
+        """)
+    out = converted(source)
+    assert 'epoch_loss = accelerator.reduce(torch.tensor(epoch_loss, dtype=torch.float64, device=accelerator.device), ' \
+           '"mean").item()' in out
+    drawn = "enumerate(track(loader, disable=not accelerator.is_local_main_process))" in out
+    assert drawn == ("fastprogress" not in bar)  # fastprogress's bar takes no ``disable``
