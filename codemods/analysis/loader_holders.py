@@ -62,9 +62,12 @@ class LoaderHolders(PreparedUses):
     wrapped: list["Inline"]  # loaders built inline (in a wrapper, or as a loop's iterable): prepared where built
     prepare_block: list[cst.BaseStatement]
 
-    def holder(self, scope: Scope, expr: cst.BaseExpression, depth: int = 0) -> Holder | None:
+    def holder(self, scope: Scope, expr: cst.BaseExpression, depth: int = 0, at: cst.BaseStatement | None = None
+               ) -> Holder | None:
         """What holds the loaders ``expr`` (``loaders[phase]``, ``data`` of ``next(data)``) reads, followed through
-        the parameters of helpers when every caller passes the same holder; None when it is no holder."""
+        the parameters of helpers when every caller passes the same holder; None when it is no holder. Read at
+        ``at``, it is the holder bound last before it (a converted program makes ``loaders = {...}`` again right
+        after ``prepare``: the loop walks that one's loaders)."""
         subscript = isinstance(expr, cst.Subscript)
         base = expr.value if isinstance(expr, cst.Subscript) else expr
         key = dotted(base)
@@ -76,7 +79,7 @@ class LoaderHolders(PreparedUses):
                      if (arg := self.arg_for(site, owner, key)) is not None and isinstance(arg.value, cst.Name)
                      and (h := self.holder(site.scope, _like(expr, arg.value), depth + 1)) is not None}
             return next(iter(found.values())) if len(found) == 1 else None
-        binding = self.binding_of(scope, key)
+        binding = self._reaching(scope, key, at) if at is not None and key in scope.bindings else self.binding_of(scope, key)
         if binding is None or binding.role is not None or binding.value is None or binding.unpacked is not None:
             return None
         value, where = binding.value, binding.where
@@ -117,7 +120,7 @@ class LoaderHolders(PreparedUses):
         found = super().prepared(scope, expr, at)
         if found is None or not isinstance(expr, cst.Subscript):
             return found
-        held = self.holder(scope, expr)
+        held = self.holder(scope, expr, at=at)
         return found if held is None or self.holder_sees_prepared(held, scope, at) else None
 
     def feeds_training(self) -> bool:
