@@ -27,6 +27,7 @@ import libcst as cst
 from accelify.codemods.analysis.statement_shapes import target_names
 from accelify.codemods.analysis.tree_walk import children
 from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Loop, Scope
+from accelify.codemods.analysis.kept_values import kept_value
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
 
@@ -75,6 +76,7 @@ class Agreement:
         self._returns: dict[int, bool] = {}
         self._contexts: dict[int, bool] = {}
         self._batch_loops: dict[int, bool] = {}
+        self._kept = _kept_bindings(facts)
 
     def _read_gathers(self, edits: ProposedEdits) -> None:
         for anchor, before, stmt in edits.inserted():
@@ -161,9 +163,10 @@ class Agreement:
         owner = scope.class_scope if head == "self" else scope.resolve(head)
         if owner is None:
             return False
+        kept = [b for b in self._kept.get((id(owner), key), []) if b.stmt not in self.edits.removed]
         if owner.kind == "function" and head in owner.param_names and head not in owner.bindings:
-            return "." not in key and self._param_local(owner, head, seen)
-        bindings = [b for b in owner.bindings.get(key, []) if b.stmt not in self.edits.removed]
+            return "." not in key and (self._param_local(owner, head, seen) or any(self._binding_local(b, seen) for b in kept))
+        bindings = [b for b in owner.bindings.get(key, []) if b.stmt not in self.edits.removed] + kept
         if "." in key and head != "self" and not owner.bindings.get(key):
             return self._key_local(scope, head, at, seen)  # ``out.data``, ``loss.shape``: an attribute of ``out``
         if owner is not scope or owner.kind != "function":  # self.x, a module global, a closure's variable
@@ -213,9 +216,12 @@ class Agreement:
         if id(binding) in seen:
             return False
         self._local_binding[id(binding)] = False  # recursion guard: assume agreed, revisit below
-        if isinstance(binding.stmt, cst.For):  # a loop target: a batch when the loop walks a prepared loader
+        if isinstance(binding.stmt, cst.For):  # a loop target: a batch when the loop walks a prepared loader, and
+            # an item of what it walks otherwise (``for p in preds`` over a process's own predictions)
             found = next((lp for lp in binding.where.loops if lp.node is binding.stmt), None)
             result = found is not None and self._over_prepared(found) and binding.key in self.plan.batch_names(found)
+            if not result and (found is None or not self._over_prepared(found)):
+                result = self._local(binding.where, binding.stmt.iter, binding.stmt, seen | {id(binding)})
         elif binding.value is None:
             result = binding.unpacked is not None and self._local(binding.where, binding.unpacked[0], binding.stmt, seen | {id(binding)})
         else:
@@ -275,6 +281,32 @@ class Agreement:
                 return False
         return self._function_agreed(scope)
 
+    def collective_place(self, stmt: cst.BaseStatement, scope: Scope, movable: bool = False,
+                         after: cst.BaseStatement | None = None) -> cst.BaseStatement | None:
+        """Where a collective meant to run right before ``stmt`` goes so that every process reaches it alike: ``stmt``
+        itself when the processes reach it alike (``agreed``); else, for a ``movable`` one (a barrier, which carries
+        no value), the outermost ``if``/``while``/``for`` around ``stmt`` that the processes may run differently (the
+        first of an ``if``/``elif`` chain), when that comes after ``after`` (a barrier that orders a read after a
+        write must stay after the write) and every process reaches it alike. None where there is no such place (a
+        value gathered or reduced under a condition only some processes take, a function called under one): the
+        rule must not insert it there, and does what it does without the collective or reports why it cannot.
+        Every rule that inserts a collective asks this, so none puts one under a condition that may differ."""
+        if self.agreed(stmt, scope):
+            return stmt
+        if not movable or not self._function_agreed(scope):
+            return None
+        place = stmt
+        for outer in self.facts.chain(stmt)[1:]:
+            if (isinstance(outer, (cst.If, cst.While)) and not self.uniform(scope, outer.test, outer)) or (
+                    isinstance(outer, cst.For) and not self._loop_agrees(scope, outer)):
+                place = outer
+        parent = self.facts.parent_stmt.get(place)
+        while isinstance(place, cst.If) and isinstance(parent, cst.If) and parent.orelse is place:
+            place, parent = parent, self.facts.parent_stmt.get(parent)  # an ``elif``: before its ``if``
+        if after is not None and not self.facts.after(place, after):
+            return None
+        return place if self.agreed(place, scope) else None
+
     def _loop_agrees(self, scope: Scope, loop: cst.For) -> bool:
         found = next((lp for lp in scope.loops if lp.node is loop), None)
         if found is not None and self._over_prepared(found):
@@ -291,6 +323,25 @@ class Agreement:
         result = all(self.agreed(site.stmt, site.scope) for site in sites)
         self._contexts[id(scope)] = result
         return result
+
+
+def _kept_bindings(facts: Facts) -> dict[tuple[int, str], list[Binding]]:
+    """Each statement that keeps a value in a holder (``losses.append(loss.item())``, ``kept_values.py``) as an update
+    of the holder (an augmented assignment of what it keeps), by the holder's owner scope and key: what a process's
+    own values went into is that process's own too."""
+    found: dict[tuple[int, str], list[Binding]] = {}
+    for site in facts.calls:
+        kept = kept_value(site.stmt)
+        if kept is None or kept.call is not site.node or not kept.values:
+            continue
+        head = kept.key.split(".")[0]
+        owner = site.scope.class_scope if head == "self" else site.scope.resolve(head)
+        if owner is None:
+            continue
+        value = cst.Tuple([cst.Element(v) for v in kept.values])
+        binding = Binding(kept.key, value, site.stmt, owner, site.scope, kept.call.func, site.loop, aug=True)
+        found.setdefault((id(owner), kept.key), []).append(binding)
+    return found
 
 
 def _gathered_names(stmt: cst.BaseStatement) -> list[str]:
