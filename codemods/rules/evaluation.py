@@ -7,6 +7,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods import codes
+from accelify.codemods.analysis.agreement import Agreement
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.evaluation_loops import is_evaluation, is_model, model_call
 from accelify.codemods.analysis.model_outputs import (
@@ -306,6 +307,9 @@ accelerator.end_training()
                     rest = [*stmt.body.body[list(stmt.body.body).index(inner) + 1 :], *rest]
                     stmt = inner
                 if ctx.is_skipped(stmt):
+                    break
+                if Agreement(ctx.facts, ctx.plan, ctx.edits).collective_place(stmt, loop.scope) is None:
+                    ctx.warn(codes.LOCAL_METRIC, call)  # a gather some processes skip would leave the others waiting
                     break
                 named = named_output(stmt, call)
                 if named is not None and len(named) == 1 and read_through_attributes(named[0], rest):
