@@ -73,6 +73,74 @@ accelerator.end_training()
 ''',
             fires=False,
         ),
+        Example(
+            # the best score so far, over each process's share of the validation set (a phase loop over a dict of
+            # loaders, both prepared): a test the processes may decide differently, so the barrier goes before it
+            before='''\
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader_train = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2, shuffle=True)
+loader_valid = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2)
+loaders = {"train": loader_train, "valid": loader_valid}
+best = float("inf")
+for epoch in range(2):
+    for phase in ["train", "valid"]:
+        losses = []
+        for x, y in loaders[phase]:
+            optimizer.zero_grad()
+            with torch.set_grad_enabled(phase == "train"):
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                if phase == "train":
+                    loss.backward()
+                    optimizer.step()
+                else:
+                    losses.append(loss.item())
+        if phase == "valid":
+            score = np.mean(losses)
+            if score < best:
+                best = score
+                torch.save(model.state_dict(), "best.pt")
+''',
+            after='''\
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader_train = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2, shuffle=True)
+loader_valid = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2)
+model, optimizer, loader_train, loader_valid = accelerator.prepare(
+    model, optimizer, loader_train, loader_valid
+)
+loaders = {"train": loader_train, "valid": loader_valid}
+best = float("inf")
+for epoch in range(2):
+    for phase in ["train", "valid"]:
+        losses = []
+        for x, y in loaders[phase]:
+            optimizer.zero_grad()
+            with torch.set_grad_enabled(phase == "train"):
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                if phase == "train":
+                    accelerator.backward(loss)
+                    optimizer.step()
+                else:
+                    losses.append(loss.item())
+        if phase == "valid":
+            score = np.mean(losses)
+            accelerator.wait_for_everyone()
+            if score < best:
+                best = score
+                accelerator.save(accelerator.unwrap_model(model).state_dict(), "best.pt")
+accelerator.end_training()
+''',
+            warnings=("ACC028:21",),
+        ),
     )
 
     def run(self, ctx: Context) -> None:
