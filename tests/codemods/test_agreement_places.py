@@ -47,10 +47,10 @@ class _NoEdits:
         return None
 
 
-def _uniform_tests(body: str, helpers: str = "") -> dict[str, bool]:
-    """Each ``if`` test of ``PREPARED + body`` (a converted program, read as verify reads it; ``helpers`` after
+def _uniform_tests(body: str, helpers: str = "", header: str = PREPARED) -> dict[str, bool]:
+    """Each ``if`` test of ``header + body`` (a converted program, read as verify reads it; ``helpers`` after
     ``main``), and whether the agreement finds it the same on every process."""
-    facts = collect(cst.parse_module(PREPARED + textwrap.indent(dedent(body), "    ") + "\n\n" + dedent(helpers)))
+    facts = collect(cst.parse_module(header + textwrap.indent(dedent(body), "    ") + "\n\n" + dedent(helpers)))
     agreement = Agreement(facts, Plan(facts), _NoEdits())
     main = next(s for s in facts.scopes if s.name == "main")
     code = cst.Module([]).code_for_node
@@ -86,6 +86,35 @@ def test_a_loop_over_a_dict_of_loaders_rebuilt_after_prepare_walks_the_prepared_
                         best = 0.0
     """)
     assert tests == {'phase == "valid"': True, "np.mean(preds) < best": False}
+
+
+def test_a_loader_taken_from_a_dict_or_tuple_of_prepared_loaders_hands_out_local_batches() -> None:
+    """``for phase, loader in loaders.items()`` (or over a tuple of prepared loaders), then ``for x, y in loader``: the
+    batches are each process's own, whichever loader the pass walks; a dict made only before ``prepare`` holds the
+    loaders every process walks whole, so what is kept from them agrees."""
+    walks = {"loaders.items()": False, "(loader_train, loader_valid)": False}
+    for walked in walks:
+        target = "phase, loader" if "items" in walked else "loader"
+        tests = _uniform_tests(f"""
+            for {target} in {walked}:
+                losses = []
+                for x, y in loader:
+                    losses.append(model(x).sum().item())
+                if np.mean(losses) < best:
+                    best = 0.0
+        """)
+        walks[walked] = tests["np.mean(losses) < best"]
+    assert walks == {"loaders.items()": False, "(loader_train, loader_valid)": False}
+    before_prepare = PREPARED.replace('    loaders = {"train": loader_train, "valid": loader_valid}\n    best', "    best")
+    early = _uniform_tests("""
+        for phase, loader in loaders.items():
+            losses = []
+            for x, y in loader:
+                losses.append(model(x).sum().item())
+            if np.mean(losses) < best:
+                best = 0.0
+    """, header=before_prepare)
+    assert early == {"np.mean(losses) < best": True}
 
 
 def test_a_list_gathered_after_the_loop_agrees_again() -> None:
