@@ -4,7 +4,9 @@ A collective (``wait_for_everyone``, ``gather*``, ``reduce``, ``check_trigger``,
 be reached by every process the same number of times, so it may only sit under conditions that agree.
 A value is *local* (it may differ between processes) when it comes from a process's own data: a batch
 of a prepared loader, a prepared model's output on it, a loss, a random draw, the process's rank or
-the clock; and everything computed from such a value is local too. A value is *global* again once it
+the clock; and everything computed from such a value is local too, a holder it was kept in included
+(``losses.append(loss.item())``, read as ``kept_values.py`` reads it for ACC028 too) and the items of a loop
+over a local value. A value is *global* again once it
 went through ``gather_for_metrics``/``gather``/``reduce`` (read from the edits: the statements ``x, y =
 accelerator.gather_for_metrics((x, y))`` the evaluation rule inserts, and the forward calls it replaced by the
 name it gathers). Everything else (constants, arguments, epochs, parameters of a
