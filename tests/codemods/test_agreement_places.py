@@ -220,3 +220,24 @@ def test_a_gather_is_not_inserted_under_a_test_on_a_local_value() -> None:
         """))
     assert "gather" not in result.new and "ACC016" in [w.code for w in result.warnings], result.new
     assert latent_deadlocks(("train.py", result.new)) == []
+
+
+def test_no_check_trigger_in_a_loop_some_processes_do_not_run() -> None:
+    """A training loop run only when the process's last loss is small, left early on its own loss: the
+    ``check_trigger()`` after its body would be reached by the processes that run it only, so it is refused."""
+    result = convert_source(HEAD + dedent("""
+        loss = torch.nn.functional.mse_loss(model(torch.randn(2, 2)), torch.randn(2, 1))
+        for epoch in range(2):
+            for x, y in loader:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                loss.backward()
+                optimizer.step()
+            if loss.item() < 5:
+                for x, y in loader:
+                    loss = torch.nn.functional.mse_loss(model(x), y)
+                    loss.backward()
+                    optimizer.step()
+                    if loss.item() < 0.1:
+                        break
+        """))
+    assert result.status == "attention" and [f"{w.code}:{w.line}" for w in result.warnings] == ["ACC017:19"], result.warnings
