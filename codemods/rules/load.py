@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import code_of, expression, unwrap
 from accelify.codemods.analysis.facts import CallSite, Scope
@@ -107,7 +108,9 @@ accelerator.end_training()
                 anchor = _read_anchor(ctx, load)
                 unwaited = _reads_unwaited_save(ctx, load, saves, order) or _saved_by_earlier_call(ctx, load, order)
                 place = _barrier_place(ctx, load, anchor, order) if unwaited else None
-                if place is not None and place not in waited and not ctx.is_skipped(place):
+                if unwaited and place is None and not ctx.is_skipped(anchor):
+                    ctx.warn(codes.LOAD_UNORDERED, load.node, name=code_of(load.node.func))
+                elif place is not None and place not in waited and not ctx.is_skipped(place):
                     ctx.insert_before(place, [f"{accelerator}.wait_for_everyone()"])
                     waited.add(place)
         self._whole_models(ctx, saves, order, waited)
@@ -132,7 +135,10 @@ accelerator.end_training()
                 reader = site.qualname == "torch.load" or (
                     isinstance(site.node.func, cst.Name) and site.node.func.value not in _NOT_READERS)
                 if reader and any(code_of(a.value) == path.value for a in site.node.args) and _reads_unwaited_save(
-                        ctx, site, saves, order, path) and ctx.agreement.collective_place(site.stmt, site.scope) is not None:
+                        ctx, site, saves, order, path):
+                    if ctx.agreement.collective_place(site.stmt, site.scope) is None:  # save and read under one local test
+                        ctx.warn(codes.LOAD_UNORDERED, site.node, name=code_of(site.node.func))
+                        continue
                     ctx.insert_before(site.stmt, [f"{accelerator}.wait_for_everyone()"])
                     ctx.change("wait for the saved file before a function that reads it")
                     waited.add(site.stmt)
@@ -171,7 +177,9 @@ accelerator.end_training()
             ctx.replace(load.node, load.stmt, lambda n, d=device: _to_device(_map_to_cpu(n), d))  # type: ignore[misc]
             ctx.change('torch.load(..., map_location="cpu").to(device)')
             place = _barrier_place(ctx, load, _read_anchor(ctx, load), order)
-            if any(order[s.node] < order[load.node] for s in saves) and place is not None and place not in waited:
+            if any(order[s.node] < order[load.node] for s in saves) and place is None:
+                ctx.warn(codes.LOAD_UNORDERED, load.node, name=code_of(load.node.func))
+            elif any(order[s.node] < order[load.node] for s in saves) and place is not None and place not in waited:
                 ctx.insert_before(place, [f"{accelerator}.wait_for_everyone()"])
                 waited.add(place)
 

@@ -241,3 +241,18 @@ def test_no_check_trigger_in_a_loop_some_processes_do_not_run() -> None:
                         break
         """))
     assert result.status == "attention" and [f"{w.code}:{w.line}" for w in result.warnings] == ["ACC017:19"], result.warnings
+
+
+def test_a_load_of_a_file_saved_under_the_same_local_test_is_reported() -> None:
+    """Saved then read back under a test on the process's own score: a barrier between the two would sit under the
+    test (main put one there: a hang), and none can go before the test (it would come before the write), so the
+    load is left as is and reported (ACC049), and the save's own barrier goes before the test."""
+    result = convert_source(LOOP + textwrap.indent(dedent("""
+        if np.mean(losses) < best:
+            best = np.mean(losses)
+            torch.save(model.state_dict(), "best.pt")
+            model.load_state_dict(torch.load("best.pt"))
+    """), "    "))
+    assert [f"{w.code}:{w.line}" for w in result.warnings] == ["ACC028:14", "ACC049:18"], result.warnings
+    assert "        losses.append([loss.item()])\n    accelerator.wait_for_everyone()\n    if np.mean" in result.new, result.new
+    assert result.new.count("wait_for_everyone") == 1 and latent_deadlocks(("train.py", result.new)) == []
