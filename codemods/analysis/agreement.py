@@ -25,11 +25,12 @@ from __future__ import annotations
 from typing import Iterable, Protocol
 
 import libcst as cst
+import libcst.matchers as m
 
 from accelify.codemods.analysis.statement_shapes import target_names
 from accelify.codemods.analysis.tree_walk import children
 from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Loop, Scope
-from accelify.codemods.analysis.kept_values import kept_value
+from accelify.codemods.analysis.kept_values import kept_bindings
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
 
@@ -78,7 +79,8 @@ class Agreement:
         self._returns: dict[int, bool] = {}
         self._contexts: dict[int, bool] = {}
         self._batch_loops: dict[int, bool] = {}
-        self._kept = _kept_bindings(facts)
+        self._kept = kept_bindings(facts)
+        self._items = _comprehension_items(facts)
 
     def _read_gathers(self, edits: ProposedEdits) -> None:
         for anchor, before, stmt in edits.inserted():
@@ -107,6 +109,8 @@ class Agreement:
     def _local(self, scope: Scope, expr: cst.BaseExpression, at: cst.BaseStatement, seen: frozenset) -> bool:
         if expr in self.gathered_nodes:
             return False
+        if id(expr) in self._items:  # ``i`` of ``[f(seed + i) for i in range(n)]``: an item of what it walks
+            return self._local(scope, self._items[id(expr)], at, seen)
         if expr in self.plan.distributed.local_nodes:
             return True  # a launcher value the script reads (``int(os.environ["RANK"])``, ``args.local_rank``)
         if isinstance(expr, (cst.Name, cst.Attribute)) and dotted(expr) is not None:
@@ -327,22 +331,26 @@ class Agreement:
         return result
 
 
-def _kept_bindings(facts: Facts) -> dict[tuple[int, str], list[Binding]]:
-    """Each statement that keeps a value in a holder (``losses.append(loss.item())``, ``kept_values.py``) as an update
-    of the holder (an augmented assignment of what it keeps), by the holder's owner scope and key: what a process's
-    own values went into is that process's own too."""
-    found: dict[tuple[int, str], list[Binding]] = {}
-    for site in facts.calls:
-        kept = kept_value(site.stmt)
-        if kept is None or kept.call is not site.node or not kept.values:
-            continue
-        head = kept.key.split(".")[0]
-        owner = site.scope.class_scope if head == "self" else site.scope.resolve(head)
-        if owner is None:
-            continue
-        value = cst.Tuple([cst.Element(v) for v in kept.values])
-        binding = Binding(kept.key, value, site.stmt, owner, site.scope, kept.call.func, site.loop, aug=True)
-        found.setdefault((id(owner), kept.key), []).append(binding)
+def _comprehension_items(facts: Facts) -> dict[int, cst.BaseExpression]:
+    """Each load of a name a comprehension binds (``i`` in ``[make_env(seed + i) for i in range(n)]``), by the
+    node's id, with what its ``for`` walks: such a name is no variable of the function, whatever else it binds."""
+    found: dict[int, cst.BaseExpression] = {}
+    for unit in facts.units.values():
+        for comp in m.findall(unit.module, m.ListComp() | m.SetComp() | m.GeneratorExp() | m.DictComp()):
+            assert isinstance(comp, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp))
+            parts: list[cst.CSTNode] = [comp.key, comp.value] if isinstance(comp, cst.DictComp) else [comp.elt]
+            fors: list[cst.CompFor] = []
+            step: cst.CompFor | None = comp.for_in
+            while step is not None:
+                fors.append(step)
+                step = step.inner_for_in
+            for index, walk in enumerate(fors):
+                names = set(target_names(walk.target))
+                later = [*parts, *(c.test for f in fors[index:] for c in f.ifs), *(f.iter for f in fors[index + 1:])]
+                for node in later:  # (an inner comprehension, found after this one, binds its own names again)
+                    for name in m.findall(node, m.Name()):
+                        if isinstance(name, cst.Name) and name.value in names:
+                            found[id(name)] = walk.iter
     return found
 
 

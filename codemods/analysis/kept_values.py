@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from accelify.codemods.analysis.facts import Binding, Facts
 from accelify.codemods.analysis.names import dotted
 
 KEEPING_METHODS = ("update", "append", "extend", "add", "insert")
@@ -44,3 +45,22 @@ def kept_value(stmt: cst.BaseStatement) -> KeptValue | None:
     if key is None or key.count(".") > 1 or ("." in key and not key.startswith("self.")):
         return None
     return KeptValue(key, call, tuple(a.value for a in call.args), keyed)
+
+
+def kept_bindings(facts: Facts) -> dict[tuple[int, str], list[Binding]]:
+    """Each statement of the program that keeps a value in a holder, as the agreement reads it: an update of the
+    holder (an augmented assignment of what it keeps, ``Binding.aug``), by the holder's owner scope and key (what a
+    process's own values went into is that process's own too)."""
+    found: dict[tuple[int, str], list[Binding]] = {}
+    for site in facts.calls:
+        kept = kept_value(site.stmt)
+        if kept is None or kept.call is not site.node or not kept.values:
+            continue
+        head = kept.key.split(".")[0]
+        owner = site.scope.class_scope if head == "self" else site.scope.resolve(head)
+        if owner is None:
+            continue
+        value = cst.Tuple([cst.Element(v) for v in kept.values])
+        binding = Binding(kept.key, value, site.stmt, owner, site.scope, kept.call.func, site.loop, aug=True)
+        found.setdefault((id(owner), kept.key), []).append(binding)
+    return found

@@ -289,6 +289,7 @@ accelerator.end_training()
 
     def run(self, ctx: Context) -> None:
         self._warn_model_methods(ctx)
+        places: Agreement | None = None  # where a gather may go (``Agreement.collective_place``), built when first asked
         for loop in ctx.facts.loops:
             accelerator = ctx.accelerator_in(loop.scope)
             body = loop.node.body
@@ -308,7 +309,8 @@ accelerator.end_training()
                     stmt = inner
                 if ctx.is_skipped(stmt):
                     break
-                if Agreement(ctx.facts, ctx.plan, ctx.edits).collective_place(stmt, loop.scope) is None:
+                places = places or Agreement(ctx.facts, ctx.plan, ctx.edits)  # its own: ``ctx.agreement`` reads the gathers
+                if places.collective_place(stmt, loop.scope) is None:
                     ctx.warn(codes.LOCAL_METRIC, call)  # a gather some processes skip would leave the others waiting
                     break
                 named = named_output(stmt, call)

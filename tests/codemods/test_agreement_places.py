@@ -256,3 +256,19 @@ def test_a_load_of_a_file_saved_under_the_same_local_test_is_reported() -> None:
     assert [f"{w.code}:{w.line}" for w in result.warnings] == ["ACC028:14", "ACC049:18"], result.warnings
     assert "        losses.append([loss.item()])\n    accelerator.wait_for_everyone()\n    if np.mean" in result.new, result.new
     assert result.new.count("wait_for_everyone") == 1 and latent_deadlocks(("train.py", result.new)) == []
+
+
+def test_a_comprehension_variable_is_an_item_of_what_it_walks_not_the_function_variable_of_its_name() -> None:
+    """cleanrl's ``[make_env(args.seed + i, ...) for i in range(args.num_envs)]`` beside a loop ``for i in
+    range(target_pmfs.size(0))`` over a process's own batch: the seeds agree (the seeds rule offsets them by the
+    process index), whatever the function's own ``i`` holds."""
+    tests = _uniform_tests("""
+        for i in range(model(torch.randn(2, 2)).sum().int().item()):
+            print(i)
+        seeds = [7 + i for i in range(3)]
+        if seeds[0] > 1:
+            print(seeds)
+        if i > 1:
+            print(i)
+    """)
+    assert tests == {"seeds[0] > 1": True, "i > 1": False}
