@@ -346,6 +346,7 @@ def _comprehension_items(facts: Facts) -> dict[int, cst.BaseExpression]:
                 step = step.inner_for_in
             for index, walk in enumerate(fors):
                 names = set(target_names(walk.target))
+                found.update((id(name), walk.iter) for name in m.findall(walk.target, m.Name()))  # the target itself
                 later = [*parts, *(c.test for f in fors[index:] for c in f.ifs), *(f.iter for f in fors[index + 1:])]
                 for node in later:  # (an inner comprehension, found after this one, binds its own names again)
                     for name in m.findall(node, m.Name()):
