@@ -4,7 +4,9 @@ A collective (``wait_for_everyone``, ``gather*``, ``reduce``, ``check_trigger``,
 be reached by every process the same number of times, so it may only sit under conditions that agree.
 A value is *local* (it may differ between processes) when it comes from a process's own data: a batch
 of a prepared loader, a prepared model's output on it, a loss, a random draw, the process's rank or
-the clock; and everything computed from such a value is local too. A value is *global* again once it
+the clock; and everything computed from such a value is local too, a holder it was kept in included
+(``losses.append(loss.item())``, read as ``kept_values.py`` reads it for ACC028 too) and the items of a loop
+over a local value. A value is *global* again once it
 went through ``gather_for_metrics``/``gather``/``reduce`` (read from the edits: the statements ``x, y =
 accelerator.gather_for_metrics((x, y))`` the evaluation rule inserts, and the forward calls it replaced by the
 name it gathers). Everything else (constants, arguments, epochs, parameters of a
@@ -28,6 +30,7 @@ import libcst.matchers as m
 from accelify.codemods.analysis.statement_shapes import target_names
 from accelify.codemods.analysis.tree_walk import children
 from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Loop, Scope
+from accelify.codemods.analysis.kept_values import kept_bindings
 from accelify.codemods.analysis.names import PROGRESS_BARS, dotted
 from accelify.codemods.analysis.plan import Plan
 
@@ -76,6 +79,8 @@ class Agreement:
         self._returns: dict[int, bool] = {}
         self._contexts: dict[int, bool] = {}
         self._batch_loops: dict[int, bool] = {}
+        self._kept = kept_bindings(facts)
+        self._items = _comprehension_items(facts)
 
     def _read_gathers(self, edits: ProposedEdits) -> None:
         for anchor, before, stmt in edits.inserted():
@@ -104,6 +109,8 @@ class Agreement:
     def _local(self, scope: Scope, expr: cst.BaseExpression, at: cst.BaseStatement, seen: frozenset) -> bool:
         if expr in self.gathered_nodes:
             return False
+        if id(expr) in self._items:  # ``i`` of ``[f(seed + i) for i in range(n)]``: an item of what it walks
+            return self._local(scope, self._items[id(expr)], at, seen)
         if expr in self.plan.distributed.local_nodes:
             return True  # a launcher value the script reads (``int(os.environ["RANK"])``, ``args.local_rank``)
         if isinstance(expr, (cst.Name, cst.Attribute)) and dotted(expr) is not None:
@@ -162,9 +169,10 @@ class Agreement:
         owner = scope.class_scope if head == "self" else scope.resolve(head)
         if owner is None:
             return False
+        kept = [b for b in self._kept.get((id(owner), key), []) if b.stmt not in self.edits.removed]
         if owner.kind == "function" and head in owner.param_names and head not in owner.bindings:
-            return "." not in key and self._param_local(owner, head, seen)
-        bindings = [b for b in owner.bindings.get(key, []) if b.stmt not in self.edits.removed]
+            return "." not in key and (self._param_local(owner, head, seen) or any(self._binding_local(b, seen) for b in kept))
+        bindings = [b for b in owner.bindings.get(key, []) if b.stmt not in self.edits.removed] + kept
         if "." in key and head != "self" and not owner.bindings.get(key):
             return self._key_local(scope, head, at, seen)  # ``out.data``, ``loss.shape``: an attribute of ``out``
         if owner is not scope or owner.kind != "function":  # self.x, a module global, a closure's variable
@@ -214,9 +222,12 @@ class Agreement:
         if id(binding) in seen:
             return False
         self._local_binding[id(binding)] = False  # recursion guard: assume agreed, revisit below
-        if isinstance(binding.stmt, cst.For):  # a loop target: a batch when the loop walks a prepared loader
+        if isinstance(binding.stmt, cst.For):  # a loop target: a batch when the loop walks a prepared loader, and
+            # an item of what it walks otherwise (``for p in preds`` over a process's own predictions)
             found = next((lp for lp in binding.where.loops if lp.node is binding.stmt), None)
             result = found is not None and self._over_prepared(found) and binding.key in self.plan.batch_names(found)
+            if not result and (found is None or not self._over_prepared(found)):
+                result = self._local(binding.where, binding.stmt.iter, binding.stmt, seen | {id(binding)})
         elif binding.value is None:
             result = binding.unpacked is not None and self._local(binding.where, binding.unpacked[0], binding.stmt, seen | {id(binding)})
         else:
@@ -276,6 +287,32 @@ class Agreement:
                 return False
         return self._function_agreed(scope)
 
+    def collective_place(self, stmt: cst.BaseStatement, scope: Scope, movable: bool = False,
+                         after: cst.BaseStatement | None = None) -> cst.BaseStatement | None:
+        """Where a collective meant to run right before ``stmt`` goes so that every process reaches it alike: ``stmt``
+        itself when the processes reach it alike (``agreed``); else, for a ``movable`` one (a barrier, which carries
+        no value), the outermost ``if``/``while``/``for`` around ``stmt`` that the processes may run differently (the
+        first of an ``if``/``elif`` chain), when that comes after ``after`` (a barrier that orders a read after a
+        write must stay after the write) and every process reaches it alike. None where there is no such place (a
+        value gathered or reduced under a condition only some processes take, a function called under one): the
+        rule must not insert it there, and does what it does without the collective or reports why it cannot.
+        Every rule that inserts a collective asks this, so none puts one under a condition that may differ."""
+        if self.agreed(stmt, scope):
+            return stmt
+        if not movable or not self._function_agreed(scope):
+            return None
+        place = stmt
+        for outer in self.facts.chain(stmt)[1:]:
+            if (isinstance(outer, (cst.If, cst.While)) and not self.uniform(scope, outer.test, outer)) or (
+                    isinstance(outer, cst.For) and not self._loop_agrees(scope, outer)):
+                place = outer
+        parent = self.facts.parent_stmt.get(place)
+        while isinstance(place, cst.If) and isinstance(parent, cst.If) and parent.orelse is place:
+            place, parent = parent, self.facts.parent_stmt.get(parent)  # an ``elif``: before its ``if``
+        if after is not None and not self.facts.after(place, after):
+            return None
+        return place if self.agreed(place, scope) else None
+
     def _loop_agrees(self, scope: Scope, loop: cst.For) -> bool:
         found = next((lp for lp in scope.loops if lp.node is loop), None)
         if found is not None and self._over_prepared(found):
@@ -292,6 +329,30 @@ class Agreement:
         result = all(self.agreed(site.stmt, site.scope) for site in sites)
         self._contexts[id(scope)] = result
         return result
+
+
+def _comprehension_items(facts: Facts) -> dict[int, cst.BaseExpression]:
+    """Each load of a name a comprehension binds (``i`` in ``[make_env(seed + i) for i in range(n)]``), by the
+    node's id, with what its ``for`` walks: such a name is no variable of the function, whatever else it binds."""
+    found: dict[int, cst.BaseExpression] = {}
+    for unit in facts.units.values():
+        for comp in m.findall(unit.module, m.ListComp() | m.SetComp() | m.GeneratorExp() | m.DictComp()):
+            assert isinstance(comp, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp))
+            parts: list[cst.CSTNode] = [comp.key, comp.value] if isinstance(comp, cst.DictComp) else [comp.elt]
+            fors: list[cst.CompFor] = []
+            step: cst.CompFor | None = comp.for_in
+            while step is not None:
+                fors.append(step)
+                step = step.inner_for_in
+            for index, walk in enumerate(fors):
+                names = set(target_names(walk.target))
+                found.update((id(name), walk.iter) for name in m.findall(walk.target, m.Name()))  # the target itself
+                later = [*parts, *(c.test for f in fors[index:] for c in f.ifs), *(f.iter for f in fors[index + 1:])]
+                for node in later:  # (an inner comprehension, found after this one, binds its own names again)
+                    for name in m.findall(node, m.Name()):
+                        if isinstance(name, cst.Name) and name.value in names:
+                            found[id(name)] = walk.iter
+    return found
 
 
 def _gathered_names(stmt: cst.BaseStatement) -> list[str]:

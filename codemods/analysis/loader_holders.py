@@ -62,9 +62,12 @@ class LoaderHolders(PreparedUses):
     wrapped: list["Inline"]  # loaders built inline (in a wrapper, or as a loop's iterable): prepared where built
     prepare_block: list[cst.BaseStatement]
 
-    def holder(self, scope: Scope, expr: cst.BaseExpression, depth: int = 0) -> Holder | None:
+    def holder(self, scope: Scope, expr: cst.BaseExpression, depth: int = 0, at: cst.BaseStatement | None = None
+               ) -> Holder | None:
         """What holds the loaders ``expr`` (``loaders[phase]``, ``data`` of ``next(data)``) reads, followed through
-        the parameters of helpers when every caller passes the same holder; None when it is no holder."""
+        the parameters of helpers when every caller passes the same holder; None when it is no holder. Read at
+        ``at``, it is the holder bound last before it (a converted program makes ``loaders = {...}`` again right
+        after ``prepare``: the loop walks that one's loaders)."""
         subscript = isinstance(expr, cst.Subscript)
         base = expr.value if isinstance(expr, cst.Subscript) else expr
         key = dotted(base)
@@ -76,7 +79,7 @@ class LoaderHolders(PreparedUses):
                      if (arg := self.arg_for(site, owner, key)) is not None and isinstance(arg.value, cst.Name)
                      and (h := self.holder(site.scope, _like(expr, arg.value), depth + 1)) is not None}
             return next(iter(found.values())) if len(found) == 1 else None
-        binding = self.binding_of(scope, key)
+        binding = self._reaching(scope, key, at) if at is not None and key in scope.bindings else self.binding_of(scope, key)
         if binding is None or binding.role is not None or binding.value is None or binding.unpacked is not None:
             return None
         value, where = binding.value, binding.where
@@ -117,8 +120,47 @@ class LoaderHolders(PreparedUses):
         found = super().prepared(scope, expr, at)
         if found is None or not isinstance(expr, cst.Subscript):
             return found
-        held = self.holder(scope, expr)
+        held = self.holder(scope, expr, at=at)
         return found if held is None or self.holder_sees_prepared(held, scope, at) else None
+
+    def loader_of(self, loop: Loop) -> Binding | None:
+        """As ``PreparedUses.loader_of``; also ``for x, y in loader`` in ``for phase, loader in loaders.items()``
+        (``.values()``, a list or tuple of loaders, a display of them) when every loader the holder holds there is
+        prepared: each batch is then one process's own, whichever loader the pass walks."""
+        found = super().loader_of(loop)
+        return found if found is not None else self._walked_from_holder(loop)
+
+    def _walked_from_holder(self, loop: Loop) -> Binding | None:
+        source = self.loop_source(loop)
+        outer = loop.parent
+        while isinstance(source, cst.Name) and outer is not None and source.value not in outer.targets:
+            outer = outer.parent
+        if not isinstance(source, cst.Name) or outer is None \
+                or [b.stmt for b in loop.scope.bindings.get(source.value, [])] != [outer.node]:
+            return None  # (a name the outer loop does not bind, or bound again elsewhere)
+        walked, target = outer.node.iter, outer.node.target
+        if m.matches(walked, m.Call(func=m.Attribute(attr=m.Name("items")), args=[])) and isinstance(target, cst.Tuple) \
+                and len(target.elements) == 2 and m.matches(target.elements[1].value, m.Name(source.value)):
+            walked = walked.func.value  # type: ignore[attr-defined]
+        elif m.matches(walked, m.Call(func=m.Attribute(attr=m.Name("values")), args=[])) and m.matches(target, m.Name(source.value)):
+            walked = walked.func.value  # type: ignore[attr-defined]
+        elif not m.matches(target, m.Name(source.value)):
+            return None
+        where, stmt, value = loop.scope, outer.node, walked
+        if isinstance(walked, cst.Name) and walked.value in loop.scope.bindings:
+            binding = self._reaching(loop.scope, walked.value, outer.node)
+            if binding is None or binding.value is None:
+                return None
+            where, stmt, value = binding.where, binding.stmt, binding.value
+            if binding in self.rebuilt:
+                stmt = outer.node  # made again after ``prepare``: its loaders are the prepared ones there
+        if not isinstance(value, (cst.Dict, cst.List, cst.Tuple)):
+            return None
+        elements = [e.value for e in value.elements if isinstance(e, (cst.DictElement, cst.Element))]
+        found = [super(LoaderHolders, self).prepared(where, e, stmt) for e in elements]
+        if not elements or any(f is None or f.role != "loader" for f in found):
+            return None
+        return found[0]
 
     def feeds_training(self) -> bool:
         """As ``PreparedUses.feeds_training``; a loader prepared where it is built (``for x in DataLoader(...)``,

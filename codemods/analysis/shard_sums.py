@@ -49,6 +49,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods.analysis.facts import Binding, Loop, Scope
+from accelify.codemods.analysis.kept_values import kept_value
 from accelify.codemods.analysis.keyed_sums import KeyedSum, keyed_sums
 from accelify.codemods.analysis.loop_reads import (
     counts_samples,
@@ -66,9 +67,6 @@ from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.schedules import enclosing_loop
 from accelify.codemods.analysis.shard_counts import divided_by
 from accelify.codemods.analysis.sum_kinds import helper_kinds, increment_kind, known_kinds, sum_kind
-
-_KEPT_METHODS = ("update", "append", "extend", "add")
-
 
 @dataclass(frozen=True)
 class Accumulator:
@@ -120,18 +118,14 @@ def find_averages(plan: Plan) -> Averages:
                 updates.setdefault(small.target.value, []).append((stmt, small.value))
             elif stmt in inner:
                 continue
-            elif isinstance(small, cst.Expr) and m.matches(small.value, m.Call(func=m.Attribute(
-                    value=m.Name() | m.Subscript(value=m.Name()), attr=m.Name()))):
-                call = small.value  # ``meter.update(v)``, or one of a dict's (``meters["loss"].update(v)``)
-                assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
-                receiver = call.func.value
-                name = (receiver.value if isinstance(receiver, cst.Subscript) else receiver).value  # type: ignore[attr-defined]
-                if call.func.attr.value in _KEPT_METHODS and _read_after(plan, loop, name) and _made_before(loop, name):
-                    listed = _listed(plan, loop, stmt, call, name)
+            elif (held := kept_value(stmt)) is not None and "." not in held.key:
+                name = held.key  # ``meter.update(v)``, or one of a dict's (``meters["loss"].update(v)``)
+                if _read_after(plan, loop, name) and _made_before(loop, name):
+                    listed = _listed(plan, loop, stmt, held.call, name)
                     if listed is not None:
                         found.accumulators.append(listed)
                     else:
-                        found.kept.append(Kept(name, loop, stmt, tuple(a.value for a in call.args)))
+                        found.kept.append(Kept(name, loop, stmt, held.values))
         reported = {id(k.node) for k in found.kept}
         for fed in metric_calls(plan, loop, loop.stmts + inner):  # ``metric(outputs, target)``: sums into itself
             if id(fed.stmt) not in reported and _read_after(plan, loop, fed.name):

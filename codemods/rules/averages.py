@@ -365,7 +365,7 @@ accelerator.end_training()
                 continue
             accelerator = ctx.accelerator_in(scope)
             torch = _torch_name(ctx, acc)
-            if accelerator is None or torch is None or not agreement.agreed(acc.end, scope) or ctx.is_skipped(acc.end):
+            if accelerator is None or torch is None or agreement.collective_place(acc.end, scope) is None or ctx.is_skipped(acc.end):
                 ctx.warn(codes.SHARD_AVERAGE, acc.updates[0], name=acc.name)
                 continue
             # with split batches every process holds 1/N of each batch and walks every step: its sum of per-batch

@@ -7,6 +7,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods import codes
+from accelify.codemods.analysis.agreement import Agreement
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.evaluation_loops import is_evaluation, is_model, model_call
 from accelify.codemods.analysis.model_outputs import (
@@ -293,6 +294,7 @@ accelerator.end_training()
 
     def run(self, ctx: Context) -> None:
         self._warn_model_methods(ctx)
+        places: Agreement | None = None  # where a gather may go (``Agreement.collective_place``), built when first asked
         for loop in ctx.facts.loops:
             accelerator = ctx.accelerator_in(loop.scope)
             body = loop.node.body
@@ -311,6 +313,10 @@ accelerator.end_training()
                     rest = [*stmt.body.body[list(stmt.body.body).index(inner) + 1 :], *rest]
                     stmt = inner
                 if ctx.is_skipped(stmt):
+                    break
+                places = places or Agreement(ctx.facts, ctx.plan, ctx.edits)  # its own: ``ctx.agreement`` reads the gathers
+                if places.collective_place(stmt, loop.scope) is None:
+                    ctx.warn(codes.LOCAL_METRIC, call)  # a gather some processes skip would leave the others waiting
                     break
                 named = named_output(stmt, call)
                 if named is not None and len(named) == 1 and read_through_attributes(named[0], rest):

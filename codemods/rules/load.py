@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import code_of, expression, unwrap
 from accelify.codemods.analysis.facts import CallSite, Scope
@@ -105,11 +106,13 @@ accelerator.end_training()
                     ctx.change('torch.load(..., map_location="cpu")')
                 # only the main process writes: the others must not read the file before it is there
                 anchor = _read_anchor(ctx, load)
-                unwaited = _reads_unwaited_save(ctx, load, saves, order) or (
-                    _saved_by_earlier_call(ctx, load, order) and ctx.agreement.agreed(anchor, load.scope))
-                if unwaited and anchor not in waited and not ctx.is_skipped(anchor):
-                    ctx.insert_before(anchor, [f"{accelerator}.wait_for_everyone()"])
-                    waited.add(anchor)
+                unwaited = _reads_unwaited_save(ctx, load, saves, order) or _saved_by_earlier_call(ctx, load, order)
+                place = _barrier_place(ctx, load, anchor, order) if unwaited else None
+                if unwaited and place is None and not ctx.is_skipped(anchor):
+                    ctx.warn(codes.LOAD_UNORDERED, load.node, name=code_of(load.node.func))
+                elif place is not None and place not in waited and not ctx.is_skipped(place):
+                    ctx.insert_before(place, [f"{accelerator}.wait_for_everyone()"])
+                    waited.add(place)
         self._whole_models(ctx, saves, order, waited)
         self._paths_handed_on(ctx, saves, order, waited)
         self._state_dicts(ctx)
@@ -133,6 +136,9 @@ accelerator.end_training()
                     isinstance(site.node.func, cst.Name) and site.node.func.value not in _NOT_READERS)
                 if reader and any(code_of(a.value) == path.value for a in site.node.args) and _reads_unwaited_save(
                         ctx, site, saves, order, path):
+                    if ctx.agreement.collective_place(site.stmt, site.scope) is None:  # save and read under one local test
+                        ctx.warn(codes.LOAD_UNORDERED, site.node, name=code_of(site.node.func))
+                        continue
                     ctx.insert_before(site.stmt, [f"{accelerator}.wait_for_everyone()"])
                     ctx.change("wait for the saved file before a function that reads it")
                     waited.add(site.stmt)
@@ -170,10 +176,12 @@ accelerator.end_training()
             device = _device_name(ctx, load) or f"{accelerator}.device"
             ctx.replace(load.node, load.stmt, lambda n, d=device: _to_device(_map_to_cpu(n), d))  # type: ignore[misc]
             ctx.change('torch.load(..., map_location="cpu").to(device)')
-            anchor = _read_anchor(ctx, load)
-            if any(order[s.node] < order[load.node] for s in saves) and anchor not in waited and ctx.agreement.agreed(anchor, load.scope):
-                ctx.insert_before(anchor, [f"{accelerator}.wait_for_everyone()"])
-                waited.add(anchor)
+            place = _barrier_place(ctx, load, _read_anchor(ctx, load), order)
+            if any(order[s.node] < order[load.node] for s in saves) and place is None:
+                ctx.warn(codes.LOAD_UNORDERED, load.node, name=code_of(load.node.func))
+            elif any(order[s.node] < order[load.node] for s in saves) and place is not None and place not in waited:
+                ctx.insert_before(place, [f"{accelerator}.wait_for_everyone()"])
+                waited.add(place)
 
     def _loads_feeding(self, ctx: Context, site: CallSite, mapped: bool = False) -> list[CallSite]:
         """``torch.load`` calls without ``map_location`` whose result this call loads (directly or via a name); with
@@ -251,17 +259,34 @@ def _saved_by_earlier_call(ctx: Context, load: CallSite, order: dict[cst.Call, i
     alone writes it once converted): ``early_stopping(val_loss, model)`` whose ``save_checkpoint`` saves the best
     weights, then ``model.load_state_dict(torch.load("checkpoint.pt"))``. The others must not read the file before
     the main process has written it (nor an older file of a previous run), so a barrier goes before the load."""
+    return any(order.get(site.node, len(order)) < order[load.node] and _calls_save(ctx, site) for site in load.scope.calls)
+
+
+def _barrier_place(ctx: Context, load: CallSite, anchor: cst.BaseStatement, order: dict[cst.Call, int]
+                   ) -> cst.BaseStatement | None:
+    """Where the barrier before ``load`` (read at ``anchor``) goes: ``anchor``, or before the outermost condition
+    around it the processes may take differently, but never before a write of its function that comes earlier (a
+    ``torch.save`` or a call that saves): the barrier orders the read after it. None when there is no such place
+    (``agreement.collective_place``)."""
+    earlier = [site.stmt for site in load.scope.calls if order.get(site.node, len(order)) < order[load.node]
+               and (site.qualname == "torch.save" or _calls_save(ctx, site))]
+    last = max(earlier, key=lambda stmt: ctx.facts.order[stmt][1], default=None)
+    return ctx.agreement.collective_place(anchor, load.scope, movable=True, after=last)
+
+
+def _calls_save(ctx: Context, site: CallSite) -> bool:
+    """Whether ``site`` calls a function of the program that runs a ``torch.save`` (through the program)."""
     known: dict[int, bool] = {}
 
     def saves(function: Scope) -> bool:
         if id(function) not in known:
             known[id(function)] = False  # a recursion reads "no" until it is known
-            known[id(function)] = any(site.qualname == "torch.save" or (
-                (callee := ctx.plan.callee(site)) is not None and saves(callee)) for site in function.calls)
+            known[id(function)] = any(s.qualname == "torch.save" or (
+                (callee := ctx.plan.callee(s)) is not None and saves(callee)) for s in function.calls)
         return known[id(function)]
 
-    return any(order.get(site.node, len(order)) < order[load.node] and (callee := ctx.plan.callee(site)) is not None
-               and saves(callee) for site in load.scope.calls)
+    callee = ctx.plan.callee(site)
+    return callee is not None and saves(callee)
 
 
 def _read_anchor(ctx: Context, load: CallSite) -> cst.BaseStatement:

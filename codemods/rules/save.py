@@ -73,6 +73,74 @@ accelerator.end_training()
 ''',
             fires=False,
         ),
+        Example(
+            # the best score so far, over each process's share of the validation set (a phase loop over a dict of
+            # loaders, both prepared): a test the processes may decide differently, so the barrier goes before it
+            before='''\
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader_train = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2, shuffle=True)
+loader_valid = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2)
+loaders = {"train": loader_train, "valid": loader_valid}
+best = float("inf")
+for epoch in range(2):
+    for phase in ["train", "valid"]:
+        losses = []
+        for x, y in loaders[phase]:
+            optimizer.zero_grad()
+            with torch.set_grad_enabled(phase == "train"):
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                if phase == "train":
+                    loss.backward()
+                    optimizer.step()
+                else:
+                    losses.append(loss.item())
+        if phase == "valid":
+            score = np.mean(losses)
+            if score < best:
+                best = score
+                torch.save(model.state_dict(), "best.pt")
+''',
+            after='''\
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader_train = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2, shuffle=True)
+loader_valid = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2)
+model, optimizer, loader_train, loader_valid = accelerator.prepare(
+    model, optimizer, loader_train, loader_valid
+)
+loaders = {"train": loader_train, "valid": loader_valid}
+best = float("inf")
+for epoch in range(2):
+    for phase in ["train", "valid"]:
+        losses = []
+        for x, y in loaders[phase]:
+            optimizer.zero_grad()
+            with torch.set_grad_enabled(phase == "train"):
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                if phase == "train":
+                    accelerator.backward(loss)
+                    optimizer.step()
+                else:
+                    losses.append(loss.item())
+        if phase == "valid":
+            score = np.mean(losses)
+            accelerator.wait_for_everyone()
+            if score < best:
+                best = score
+                accelerator.save(accelerator.unwrap_model(model).state_dict(), "best.pt")
+accelerator.end_training()
+''',
+            warnings=("ACC028:21",),
+        ),
     )
 
     def run(self, ctx: Context) -> None:
@@ -96,8 +164,8 @@ accelerator.end_training()
             cls = site.scope.class_scope
             if cls is not None and logger_class(ctx.plan, cls):
                 _wait_at_calls(ctx, site.scope, waited)  # its calls run on the main process only: no barrier in it
-            elif (before is None or before not in waited) and ctx.agreement.agreed(anchor, site.scope):
-                ctx.insert_before(anchor, [f"{accelerator}.wait_for_everyone()"])
+            elif before is None or before not in waited:
+                _wait_before(ctx, anchor, site.scope, accelerator, waited)
             waited.add(site.stmt)
             ctx.change("save with accelerator.save after wait_for_everyone()")
 
@@ -159,10 +227,26 @@ def _wait_at_calls(ctx: Context, method: Scope, waited: set[cst.BaseStatement]) 
         if accelerator is None or call.scope.class_scope is method.class_scope or call.stmt in waited \
                 or not ctx.after_accelerator(call.scope, call.stmt) or ctx.is_skipped(call.stmt):
             continue
-        anchor = outside_open(ctx.facts, call.stmt)
-        if ctx.agreement.agreed(anchor, call.scope):
-            ctx.insert_before(anchor, [f"{accelerator}.wait_for_everyone()"])
+        if _wait_before(ctx, outside_open(ctx.facts, call.stmt), call.scope, accelerator, waited):
             waited.add(call.stmt)
+
+
+def _wait_before(ctx: Context, anchor: cst.BaseStatement, scope: Scope, accelerator: str,
+                 waited: set[cst.BaseStatement]) -> bool:
+    """``accelerator.wait_for_everyone()`` before ``anchor``, or before the outermost condition around it that the
+    processes may take differently (``if mean_dsc > best:`` on one process's share of the validation: the barrier
+    goes before that test, which every process reaches); True when placed. Where no place is reached alike (the
+    save's function is called under such a condition), there is no barrier: the save needs none to be right (only
+    the main process writes, and the parameters it writes agree on every process after each step), and one only
+    some processes reach would hang the others. Nor is one moved out of main-process code the script distributed by
+    hand (``if rank == 0:``): its author placed the waits, and one before it would run at every step it is in."""
+    place = ctx.agreement.collective_place(anchor, scope, movable=True)
+    if place is None or (place is not anchor and ctx.plan.distributed.main_only(ctx.facts, anchor, scope) is not None):
+        return False  # (main-process code the script distributed by hand: where it waits is the author's to say)
+    if place not in waited:
+        ctx.insert_before(place, [f"{accelerator}.wait_for_everyone()"])
+        waited.add(place)
+    return True
 
 
 def _reaching(ctx: Context, site: CallSite, name: str) -> Binding | None:

@@ -217,6 +217,9 @@ def main():
                 continue
             done.add(id(site.stmt))
             barrier = read_back(ctx, site)
+            if barrier and ctx.agreement.collective_place(unit, site.scope) is None:
+                ctx.warn(codes.STARTUP_RACE, site.node, name=code_of(site.node.func))  # the barrier after it would hang
+                continue
             ctx.regroup_through(site.scope, [unit], lambda group, a, b=barrier: _gate(group, a, b))
             ctx.change("make start-up files on the main process; the others wait, then read them")
 

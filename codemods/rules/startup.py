@@ -189,7 +189,7 @@ if __name__ == "__main__":
             ctx.warn(codes.STARTUP_RACE, site.node, name=code_of(site.node.func))
             return
         if ctx.replace(stmt, stmt, lambda s, a=accelerator: _under(s, f"if {a}.is_main_process:")):  # type: ignore[misc]
-            if ctx.agreement.agreed(stmt, site.scope):
+            if ctx.agreement.collective_place(stmt, site.scope) is stmt:  # after the write: it cannot move before a test
                 ctx.insert_after(stmt, [f"{accelerator}.wait_for_everyone()"])
             ctx.change("create folders on the main process only")
 
@@ -201,7 +201,7 @@ if __name__ == "__main__":
             return
         if stmt in wrapped:
             return
-        if not ctx.agreement.agreed(stmt, site.scope):  # main_process_first waits for the others: not in a local branch
+        if ctx.agreement.collective_place(stmt, site.scope) is None:  # main_process_first waits: not in a local branch
             ctx.warn(codes.STARTUP_RACE, site.node, name=code_of(site.node.func))
             return
         if ctx.replace(stmt, stmt, lambda s, a=accelerator: _under(s, f"with {a}.main_process_first():")):  # type: ignore[misc]

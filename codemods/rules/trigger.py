@@ -148,7 +148,8 @@ print("converged after", train(model, loader), "epochs")
                         continue
                     # no accelerator here to stop together with (a DQN script stepping its agent's prepared network
                     # in an episode loop that ends when the process's own environment terminates): refused
-                    if accelerator is None or kind == "return" or not _last_to_run(ctx, exit_stmt, top):
+                    if accelerator is None or kind == "return" or not _last_to_run(ctx, exit_stmt, top) \
+                            or ctx.agreement.collective_place(top, loop.scope) is None:  # check_trigger is a collective
                         ctx.abort(codes.LOCAL_EXIT, exit_stmt, what=kind)
                     ctx.replace(exit_stmt, exit_stmt, lambda s, a=accelerator: _set_trigger(s, a))  # type: ignore[misc]
                     if not checked:
