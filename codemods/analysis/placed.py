@@ -45,7 +45,11 @@ def placed_by_runtime(plan: Plan) -> bool:
         return False
     if not any(plan.loader_of(lp) is not None for lp in facts.loops):
         return False
-    for site in facts.calls:
+    others = plan.view.others if plan.view is not None else ()
+    # one of several trainers converted on its own (``trainer_choice``): the others' tensors are theirs to judge
+    calls = [site for site in facts.calls if not any(
+        t.holds(site.scope) or ((callee := plan.callee(site)) is not None and t.holds(callee)) for t in others)]
+    for site in calls:
         runs_model = site.method == "backward" or plan.prepared_model(site.scope, site.node.func, site.stmt) is not None
         if runs_model and not in_loader_loop(plan, site):
             return False
@@ -53,7 +57,7 @@ def placed_by_runtime(plan: Plan) -> bool:
     memo: dict[int, bool] = {}
     return all(
         _makes_data_only(plan, site, makers, memo, frozenset())
-        for site in facts.calls
+        for site in calls
         if site.qualname in FACTORIES or (plan.callee(site) is not None and id(plan.callee(site)) in makers)
     )
 

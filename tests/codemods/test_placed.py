@@ -87,3 +87,43 @@ def test_a_model_that_makes_tensors_in_its_forward_stays_on_the_cpu() -> None:
             optimizer.step()
         """))
     assert "Accelerator(cpu=True)" in out
+
+
+def test_each_of_two_trainers_chosen_by_a_command_is_judged_on_its_own(tmp_path, monkeypatch) -> None:
+    """``main.py train`` or ``main.py train-ae`` runs one of two trainers, each converted on its own: the other's
+    ``torch.randn`` data (and the call that runs it) kept both pinned to the CPU, useless on the GPU machine they are
+    for (field test J10, a diffusion CLI with two trainers)."""
+    from accelify.pipeline import convert_path
+
+    trainer = dedent("""\
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        def {name}(epochs):
+            loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 4)), batch_size=8, shuffle=True)
+            model = torch.nn.Linear(4, 4)
+            optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+            for epoch in range(epochs):
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    torch.nn.functional.mse_loss(model(x), y).backward()
+                    optimizer.step()
+        """)
+    (tmp_path / "train.py").write_text(trainer.format(name="train"))
+    (tmp_path / "train_ae.py").write_text(trainer.format(name="train_ae"))
+    (tmp_path / "main.py").write_text(dedent("""\
+        import sys
+
+        if __name__ == "__main__":
+            if sys.argv[1] == "train":
+                from train import train
+                train(2)
+            elif sys.argv[1] == "train-ae":
+                from train_ae import train_ae
+                train_ae(2)
+        """))
+    monkeypatch.chdir(tmp_path)
+    result = convert_path("main.py")
+    made = [line.strip() for part in result.companions for line in part.new.splitlines() if "Accelerator(" in line]
+    assert made == ["accelerator = Accelerator()", "accelerator = Accelerator()"], made
