@@ -127,3 +127,50 @@ def test_each_of_two_trainers_chosen_by_a_command_is_judged_on_its_own(tmp_path,
     result = convert_path("main.py")
     made = [line.strip() for part in result.companions for line in part.new.splitlines() if "Accelerator(" in line]
     assert made == ["accelerator = Accelerator()", "accelerator = Accelerator()"], made
+
+
+def test_a_save_helper_two_trainers_share_saves_each_ones_unwrapped_model(tmp_path, monkeypatch) -> None:
+    """Both trainers hand their model to ``utils.save_checkpoint(model, filename)``: converted one at a time, each
+    saw the other's call (no accelerator there, a model not prepared in its conversion), so the helper got ACC009
+    and the checkpoints `module.` keys that the repository's own sampling command cannot load (field test J10)."""
+    from accelify.pipeline import convert_path
+
+    trainer = dedent("""\
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+        from utils import save_checkpoint
+
+
+        def {name}(epochs):
+            loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 4)), batch_size=8)
+            model = torch.nn.Linear(4, 4)
+            optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+            for epoch in range(epochs):
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    torch.nn.functional.mse_loss(model(x), y).backward()
+                    optimizer.step()
+                save_checkpoint(model, "{name}.pt")
+        """)
+    (tmp_path / "train.py").write_text(trainer.format(name="train"))
+    (tmp_path / "train_ae.py").write_text(trainer.format(name="train_ae"))
+    (tmp_path / "utils.py").write_text("import torch\n\n\ndef save_checkpoint(model, filename):\n"
+                                       "    torch.save(model.state_dict(), filename)\n")
+    (tmp_path / "main.py").write_text(dedent("""\
+        import sys
+
+        if sys.argv[1] == "train":
+            from train import train
+            train(2)
+        else:
+            from train_ae import train_ae
+            train_ae(2)
+        """))
+    monkeypatch.chdir(tmp_path)
+    result = convert_path("main.py")
+    parts = {part.path: part for part in result.companions}
+    assert result.status == "converted" and not [w for p in parts.values() for w in p.warnings], result.reason
+    assert "accelerator.save(accelerator.unwrap_model(model).state_dict(), filename)" in parts["utils.py"].new
+    for name in ("train", "train_ae"):
+        assert f'save_checkpoint(model, "{name}.pt", accelerator)' in parts[f"{name}.py"].new
