@@ -74,6 +74,55 @@ accelerator.end_training()
 ''',
             fires=False,
         ),
+        Example(
+            # read back under a test on the process's own score: no barrier can order the write and the read
+            before='''\
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2)
+best = float("inf")
+for epoch in range(2):
+    losses = []
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append([loss.item()])
+    if np.mean(losses) < best:
+        best = np.mean(losses)
+        torch.save(model.state_dict(), "best.pt")
+        model.load_state_dict(torch.load("best.pt"))
+''',
+            after='''\
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+best = float("inf")
+for epoch in range(2):
+    losses = []
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        accelerator.backward(loss)
+        optimizer.step()
+        losses.append([loss.item()])
+    accelerator.wait_for_everyone()
+    if np.mean(losses) < best:
+        best = np.mean(losses)
+        accelerator.save(accelerator.unwrap_model(model).state_dict(), "best.pt")
+        accelerator.unwrap_model(model).load_state_dict(torch.load("best.pt", map_location="cpu"))
+accelerator.end_training()
+''',
+            warnings=("ACC028:14", "ACC049:18"),
+        ),
     )
 
     def run(self, ctx: Context) -> None:
