@@ -174,7 +174,7 @@ def local_modules(script: str | os.PathLike[str], module: cst.Module) -> list[Mo
 
     def find(name: str) -> tuple[str, str, str] | None:
         path = next((p for p in (find_local(name, root) for root in roots) if p is not None), None)
-        if path is None and above and not _installed(name.split(".")[0]):
+        if path is None and above and not _installed(name.split(".")[0], above):
             path = next((p for p in (find_local(name, root) for root in above) if p is not None), None)
         if path is None or path.resolve() == entry:
             return None
@@ -187,13 +187,19 @@ def local_modules(script: str | os.PathLike[str], module: cst.Module) -> list[Mo
     return discover(module, find, package)
 
 
-def _installed(top: str) -> bool:
-    """Whether this interpreter imports ``top`` from somewhere else than the program's folders (torch, numpy, a
-    standard module): such a name is never looked for above the script."""
+def _installed(top: str, folders: list[Path]) -> bool:
+    """Whether this interpreter imports ``top`` from somewhere else than ``folders``, the program's own (torch,
+    numpy, a standard module): such a name is never looked for above the script. Found in one of ``folders``
+    (``PYTHONPATH=.`` from the repository's root, as the program itself is run) it is the program's."""
     try:
-        return importlib.util.find_spec(top) is not None
+        spec = importlib.util.find_spec(top)
     except (ImportError, ValueError):
         return False
+    if spec is None:
+        return False
+    places = [spec.origin] if spec.origin is not None else []
+    places += list(spec.submodule_search_locations or [])
+    return not places or not all(any(Path(p).resolve().is_relative_to(f) for f in folders) for p in places)
 
 
 _IMPORTED_FIRST = re.compile(r"(?:^|;)[ \t]*(?:import|from)[ \t]+([\w, \t]+)", re.MULTILINE)

@@ -168,6 +168,8 @@ def test_a_script_in_scripts_finds_the_module_its_repository_root_holds(tmp_path
     monkeypatch.chdir(tmp_path / "scripts")
     result = convert_path("train.py")
     assert result.status == "converted", result.reason
+    monkeypatch.syspath_prepend(str(tmp_path))  # ``PYTHONPATH=.`` from the root, as the program itself runs
+    assert [c.path for c in convert_path("train.py").companions] == [str(Path("..") / "src" / "engine.py")]
     assert [c.path for c in result.companions] == [str(Path("..") / "src" / "engine.py")]
     assert "accelerator.backward(loss)" in result.companions[0].new
     out = CliRunner().invoke(main, ["convert", "train.py", "-o", str(tmp_path / "out") + "/"])
