@@ -68,6 +68,9 @@ TRANSFORMED = ("each value added is computed from a batch's mean loss (a PSNR, a
 
 PER_PASS_LIST = ("each value appended is computed from a whole gathered pass (N processes' batches at once), so the "
                  "list holds one value per pass, not one per original batch, and a summary of it is not the original's")
+BY_PASS_INDEX = ("it is divided by `{index}`, the loop's last index, which counts this process's passes, each of N "
+                 "processes' batches at once: 1/N of the original's, so the quotient is not the original's (and with one "
+                 "pass it is a division by zero)")
 BATCH_MEANS = ("each value added is a batch's mean (a mean loss, an accuracy), and over a gathered pass that is the "
                "mean of N batches at once: summed over 1/N as many passes, with an uneven last round, it is not the "
                "original's sum of batch means")

@@ -48,6 +48,24 @@ def divided_by(plan: Plan, end: cst.For | cst.While, loop: Loop, name: str, read
     return answers.pop() if answers else False
 
 
+def divided_by_pass_index(plan: Plan, loop: Loop, name: str) -> str | None:
+    """The loop's ``enumerate`` index ``name`` is divided by after the loop as it is (``valid_loss / k`` after ``for k,
+    (x, y) in enumerate(loader)``, the loop's last index: its passes less one, an off-by-one many write), or None.
+    Over a gathered loader that counts the process's own passes, 1/N of the original's, each of N batches."""
+    from accelify.codemods.analysis.loop_reads import reads_after
+
+    counter = _enumerate_counter(loop)
+    if counter is None or counter[1] != 0:
+        return None
+    index = counter[0]
+    for stmt in reads_after(plan, loop.node, loop.scope, name):
+        for division in m.findall(stmt, m.BinaryOperation(operator=m.Divide() | m.FloorDivide())):
+            assert isinstance(division, cst.BinaryOperation)
+            if m.findall(division.left, m.Name(name)) and m.matches(division.right, m.Name(index)):
+                return index
+    return None
+
+
 class _Counts:
     """The counts a sum over ``loop`` (complete after ``end``) may be divided by."""
 

@@ -37,6 +37,7 @@ from accelify.codemods.analysis.distributed import data_parallel_sites
 from accelify.codemods.analysis.facts import Loop
 from accelify.codemods.analysis.gathered_values import (
     BATCH_MEANS,
+    BY_PASS_INDEX,
     MEAN_LOSSES,
     PER_PASS_LIST,
     TRANSFORMED,
@@ -46,6 +47,7 @@ from accelify.codemods.analysis.gathered_values import (
     is_global,
 )
 from accelify.codemods.analysis.loop_reads import reads_after
+from accelify.codemods.analysis.shard_counts import divided_by_pass_index
 from accelify.codemods.analysis.loss_means import mean_loss, per_batch_sum, rowwise_names, transformed_mean_loss
 from accelify.codemods.analysis.snippets import expression
 from accelify.codemods.analysis.shard_sums import Accumulator, find_averages
@@ -334,6 +336,8 @@ accelerator.end_training()
             elif gathered and any(transformed_mean_loss(ctx.plan, kept.loop, v) for v in kept.values) \
                     and (len(kept.values) != 1 or not _per_batch_chain(ctx, kept.name, kept.loop, kept.node)):
                 ctx.warn(codes.GATHERED_SUM, kept.node, name=kept.name, why=TRANSFORMED)
+            elif gathered and (index := divided_by_pass_index(ctx.plan, kept.loop, kept.name)) is not None:
+                ctx.warn(codes.GATHERED_SUM, kept.node, name=kept.name, why=BY_PASS_INDEX.format(index=index))
         reductions: dict[cst.For | cst.While, list[str]] = {}
         derived: dict[cst.For | cst.While, list[cst.BaseStatement]] = {}
         at_else: set[cst.For | cst.While] = set()

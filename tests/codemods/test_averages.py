@@ -10,6 +10,8 @@ import pytest
 
 from _convert import codes, converted
 
+from accelify.pipeline import convert_source
+
 HEAD = """\
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -858,3 +860,29 @@ def test_a_loop_through_any_progress_bar_walks_the_prepared_loader(bar: str) -> 
            '"mean").item()' in out
     drawn = "enumerate(track(loader, disable=not accelerator.is_local_main_process))" in out
     assert drawn == ("fastprogress" not in bar)  # fastprogress's bar takes no ``disable``
+
+
+def test_a_gathered_sum_divided_by_the_loops_last_index_is_reported() -> None:
+    """``valid_loss / k`` after ``for k, (x, y) in enumerate(valid_loader)`` (the last index: an off-by-one many
+    write), the loss computed on gathered outputs: ``k`` counts this process's passes, so the printed loss changed
+    (2.66 against 1.74, field test J8) and one gathered pass divided by zero, with no warning."""
+    source = textwrap.dedent("""\
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        train = DataLoader(TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,))), batch_size=8)
+        valid = DataLoader(TensorDataset(torch.randn(36, 4), torch.randint(0, 2, (36,))), batch_size=8)
+        model = torch.nn.Linear(4, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in train:
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+        valid_loss = 0
+        with torch.no_grad():
+            for k, (x, y) in enumerate(valid):
+                pred = model(x)
+                valid_loss += torch.nn.functional.cross_entropy(pred, y).item()
+        print(valid_loss / k)
+        """)
+    assert codes(source) == ["ACC042:15"]
+    assert "the loop's last index" in convert_source(source).warnings[0].message
