@@ -1,0 +1,92 @@
+"""Where prepare goes when the training runs inside a branch (analysis/branch_sites.py): J4's research entry point
+(peterliht/knowledge-distillation-pytorch) builds the loader, then under ``if "distill" in version:`` the student and
+its optimizer in an ``if/elif`` per version, the teacher, and trains there. The corpus cases kd_student_per_version
+and kd_builder_in_branch run it; these are the variants and the refusals."""
+
+from __future__ import annotations
+
+from _convert import codes, converted, dedent
+
+from accelify.pipeline import convert_source
+
+TRAIN = """\
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train(model, optimizer, loader):
+    for x, y in loader:
+        loss = nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,))), batch_size=4)
+"""
+
+STUDENTS = """\
+    if version == "small":
+        model = nn.Linear(4, 2)
+        optimizer = torch.optim.Adam(model.parameters())
+    elif version == "big":
+        model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+"""
+
+PREPARED = "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+
+
+def test_a_with_block_that_builds_and_trains_is_prepared_inside_it() -> None:
+    """The outer statement a ``with`` instead of an ``if``: prepare goes in its body, after the per-version chain
+    (before, ACC020: prepare went after the ``with``, after the training)."""
+    out = converted(TRAIN + "with torch.autograd.set_detect_anomaly(False):\n" + STUDENTS
+                    + "    for epoch in range(2):\n        train(model, optimizer, loader)\n")
+    assert out.count("accelerator.prepare(") == 1, out
+    assert STUDENTS + PREPARED + "    for epoch in range(2):\n" in out, out
+
+
+def test_a_model_and_optimizer_built_in_each_arm_of_an_if_elif_are_prepared_once_after_it() -> None:
+    """No outer ``if``, no ``else``: the training right after the chain reads both names whenever it runs, so every
+    run that trains has bound them. Before, each was prepared in the first arm only (the elif's optimizer in its own
+    arm) and the elif's model trained unwrapped, as N copies that drift apart."""
+    out = converted(TRAIN + STUDENTS.replace("\n    ", "\n").lstrip() + "for epoch in range(2):\n    train(model, optimizer, loader)\n")
+    assert out.count("accelerator.prepare(") == 1, out
+    assert "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n" + PREPARED.lstrip() + "for epoch" in out, out
+
+
+def test_two_branches_that_each_train_are_refused_naming_the_objects_and_the_if() -> None:
+    """The full J4 program: ``if "distill" in version:`` trains with the teacher, its ``else`` trains without, each
+    building the model and optimizer in its own chain. One prepare cannot come before both trainings: ACC048 says so
+    and what to change, on the ``if`` (before: ACC020, 'prepare it where the model and optimizer are prepared', with
+    no prepare anywhere)."""
+    source = (TRAIN + "if 'distill' in version:\n" + STUDENTS.replace("\n    ", "\n        ").replace("    if", "        if", 1)
+              + "        train(model, optimizer, loader)\nelse:\n"
+              + "        model = nn.Linear(4, 2)\n        optimizer = torch.optim.Adam(model.parameters())\n"
+              + "        train(model, optimizer, loader)\n")
+    result = convert_source(dedent(source))
+    assert result.status == "attention", result.new
+    assert [f"{w.code}:{w.line}" for w in result.warnings] == ["ACC048:15"], result.warnings
+    message = result.warnings[0].message
+    assert message.startswith("the objects to prepare (`model`, `optimizer`) are built in the branches of "
+                              "`if 'distill' in version:`, and 2 of its branches train"), message
+    assert "ACC020" not in message and "before the `if`" in result.warnings[0].fix
+
+
+def test_a_branch_that_trains_without_binding_an_object_is_refused_naming_it() -> None:
+    """The optimizer built only in the branch that does not train: in the branch that does, it is never bound."""
+    source = (TRAIN + "if pretrain:\n    model = nn.Linear(4, 2)\n    optimizer = torch.optim.Adam(model.parameters())\n"
+              "else:\n    model = nn.Linear(4, 2)\n    for x, y in loader:\n        model(x).sum().backward()\n"
+              "        optimizer.step()\n")
+    result = convert_source(dedent(source))
+    assert [w.code for w in result.warnings] == ["ACC048"], result.warnings
+    assert "(`optimizer`) are built in the branches of `if pretrain:`, and the branch that trains does not bind it" \
+        in result.warnings[0].message
+
+
+def test_a_loop_over_versions_that_builds_and_trains_stays_refused_as_built_in_a_loop() -> None:
+    """The outer statement a loop (``for version in versions:``): each pass builds a new student, which one prepare
+    cannot serve; ACC007 names them (a true reason: build them once, before the loop)."""
+    found = codes(TRAIN + "for version in versions:\n" + STUDENTS + "    train(model, optimizer, loader)\n")
+    assert found and {c.split(":")[0] for c in found} == {"ACC007"}, found
