@@ -90,3 +90,21 @@ def test_a_loop_over_versions_that_builds_and_trains_stays_refused_as_built_in_a
     cannot serve; ACC007 names them (a true reason: build them once, before the loop)."""
     found = codes(TRAIN + "for version in versions:\n" + STUDENTS + "    train(model, optimizer, loader)\n")
     assert found and {c.split(":")[0] for c in found} == {"ACC007"}, found
+
+
+def test_a_model_placed_by_a_conditional_expression_is_prepared() -> None:
+    """J4's ``model = net.Net(params).cuda() if params.cuda else net.Net(params)``: the same model placed or not. It
+    had no role, so prepare left it out (``optimizer, loader = accelerator.prepare(optimizer, loader)``) and every
+    process trained its own copy, silently. Prepared, its placement goes as a plain ``.cuda()`` does."""
+    out = converted(TRAIN + "model = nn.Linear(4, 2).cuda() if torch.cuda.is_available() else nn.Linear(4, 2)\n"
+                    "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\ntrain(model, optimizer, loader)\n")
+    assert ("model = nn.Linear(4, 2)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n") in out, out
+
+
+def test_a_conditional_expression_choosing_two_models_is_no_placement() -> None:
+    """``A() if big else B()`` chooses between two models: neither is the other placed, so nothing is stripped."""
+    out = converted(TRAIN + "model = nn.Linear(4, 2).cuda() if big else nn.Linear(4, 3)\n"
+                    "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\ntrain(model, optimizer, loader)\n")
+    assert "nn.Linear(4, 2).cuda() if big else nn.Linear(4, 3)" in out or \
+        "nn.Linear(4, 2).to(accelerator.device) if big else nn.Linear(4, 3)" in out, out
