@@ -20,7 +20,7 @@ import libcst as cst
 from accelify.codemods.analysis.blocks import binds_on_every_path, block_of, unconditional
 from accelify.codemods.analysis.facts import Facts, Scope
 from accelify.codemods.analysis.prepared_uses import Alias
-from accelify.codemods.analysis.problems import TRAININGS_IN_BRANCHES
+from accelify.codemods.analysis.problems import CREATED_AFTER_LOOP, TRAININGS_IN_BRANCHES
 from accelify.codemods.analysis.snippets import code_of
 
 
@@ -42,6 +42,8 @@ class BranchSites:
     """Mixed into ``PrepareSite`` (the facts, ``drives_training`` and ``_problem`` are the plan's)."""
 
     facts: Facts
+    branch_sites: list[tuple[list[cst.BaseStatement], cst.BaseStatement | None]]
+    accelerator_block: list[cst.BaseStatement] | None
 
     def drives_training(self, scope: Scope, stmt: cst.BaseStatement) -> bool: ...  # the plan's (``PrepareSite``)
 
@@ -50,30 +52,57 @@ class BranchSites:
     def _into_training_branch(self, scope: Scope, aliases: list[Alias], block: list[cst.BaseStatement],
                               last: cst.BaseStatement | None) -> tuple[list[cst.BaseStatement], cst.BaseStatement | None] | None:
         """``block`` and ``last`` (the statement of ``block`` after which prepare goes), or, while ``last`` is an
-        ``if`` that trains in one of its branches, that branch and the last statement in it that builds an object
-        (None there when all were built before the ``if``: prepare goes first thing in the branch). None, with a
-        problem recorded, where several branches train or an object is bound only in a branch that does not."""
-        while isinstance(last, (cst.If, cst.With)) and self.drives_training(scope, last):
-            blocks = branch_blocks(last) if isinstance(last, cst.If) else [block_of(last) or []]
-            training = [b for b in blocks if any(self.drives_training(scope, s) for s in b)]
-            if len(training) != 1:
-                inside = [a for a in aliases if a.stmt is not None and self.facts.top_in(a.stmt, block) is last]
-                self._problem(TRAININGS_IN_BRANCHES, last, names=_names(inside or aliases), test=_test(last),
-                              why=f"{len(training)} of its branches train")
+        ``if`` that trains in its branches, the first branch that trains and the last statement in it that builds an
+        object (None there when all were built before the ``if``: prepare goes first thing in the branch), and so on
+        down. Each other branch that trains (J4's ``else:`` training without the teacher) gets the same prepare after
+        its own last object (``branch_sites``), and the accelerator is made before the ``if`` (``accelerator_block``).
+        None, with a problem recorded, where a branch that trains does not bind an object, or trains before binding
+        them."""
+        sites = self._prepare_places(scope, aliases, block, last)
+        if sites is None:
+            return None
+        self.branch_sites = sites[1:]
+        return sites[0]
+
+    def _prepare_places(self, scope: Scope, aliases: list[Alias], block: list[cst.BaseStatement],
+               last: cst.BaseStatement | None) -> list[tuple[list[cst.BaseStatement], cst.BaseStatement | None]] | None:
+        """Each place prepare goes, block and statement, first the first branch's (``_into_training_branch``)."""
+        if not (isinstance(last, (cst.If, cst.With)) and self.drives_training(scope, last)):
+            return [(block, last)]
+        blocks = branch_blocks(last) if isinstance(last, cst.If) else [block_of(last) or []]
+        sites: list[tuple[list[cst.BaseStatement], cst.BaseStatement | None]] = []
+        for inner in [b for b in blocks if any(self.drives_training(scope, s) for s in b)]:
+            site = self._site_in(scope, aliases, block, last, inner)
+            found = self._prepare_places(scope, aliases, inner, site) if site is not False else None  # type: ignore[arg-type]
+            if found is None:
                 return None
-            inner, tops = training[0], []
-            for alias in aliases:
-                if alias.stmt is None or self.facts.top_in(alias.stmt, block) is not last:
-                    continue  # bound before the ``if``: in hand in every branch
-                here = [s for s in [alias.stmt] + [b.stmt for b in scope.bindings.get(alias.key, [])]
-                        if s is not None and self.facts.top_in(s, inner) is not None]
-                if not here:
-                    self._problem(TRAININGS_IN_BRANCHES, last, names=f"`{alias.key}`", test=_test(last),
-                                  why="the branch that trains does not bind it")
-                    return None
-                tops.extend(self.facts.top_in(s, inner) for s in here)
-            block, last = inner, max(tops, key=inner.index, default=None)  # type: ignore[arg-type]
-        return block, last
+            sites.extend(found)
+        if len(sites) > 1:
+            self.accelerator_block = block  # before the outermost ``if`` that trains in two places (set last)
+        return sites
+
+    def _site_in(self, scope: Scope, aliases: list[Alias], block: list[cst.BaseStatement], branch: cst.BaseStatement,
+                 inner: list[cst.BaseStatement]) -> cst.BaseStatement | None | bool:
+        """The last statement of ``inner`` (a branch of ``branch``, a statement of ``block``) that builds an object:
+        None when every object was built before ``branch``; False, with a problem recorded, when an object of the
+        branch is bound only in another, or the branch trains before its last object is built."""
+        tops: list[cst.BaseStatement] = []
+        for alias in aliases:
+            if alias.stmt is None or self.facts.top_in(alias.stmt, block) is not branch:
+                continue  # bound before the ``if``: in hand in every branch
+            here = [s for s in [alias.stmt] + [b.stmt for b in scope.bindings.get(alias.key, [])]
+                    if s is not None and self.facts.top_in(s, inner) is not None]
+            if not here:
+                self._problem(TRAININGS_IN_BRANCHES, branch, names=f"`{alias.key}`", test=_test(branch),
+                              why="a branch that trains does not bind it")
+                return False
+            tops.extend(self.facts.top_in(s, inner) for s in here)  # type: ignore[misc]
+        last = max(tops, key=inner.index, default=None)
+        if last is not None and any(self.drives_training(scope, s) for s in inner[:inner.index(last)]):
+            culprit = next(a for a in aliases if a.stmt is not None and self.facts.top_in(a.stmt, inner) is last)
+            self._problem(CREATED_AFTER_LOOP, culprit.stmt, name=culprit.key)  # type: ignore[arg-type]
+            return False
+        return last
 
     def _bound_only_if(self, scope: Scope, alias: Alias, block: list[cst.BaseStatement],
                        last: cst.BaseStatement | None) -> bool:

@@ -95,6 +95,10 @@ class Plan(RoleAssignment, PrepareSite, TrainingDataChecks, DataPasses):
         self.prepare_block: list[cst.BaseStatement] = []
         self.prepare_after: cst.BaseStatement | None = None  # prepare goes right after this statement
         self.aliases: list[Alias] = []  # what prepare passes and rebinds, in order
+        # other branches of an ``if`` that train (``analysis/branch_sites.py``): the same prepare after the last object
+        # each builds (block, statement), and the block, before that ``if``, where the accelerator is made
+        self.branch_sites: list[tuple[list[cst.BaseStatement], cst.BaseStatement | None]] = []
+        self.accelerator_block: list[cst.BaseStatement] | None = None
         self.home: Scope | None = None
         self.home_block: list[cst.BaseStatement] = []
         self.home_call: CallSite | None = None  # the call in the home that leads to the prepare scope

@@ -56,22 +56,34 @@ def test_a_model_and_optimizer_built_in_each_arm_of_an_if_elif_are_prepared_once
     assert "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n" + PREPARED.lstrip() + "for epoch" in out, out
 
 
-def test_two_branches_that_each_train_are_refused_naming_the_objects_and_the_if() -> None:
+def test_two_branches_that_each_train_are_each_prepared_after_their_objects() -> None:
     """The full J4 program: ``if "distill" in version:`` trains with the teacher, its ``else`` trains without, each
-    building the model and optimizer in its own chain. One prepare cannot come before both trainings: ACC048 says so
-    and what to change, on the ``if`` (before: ACC020, 'prepare it where the model and optimizer are prepared', with
-    no prepare anywhere)."""
-    source = (TRAIN + "if 'distill' in version:\n" + STUDENTS.replace("\n    ", "\n        ").replace("    if", "        if", 1)
-              + "        train(model, optimizer, loader)\nelse:\n"
-              + "        model = nn.Linear(4, 2)\n        optimizer = torch.optim.Adam(model.parameters())\n"
-              + "        train(model, optimizer, loader)\n")
-    result = convert_source(dedent(source))
-    assert result.status == "attention", result.new
-    assert [f"{w.code}:{w.line}" for w in result.warnings] == ["ACC048:15"], result.warnings
-    message = result.warnings[0].message
-    assert message.startswith("the objects to prepare (`model`, `optimizer`) are built in the branches of "
-                              "`if 'distill' in version:`, and 2 of its branches train"), message
-    assert "ACC020" not in message and "before the `if`" in result.warnings[0].fix
+    building the model and optimizer in its own chain. Each branch gets the prepare after its objects (a run takes one
+    of them, so the loader is prepared once), and the accelerator is made before the ``if`` (before: ACC020, 'prepare
+    it where the model and optimizer are prepared', with no prepare anywhere)."""
+    source = (TRAIN + "if 'distill' in version:\n" + STUDENTS + "    train(model, optimizer, loader)\nelse:\n"
+              "    model = nn.Linear(4, 2)\n    optimizer = torch.optim.Adam(model.parameters())\n"
+              "    train(model, optimizer, loader)\n")
+    out = converted(source)
+    assert out.count("accelerator.prepare(") == 2, out
+    assert out.count("Accelerator(") == 1 and out.index("accelerator = Accelerator") < out.index("if 'distill'"), out
+    assert ("        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n" + PREPARED + "    train(model") in out, out
+    assert out.endswith("    train(model, optimizer, loader)\naccelerator.end_training()\n"), out
+    assert ("    optimizer = torch.optim.Adam(model.parameters())\n" + PREPARED + "    train(model") in out, out
+
+
+def test_a_branch_that_builds_and_trains_in_branches_of_its_own_beside_another_is_prepared_in_each() -> None:
+    """The ``else`` builds its objects in an ``if/else`` of its own, each arm training: three trainings, three
+    prepares, one accelerator before the outer ``if``."""
+    source = (TRAIN + "if distill:\n    model = nn.Linear(4, 2)\n    optimizer = torch.optim.Adam(model.parameters())\n"
+              "    train(model, optimizer, loader)\nelse:\n    if short:\n        model = nn.Linear(4, 2)\n"
+              "        optimizer = torch.optim.Adam(model.parameters())\n        train(model, optimizer, loader)\n"
+              "    else:\n        model = nn.Linear(4, 3)\n        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+              "        train(model, optimizer, loader)\n")
+    out = converted(source)
+    assert out.count("accelerator.prepare(") == 3, out
+    assert out.count("Accelerator(") == 1 and out.index("accelerator = Accelerator") < out.index("if distill"), out
+    assert "lr=0.1)\n        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n        train(" in out
 
 
 def test_a_branch_that_trains_without_binding_an_object_is_refused_naming_it() -> None:
@@ -81,7 +93,7 @@ def test_a_branch_that_trains_without_binding_an_object_is_refused_naming_it() -
               "        optimizer.step()\n")
     result = convert_source(dedent(source))
     assert [w.code for w in result.warnings] == ["ACC048"], result.warnings
-    assert "(`optimizer`) are built in the branches of `if pretrain:`, and the branch that trains does not bind it" \
+    assert "(`optimizer`) are built in the branches of `if pretrain:`, and a branch that trains does not bind it" \
         in result.warnings[0].message
 
 
