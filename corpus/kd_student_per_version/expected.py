@@ -1,5 +1,6 @@
 # Knowledge distillation as research entry points write it: the loader first, then, under a mode test, the student
-# and its optimizer in one branch per version, the frozen teacher, and the training through a function.
+# and its optimizer in one branch per version, the frozen teacher, and the training through a function; the other
+# mode trains the baseline, its model and optimizer built in its own branch.
 import argparse
 
 import torch
@@ -7,6 +8,19 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 from accelify.runtime import Accelerator
+
+
+def train(model, optimizer, dataloader):
+    model.train()
+    total = 0.0
+    for x, y in dataloader:
+        loss = F.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        accelerator.backward(loss)
+        optimizer.step()
+        total += loss.item()
+    total = accelerator.reduce(torch.tensor(total, dtype=torch.float64, device=accelerator.device), "mean").item()
+    return total / len(dataloader)
 
 
 def train_kd(model, teacher_model, optimizer, dataloader):
@@ -28,6 +42,7 @@ def train_kd(model, teacher_model, optimizer, dataloader):
 
 
 if __name__ == "__main__":
+    accelerator = Accelerator(cpu=True)
     parser = argparse.ArgumentParser()
     parser.add_argument("--version", default="cnn_distill")
     parser.add_argument("--teacher", default="mlp")
@@ -36,7 +51,6 @@ if __name__ == "__main__":
     data = TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))
     train_dl = DataLoader(data, batch_size=8, shuffle=True)
     if "distill" in args.version:
-        accelerator = Accelerator(cpu=True)
         if args.version == "cnn_distill":
             model = nn.Linear(4, 2)
             optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
@@ -48,4 +62,11 @@ if __name__ == "__main__":
             teacher_model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2))
         for epoch in range(3):
             accelerator.print(f"epoch {epoch} loss {train_kd(model, teacher_model, optimizer, train_dl):.4f}")
-        accelerator.end_training()
+    else:
+        if args.version == "cnn":
+            model = nn.Linear(4, 2)
+            optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+        model, optimizer, train_dl = accelerator.prepare(model, optimizer, train_dl)
+        for epoch in range(3):
+            accelerator.print(f"epoch {epoch} loss {train(model, optimizer, train_dl):.4f}")
+    accelerator.end_training()
