@@ -120,3 +120,13 @@ def test_a_conditional_expression_choosing_two_models_is_no_placement() -> None:
                     "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\ntrain(model, optimizer, loader)\n")
     assert "nn.Linear(4, 2).cuda() if big else nn.Linear(4, 3)" in out or \
         "nn.Linear(4, 2).to(accelerator.device) if big else nn.Linear(4, 3)" in out, out
+
+
+def test_a_branch_that_trains_before_its_last_object_is_refused_as_created_after_the_training() -> None:
+    """The ``else`` trains, then makes a new optimizer and trains again: no place in it comes after its objects and
+    before its training (ACC008 on the late optimizer), where prepare after it would have wrapped a trained model."""
+    source = (TRAIN + "if distill:\n    model = nn.Linear(4, 2)\n    optimizer = torch.optim.Adam(model.parameters())\n"
+              "    train(model, optimizer, loader)\nelse:\n    model = nn.Linear(4, 2)\n"
+              "    optimizer = torch.optim.Adam(model.parameters())\n    train(model, optimizer, loader)\n"
+              "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    train(model, optimizer, loader)\n")
+    assert codes(source) == ["ACC008:23"]
