@@ -122,6 +122,23 @@ for step in range(20):
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+loader = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4)
+if finetune:
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+else:
+    model = torch.nn.Linear(2, 1)
+    for (x,) in loader:
+        model(x).sum().backward()
+        optimizer.step()
+''',
+            warnings=("ACC048:5",),
+        ),
+        Example(
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
 
 class Experiment:
     def __init__(self, lr):
