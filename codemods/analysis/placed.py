@@ -74,6 +74,17 @@ def _runs_unprepared_model(plan: Plan, site: CallSite) -> bool:
     return found is not None and found.role == "model" and not plan.is_prepared(found)
 
 
+def wraps_unprepared_model(plan: Plan, site: CallSite) -> bool:
+    """``nn.DataParallel(teacher)``: a DataParallel around a model prepare does not receive (a distillation teacher
+    whose saved weights carry DataParallel's ``module.`` keys). It stays, on each process's device alone
+    (``rules/data_parallel.py``), and does not make the script's batch a global one (``split_batches``)."""
+    args = site.node.args
+    if len(args) != 1 or args[0].keyword is not None or args[0].star:
+        return False
+    held = plan.origin(site.scope, args[0].value)
+    return held is not None and held.role == "model" and not plan.is_prepared(held)
+
+
 def in_loader_loop(plan: Plan, site: CallSite) -> bool:
     """Whether ``site`` runs inside a loop (at any depth) over a prepared loader."""
     loop: Loop | None = site.loop

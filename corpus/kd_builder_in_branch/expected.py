@@ -1,5 +1,5 @@
 # Knowledge distillation with the student and its optimizer made by a builder, one branch per version, called in the
-# mode branch that trains (the teacher frozen beside it).
+# mode branch that trains (the teacher frozen beside it, wrapped in DataParallel to load weights saved from one).
 import argparse
 
 import torch
@@ -51,6 +51,8 @@ if __name__ == "__main__":
         model, optimizer, train_dl = accelerator.prepare(model, optimizer, train_dl)
         if args.teacher == "mlp":
             teacher_model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2))
+            teacher_model = nn.DataParallel(teacher_model, device_ids=[accelerator.device])  # saved from one: module.*
+            teacher_model.load_state_dict({"module." + k: v for k, v in teacher_model.module.state_dict().items()})
         for epoch in range(3):
             accelerator.print(f"epoch {epoch} loss {train_kd(model, teacher_model, optimizer, train_dl):.4f}")
         accelerator.end_training()

@@ -1,5 +1,5 @@
 # Knowledge distillation with the student and its optimizer made by a builder, one branch per version, called in the
-# mode branch that trains (the teacher frozen beside it).
+# mode branch that trains (the teacher frozen beside it, wrapped in DataParallel to load weights saved from one).
 import argparse
 
 import torch
@@ -47,5 +47,7 @@ if __name__ == "__main__":
         model, optimizer = build_student(args.version)
         if args.teacher == "mlp":
             teacher_model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2))
+            teacher_model = nn.DataParallel(teacher_model)  # saved from one: module.*
+            teacher_model.load_state_dict({"module." + k: v for k, v in teacher_model.module.state_dict().items()})
         for epoch in range(3):
             print(f"epoch {epoch} loss {train_kd(model, teacher_model, optimizer, train_dl):.4f}")

@@ -130,3 +130,19 @@ def test_a_branch_that_trains_before_its_last_object_is_refused_as_created_after
               "    optimizer = torch.optim.Adam(model.parameters())\n    train(model, optimizer, loader)\n"
               "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    train(model, optimizer, loader)\n")
     assert codes(source) == ["ACC008:23"]
+
+
+def test_a_teachers_data_parallel_stays_on_the_process_device_and_splits_no_batch() -> None:
+    """J4's ``teacher_model = nn.DataParallel(teacher_model).cuda()`` for teachers pre-trained on several GPUs (their
+    checkpoints' keys are ``module.*``): the wrapper went, so ``load_checkpoint`` failed on the keys, and the
+    ``.cuda()`` with it; and it made the accelerator split each batch, as for a trained model's DataParallel. The
+    teacher is no prepared model: its wrapper stays, on the process's device alone, and the batch stays the script's
+    per process. The student's own DataParallel still goes."""
+    source = (TRAIN + "model = nn.Linear(4, 2).cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+              "teacher = nn.Linear(4, 2)\nteacher = nn.DataParallel(teacher).cuda()\n"
+              "teacher.load_state_dict(torch.load('teacher.pt'))\ntrain(model, optimizer, loader)\n")
+    out = converted(source)
+    assert "\nteacher = nn.DataParallel(teacher, device_ids=[accelerator.device]).to(accelerator.device)\n" in out, out
+    assert "accelerator = Accelerator()\n" in out, out
+    out = converted(source.replace("model = nn.Linear(4, 2).cuda()\n", "model = nn.DataParallel(nn.Linear(4, 2)).cuda()\n"))
+    assert "model = nn.Linear(4, 2)\n" in out and "split_batches=True" in out, out
