@@ -5,6 +5,8 @@ per GPU, so the wrapper goes and ``Accelerator(split_batches=True)`` (the accele
 each batch over the processes: the batch size the script sets stays the global one.
 
 - ``model = nn.DataParallel(model)`` (alone, or under ``if torch.cuda.device_count() > 1:``) goes;
+- around a model prepare does not receive (a distillation teacher loading weights saved from a DataParallel, keys
+  ``module.*``) it stays, on the process's device alone (``device_ids=[accelerator.device]``), and splits no batch;
 - ``nn.parallel.data_parallel(module, input, ...)`` (in a ``forward``, behind an ``if input.is_cuda and
   ngpu > 1:``) becomes ``module(input)``, the branch that chose between the two collapsing to it;
 - (``model.module`` of a prepared model becomes ``accelerator.unwrap_model(model)``: the ``unwrap_module`` rule);
