@@ -93,7 +93,7 @@ class BranchSites:
             here = [s for s in [alias.stmt] + [b.stmt for b in scope.bindings.get(alias.key, [])]
                     if s is not None and self.facts.top_in(s, inner) is not None]
             if not here:
-                self._problem(TRAININGS_IN_BRANCHES, branch, names=f"`{alias.key}`", test=_test(branch),
+                self._problem(TRAININGS_IN_BRANCHES, branch, names=f"`{alias.key}`", test=branch_test(branch),
                               why="a branch that trains does not bind it")
                 return False
             tops.extend(self.facts.top_in(s, inner) for s in here)  # type: ignore[misc]
@@ -164,7 +164,7 @@ class BranchSites:
         return False
 
 
-def _test(branch: cst.If | cst.With) -> str:
+def branch_test(branch: cst.If | cst.With) -> str:
     """What the message calls the statement: its ``if`` test (a ``with`` has one way through: no problem names it)."""
     return code_of(branch.test if isinstance(branch, cst.If) else branch.items[0].item).strip()
 

@@ -15,7 +15,7 @@ import libcst.matchers as m
 
 from accelify.codemods.analysis.accelerator_home import AcceleratorHome
 from accelify.codemods.analysis.blocks import common_block
-from accelify.codemods.analysis.branch_sites import BranchSites
+from accelify.codemods.analysis.branch_sites import BranchSites, branch_test
 from accelify.codemods.analysis.facts import Binding, CallSite, Scope
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.prepared_uses import Alias
@@ -27,6 +27,7 @@ from accelify.codemods.analysis.problems import (
     REBUILT_BY_A_METHOD,
     SECOND_EXPERIMENT,
     SEVERAL_TRAINERS,
+    TRAININGS_IN_BRANCHES,
 )
 from accelify.codemods.analysis.roles import classify, removed_wrap
 
@@ -269,6 +270,7 @@ class PrepareSite(BranchSites, AcceleratorHome):
                     else:
                         self._problem(CREATED_AFTER_LOOP, culprit.stmt, name=culprit.key)
                     return
+        inner_if = last if isinstance(last, (cst.If, cst.With)) else None
         inner = self._into_training_branch(scope, aliases, block, last)
         if inner is None:
             return
@@ -277,6 +279,12 @@ class PrepareSite(BranchSites, AcceleratorHome):
         # ``if args.use_optimizer: optimizer = ...``: after the ``if`` the name is unbound when the test is false,
         # so that object is prepared in its branch, right where it is built, and the rest where they were to be
         branched = [a for a in aliases if self._bound_only_if(scope, a, block, last)]
+        if branched and self.branch_sites and inner_if is not None:
+            # the other branches' prepares list the same names: one prepared where it is built here would be
+            # left out of theirs
+            self._problem(TRAININGS_IN_BRANCHES, inner_if, names=f"`{branched[0].key}`", test=branch_test(inner_if),
+                          why="it is bound there only under a condition the training does not share")
+            return
         self.in_place.extend(a.obj for a in branched)
         aliases = [a for a in aliases if a not in branched]
         self.prepare_scope, self.prepare_block, self.prepare_after, self.aliases = scope, block, last, aliases

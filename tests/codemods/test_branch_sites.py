@@ -146,3 +146,18 @@ def test_a_teachers_data_parallel_stays_on_the_process_device_and_splits_no_batc
     assert "accelerator = Accelerator()\n" in out, out
     out = converted(source.replace("model = nn.Linear(4, 2).cuda()\n", "model = nn.DataParallel(nn.Linear(4, 2)).cuda()\n"))
     assert "model = nn.Linear(4, 2)\n" in out and "split_batches=True" in out, out
+
+
+def test_an_object_bound_under_a_flag_in_one_of_two_branches_that_train_is_refused() -> None:
+    """word_language_model's ``if use_optimizer: optimizer = ...`` in the first branch (its training steps it only
+    under the same flag): prepared where it is built there, it would be missing from the prepare the ``else`` shares
+    by name, which builds its optimizer unconditionally. ACC048 names it."""
+    source = (TRAIN + "if distill:\n    model = nn.Linear(4, 2)\n    if use_optimizer:\n"
+              "        optimizer = torch.optim.Adam(model.parameters())\n    for x, y in loader:\n"
+              "        model(x).sum().backward()\n        if use_optimizer:\n            optimizer.step()\n"
+              "else:\n    model = nn.Linear(4, 2)\n    optimizer = torch.optim.Adam(model.parameters())\n"
+              "    train(model, optimizer, loader)\n")
+    result = convert_source(dedent(source))
+    assert [w.code for w in result.warnings] == ["ACC048"], result.warnings
+    assert "(`optimizer`) are built in the branches of `if distill:`, and it is bound there only under a condition" \
+        in result.warnings[0].message, result.warnings[0].message
