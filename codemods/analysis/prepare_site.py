@@ -276,6 +276,7 @@ class PrepareSite(BranchSites, AcceleratorHome):
             return
         block, last = inner
         last = self._after_sized_schedulers(scope, block, last)
+        self.branch_sites = [(b, self._after_sized_schedulers(scope, b, at)) for b, at in self.branch_sites]
         # ``if args.use_optimizer: optimizer = ...``: after the ``if`` the name is unbound when the test is false,
         # so that object is prepared in its branch, right where it is built, and the rest where they were to be
         branched = [a for a in aliases if self._bound_only_if(scope, a, block, last)]

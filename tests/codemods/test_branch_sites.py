@@ -161,3 +161,15 @@ def test_an_object_bound_under_a_flag_in_one_of_two_branches_that_train_is_refus
     assert [w.code for w in result.warnings] == ["ACC048"], result.warnings
     assert "(`optimizer`) are built in the branches of `if distill:`, and it is bound there only under a condition" \
         in result.warnings[0].message, result.warnings[0].message
+
+
+def test_each_branch_prepares_after_its_scheduler_sized_by_the_loader() -> None:
+    """SimCLR's per-epoch ``CosineAnnealingLR(optimizer, T_max=len(loader))`` built in the ``else`` right after the
+    optimizer: its prepare goes after it, as the first branch's does, so it reads the original's length."""
+    sched = "    sched = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=len(loader))\n"
+    source = (TRAIN + "if distill:\n    model = nn.Linear(4, 2)\n    optimizer = torch.optim.Adam(model.parameters())\n"
+              + sched + "    for epoch in range(2):\n        train(model, optimizer, loader)\n        sched.step()\n"
+              "else:\n    model = nn.Linear(4, 3)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+              + sched + "    for epoch in range(2):\n        train(model, optimizer, loader)\n        sched.step()\n")
+    out = converted(source)
+    assert out.count(sched + PREPARED) == 2, out
