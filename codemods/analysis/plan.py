@@ -11,7 +11,8 @@ Rules read the plan; none of them walks the tree again. The decisions, in order:
    parameter, a local, ``self.x``), in the innermost block that binds them all, right after the last;
 4. the home: where ``accelerator = Accelerator(...)`` goes: the prepare scope, or the caller that
    built some of the objects and passed them in (``main`` calling ``train_model(model, device)``);
-   (``role_assignment.py`` makes decision 1; ``prepare_site.py`` decision 3 and ``accelerator_home.py`` decision 4;
+   (``role_assignment.py`` makes decision 1; ``prepare_site.py`` decision 3 (``branch_sites.py`` where the training
+   runs in the branches of an ``if``: a prepare in each branch that trains) and ``accelerator_home.py`` decision 4;
    ``data_checks.py`` checks the result; ``data_passes.py`` says which loops over data decide nothing: bystanders,
    statistics passes, generators feeding the training);
 5. prepared uses (``prepared_uses.py``, the queries rules make of the result): a use sees a prepared object
