@@ -62,6 +62,10 @@ class BranchSites:
         if sites is None:
             return None
         self.branch_sites = sites[1:]
+        if sites[0][0] is not block:
+            # the accelerator before the ``if`` that trains: the setup before it (logging, data sets made on every
+            # process) sees it there, as in a script that trains at its top level
+            self.accelerator_block = block
         return sites[0]
 
     def _prepare_places(self, scope: Scope, aliases: list[Alias], block: list[cst.BaseStatement],

@@ -38,6 +38,7 @@ def build_student(version):
 
 
 if __name__ == "__main__":
+    accelerator = Accelerator(cpu=True)
     parser = argparse.ArgumentParser()
     parser.add_argument("--version", default="cnn_distill")
     parser.add_argument("--teacher", default="mlp")
@@ -46,7 +47,6 @@ if __name__ == "__main__":
     data = TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))
     train_dl = DataLoader(data, batch_size=8, shuffle=True)
     if "distill" in args.version:
-        accelerator = Accelerator(cpu=True)
         model, optimizer = build_student(args.version)
         model, optimizer, train_dl = accelerator.prepare(model, optimizer, train_dl)
         if args.teacher == "mlp":
@@ -55,4 +55,4 @@ if __name__ == "__main__":
             teacher_model.load_state_dict({"module." + k: v for k, v in teacher_model.module.state_dict().items()})
         for epoch in range(3):
             accelerator.print(f"epoch {epoch} loss {train_kd(model, teacher_model, optimizer, train_dl):.4f}")
-        accelerator.end_training()
+    accelerator.end_training()
