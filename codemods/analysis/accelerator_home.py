@@ -21,6 +21,7 @@ class AcceleratorHome(TrainerMethod):
     objects: list[Binding]
     prepare_scope: Scope | None
     prepare_block: list[cst.BaseStatement]
+    accelerator_block: list[cst.BaseStatement] | None
     aliases: list[Alias]
     home: Scope | None
     home_block: list[cst.BaseStatement]
@@ -52,7 +53,9 @@ class AcceleratorHome(TrainerMethod):
             # forward-forward style: each layer makes and steps its own optimizer in a method of its own
             self._problem(SELF_TRAINING_MODULE, scope.node, name=f"{scope.class_scope.name}.{scope.name}")
         self.home, self.home_call = scope, (via[0] if via else None)
-        self.home_block = self.prepare_block if not via else common_block(self.facts, scope, [s.stmt for s in via])
+        # several branches that train, each with its prepare: the accelerator before their ``if``
+        own = self.accelerator_block if self.accelerator_block is not None else self.prepare_block
+        self.home_block = own if not via else common_block(self.facts, scope, [s.stmt for s in via])
 
     def _feeds(self, caller: Scope, site: CallSite, callee: Scope) -> bool:
         """Whether ``caller`` builds one of the prepared objects or the device it passes to ``callee``."""

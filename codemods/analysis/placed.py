@@ -53,6 +53,8 @@ def placed_by_runtime(plan: Plan) -> bool:
         runs_model = site.method == "backward" or plan.prepared_model(site.scope, site.node.func, site.stmt) is not None
         if runs_model and not in_loader_loop(plan, site):
             return False
+        if _runs_unprepared_model(plan, site):
+            return False
     makers = _makers(plan)
     memo: dict[int, bool] = {}
     return all(
@@ -60,6 +62,31 @@ def placed_by_runtime(plan: Plan) -> bool:
         for site in calls
         if site.qualname in FACTORIES or (plan.callee(site) is not None and id(plan.callee(site)) in makers)
     )
+
+
+def _runs_unprepared_model(plan: Plan, site: CallSite) -> bool:
+    """``teacher_model(x)``: the forward of a model prepare does not receive (a distillation teacher, trained by no
+    optimizer). The script never places it, so it stays on the CPU and meets the batches prepared loaders hand out
+    on the accelerator's device."""
+    func = site.node.func
+    if not (isinstance(func, cst.Name) or m.matches(func, m.Attribute(value=m.Name("self")))):
+        return False  # (``teacher.eval()`` is no forward)
+    owner = site.scope.class_scope
+    if owner is not None and is_module_class(owner.name, plan.facts.classes):
+        return False  # ``self.fc(x)`` in a model's ``forward``: a part of the model, placed with it
+    found = plan.origin(site.scope, func)
+    return found is not None and found.role == "model" and not plan.is_prepared(found)
+
+
+def wraps_unprepared_model(plan: Plan, site: CallSite) -> bool:
+    """``nn.DataParallel(teacher)``: a DataParallel around a model prepare does not receive (a distillation teacher
+    whose saved weights carry DataParallel's ``module.`` keys). It stays, on each process's device alone
+    (``rules/data_parallel.py``), and does not make the script's batch a global one (``split_batches``)."""
+    args = site.node.args
+    if len(args) != 1 or args[0].keyword is not None or args[0].star:
+        return False
+    held = plan.origin(site.scope, args[0].value)
+    return held is not None and held.role == "model" and not plan.is_prepared(held)
 
 
 def in_loader_loop(plan: Plan, site: CallSite) -> bool:

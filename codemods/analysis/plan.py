@@ -11,7 +11,8 @@ Rules read the plan; none of them walks the tree again. The decisions, in order:
    parameter, a local, ``self.x``), in the innermost block that binds them all, right after the last;
 4. the home: where ``accelerator = Accelerator(...)`` goes: the prepare scope, or the caller that
    built some of the objects and passed them in (``main`` calling ``train_model(model, device)``);
-   (``role_assignment.py`` makes decision 1; ``prepare_site.py`` decision 3 and ``accelerator_home.py`` decision 4;
+   (``role_assignment.py`` makes decision 1; ``prepare_site.py`` decision 3 (``branch_sites.py`` where the training
+   runs in the branches of an ``if``: a prepare in each branch that trains) and ``accelerator_home.py`` decision 4;
    ``data_checks.py`` checks the result; ``data_passes.py`` says which loops over data decide nothing: bystanders,
    statistics passes, generators feeding the training);
 5. prepared uses (``prepared_uses.py``, the queries rules make of the result): a use sees a prepared object
@@ -52,6 +53,7 @@ from accelify.codemods.analysis.problems import (  # the kinds rules/refusals.py
     SECOND_EXPERIMENT,
     SELF_TRAINING_MODULE,
     SEVERAL_TRAINERS,
+    TRAININGS_IN_BRANCHES,
     UNKNOWN_DATA,
     UNSHARDED,
     Problem,
@@ -65,7 +67,7 @@ from accelify.codemods.analysis.snippets import code_of
 
 __all__ = [
     "BUILT_ELSEWHERE", "CREATED_AFTER_LOOP", "HELD_BY_A_METHOD", "MODEL_IN_LOOP", "MODELS_IN_A_COLLECTION", "NOT_A_LOADER", "PENALTY_ALONE", "PREPARED_ROLES",
-    "REBUILT_BY_A_METHOD", "SCHEDULER_IN_LOOP", "SECOND_EXPERIMENT", "SELF_TRAINING_MODULE", "SEVERAL_TRAINERS", "UNKNOWN_DATA", "UNSHARDED",
+    "REBUILT_BY_A_METHOD", "SCHEDULER_IN_LOOP", "SECOND_EXPERIMENT", "SELF_TRAINING_MODULE", "SEVERAL_TRAINERS", "TRAININGS_IN_BRANCHES", "UNKNOWN_DATA", "UNSHARDED",
     "Alias", "Plan", "Problem",
 ]
 
@@ -96,6 +98,10 @@ class Plan(RoleAssignment, PrepareSite, TrainingDataChecks, DataPasses):
         self.prepare_after: cst.BaseStatement | None = None  # prepare goes right after this statement
         self.aliases: list[Alias] = []  # what prepare passes and rebinds, in order
         self.rebinds: list[Rebind] = []  # ``model = embedding_net`` again after prepare (``alias_names.py``)
+        # other branches of an ``if`` that train (``analysis/branch_sites.py``): the same prepare after the last object
+        # each builds (block, statement), and the block, before that ``if``, where the accelerator is made
+        self.branch_sites: list[tuple[list[cst.BaseStatement], cst.BaseStatement | None]] = []
+        self.accelerator_block: list[cst.BaseStatement] | None = None
         self.home: Scope | None = None
         self.home_block: list[cst.BaseStatement] = []
         self.home_call: CallSite | None = None  # the call in the home that leads to the prepare scope

@@ -15,7 +15,8 @@ import libcst.matchers as m
 
 from accelify.codemods.analysis.accelerator_home import AcceleratorHome
 from accelify.codemods.analysis.alias_names import Rebind, follow_aliases
-from accelify.codemods.analysis.blocks import binds_on_every_path, common_block, unconditional
+from accelify.codemods.analysis.blocks import common_block
+from accelify.codemods.analysis.branch_sites import BranchSites, branch_test
 from accelify.codemods.analysis.facts import Binding, CallSite, Scope
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.prepared_uses import Alias
@@ -27,6 +28,7 @@ from accelify.codemods.analysis.problems import (
     REBUILT_BY_A_METHOD,
     SECOND_EXPERIMENT,
     SEVERAL_TRAINERS,
+    TRAININGS_IN_BRANCHES,
 )
 from accelify.codemods.analysis.roles import classify, removed_wrap, strip_placement
 
@@ -36,7 +38,7 @@ SEVERAL_RUN = ("and a run of the program may build more than one of them: one `a
                "several trainings, and one process has one accelerator")
 
 
-class PrepareSite(AcceleratorHome):
+class PrepareSite(BranchSites, AcceleratorHome):
     """The plan's choice of the prepare site (``Plan`` mixes it in, and the accelerator's home with it:
     ``analysis/accelerator_home.py``; the objects, their roles and the problems list are the plan's, as are
     ``trained_by`` and ``_problem``)."""
@@ -77,6 +79,7 @@ class PrepareSite(AcceleratorHome):
                 if held is not None and held in self.objects:
                     by_scope.setdefault(scope, {}).setdefault(id(held), Alias(name, held, None))
         self._fold_builders(by_scope)
+        self._alternatives(by_scope)
         required = [o for o in self.objects if id(o) not in self._optional and o not in self.in_place]
         candidates = [s for s, aliases in by_scope.items() if all(id(o) in aliases for o in required)]
         if not candidates:
@@ -109,6 +112,19 @@ class PrepareSite(AcceleratorHome):
         held = {id(a.obj) for a in aliases} | {id(o) for o in self.in_place}
         self.objects = [o for o in self.objects if id(o) in held]  # loaders no one iterates, out of reach: left alone
         self._place_prepare(scope, aliases)
+
+    def _alternatives(self, by_scope: dict[Scope, dict[int, Alias]]) -> None:
+        """A name that holds an object built in another scope (``model, optimizer = build(version)``, ``build``
+        making them in one ``if/elif`` arm per version and returning them) holds whichever of that scope's objects
+        of the same name and role was bound last there: it holds them all, and is prepared once for all of them."""
+        for scope, aliases in by_scope.items():
+            for alias in list(aliases.values()):
+                held = alias.obj
+                if held.where is scope:
+                    continue
+                for other in self.objects:
+                    if other.where is held.where and other.key == held.key and other.role == held.role:
+                        aliases.setdefault(id(other), Alias(alias.key, other, alias.stmt, alias.many))
 
     def _held_by_objects(self, by_scope: dict[Scope, dict[int, Alias]]) -> None:
         """``self.data_loader = MnistDataLoader(config)`` whose ``__init__`` sets ``self.train_loader = DataLoader(...)``:
@@ -256,10 +272,22 @@ class PrepareSite(AcceleratorHome):
                     else:
                         self._problem(CREATED_AFTER_LOOP, culprit.stmt, name=culprit.key)
                     return
+        inner_if = last if isinstance(last, (cst.If, cst.With)) else None
+        inner = self._into_training_branch(scope, aliases, block, last)
+        if inner is None:
+            return
+        block, last = inner
         last = self._after_sized_schedulers(scope, block, last)
+        self.branch_sites = [(b, self._after_sized_schedulers(scope, b, at)) for b, at in self.branch_sites]
         # ``if args.use_optimizer: optimizer = ...``: after the ``if`` the name is unbound when the test is false,
         # so that object is prepared in its branch, right where it is built, and the rest where they were to be
         branched = [a for a in aliases if self._bound_only_if(scope, a, block, last)]
+        if branched and self.branch_sites and inner_if is not None:
+            # the other branches' prepares list the same names: one prepared where it is built here would be
+            # left out of theirs
+            self._problem(TRAININGS_IN_BRANCHES, inner_if, names=f"`{branched[0].key}`", test=branch_test(inner_if),
+                          why="it is bound there only under a condition the training does not share")
+            return
         self.in_place.extend(a.obj for a in branched)
         aliases = [a for a in aliases if a not in branched]
         aliases, self.rebinds = follow_aliases(self, scope, aliases, last)  # ``model = embedding_net`` trains
@@ -285,38 +313,6 @@ class PrepareSite(AcceleratorHome):
             if sized and not any(self.drives_training(scope, s) for s in block[block.index(last) + 1:block.index(top) + 1]):
                 last = top
         return last
-
-    def _bound_only_if(self, scope: Scope, alias: Alias, block: list[cst.BaseStatement],
-                       last: cst.BaseStatement | None) -> bool:
-        """Whether ``alias`` is bound by a plain statement in an ``if`` of ``block`` that not every way through
-        binds, with no binding of its name before that ``if`` outside any branch or loop, and no statement of
-        ``block`` after that ``if`` and up to ``last`` (where prepare goes) that reads the name whenever it runs:
-        ``if args.model == "a": net = A() elif args.model == "b": net = B()`` then ``net = net.cuda()`` is bound on
-        every way that reaches prepare (the original reads it there), so it is prepared there, whichever branch
-        built it."""
-        obj, stmt = alias.obj, alias.stmt
-        if stmt is None or alias.many or obj.stmt is not stmt or obj.where is not scope or obj.key != alias.key:
-            return False
-        top = self.facts.top_in(stmt, block)
-        if not isinstance(top, cst.If) or not isinstance(stmt, cst.SimpleStatementLine):
-            return False
-        binders = [b.stmt for b in scope.bindings.get(alias.key, []) if b.stmt is not None]
-        if any(self.facts.after(top, b) and unconditional(self.facts, b) for b in binders):
-            return False
-        if binds_on_every_path(self.facts, top, binders):
-            return False
-        return not (last is not None and last in block and self._read_after(scope, alias.key, block, top, last))
-
-    def _read_after(self, scope: Scope, key: str, block: list[cst.BaseStatement], first: cst.BaseStatement,
-                    last: cst.BaseStatement) -> bool:
-        """Whether a plain statement of ``block`` after ``first`` and up to ``last`` reads ``key``."""
-        start, end = block.index(first), block.index(last)
-        for ref in scope.refs.get(key, []):
-            holder = scope.holders.get(id(ref))
-            if holder is not None and holder in block and start < block.index(holder) <= end \
-                    and isinstance(holder, cst.SimpleStatementLine):
-                return True
-        return False
 
     def _rebound_models(self, scope: Scope, late: list[Alias], loop: cst.BaseStatement) -> list[Binding]:
         """The models a later experiment's optimizers train, built again after ``loop`` (``model = Net()`` right

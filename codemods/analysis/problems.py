@@ -21,6 +21,7 @@ MODELS_IN_A_COLLECTION = "models_in_a_collection"  # an optimizer trains models 
 REBUILT_BY_A_METHOD = "rebuilt_by_a_method"  # a builder method __init__ calls is called again elsewhere: refused
 PENALTY_ALONE = "penalty_alone"  # a gradient penalty backwarded on its own through a prepared model: refused
 SECOND_EXPERIMENT = "second_experiment"  # a name re-bound to a new object after training: a second experiment
+TRAININGS_IN_BRANCHES = "trainings_in_branches"  # objects built in the branches of an ``if`` that trains in several
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,13 @@ def tensor_backward(call: cst.Call, imports: ImportMap) -> bool:
 
 
 def strip_placement(expr: cst.BaseExpression) -> cst.BaseExpression:
-    """``Net().to(device).cuda()`` -> ``Net()``."""
+    """``Net().to(device).cuda()`` -> ``Net()``; ``Net().cuda() if args.cuda else Net()`` (the same object, placed
+    or not) -> ``Net()``."""
+    if isinstance(expr, cst.IfExp):
+        placed, plain = strip_placement(expr.body), strip_placement(expr.orelse)
+        if placed.deep_equals(plain) and not (expr.body.deep_equals(plain) and expr.orelse.deep_equals(plain)):
+            return plain
+        return expr
     while (
         isinstance(expr, cst.Call)
         and isinstance(expr.func, cst.Attribute)

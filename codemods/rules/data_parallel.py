@@ -5,6 +5,8 @@ per GPU, so the wrapper goes and ``Accelerator(split_batches=True)`` (the accele
 each batch over the processes: the batch size the script sets stays the global one.
 
 - ``model = nn.DataParallel(model)`` (alone, or under ``if torch.cuda.device_count() > 1:``) goes;
+- around a model prepare does not receive (a distillation teacher loading weights saved from a DataParallel, keys
+  ``module.*``) it stays, on the process's device alone (``device_ids=[accelerator.device]``), and splits no batch;
 - ``nn.parallel.data_parallel(module, input, ...)`` (in a ``forward``, behind an ``if input.is_cuda and
   ngpu > 1:``) becomes ``module(input)``, the branch that chose between the two collapsing to it;
 - (``model.module`` of a prepared model becomes ``accelerator.unwrap_model(model)``: the ``unwrap_module`` rule);
@@ -18,6 +20,7 @@ import libcst as cst
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.distributed import DATA_PARALLEL, data_parallel_sites
 from accelify.codemods.analysis.facts import CallSite
+from accelify.codemods.analysis.placed import wraps_unprepared_model
 from accelify.codemods.analysis.snippets import code_of, expression
 from accelify.codemods.analysis.roles import strip_placement
 from accelify.codemods.engine.rule import Example, Rule
@@ -102,6 +105,8 @@ accelerator.end_training()
     def _wrapper(self, ctx: Context, site: CallSite) -> None:
         """``model = nn.DataParallel(model)`` goes (the model it wraps is the one prepared)."""
         stmt = site.stmt
+        if self._pinned(ctx, site):
+            return
         if (
             isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)
             and strip_placement(stmt.body[0].value) is site.node and site.node.args  # also `DataParallel(model).cuda()`
@@ -114,6 +119,22 @@ accelerator.end_training()
             if inner is not None:
                 ctx.replace(site.node, stmt, lambda _, i=inner: i)  # type: ignore[misc]
                 ctx.change("DataParallel -> one process per GPU (split_batches=True)")
+
+    def _pinned(self, ctx: Context, site: CallSite) -> bool:
+        """``teacher = nn.DataParallel(teacher).cuda()`` wrapping a model prepare does not receive (a distillation
+        teacher that loads weights saved from a DataParallel, keys ``module.*``): the wrapper stays, on the process's
+        device alone (``device_ids=[accelerator.device]``), so the keys still match and no process reaches into the
+        other processes' GPUs. Whether it did."""
+        if not wraps_unprepared_model(ctx.plan, site):
+            return False
+        accelerator = ctx.accelerator_in(site.scope)
+        if accelerator is None or not ctx.after_accelerator(site.scope, site.stmt):
+            return False
+        device = cst.parse_expression(f"[{accelerator}.device]")
+        arg = cst.Arg(device, keyword=cst.Name("device_ids"), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+        ctx.replace(site.node, site.stmt, lambda node: node.with_changes(args=[*node.args, arg]))  # type: ignore[attr-defined]
+        ctx.change("DataParallel of a model prepare does not receive: on the process's device alone")
+        return True
 
     def _functional(self, ctx: Context, site: CallSite) -> None:
         """``data_parallel(self.main, input, range(ngpu))`` -> ``self.main(input)``; an ``if``/``else`` that chose

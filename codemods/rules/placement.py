@@ -106,9 +106,10 @@ accelerator.end_training()
                     ctx.change("remove device placement of prepared objects and batches")
 
     def _strip_value(self, ctx: Context, value: cst.BaseExpression, stmt: cst.BaseStatement) -> None:
-        """``Net().to(device).cuda()`` -> ``Net()`` when every call of the chain only places."""
+        """``Net().to(device).cuda()`` -> ``Net()`` when every call of the chain only places; ``Net().cuda() if
+        args.cuda else Net()`` -> ``Net()`` too."""
         sites: list[CallSite] = []
-        node = value
+        node = value.body if isinstance(value, cst.IfExp) and strip_placement(value) is not value else value
         while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in PLACEMENT_METHODS:
             site = ctx.facts.sites.get(node)
             if site is None or ctx.plan.placement_device(site.scope, node) is None:

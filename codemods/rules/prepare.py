@@ -222,6 +222,12 @@ accelerator.end_training()
             block = plan.prepare_block
             first = 1 if len(block) > 1 and is_docstring(block[0]) else 0
             ctx.insert_before(block[first], [code])  # after an accelerator created there too (it is inserted first)
+        for other, after in plan.branch_sites:  # another branch that trains: the same prepare after its objects
+            code = _prepare_code(names, accelerator, _depth(ctx, other) * _indent(ctx, scope))
+            if after is not None:
+                ctx.insert_after(after, [code])
+            else:
+                ctx.insert_before(other[0], [code])
         ctx.change(f"prepare {', '.join(names)}")
         for binding in plan.rebuilt:
             ctx.change(f"make {binding.key} again after prepare, with the prepared loaders")

@@ -48,6 +48,7 @@ CODES = {
     found.REBUILT_BY_A_METHOD: codes.REBUILT_BY_A_METHOD,
     found.HELD_BY_A_METHOD: codes.HELD_BY_A_METHOD,
     found.PENALTY_ALONE: codes.PENALTY_ALONE,
+    found.TRAININGS_IN_BRANCHES: codes.TRAININGS_IN_BRANCHES,
 }
 
 
@@ -115,6 +116,23 @@ for step in range(20):
     head_optimizer.step()
 ''',
             warnings=("ACC008:13",),
+        ),
+        Example(
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+loader = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4)
+if finetune:
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+else:
+    model = torch.nn.Linear(2, 1)
+    for (x,) in loader:
+        model(x).sum().backward()
+        optimizer.step()
+''',
+            warnings=("ACC051:5",),
         ),
         Example(
             before='''\

@@ -637,22 +637,30 @@ def test_an_object_bound_only_under_a_flag_is_prepared_in_its_branch() -> None:
 @pytest.mark.parametrize(
     "binding",
     [
-        # an elif with no else still leaves it unbound
         "if adam:\n    optimizer = torch.optim.Adam(model.parameters())\n"
         "elif sgd:\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
-        # a model rebuilt in either branch: prepared after both ifs, its optimizer in its own branch
         "if big:\n    model = torch.nn.Linear(2, 1)\nelse:\n    model = torch.nn.Linear(2, 1, bias=False)\n"
         "if adam:\n    optimizer = torch.optim.Adam(model.parameters())\n",
     ],
 )
-def test_objects_unbound_on_some_way_through_an_if_are_prepared_where_built(binding: str) -> None:
+@pytest.mark.parametrize("step", ["optimizer.step()\n", "if adam:\n        optimizer.step()\n"])
+def test_objects_unbound_on_some_way_through_an_if_are_prepared_after_it_when_the_training_reads_them(
+        binding: str, step: str) -> None:
+    """No ``else``: where the training right after the ``if`` steps the optimizer whenever it runs, every run that
+    trains has bound it (the original stops with a ``NameError`` otherwise), so it is prepared with the rest after the
+    ``if``, whichever branch built it; where the training reads it only under a condition of its own, the name may be
+    unbound after the ``if``, and it is prepared in its branch, right where it is built."""
     out = converted("import torch\nmodel = torch.nn.Linear(2, 1)\n" + binding + "for x in torch.ones(4, 2):\n"
-                    "    model(x).sum().backward()\n    optimizer.step()\n")
-    assert "    optimizer = torch.optim.Adam(model.parameters())\n    optimizer = accelerator.prepare(optimizer)\n" in out
-    assert out.count("accelerator.prepare(") == (3 if "elif" in binding else 2), out
-    # the model where the prepare went before (after the last object's statement; the runtime rebinds an
-    # optimizer prepared first to the model's parameters)
-    assert "\nmodel = accelerator.prepare(model)\nfor x in" in out
+                    "    model(x).sum().backward()\n    " + step)
+    if step.startswith("if"):
+        assert "    optimizer = torch.optim.Adam(model.parameters())\n    optimizer = accelerator.prepare(optimizer)\n" in out
+        assert out.count("accelerator.prepare(") == (3 if "elif" in binding else 2), out
+        # the model where the prepare went before (after the last object's statement; the runtime rebinds an
+        # optimizer prepared first to the model's parameters)
+        assert "\nmodel = accelerator.prepare(model)\nfor x in" in out
+    else:
+        assert out.count("accelerator.prepare(") == 1, out
+        assert "\nmodel, optimizer = accelerator.prepare(model, optimizer)\nfor x in" in out, out
 
 
 @pytest.mark.parametrize(
