@@ -10,6 +10,9 @@ import libcst as cst
 from accelify.codemods.analysis.facts import CallSite, Scope
 from accelify.codemods.analysis.plan import Plan
 
+# copies and moves write their destination, their second argument (``shutil.copyfile(last, best)`` after the main
+# process saved ``last``: on the other processes it raced the save, FileNotFoundError, and every process wrote ``best``)
+COPIES = ("shutil.copyfile", "shutil.copy", "shutil.copy2", "shutil.move", "os.rename", "os.replace")
 _IMAGEIO = ("mimsave", "mimwrite", "imwrite", "imsave", "volwrite", "volsave", "mvolwrite", "mvolsave")
 # library functions that write a file whose path (or open file) they are handed
 WRITERS = {
@@ -24,6 +27,7 @@ WRITERS = {
     "cv2.imwrite", "skimage.io.imsave", "tifffile.imwrite", "tifffile.imsave", "nibabel.save",
     "scipy.io.savemat", "scipy.io.mmwrite", "scipy.io.wavfile.write", "scipy.misc.imsave",
     "soundfile.write", "torchaudio.save", "librosa.output.write_wav",
+    *COPIES,
 }
 # methods that write the file named by their argument: a figure's, a pandas frame's (without a path, ``to_json()``
 # returns the text; ``to_csv``/``to_parquet``/``to_feather``/``to_pickle`` are rules/shared_files.py's, which

@@ -13,6 +13,7 @@ from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import code_of, expression, unwrap
 from accelify.codemods.analysis.facts import CallSite, Scope
+from accelify.codemods.analysis.file_writes import COPIES
 from accelify.codemods.engine.rule import Example, Rule
 from accelify.codemods.analysis.blocks import opened_path, opening_with, outside_open, previous
 
@@ -128,6 +129,8 @@ accelerator.end_training()
     def run(self, ctx: Context) -> None:
         order = {site.node: i for i, site in enumerate(ctx.facts.calls)}
         saves = [s for s in ctx.facts.calls if s.qualname == "torch.save"]
+        # a save's copy (``shutil.copyfile(last, best)``) is written by the main process alone too (rules/writes.py)
+        written = [s for s in ctx.facts.calls if s.qualname == "torch.save" or s.qualname in COPIES]
         waited: set[cst.BaseStatement] = set()
         for site in ctx.facts.calls:
             func = site.node.func
@@ -155,7 +158,7 @@ accelerator.end_training()
                     ctx.change('torch.load(..., map_location="cpu")')
                 # only the main process writes: the others must not read the file before it is there
                 anchor = _read_anchor(ctx, load)
-                unwaited = _reads_unwaited_save(ctx, load, saves, order) or _saved_by_earlier_call(ctx, load, order)
+                unwaited = _reads_unwaited_save(ctx, load, written, order) or _saved_by_earlier_call(ctx, load, order)
                 place = _barrier_place(ctx, load, anchor, order) if unwaited else None
                 if unwaited and place is None and not ctx.is_skipped(anchor):
                     ctx.warn(codes.LOAD_UNORDERED, load.node, name=code_of(load.node.func))

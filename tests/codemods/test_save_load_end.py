@@ -262,3 +262,22 @@ def test_a_helper_handed_the_prepared_model_saves_it_unwrapped_and_the_load_wait
             ) in result.new, result.new
     text = next(c.new for c in result.companions if c.path == "early_stopping.py")
     assert "        self.accelerator.save(self.accelerator.unwrap_model(model).state_dict(), self.path)\n" in text, text
+
+
+def test_a_copy_of_the_saved_checkpoint_is_made_once_and_read_after_a_barrier() -> None:
+    """``torch.save(state, last)`` then ``shutil.copyfile(last, best)`` (the knowledge-distillation template's
+    ``save_checkpoint``): the copy ran on every process, racing the main process's save (FileNotFoundError on the
+    others in 1 of 3 launches) and writing ``best`` N times; a read of ``best`` later needs the barrier a save's
+    read gets."""
+    source = (
+        "import shutil\nimport torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+        "loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)\n"
+        "model = torch.nn.Linear(2, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for epoch in range(2):\n    for x, y in loader:\n        optimizer.zero_grad()\n"
+        "        torch.nn.functional.mse_loss(model(x), y).backward()\n        optimizer.step()\n"
+        "    torch.save(model.state_dict(), 'last.pt')\n    shutil.copyfile('last.pt', 'best.pt')\n"
+        "model.load_state_dict(torch.load('best.pt'))\n"
+    )
+    new = converted(source)
+    assert "    if accelerator.is_main_process:\n        shutil.copyfile('last.pt', 'best.pt')\n" \
+           "accelerator.wait_for_everyone()\naccelerator.unwrap_model(model).load_state_dict(" in new, new
