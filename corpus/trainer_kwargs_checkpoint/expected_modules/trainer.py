@@ -21,9 +21,10 @@ class Trainer:
                 self.optimizer.step()
             self.accelerator.print(f"epoch {epoch} last loss {loss.item():.6f}")
         checkpoint_name = "checkpoint_{:04d}.pth.tar".format(self.args.epochs)
-        save_checkpoint({
-            "epoch": self.args.epochs,
-            "arch": self.args.arch,
-            "state_dict": self.accelerator.unwrap_model(self.model).state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-        }, is_best=False, filename=checkpoint_name)
+        if self.accelerator.is_main_process:
+            save_checkpoint({
+                "epoch": self.args.epochs,
+                "arch": self.args.arch,
+                "state_dict": self.accelerator.unwrap_model(self.model).state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+            }, is_best=False, filename=checkpoint_name)
