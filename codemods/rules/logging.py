@@ -224,7 +224,8 @@ accelerator.end_training()
                 agreement = Agreement(ctx.facts, ctx.plan, ctx.edits)
             if not all(agreement.uniform(site.scope, value, s) for s in group for value in _values(s)):
                 continue  # ``level=INFO if local_rank in [-1, 0] else WARN``, a file per rank: already per process
-            ctx.regroup_through(site.scope, group, lambda stmts, a: [_under(f"{a}.is_main_process", stmts)])
+            others = _warnings_only(site, group)
+            ctx.regroup_through(site.scope, group, lambda stmts, a, o=others: [_under(f"{a}.is_main_process", stmts, o)])
             ctx.change("set up logging on the main process only")
 
 
@@ -334,8 +335,27 @@ def _reads(name: str, stmts: list[cst.BaseStatement]) -> bool:
     return any(isinstance(n, cst.Name) and n.value == name for s in stmts for n in m.findall(s, m.Name()))
 
 
-def _under(test: str, body: list[cst.BaseStatement]) -> cst.BaseStatement:
-    """``if <test>:`` over ``body``; the first statement's blank lines and comments go before the ``if``."""
+def _warnings_only(site: CallSite, group: list[cst.BaseStatement]) -> str | None:
+    """For the other processes, when the logger the group adds handlers to has its level lowered outside the group
+    (``logger.setLevel(logging.INFO)`` before ``if not logger.handlers:``): ``logger.addHandler(logging.lastResort)``.
+    Without a handler there, the first module-level ``logging.info(...)`` of another process calls ``basicConfig()``
+    and every line shows twice, the copy prefixed ``INFO:root:`` with that process's own values (field test J4);
+    ``lastResort`` keeps logging's default for them: warnings and errors only, on stderr."""
+    logging_name = next((name for name, qual in site.scope.imports.aliases.items() if qual == "logging"), None)
+    func = site.node.func
+    if logging_name is None or site.method != "addHandler" or not isinstance(func, cst.Attribute) \
+            or not isinstance(func.value, cst.Name):
+        return None
+    owner = func.value.value
+    lowered = [s for s in site.scope.calls if s.method == "setLevel" and s.stmt not in group
+               and isinstance(s.node.func, cst.Attribute) and m.matches(s.node.func.value, m.Name(owner))]
+    return f"{owner}.addHandler({logging_name}.lastResort)" if lowered else None
+
+
+def _under(test: str, body: list[cst.BaseStatement], otherwise: str | None = None) -> cst.BaseStatement:
+    """``if <test>:`` over ``body`` (``else: <otherwise>``); the first statement's blank lines and comments go before
+    the ``if``."""
     first = body[0]
     body = [first.with_changes(leading_lines=[]), *body[1:]]
-    return cst.If(test=expression(test), body=cst.IndentedBlock(body), leading_lines=first.leading_lines)
+    orelse = cst.Else(body=cst.IndentedBlock([cst.parse_statement(otherwise)])) if otherwise is not None else None
+    return cst.If(test=expression(test), body=cst.IndentedBlock(body), orelse=orelse, leading_lines=first.leading_lines)

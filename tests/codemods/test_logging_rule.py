@@ -90,3 +90,19 @@ def test_near_misses(code: str) -> None:
     # launches itself, stays: corpus/finetune_local_rank)
     assert "is_main_process:\n    logging" not in converted(HEAD + code)
     assert "ACC031" not in " ".join(codes(HEAD + code))
+
+
+def test_the_other_processes_keep_warnings_only_where_the_level_is_lowered_outside_the_set_up() -> None:
+    """``logger.setLevel(logging.INFO)`` before ``if not logger.handlers:`` (the cs230 template's ``set_logger``):
+    with the handlers on the main process only, the other process's first ``logging.info(...)`` called
+    ``basicConfig()`` and printed every line again, as ``INFO:root:`` with its own values (field test J4)."""
+    new = converted(
+        "import logging\nimport torch\n\n\ndef set_logger(path):\n    logger = logging.getLogger()\n"
+        "    logger.setLevel(logging.INFO)\n    if not logger.handlers:\n"
+        "        logger.addHandler(logging.FileHandler(path))\n\n\ndef main():\n    set_logger('train.log')\n"
+        "    model = torch.nn.Linear(2, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for x in torch.ones(4, 2):\n        model(x).sum().backward()\n        optimizer.step()\n"
+        "        logging.info('step')\n"
+    )
+    assert "        if accelerator.is_main_process:\n            logger.addHandler(logging.FileHandler(path))\n" \
+           "        else:\n            logger.addHandler(logging.lastResort)\n" in new, new
