@@ -16,6 +16,7 @@ from pathlib import Path
 import libcst as cst
 import libcst.matchers as m
 
+from accelify.codemods.analysis.names import dotted
 from accelify.errors import SourceError
 from accelify.program import local_modules
 from accelify.source import read_source
@@ -68,14 +69,8 @@ def _imports_torch(path: Path) -> bool:
         tree = cst.parse_module(read_source(path).text)
     except (SourceError, cst.ParserSyntaxError):
         return False
-    names = [_dotted(alias.name) for node in m.findall(tree, m.Import())
+    names = [dotted(alias.name) for node in m.findall(tree, m.Import())
              for alias in node.names]  # type: ignore[union-attr]
-    names += [_dotted(node.module) for node in m.findall(tree, m.ImportFrom(relative=[]))
+    names += [dotted(node.module) for node in m.findall(tree, m.ImportFrom(relative=[]))
               if node.module is not None]  # type: ignore[union-attr]
-    return any(name.split(".")[0] == "torch" for name in names)
-
-
-def _dotted(node: cst.BaseExpression) -> str:
-    if isinstance(node, cst.Attribute):
-        return f"{_dotted(node.value)}.{node.attr.value}"
-    return node.value if isinstance(node, cst.Name) else ""
+    return any((name or "").split(".")[0] == "torch" for name in names)

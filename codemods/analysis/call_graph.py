@@ -30,12 +30,13 @@ class CallGraph:
         for site in facts.calls:
             function = self._resolve_callee(site)
             self._callees[site] = function
-            if function is not None and not self._elsewhere(site.scope):
+            if function is not None and not self.in_other_trainer(site.scope):
                 # a call in another trainer's territory is that trainer's conversion's to follow: a helper both
                 # call (``save_checkpoint(model, path)``) sees each trainer's objects in its own conversion
                 self._sites.setdefault(function, []).append(site)
 
-    def _elsewhere(self, scope: Scope | None) -> bool:
+    def in_other_trainer(self, scope: Scope | None) -> bool:
+        """``scope`` is (in) the territory of a trainer this conversion leaves aside (``elsewhere``)."""
         while scope is not None and self.elsewhere:
             if id(scope) in self.elsewhere:
                 return True

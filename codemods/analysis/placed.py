@@ -45,10 +45,9 @@ def placed_by_runtime(plan: Plan) -> bool:
         return False
     if not any(plan.loader_of(lp) is not None for lp in facts.loops):
         return False
-    others = plan.view.others if plan.view is not None else ()
     # one of several trainers converted on its own (``trainer_choice``): the others' tensors are theirs to judge
-    calls = [site for site in facts.calls if not any(
-        t.holds(site.scope) or ((callee := plan.callee(site)) is not None and t.holds(callee)) for t in others)]
+    calls = [site for site in facts.calls
+             if not plan.in_other_trainer(site.scope) and not plan.in_other_trainer(plan.callee(site))]
     for site in calls:
         runs_model = site.method == "backward" or plan.prepared_model(site.scope, site.node.func, site.stmt) is not None
         if runs_model and not in_loader_loop(plan, site):

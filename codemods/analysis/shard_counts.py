@@ -25,6 +25,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods.analysis.facts import Binding, Loop, Scope
+from accelify.codemods.analysis.loop_reads import reads_after
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
 
@@ -52,8 +53,6 @@ def divided_by_pass_index(plan: Plan, loop: Loop, name: str) -> str | None:
     """The loop's ``enumerate`` index ``name`` is divided by after the loop as it is (``valid_loss / k`` after ``for k,
     (x, y) in enumerate(loader)``, the loop's last index: its passes less one, an off-by-one many write), or None.
     Over a gathered loader that counts the process's own passes, 1/N of the original's, each of N batches."""
-    from accelify.codemods.analysis.loop_reads import reads_after
-
     counter = _enumerate_counter(loop)
     if counter is None or counter[1] != 0:
         return None

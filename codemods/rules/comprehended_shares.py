@@ -14,6 +14,7 @@ import libcst.matchers as m
 
 from accelify.codemods import codes
 from accelify.codemods.analysis.facts import CallSite
+from accelify.codemods.analysis.prepared_uses import SOURCE_WRAPPERS
 from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
@@ -93,8 +94,10 @@ accelerator.end_training()
 
     def run(self, ctx: Context) -> None:
         seen: set[int] = set()
+        found: dict[int, list[cst.CSTNode]] = {}  # the comprehensions of each statement, walked once
         for site in ctx.facts.calls:
-            for comp in m.findall(site.stmt, _COMPREHENSIONS):
+            comps = found.setdefault(id(site.stmt), m.findall(site.stmt, _COMPREHENSIONS))
+            for comp in comps:
                 assert isinstance(comp, (cst.ListComp, cst.GeneratorExp, cst.SetComp, cst.DictComp))
                 if id(comp) in seen or not _inside(site.node, comp) or not _runs_prepared_model(ctx, site):
                     continue
@@ -120,9 +123,8 @@ def _inside(call: cst.Call, comp: cst.CSTNode) -> bool:
 
 def _prepared_loader(ctx: Context, site: CallSite, iterable: cst.BaseExpression) -> bool:
     """``val_loader``, ``enumerate(val_loader)`` or ``tqdm(val_loader)`` of a prepared loader."""
-    while isinstance(iterable, cst.Call) and iterable.args and not iterable.args[0].keyword:
-        if isinstance(iterable.func, cst.Attribute):
-            break
+    imports = site.scope.imports
+    while isinstance(iterable, cst.Call) and iterable.args and imports.qualname(iterable.func) in SOURCE_WRAPPERS:
         iterable = iterable.args[0].value
     found = ctx.plan.prepared(site.scope, iterable, site.stmt)
     return found is not None and found.role == "loader"

@@ -156,7 +156,9 @@ def main():
             return
         functions = [
             s for s in ctx.facts.scopes
-            if s.kind == "function" and s is not home and (home.kind == "module" or not s.inside(home)) and _mine(ctx, s)
+            if s.kind == "function" and s is not home and (home.kind == "module" or not s.inside(home))
+            # another trainer's functions are threaded by its own conversion, which makes a shared helper the same
+            and not ctx.plan.in_other_trainer(s)
             # a helper without the accelerator; or one that sees the module's but takes `device` as a parameter
             and (ctx.accelerator_in(s) is None or (s.class_scope is None and self._device_params(ctx, s)))
         ]
@@ -291,14 +293,6 @@ def main():
                 value = _passed(ctx, site.scope)
                 ctx.replace(site.node, site.stmt, lambda c, k=use_keyword, v=value: _add_arg(c, k, v))  # type: ignore[misc]
         ctx.change(f"pass the accelerator to {function.name}()")
-
-
-def _mine(ctx: Context, scope: Scope) -> bool:
-    """``scope`` is not another trainer's, when one of several is converted on its own (``trainer_choice``): their
-    functions are threaded by their own conversions (and their calls of a shared helper are not its call sites
-    here: ``CallGraph``), which must make a shared helper the same."""
-    view = ctx.plan.view
-    return view is None or not any(t.holds(scope) for t in view.others)
 
 
 def _calls_super_init(stmt: cst.BaseStatement) -> bool:
