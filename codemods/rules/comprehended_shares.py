@@ -14,7 +14,7 @@ import libcst.matchers as m
 
 from accelify.codemods import codes
 from accelify.codemods.analysis.facts import CallSite
-from accelify.codemods.analysis.prepared_uses import SOURCE_WRAPPERS
+from accelify.codemods.analysis.share_walks import comprehension_fors, is_prepared_loader
 from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
@@ -101,33 +101,16 @@ accelerator.end_training()
                 assert isinstance(comp, (cst.ListComp, cst.GeneratorExp, cst.SetComp, cst.DictComp))
                 if id(comp) in seen or not _inside(site.node, comp) or not _runs_prepared_model(ctx, site):
                     continue
-                if any(_prepared_loader(ctx, site, f.iter) for f in _fors(comp.for_in)):
+                if any(is_prepared_loader(ctx.plan, site.scope, f.iter, site.stmt) for f in comprehension_fors(comp.for_in)):
                     seen.add(id(comp))
                     code = code_of(comp)
                     name = code if len(code) <= SHOWN else code[:SHOWN - 3] + "..."
                     ctx.warn(codes.COMPREHENDED_SHARE, comp, name=name)
 
 
-def _fors(node: cst.CompFor) -> list[cst.CompFor]:
-    out = [node]
-    while node.inner_for_in is not None:
-        node = node.inner_for_in
-        out.append(node)
-    return out
-
-
 def _inside(call: cst.Call, comp: cst.CSTNode) -> bool:
     element = [comp.key, comp.value] if isinstance(comp, cst.DictComp) else [comp.elt]  # type: ignore[union-attr]
     return any(found is call for part in element for found in m.findall(part, m.Call()))
-
-
-def _prepared_loader(ctx: Context, site: CallSite, iterable: cst.BaseExpression) -> bool:
-    """``val_loader``, ``enumerate(val_loader)`` or ``tqdm(val_loader)`` of a prepared loader."""
-    imports = site.scope.imports
-    while isinstance(iterable, cst.Call) and iterable.args and imports.qualname(iterable.func) in SOURCE_WRAPPERS:
-        iterable = iterable.args[0].value
-    found = ctx.plan.prepared(site.scope, iterable, site.stmt)
-    return found is not None and found.role == "loader"
 
 
 def _runs_prepared_model(ctx: Context, site: CallSite) -> bool:

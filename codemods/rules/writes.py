@@ -37,6 +37,7 @@ from accelify.codemods.analysis.helper_calls import helper_calls
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.named_writes import writes_by_name
 from accelify.codemods.analysis.removals import removes_shared_file
+from accelify.codemods.analysis.share_walks import walks_a_share
 from accelify.codemods.engine.rule import Example, Rule
 
 
@@ -283,19 +284,23 @@ def _helper_after_accelerator(ctx: Context, site: CallSite) -> bool:
 
 
 def _warn_in_helper(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) -> None:
-    """A handle kept open, or a ``with open(path, "w") as f:``, in a helper the accelerator is not passed to: every
-    process writes the file (ACC024); a write that is a statement of its own there is kept to the main process at
-    the helper's calls (``_write_at_calls``)."""
+    """A handle kept open in a helper the accelerator is not passed to: every process writes the file (ACC024); a
+    write that is a statement of its own there, or a ``with open(path, "w") as f:``, is kept to the main process at
+    the helper's calls (``_write_at_calls``), or reported (ACC048) where a call cannot be."""
     why = f"in `{site.scope.name}`, where the accelerator is not at hand"
     stmt = _outermost_write(ctx, site)
     if stmt is None:
         _warn_kept_open(ctx, site, wrapped, why)
-    elif isinstance(stmt, cst.With) and not _main_only(ctx, site.scope, stmt):
-        item = next(i for i in stmt.items if i.item is site.node)
-        target = code_of(item.asname.name) if item.asname is not None else "f"
-        ctx.warn(codes.SHARED_WRITER, site.node, name=code_of(site.node.func), target=target, why=f" ({why})")
-    elif not isinstance(stmt, cst.With) and not _main_only(ctx, site.scope, stmt):
-        _write_at_calls(ctx, site, wrapped)
+    elif _main_only(ctx, site.scope, stmt):
+        return
+    elif walks_a_share(ctx.plan, site.scope):  # kept to the main process at its calls, it would write that share alone
+        item = next((i for i in stmt.items if i.item is site.node), None) if isinstance(stmt, cst.With) else None
+        target = code_of(item.asname.name) if item is not None and item.asname is not None else "f"
+        ctx.warn(codes.SHARED_WRITER, site.node, name=code_of(site.node.func), target=target,
+                 why=f" ({why}, and each process writes its own share of the prepared loader `{site.scope.name}` walks)")
+    elif stmt not in wrapped and not any(s in wrapped for s in ctx.facts.chain(stmt)):
+        wrapped.add(stmt)  # ``json.dump(d, f)`` in that ``with open(...)``: the same write, handled (or reported) once
+        _write_at_calls(ctx, site, wrapped)  # ``with open(path, "w") as f:`` too: its file is written at the calls
 
 
 def _write_at_calls(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) -> None:

@@ -340,6 +340,38 @@ def test_a_write_in_a_helper_without_the_accelerator_runs_on_the_main_process_at
     assert "is_main_process" not in used.new
 
 
+JSON_HELPERS = """\
+import json
+
+
+def save_dict_to_json(d, json_path):
+    with open(json_path, "w") as f:
+        json.dump(d, f, indent=4)
+"""
+
+
+def test_a_with_open_in_a_helper_is_written_at_its_calls_not_reported() -> None:
+    """I3's ``snapshotargs(args)`` and J4's ``save_dict_to_json(d, path)``: ``with open(path, "w") as f:`` in a
+    helper the accelerator is not passed to, whose every call is a statement of its own after the accelerator exists:
+    each call runs on the main process, and no ACC024 is left on a file only the main process now writes (the
+    warning named a defect the conversion had already fixed)."""
+    from accelify.pipeline import convert_source
+    from accelify.program import ModuleText
+
+    module = [ModuleText("utils", "utils.py", JSON_HELPERS)]
+    code = WRITER_HEAD.replace("import imageio\n", "from utils import save_dict_to_json\n") + \
+        'save_dict_to_json({"loss": 1.0}, "metrics.json")\n'
+    result = convert_source(code, modules=module)
+    found = [f"{w.code}:{w.line}" for r in (result, *result.companions) for w in r.warnings]
+    assert found == [], found
+    assert 'if accelerator.is_main_process:\n    save_dict_to_json({"loss": 1.0}, "metrics.json")\n' in result.new
+    again = convert_source(result.new, modules=module)
+    assert again.status == "unchanged" and again.warnings == ()
+    used = convert_source(code.replace("save_dict_to_json({", "done = save_dict_to_json({"), modules=module)
+    found = [f"{w.code}:{w.line}" for r in (used, *used.companions) for w in r.warnings]
+    assert found == ["ACC048:5"], found  # a call whose value is kept cannot be guarded: still reported
+
+
 def test_a_call_named_like_a_method_of_the_program_is_left_to_that_method() -> None:
     """``trainer.save("model.pt")`` on an object the call graph cannot follow, where the program defines ``save``:
     its writes (and a barrier before a checkpoint in it) are that method's; guarded at the call, only the main process
