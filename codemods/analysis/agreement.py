@@ -27,6 +27,7 @@ from typing import Iterable, Protocol
 import libcst as cst
 import libcst.matchers as m
 
+from accelify.codemods.analysis.batch_structure import BatchStructure
 from accelify.codemods.analysis.statement_shapes import target_names
 from accelify.codemods.analysis.tree_walk import children
 from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Loop, Scope
@@ -61,7 +62,7 @@ class ProposedEdits(Protocol):
     def replacement_of(self, node: cst.CSTNode) -> cst.CSTNode | None: ...
 
 
-class Agreement:
+class Agreement(BatchStructure):
     """Answers ``uniform(scope, expr, at)`` and ``agreed(stmt, scope)`` for one conversion."""
 
     def __init__(self, facts: Facts, plan: Plan, edits: ProposedEdits) -> None:
@@ -113,6 +114,8 @@ class Agreement:
             return self._local(scope, self._items[id(expr)], at, seen)
         if expr in self.plan.distributed.local_nodes:
             return True  # a launcher value the script reads (``int(os.environ["RANK"])``, ``args.local_rank``)
+        if isinstance(expr, (cst.Comparison, cst.Call, cst.Subscript)) and self.structure_agrees(scope, expr, at, seen):
+            return False  # ``len(target)``, ``target is None`` of a batch: the processes agree (batch_structure.py)
         if isinstance(expr, (cst.Name, cst.Attribute)) and dotted(expr) is not None:
             key = dotted(expr)
             assert key is not None
@@ -211,6 +214,8 @@ class Agreement:
         else:
             entry = True
         for loop_stmt in chain:
+            if isinstance(loop_stmt, cst.For) and key in target_names(loop_stmt.target):
+                continue  # the loop binds it anew each pass: what the previous pass left never reaches the use
             if isinstance(loop_stmt, (cst.For, cst.While)):
                 last = order[loop_stmt][1]
                 out.extend(b for b in bindings if here < order[b.stmt][0] <= last)

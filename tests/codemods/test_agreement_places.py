@@ -272,3 +272,36 @@ def test_a_comprehension_variable_is_an_item_of_what_it_walks_not_the_function_v
             print(i)
     """)
     assert tests == {"seeds[0] > 1": True, "i > 1": False}
+
+
+def test_a_batch_or_none_is_none_on_every_process_alike() -> None:
+    """J3's test_epoch: ``target = target if len(target) > 0 else None`` (a data set whose items carry an empty
+    target), then ``if target is not None: target = accelerator.gather_for_metrics(target)``. A collated batch is
+    never None and never empty unless every item's part is: every process takes that branch alike, and verify's
+    static check no longer calls the gather a latent deadlock. The loop rebinds ``target`` each pass, so the gathered
+    value of the previous pass does not reach the test. A value test, a size other than emptiness or a choice made
+    by a process's own value stays local."""
+    tests = _uniform_tests("""
+        for x, target in loader_valid:
+            target = target if len(target) > 0 else None
+            if target is not None:
+                target = accelerator.gather_for_metrics(target)
+            if len(x) > 0:
+                print(1)
+            if target.sum() > 0:
+                print(2)
+            if len(target) > 1:
+                print(3)
+            other = x if x.sum() > 0 else None
+            if other is None:
+                print(4)
+    """)
+    assert tests == {"target is not None": True, "len(x) > 0": True, "target.sum() > 0": False,
+                     "len(target) > 1": False, "other is None": False}, tests
+    found = [d.format() for d in latent_deadlocks(("train.py", PREPARED + textwrap.indent(dedent("""
+        for x, target in loader_valid:
+            target = target if len(target) > 0 else None
+            if target is not None:
+                target = accelerator.gather_for_metrics(target)
+        """), "    ")))]
+    assert found == [], found
