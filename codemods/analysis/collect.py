@@ -300,6 +300,8 @@ class _Collector:
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
         method = func.attr.value if isinstance(func, cst.Attribute) else None
+        if method == "backward" and self.stmts and _value_kept(self.stmts[-1], node):
+            method = None  # ``z = flow.backward(z)``: a model's own method (a flow's inverse); autograd's gives None
         site = CallSite(
             node,
             self.imports.qualname(func),
@@ -343,3 +345,18 @@ def collect(module: cst.Module, unit: str = "__main__", package: str | None = No
         order=collector.order,
         unit=unit,
     )
+
+
+def _value_kept(stmt: cst.BaseStatement, call: cst.Call) -> bool:
+    """Whether ``stmt`` assigns the value of ``call`` (or an item or attribute of it). Not ``return``: a wrapper's
+    ``return loss.backward()`` hands on autograd's None."""
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return False
+    for small in stmt.body:
+        if isinstance(small, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
+            value = small.value
+            while isinstance(value, (cst.Subscript, cst.Attribute)):
+                value = value.value
+            if value is call:
+                return True
+    return False

@@ -288,11 +288,23 @@ class Creation:
                 return True
         return False
 
+    def _chosen_before(self, devices: list[Binding], override: Binding, branch: cst.If) -> bool:
+        """Whether another device binding, in the block that holds ``branch`` and before it, picks the device
+        that ``branch`` overrides with the CPU."""
+        facts = self.plan.facts
+        around = facts.chain(branch)[1:]
+        return any(d is not override and facts.chain(d.stmt)[1:] == around and facts.after(branch, d.stmt)
+                   and not is_cpu_device(d.value, override.where.imports) for d in devices)  # type: ignore[arg-type]
+
     def _branch_flag(self, devices: list[Binding], imports: ImportMap) -> cst.BaseExpression | None:
         """``if opt.cuda: device = torch.device("cuda:0") / elif use_mps: device = ... "mps" / else: device =
         torch.device("cpu")``: the CPU unless a branch picks another device, ``not (opt.cuda or use_mps)``."""
         for device in devices:
             chain = self.plan.facts.chain(device.stmt)
+            if len(chain) > 1 and isinstance(chain[1], cst.If) and chain[1].orelse is None \
+                    and is_cpu_device(device.value, imports) and self._chosen_before(devices, device, chain[1]):
+                # ``device = torch.cuda.current_device()`` then ``if args.cpu: device = "cpu"``: the flag opts in
+                return chain[1].test.with_changes(lpar=[], rpar=[])
             if len(chain) > 1 and isinstance(chain[1], cst.If):
                 tests: list[cst.BaseExpression] = []
                 branch: cst.If = chain[1]

@@ -9,7 +9,8 @@ trainer) is: it names one device for every process. So only positive evidence th
 - ``x`` is made by a torch function (``torch.randn``, ``torch.bernoulli``, ...), by a tensor method of such a value,
   by arithmetic or indexing on one, or by a call of a model of the program (its output);
 - ``x`` is an element of a data loader's batch (a ``for`` target over a loader);
-- ``x`` is a parameter of a method of an ``nn.Module`` subclass other than ``__init__`` (its inputs);
+- ``x`` is a parameter of a method of an ``nn.Module`` subclass other than ``__init__`` (its inputs), whatever the
+  method rebinds it to (``x, ld = flow.forward(x)`` over ``self.flows``: a submodule's output);
 - ``x`` is a parameter of a function every call of which passes such a value.
 
 ``next(model.parameters()).device`` is a parameter's own device too.
@@ -21,7 +22,7 @@ import libcst as cst
 
 from accelify.codemods.analysis.facts import Binding, Scope
 from accelify.codemods.analysis.plan import Plan
-from accelify.codemods.analysis.roles import is_module_class
+from accelify.codemods.analysis.roles import is_module_scope
 
 _DEPTH = 4
 _NOT_TENSORS = ("torch.device", "torch.cuda.", "torch.nn.", "torch.optim.", "torch.utils.", "torch.distributed.")
@@ -29,7 +30,10 @@ _SETTINGS = frozenset({"self", "cls", "args", "opt", "opts", "cfg", "config", "c
 
 
 def own_device(plan: Plan, scope: Scope, expr: cst.BaseExpression) -> bool:
-    """Whether ``expr`` (the argument of ``.to(...)``) is ``x.device`` of a tensor ``x`` (see above)."""
+    """Whether ``expr`` (the argument of ``.to(...)``) is ``x.device`` of a tensor ``x`` (see above), or a tensor
+    itself (``.to(p)`` with ``p = next(self.flow.parameters())``: its dtype and device)."""
+    if isinstance(expr, cst.Name):
+        return _tensor(plan, scope, expr, 0)
     if not (isinstance(expr, cst.Attribute) and expr.attr.value == "device"):
         return False
     return _tensor(plan, scope, expr.value, 0)
@@ -80,6 +84,8 @@ def _tensor_name(plan: Plan, scope: Scope, name: str, depth: int, seen: frozense
         return True  # ``x = x.float()``: the name's other bindings decide
     seen = seen | {(id(owner), name)}
     bindings = owner.bindings.get(name, [])
+    if owner.kind == "function" and name in owner.param_names and _module_method(plan, owner):
+        return True  # an input of the model's ``forward`` (or ``sample``, ``inverse``...), however the method rebinds it
     if owner.kind == "function" and name in owner.param_names and not _tensor_param(plan, owner, name, depth):
         return False
     return (bool(bindings) or name in owner.param_names) and all(_tensor_binding(plan, owner, b, depth, seen) for b in bindings)
@@ -95,9 +101,15 @@ def _tensor_binding(plan: Plan, owner: Scope, binding: Binding, depth: int, seen
     return loop is not None and plan.loader_of(loop) is not None  # an element of a loader's batch
 
 
+def _module_method(plan: Plan, function: Scope) -> bool:
+    """A method of an ``nn.Module`` subclass of the program other than ``__init__``."""
+    cls = function.class_scope
+    return cls is not None and function.name != "__init__" and is_module_scope(cls, plan.facts.classes)
+
+
 def _tensor_param(plan: Plan, function: Scope, name: str, depth: int) -> bool:
     cls = function.class_scope
-    if cls is not None and function.name != "__init__" and is_module_class(cls.name, plan.facts.classes):
+    if _module_method(plan, function):
         return True
     if cls is not None:
         return False

@@ -25,7 +25,7 @@ import libcst.matchers as m
 from accelify.codemods.analysis.statement_shapes import target_names
 from accelify.codemods.analysis.facts import CallSite, Loop, Scope
 from accelify.codemods.analysis.plan import Plan
-from accelify.codemods.analysis.roles import is_module_class
+from accelify.codemods.analysis.roles import is_module_scope
 
 FACTORIES = {
     f"torch.{name}"
@@ -71,7 +71,7 @@ def _runs_unprepared_model(plan: Plan, site: CallSite) -> bool:
     if not (isinstance(func, cst.Name) or m.matches(func, m.Attribute(value=m.Name("self")))):
         return False  # (``teacher.eval()`` is no forward)
     owner = site.scope.class_scope
-    if owner is not None and is_module_class(owner.name, plan.facts.classes):
+    if owner is not None and is_module_scope(owner, plan.facts.classes):
         return False  # ``self.fc(x)`` in a model's ``forward``: a part of the model, placed with it
     found = plan.origin(site.scope, func)
     return found is not None and found.role == "model" and not plan.is_prepared(found)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Callable
 import libcst as cst
 import libcst.matchers as m
 
-from accelify.codemods.analysis.facts import defined_class
+from accelify.codemods.analysis.facts import Scope, defined_class
 from accelify.codemods.analysis.names import ImportMap, dotted
 
 if TYPE_CHECKING:
@@ -156,7 +156,7 @@ def is_device_expr(expr: cst.BaseExpression, imports: ImportMap) -> bool:
         if q == "torch.device":
             # torch.device("cuda" if ...), or torch.device(args.device): the device the user chose on the command line
             return bool(expr.args) and (is_device_expr(expr.args[0].value, imports) or dotted(expr.args[0].value) is not None)
-        return q == CURRENT_ACCELERATOR
+        return q in (CURRENT_ACCELERATOR, "torch.cuda.current_device")  # the current GPU's index: ``.to(0)``
     if isinstance(expr, cst.IfExp):
         if is_cpu_device(expr.body, imports):  # "cpu" if args.cpu or not torch.cuda.is_available() else "cuda"
             return is_device_expr(expr.orelse, imports)
@@ -294,6 +294,13 @@ def is_module_class(name: str, classes: dict[str, list[str]], seen: frozenset[st
         if base == "torch.nn.Module" or is_module_class(base, classes, seen | {name}):
             return True
     return False
+
+
+def is_module_scope(cls: Scope, classes: dict[str, list[str]]) -> bool:
+    """Whether the class scope ``cls`` (in the script or in another module of the program, whose classes are keyed
+    ``module.Name``) subclasses ``nn.Module``."""
+    key = cls.name if cls.unit == "__main__" else f"{cls.unit}.{cls.name}"
+    return is_module_class(key, classes) or is_module_class(cls.name, classes)
 
 
 def element_call(value: cst.BaseExpression | None) -> cst.BaseExpression | None:

@@ -26,7 +26,7 @@ from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.analysis.detached import only_picks
 from accelify.codemods.analysis.facts import CallSite, Facts, Scope
 from accelify.codemods.analysis.output_reach import output_reaches_backward
-from accelify.codemods.analysis.roles import MODULE_API, is_module_class
+from accelify.codemods.analysis.roles import MODULE_API, is_module_scope
 from accelify.codemods.engine.rule import Example, Rule
 
 
@@ -294,7 +294,7 @@ def _replaced_parameters(facts: Facts) -> list[tuple[str, cst.Assign, str]]:
     ``(Class.method, the assignment, the attribute)`` for each."""
     out: list[tuple[str, cst.Assign, str]] = []
     for cls in facts.scopes:
-        if cls.kind != "class" or not is_module_class(cls.name, facts.classes):
+        if cls.kind != "class" or not is_module_scope(cls, facts.classes):
             continue
         methods = {s.name: s for s in facts.scopes if s.parent is cls and s.kind == "function"}
         running = {"forward"} | {

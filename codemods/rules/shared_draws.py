@@ -35,7 +35,7 @@ import libcst as cst
 
 from accelify.codemods import codes
 from accelify.codemods.analysis.facts import CallSite, Scope
-from accelify.codemods.analysis.roles import is_module_class
+from accelify.codemods.analysis.roles import is_module_scope
 from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
@@ -317,7 +317,7 @@ class _Walk:
                 callee = self.plan.callee(site) or self.plan.held_method(site)  # (``self.data.load()`` too)
                 if callee is None or id(callee) in seen:
                     continue
-                if callee.class_scope is not None and is_module_class(callee.class_scope.name, self.ctx.facts.classes):
+                if callee.class_scope is not None and is_module_scope(callee.class_scope, self.ctx.facts.classes):
                     uses = True  # the model's own weights: broadcast by prepare
                     continue
                 seen.add(id(callee))
