@@ -142,8 +142,10 @@ def print_interrupted(console: Console, written: Sequence[tuple[Result, str]]) -
 
 
 def summary_line(results: Sequence[Result], *, would: bool) -> str:
-    """``2 files would be converted, 1 needs attention, 1 unchanged, 1 failed; 3 warnings``."""
+    """``2 files would be converted, 1 needs attention, 1 unchanged, 1 failed; 3 warnings``; a script's modules
+    the conversion rewrote (``engine.py`` beside ``train.py``) are counted with it."""
     counts = Counter(r.status for r in results)
+    counts[CONVERTED] += sum(c.status == CONVERTED for r in results for c in r.companions)  # modules it rewrote too
     verb = "would be converted" if would else "converted"
     parts = [f"{counts[CONVERTED]} file{'s' if counts[CONVERTED] != 1 else ''} {verb}"]
     if counts[ATTENTION]:

@@ -232,7 +232,7 @@ accelerator.end_training()
         ctx.change("autocast -> accelerator.autocast()")
 
     def _scaler(self, ctx: Context, scaler: Binding) -> None:
-        uses = [s for s in ctx.facts.calls if _receiver_is(s, scaler.key) and ctx.plan.binding_of(s.scope, scaler.key) is scaler]
+        uses = [s for s in ctx.facts.calls if _scaler_use(ctx, s, scaler)]
         left: list[CallSite] = []  # uses reported and kept: the scaler they read must stay
         gets = [s for s in uses if s.method == "get_scale"]
         for site in uses:
@@ -257,8 +257,9 @@ accelerator.end_training()
             else:
                 ctx.warn(codes.AMP, site.node, name=code_of(site.node.func))
                 left.append(site)
-        if not left:
+        if not left and not _passed(ctx, scaler, uses):
             ctx.remove(scaler.stmt)
+        if not left:
             ctx.change("GradScaler -> the accelerator's mixed precision")
 
     def _scaled_backward(self, ctx: Context, site: CallSite, scope: Scope) -> bool:
@@ -299,6 +300,28 @@ accelerator.end_training()
                 ctx.replace_through(scope, comparison, stmt, lambda _, a: expression(f"{a}.optimizer_step_was_skipped"))
                 return True
         return False
+
+
+def _scaler_use(ctx: Context, site: CallSite, scaler: Binding) -> bool:
+    """``scaler.step(opt)`` on this scaler: where it is bound, or in a function of the program it is handed to
+    (``train_one_epoch(model, loader, optimizer, scaler)`` in an ``engine.py``)."""
+    func = site.node.func
+    if not isinstance(func, cst.Attribute):
+        return False
+    if _receiver_is(site, scaler.key) and ctx.plan.binding_of(site.scope, scaler.key) is scaler:
+        return True
+    return isinstance(func.value, cst.Name) and ctx.plan.origin(site.scope, func.value) is scaler
+
+
+def _passed(ctx: Context, scaler: Binding, uses: list[CallSite]) -> bool:
+    """Whether the scaler's name is read other than as the receiver of ``uses`` (handed to a function): its binding
+    then stays, unused by the rewritten uses, so that the call still finds the name."""
+    receivers = {id(s.node.func.value) for s in uses if isinstance(s.node.func, cst.Attribute)}
+    for scope in ctx.facts.scopes:
+        for ref in scope.refs.get(scaler.key, []):
+            if id(ref) not in receivers and ctx.plan.binding_of(scope, scaler.key) is scaler:
+                return True
+    return False
 
 
 def _receiver_is(site: CallSite, key: str) -> bool:

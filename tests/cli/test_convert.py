@@ -503,3 +503,13 @@ def test_scripts_that_edit_a_shared_module_differently_fail_one_at_a_time(projec
     assert "b.py: its conversion edits helpers.py differently from the conversion of a.py" in result.stderr
     assert "accelerator.backward(loss)" in (project / "helpers.py").read_text()
     assert "accelerator.prepare" in (project / "a.py").read_text() and (project / "b.py").read_bytes() == SHARED_B
+
+
+def test_the_summary_counts_the_modules_a_conversion_rewrites(project: Path) -> None:
+    """K2: ``convert train.py`` rewrote train.py and its engine.py and said "1 file would be converted"."""
+    write(project, "helpers.py", SHARED_HELPER)
+    write(project, "a.py", SHARED_A)
+    result = run("a.py")
+    assert result.exit_code == 0, result.output
+    assert "+++ b/helpers.py\n" in result.stdout
+    assert "2 files would be converted" in result.stderr, result.stderr
