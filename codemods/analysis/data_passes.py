@@ -1,5 +1,6 @@
 """Which loops and functions decide what is prepared: a loop that yields batches to the training, a function nothing
-calls (a bystander), a function's own pass over data (statistics). ``Plan`` mixes it in and asks while it collects
+calls (a bystander), a function's own pass over data (statistics), an evaluation that writes a file per item.
+``Plan`` mixes it in and asks while it collects
 the objects to prepare (``Plan._find_objects``)."""
 
 from __future__ import annotations
@@ -7,11 +8,12 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from accelify.codemods.analysis.facts import Binding, Loop, Scope
+from accelify.codemods.analysis.facts import Binding, CallSite, Loop, Scope
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.prepared_uses import PreparedUses
 from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.analysis.trainer_choice import View
+from accelify.codemods.analysis.write_calls import writes_file
 
 
 class DataPasses(PreparedUses):
@@ -78,6 +80,24 @@ class DataPasses(PreparedUses):
                 if found is not None and found.role in ("model", "optimizer"):
                     return False
         return True
+
+
+    def _written_out(self, loader: Binding, loops: list[Loop]) -> bool:
+        """An evaluation loader whose loop writes files as it walks (``save_img(model(x)[0], f"out_{i}.png")`` for
+        each test item, in the loop or in a function it calls): prepared, each process walks its share, and the
+        write, kept to the main process, leaves the other processes' items unwritten (unguarded, the processes
+        would write different items under the same names). Left unprepared, every process walks all of it, as the
+        original did, and the main process writes every item (what the loop computes besides is then whole on
+        every process too)."""
+        if not loops or any(any(self.reaches_backward(s) for s in lp.calls) or self._feeds_training(lp) for lp in loops):
+            return False
+        return any(self._writes(site, 2) for lp in loops for site in lp.calls)
+
+    def _writes(self, site: CallSite, depth: int) -> bool:
+        if writes_file(site):
+            return True
+        callee = self.callee(site)
+        return depth > 0 and callee is not None and any(self._writes(s, depth - 1) for s in callee.calls)
 
 
 def _outermost(scope: Scope) -> Scope:

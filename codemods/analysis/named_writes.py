@@ -1,6 +1,6 @@
 """A call named like a write (``*save*``, ``*write*``, ``dump``) that is handed a path: a file every process writes.
 
-The table of known writers (``file_writes.WRITERS``) cannot hold every library a training script uses to keep a GIF,
+The table of known writers (``write_calls.WRITERS``) cannot hold every library a training script uses to keep a GIF,
 a video, a sound or a table (``imageio.mimsave``, ``skvideo.io.vwrite``, ``wavfile.write``, ``img.save``,
 ``tokenizer.save_pretrained(out_dir)``). A call of a library (not a function of the program: its own writes are found
 where they happen) whose name says it saves or writes, with an argument that is a path (a string that names a file

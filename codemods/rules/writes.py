@@ -1,7 +1,7 @@
 """MainProcessWrites: other file writes run on the main process only, so N processes do not race on
 the same file.
 
-The writers are the known ones (``file_writes.WRITERS``: ``json.dump``, ``imageio.mimsave``, ``cv2.imwrite``...) and
+The writers are the known ones (``write_calls.WRITERS``: ``json.dump``, ``imageio.mimsave``, ``cv2.imwrite``...) and
 any library call named like a write that is handed a path (``analysis/named_writes.py``: ``skvideo.io.vwrite(p, v)``,
 ``tokenizer.save_pretrained(output_dir)``). Only whole statements are wrapped, and not those already on the main
 process alone; a write inside a bigger expression is left alone. A log kept open (a TensorBoard
@@ -24,20 +24,14 @@ from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.blocks import under_main_process
 from accelify.codemods.analysis.snippets import code_of, expression
 from accelify.codemods.analysis.facts import CallSite, Scope
-from accelify.codemods.analysis.file_writes import (
-    LOG_WRITERS,
-    TF_WRITERS,
-    TRACKERS,
-    saves_file_object,
-    writer_class,
-    writes_file,
-)
+from accelify.codemods.analysis.file_writes import saves_file_object, writer_class
 from accelify.codemods.analysis.handle_uses import Collectives, alone, clock_named, handle_uses
 from accelify.codemods.analysis.helper_calls import helper_calls
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.named_writes import writes_by_name
 from accelify.codemods.analysis.removals import removes_shared_file
 from accelify.codemods.analysis.share_walks import walks_a_share
+from accelify.codemods.analysis.write_calls import LOG_WRITERS, TF_WRITERS, TRACKERS, writes_file
 from accelify.codemods.engine.rule import Example, Rule
 
 
