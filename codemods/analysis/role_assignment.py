@@ -154,8 +154,13 @@ class RoleAssignment(Flow):
         value = strip_placement(binding.value) if binding.value is not None else None
         if not isinstance(value, cst.Call):
             return False
-        return any((found := self.origin(binding.where, owner)) is not None and found.role == "model"
-                   for owner in parameter_owners(value))
+        owners = parameter_owners(value)
+        if any((found := self.origin(binding.where, owner)) is not None and found.role == "model" for owner in owners):
+            return True
+        # ``self.optimizer = optimizer(self.model.parameters(), lr=lr)`` with ``optimizer=torch.optim.Adam`` and
+        # ``model=BaseModule`` both classes handed to ``__init__``: the model has no role yet (it gets one from the
+        # optimizer that trains it); stepped, zeroed and handed parameters, the call makes the optimizer
+        return bool(owners) and isinstance(value.func, cst.Name) and value.func.value in binding.where.param_names
 
     def _made_by_helper(self, binding: Binding) -> None:
         """``opt = make_optimizer(model, **cfg)`` where the helper returns ``torch.optim.AdamW(...)``

@@ -26,7 +26,7 @@ import libcst.matchers as m
 
 from accelify.codemods.analysis.facts import Binding, Loop, Scope
 from accelify.codemods.analysis.loop_reads import reads_after
-from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.names import PROGRESS_BARS, dotted
 from accelify.codemods.analysis.plan import Plan
 
 
@@ -137,7 +137,7 @@ def _simple_len(expr: cst.BaseExpression) -> bool:
 
 
 def _per_process_len(plan: Plan, scope: Scope, call: cst.BaseExpression, at: cst.BaseStatement | None) -> bool | None:
-    arg = call.args[0].value  # type: ignore[attr-defined]
+    arg = _under_progress_bar(plan, scope, call.args[0].value)  # type: ignore[attr-defined]
     if isinstance(arg, cst.Attribute) and arg.attr.value == "dataset":
         return False  # the whole data set, whatever the loader
     if isinstance(arg, cst.Attribute) and arg.attr.value == "sampler" and (
@@ -149,6 +149,20 @@ def _per_process_len(plan: Plan, scope: Scope, call: cst.BaseExpression, at: cst
     if _data_set(plan, scope, arg):
         return False  # ``len(train_set)``: the whole data set
     return None
+
+
+def _under_progress_bar(plan: Plan, scope: Scope, expr: cst.BaseExpression) -> cst.BaseExpression:
+    """``dataloader`` for ``loader`` bound to ``tqdm.tqdm(dataloader)``: a bar's length is its iterable's (unless it
+    is given a ``total=``)."""
+    for _ in range(3):
+        binding = plan.binding_of(scope, expr.value) if isinstance(expr, cst.Name) else None
+        value = binding.value if binding is not None else None
+        if not (isinstance(value, cst.Call) and value.args and value.args[0].keyword is None
+                and binding.where.imports.qualname(value.func) in PROGRESS_BARS  # type: ignore[union-attr]
+                and not any(a.keyword is not None and a.keyword.value == "total" for a in value.args)):
+            break
+        expr = value.args[0].value
+    return expr
 
 
 def _data_set(plan: Plan, scope: Scope, expr: cst.BaseExpression) -> bool:
