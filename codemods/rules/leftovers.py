@@ -259,8 +259,16 @@ if __name__ == "__main__":
                     ctx.warn(codes.NO_ACCELERATOR_HERE, site.node, name="backward")
             elif site.qualname in CLIPPING:
                 ctx.warn(codes.NO_ACCELERATOR_HERE, site.node, name=site.qualname.rsplit(".", 1)[-1])
-            elif site.qualname == "torch.save" and scope.kind == "function" and not keeps_save(ctx.facts, site):
+            elif site.qualname == "torch.save" and scope.kind == "function" and not keeps_save(ctx.facts, site) \
+                    and not _run_on_main_at_calls(ctx, scope):
                 ctx.warn(codes.NO_ACCELERATOR_HERE, site.node, name="torch.save")
+
+
+def _run_on_main_at_calls(ctx: Context, function: Scope) -> bool:
+    """Whether every call of ``function`` is a statement another rule rewrote (``model.save_model(path)`` kept to
+    the main process by the save rule): the save in it is taken care of there."""
+    calls = ctx.plan.call_sites(function)
+    return bool(calls) and all(ctx.rewritten(call.stmt) for call in calls)
 
 
 def _looks_like_device(value: cst.BaseExpression) -> bool:

@@ -13,7 +13,7 @@ from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import code_of, expression, unwrap
 from accelify.codemods.analysis.facts import CallSite, Scope
-from accelify.codemods.analysis.file_writes import COPIES
+from accelify.codemods.analysis.write_calls import COPIES
 from accelify.codemods.engine.rule import Example, Rule
 from accelify.codemods.analysis.blocks import opened_path, opening_with, outside_open, previous
 
@@ -167,6 +167,7 @@ accelerator.end_training()
                     waited.add(place)
         self._whole_models(ctx, saves, order, waited)
         self._paths_handed_on(ctx, saves, order, waited)
+        self._loaders_after_savers(ctx, order, waited)
         self._state_dicts(ctx)
 
     @staticmethod
@@ -194,6 +195,29 @@ accelerator.end_training()
                     ctx.insert_before(site.stmt, [f"{accelerator}.wait_for_everyone()"])
                     ctx.change("wait for the saved file before a function that reads it")
                     waited.add(site.stmt)
+
+    @staticmethod
+    def _loaders_after_savers(ctx: Context, order: dict[cst.Call, int], waited: set) -> None:
+        """``model.save_model("net.pt")`` then ``Net.load_model("net.pt")``: functions of the program that save and
+        load (a model's own methods), called with the same path in one function. Only the main process saves, so
+        every process waits for the file before the call that reads it."""
+        for site in ctx.facts.calls:
+            accelerator = ctx.accelerator_in(site.scope)
+            if accelerator is None or not site.node.args or site.stmt in waited or ctx.is_skipped(site.stmt) \
+                    or not _calls_load(ctx, site):
+                continue
+            path = code_of(site.node.args[0].value)
+            savers = [s for s in site.scope.calls if order.get(s.node, len(order)) < order[site.node] and s.node.args
+                      and code_of(s.node.args[0].value) == path and _calls_save(ctx, s)]
+            if not savers:
+                continue
+            place = ctx.agreement.collective_place(site.stmt, site.scope, movable=True, after=savers[-1].stmt)
+            if place is None:
+                ctx.warn(codes.LOAD_UNORDERED, site.node, name=code_of(site.node.func))
+            elif place not in waited:
+                ctx.insert_before(place, [f"{accelerator}.wait_for_everyone()"])
+                ctx.change("wait for the saved file before a function that reads it")
+                waited.add(place)
 
     @staticmethod
     def _state_dicts(ctx: Context) -> None:
@@ -326,19 +350,24 @@ def _barrier_place(ctx: Context, load: CallSite, anchor: cst.BaseStatement, orde
     return ctx.agreement.collective_place(anchor, load.scope, movable=True, after=last)
 
 
-def _calls_save(ctx: Context, site: CallSite) -> bool:
+def _calls_save(ctx: Context, site: CallSite, qualname: str = "torch.save") -> bool:
     """Whether ``site`` calls a function of the program that runs a ``torch.save`` (through the program)."""
     known: dict[int, bool] = {}
 
     def saves(function: Scope) -> bool:
         if id(function) not in known:
             known[id(function)] = False  # a recursion reads "no" until it is known
-            known[id(function)] = any(s.qualname == "torch.save" or (
+            known[id(function)] = any(s.qualname == qualname or (
                 (callee := ctx.plan.callee(s)) is not None and saves(callee)) for s in function.calls)
         return known[id(function)]
 
     callee = ctx.plan.callee(site)
     return callee is not None and saves(callee)
+
+
+def _calls_load(ctx: Context, site: CallSite) -> bool:
+    """Whether ``site`` calls a function of the program that runs a ``torch.load`` (through the program)."""
+    return _calls_save(ctx, site, "torch.load")
 
 
 def _read_anchor(ctx: Context, load: CallSite) -> cst.BaseStatement:

@@ -14,6 +14,8 @@ from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import expression, unwrap
 from accelify.codemods.analysis.facts import Binding, CallSite, Scope
 from accelify.codemods.analysis.file_writes import logger_class
+from accelify.codemods.analysis.handle_uses import alone
+from accelify.codemods.analysis.roles import is_module_scope
 from accelify.codemods.engine.rule import Example, Rule
 
 
@@ -152,6 +154,8 @@ accelerator.end_training()
                 self._unwrap_in_callers(ctx, site)
                 continue
             accelerator = ctx.accelerator_in(site.scope)
+            if accelerator is None and _save_at_calls(ctx, site, waited):
+                continue  # ``model.save_model(path)``: a model's own method, run on the main process at its calls
             if accelerator is None or not ctx.after_accelerator(site.scope, site.stmt):
                 continue  # (where threading could not bring the accelerator, the leftovers rule reports it: ACC009)
             if not ctx.replace(site.node.func, site.stmt, lambda _, a=accelerator: expression(f"{a}.save")):  # type: ignore[misc]
@@ -214,6 +218,49 @@ accelerator.end_training()
 
     def _is_model(self, ctx: Context, site: CallSite, expr: cst.BaseExpression) -> bool:
         return ctx.plan.prepared_model(site.scope, expr, site.stmt) is not None
+
+
+def _save_at_calls(ctx: Context, site: CallSite, waited: set[cst.BaseStatement]) -> bool:
+    """``torch.save({...: self.state_dict()}, filename)`` in a model's own method (``Net.save_model``), which the
+    accelerator is not threaded into (``rules/threading.py``): each call, a statement of its own where the
+    accelerator exists, becomes ``accelerator.wait_for_everyone()`` then ``if accelerator.is_main_process:
+    accelerator.unwrap_model(model).save_model(path)`` (the unwrapped model's keys, written once). True when every
+    call was; where one cannot be, nothing is changed (the leftovers rule reports the save: ACC009)."""
+    method = site.scope
+    cls = method.class_scope
+    if cls is None or method.name == "__init__" or not is_module_scope(cls, ctx.facts.classes):
+        return False
+    calls = ctx.plan.call_sites(method)
+    ready = []
+    for call in calls:
+        accelerator = ctx.accelerator_in(call.scope)
+        func = call.node.func
+        if accelerator is None or not ctx.after_accelerator(call.scope, call.stmt) or ctx.is_skipped(call.stmt) \
+                or not isinstance(func, cst.Attribute) or not alone(call):
+            return False
+        ready.append((call, accelerator, func.value))
+    if not ready:
+        return False
+    for call, accelerator, receiver in ready:
+        if call.stmt in waited:
+            continue
+        prepared = ctx.plan.prepared_model(call.scope, receiver, call.stmt) is not None
+
+        def guarded(stmt: cst.CSTNode, a: str = accelerator, p: bool = prepared) -> cst.CSTNode:
+            assert isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], cst.Expr)
+            call = stmt.body[0].value
+            assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+            inner = stmt.with_changes(body=[stmt.body[0].with_changes(value=call.with_changes(
+                func=call.func.with_changes(value=unwrap(call.func.value, a))))]) if p else stmt
+            return cst.If(test=expression(f"{a}.is_main_process"),
+                          body=cst.IndentedBlock([inner.with_changes(leading_lines=[])]),  # type: ignore[union-attr]
+                          leading_lines=stmt.leading_lines)
+
+        if ctx.replace(call.stmt, call.stmt, guarded):
+            _wait_before(ctx, call.stmt, call.scope, accelerator, waited)
+            waited.add(call.stmt)
+    ctx.change("save with the model's own method on the main process, after wait_for_everyone()")
+    return True
 
 
 def _wait_at_calls(ctx: Context, method: Scope, waited: set[cst.BaseStatement]) -> None:

@@ -13,7 +13,7 @@ from accelify.codemods.analysis.statement_shapes import is_docstring
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import expression
 from accelify.codemods.analysis.facts import Loop, Scope
-from accelify.codemods.analysis.roles import CLIPPING
+from accelify.codemods.analysis.roles import CLIPPING, is_module_scope
 from accelify.codemods.engine.rule import Example, Rule
 
 
@@ -197,7 +197,7 @@ def main():
         ``classes`` receives the classes whose methods need it and whose ``__init__`` can take it."""
         plan = ctx.plan
         readers = set(ctx.readers())  # rank tests, collectives, autocasts rewritten through the accelerator
-        wanted = {f for f in functions if self._needs(ctx, f, readers)}
+        wanted = {f for f in functions if self._needs(ctx, f, readers) and not _model_save_method(ctx, f)}
         grown = True
         while grown:  # callers of helpers that need it need it too, to pass it on
             callers = {f for f in functions if f not in wanted and any(plan.callee(s) in wanted for s in f.calls)}
@@ -293,6 +293,16 @@ def main():
                 value = _passed(ctx, site.scope)
                 ctx.replace(site.node, site.stmt, lambda c, k=use_keyword, v=value: _add_arg(c, k, v))  # type: ignore[misc]
         ctx.change(f"pass the accelerator to {function.name}()")
+
+
+def _model_save_method(ctx: Context, function: Scope) -> bool:
+    """``Net.save_model(self, path)``: a model's own method that saves it. The accelerator is not threaded into
+    the model (a new ``__init__`` parameter breaks every other construction of it: a ``load_model`` classmethod's
+    ``cls(**hparams)``, a generation script); the save rule keeps each call of the method to the main process."""
+    cls = function.class_scope
+    return (cls is not None and function.name != "__init__" and is_module_scope(cls, ctx.facts.classes)
+            and any(site.qualname == "torch.save" for site in function.calls)
+            and not any(site.method == "backward" or site.qualname in CLIPPING for site in function.calls))
 
 
 def _calls_super_init(stmt: cst.BaseStatement) -> bool:
