@@ -57,7 +57,7 @@ def verify(script: Path, script_args: tuple[str, ...], converted: Path | None, b
     epoch must equal the original's. Each run walks 2 epochs of 5 batches of every loader by default (--batches,
     --epochs), so the code at an epoch's end runs too. Arguments for the script go after `--`:
 
-        accelify verify train.py --batches 3 -- --epochs 1
+        accelify verify train.py --batches 3 -- --lr 0.1
     """
     from accelify.console import verify as verify_view
     from accelify.console import make_console
