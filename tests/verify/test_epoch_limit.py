@@ -93,6 +93,8 @@ def test_a_loader_sharded_with_whole_batches_holds_its_share_of_the_limit() -> N
     assert limits.loader_limit(SimpleNamespace()) == 5  # a plain DataLoader, or one prepared whole (exact mode)
     assert limits.loader_limit(SimpleNamespace(num_processes=2, split_batches=False)) == 3  # a real launch: ceil
     assert limits.loader_limit(SimpleNamespace(num_processes=2, split_batches=True)) == 5  # a slice of each batch
+    hugging_face = SimpleNamespace(batch_sampler=SimpleNamespace(num_processes=4, split_batches=False))
+    assert limits.loader_limit(hugging_face) == 2  # Accelerate's DataLoaderShard: its BatchSamplerShard says
     limits.batch_limit = 0  # type: ignore[attr-defined]
     assert limits.loader_limit(SimpleNamespace()) is None
 

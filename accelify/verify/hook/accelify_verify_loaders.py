@@ -33,8 +33,9 @@ class LoaderEvents:
         sharded over N processes with whole batches (a real launch's prepared loader)."""
         if not self.batch_limit:
             return None
-        shards = getattr(loader, "num_processes", 1)
-        if not isinstance(shards, int) or shards < 1 or getattr(loader, "split_batches", False) is True:
+        sharding = loader if hasattr(loader, "num_processes") else getattr(loader, "batch_sampler", None)  # HF's
+        shards = getattr(sharding, "num_processes", 1)
+        if not isinstance(shards, int) or shards < 1 or getattr(sharding, "split_batches", False) is True:
             shards = 1
         return -(-self.batch_limit // shards)
 
@@ -76,6 +77,9 @@ class LoaderEvents:
             info["backwards_at_start"] = self.backwards
             info["split"] = getattr(loader, "_accelify_verify_split", 1)  # exact mode: a share of each batch
             info["len"] = self.batches_per_epoch(loader)
+            limit = self.loader_limit(loader)
+            if limit is not None and info["len"] is not None:  # an iterable dataset's length, read without len()
+                info["len"] = min(info["len"], limit)
         return key
 
     def on_draw(self, key: str, batch: Any) -> None:
