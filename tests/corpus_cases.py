@@ -97,13 +97,16 @@ class PlantedCase:
     meaning: str  # words its meaning contains
     timeout: float
     steps: int
+    batches: int = 0  # the epoch limit (VerifyOptions.batches, .epochs); 0: none
+    epochs: int = 0
 
     @classmethod
     def load(cls, name: str) -> "PlantedCase":
         directory = PLANTED / name
         cfg = tomllib.loads((directory / "case.toml").read_text(encoding="utf-8"))
         return cls(name, directory, cfg["description"], cfg["check"], cfg["detail"], cfg["meaning"],
-                   float(cfg.get("timeout", 120)), int(cfg.get("steps", 5)))
+                   float(cfg.get("timeout", 120)), int(cfg.get("steps", 5)), int(cfg.get("batches", 0)),
+                   int(cfg.get("epochs", 0)))
 
     def original(self) -> ScriptFiles:
         return ScriptFiles(SCRIPT, (self.directory / "original.py").read_text(encoding="utf-8"))

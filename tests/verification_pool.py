@@ -81,7 +81,8 @@ class VerificationPool:
 
     def _planted(self, name: str, right: bool = False) -> VerifyReport:
         case = PlantedCase.load(name)
-        options = VerifyOptions(steps=case.steps, processes=2, timeout=case.timeout)
+        options = VerifyOptions(steps=case.steps, processes=2, timeout=case.timeout, batches=case.batches,
+                                epochs=case.epochs)
         converted = case.right() if right else case.converted()
         assert converted is not None, f"planted/{name} has no right.py"
         script = "right.py" if right else "converted.py"

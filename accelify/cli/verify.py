@@ -16,6 +16,7 @@ import click
 from accelify.errors import AccelifyError
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
+BATCHES, EPOCHS = 5, 2  # the default limit: 2 epochs of 5 batches (a per-epoch scheduler's second epoch, a "best")
 
 
 @click.command(context_settings=CONTEXT)
@@ -23,8 +24,17 @@ CONTEXT = {"help_option_names": ["-h", "--help"]}
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--converted", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Verify this converted script instead of converting SCRIPT.")
-@click.option("--steps", type=click.IntRange(min=0), default=5, show_default=True,
-              help="Stop each run after this many optimizer steps (0: run the script to its end).")
+@click.option("--batches", type=click.IntRange(min=0), default=None,
+              help=f"End every DataLoader epoch after this many batches (len(loader) says so too), so the script's "
+                   f"own epoch-end code runs: validation, epoch averages, a per-epoch scheduler, the best checkpoint "
+                   f"[default: {BATCHES}; 0: whole epochs].")
+@click.option("--epochs", type=click.IntRange(min=0), default=None,
+              help=f"With --batches: stop each run when its training loader starts this many + 1 epochs "
+                   f"[default: {EPOCHS}; 0: the script's own epochs].")
+@click.option("--steps", type=click.IntRange(min=0), default=None,
+              help="Stop each run after this many optimizer steps, all optimizers counted. Alone, it replaces the "
+                   "epoch limit: epochs run whole, and what the script does at an epoch's end is seen only if an "
+                   "epoch ends within the steps (0: run the script to its end).")
 @click.option("--processes", "-n", type=click.IntRange(min=2), default=2, show_default=True,
               help="CPU processes (Gloo) for the distributed run.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
@@ -36,22 +46,26 @@ CONTEXT = {"help_option_names": ["-h", "--help"]}
               help="Absolute tolerance for losses and parameters (torch.allclose).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the report as JSON to this file.")
-def verify(script: Path, script_args: tuple[str, ...], converted: Path | None, steps: int, processes: int,
-           timeout: float, seed: int, rtol: float, atol: float, report_path: Path | None) -> None:
+def verify(script: Path, script_args: tuple[str, ...], converted: Path | None, batches: int | None,
+           epochs: int | None, steps: int | None, processes: int, timeout: float, seed: int, rtol: float, atol: float,
+           report_path: Path | None) -> None:
     """Run SCRIPT and its conversion side by side, then the conversion on N processes, and judge them.
 
     On one process each (same seed), the losses and the parameters after every optimizer step must match; on
     N CPU processes the conversion must join one process group, train through DDP on sharded data, keep finite
-    losses and equal parameters, and finish before --timeout. Arguments for the script go after `--`:
+    losses and equal parameters, and finish before --timeout; what process 0 prints, logs or returns after an
+    epoch must equal the original's. Each run walks 2 epochs of 5 batches of every loader by default (--batches,
+    --epochs), so the code at an epoch's end runs too. Arguments for the script go after `--`:
 
-        accelify verify train.py --steps 3 -- --epochs 1
+        accelify verify train.py --batches 3 -- --lr 0.1
     """
     from accelify.console import verify as verify_view
     from accelify.console import make_console
     from accelify.verify import VerifyOptions, verify_script, write_report
 
+    steps, batches, epochs = _limits(steps, batches, epochs)
     options = VerifyOptions(steps=steps, processes=processes, timeout=timeout, args=script_args, seed=seed,
-                            rtol=rtol, atol=atol)
+                            rtol=rtol, atol=atol, batches=batches, epochs=epochs)
     previous = signal.signal(signal.SIGTERM, _terminated)  # a `timeout` or a job scheduler ending verify
     try:
         report = verify_script(script, converted=converted, options=options)
@@ -70,6 +84,16 @@ def verify(script: Path, script_args: tuple[str, ...], converted: Path | None, s
         signal.signal(signal.SIGTERM, previous)
     verify_view.print_verify_report(make_console(), report)
     sys.exit(0 if report.passed else 1)
+
+
+def _limits(steps: int | None, batches: int | None, epochs: int | None) -> tuple[int, int, int]:
+    """(steps, batches, epochs) as asked: the epoch limit by default; --steps alone, the step limit alone (as before
+    the epoch limit existed); --batches 0, no epoch limit."""
+    if batches is None and epochs is None and steps is not None:
+        return steps, 0, 0
+    batches = BATCHES if batches is None else batches
+    epochs = (EPOCHS if epochs is None else epochs) if batches else 0
+    return steps or 0, batches, epochs
 
 
 def _terminated(number: int, frame: object) -> None:

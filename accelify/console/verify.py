@@ -18,7 +18,7 @@ STACK_LINES = 30  # lines of each hung process's stack shown
 def verify_table(report: VerifyReport) -> Table:
     """One row per check: where it ran, its name, passed/FAILED/skipped, and what was measured."""
     options = report.options
-    limit = f"{options.steps} steps" if options.steps else "to the end"
+    limit = options.limit
     table = Table(title=f"accelify verify {report.script} ({limit}, {options.processes} processes)",
                   title_justify="left", show_lines=False)
     table.add_column("stage", no_wrap=True)

@@ -66,7 +66,8 @@ def _finished(run: RunOutcome, ordered: list[ProcessRecord | None], options: Ver
         return CheckResult(name, stage, FAILED, f"the run failed (exit {run.exit_code}): " + "; ".join(described),
                            f"the converted script fails on {options.processes} processes")
     steps = [len(r.steps) for r in ordered if r is not None]
-    how = "stopped at the limit" if all(r is not None and r.stopped for r in ordered) else "ran to the end"
+    stopped = [r for r in ordered if r is not None and r.stopped]
+    how = stopped[0].ending if stopped and len(stopped) == len(ordered) else "ran to the end"
     return CheckResult(name, stage, PASSED, f"{how} after {max(steps, default=0)} steps ({run.seconds:.1f} s)")
 
 

@@ -70,7 +70,7 @@ def _runs(label: str, run: RunOutcome, options: VerifyOptions) -> CheckResult:
         return CheckResult(name, STAGE, FAILED, f"{script} finished without calling backward",
                            "nothing trains, so there is nothing to compare: verify needs a script that calls "
                            "loss.backward()")
-    how = "stopped at the limit" if record.stopped else "ran to its end"
+    how = record.ending
     return CheckResult(name, STAGE, PASSED, f"{steps} steps, {backwards} backward calls, {how} ({run.seconds:.1f} s)")
 
 

@@ -281,6 +281,9 @@ def printed_check(run: ProcessRecord, original: ProcessRecord, control: ProcessR
     if late:
         notes.append(f"{late} line{'s' if late != 1 else ''} printed after step {inexact.n} compared between the "
                      f"processes only (not exact from there: {inexact.inexact[0]})")
+    if _no_epoch_ended(original):
+        notes.append("the step limit ended the runs before any training epoch ended: what the script does at an "
+                     "epoch's end was not run (verify without --steps, or with --batches, to reach it)")
     tail = f"; {'; '.join(notes)}" if notes else ""
     if not compared and late:
         return CheckResult(name, stage, SKIPPED, f"not exact from step {inexact.n} on ({inexact.inexact[0]}): every "
@@ -291,6 +294,15 @@ def printed_check(run: ProcessRecord, original: ProcessRecord, control: ProcessR
     return CheckResult(name, stage, PASSED, f"{compared} number{'s' if compared != 1 else ''} in {lines} "
                                             f"line{'s' if lines != 1 else ''} {verb} after an epoch equal the "
                                             f"original's{tail}")
+
+
+def _no_epoch_ended(original: ProcessRecord) -> bool:
+    """The original stopped at the step limit (not the epoch limit) before a loader that fed a backward ended an
+    epoch: a check of what is printed after an epoch saw nothing of it."""
+    if not original.stopped or original.stop_reason != "steps":
+        return False
+    training = [loader for loader in original.loaders.values() if loader.training]
+    return bool(training) and not any(loader.epoch_draws for loader in training)
 
 
 def _where(line: PrintedLine) -> str:

@@ -173,6 +173,7 @@ class ProcessRecord:
     backwards: tuple[Backward, ...] = ()
     steps: tuple[Step, ...] = ()
     stopped: bool = False  # reached the step limit and ended itself
+    stop_reason: str = ""  # which limit: "steps", "epochs", "backstop" (the epoch limit's cap on steps)
     exited: bool = False  # the interpreter exited (after the script ended or raised)
     error: str | None = None  # the uncaught exception, ``Type: message``
     error_site: str | None = None  # the script's innermost ``file:line`` in its traceback
@@ -189,6 +190,12 @@ class ProcessRecord:
     def finished(self) -> bool:
         """It stopped at the step limit or ran to its end without an uncaught exception."""
         return self.stopped or (self.exited and self.error is None)
+
+    @property
+    def ending(self) -> str:
+        """How the run ended, in words: which limit stopped it, or that it ran to its end."""
+        return {"epochs": "stopped at the epoch limit", "backstop": "stopped at the epoch limit's step cap"}.get(
+            self.stop_reason, "stopped at the limit") if self.stopped else "ran to its end"
 
     @property
     def group(self) -> Group | None:
@@ -249,6 +256,7 @@ def _read(path: Path, rank: int, pid: int) -> ProcessRecord:
             steps.append(_step(event, steps[-1].group if steps else None))
         elif kind == "stop":
             fields["stopped"] = True
+            fields["stop_reason"] = str(event.get("why", "steps"))
         elif kind == "exit":
             fields["exited"] = True
         elif kind == "error":

@@ -18,10 +18,12 @@ PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 
 @dataclass(frozen=True)
 class VerifyOptions:
-    """How to verify: ``steps`` optimizer steps per run (0: run the script to its end), ``processes`` for the
-    distributed run, ``timeout`` seconds per run, the script's ``args``, the ``seed`` set before each run starts,
-    and the ``torch.allclose`` tolerances for losses and parameters (one process vs the original, and process vs
-    process)."""
+    """How to verify: ``steps`` optimizer steps per run (0: no step limit), ``batches`` per DataLoader epoch and
+    ``epochs`` per run (the epoch limit: every loader's epoch ends after ``batches`` batches, so the script's own
+    epoch-end code runs, and the run ends when a training loader starts epoch ``epochs + 1``; 0: no limit; both
+    limits 0: run the script to its end), ``processes`` for the distributed run, ``timeout`` seconds per run, the
+    script's ``args``, the ``seed`` set before each run starts, and the ``torch.allclose`` tolerances for losses and
+    parameters (one process vs the original, and process vs process)."""
 
     steps: int = 5
     processes: int = 2
@@ -30,14 +32,32 @@ class VerifyOptions:
     seed: int = 0
     rtol: float = 1e-5
     atol: float = 1e-7
+    batches: int = 0
+    epochs: int = 0
 
     def __post_init__(self) -> None:
         if self.steps < 0:
             raise ValueError(f"steps must be 0 (no limit) or more, not {self.steps}")
+        if self.batches < 0 or self.epochs < 0:
+            raise ValueError(f"batches and epochs must be 0 (no limit) or more, not {self.batches}, {self.epochs}")
+        if self.epochs and not self.batches:
+            raise ValueError("an epoch limit needs a batch limit (batches): a whole epoch may be long")
         if self.processes < 2:
             raise ValueError(f"the distributed run needs 2 processes or more, not {self.processes}")
         if self.timeout <= 0:
             raise ValueError(f"timeout must be positive, not {self.timeout}")
+
+    @property
+    def limit(self) -> str:
+        """The limits in words: "2 epochs of 5 batches", "5 steps", "to the end"."""
+        parts = []
+        if self.batches:
+            per = f"{self.batches} batch{'es' if self.batches != 1 else ''}"
+            parts.append(f"{self.epochs} epoch{'s' if self.epochs != 1 else ''} of {per}" if self.epochs
+                         else f"epochs of {per}")
+        if self.steps:
+            parts.append(f"{self.steps} step{'s' if self.steps != 1 else ''}")
+        return ", at most ".join(parts) if parts else "to the end"
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,9 @@ _LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "
 class RunSpec:
     """One run: ``target`` (a file in ``folder``, or a module name with ``module``) with ``args``, in ``folder``.
 
-    ``steps`` ends every process after that many optimizer steps (0: no limit); ``logs`` receives the records and
+    ``steps`` ends every process after that many optimizer steps (0: no limit); ``batches`` ends every DataLoader
+    epoch after that many batches and ``epochs`` the run after that many training epochs (0: no limit; see
+    ``hook/accelify_verify_loaders.py``); ``logs`` receives the records and
     the processes' output (it must not be ``folder``, which the script sees as its working directory).
     """
 
@@ -58,6 +60,8 @@ class RunSpec:
     args: tuple[str, ...] = ()
     processes: int = 1
     steps: int = 0
+    batches: int = 0
+    epochs: int = 0
     seed: int = 0
     timeout: float = 300.0
     module: bool = False
@@ -107,6 +111,8 @@ def run_environment(spec: RunSpec, base: Mapping[str, str] | None = None) -> dic
     )
     env[recorder.ENV_RECORD] = str(spec.record_prefix)
     env[recorder.ENV_STEPS] = str(spec.steps)
+    env[recorder.ENV_BATCHES] = str(spec.batches)
+    env[recorder.ENV_EPOCHS] = str(spec.epochs)
     env[recorder.ENV_SEED] = str(spec.seed)
     env[recorder.ENV_PROCESSES] = str(spec.processes)
     env[recorder.ENV_ROOT] = str(spec.folder)

@@ -147,7 +147,8 @@ def _spec(workdir: Path, label: str, files: ScriptFiles, processes: int, options
     ``reference``)."""
     exact = exact and processes > 1
     return RunSpec(label=label, folder=stage(files, workdir / label), target=files.name, logs=workdir / "logs" / label,
-                   args=options.args, processes=processes, steps=options.steps, seed=options.seed,
+                   args=options.args, processes=processes, steps=options.steps, batches=options.batches,
+                   epochs=options.epochs, seed=options.seed,
                    timeout=options.timeout, exact=exact, reference=reference if exact else None)
 
 

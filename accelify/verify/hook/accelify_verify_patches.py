@@ -7,7 +7,8 @@ applies them as soon as the script imports torch. Each patch calls the original 
   real step of every optimizer (a step an accumulating or skipping wrapper does not take is not a step);
 - ``DistributedDataParallel.__init__`` and ``forward``: which parameters each wrapper holds, how often its forward ran;
 - ``DataLoader.__iter__`` and ``_BaseDataLoaderIter.__next__``: where each loader is iterated, its length, and every
-  batch drawn (a prepared loader's own iteration goes through them too).
+  batch drawn (a prepared loader's own iteration goes through them too); under the epoch limit
+  (``accelify_verify_loaders.py``) the iterator ends after the limit's batches, and ``DataLoader.__len__`` says so.
 
 Like the recorder, this module imports nothing of accelify and nothing but torch.
 """
@@ -98,31 +99,52 @@ def patch_torch(torch: ModuleType, recorder: Any) -> None:
 
     loader_iter, iter_next = DataLoader.__iter__, _BaseDataLoaderIter.__next__
 
+    loader_len = DataLoader.__len__
+
     @functools.wraps(loader_iter)
     def iterate(loader: Any) -> Any:
+        if not recorder.active:
+            return loader_iter(loader)
+        key = recorder.on_iter(loader, sys._getframe(1))  # at the epoch limit the process ends here
         iterator = loader_iter(loader)
-        if recorder.active:
-            try:
-                iterator._accelify_verify_key = recorder.on_iter(loader, sys._getframe(1))
-            except AttributeError:  # an iterator type that takes no attributes: not counted
-                pass
+        try:
+            iterator._accelify_verify_key = key
+            iterator._accelify_verify_left = recorder.loader_limit(loader)
+            iterator.__dict__.pop("_accelify_verify_ended", None)  # persistent workers: the same iterator again
+        except AttributeError:  # an iterator type that takes no attributes: not counted
+            pass
         return iterator
 
     @functools.wraps(iter_next)
     def draw(iterator: Any) -> Any:
-        key = iterator.__dict__.get("_accelify_verify_key")
+        state = iterator.__dict__
+        key = state.get("_accelify_verify_key")
         if key is None:
             return iter_next(iterator)
+        left = state.get("_accelify_verify_left")
         try:
+            if left is not None and left <= 0:  # the epoch limit: this epoch ends here, as a shorter loader's would
+                raise StopIteration
             batch = iter_next(iterator)
         except StopIteration:
-            recorder.on_epoch_end(key)
+            if state.get("_accelify_verify_ended") is None:
+                state["_accelify_verify_ended"] = True
+                recorder.on_epoch_end(key)
             raise
+        if left is not None:
+            state["_accelify_verify_left"] = left - 1
         recorder.on_draw(key, batch)
         return batch
 
+    @functools.wraps(loader_len)
+    def length(loader: Any) -> int:
+        whole = loader_len(loader)
+        limit = recorder.loader_limit(loader) if recorder.active else None
+        return whole if limit is None else min(whole, limit)
+
     DataLoader.__iter__ = iterate
     _BaseDataLoaderIter.__next__ = draw
+    DataLoader.__len__ = length
 
 
 def _scaled_gradient(tensors: Any, args: tuple[Any, ...], kwargs: dict[str, Any], scale: float,

@@ -10,6 +10,8 @@ through these variables:
 ``ACCELIFY_VERIFY_RECORD``     path prefix of this process's files: ``<prefix>.rank<R>.pid<P>.jsonl`` (the record)
                                and ``<prefix>.rank<R>.pid<P>.stack`` (Python stacks dumped on SIGUSR1)
 ``ACCELIFY_VERIFY_STEPS``      end the process after this many optimizer steps, all optimizers counted (0: never)
+``ACCELIFY_VERIFY_BATCHES``    end every DataLoader epoch after this many batches (0: never; the epoch limit)
+``ACCELIFY_VERIFY_EPOCHS``     with a batch limit: end the process when a training loader starts this many + 1 epochs
 ``ACCELIFY_VERIFY_SEED``       seed for ``random``, numpy and torch, set before the script runs (default 0)
 ``ACCELIFY_VERIFY_PROCESSES``  processes in the run; with more than one only torchrun's workers (``RANK`` set)
                                record, not its agent
@@ -42,7 +44,9 @@ The record is one JSON object per line, written as it happens:
               and its epoch not ended: a per-step value), the backwards and optimizer steps taken before it
 ``error``     the script raised an exception it did not catch (written by ``sys.excepthook``): the script's
               innermost line in its traceback and, in exact mode, the share of the batch this process held
-``stop``      the step limit was reached: the process ends with exit code 0 right after writing it
+``stop``      a limit was reached (``why``: ``steps``, ``epochs``, or ``backstop``: the epoch limit's cap on optimizer
+              steps, for loaders the script wraps, whose epochs never end): the process ends with exit code 0 right
+              after writing it
 ``exit``      the interpreter is exiting normally
 
 All processes of a data-parallel run step in lockstep, so they all reach the limit at the same step; each waits
@@ -77,6 +81,8 @@ ENV_SEED = "ACCELIFY_VERIFY_SEED"
 ENV_PROCESSES = "ACCELIFY_VERIFY_PROCESSES"
 ENV_ROOT = "ACCELIFY_VERIFY_ROOT"
 ENV_EXACT = "ACCELIFY_VERIFY_EXACT"
+ENV_BATCHES = "ACCELIFY_VERIFY_BATCHES"
+ENV_EPOCHS = "ACCELIFY_VERIFY_EPOCHS"
 
 STACK_SIGNAL = signal.SIGUSR1
 VALUES_PER_TENSOR = 4096  # fingerprint budget per parameter tensor ...
@@ -84,6 +90,8 @@ VALUES_PER_STEP = 1 << 18  # ... and per step, shared between the tensors of a l
 FULL_STEPS = 64  # steps fingerprinted in full (verify compares parameters step by step this far) ...
 SPARSE_VALUES = 4  # ... later steps, except powers of two and the step limit: this many values per tensor, no grads
 PEER_WAIT = 30.0  # seconds a process at the step limit waits for the others of its group
+
+_LIVE = ("current", "backwards_at_start")  # loader state the step events leave out
 
 _recorder: "_Recorder | None" = None
 
@@ -106,6 +114,8 @@ def install_from_environment() -> bool:
         seed=int(os.environ.get(ENV_SEED, "0") or 0),
         root=os.environ.get(ENV_ROOT) or os.getcwd(),
         exact=os.environ.get(ENV_EXACT, "") not in ("", "0"),
+        batches=int(os.environ.get(ENV_BATCHES, "0") or 0),
+        epochs=int(os.environ.get(ENV_EPOCHS, "0") or 0),
     )
     _recorder.start()
     return True
@@ -114,10 +124,13 @@ def install_from_environment() -> bool:
 class _Recorder(LoaderEvents, ScriptPlaces):
     """The per-process recording state; all torch patches call into the one instance."""
 
-    def __init__(self, *, prefix: str, rank: int, steps: int, seed: int, root: str, exact: bool = False) -> None:
+    def __init__(self, *, prefix: str, rank: int, steps: int, seed: int, root: str, exact: bool = False,
+                 batches: int = 0, epochs: int = 0) -> None:
         self.prefix = f"{prefix}.rank{rank}.pid{os.getpid()}"
         self.rank = rank
         self.limit = steps
+        self.batch_limit = batches  # batches per DataLoader epoch (0: the loader's own length)
+        self.epoch_limit = epochs if batches else 0  # training epochs per run (0: no limit)
         self.exact: Any = None  # the ExactMode, once torch is imported (exact mode only)
         self.exact_asked = exact
         if exact:
@@ -219,10 +232,10 @@ class _Recorder(LoaderEvents, ScriptPlaces):
         with self.lock:
             self._file.write(json.dumps(event) + "\n")
 
-    def stop(self) -> None:
-        """End the process at the step limit: flush everything, wait for the other processes of the group to get
+    def stop(self, why: str = "steps") -> None:
+        """End the process at a limit (``why``): flush everything, wait for the other processes of the group to get
         there too, exit 0 without running the script further."""
-        self.write({"event": "stop", "steps": self.steps})
+        self.write({"event": "stop", "steps": self.steps, "why": why})
         self._meet_peers()
         for stream in (self._file, sys.stdout, sys.stderr):
             try:
@@ -372,7 +385,7 @@ class _Recorder(LoaderEvents, ScriptPlaces):
                 "params": [fingerprint(torch, p, budget, True, self.owner) for p in params] if full else
                 sparse_fingerprints(torch, params, budget, self.owner),
                 "wrappers": sorted((dict(w) for w in self.wrappers.values()), key=lambda w: w["index"]),
-                "loaders": {k: {n: v for n, v in info.items() if n != "current"} for k, info in self.loaders.items()},
+                "loaders": {k: {n: v for n, v in info.items() if n not in _LIVE} for k, info in self.loaders.items()},
                 "backwards": self.backwards,
             }
             group = self._group()
@@ -383,6 +396,8 @@ class _Recorder(LoaderEvents, ScriptPlaces):
             self.returns.stop()  # no DataLoader feeds the training: no epoch-level function to trace
         if self.limit and self.steps >= self.limit:
             self.stop()
+        elif self.epoch_limit and self.steps >= self.backstop():
+            self.stop("backstop")
 
     # -- helpers -----------------------------------------------------------------------------------------------
     def _group(self) -> dict[str, Any]:
