@@ -102,6 +102,10 @@ class PreparedUses(Flow):
                 return False
             return self._passed_prepared(owner, head, seen)
         binding = self.binding_of(scope, key) or self.instance_attr(scope, key)
+        if binding is not None:
+            call, index = binding.unpacked if binding.unpacked is not None else (binding.value, None)
+            if isinstance(call, cst.Call) and self._local_call(call):  # ``model_best = train(..., model, ...)``
+                return self._hands_back_prepared(binding.where, call, index, binding.stmt, seen)
         if binding is not None and binding.value is not None:
             value = strip_placement(binding.value)
             read = self.kwargs_read(binding.where, value)
@@ -119,6 +123,29 @@ class PreparedUses(Flow):
         return bool(sites) and all(
             arg is not None and self._sees_expr(site.scope, arg.value, site.stmt, seen) for site, arg in zip(sites, args)
         )
+
+    def _hands_back_prepared(self, scope: Scope, call: cst.Call, index: int | None, at: cst.BaseStatement,
+                             seen: frozenset) -> bool:
+        """Whether a function of the program called at ``at`` returns (element ``index`` of) a parameter it is
+        handed, unchanged, on every ``return``, and this call hands it a prepared object there (the Udacity-course
+        ``model_transfer, losses = train(n_epochs, loaders, model, ...)`` ending in ``return model``)."""
+        site = self.facts.sites.get(call)
+        function = self.callee(site) if site is not None else None
+        if site is None or function is None or not function.returns:
+            return False
+        for ret in function.returns:
+            value = ret.value
+            if index is not None:
+                if not isinstance(value, (cst.Tuple, cst.List)) or index >= len(value.elements):
+                    return False
+                value = value.elements[index].value
+            name = value.value if isinstance(value, cst.Name) else None
+            if name is None or name not in function.param_names or name in function.bindings:
+                return False
+            arg = self.arg_for(site, function, name)
+            if arg is None or not self._sees_expr(scope, arg.value, at, seen):
+                return False
+        return True
 
     def builder_call(self, scope: Scope) -> CallSite | None:
         """For a method ``__init__`` runs once before anything else can (``self.build_model()``, a statement of its

@@ -87,6 +87,35 @@ accelerator.end_training()
 ''',
             fires=False,
         ),
+        Example(
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+loaders = {}
+loaders["train"] = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for (x,) in loaders["train"]:
+    model(x).sum().backward()
+    optimizer.step()
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+accelerator = Accelerator(cpu=True)
+loaders = {}
+loaders["train"] = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+for (x,) in loaders["train"]:
+    accelerator.backward(model(x).sum())
+    optimizer.step()
+accelerator.end_training()
+''',
+            warnings=("ACC053:7",),
+        ),
     )
 
     def run(self, ctx: Context) -> None:
@@ -106,7 +135,11 @@ accelerator.end_training()
                 return
             reported = any(node is loop.node.iter for node, _ in ctx.warnings)
             if loop is not None and not reported and ctx.accelerator_in(loop.scope) is not None and _walks_data(loop):
-                ctx.warn(codes.SAME_DATA, loop.node.iter)
+                held = next(((lp, item) for lp in training if (item := _loader_in_dict_item(ctx, lp)) is not None), None)
+                if held is not None:  # (the epoch loop around it is the first that trains)
+                    ctx.warn(codes.LOADER_IN_DICT_ITEM, held[0].node.iter, name=held[1])
+                else:
+                    ctx.warn(codes.SAME_DATA, loop.node.iter)
             return
         for site in ctx.facts.calls:
             seed = _seed_argument(site)
@@ -174,6 +207,31 @@ def _wrapped_loader_draw(ctx: Context) -> CallSite | None:
             continue
         if any(plan.reaches_backward(s) for s in facts.calls if loop in facts.chain(s.stmt)[1:]):
             return site
+    return None
+
+
+def _loader_in_dict_item(ctx: Context, loop: Loop) -> str | None:
+    """``loaders['train']`` when the loop walks an item of a dict (through ``enumerate``/a progress bar) and the
+    program stores a ``DataLoader(...)`` into an item of that key (``loaders = {}`` then ``loaders['train'] =
+    DataLoader(...)``, the Udacity-course layout): ACC022's "no DataLoader" would be false there."""
+    source = ctx.plan.loop_source(loop)
+    if not (isinstance(source, cst.Subscript) and len(source.slice) == 1
+            and isinstance(index := source.slice[0].slice, cst.Index) and isinstance(index.value, cst.SimpleString)):
+        return None
+    key = index.value.evaluated_value
+    for stmt in ctx.facts.order:
+        if not (isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], cst.Assign)):
+            continue
+        assign = stmt.body[0]
+        value = assign.value
+        site = ctx.facts.sites.get(value) if isinstance(value, cst.Call) else None
+        if site is None or not (site.qualname or "").endswith("DataLoader"):
+            continue
+        for target in assign.targets:
+            held = target.target
+            if isinstance(held, cst.Subscript) and len(held.slice) == 1 and isinstance(i := held.slice[0].slice, cst.Index) \
+                    and isinstance(i.value, cst.SimpleString) and i.value.evaluated_value == key:
+                return code_of(source)
     return None
 
 

@@ -360,3 +360,36 @@ def test_a_models_own_save_method_runs_on_the_main_process_at_its_calls() -> Non
             '            accelerator.unwrap_model(model).save_model("net.pt")\n') in result.new, result.new
     assert '    accelerator.wait_for_everyone()\n    accelerator.print("reloaded:", Net.load_model("net.pt"))\n' \
         in result.new, result.new
+
+
+def test_a_model_a_training_function_hands_back_is_the_prepared_one() -> None:
+    """K10 (the Udacity-course ``model_transfer = train(n_epochs, loaders, model, ...)`` ending in ``return
+    model``, then ``model_transfer.load_state_dict(torch.load(save_path))``): the returned model was not taken for
+    the prepared one, so the best checkpoint (saved unwrapped) was loaded into the wrapper (RuntimeError: missing
+    ``module.`` keys) with no barrier after the main process's save. A function that returns a parameter it is handed
+    unchanged hands back what the call passed."""
+    result = convert_source(dedent("""
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        def train(n_epochs, loader, model, optimizer, save_path):
+            for epoch in range(n_epochs):
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    loss = torch.nn.functional.mse_loss(model(x), y)
+                    loss.backward()
+                    optimizer.step()
+                torch.save(model.state_dict(), save_path)
+            return model
+
+
+        loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model_best = train(3, loader, model, optimizer, "best.pt")
+        model_best.load_state_dict(torch.load("best.pt"))
+        """))
+    assert ('accelerator.wait_for_everyone()\n'
+            'accelerator.unwrap_model(model_best).load_state_dict(torch.load("best.pt", map_location="cpu"))\n'
+            ) in result.new, result.new
