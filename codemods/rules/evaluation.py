@@ -23,6 +23,7 @@ from accelify.codemods.analysis.model_outputs import (
     names_used,
     read_through_attributes,
 )
+from accelify.codemods.analysis.program_losses import local_loss
 from accelify.codemods.analysis.reduced_outputs import feeds_reduced_sums_only
 from accelify.codemods.analysis.roles import MODULE_API
 from accelify.codemods.analysis.snippets import code_of, unwrap
@@ -337,6 +338,23 @@ accelerator.end_training()
                         ctx.warn(codes.LOCAL_METRIC, call)
                         break
                     inputs = names_used([stmt]) - set(named)
+                # the program's own loss (a parameter, a class of its own: it may mine or normalise within the
+                # batch) runs on this process's batch; what reads the outputs after it is gathered after it
+                loss = local_loss(ctx.plan, loop, named or [], [stmt, *rest], None if named else call)
+                if loss is not None:
+                    anchor, after = [stmt, *rest][loss], [stmt, *rest][loss + 1 :]
+                    if ctx.is_skipped(anchor) or places.collective_place(anchor, loop.scope) is None:
+                        ctx.warn(codes.LOCAL_METRIC, call)
+                        break
+                    if named is None:
+                        named = [_fresh_name(loop, "output")]
+                        ctx.insert_before(stmt, [f"{named[0]} = {code_of(_reachable(ctx, loop, call, stmt, accelerator))}"])
+                        ctx.replace(call, stmt, lambda _, n=named[0]: cst.Name(n))  # type: ignore[misc]
+                    later = names_used(after)
+                    if later & (set(named) | ctx.plan.batch_names(loop)):
+                        ctx.insert_after(anchor, _gather(ctx, loop, named, inputs, later, accelerator))
+                    ctx.change("compute the program's own loss on each process's batch (gather after it)")
+                    break
                 if named is not None:
                     ctx.insert_after(stmt, _gather(ctx, loop, named, inputs, names_used(rest), accelerator))
                 elif extractable(stmt):

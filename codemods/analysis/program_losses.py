@@ -1,0 +1,113 @@
+"""Whether an evaluation loop computes the program's own loss on each batch from the forward's outputs, a loss that
+must run on this process's batch, not on the batches of every process gathered.
+
+``loss_outputs = loss_fn(*outputs, target)`` then ``val_loss += loss.item()`` (siamese-triplet's ``test_epoch``): the
+loss is a parameter, a class or function of the program (``OnlineTripletLoss`` mines triplets within the batch,
+InfoNCE takes the rest of the batch as negatives, a loss may normalise by the batch), so nothing says its value on the
+concatenation of N processes' batches is what the original computed per batch: mined over 500 samples instead of 250,
+"Average nonzero triplets" comes out 12250 where the original's is 3000. Computed on each process's own batch it is
+the original's value for that batch: the processes are dealt whole batches of the original's batch sampler in turn
+(``split_batches=False``, the runtime's default), so with shuffling off each process's batch is one of the original's
+batches, sample for sample, and the running sum of the values, reduced after the loop (``rules/averages.py``), is the
+original's sum (its mean over ``len(loader)``, a per-process count, the original's mean). What is not exact: a last
+round the batches do not fill (the runtime completes it with samples from the start, which the sum then counts), and
+``split_batches=True`` (each process holds 1/N of every batch: a mining loss then mines over a slice).
+
+A loss whose value is a batch's mean of a per-sample term (a ``torch.nn`` loss or a ``torch.nn.functional`` one with
+the mean reduction: ``analysis/loss_means.py``) is not one: gathered, its sum is made the original's per batch
+(``loss_means.per_batch_sum``). Nor is a library function (``torch.*``, ``numpy``, builtins): what is gathered for it
+is what it was before.
+
+``local_loss`` finds the statement that computes such a loss (its value, through plain assignments, is added to a
+running sum of the loop that is read after it), so that the evaluation rule gathers after it, for what reads the
+outputs and targets later (a metric), and the sum stays this process's, reduced after the loop.
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import Sequence
+
+import libcst as cst
+import libcst.matchers as m
+
+from accelify.codemods.analysis.evaluation_loops import is_model
+from accelify.codemods.analysis.facts import Loop
+from accelify.codemods.analysis.loss_means import is_mean_loss_call
+from accelify.codemods.analysis.plan import Plan
+from accelify.codemods.analysis.reduced_outputs import assigned_names, plain_assignment, read_names
+from accelify.codemods.analysis.shard_sums import find_averages
+
+_LIBRARIES = ("torch", "numpy", "math", "scipy", "sklearn", "builtins", "operator", "functools", "itertools")
+
+
+def local_loss(
+    plan: Plan, loop: Loop, outputs: Sequence[str], stmts: Sequence[cst.BaseStatement], forward: cst.Call | None = None
+) -> int | None:
+    """The index in ``stmts`` (the statements of ``loop`` from its forward on; the forward binds ``outputs``, or is the
+    call ``forward`` inside the first statement, ``val_loss += loss_fn(model(x), y).item()``) of the last statement
+    that computes the program's own loss from the outputs (see the module docstring), or None."""
+    found = plan.analysis(find_averages)
+    updates = {
+        id(update) for acc in found.accumulators if acc.loop.node is loop.node and not acc.local for update in acc.updates
+    }
+    derived = set(outputs)
+    last: int | None = None
+    for index, stmt in enumerate(stmts):
+        if any(_program_loss(plan, loop, call, stmt, derived, forward) for call in _calls(stmt)) \
+                and _summed(stmt, stmts[index:], updates):
+            last = index
+        if plain_assignment(stmt):
+            derived |= assigned_names(stmt)
+        elif _augmented(stmt):
+            derived.add(stmt.body[0].target.value)  # type: ignore[attr-defined]
+    return last
+
+
+def _calls(stmt: cst.BaseStatement) -> list[cst.Call]:
+    return [c for c in m.findall(stmt, m.Call()) if isinstance(c, cst.Call)]
+
+
+def _augmented(stmt: cst.BaseStatement) -> bool:
+    """``loss_inputs += (target,)``: an update of a name by itself (the name stays what it was derived from)."""
+    return isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.AugAssign) \
+        and isinstance(stmt.body[0].target, cst.Name)
+
+
+def _program_loss(
+    plan: Plan, loop: Loop, call: cst.Call, stmt: cst.BaseStatement, derived: set[str], forward: cst.Call | None
+) -> bool:
+    """``loss_fn(*loss_inputs)``: a call of a parameter, a name or an attribute that is neither a library's nor the
+    model, nor a ``torch.nn`` mean loss, given (a name derived from) the forward's outputs."""
+    func = call.func
+    if isinstance(func, cst.Attribute):
+        if not (isinstance(func.value, cst.Name) and func.value.value == "self"):
+            return False  # ``outputs.argmax(1)``, ``F.softmax(...)``: a method or a module's function
+    elif not isinstance(func, cst.Name) or hasattr(builtins, func.value):
+        return False
+    qualname = loop.scope.imports.qualname(func) or ""
+    if qualname.split(".", 1)[0] in _LIBRARIES or is_model(plan, loop.scope, func, stmt):
+        return False
+    if is_mean_loss_call(plan, loop, call):
+        return False
+    return any(read_names(arg.value) & derived or (forward is not None and _holds(arg.value, forward)) for arg in call.args)
+
+
+def _holds(node: cst.CSTNode, call: cst.Call) -> bool:
+    return any(found is call for found in m.findall(node, m.Call()))
+
+
+def _summed(stmt: cst.BaseStatement, rest: Sequence[cst.BaseStatement], updates: set[int]) -> bool:
+    """Whether the value ``stmt`` computes reaches, through plain assignments, a running sum's update (``stmt`` itself:
+    ``val_loss += loss_fn(out, y).item()``)."""
+    if id(stmt) in updates:
+        return True
+    tainted = assigned_names(stmt)
+    for later in rest[1:]:
+        if not read_names(later) & tainted:
+            continue
+        if id(later) in updates:
+            return True
+        if plain_assignment(later):
+            tainted |= assigned_names(later)
+    return False
