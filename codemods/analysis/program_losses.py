@@ -34,6 +34,7 @@ import libcst.matchers as m
 from accelify.codemods.analysis.evaluation_loops import is_model
 from accelify.codemods.analysis.facts import Loop
 from accelify.codemods.analysis.loss_means import is_mean_loss_call
+from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.reduced_outputs import assigned_names, plain_assignment, read_names
 from accelify.codemods.analysis.shard_sums import find_averages
@@ -88,9 +89,59 @@ def _program_loss(
     qualname = loop.scope.imports.qualname(func) or ""
     if qualname.split(".", 1)[0] in _LIBRARIES or is_model(plan, loop.scope, func, stmt):
         return False
-    if is_mean_loss_call(plan, loop, call):
+    if is_mean_loss_call(plan, loop, call) or _torch_object(plan, loop, func) or _per_sample(plan, loop, call):
         return False
     return any(read_names(arg.value) & derived or (forward is not None and _holds(arg.value, forward)) for arg in call.args)
+
+
+# what a loss of per-sample terms is made of: elementwise maths, shape and type changes, reductions; anything else
+# (indexing by a mask or by indices, ``nonzero``, ``triu``, ``cdist``, ``matmul``, a selector object, another function
+# of the program) may mix the samples of the batch
+_ELEMENTWISE = frozenset((
+    "pow", "exp", "log", "log1p", "abs", "sqrt", "relu", "sigmoid", "tanh", "clamp", "clamp_min", "clamp", "float",
+    "double", "view", "reshape", "flatten", "squeeze", "unsqueeze", "sum", "mean", "detach", "type_as", "softplus",
+    "log_softmax", "softmax", "neg", "square", "maximum", "minimum", "max", "min", "norm", "view_as", "contiguous",
+))
+_NOT_PER_SAMPLE = (cst.Subscript, cst.ClassDef, cst.FunctionDef, cst.For, cst.While, cst.Lambda, cst.ListComp,
+                   cst.GeneratorExp)
+
+
+def _per_sample(plan: Plan, loop: Loop, call: cst.Call) -> bool:
+    """``loss_function(recon, x, mu, logvar)``, ``criterion = ContrastiveLoss(margin)``: a function (or a ``forward``)
+    of the program whose body only combines its inputs elementwise and reduces them (``torch.*``, ``F.*``, tensor
+    methods of ``_ELEMENTWISE``, arithmetic but ``@``): a sum or mean of per-sample terms, as gathered as it is."""
+    function = next((plan.callee(site) for site in loop.calls if site.node is call), None)
+    if function is None:
+        found = plan.origin(loop.scope, call.func)
+        cls = plan.classes.class_of(found.where, found.value.func) \
+            if found is not None and isinstance(found.value, cst.Call) else None
+        function = plan.classes.method(cls, "forward") if cls is not None else None
+    if function is None or not isinstance(function.node, cst.FunctionDef):
+        return False
+    body = function.node.body
+    if any(m.findall(body, m.TypeOf(*(getattr(m, t.__name__) for t in _NOT_PER_SAMPLE)))) \
+            or m.findall(body, m.BinaryOperation(operator=m.MatrixMultiply())):
+        return False
+    imports = function.imports
+    for inner in m.findall(body, m.Call()):
+        func = inner.func  # type: ignore[attr-defined]
+        qualname = imports.qualname(func) or ""
+        leaf = qualname.rsplit(".", 1)[-1] if qualname else (func.attr.value if isinstance(func, cst.Attribute) else "")
+        if qualname.startswith("torch.nn.functional.") or (qualname.startswith("torch.") and leaf in _ELEMENTWISE):
+            continue
+        if isinstance(func, cst.Attribute) and func.attr.value in _ELEMENTWISE and dotted(func) != f"self.{func.attr.value}":
+            continue
+        return False
+    return True
+
+
+def _torch_object(plan: Plan, loop: Loop, func: cst.BaseExpression) -> bool:
+    """``criterion`` a parameter every caller gives a ``torch`` object (``nn.CrossEntropyLoss()``, the reduction
+    ``"sum"`` too: a sum over samples): a per-sample loss, as gathered as it is."""
+    found = plan.origin(loop.scope, func)
+    if found is None or not isinstance(found.value, cst.Call):
+        return False
+    return (found.where.imports.qualname(found.value.func) or "").split(".", 1)[0] == "torch"
 
 
 def _holds(node: cst.CSTNode, call: cst.Call) -> bool:
