@@ -32,7 +32,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods.analysis.evaluation_loops import is_model
-from accelify.codemods.analysis.facts import Loop
+from accelify.codemods.analysis.facts import Binding, Loop, Scope
 from accelify.codemods.analysis.loss_means import is_mean_loss_call
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
@@ -109,14 +109,26 @@ _NOT_PER_SAMPLE = (cst.Subscript, cst.ClassDef, cst.FunctionDef, cst.For, cst.Wh
 def _per_sample(plan: Plan, loop: Loop, call: cst.Call) -> bool:
     """``loss_function(recon, x, mu, logvar)``, ``criterion = ContrastiveLoss(margin)``: a function (or a ``forward``)
     of the program whose body only combines its inputs elementwise and reduces them (``torch.*``, ``F.*``, tensor
-    methods of ``_ELEMENTWISE``, arithmetic but ``@``): a sum or mean of per-sample terms, as gathered as it is."""
-    function = next((plan.callee(site) for site in loop.calls if site.node is call), None)
-    if function is None:
-        found = plan.origin(loop.scope, call.func)
-        cls = plan.classes.class_of(found.where, found.value.func) \
-            if found is not None and isinstance(found.value, cst.Call) else None
-        function = plan.classes.method(cls, "forward") if cls is not None else None
-    if function is None or not isinstance(function.node, cst.FunctionDef):
+    methods of ``_ELEMENTWISE``, arithmetic but ``@``): a sum or mean of per-sample terms, as gathered as it is. Every
+    value the name may hold counts (a parameter: what every caller passes; a name bound several times: each)."""
+    if isinstance(call.func, cst.Name):
+        owner = loop.scope.resolve(call.func.value)
+        function = plan.facts.function(call.func.value, owner) if owner is not None else None
+        if function is not None and len(owner.bindings.get(call.func.value, [])) <= 1:  # type: ignore[union-attr]
+            return _elementwise(function)
+    values = _values(plan, loop.scope, call.func, 0)
+    if not values:
+        return False
+    for binding in values:
+        cls = plan.classes.class_of(binding.where, binding.value.func) if isinstance(binding.value, cst.Call) else None
+        forward = plan.classes.method(cls, "forward") if cls is not None else None
+        if forward is None or not _elementwise(forward):
+            return False
+    return True
+
+
+def _elementwise(function: Scope) -> bool:
+    if not isinstance(function.node, cst.FunctionDef):
         return False
     body = function.node.body
     if any(m.findall(body, m.TypeOf(*(getattr(m, t.__name__) for t in _NOT_PER_SAMPLE)))) \
@@ -135,13 +147,40 @@ def _per_sample(plan: Plan, loop: Loop, call: cst.Call) -> bool:
     return True
 
 
+def _values(plan: Plan, scope: Scope, expr: cst.BaseExpression, depth: int) -> list[Binding] | None:
+    """Every binding ``expr`` (a name, ``self.x``) may hold: through a parameter, what each caller passes; a name
+    bound several times, each binding. None when one cannot be followed."""
+    key = dotted(expr)
+    if key is None or depth > 4:
+        return None
+    head = key.split(".")[0]
+    if head == "self":
+        owner = scope.class_scope
+        return list(owner.bindings.get(key, [])) or None if owner is not None and key.count(".") == 1 else None
+    owner = scope.resolve(head)
+    if owner is None or "." in key:
+        return None
+    if owner.kind == "function" and head in owner.param_names and head not in owner.bindings:
+        sites = plan.call_sites(owner)
+        found: list[Binding] = []
+        for site in sites:
+            arg = plan.arg_for(site, owner, head)
+            got = _values(plan, site.scope, arg.value, depth + 1) if arg is not None else None
+            if got is None:
+                return None
+            found += got
+        return found or None
+    return list(owner.bindings.get(head, [])) or None
+
+
 def _torch_object(plan: Plan, loop: Loop, func: cst.BaseExpression) -> bool:
     """``criterion`` a parameter every caller gives a ``torch`` object (``nn.CrossEntropyLoss()``, the reduction
     ``"sum"`` too: a sum over samples): a per-sample loss, as gathered as it is."""
-    found = plan.origin(loop.scope, func)
-    if found is None or not isinstance(found.value, cst.Call):
-        return False
-    return (found.where.imports.qualname(found.value.func) or "").split(".", 1)[0] == "torch"
+    values = _values(plan, loop.scope, func, 0)
+    return bool(values) and all(
+        isinstance(b.value, cst.Call) and (b.where.imports.qualname(b.value.func) or "").split(".", 1)[0] == "torch"
+        for b in values  # type: ignore[union-attr]
+    )
 
 
 def _holds(node: cst.CSTNode, call: cst.Call) -> bool:
