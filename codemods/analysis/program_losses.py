@@ -2,25 +2,31 @@
 must run on this process's batch, not on the batches of every process gathered.
 
 ``loss_outputs = loss_fn(*outputs, target)`` then ``val_loss += loss.item()`` (siamese-triplet's ``test_epoch``): the
-loss is a parameter, a class or function of the program (``OnlineTripletLoss`` mines triplets within the batch,
-InfoNCE takes the rest of the batch as negatives, a loss may normalise by the batch), so nothing says its value on the
-concatenation of N processes' batches is what the original computed per batch: mined over 500 samples instead of 250,
-"Average nonzero triplets" comes out 12250 where the original's is 3000. Computed on each process's own batch it is
-the original's value for that batch: the processes are dealt whole batches of the original's batch sampler in turn
-(``split_batches=False``, the runtime's default), so with shuffling off each process's batch is one of the original's
-batches, sample for sample, and the running sum of the values, reduced after the loop (``rules/averages.py``), is the
-original's sum (its mean over ``len(loader)``, a per-process count, the original's mean). What is not exact: a last
-round the batches do not fill (the runtime completes it with samples from the start, which the sum then counts), and
-``split_batches=True`` (each process holds 1/N of every batch: a mining loss then mines over a slice).
+loss may choose pairs or triplets within the batch (``OnlineTripletLoss``), take the rest of the batch as negatives
+(InfoNCE) or normalise by the batch, so its value on the concatenation of N processes' batches is another quantity:
+mined over 500 samples instead of 250, J3's "Average nonzero triplets" came out 12250 where the original's is 3000.
 
-A loss whose value is a batch's mean of a per-sample term (a ``torch.nn`` loss or a ``torch.nn.functional`` one with
-the mean reduction: ``analysis/loss_means.py``) is not one: gathered, its sum is made the original's per batch
-(``loss_means.per_batch_sum``). Nor is a library function (``torch.*``, ``numpy``, builtins): what is gathered for it
-is what it was before.
+What is exact, computed on each process's own batch: the processes are dealt whole batches of the original's batch
+sampler in turn (``split_batches=False``, the runtime's default, Hugging Face Accelerate's too), so each process's
+batch is one of the original's batches, sample for sample (with shuffling off; shuffled, the original's own batches
+are a draw either way), and a loss that depends on which samples share a batch gets the same samples together. The
+running sum of the values, reduced after the loop (``rules/averages.py``), is the original's sum, and over
+``len(loader)`` (a per-process count, reduced with "mean") the original's mean, when the batches fill whole rounds. What
+is not: a last round the batches do not fill (the runtime completes it with samples from the start, which the sum then
+counts as a batch of its own), and ``split_batches=True`` (each process holds 1/N of every batch), where a gathered
+pass is one original batch: there the gather before the loss stays.
+
+Not such a loss, and gathered as before: a ``torch.nn`` / ``torch.nn.functional`` loss (``analysis/loss_means.py``,
+whose sum is then made per original batch) or any ``torch`` object a parameter is given by every caller; a function or
+a loss class ``forward`` of the program whose body only combines its inputs elementwise and reduces them (a VAE's
+``loss_function``, a contrastive loss of per-pair terms: a sum or mean of per-sample terms); a library function. A
+name is judged by every value it may hold (what each caller passes for a parameter, each binding of a name bound
+again: the notebook's five experiments rebind ``loss_fn``); one that cannot be followed (``LOSSES[args.loss]``) is
+the program's own loss.
 
 ``local_loss`` finds the statement that computes such a loss (its value, through plain assignments, is added to a
-running sum of the loop that is read after it), so that the evaluation rule gathers after it, for what reads the
-outputs and targets later (a metric), and the sum stays this process's, reduced after the loop.
+running sum of the loop), so that the evaluation rule gathers after it what the loop reads later (a metric's outputs
+and targets), and the sum stays this process's, reduced after the loop.
 """
 
 from __future__ import annotations
@@ -31,10 +37,12 @@ from typing import Sequence
 import libcst as cst
 import libcst.matchers as m
 
+from accelify.codemods.analysis.distributed import data_parallel_sites
 from accelify.codemods.analysis.evaluation_loops import is_model
 from accelify.codemods.analysis.facts import Binding, Loop, Scope
 from accelify.codemods.analysis.loss_means import is_mean_loss_call
 from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.placed import wraps_unprepared_model
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.reduced_outputs import assigned_names, plain_assignment, read_names
 from accelify.codemods.analysis.shard_sums import find_averages
@@ -48,6 +56,8 @@ def local_loss(
     """The index in ``stmts`` (the statements of ``loop`` from its forward on; the forward binds ``outputs``, or is the
     call ``forward`` inside the first statement, ``val_loss += loss_fn(model(x), y).item()``) of the last statement
     that computes the program's own loss from the outputs (see the module docstring), or None."""
+    if split_batches(plan):
+        return None  # each process holds 1/N of every batch: a gathered pass is one original batch, as gathered
     found = plan.analysis(find_averages)
     updates = {
         id(update) for acc in found.accumulators if acc.loop.node is loop.node and not acc.local for update in acc.updates
@@ -63,6 +73,13 @@ def local_loss(
         elif _augmented(stmt):
             derived.add(stmt.body[0].target.value)  # type: ignore[attr-defined]
     return last
+
+
+def split_batches(plan: Plan) -> bool:
+    """Whether the conversion makes ``Accelerator(split_batches=True)`` (a ``DataParallel`` script converted)."""
+    facts = plan.facts
+    wraps = [s for s in data_parallel_sites(facts) if not wraps_unprepared_model(plan, s)]
+    return bool(plan.distributed.global_batch(facts, bool(wraps)))
 
 
 def _calls(stmt: cst.BaseStatement) -> list[cst.Call]:
@@ -98,9 +115,9 @@ def _program_loss(
 # (indexing by a mask or by indices, ``nonzero``, ``triu``, ``cdist``, ``matmul``, a selector object, another function
 # of the program) may mix the samples of the batch
 _ELEMENTWISE = frozenset((
-    "pow", "exp", "log", "log1p", "abs", "sqrt", "relu", "sigmoid", "tanh", "clamp", "clamp_min", "clamp", "float",
-    "double", "view", "reshape", "flatten", "squeeze", "unsqueeze", "sum", "mean", "detach", "type_as", "softplus",
-    "log_softmax", "softmax", "neg", "square", "maximum", "minimum", "max", "min", "norm", "view_as", "contiguous",
+    "pow", "exp", "log", "log1p", "abs", "sqrt", "relu", "sigmoid", "tanh", "clamp", "clamp_min", "float", "double",
+    "view", "reshape", "flatten", "squeeze", "unsqueeze", "sum", "mean", "detach", "type_as", "softplus", "log_softmax",
+    "softmax", "neg", "square", "maximum", "minimum", "view_as", "contiguous",
 ))
 _NOT_PER_SAMPLE = (cst.Subscript, cst.ClassDef, cst.FunctionDef, cst.For, cst.While, cst.Lambda, cst.ListComp,
                    cst.GeneratorExp)
