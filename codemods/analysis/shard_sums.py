@@ -66,7 +66,7 @@ from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.schedules import enclosing_loop
 from accelify.codemods.analysis.shard_counts import divided_by, divided_by_callers
-from accelify.codemods.analysis.sum_kinds import helper_kinds, increment_kind, known_kinds, sum_kind
+from accelify.codemods.analysis.sum_kinds import helper_kinds, increment_kind, known_kinds, sum_kind, unpacked_kinds
 
 @dataclass(frozen=True)
 class Accumulator:
@@ -171,7 +171,8 @@ def find_averages(plan: Plan) -> Averages:
             mean = divided_by(plan, end, loop, name, reads, counters, set(updates) - counters)
             if mean is False and end is loop.node and divided_by_callers(plan, loop.scope, name, reads):
                 mean = True  # returned, and every caller divides it by ``len(loader)``
-            kind = sum_kind(init, [v for _, v in ups], known_kinds(loop), _kinds(plan, loop, [v for _, v in ups]))
+            known = unpacked_kinds(plan, loop) | known_kinds(loop)
+            kind = sum_kind(init, [v for _, v in ups], known, _kinds(plan, loop, [v for _, v in ups]))
             if mean is None or kind is None:
                 found.kept.append(kept)
                 continue

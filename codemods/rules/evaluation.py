@@ -346,15 +346,15 @@ accelerator.end_training()
                     if ctx.is_skipped(anchor) or places.collective_place(anchor, loop.scope) is None:
                         ctx.warn(codes.LOCAL_METRIC, call)
                         break
-                    if named is None:
-                        named = [_fresh_name(loop, "output")]
-                        ctx.insert_before(stmt, [f"{named[0]} = {code_of(_reachable(ctx, loop, call, stmt, accelerator))}"])
-                        ctx.replace(call, stmt, lambda _, n=named[0]: cst.Name(n))  # type: ignore[misc]
                     later = names_used(after)
-                    if later & (set(named) | ctx.plan.batch_names(loop)):
+                    if later & (set(named or []) | ctx.plan.batch_names(loop)):  # else nothing to gather
+                        if named is None:  # the forward in the loss's call: taken out, to be gathered after it
+                            named = [_fresh_name(loop, "output")]
+                            ctx.insert_before(stmt, [f"{named[0]} = {code_of(_reachable(ctx, loop, call, stmt, accelerator))}"])
+                            ctx.replace(call, stmt, lambda _, n=named[0]: cst.Name(n))  # type: ignore[misc]
                         ctx.insert_after(anchor, _gather(ctx, loop, named, inputs, later, accelerator))
-                    ctx.change("compute the program's own loss on each process's batch (gather after it)")
-                    break
+                        ctx.change("gather predictions and targets for metrics after the program's own loss")
+                    break  # the loss runs on this process's batch; its sums are reduced after the loop (averages)
                 if named is not None:
                     ctx.insert_after(stmt, _gather(ctx, loop, named, inputs, names_used(rest), accelerator))
                 elif extractable(stmt):
