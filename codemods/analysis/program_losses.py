@@ -106,9 +106,25 @@ def _program_loss(
     qualname = loop.scope.imports.qualname(func) or ""
     if qualname.split(".", 1)[0] in _LIBRARIES or is_model(plan, loop.scope, func, stmt):
         return False
-    if is_mean_loss_call(plan, loop, call) or _torch_object(plan, loop, func) or _per_sample(plan, loop, call):
+    if not _named_loss(func, stmt) or is_mean_loss_call(plan, loop, call) or _torch_object(plan, loop, func) \
+            or _per_sample(plan, loop, call):
         return False
     return any(read_names(arg.value) & derived or (forward is not None and _holds(arg.value, forward)) for arg in call.args)
+
+
+def _named_loss(func: cst.BaseExpression, stmt: cst.BaseStatement) -> bool:
+    """A loss by its name (``loss_fn``, ``criterion``, ``self.triplet_loss``) or by the names its statement binds or
+    adds to (``loss, n = online_pairs(out, y)``, ``val_loss += score(out, y)``): a metric helper (``correct +=
+    count_correct(out, y)``, ``acc += get_accuracy(out, y)``) is gathered for as before, its counts then over the
+    samples without the ones that even out the last round."""
+    names = [dotted(func) or ""]
+    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
+        small = stmt.body[0]
+        if isinstance(small, cst.Assign):
+            names += list(assigned_names(stmt))
+        elif isinstance(small, cst.AugAssign):
+            names.append(dotted(small.target) or "")
+    return any("loss" in n.lower() or "criterion" in n.lower() for n in names)
 
 
 # what a loss of per-sample terms is made of: elementwise maths, shape and type changes, reductions; anything else
