@@ -290,3 +290,49 @@ def test_a_loss_mined_within_the_batch_stays_gathered_under_split_batches() -> N
                                   "        loss, n = online_pairs(out, y)"))
     assert "split_batches=True" in new, new
     assert "        out = net(x)\n        out, y = accelerator.gather_for_metrics((out, y))\n        loss, n = online_pairs" in new, new
+
+
+REBOUND = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class BatchHardLoss(torch.nn.Module):
+    def forward(self, emb, labels):
+        d = torch.cdist(emb, emb)
+        same = labels[:, None] == labels[None, :]
+        return torch.relu((d * same).max(1).values - (d + 1e6 * same).min(1).values + 0.5).mean()
+
+
+def evaluate(model, loader, loss_fn):
+    total = 0.0
+    with torch.no_grad():
+        for x, y in loader:
+            out = model(x)
+            total += loss_fn(out, y).item()
+    return total / len(loader)
+
+
+loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 4, (32,))), batch_size=8)
+net = torch.nn.Linear(8, 4)
+optimizer = torch.optim.SGD(net.parameters(), lr=0.05)
+for x, y in loader:
+    optimizer.zero_grad()
+    torch.nn.functional.cross_entropy(net(x), y).backward()
+    optimizer.step()
+loss_fn = torch.nn.CrossEntropyLoss()
+print(evaluate(net, loader, loss_fn))
+{second}
+"""
+
+
+@pytest.mark.parametrize(("second", "gathered"), [
+    ("", True),  # every caller passes a torch loss: a mean of per-sample terms, gathered before it
+    ("loss_fn = BatchHardLoss()\nprint(evaluate(net, loader, loss_fn))", False),  # rebound, as J3's notebook does
+])
+def test_a_loss_parameter_is_judged_by_every_value_it_may_hold(second: str, gathered: bool) -> None:
+    """siamese-triplet's notebook rebinds ``loss_fn`` for each experiment before calling ``fit``: the name's first
+    binding (a torch loss) does not speak for the others (a loss that picks the hardest pairs within the batch)."""
+    new = converted(REBOUND.format(second=second))
+    assert ("out, y = accelerator.gather_for_metrics((out, y))" in new) is gathered, new
+    assert ('total = accelerator.reduce(' in new) is not gathered, new
