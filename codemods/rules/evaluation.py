@@ -1,5 +1,7 @@
 """GatherForMetrics: in an evaluation loop over a prepared loader, gather the predictions and the
 targets from every process right after the forward pass, so sums and ``len(loader.dataset)`` stay right.
+Where the loop computes the program's own loss from them (a loss that may depend on which samples share a batch:
+``analysis/program_losses.py``), the loss runs on this process's batch and the gather goes after it.
 """
 
 from __future__ import annotations
