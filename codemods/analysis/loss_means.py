@@ -186,6 +186,12 @@ def _unwrapped(expr: cst.BaseExpression) -> cst.BaseExpression:
             return expr
 
 
+def is_mean_loss_call(plan: Plan, loop: Loop, expr: cst.BaseExpression) -> bool:
+    """Whether ``expr`` is a call of a ``torch.nn.functional`` loss or a ``torch.nn`` loss module with the mean
+    reduction: a batch's mean of a per-sample term (see the module docstring)."""
+    return _loss_call(plan, loop, expr)
+
+
 def _loss_call(plan: Plan, loop: Loop, expr: cst.BaseExpression) -> bool:
     if not isinstance(expr, cst.Call):
         return False

@@ -29,7 +29,7 @@ from accelify.codemods.analysis.statement_shapes import target_names
 def feeds_reduced_sums_only(plan: Plan, loop: Loop, stmt: cst.BaseStatement, rest: Sequence[cst.BaseStatement]) -> bool:
     """Whether what ``stmt`` (a forward in ``loop``'s body, followed there by ``rest``) binds reaches only running
     sums reduced after the loop (see the module docstring)."""
-    tainted = _bound(stmt)
+    tainted = assigned_names(stmt)
     if not tainted:
         return False
     found = plan.analysis(find_averages)
@@ -38,18 +38,18 @@ def feeds_reduced_sums_only(plan: Plan, loop: Loop, stmt: cst.BaseStatement, res
     }
     summed = False
     for later in rest:
-        if not _reads(later) & tainted:
+        if not read_names(later) & tainted:
             continue
         if id(later) in updates:
             summed = True
-        elif _plain_assignment(later):
-            tainted |= _bound(later)
+        elif plain_assignment(later):
+            tainted |= assigned_names(later)
         else:
             return False
     return summed and not any(reads_after(plan, loop.node, loop.scope, name) for name in tainted)
 
 
-def _bound(stmt: cst.BaseStatement) -> set[str]:
+def assigned_names(stmt: cst.BaseStatement) -> set[str]:
     """The names ``stmt`` assigns, in any of its branches (``loss`` of ``if a: loss = f(x)`` / ``else: loss = g(x)``)."""
     names: set[str] = set()
     for assign in m.findall(stmt, m.Assign()):
@@ -59,14 +59,14 @@ def _bound(stmt: cst.BaseStatement) -> set[str]:
     return names
 
 
-def _plain_assignment(stmt: cst.BaseStatement) -> bool:
+def plain_assignment(stmt: cst.BaseStatement) -> bool:
     """``value = loss.item()``: one assignment to names, nothing else on the line."""
     if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
         return False
     return all(isinstance(t.target, (cst.Name, cst.Tuple)) for t in stmt.body[0].targets)
 
 
-def _reads(stmt: cst.BaseStatement) -> set[str]:
+def read_names(stmt: cst.CSTNode) -> set[str]:
     """The names ``stmt`` mentions (attribute names and keywords excluded)."""
     skip = {id(a.attr) for a in m.findall(stmt, m.Attribute())} | {
         id(a.keyword) for a in m.findall(stmt, m.Arg()) if isinstance(a, cst.Arg) and a.keyword is not None

@@ -195,3 +195,63 @@ def _loads(loader: Binding, key: str) -> bool:
         return False
     first = next((a.value for a in call.args if a.keyword is None or a.keyword.value == "dataset"), None)
     return first is not None and dotted(first) == key
+
+
+def divided_by_callers(plan: Plan, scope: Scope, name: str, reads: list[cst.BaseStatement]) -> bool:
+    """Whether a sum that the function ``scope`` only returns (``reads``: its ``return val_loss, metrics``) is divided
+    by a per-process count by every caller (``val_loss, metrics = test_epoch(val_loader, ...)`` then ``val_loss /=
+    len(val_loader)``, siamese-triplet's ``fit``): then the function returns the mean of the processes' sums, which
+    the caller's per-process count turns into the global average."""
+    position = _returned_at(reads, name)
+    sites = plan.call_sites(scope) if position is not None else []
+    if not sites:
+        return False
+    for site in sites:
+        got = _bound_to(site.stmt, site.node, position)  # type: ignore[arg-type]
+        if got is None:
+            return False
+        answers: set[bool | None] = set()
+        for stmt in reads_after(plan, site.stmt, site.scope, got):
+            for division in m.findall(stmt, m.BinaryOperation(operator=m.Divide() | m.FloorDivide())):
+                if m.findall(division.left, m.Name(got)):  # type: ignore[attr-defined]
+                    answers.add(_len_per_process(plan, site.scope, division.right, stmt))  # type: ignore[attr-defined]
+            for aug in m.findall(stmt, m.AugAssign(target=m.Name(got), operator=m.DivideAssign())):
+                answers.add(_len_per_process(plan, site.scope, aug.value, stmt))  # type: ignore[attr-defined]
+        if answers != {True}:
+            return False
+    return True
+
+
+def _len_per_process(plan: Plan, scope: Scope, divisor: cst.BaseExpression, at: cst.BaseStatement) -> bool | None:
+    return _per_process_len(plan, scope, divisor, at) if _simple_len(divisor) else None
+
+
+def _returned_at(reads: list[cst.BaseStatement], name: str) -> int | None:
+    """``return name`` (-1) or the position of ``name`` in ``return a, name`` when ``reads`` is that one statement."""
+    if len(reads) != 1 or not isinstance(reads[0], cst.SimpleStatementLine) or len(reads[0].body) != 1:
+        return None
+    ret = reads[0].body[0]
+    if not isinstance(ret, cst.Return) or ret.value is None:
+        return None
+    if m.matches(ret.value, m.Name(name)):
+        return -1
+    if isinstance(ret.value, cst.Tuple):
+        found = [i for i, e in enumerate(ret.value.elements) if m.matches(e.value, m.Name(name))]
+        return found[0] if len(found) == 1 else None
+    return None
+
+
+def _bound_to(stmt: cst.BaseStatement, call: cst.Call, position: int) -> str | None:
+    """The name ``stmt`` (``got = f(...)``, ``a, got = f(...)``) binds the returned value at ``position`` to."""
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1 or not isinstance(stmt.body[0], cst.Assign):
+        return None
+    assign = stmt.body[0]
+    if assign.value is not call or len(assign.targets) != 1:
+        return None
+    target = assign.targets[0].target
+    if position == -1:
+        return target.value if isinstance(target, cst.Name) else None
+    if isinstance(target, (cst.Tuple, cst.List)) and position < len(target.elements):
+        element = target.elements[position].value
+        return element.value if isinstance(element, cst.Name) else None
+    return None

@@ -65,8 +65,8 @@ from accelify.codemods.analysis.sized_arrays import row_writes
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.schedules import enclosing_loop
-from accelify.codemods.analysis.shard_counts import divided_by
-from accelify.codemods.analysis.sum_kinds import helper_kinds, increment_kind, known_kinds, sum_kind
+from accelify.codemods.analysis.shard_counts import divided_by, divided_by_callers
+from accelify.codemods.analysis.sum_kinds import helper_kinds, increment_kind, known_kinds, sum_kind, unpacked_kinds
 
 @dataclass(frozen=True)
 class Accumulator:
@@ -169,7 +169,10 @@ def find_averages(plan: Plan) -> Averages:
                 continue
             reads = list(derived) if derived else reads_after(plan, end, loop.scope, name)
             mean = divided_by(plan, end, loop, name, reads, counters, set(updates) - counters)
-            kind = sum_kind(init, [v for _, v in ups], known_kinds(loop), _kinds(plan, loop, [v for _, v in ups]))
+            if mean is False and end is loop.node and divided_by_callers(plan, loop.scope, name, reads):
+                mean = True  # returned, and every caller divides it by ``len(loader)``
+            known = unpacked_kinds(plan, loop) | known_kinds(loop)
+            kind = sum_kind(init, [v for _, v in ups], known, _kinds(plan, loop, [v for _, v in ups]))
             if mean is None or kind is None:
                 found.kept.append(kept)
                 continue

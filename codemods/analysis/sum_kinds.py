@@ -51,6 +51,39 @@ def _value_kind(expr: cst.BaseExpression) -> str | None:
     return increment_kind(expr, {})
 
 
+def unpacked_kinds(plan: Plan, loop: Loop) -> dict[str, str]:
+    """Names the loop unpacks from a call of a program's function whose every ``return`` is a tuple (``loss, n =
+    online_contrastive(out, y)`` where it returns ``loss, int(pos.sum())``, a loss that mines within the batch and
+    counts what it mined): the kind of each position, where every ``return`` says the same kind there."""
+    known: dict[str, str] = {}
+    for stmt in loop.stmts:
+        if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
+            continue
+        assign = stmt.body[0]
+        target = assign.targets[0].target if len(assign.targets) == 1 else None
+        if not isinstance(target, cst.Tuple) or not isinstance(assign.value, cst.Call):
+            continue
+        site = plan.facts.sites.get(assign.value)
+        function = plan.callee(site) if site is not None else None
+        if function is None or not function.returns:
+            continue
+        for index, element in enumerate(target.elements):
+            if isinstance(element.value, cst.Name):
+                kind = _returned_at(function, index, len(target.elements))
+                if kind is not None:
+                    known[element.value.value] = kind
+    return known
+
+
+def _returned_at(function: Scope, index: int, size: int) -> str | None:
+    found: set[str | None] = set()
+    for ret in function.returns:
+        if not isinstance(ret.value, cst.Tuple) or len(ret.value.elements) != size:
+            return None
+        found.add(_value_kind(ret.value.elements[index].value))
+    return found.pop() if len(found) == 1 and None not in found else None
+
+
 def known_kinds(loop: Loop) -> dict[str, str]:
     """What names bound in the loop hold: ``loss`` whose ``backward()`` is called is a tensor, ``l = loss.item()``
     a float."""

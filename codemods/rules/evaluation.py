@@ -1,5 +1,7 @@
 """GatherForMetrics: in an evaluation loop over a prepared loader, gather the predictions and the
 targets from every process right after the forward pass, so sums and ``len(loader.dataset)`` stay right.
+Where the loop computes the program's own loss from them (a loss that may depend on which samples share a batch:
+``analysis/program_losses.py``), the loss runs on this process's batch and the gather goes after it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from accelify.codemods.analysis.model_outputs import (
     names_used,
     read_through_attributes,
 )
+from accelify.codemods.analysis.program_losses import local_loss
 from accelify.codemods.analysis.reduced_outputs import feeds_reduced_sums_only
 from accelify.codemods.analysis.roles import MODULE_API
 from accelify.codemods.analysis.snippets import code_of, unwrap
@@ -337,6 +340,23 @@ accelerator.end_training()
                         ctx.warn(codes.LOCAL_METRIC, call)
                         break
                     inputs = names_used([stmt]) - set(named)
+                # the program's own loss (a parameter, a class of its own: it may mine or normalise within the
+                # batch) runs on this process's batch; what reads the outputs after it is gathered after it
+                loss = local_loss(ctx.plan, loop, named or [], [stmt, *rest], None if named else call)
+                if loss is not None:
+                    anchor, after = [stmt, *rest][loss], [stmt, *rest][loss + 1 :]
+                    if ctx.is_skipped(anchor) or places.collective_place(anchor, loop.scope) is None:
+                        ctx.warn(codes.LOCAL_METRIC, call)
+                        break
+                    later = names_used(after)
+                    if later & (set(named or []) | ctx.plan.batch_names(loop)):  # else nothing to gather
+                        if named is None:  # the forward in the loss's call: taken out, to be gathered after it
+                            named = [_fresh_name(loop, "output")]
+                            ctx.insert_before(stmt, [f"{named[0]} = {code_of(_reachable(ctx, loop, call, stmt, accelerator))}"])
+                            ctx.replace(call, stmt, lambda _, n=named[0]: cst.Name(n))  # type: ignore[misc]
+                        ctx.insert_after(anchor, _gather(ctx, loop, named, inputs, later, accelerator))
+                        ctx.change("gather predictions and targets for metrics after the program's own loss")
+                    break  # the loss runs on this process's batch; its sums are reduced after the loop (averages)
                 if named is not None:
                     ctx.insert_after(stmt, _gather(ctx, loop, named, inputs, names_used(rest), accelerator))
                 elif extractable(stmt):

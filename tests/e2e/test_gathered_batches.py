@@ -18,6 +18,10 @@ Four programs, converted by the tool and run together by one driver (one launch 
   kwargs["scheduler"]``) and saves ``{"state_dict": self.model.state_dict()}`` through a helper of another module:
   the learning rate printed per epoch is the original's (the scheduler stays out of prepare and is built before it,
   from the whole loader's length) and the checkpoint's keys have no ``module.`` prefix.
+- ``mining`` (two files, siamese-triplet's ``test_epoch``, field set J, J3): a loss of the program's that chooses pairs
+  within the batch, handed to the helper as ``loss_fn``: computed on each process's own batch (on the gathered
+  batches it mined across processes), the sum reduced with "mean" for ``fit``'s ``val_loss /= len(val_loader)``; 48
+  test samples in batches of 8 fill whole rounds on 2 and 3 processes, so the printed loss is the original's.
 """
 
 from __future__ import annotations
@@ -149,10 +153,60 @@ loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_s
 sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=len(loader), eta_min=0)
 KwTrainer(model=model, optimizer=opt, scheduler=sched, epochs=4).train(loader)
 """,
+    "mining": """\
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+from mining_trainer import fit
+
+
+class OnlinePairLoss(nn.Module):
+    def forward(self, embeddings, target):
+        pairs = torch.triu(target[:, None] == target[None, :], diagonal=1).nonzero()
+        return (embeddings[pairs[:, 0]] - embeddings[pairs[:, 1]]).pow(2).sum(1).mean(), len(pairs)
+
+
+torch.manual_seed(0)
+train_loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randint(0, 3, (32,))), batch_size=8, shuffle=True)
+test_loader = DataLoader(TensorDataset(torch.randn(48, 4), torch.randint(0, 3, (48,))), batch_size=8)
+model = nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+fit(train_loader, test_loader, model, OnlinePairLoss(), optimizer, 2)
+""",
 }
 
 # the local modules of a program of several files
 MODULES = {
+    "mining": {
+        "mining_trainer.py": """\
+import torch
+def fit(train_loader, val_loader, model, loss_fn, optimizer, n_epochs, metrics=[]):
+    for epoch in range(n_epochs):
+        for data, target in train_loader:
+            optimizer.zero_grad()
+            loss_outputs = loss_fn(model(data), target)
+            loss_outputs[0].backward()
+            optimizer.step()
+        val_loss, metrics = test_epoch(val_loader, model, loss_fn, metrics)
+        val_loss /= len(val_loader)
+        print("mining", epoch, f"{val_loss:.6f}")
+def test_epoch(val_loader, model, loss_fn, metrics):
+    with torch.no_grad():
+        model.eval()
+        val_loss = 0
+        for batch_idx, (data, target) in enumerate(val_loader):
+            outputs = model(data)
+            if type(outputs) not in (tuple, list):
+                outputs = (outputs,)
+            loss_inputs = outputs + (target,)
+            loss_outputs = loss_fn(*loss_inputs)
+            loss = loss_outputs[0] if type(loss_outputs) in (tuple, list) else loss_outputs
+            val_loss += loss.item()
+            for metric in metrics:
+                metric(outputs, target, loss_outputs)
+    return val_loss, metrics
+""",
+    },
     "kwargs": {
         "kw_trainer.py": """\
 import torch
@@ -233,7 +287,7 @@ def test_gathered_values_schedulers_draws_and_trainer_kwargs_on_2_and_3_processe
     assert original.returncode == 0, original.stderr
     expected = original.stdout.splitlines()
     assert len(_gan_lines(tmp_path / "original")) == 1
-    assert len(expected) == 3 + 4 + 4 + 1, original.stdout
+    assert len(expected) == 3 + 4 + 4 + 1 + 2, original.stdout
     assert "kwargs 1 0.05" in expected and "kwargs keys ['0.bias', '0.weight']" in expected, original.stdout
     for n in (2, 3):
         run = subprocess.run([*ACCELIFY, "launch", "--cpu", "-n", str(n), "-q", "driver.py", *scripts],

@@ -1,0 +1,62 @@
+"""siamese-triplet's trainer.py (`fit` / `train_epoch` / `test_epoch`), copied widely: whatever the loss is (it is
+handed in), the test loop computes it on each batch, sums it, and `fit` divides the sum by `len(val_loader)`."""
+import torch
+
+
+def fit(train_loader, val_loader, model, loss_fn, optimizer, n_epochs, cuda, metrics=[], *, accelerator):
+    for epoch in range(n_epochs):
+        train_loss = train_epoch(train_loader, model, loss_fn, optimizer, cuda, accelerator)
+        val_loss, metrics = test_epoch(val_loader, model, loss_fn, cuda, metrics, accelerator)
+        val_loss /= len(val_loader)
+        accelerator.print("Epoch: {}/{}. Train loss: {:.6f}. Validation loss: {:.6f}".format(epoch + 1, n_epochs, train_loss, val_loss))
+        for metric in metrics:
+            accelerator.print("  {}: {}".format(metric.name(), metric.value()))
+
+
+def train_epoch(train_loader, model, loss_fn, optimizer, cuda, accelerator):
+    model.train()
+    total_loss = 0
+    for batch_idx, (data, target) in enumerate(train_loader):
+        optimizer.zero_grad()
+        loss_outputs = loss_fn(model(data), target)
+        loss = loss_outputs[0] if type(loss_outputs) in (tuple, list) else loss_outputs
+        total_loss += loss.item()
+        accelerator.backward(loss)
+        optimizer.step()
+    total_loss = accelerator.reduce(torch.tensor(total_loss, dtype=torch.float64, device=accelerator.device), "mean").item()
+    total_loss /= batch_idx + 1
+    return total_loss
+
+
+def test_epoch(val_loader, model, loss_fn, cuda, metrics, accelerator):
+    with torch.no_grad():
+        for metric in metrics:
+            metric.reset()
+        model.eval()
+        val_loss = 0
+        for batch_idx, (data, target) in enumerate(val_loader):
+            target = target if len(target) > 0 else None
+            if not type(data) in (tuple, list):
+                data = (data,)
+
+            outputs = model(*data)
+
+            if type(outputs) not in (tuple, list):
+                outputs = (outputs,)
+            loss_inputs = outputs
+            if target is not None:
+                target = (target,)
+                loss_inputs += target
+
+            loss_outputs = loss_fn(*loss_inputs)
+            outputs = accelerator.gather_for_metrics(outputs)
+            if target is not None:
+                target = accelerator.gather_for_metrics(target)
+            loss = loss_outputs[0] if type(loss_outputs) in (tuple, list) else loss_outputs
+            val_loss += loss.item()
+
+            for metric in metrics:
+                metric(outputs, target, loss_outputs)
+        val_loss = accelerator.reduce(torch.tensor(val_loss, dtype=torch.float64, device=accelerator.device), "mean").item()
+
+    return val_loss, metrics
