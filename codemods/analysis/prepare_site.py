@@ -212,10 +212,20 @@ class PrepareSite(BranchSites, AcceleratorHome):
         model and optimizer is built in one of them: ten GAN classes chosen by ``--gan_type``, each building G, D,
         their optimizers and its loader in ``__init__``. Empty when the objects are not split that way."""
         homes: dict[int, Scope] = {id(o.where): o.where for o in required if o.role == "optimizer"}
-        if len(homes) < 2 or any(id(o.where) not in homes for o in required if o.role in ("optimizer", "model")):
+
+        def home_of(obj: Binding) -> Scope | None:
+            """Where ``obj`` is built, or the one home that calls its builder (``encoder = make_encoder()``, a
+            factory choosing the architecture)."""
+            if id(obj.where) in homes:
+                return obj.where
+            callers = {id(site.scope): site.scope for site in self.call_sites(obj.where)}
+            return next(iter(callers.values())) if len(callers) == 1 and set(callers) <= set(homes) else None
+
+        kept = [(o, home_of(o)) for o in required if o.role in ("optimizer", "model")]
+        if len(homes) < 2 or any(home is None for _, home in kept):
             return []  # (a loader may come from a helper every trainer calls)
         for home in homes.values():
-            if not {"optimizer", "model"} <= {o.role for o in required if o.where is home}:
+            if not {"optimizer", "model"} <= {o.role for o, h in kept if h is home}:
                 return []
         return list(homes.values())
 

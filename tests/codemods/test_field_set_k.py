@@ -393,3 +393,65 @@ def test_a_model_a_training_function_hands_back_is_the_prepared_one() -> None:
     assert ('accelerator.wait_for_everyone()\n'
             'accelerator.unwrap_model(model_best).load_state_dict(torch.load("best.pt", map_location="cpu"))\n'
             ) in result.new, result.new
+
+
+def test_a_nested_training_beside_one_whose_model_a_factory_builds_is_refused_for_the_true_reason() -> None:
+    """K6 (SimCLR pre-training that calls a linear probe, a training of its own in another module, every k
+    epochs): with the pre-training model built by a factory (``encoder = make_encoder()``), the program was refused
+    with ACC014, "`optimizer` cannot be followed to a place that holds the model, optimizer and data loaders",
+    false (the probe holds its own together). A model built by a function only one training calls belongs to that
+    training: ACC039, several trainings in one run, as with the model built in place."""
+    factory = ModuleText("nets", "nets.py", dedent("""
+        import torch
+
+
+        def make_encoder(kind="small"):
+            if kind == "small":
+                model = torch.nn.Linear(8, 4)
+            else:
+                model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 4))
+            return model
+        """))
+    probe = ModuleText("probe", "probe.py", dedent("""
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        def eval(state_dict):
+            encoder = torch.nn.Linear(8, 4)
+            encoder.load_state_dict(state_dict)
+            classifier = torch.nn.Linear(4, 3)
+            loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=16)
+            optimizer = torch.optim.SGD(classifier.parameters(), lr=0.5)
+            for x, y in loader:
+                loss = torch.nn.functional.cross_entropy(classifier(encoder(x).detach()), y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            return loss.item()
+        """))
+    result = convert_source(dedent("""
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        from probe import eval
+        from nets import make_encoder
+
+
+        def train():
+            loader = DataLoader(TensorDataset(torch.randn(128, 8)), batch_size=16, shuffle=True)
+            encoder = make_encoder()
+            optimizer = torch.optim.SGD(encoder.parameters(), lr=0.1)
+            for epoch in range(4):
+                for (x,) in loader:
+                    loss = -torch.nn.functional.cosine_similarity(encoder(x), encoder(x + 0.1)).mean()
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                print(eval(encoder.state_dict()))
+
+
+        if __name__ == "__main__":
+            train()
+        """), modules=[factory, probe])
+    found = [w.code for r in (result, *result.companions) for w in r.warnings]
+    assert result.status == "attention" and "ACC039" in found and "ACC014" not in found, found
