@@ -26,6 +26,8 @@ from accelify.verify.fallback import exact_blocked
 from accelify.verify.printed import skipped_value_checks, value_checks
 from accelify.verify.report import FAILED, PASSED, SKIPPED, CheckResult, RunSummary, VerifyOptions, VerifyReport
 from accelify.verify.runner import Launcher, RunOutcome, RunSpec
+from accelify.verify.batch_membership import explain as explain_membership
+from accelify.verify.batch_membership import membership_losses
 from accelify.verify.size_tests import explain, size_tests
 from accelify.verify.workspace import ScriptFiles, as_program, convert_files, stage
 
@@ -97,12 +99,14 @@ def verify_files(
             checks += skipped_value_checks(reason, options.processes)
         else:
             sized = size_tests(converted)  # a batch-size test sees a share of each batch in exact mode: a real launch
+            mixed = [] if sized else membership_losses(converted)  # so does a loss mined within a batch
             with tempfile.TemporaryDirectory(prefix="accelify-verify-") as workdir:
                 runs = _run_all(Path(workdir), original, converted, options, launcher, concurrent, original_run,
-                                exact=not sized)
+                                exact=not (sized or mixed))
                 first, second, distributed = runs  # judged while the files exist: a hang names their lines
-                blocked = explain(sized, options.processes) if sized else exact_blocked(distributed, second)
-                if blocked is not None and not sized:  # the script sizes state by the full batch: judge a real launch
+                blocked = (explain(sized, options.processes) if sized else explain_membership(mixed, options.processes)
+                           if mixed else exact_blocked(distributed, second))
+                if blocked is not None and not (sized or mixed):  # it sizes state by the full batch: a real launch
                     distributed = _run_normal(Path(workdir), converted, distributed.spec, launcher)
                     runs[2] = distributed
                 checks += one_process_checks(first, second, options)

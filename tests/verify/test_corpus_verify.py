@@ -40,17 +40,10 @@ def table(report: VerifyReport) -> str:
     return buffer.getvalue()
 
 
-# verify's own limits, not conversions found wrong: its exact mode gives each process 1/N of every batch, where a loss
-# that depends on which samples share a batch (pairs or triplets mined within it) is another quantity; under
-# `accelify launch` (whole batches dealt in turn) the conversion prints the original's values (tests/e2e/
-# test_gathered_batches.py, `mining`). The helper's `if target is not None:` gather is also taken for a latent
-# deadlock, though the target's None-ness comes from the data set's item shape (field set J, J3).
-_BATCH_MEMBERSHIP = ("verify's exact mode splits every batch over the processes: a loss mined within the batch is "
-                     "computed over a slice, so the printed and returned values differ from the original's")
-VERIFY_LIMITS: dict[str, str] = {
-    "mining_loss_helper": _BATCH_MEMBERSHIP + "; and `if target is not None:` before a gather is taken for a deadlock",
-    "unknown_loss_parameter": _BATCH_MEMBERSHIP,
-}
+# verify's own limits, not conversions found wrong (none at present). A loss that depends on which samples share a
+# batch (`mining_loss_helper`, `unknown_loss_parameter`) is no longer one: exact mode would give each process a slice
+# of every batch, so verify runs such a program as a real launch (accelify/verify/batch_membership.py).
+VERIFY_LIMITS: dict[str, str] = {}
 
 # Conversions verify finds wrong (the converter's to fix, not verify's): "same printed values" shows the converted
 # script printing an epoch aggregate computed from process 0's share of the data, without a reduce.
