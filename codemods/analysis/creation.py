@@ -92,7 +92,8 @@ class Creation:
         self.name = "self.accelerator" if in_class else "accelerator"
         flag = self._cpu_flag(home)
         arguments = [f"cpu={code_of(flag)}"] if flag is not None else []
-        if flag is None and not self._names_a_device() and not placed_by_runtime(plan):
+        self.unplaced_program = flag is None and not self._names_a_device()  # the runtime's to place, or the CPU
+        if self.unplaced_program and not placed_by_runtime(plan):
             # the script never chooses a device and makes tensors training reads: they stay on the CPU, so the
             # conversion does too (cpu=True: a GPU would need the script to place them). When the runtime
             # places everything training touches (prepared model, prepared loaders' batches), no pin:

@@ -23,7 +23,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods.analysis.statement_shapes import target_names
-from accelify.codemods.analysis.facts import CallSite, Loop, Scope
+from accelify.codemods.analysis.facts import Binding, CallSite, Loop, Scope
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.roles import is_module_scope
 
@@ -74,7 +74,23 @@ def _runs_unprepared_model(plan: Plan, site: CallSite) -> bool:
     if owner is not None and is_module_scope(owner, plan.facts.classes):
         return False  # ``self.fc(x)`` in a model's ``forward``: a part of the model, placed with it
     found = plan.origin(site.scope, func)
-    return found is not None and found.role == "model" and not plan.is_prepared(found)
+    return found is not None and found.role == "model" and not plan.is_prepared(found) \
+        and placeable_teacher(plan, found) is None
+
+
+def placeable_teacher(plan: Plan, found: Binding) -> cst.Call | None:
+    """The value that makes an unprepared model (a distillation teacher) when it can be placed where it is made
+    (``teacher = Net()`` -> ``teacher = Net().to(accelerator.device)``, ``rules/tensors.py``): a statement of its own
+    in the prepare scope, the only binding of its name there, the model made by a call (a class, ``torch.load``)."""
+    scope = plan.prepare_scope
+    value = found.value
+    if scope is None or found.where is not scope or not isinstance(value, cst.Call) or found.unpacked is not None:
+        return None
+    stmt = found.stmt
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)
+            and len(stmt.body[0].targets) == 1 and stmt.body[0].value is value):
+        return None
+    return value if len(scope.bindings.get(found.key, [])) == 1 else None
 
 
 def wraps_unprepared_model(plan: Plan, site: CallSite) -> bool:

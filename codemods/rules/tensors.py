@@ -23,6 +23,7 @@ from accelify.codemods.engine.edits import is_pure
 from accelify.codemods.analysis.creation import Creation
 from accelify.codemods.analysis.facts import CallSite
 from accelify.codemods.analysis.names import ImportMap, dotted
+from accelify.codemods.analysis.placed import placeable_teacher
 from accelify.codemods.analysis.roles import is_cuda_string, is_module_class
 from accelify.codemods.analysis.unplaced import unplaced_inputs
 from accelify.codemods.engine.rule import Example, Rule
@@ -218,6 +219,31 @@ accelerator.end_training()
                         ctx.change("send other tensors to accelerator.device")
 
         self._unplaced(ctx)
+        self._teachers(ctx)
+
+    def _teachers(self, ctx: Context) -> None:
+        """A distillation teacher (a model ``prepare`` does not receive, run on a prepared loader's batches) in a
+        program that never chooses a device: placed where it is made, ``teacher = Net().to(accelerator.device)``,
+        which is what lets the accelerator choose the machine's device (``analysis/placed.py``) instead of being
+        pinned to the CPU."""
+        creation = ctx.plan.analysis(Creation)
+        if ctx.plan.prepare_scope is None or not creation.unplaced_program or "cpu=True" in creation.arguments:
+            return  # (a program that names a device places its models itself)
+        done: set[int] = set()
+        for site in ctx.facts.calls:
+            found = ctx.plan.origin(site.scope, site.node.func) if isinstance(site.node.func, cst.Name) else None
+            if found is None or id(found) in done or found.role != "model" or ctx.plan.is_prepared(found):
+                continue
+            value = placeable_teacher(ctx.plan, found)
+            accelerator = ctx.accelerator_in(found.where)
+            if value is None or accelerator is None or not ctx.after_accelerator(found.where, found.stmt) \
+                    or ctx.rewritten(value):
+                continue
+            done.add(id(found))
+            device = expression(f"{accelerator}.device")
+            if ctx.replace(value, found.stmt, lambda c, d=device: cst.Call(  # type: ignore[misc]
+                    func=cst.Attribute(value=c, attr=cst.Name("to")), args=[cst.Arg(d)])):  # type: ignore[arg-type]
+                ctx.change("send the teacher model to accelerator.device")
 
     def _unplaced(self, ctx: Context) -> None:
         """ACC043 for each CPU tensor a prepared model reads outside a prepared loader's batches, unless the

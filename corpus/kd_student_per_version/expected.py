@@ -42,7 +42,7 @@ def train_kd(model, teacher_model, optimizer, dataloader):
 
 
 if __name__ == "__main__":
-    accelerator = Accelerator(cpu=True)
+    accelerator = Accelerator()
     parser = argparse.ArgumentParser()
     parser.add_argument("--version", default="cnn_distill")
     parser.add_argument("--teacher", default="mlp")
@@ -59,7 +59,7 @@ if __name__ == "__main__":
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
         model, optimizer, train_dl = accelerator.prepare(model, optimizer, train_dl)
         if args.teacher == "mlp":
-            teacher_model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2))
+            teacher_model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2)).to(accelerator.device)
         for epoch in range(3):
             accelerator.print(f"epoch {epoch} loss {train_kd(model, teacher_model, optimizer, train_dl):.4f}")
     else:

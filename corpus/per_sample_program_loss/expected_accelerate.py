@@ -41,7 +41,7 @@ def evaluate(model, loader, criterion, accelerator):
 
 
 def main():
-    accelerator = Accelerator(cpu=True)
+    accelerator = Accelerator()
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=2)
     args = parser.parse_args()
@@ -51,7 +51,7 @@ def main():
     train_loader = DataLoader(pairs, batch_size=8, shuffle=True)
     test_loader = DataLoader(tests, batch_size=8)
     model = PairNet()
-    criterion = ContrastiveLoss(1.0)
+    criterion = ContrastiveLoss(1.0).to(accelerator.device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     model, optimizer, train_loader, test_loader = accelerator.prepare(
         model, optimizer, train_loader, test_loader

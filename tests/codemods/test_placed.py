@@ -174,3 +174,31 @@ def test_a_save_helper_two_trainers_share_saves_each_ones_unwrapped_model(tmp_pa
     assert "accelerator.save(accelerator.unwrap_model(model).state_dict(), filename)" in parts["utils.py"].new
     for name in ("train", "train_ae"):
         assert f'save_checkpoint(model, "{name}.pt", accelerator)' in parts[f"{name}.py"].new
+
+
+def test_a_teacher_made_beside_the_student_is_placed_where_it_is_made() -> None:
+    """A distillation script that never chooses a device: the teacher (a model ``prepare`` does not receive, run on
+    the prepared loader's batches) pinned the conversion to the CPU (``cpu=True``: correct, and useless on the GPU
+    machine it is for). Made by a statement of its own where the student is prepared, it is placed there, and the
+    accelerator picks the machine's device. A teacher rebound (or made elsewhere) still pins it."""
+    script = dedent("""
+        import torch
+        import torch.nn.functional as F
+        from torch.utils.data import DataLoader, TensorDataset
+        teacher = torch.nn.Linear(8, 4)
+        teacher.eval()
+        student = torch.nn.Linear(8, 4)
+        optimizer = torch.optim.SGD(student.parameters(), lr=0.1)
+        loader = DataLoader(TensorDataset(torch.randn(32, 8)), batch_size=4)
+        for (x,) in loader:
+            with torch.no_grad():
+                soft = F.softmax(teacher(x), dim=1)
+            loss = F.kl_div(F.log_softmax(student(x), dim=1), soft, reduction="batchmean")
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        """)
+    out = converted(script)
+    assert "accelerator = Accelerator()\nteacher = torch.nn.Linear(8, 4).to(accelerator.device)\n" in out, out
+    rebound = converted(script.replace("teacher.eval()\n", "teacher = teacher.eval()\n"))
+    assert "Accelerator(cpu=True)" in rebound and ".to(accelerator.device)" not in rebound, rebound
