@@ -91,7 +91,21 @@ class DataPasses(PreparedUses):
         every process too)."""
         if not loops or any(any(self.reaches_backward(s) for s in lp.calls) or self._feeds_training(lp) for lp in loops):
             return False
+        if any(self._shared_walk(lp, loader) for lp in self.facts.loops):
+            return False  # ``evaluate(model, loader)`` also handed a prepared loader: it would gather one and not the other
         return any(self._writes(site, 2) for lp in loops for site in lp.calls)
+
+    def _shared_walk(self, loop: Loop, loader: Binding) -> bool:
+        """Whether ``loop`` walks a parameter that some call hands ``loader`` and another call another object."""
+        source = self.loop_source(loop)
+        function = loop.scope
+        if not (isinstance(source, cst.Name) and function.kind == "function" and source.value in function.param_names):
+            return False
+        passed = []
+        for site in self.call_sites(function):
+            arg = self.arg_for(site, function, source.value)
+            passed.append(self.origin(site.scope, arg.value) if arg is not None else None)
+        return any(p is loader for p in passed) and any(p is not loader for p in passed)
 
     def _writes(self, site: CallSite, depth: int) -> bool:
         if writes_file(site):

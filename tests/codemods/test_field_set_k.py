@@ -455,3 +455,46 @@ def test_a_nested_training_beside_one_whose_model_a_factory_builds_is_refused_fo
         """), modules=[factory, probe])
     found = [w.code for r in (result, *result.companions) for w in r.warnings]
     assert result.status == "attention" and "ACC039" in found and "ACC014" not in found, found
+
+
+def test_a_loader_an_evaluation_shares_with_a_prepared_one_stays_prepared() -> None:
+    """K2 after K4's fix: ``evaluate(model, val_loader)`` and ``evaluate(model, test_loader)``, and a figure helper
+    that writes per batch of ``test_loader``: leaving ``test_loader`` unprepared made ``evaluate`` walk one prepared
+    and one whole loader, so it lost its gather and printed one process's half of the validation loss, silently.
+    A loader a shared evaluation walks beside prepared ones is prepared with them."""
+    result = convert_source(dedent("""
+        import matplotlib.pyplot as plt
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        def evaluate(model, loader):
+            total = 0.0
+            with torch.no_grad():
+                for x, y in loader:
+                    total += torch.nn.functional.mse_loss(model(x), y).item()
+            return total / len(loader)
+
+
+        def show(model, loader):
+            with torch.no_grad():
+                for i, (x, y) in enumerate(loader):
+                    plt.plot(model(x)[:, 0].numpy())
+                    plt.savefig(f"pred_{i}.png")
+
+
+        x = torch.randn(96, 4)
+        y = x.sum(1, keepdim=True)
+        train_loader = DataLoader(TensorDataset(x[:48], y[:48]), batch_size=8, shuffle=True)
+        val_loader = DataLoader(TensorDataset(x[48:72], y[48:72]), batch_size=4)
+        test_loader = DataLoader(TensorDataset(x[72:], y[72:]), batch_size=4)
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for a, b in train_loader:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(a), b).backward()
+            optimizer.step()
+        print(evaluate(model, val_loader), evaluate(model, test_loader))
+        show(model, test_loader)
+        """))
+    assert "model, optimizer, train_loader, val_loader, test_loader = accelerator.prepare(" in result.new, result.new
