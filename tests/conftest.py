@@ -125,6 +125,16 @@ def clean_env() -> Callable[[dict[str, str] | None], dict[str, str]]:
     return _clean_env
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _verification_pool_starts_with_the_session(request: pytest.FixtureRequest) -> None:
+    """Where any selected test needs the pool, start it before the first test: its two workers then run beside the
+    one-thread tests (codemods, most of cli) that leave the second core idle, instead of after them, while the first
+    test that reads a result waits. A session without such a test (``pytest tests/codemods``, ``-m "not
+    multiprocess"``) starts no process."""
+    if any("verification_pool" in getattr(item, "fixturenames", ()) for item in request.session.items):
+        request.getfixturevalue("verification_pool")
+
+
 @pytest.fixture(scope="session")
 def verification_pool(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
     """The session's one pool of verify runs (``tests/verification_pool.py``), with every case the selected tests
