@@ -44,8 +44,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 _MARKED_DIRS = ("tests/",)
 
 
+# Where the session's verification pool starts early (see ``_verification_pool_beside``): tests that change no
+# process-wide state a run inherits (environment variables, the working directory) and start no process themselves.
+_POOL_STARTS_BESIDE = "tests/codemods/"
+_POOL_WANTED = pytest.StashKey[bool]()
+
+
+@pytest.fixture
+def _verification_pool_beside(request: pytest.FixtureRequest) -> None:
+    """Where a selected test needs the verification pool, start it at the first codemod test, so that its two
+    workers run beside the one-thread codemod tests (which leave the second core idle) instead of after them, while
+    the first test that reads a result waits. Not earlier: cli tests set variables the runs would inherit
+    (XDG_CONFIG_HOME, SLURM_*). The pool's fork servers start here, before the process guard is on."""
+    if not request.node.nodeid.startswith(_POOL_STARTS_BESIDE):
+        return
+    session = request.session
+    if _POOL_WANTED not in session.stash:  # the items are read once a session, not at each codemod test
+        session.stash[_POOL_WANTED] = any("verification_pool" in getattr(item, "fixturenames", ())
+                                          for item in session.items)
+    if session.stash[_POOL_WANTED]:
+        request.getfixturevalue("verification_pool")
+
+
 @pytest.fixture(autouse=True)
-def _starting_a_process_needs_the_marker(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+def _starting_a_process_needs_the_marker(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, _verification_pool_beside: None
+) -> None:
     """Fail a test that starts a Python process, a multiprocessing process
     or a fork without ``@pytest.mark.multiprocess``: ``pytest -m "not multiprocess"`` must stay the fast loop."""
     node = request.node

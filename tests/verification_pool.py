@@ -21,6 +21,7 @@ from __future__ import annotations
 import tempfile
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Callable, Iterable, TypeVar
 
@@ -55,7 +56,12 @@ class VerificationPool:
             return self._futures[key]
 
     def start(self, corpus: Iterable[str] = (), planted: Iterable[str] = ()) -> None:
-        """Queue the verification of these cases (planted ones first: the hang is the longest wait)."""
+        """Start the fork servers here, in the caller's thread, then queue the verification of these cases (planted
+        ones first: the hang is the longest wait). A server started later, from a worker thread, would be started
+        while some test that may not start processes runs (the conftest's guard refuses it, for every thread)."""
+        with ExitStack() as servers:
+            for _ in range(WORKERS):
+                servers.enter_context(self.launcher.borrow())
         for name in sorted(planted, key=lambda n: -PlantedCase.load(n).timeout):
             self.submit(f"planted/{name}", lambda n=name: self._planted(n))
         for name in corpus:

@@ -7,10 +7,12 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
 from accelify.errors import SourceError
+from accelify.verify import ForkServerLauncher, VerifyOptions, verify_script
 from accelify.notebook import runnable_program
 
 ACCELIFY = [sys.executable, "-c", "from accelify.cli import main; main()"]
@@ -89,9 +91,20 @@ RUNS = {  # the lines each case prints once per epoch (before " loss "), in orde
 }
 
 
+@pytest.fixture(scope="module")
+def forked() -> Iterator[ForkServerLauncher]:
+    """One fork server (torch imported once) for the verifications of this module's notebook cases: what
+    ``accelify verify nb.ipynb`` runs (``verify_script``), without a CLI process and three torch imports per case;
+    the command itself takes a notebook in ``test_launch_and_verify_take_a_converted_notebook``."""
+    launcher = ForkServerLauncher(servers=1)
+    yield launcher
+    launcher.close()
+
+
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("case", sorted(RUNS))
-def test_notebook_cases_run_on_two_processes_and_verify(case: str, tmp_path: Path, clean_env) -> None:  # type: ignore[no-untyped-def]
+def test_notebook_cases_run_on_two_processes_and_verify(case: str, tmp_path: Path, clean_env,  # type: ignore[no-untyped-def]
+                                                        forked: ForkServerLauncher) -> None:
     """The README's notebook shapes, end to end: the golden conversion runs on 2 processes (its epoch lines printed
     once) and verify passes the original against the tool's conversion. Experiments one after another (two, four)
     each prepare their own model and optimizer where they are built."""
@@ -103,9 +116,8 @@ def test_notebook_cases_run_on_two_processes_and_verify(case: str, tmp_path: Pat
                             capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     assert launch.returncode == 0, launch.stderr
     assert [line.split(" loss ")[0] for line in launch.stdout.splitlines() if " epoch " in f" {line}"] == RUNS[case]
-    verify = subprocess.run([*ACCELIFY, "verify", "nb.ipynb", "--steps", "4"],
-                            capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
-    assert verify.returncode == 0, verify.stdout + verify.stderr
+    report = verify_script(tmp_path / "nb.ipynb", options=VerifyOptions(steps=4), launcher=forked)
+    assert report.passed, json.dumps(report.to_json(), indent=1)  # what `accelify verify` exits 0 on
 
 
 def test_a_notebook_written_to_a_folder_takes_the_local_modules_its_cells_import(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -11,6 +11,7 @@ diff before committing it).
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 import tomllib
 from pathlib import Path
@@ -55,6 +56,13 @@ def _modules(case: Path, *folders: str) -> list[ModuleText]:
 def _convert(case: Path, script: str, folders: tuple[str, ...], target: str = "accelify") -> Result:
     code = (case / script).read_text(encoding="utf-8")
     return convert_source(code, path="input.py", target=target, modules=_modules(case, *folders))
+
+
+@functools.cache
+def _converted_input(case: Path) -> Result:
+    """The default conversion of the case's ``input.py``, made once for the tests that read different things from it
+    (its text against the golden, its warnings against run.toml): inputs are never rewritten, so it cannot go stale."""
+    return _convert(case, "input.py", ())
 
 
 def _module_outputs(case: Path, result: Result, folders: tuple[str, ...]) -> dict[str, tuple[str, str]]:
@@ -108,7 +116,7 @@ def test_case_layout(case: Path) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_input_converts_to_expected(case: Path, update_goldens: bool) -> None:
-    result = _convert(case, "input.py", ())
+    result = _converted_input(case)
     assert result.error is None, f"conversion failed: {result.error}"
     if update_goldens:
         (case / "expected.py").write_text(result.new, encoding="utf-8")
@@ -129,7 +137,7 @@ def test_input_converts_to_expected(case: Path, update_goldens: bool) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_conversion_reports_the_listed_warnings(case: Path) -> None:
-    result = _convert(case, "input.py", ())
+    result = _converted_input(case)
     found = sorted(f"{w.code}:{w.line}" for w in result.warnings)
     found += sorted(f"{c.path}:{w.code}:{w.line}" for c in result.companions for w in c.warnings)
     listed = sorted(_config(case).get("warnings", []))

@@ -116,6 +116,7 @@ class Corpus:
         ]
         self.workdir = workdir
         self._futures: dict[Key, Future[Output]] = {}
+        self._conversions: dict[tuple[str, str], ScriptFiles] = {}
         self._started = False
 
     def from_verify(self, name: str, variant: str, nproc: int, seed: int | None) -> bool:
@@ -128,9 +129,11 @@ class Corpus:
         files = self.cases[name].files()
         if variant == "original":
             return files
-        converted, result = convert_files(files, target=variant)
-        assert result.error is None, f"converting corpus/{name}/input.py failed: {result.error}"
-        return converted
+        if (name, variant) not in self._conversions:  # once per case and target: every run of it writes the same files
+            converted, result = convert_files(files, target=variant)
+            assert result.error is None, f"converting corpus/{name}/input.py failed: {result.error}"
+            self._conversions[(name, variant)] = converted
+        return self._conversions[(name, variant)]
 
     def _job(self, name: str, variant: str, nproc: int, seed: int | None) -> Output:
         label = f"{name}-{variant}-{nproc}p" + ("" if seed is None else f"-seed{seed}")
@@ -173,7 +176,8 @@ class Corpus:
         return Output((code, code), tuple(outs), tuple(errs), time.perf_counter() - start, hung)
 
     def _start(self) -> None:
-        for name, variant, _, _ in self.wanted:  # convert here, so a conversion error fails the test that needs it
+        for name, variant, _, _ in self.wanted:  # convert here (before any job reads the conversions from other
+            # threads), so a conversion error fails the test that needs it
             self.convert(name, variant)
         for key in sorted(self.wanted, key=lambda key: key[2]):  # one-process runs first: they are the cheap ones
             if not self.from_verify(*key):
