@@ -209,6 +209,40 @@ main()
 ''',
             warnings=("ACC048:4",),
         ),
+        Example(
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+import numpy as np
+loader = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=2)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for i, (x,) in enumerate(loader):
+    out = model(x)
+    out.sum().backward()
+    optimizer.step()
+    np.save(f"out_{i}.npy", out.detach().numpy())
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+import numpy as np
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+loader = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=2)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for i, (x,) in enumerate(loader):
+    out = model(x)
+    accelerator.backward(out.sum())
+    optimizer.step()
+    if accelerator.is_main_process:
+        np.save(f"out_{i}.npy", out.detach().numpy())
+accelerator.end_training()
+''',
+            warnings=("ACC054:11",),
+        ),
     )
 
     def recheck(self, ctx: Context) -> None:
@@ -250,6 +284,22 @@ main()
             if ctx.replace(stmt, stmt, lambda s, a=accelerator: _guard(s, a)):  # type: ignore[misc]
                 wrapped.add(stmt)
                 ctx.change("write files on the main process only")
+                loader = _per_item_write(ctx, site)
+                if loader is not None:
+                    ctx.warn(codes.SHARD_WRITES, site.node, name=code_of(site.node.func), loader=loader)
+
+
+def _per_item_write(ctx: Context, site: CallSite) -> str | None:
+    """The prepared loader a loop around ``site`` walks when the write is handed a name that loop binds
+    (``plt.savefig(f"pred_{i}.png")`` in ``for i, (x, y) in enumerate(test_loader)``): one file per batch, of which
+    the main process walks its share only. A write of one file per epoch (no loop name in it) is no such write."""
+    passed = {n.value for arg in site.node.args for n in m.findall(arg.value, m.Name()) if isinstance(n, cst.Name)}
+    loop = site.loop
+    while loop is not None:
+        if passed & set(loop.targets) and ctx.plan.loader_of(loop) is not None:
+            return code_of(ctx.plan.loop_source(loop))
+        loop = loop.parent
+    return None
 
 
 def _kept_open(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) -> cst.BaseExpression | None:

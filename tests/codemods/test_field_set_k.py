@@ -498,3 +498,28 @@ def test_a_loader_an_evaluation_shares_with_a_prepared_one_stays_prepared() -> N
         show(model, test_loader)
         """))
     assert "model, optimizer, train_loader, val_loader, test_loader = accelerator.prepare(" in result.new, result.new
+
+
+def test_a_file_per_batch_of_a_prepared_loader_is_reported() -> None:
+    """K2's figure helper: ``plt.savefig(f"pred_{i}.png")`` per batch of a test loader that stays prepared (a shared
+    evaluation walks it too): kept to the main process, one of the two figures was written, silently. It is reported
+    (ACC054); a file per epoch (no loop name in it) is not."""
+    code = dedent("""
+        import matplotlib.pyplot as plt
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        loader = DataLoader(TensorDataset(torch.randn(16, 2)), batch_size=4)
+        model = torch.nn.Linear(2, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(2):
+            for i, (x,) in enumerate(loader):
+                out = model(x)
+                out.sum().backward()
+                optimizer.step()
+                plt.plot(out.detach()[:, 0].numpy())
+                plt.savefig(f"pred_{i}.png")
+        """)
+    result = convert_source(code)
+    assert [f"{w.code}:{w.line}" for w in result.warnings] == ["ACC054:13"], [w.format() for w in result.warnings]
+    per_epoch = convert_source(code.replace('f"pred_{i}.png"', 'f"pred_{epoch}.png"'))
+    assert per_epoch.warnings == (), [w.format() for w in per_epoch.warnings]
