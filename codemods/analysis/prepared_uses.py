@@ -101,7 +101,7 @@ class PreparedUses(Flow):
             if "." in key:
                 return False
             return self._passed_prepared(owner, head, seen)
-        binding = self.binding_of(scope, key) or self.instance_attr(scope, key)
+        binding = self._last_before(scope, key, at) or self.binding_of(scope, key) or self.instance_attr(scope, key)
         if binding is not None:
             call, index = binding.unpacked if binding.unpacked is not None else (binding.value, None)
             if isinstance(call, cst.Call) and self._local_call(call):  # ``model_best = train(..., model, ...)``
@@ -123,6 +123,19 @@ class PreparedUses(Flow):
         return bool(sites) and all(
             arg is not None and self._sees_expr(site.scope, arg.value, site.stmt, seen) for site, arg in zip(sites, args)
         )
+
+    def _last_before(self, scope: Scope, key: str, at: cst.BaseStatement | None) -> Binding | None:
+        """The last binding of ``key`` in ``scope`` before ``at``, where the name is bound there more than once and
+        the last one takes what a function of the program hands back (``model_best = model`` then ``model_best, losses
+        = train(..., model, ...)``): that call, not the first alias, says what the name holds at ``at``."""
+        bindings = scope.bindings.get(key, [])
+        if at is None or len(bindings) < 2 or at not in self.facts.order:
+            return None
+        here = self.facts.order[at][0]
+        before = [b for b in bindings if b.stmt in self.facts.order and self.facts.order[b.stmt][0] < here]
+        last = max(before, key=lambda b: self.facts.order[b.stmt][0], default=None)
+        call = (last.unpacked[0] if last.unpacked is not None else last.value) if last is not None else None
+        return last if isinstance(call, cst.Call) and self._local_call(call) else None
 
     def _hands_back_prepared(self, scope: Scope, call: cst.Call, index: int | None, at: cst.BaseStatement,
                              seen: frozenset) -> bool:

@@ -393,6 +393,9 @@ def test_a_model_a_training_function_hands_back_is_the_prepared_one() -> None:
     assert ('accelerator.wait_for_everyone()\n'
             'accelerator.unwrap_model(model_best).load_state_dict(torch.load("best.pt", map_location="cpu"))\n'
             ) in result.new, result.new
+    # the notebook binds the name before (``if use_cuda: model_transfer = model``): the call's value is what it holds
+    aliased = convert_source(result.old.replace('model_best = train(', 'model_best = model\nmodel_best = train('))
+    assert 'accelerator.unwrap_model(model_best).load_state_dict(' in aliased.new, aliased.new
 
 
 def test_a_nested_training_beside_one_whose_model_a_factory_builds_is_refused_for_the_true_reason() -> None:
