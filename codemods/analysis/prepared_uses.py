@@ -76,6 +76,10 @@ class PreparedUses(Flow):
         if target is None:
             return False
         head = key.split(".")[0]
+        if head == "self" and scope.class_scope is not None and scope.name != "__init__" and any(
+                obj.key == key and obj.where.class_scope is scope.class_scope and obj.where.name == "__init__"
+                for obj in self.in_place):
+            return True  # ``self.test_loader = self.accelerator.prepare(self.test_loader)`` under a test in ``__init__``
         placed = [obj for obj in self.in_place if obj.key == key and obj.where is scope]
         if placed:
             if at is None or any(self.facts.after(at, obj.stmt) for obj in placed):

@@ -526,3 +526,45 @@ def test_a_file_per_batch_of_a_prepared_loader_is_reported() -> None:
     assert [f"{w.code}:{w.line}" for w in result.warnings] == ["ACC054:13"], [w.format() for w in result.warnings]
     per_epoch = convert_source(code.replace('f"pred_{i}.png"', 'f"pred_{epoch}.png"'))
     assert per_epoch.warnings == (), [w.format() for w in per_epoch.warnings]
+
+
+def test_a_loader_a_trainer_builds_under_a_test_in_init_is_seen_prepared_by_its_other_methods() -> None:
+    """K8 after its fix: ``if self.test is not None: self.test_loader = DataLoader(...)`` in ``__init__`` is prepared
+    where it is built, but ``_validation_loss`` (another method) walked it as unprepared: no gather, and the printed
+    validation loss was one process's half, silently. The other methods run after ``__init__``: they see it prepared."""
+    result = convert_source(dedent("""
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        class Pipeline:
+            def __init__(self, x, y, test=True):
+                self.test = test
+                self.train_loader = DataLoader(TensorDataset(x[:48], y[:48]), batch_size=8, shuffle=True)
+                if self.test is not None:
+                    self.test_loader = DataLoader(TensorDataset(x[48:], y[48:]), batch_size=8)
+                self.model = torch.nn.Linear(4, 1)
+                self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+            def fit(self):
+                for x, y in self.train_loader:
+                    self.optimizer.zero_grad()
+                    torch.nn.functional.mse_loss(self.model(x), y).backward()
+                    self.optimizer.step()
+                print(self._validation_loss())
+
+            def _validation_loss(self):
+                self.model.eval()
+                total = 0.0
+                for x, y in self.test_loader:
+                    loss = torch.nn.functional.mse_loss(self.model(x), y, reduction="sum")
+                    total += loss.item()
+                return total / 48
+
+
+        if __name__ == "__main__":
+            x = torch.randn(96, 4)
+            Pipeline(x, x.sum(1, keepdim=True)).fit()
+        """))
+    assert "self.test_loader = self.accelerator.prepare(self.test_loader)" in result.new, result.new
+    assert "self.accelerator.gather_for_metrics(" in result.new, result.new
