@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import MetadataWrapper, PositionProvider
+
+from accelify.verify.size_tests import LineFinder, found_lines
 
 if TYPE_CHECKING:
     from accelify.verify.workspace import ScriptFiles
@@ -27,16 +28,7 @@ _REDUCE_CALL = m.Call(func=m.Attribute(attr=m.Name("reduce")))
 
 def membership_losses(files: ScriptFiles) -> list[str]:
     """``file:line`` of each running loss of an evaluation loop that the conversion reduces after the loop."""
-    found: list[str] = []
-    for name, source in ((files.name, files.source), *files.modules):
-        try:
-            wrapper = MetadataWrapper(cst.parse_module(source))
-        except cst.ParserSyntaxError:
-            continue  # the runs report it
-        finder = _Finder()
-        wrapper.visit(finder)
-        found += [f"{name}:{line}" for line in finder.lines]
-    return found
+    return found_lines(files, _Finder)
 
 
 def explain(found: list[str], processes: int) -> str:
@@ -46,13 +38,7 @@ def explain(found: list[str], processes: int) -> str:
             f"process a slice of every batch; the normal {processes}-process run was checked instead")
 
 
-class _Finder(cst.CSTVisitor):
-    METADATA_DEPENDENCIES = (PositionProvider,)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.lines: list[int] = []
-
+class _Finder(LineFinder):
     def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
         body = list(node.body)
         for index, stmt in enumerate(body):
@@ -67,7 +53,7 @@ class _Finder(cst.CSTVisitor):
             for aug in m.findall(stmt.body, m.AugAssign(target=m.Name(), operator=m.AddAssign())):
                 assert isinstance(aug, cst.AugAssign) and isinstance(aug.target, cst.Name)
                 if aug.target.value in reduced and _mentions_loss(aug.value):
-                    self.lines.append(self.get_metadata(PositionProvider, aug).start.line)
+                    self.found(aug)
 
 
 def _mentions_loss(expr: cst.BaseExpression) -> bool:

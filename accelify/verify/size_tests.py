@@ -22,18 +22,37 @@ if TYPE_CHECKING:
     from accelify.verify.workspace import ScriptFiles
 
 
-def size_tests(files: ScriptFiles) -> list[str]:
-    """``file:line`` of each ``if`` in a ``for`` loop that compares the size of a batch the loop binds."""
+class LineFinder(cst.CSTVisitor):
+    """A visitor that collects the lines of what it finds in ``lines`` (positions from the metadata)."""
+
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[int] = []
+
+    def found(self, node: cst.CSTNode) -> None:
+        self.lines.append(self.get_metadata(PositionProvider, node).start.line)
+
+
+def found_lines(files: ScriptFiles, finder: type[LineFinder]) -> list[str]:
+    """``file:line`` of what ``finder`` finds in the converted script and its modules (a file that does not parse is
+    left to the runs, which report it)."""
     found: list[str] = []
     for name, source in ((files.name, files.source), *files.modules):
         try:
             wrapper = MetadataWrapper(cst.parse_module(source))
         except cst.ParserSyntaxError:
-            continue  # the runs report it
-        finder = _Finder()
-        wrapper.visit(finder)
-        found += [f"{name}:{line}" for line in finder.lines]
+            continue
+        visitor = finder()
+        wrapper.visit(visitor)
+        found += [f"{name}:{line}" for line in visitor.lines]
     return found
+
+
+def size_tests(files: ScriptFiles) -> list[str]:
+    """``file:line`` of each ``if`` in a ``for`` loop that compares the size of a batch the loop binds."""
+    return found_lines(files, _Finder)
 
 
 def explain(found: list[str], processes: int) -> str:
@@ -42,13 +61,10 @@ def explain(found: list[str], processes: int) -> str:
             f"batch changes; the normal {processes}-process run was checked instead")
 
 
-class _Finder(cst.CSTVisitor):
-    METADATA_DEPENDENCIES = (PositionProvider,)
-
+class _Finder(LineFinder):
     def __init__(self) -> None:
         super().__init__()
         self.loops: list[set[str]] = []  # the names each enclosing ``for`` binds (its target, what its body assigns)
-        self.lines: list[int] = []
 
     def visit_For(self, node: cst.For) -> None:
         names = set(target_names(node.target))
@@ -70,4 +86,4 @@ class _Finder(cst.CSTVisitor):
             return
         sides = [test.left, *(c.comparator for c in test.comparisons)]
         if any(sized_batch(side) in self.loops[-1] for side in sides):
-            self.lines.append(self.get_metadata(PositionProvider, node).start.line)
+            self.found(node)

@@ -225,21 +225,33 @@ class Flow(CallGraph):
         function = self.callee(site) if site is not None else None
         return function is not None and function.node.name.value != "__init__"  # type: ignore[union-attr]
 
-    def _returned(self, scope: Scope, call: cst.Call, index: int | None) -> Binding | None:
-        """What a call of a local function returns (element ``index`` of a returned tuple), when every
-        ``return`` of it agrees."""
+    def returned_values(self, call: cst.Call, index: int | None) -> tuple[Scope, list[cst.BaseExpression | None]] | None:
+        """The function of the program ``call`` runs, and what each of its ``return`` statements gives (element
+        ``index`` of a returned tuple); None when it is not such a function or a return has no such element."""
         site = self.facts.sites.get(call)
         function = self.callee(site) if site is not None else None
         if function is None or function.node.name.value == "__init__" or not function.returns:  # type: ignore[union-attr]
             return None
-        found: set[int] = set()
-        result: Binding | None = None
+        values: list[cst.BaseExpression | None] = []
         for ret in function.returns:
             value = ret.value
             if index is not None:
                 if not isinstance(value, (cst.Tuple, cst.List)) or index >= len(value.elements):
                     return None
                 value = value.elements[index].value
+            values.append(value)
+        return function, values
+
+    def _returned(self, scope: Scope, call: cst.Call, index: int | None) -> Binding | None:
+        """What a call of a local function returns (element ``index`` of a returned tuple), when every
+        ``return`` of it agrees."""
+        returned = self.returned_values(call, index)
+        if returned is None:
+            return None
+        function, values = returned
+        found: set[int] = set()
+        result: Binding | None = None
+        for value in values:
             origin = self.origin(function, value) if value is not None else None
             if origin is None:
                 return None

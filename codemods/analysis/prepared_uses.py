@@ -147,15 +147,11 @@ class PreparedUses(Flow):
         handed, unchanged, on every ``return``, and this call hands it a prepared object there (the Udacity-course
         ``model_transfer, losses = train(n_epochs, loaders, model, ...)`` ending in ``return model``)."""
         site = self.facts.sites.get(call)
-        function = self.callee(site) if site is not None else None
-        if site is None or function is None or not function.returns:
+        returned = self.returned_values(call, index)
+        if site is None or returned is None:
             return False
-        for ret in function.returns:
-            value = ret.value
-            if index is not None:
-                if not isinstance(value, (cst.Tuple, cst.List)) or index >= len(value.elements):
-                    return False
-                value = value.elements[index].value
+        function, values = returned
+        for value in values:
             name = value.value if isinstance(value, cst.Name) else None
             if name is None or name not in function.param_names or name in function.bindings:
                 return False
