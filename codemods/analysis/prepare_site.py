@@ -213,15 +213,15 @@ class PrepareSite(BranchSites, AcceleratorHome):
         their optimizers and its loader in ``__init__``. Empty when the objects are not split that way."""
         homes: dict[int, Scope] = {id(o.where): o.where for o in required if o.role == "optimizer"}
 
-        def home_of(obj: Binding) -> Scope | None:
-            """Where ``obj`` is built, or the one home that calls its builder (``encoder = make_encoder()``, a
-            factory choosing the architecture)."""
+        def homes_of(obj: Binding) -> list[Scope]:
+            """Where ``obj`` is built, or the homes that call its builder (``encoder = make_encoder()``, a factory
+            choosing the architecture, which each training may call for a model of its own)."""
             if id(obj.where) in homes:
-                return obj.where
+                return [obj.where]
             callers = {id(site.scope): site.scope for site in self.call_sites(obj.where)}
-            return next(iter(callers.values())) if len(callers) == 1 and set(callers) <= set(homes) else None
+            return list(callers.values()) if callers and set(callers) <= set(homes) else []
 
-        kept = [(o, home_of(o)) for o in required if o.role in ("optimizer", "model")]
+        kept = [(o, home) for o in required if o.role in ("optimizer", "model") for home in homes_of(o) or [None]]
         if len(homes) < 2 or any(home is None for _, home in kept):
             return []  # (a loader may come from a helper every trainer calls)
         for home in homes.values():

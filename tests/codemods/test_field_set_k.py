@@ -458,6 +458,13 @@ def test_a_nested_training_beside_one_whose_model_a_factory_builds_is_refused_fo
         """), modules=[factory, probe])
     found = [w.code for r in (result, *result.companions) for w in r.warnings]
     assert result.status == "attention" and "ACC039" in found and "ACC014" not in found, found
+    # the program itself: the probe builds its encoder with the same factory, which each training calls for its own
+    shared = ModuleText("probe", "probe.py", probe.text.replace(
+        "import torch\n", "import torch\nfrom nets import make_encoder\n", 1).replace(
+        "encoder = torch.nn.Linear(8, 4)", "encoder = make_encoder()"))
+    result = convert_source(result.old, modules=[factory, shared])
+    found = [w.code for r in (result, *result.companions) for w in r.warnings]
+    assert result.status == "attention" and "ACC039" in found and "ACC014" not in found, found
 
 
 def test_a_loader_an_evaluation_shares_with_a_prepared_one_stays_prepared() -> None:
