@@ -28,7 +28,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods.analysis.batch_structure import BatchStructure
-from accelify.codemods.analysis.statement_shapes import target_names
+from accelify.codemods.analysis.statement_shapes import comprehension_fors, target_names
 from accelify.codemods.analysis.tree_walk import children
 from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Loop, Scope
 from accelify.codemods.analysis.kept_values import kept_bindings
@@ -344,11 +344,7 @@ def _comprehension_items(facts: Facts) -> dict[int, cst.BaseExpression]:
         for comp in m.findall(unit.module, m.ListComp() | m.SetComp() | m.GeneratorExp() | m.DictComp()):
             assert isinstance(comp, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp))
             parts: list[cst.CSTNode] = [comp.key, comp.value] if isinstance(comp, cst.DictComp) else [comp.elt]
-            fors: list[cst.CompFor] = []
-            step: cst.CompFor | None = comp.for_in
-            while step is not None:
-                fors.append(step)
-                step = step.inner_for_in
+            fors = comprehension_fors(comp.for_in)
             for index, walk in enumerate(fors):
                 names = set(target_names(walk.target))
                 found.update((id(name), walk.iter) for name in m.findall(walk.target, m.Name()))  # the target itself

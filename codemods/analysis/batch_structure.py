@@ -18,6 +18,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods.analysis.facts import Binding, Scope
+from accelify.codemods.analysis.short_batches import sized_batch
 
 _IS_NONE = m.Comparison(comparisons=[m.ComparisonTarget(m.Is() | m.IsNot(), m.Name("None"))])
 
@@ -45,8 +46,8 @@ class BatchStructure:
         if m.matches(expr, _IS_NONE):
             return not self._none_local(scope, expr.left, at, seen)
         if m.matches(expr.comparisons[0].comparator, m.Integer("0")):
-            held = _sized(expr.left)
-            if held is not None and self._batch_part(scope, held, at):
+            held = sized_batch(expr.left) or _counted(expr.left)
+            if held is not None and self._batch_part(scope, cst.Name(held), at):
                 return True
         return None
 
@@ -86,14 +87,8 @@ class BatchStructure:
         return self._local(scope, expr, at, seen)
 
 
-def _sized(expr: cst.BaseExpression) -> cst.BaseExpression | None:
-    """``x`` of ``len(x)``, ``x.size(0)``, ``x.shape[0]`` or ``x.numel()``."""
-    if isinstance(expr, cst.Call) and m.matches(expr.func, m.Name("len")) and len(expr.args) == 1:
-        return expr.args[0].value
-    if m.matches(expr, m.Call(func=m.Attribute(attr=m.Name("size")), args=[m.Arg(m.Integer("0"))])) \
-            or m.matches(expr, m.Call(func=m.Attribute(attr=m.Name("numel")), args=[])):
-        return expr.func.value  # type: ignore[attr-defined]
-    if m.matches(expr, m.Subscript(value=m.Attribute(attr=m.Name("shape")),
-                                   slice=[m.SubscriptElement(m.Index(m.Integer("0")))])):
-        return expr.value.value  # type: ignore[attr-defined]
+def _counted(expr: cst.BaseExpression) -> str | None:
+    """``x`` of ``x.numel()`` (a batch's sizes otherwise: ``short_batches.sized_batch``)."""
+    if m.matches(expr, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("numel")), args=[])):
+        return expr.func.value.value  # type: ignore[attr-defined]
     return None

@@ -23,12 +23,11 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods.analysis.statement_shapes import is_docstring, is_import
-from accelify.codemods.analysis.distributed import data_parallel_sites
 from accelify.codemods.analysis.facts import Binding, Scope
 from accelify.codemods.analysis.gradient_accumulation import find_accumulation
 from accelify.codemods.analysis.mixed_precision import find_amp
 from accelify.codemods.analysis.names import ImportMap, dotted
-from accelify.codemods.analysis.placed import placed_by_runtime, wraps_unprepared_model
+from accelify.codemods.analysis.placed import placed_by_runtime, split_batches
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.roles import (
     AVAILABILITY,
@@ -99,8 +98,7 @@ class Creation:
             # places everything training touches (prepared model, prepared loaders' batches), no pin:
             # ``Accelerator()`` runs on the machine's device (analysis/placed.py)
             arguments = ["cpu=True"]
-        wraps = [s for s in data_parallel_sites(facts) if not wraps_unprepared_model(plan, s)]  # (a teacher's: no split)
-        if plan.distributed.global_batch(facts, bool(wraps)):
+        if split_batches(plan):
             arguments.append("split_batches=True")  # DataParallel split each batch over the GPUs: so do the processes
         options = plan.distributed.ddp_options()  # DistributedDataParallel(model, find_unused_parameters=True)
         if plan.analysis(unused_submodules) and not any(a.keyword is not None and a.keyword.value == "find_unused_parameters" for a in options):

@@ -233,6 +233,13 @@ class Facts:
                 return node
         return None
 
+    def last_binding_before(self, scope: Scope, key: str, stmt: cst.BaseStatement) -> Binding | None:
+        """The last assignment of ``key`` in ``scope`` itself that comes before ``stmt``, in source order."""
+        here = self.order[stmt][0]
+        before = [b for b in scope.bindings.get(key, []) if b.where is scope and b.stmt in self.order
+                  and self.order[b.stmt][0] < here]
+        return max(before, key=lambda b: self.order[b.stmt][0], default=None)
+
     def after(self, stmt: cst.BaseStatement, anchor: cst.BaseStatement) -> bool:
         """Whether ``stmt`` comes after ``anchor`` and everything inside it, in source order."""
         return self.order[stmt][0] > self.order[anchor][1]

@@ -22,7 +22,7 @@ import libcst as cst
 
 from accelify.codemods.analysis.facts import Binding, Scope
 from accelify.codemods.analysis.plan import Plan
-from accelify.codemods.analysis.roles import is_module_scope
+from accelify.codemods.analysis.roles import module_method
 
 _DEPTH = 4
 _NOT_TENSORS = ("torch.device", "torch.cuda.", "torch.nn.", "torch.optim.", "torch.utils.", "torch.distributed.")
@@ -84,7 +84,7 @@ def _tensor_name(plan: Plan, scope: Scope, name: str, depth: int, seen: frozense
         return True  # ``x = x.float()``: the name's other bindings decide
     seen = seen | {(id(owner), name)}
     bindings = owner.bindings.get(name, [])
-    if owner.kind == "function" and name in owner.param_names and _module_method(plan, owner):
+    if owner.kind == "function" and name in owner.param_names and module_method(owner, plan.facts.classes):
         return True  # an input of the model's ``forward`` (or ``sample``, ``inverse``...), however the method rebinds it
     if owner.kind == "function" and name in owner.param_names and not _tensor_param(plan, owner, name, depth):
         return False
@@ -101,18 +101,9 @@ def _tensor_binding(plan: Plan, owner: Scope, binding: Binding, depth: int, seen
     return loop is not None and plan.loader_of(loop) is not None  # an element of a loader's batch
 
 
-def _module_method(plan: Plan, function: Scope) -> bool:
-    """A method of an ``nn.Module`` subclass of the program other than ``__init__``."""
-    cls = function.class_scope
-    return cls is not None and function.name != "__init__" and is_module_scope(cls, plan.facts.classes)
-
-
 def _tensor_param(plan: Plan, function: Scope, name: str, depth: int) -> bool:
-    cls = function.class_scope
-    if _module_method(plan, function):
-        return True
-    if cls is not None:
-        return False
+    if function.class_scope is not None:
+        return False  # (a model's own method's inputs are taken above, in ``_tensor_name``)
     sites = plan.call_sites(function)
     if not sites:
         return False

@@ -22,6 +22,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from accelify.codemods.analysis.distributed import data_parallel_sites
 from accelify.codemods.analysis.statement_shapes import target_names
 from accelify.codemods.analysis.facts import Binding, CallSite, Loop, Scope
 from accelify.codemods.analysis.plan import Plan
@@ -64,18 +65,24 @@ def placed_by_runtime(plan: Plan) -> bool:
 
 
 def _runs_unprepared_model(plan: Plan, site: CallSite) -> bool:
-    """``teacher_model(x)``: the forward of a model prepare does not receive (a distillation teacher, trained by no
-    optimizer). The script never places it, so it stays on the CPU and meets the batches prepared loaders hand out
-    on the accelerator's device."""
+    """``teacher_model(x)`` of a teacher that cannot be placed where it is made (``placeable_teacher``): the script
+    never places it, so it stays on the CPU and meets the batches prepared loaders hand out on the accelerator's
+    device."""
+    found = unprepared_model(plan, site)
+    return found is not None and placeable_teacher(plan, found) is None
+
+
+def unprepared_model(plan: Plan, site: CallSite) -> Binding | None:
+    """The creation of the model ``site`` runs the forward of, when ``prepare`` does not receive it (a distillation
+    teacher, trained by no optimizer: ``teacher_model(x)``)."""
     func = site.node.func
     if not (isinstance(func, cst.Name) or m.matches(func, m.Attribute(value=m.Name("self")))):
-        return False  # (``teacher.eval()`` is no forward)
+        return None  # (``teacher.eval()`` is no forward)
     owner = site.scope.class_scope
     if owner is not None and is_module_scope(owner, plan.facts.classes):
-        return False  # ``self.fc(x)`` in a model's ``forward``: a part of the model, placed with it
+        return None  # ``self.fc(x)`` in a model's ``forward``: a part of the model, placed with it
     found = plan.origin(site.scope, func)
-    return found is not None and found.role == "model" and not plan.is_prepared(found) \
-        and placeable_teacher(plan, found) is None
+    return found if found is not None and found.role == "model" and not plan.is_prepared(found) else None
 
 
 def placeable_teacher(plan: Plan, found: Binding) -> cst.Call | None:
@@ -102,6 +109,14 @@ def wraps_unprepared_model(plan: Plan, site: CallSite) -> bool:
         return False
     held = plan.origin(site.scope, args[0].value)
     return held is not None and held.role == "model" and not plan.is_prepared(held)
+
+
+def split_batches(plan: Plan) -> bool:
+    """Whether the conversion makes ``Accelerator(split_batches=True)``: a script whose ``DataParallel`` split each
+    batch over the GPUs (not a teacher's, which is no split of the training's batch)."""
+    facts = plan.facts
+    wraps = [s for s in data_parallel_sites(facts) if not wraps_unprepared_model(plan, s)]
+    return bool(plan.distributed.global_batch(facts, bool(wraps)))
 
 
 def in_loader_loop(plan: Plan, site: CallSite) -> bool:

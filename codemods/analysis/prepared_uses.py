@@ -132,12 +132,9 @@ class PreparedUses(Flow):
         """The last binding of ``key`` in ``scope`` before ``at``, where the name is bound there more than once and
         the last one takes what a function of the program hands back (``model_best = model`` then ``model_best, losses
         = train(..., model, ...)``): that call, not the first alias, says what the name holds at ``at``."""
-        bindings = scope.bindings.get(key, [])
-        if at is None or len(bindings) < 2 or at not in self.facts.order:
+        if at is None or len(scope.bindings.get(key, [])) < 2 or at not in self.facts.order:
             return None
-        here = self.facts.order[at][0]
-        before = [b for b in bindings if b.stmt in self.facts.order and self.facts.order[b.stmt][0] < here]
-        last = max(before, key=lambda b: self.facts.order[b.stmt][0], default=None)
+        last = self.facts.last_binding_before(scope, key, at)
         call = (last.unpacked[0] if last.unpacked is not None else last.value) if last is not None else None
         return last if isinstance(call, cst.Call) and self._local_call(call) else None
 

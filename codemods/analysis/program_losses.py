@@ -37,12 +37,11 @@ from typing import Sequence
 import libcst as cst
 import libcst.matchers as m
 
-from accelify.codemods.analysis.distributed import data_parallel_sites
 from accelify.codemods.analysis.evaluation_loops import is_model
 from accelify.codemods.analysis.facts import Binding, Loop, Scope
 from accelify.codemods.analysis.loss_means import is_mean_loss_call
 from accelify.codemods.analysis.names import dotted
-from accelify.codemods.analysis.placed import wraps_unprepared_model
+from accelify.codemods.analysis.placed import split_batches
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.reduced_outputs import assigned_names, plain_assignment, read_names
 from accelify.codemods.analysis.shard_sums import find_averages
@@ -73,13 +72,6 @@ def local_loss(
         elif _augmented(stmt):
             derived.add(stmt.body[0].target.value)  # type: ignore[attr-defined]
     return last
-
-
-def split_batches(plan: Plan) -> bool:
-    """Whether the conversion makes ``Accelerator(split_batches=True)`` (a ``DataParallel`` script converted)."""
-    facts = plan.facts
-    wraps = [s for s in data_parallel_sites(facts) if not wraps_unprepared_model(plan, s)]
-    return bool(plan.distributed.global_batch(facts, bool(wraps)))
 
 
 def _calls(stmt: cst.BaseStatement) -> list[cst.Call]:

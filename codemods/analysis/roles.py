@@ -303,6 +303,12 @@ def is_module_scope(cls: Scope, classes: dict[str, list[str]]) -> bool:
     return is_module_class(key, classes) or is_module_class(cls.name, classes)
 
 
+def module_method(function: Scope, classes: dict[str, list[str]]) -> bool:
+    """Whether ``function`` is a method of an ``nn.Module`` subclass of the program other than ``__init__``."""
+    cls = function.class_scope
+    return cls is not None and function.name != "__init__" and is_module_scope(cls, classes)
+
+
 def element_call(value: cst.BaseExpression | None) -> cst.BaseExpression | None:
     """``[optim.SGD(...) for b in blocks]`` / ``[optim.SGD(...), optim.Adam(...)]``: the (first) element built."""
     if isinstance(value, cst.ListComp):

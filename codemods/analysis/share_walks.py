@@ -15,15 +15,6 @@ from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.prepared_uses import SOURCE_WRAPPERS
 
 
-def comprehension_fors(node: cst.CompFor) -> list[cst.CompFor]:
-    """``for`` clauses of one comprehension, outermost first."""
-    out = [node]
-    while node.inner_for_in is not None:
-        node = node.inner_for_in
-        out.append(node)
-    return out
-
-
 def is_prepared_loader(plan: Plan, scope: Scope, iterable: cst.BaseExpression,
                        at: cst.BaseStatement | None = None) -> bool:
     """``val_loader``, ``enumerate(val_loader)`` or ``tqdm(val_loader)`` of a prepared loader, seen from ``scope``."""

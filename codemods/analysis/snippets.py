@@ -34,6 +34,13 @@ def unwrap(node: cst.CSTNode, accelerator: str) -> cst.Call:
     return cst.Call(func=expression(f"{accelerator}.unwrap_model"), args=[cst.Arg(node)])  # type: ignore[arg-type]
 
 
+def on_main_process(stmt: cst.CSTNode, accelerator: str) -> cst.If:
+    """``if <accelerator>.is_main_process:`` around ``stmt`` (its blank lines go before the ``if``)."""
+    assert isinstance(stmt, cst.BaseStatement)
+    return cst.If(test=expression(f"{accelerator}.is_main_process"),
+                  body=cst.IndentedBlock([stmt.with_changes(leading_lines=[])]), leading_lines=stmt.leading_lines)
+
+
 def with_block(header: str, body: list[cst.BaseStatement]) -> cst.BaseStatement:
     """``with <header>:`` over ``body``; the first statement's blank lines go before the ``with``, its comments stay inside."""
     shell = statement(f"with {header}:\n    pass\n")

@@ -30,3 +30,12 @@ def is_import(stmt: cst.BaseStatement) -> bool:
     if isinstance(stmt, cst.Try) and isinstance(stmt.body, cst.IndentedBlock):
         return all(is_import(s) for s in stmt.body.body)
     return False
+
+
+def comprehension_fors(node: cst.CompFor) -> list[cst.CompFor]:
+    """``for`` clauses of one comprehension, outermost first."""
+    out = [node]
+    while node.inner_for_in is not None:
+        node = node.inner_for_in
+        out.append(node)
+    return out

@@ -33,8 +33,7 @@ import libcst.matchers as m
 from accelify.codemods import codes
 from accelify.codemods.analysis.batch_chains import BatchChain, batch_chain, per_batch_loop
 from accelify.codemods.analysis.batch_tails import per_batch_tail
-from accelify.codemods.analysis.distributed import data_parallel_sites
-from accelify.codemods.analysis.placed import wraps_unprepared_model
+from accelify.codemods.analysis.placed import split_batches
 from accelify.codemods.analysis.facts import Loop
 from accelify.codemods.analysis.gathered_values import (
     BATCH_MEANS,
@@ -342,9 +341,7 @@ accelerator.end_training()
         reductions: dict[cst.For | cst.While, list[str]] = {}
         derived: dict[cst.For | cst.While, list[cst.BaseStatement]] = {}
         at_else: set[cst.For | cst.While] = set()
-        facts = ctx.plan.facts
-        wraps = [s for s in data_parallel_sites(facts) if not wraps_unprepared_model(ctx.plan, s)]
-        split = ctx.plan.distributed.global_batch(facts, bool(wraps))  # split_batches=True
+        split = split_batches(ctx.plan)
         tailed = _per_batch_tails(ctx, found.accumulators)
         for acc in found.accumulators:
             scope = acc.loop.scope

@@ -14,7 +14,8 @@ import libcst.matchers as m
 
 from accelify.codemods import codes
 from accelify.codemods.analysis.facts import CallSite
-from accelify.codemods.analysis.share_walks import comprehension_fors, is_prepared_loader
+from accelify.codemods.analysis.share_walks import is_prepared_loader
+from accelify.codemods.analysis.statement_shapes import comprehension_fors
 from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule

@@ -350,24 +350,29 @@ def _barrier_place(ctx: Context, load: CallSite, anchor: cst.BaseStatement, orde
     return ctx.agreement.collective_place(anchor, load.scope, movable=True, after=last)
 
 
-def _calls_save(ctx: Context, site: CallSite, qualname: str = "torch.save") -> bool:
+def _calls_save(ctx: Context, site: CallSite) -> bool:
     """Whether ``site`` calls a function of the program that runs a ``torch.save`` (through the program)."""
-    known: dict[int, bool] = {}
-
-    def saves(function: Scope) -> bool:
-        if id(function) not in known:
-            known[id(function)] = False  # a recursion reads "no" until it is known
-            known[id(function)] = any(s.qualname == qualname or (
-                (callee := ctx.plan.callee(s)) is not None and saves(callee)) for s in function.calls)
-        return known[id(function)]
-
-    callee = ctx.plan.callee(site)
-    return callee is not None and saves(callee)
+    return _calls_through(ctx, site, "torch.save")
 
 
 def _calls_load(ctx: Context, site: CallSite) -> bool:
     """Whether ``site`` calls a function of the program that runs a ``torch.load`` (through the program)."""
-    return _calls_save(ctx, site, "torch.load")
+    return _calls_through(ctx, site, "torch.load")
+
+
+def _calls_through(ctx: Context, site: CallSite, qualname: str) -> bool:
+    """Whether ``site`` calls a function of the program that runs a call of ``qualname`` (through the program)."""
+    known: dict[int, bool] = {}
+
+    def runs(function: Scope) -> bool:
+        if id(function) not in known:
+            known[id(function)] = False  # a recursion reads "no" until it is known
+            known[id(function)] = any(s.qualname == qualname or (
+                (callee := ctx.plan.callee(s)) is not None and runs(callee)) for s in function.calls)
+        return known[id(function)]
+
+    callee = ctx.plan.callee(site)
+    return callee is not None and runs(callee)
 
 
 def _read_anchor(ctx: Context, load: CallSite) -> cst.BaseStatement:

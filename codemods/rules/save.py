@@ -11,11 +11,11 @@ import libcst as cst
 
 from accelify.codemods.analysis.blocks import outside_open, previous
 from accelify.codemods.engine.context import Context
-from accelify.codemods.analysis.snippets import expression, unwrap
-from accelify.codemods.analysis.facts import Binding, CallSite, Scope
+from accelify.codemods.analysis.snippets import expression, on_main_process, unwrap
+from accelify.codemods.analysis.facts import CallSite, Scope
 from accelify.codemods.analysis.file_writes import logger_class
 from accelify.codemods.analysis.handle_uses import alone
-from accelify.codemods.analysis.roles import is_module_scope
+from accelify.codemods.analysis.roles import module_method
 from accelify.codemods.engine.rule import Example, Rule
 
 
@@ -194,7 +194,7 @@ accelerator.end_training()
                 self._unwrap(ctx, expr, stmt, accelerator)
             elif isinstance(expr, cst.Name) and id(expr) not in followed:
                 followed.add(id(expr))
-                binding = _reaching(ctx, site, expr.value)
+                binding = ctx.facts.last_binding_before(site.scope, expr.value, site.stmt)  # each branch's own
                 if binding is not None and isinstance(binding.value, (cst.Dict, cst.Tuple, cst.List, cst.Call)):
                     pending.append((binding.value, binding.stmt))
 
@@ -227,8 +227,7 @@ def _save_at_calls(ctx: Context, site: CallSite, waited: set[cst.BaseStatement])
     accelerator.unwrap_model(model).save_model(path)`` (the unwrapped model's keys, written once). True when every
     call was; where one cannot be, nothing is changed (the leftovers rule reports the save: ACC009)."""
     method = site.scope
-    cls = method.class_scope
-    if cls is None or method.name == "__init__" or not is_module_scope(cls, ctx.facts.classes):
+    if not module_method(method, ctx.facts.classes):
         return False
     calls = ctx.plan.call_sites(method)
     ready = []
@@ -252,9 +251,7 @@ def _save_at_calls(ctx: Context, site: CallSite, waited: set[cst.BaseStatement])
             assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
             inner = stmt.with_changes(body=[stmt.body[0].with_changes(value=call.with_changes(
                 func=call.func.with_changes(value=unwrap(call.func.value, a))))]) if p else stmt
-            return cst.If(test=expression(f"{a}.is_main_process"),
-                          body=cst.IndentedBlock([inner.with_changes(leading_lines=[])]),  # type: ignore[union-attr]
-                          leading_lines=stmt.leading_lines)
+            return on_main_process(inner, a)
 
         if ctx.replace(call.stmt, call.stmt, guarded):
             _wait_before(ctx, call.stmt, call.scope, accelerator, waited)
@@ -294,11 +291,3 @@ def _wait_before(ctx: Context, anchor: cst.BaseStatement, scope: Scope, accelera
         ctx.insert_before(place, [f"{accelerator}.wait_for_everyone()"])
         waited.add(place)
     return True
-
-
-def _reaching(ctx: Context, site: CallSite, name: str) -> Binding | None:
-    """The assignment of ``name`` in the save's own function that the save sees: the last one before it
-    (``state = {...}`` in each branch of an ``if``/``else``: each save its own)."""
-    at = ctx.facts.order[site.stmt][0]
-    before = [b for b in site.scope.bindings.get(name, []) if b.where is site.scope and ctx.facts.order[b.stmt][0] < at]
-    return max(before, key=lambda b: ctx.facts.order[b.stmt][0]) if before else None

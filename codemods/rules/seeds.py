@@ -215,23 +215,23 @@ def _loader_in_dict_item(ctx: Context, loop: Loop) -> str | None:
     program stores a ``DataLoader(...)`` into an item of that key (``loaders = {}`` then ``loaders['train'] =
     DataLoader(...)``, the Udacity-course layout): ACC022's "no DataLoader" would be false there."""
     source = ctx.plan.loop_source(loop)
-    if not (isinstance(source, cst.Subscript) and len(source.slice) == 1
-            and isinstance(index := source.slice[0].slice, cst.Index) and isinstance(index.value, cst.SimpleString)):
+    key = _string_key(source)
+    if key is None:
         return None
-    key = index.value.evaluated_value
-    for stmt in ctx.facts.order:
-        if not (isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], cst.Assign)):
-            continue
-        assign = stmt.body[0]
-        value = assign.value
-        site = ctx.facts.sites.get(value) if isinstance(value, cst.Call) else None
-        if site is None or not (site.qualname or "").endswith("DataLoader"):
-            continue
-        for target in assign.targets:
-            held = target.target
-            if isinstance(held, cst.Subscript) and len(held.slice) == 1 and isinstance(i := held.slice[0].slice, cst.Index) \
-                    and isinstance(i.value, cst.SimpleString) and i.value.evaluated_value == key:
-                return code_of(source)
+    for site in ctx.facts.calls:
+        small = site.stmt.body[0] if isinstance(site.stmt, cst.SimpleStatementLine) else None
+        if isinstance(small, cst.Assign) and small.value is site.node and (site.qualname or "").endswith("DataLoader") \
+                and any(_string_key(t.target) == key for t in small.targets):
+            return code_of(source)
+    return None
+
+
+def _string_key(expr: cst.BaseExpression) -> str | None:
+    """``"train"`` of ``loaders["train"]``."""
+    if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(index := expr.slice[0].slice, cst.Index) \
+            and isinstance(index.value, cst.SimpleString):
+        key = index.value.evaluated_value
+        return key if isinstance(key, str) else None
     return None
 
 

@@ -23,7 +23,7 @@ from accelify.codemods.engine.edits import is_pure
 from accelify.codemods.analysis.creation import Creation
 from accelify.codemods.analysis.facts import CallSite
 from accelify.codemods.analysis.names import ImportMap, dotted
-from accelify.codemods.analysis.placed import placeable_teacher
+from accelify.codemods.analysis.placed import placeable_teacher, unprepared_model
 from accelify.codemods.analysis.roles import is_cuda_string, is_module_class
 from accelify.codemods.analysis.unplaced import unplaced_inputs
 from accelify.codemods.engine.rule import Example, Rule
@@ -231,8 +231,8 @@ accelerator.end_training()
             return  # (a program that names a device places its models itself)
         done: set[int] = set()
         for site in ctx.facts.calls:
-            found = ctx.plan.origin(site.scope, site.node.func) if isinstance(site.node.func, cst.Name) else None
-            if found is None or id(found) in done or found.role != "model" or ctx.plan.is_prepared(found):
+            found = unprepared_model(ctx.plan, site)
+            if found is None or id(found) in done:
                 continue
             value = placeable_teacher(ctx.plan, found)
             accelerator = ctx.accelerator_in(found.where)
@@ -241,8 +241,7 @@ accelerator.end_training()
                 continue
             done.add(id(found))
             device = expression(f"{accelerator}.device")
-            if ctx.replace(value, found.stmt, lambda c, d=device: cst.Call(  # type: ignore[misc]
-                    func=cst.Attribute(value=c, attr=cst.Name("to")), args=[cst.Arg(d)])):  # type: ignore[arg-type]
+            if ctx.replace(value, found.stmt, lambda c, d=device: _moved(c, d)):  # type: ignore[misc]
                 ctx.change("send the teacher model to accelerator.device")
 
     def _unplaced(self, ctx: Context) -> None:
@@ -336,7 +335,12 @@ def _placed(imports: ImportMap, made: cst.CSTNode, device: cst.BaseExpression) -
     if imports.qualname(made.func) in DETERMINISTIC_FACTORIES:
         keyword = cst.Arg(device, keyword=cst.Name("device"), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
         return made.with_changes(args=[*made.args, keyword])
-    return cst.Call(func=cst.Attribute(value=made, attr=cst.Name("to")), args=[cst.Arg(device)])
+    return _moved(made, device)
+
+
+def _moved(made: cst.CSTNode, device: cst.BaseExpression) -> cst.Call:
+    """``(made).to(device)``."""
+    return cst.Call(func=cst.Attribute(value=made, attr=cst.Name("to")), args=[cst.Arg(device)])  # type: ignore[arg-type]
 
 
 def _has_device(call: cst.Call) -> bool:

@@ -13,7 +13,7 @@ from accelify.codemods.analysis.statement_shapes import is_docstring
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import expression
 from accelify.codemods.analysis.facts import Loop, Scope
-from accelify.codemods.analysis.roles import CLIPPING, is_module_scope
+from accelify.codemods.analysis.roles import CLIPPING, module_method
 from accelify.codemods.engine.rule import Example, Rule
 
 
@@ -299,9 +299,7 @@ def _model_save_method(ctx: Context, function: Scope) -> bool:
     """``Net.save_model(self, path)``: a model's own method that saves it. The accelerator is not threaded into
     the model (a new ``__init__`` parameter breaks every other construction of it: a ``load_model`` classmethod's
     ``cls(**hparams)``, a generation script); the save rule keeps each call of the method to the main process."""
-    cls = function.class_scope
-    return (cls is not None and function.name != "__init__" and is_module_scope(cls, ctx.facts.classes)
-            and any(site.qualname == "torch.save" for site in function.calls)
+    return (module_method(function, ctx.facts.classes) and any(site.qualname == "torch.save" for site in function.calls)
             and not any(site.method == "backward" or site.qualname in CLIPPING for site in function.calls))
 
 

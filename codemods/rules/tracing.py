@@ -13,7 +13,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods.analysis.facts import CallSite
-from accelify.codemods.analysis.snippets import expression, unwrap
+from accelify.codemods.analysis.snippets import on_main_process, unwrap
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
 
@@ -111,11 +111,11 @@ accelerator.end_training()
             if plan.distributed.main_only(ctx.facts, stmt, site.scope) is not None:
                 continue
             if alone and not ctx.rewritten(stmt):
-                ctx.replace_through(site.scope, stmt, stmt, _guard)
+                ctx.replace_through(site.scope, stmt, stmt, on_main_process)
                 ctx.change("trace on the main process only")
             for save in _saves_of(ctx, site):  # ``traced.save(path)``: written once
                 if not ctx.rewritten(save):
-                    ctx.replace_through(site.scope, save, save, _guard)
+                    ctx.replace_through(site.scope, save, save, on_main_process)
 
 
 def _saves_of(ctx: Context, site: CallSite) -> list[cst.BaseStatement]:
@@ -146,12 +146,3 @@ def _model_argument(site: CallSite) -> cst.BaseExpression | None:
             return arg.value
     positional = [a for a in site.node.args if a.keyword is None and not a.star]
     return positional[0].value if positional else None
-
-
-def _guard(stmt: cst.CSTNode, accelerator: str) -> cst.CSTNode:
-    assert isinstance(stmt, cst.BaseStatement)
-    return cst.If(
-        test=expression(f"{accelerator}.is_main_process"),
-        body=cst.IndentedBlock([stmt.with_changes(leading_lines=[])]),
-        leading_lines=stmt.leading_lines,
-    )

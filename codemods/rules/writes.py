@@ -22,13 +22,14 @@ import libcst.matchers as m
 from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.blocks import under_main_process
-from accelify.codemods.analysis.snippets import code_of, expression
+from accelify.codemods.analysis.snippets import code_of, expression, on_main_process
 from accelify.codemods.analysis.facts import CallSite, Scope
 from accelify.codemods.analysis.file_writes import saves_file_object, writer_class
 from accelify.codemods.analysis.handle_uses import Collectives, alone, clock_named, handle_uses
 from accelify.codemods.analysis.helper_calls import helper_calls
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.named_writes import writes_by_name
+from accelify.codemods.analysis.reduced_outputs import read_names
 from accelify.codemods.analysis.removals import removes_shared_file
 from accelify.codemods.analysis.share_walks import walks_a_share
 from accelify.codemods.analysis.write_calls import LOG_WRITERS, TF_WRITERS, TRACKERS, writes_file
@@ -278,10 +279,10 @@ accelerator.end_training()
             if stmt is None:
                 _warn_kept_open(ctx, site, wrapped)
                 continue
-            if stmt in wrapped or any(s in wrapped for s in ctx.facts.chain(stmt)) or _main_only(ctx, site.scope, stmt):
+            if _handled(ctx, stmt, wrapped) or _main_only(ctx, site.scope, stmt):
                 continue
             accelerator = ctx.accelerator_in(site.scope)
-            if ctx.replace(stmt, stmt, lambda s, a=accelerator: _guard(s, a)):  # type: ignore[misc]
+            if ctx.replace(stmt, stmt, lambda s, a=accelerator: on_main_process(s, a)):  # type: ignore[misc]
                 wrapped.add(stmt)
                 ctx.change("write files on the main process only")
                 loader = _per_item_write(ctx, site)
@@ -289,11 +290,16 @@ accelerator.end_training()
                     ctx.warn(codes.SHARD_WRITES, site.node, name=code_of(site.node.func), loader=loader)
 
 
+def _handled(ctx: Context, stmt: cst.BaseStatement, wrapped: set[cst.BaseStatement]) -> bool:
+    """Whether ``stmt``, or a statement around it, is already kept to the main process (or reported) by this rule."""
+    return stmt in wrapped or any(s in wrapped for s in ctx.facts.chain(stmt))
+
+
 def _per_item_write(ctx: Context, site: CallSite) -> str | None:
     """The prepared loader a loop around ``site`` walks when the write is handed a name that loop binds
     (``plt.savefig(f"pred_{i}.png")`` in ``for i, (x, y) in enumerate(test_loader)``): one file per batch, of which
     the main process walks its share only. A write of one file per epoch (no loop name in it) is no such write."""
-    passed = {n.value for arg in site.node.args for n in m.findall(arg.value, m.Name()) if isinstance(n, cst.Name)}
+    passed = set().union(*(read_names(arg.value) for arg in site.node.args))
     loop = site.loop
     while loop is not None:
         if passed & set(loop.targets) and ctx.plan.loader_of(loop) is not None:
@@ -342,7 +348,7 @@ def _warn_in_helper(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement
         target = code_of(item.asname.name) if item is not None and item.asname is not None else "f"
         ctx.warn(codes.SHARED_WRITER, site.node, name=code_of(site.node.func), target=target,
                  why=f" ({why}, and each process writes its own share of the prepared loader `{site.scope.name}` walks)")
-    elif stmt not in wrapped and not any(s in wrapped for s in ctx.facts.chain(stmt)):
+    elif not _handled(ctx, stmt, wrapped):
         wrapped.add(stmt)  # ``json.dump(d, f)`` in that ``with open(...)``: the same write, handled (or reported) once
         _write_at_calls(ctx, site, wrapped)  # ``with open(path, "w") as f:`` too: its file is written at the calls
 
@@ -360,10 +366,10 @@ def _write_at_calls(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement
         ctx.warn(codes.HELPER_WRITE, site.node, name=code_of(site.node.func), helper=site.scope.name)
         return
     for scope, stmt in calls:
-        if stmt in wrapped or any(s in wrapped for s in ctx.facts.chain(stmt)) or _main_only(ctx, scope, stmt):
+        if _handled(ctx, stmt, wrapped) or _main_only(ctx, scope, stmt):
             continue
         accelerator = ctx.accelerator_in(scope)
-        if ctx.replace(stmt, stmt, lambda s, a=accelerator: _guard(s, a)):  # type: ignore[misc]
+        if ctx.replace(stmt, stmt, lambda s, a=accelerator: on_main_process(s, a)):  # type: ignore[misc]
             wrapped.add(stmt)
             ctx.change("write files on the main process only")
 
@@ -401,7 +407,7 @@ def _keep_log_to_main(ctx: Context, site: CallSite, wrapped: set[cst.BaseStateme
     value = site.stmt.body[0].value  # type: ignore[attr-defined]
     ctx.replace_through(site.scope, value, site.stmt, _on_main)
     for reader, stmt in pending:
-        ctx.replace_through(reader, stmt, stmt, _guard)
+        ctx.replace_through(reader, stmt, stmt, on_main_process)
         wrapped.add(stmt)
     ctx.change("open the log on the main process only, and write to it there")
 
@@ -447,7 +453,7 @@ def _keep_tracker_to_main(ctx: Context, site: CallSite, wrapped: set[cst.BaseSta
             return False
     for use in uses:
         if not _main_only(ctx, use.scope, use.stmt) and use.stmt not in wrapped:
-            ctx.replace_through(use.scope, use.stmt, use.stmt, _guard)
+            ctx.replace_through(use.scope, use.stmt, use.stmt, on_main_process)
             wrapped.add(use.stmt)  # type: ignore[arg-type]
     ctx.change("start the experiment tracker's run on the main process only, and log to it there")
     return True
@@ -474,12 +480,3 @@ def _outermost_write(ctx: Context, site: CallSite) -> cst.BaseStatement | None:
         if isinstance(small, cst.Expr) and small.value is site.node:
             return stmt
     return None
-
-
-def _guard(stmt: cst.CSTNode, accelerator: str) -> cst.CSTNode:
-    assert isinstance(stmt, cst.BaseStatement)
-    return cst.If(
-        test=expression(f"{accelerator}.is_main_process"),
-        body=cst.IndentedBlock([stmt.with_changes(leading_lines=[])]),
-        leading_lines=stmt.leading_lines,
-    )
