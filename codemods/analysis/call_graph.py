@@ -12,6 +12,7 @@ import libcst.matchers as m
 from accelify.codemods.analysis.classes import Classes
 from accelify.codemods.analysis.facts import CallSite, Facts, Scope
 from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.roles import strip_placement
 
 
 class CallGraph:
@@ -30,10 +31,12 @@ class CallGraph:
         for site in facts.calls:
             function = self._resolve_callee(site)
             self._callees[site] = function
-            if function is not None and not self.in_other_trainer(site.scope):
+            if self.in_other_trainer(site.scope):
                 # a call in another trainer's territory is that trainer's conversion's to follow: a helper both
                 # call (``save_checkpoint(model, path)``) sees each trainer's objects in its own conversion
-                self._sites.setdefault(function, []).append(site)
+                continue
+            for candidate in [function] if function is not None else self._possible_methods(site):
+                self._sites.setdefault(candidate, []).append(site)
 
     def in_other_trainer(self, scope: Scope | None) -> bool:
         """``scope`` is (in) the territory of a trainer this conversion leaves aside (``elsewhere``)."""
@@ -125,6 +128,54 @@ class CallGraph:
         func = made.func
         cls = self._chosen(scope, func) if self.elsewhere else self.classes.class_of(scope, func)
         return self.classes.method(cls, method) if cls is not None else None
+
+    def _possible_methods(self, site: CallSite) -> list[Scope]:
+        """``model.save_model(path)`` where ``model`` is bound in the arms of an ``if`` to instances of two classes of
+        the program (``GRUGen(...)`` or ``LSTMGen(...)``), each with its own ``save_model``: each class's method may
+        be the one that runs, so the call is one of each method's calls (``call_sites``), while ``callee`` stays
+        None (which one runs is not known). Empty unless every binding is such a constructor defining the method."""
+        func = site.node.func
+        if self.elsewhere or not isinstance(func, cst.Attribute):
+            return []
+        held = self._held_instance(site.scope, func.value)
+        if held is not None:  # ``corpus.vocab.save_dict(path)``: the class ``corpus``'s ``__init__`` binds ``vocab`` to
+            method = self.classes.method(held, func.attr.value)
+            return [method] if method is not None else []
+        if not isinstance(func.value, cst.Name) or func.value.value == "self":
+            return []
+        owner = site.scope.resolve(func.value.value)
+        bindings = owner.bindings.get(func.value.value, []) if owner is not None else []
+        found: dict[int, Scope] = {}
+        for binding in bindings:
+            made = _made(binding.value)
+            cls = self.classes.class_of(site.scope, made.func) if made is not None else None
+            method = self.classes.method(cls, func.attr.value) if cls is not None else None
+            if method is None:
+                return []
+            found[id(method)] = method
+        return list(found.values()) if len(found) > 1 else []
+
+    def _held_instance(self, scope: Scope, expr: cst.BaseExpression) -> Scope | None:
+        """The class of the program whose instance ``expr`` holds, where ``expr`` is ``obj.attr`` (or
+        ``self.attr``) and the class of ``obj`` binds ``self.attr`` once, to a constructor of a class of the program
+        (``self.vocab = Vocab(min_freq)``); None otherwise."""
+        if not isinstance(expr, cst.Attribute) or not isinstance(expr.value, cst.Name):
+            return None
+        owner_name = expr.value.value
+        if owner_name == "self":
+            holder = scope.class_scope
+        else:
+            where = scope.resolve(owner_name)
+            bindings = where.bindings.get(owner_name, []) if where is not None else []
+            made = _made(bindings[0].value) if len(bindings) == 1 else None
+            holder = self.classes.class_of(scope, made.func) if made is not None else None
+        if holder is None:
+            return None
+        held = holder.bindings.get(f"self.{expr.attr.value}", [])
+        if len(held) != 1 or not isinstance(held[0].value, cst.Call):
+            return None
+        return self.classes.class_of(held[0].where, strip_placement(held[0].value).func) \
+            if isinstance(strip_placement(held[0].value), cst.Call) else None
 
     def _imported(self, qualname: str | None) -> Scope | None:
         """``loops.fit`` -> the function ``fit`` of the local module ``loops`` (or a class's ``__init__``)."""
@@ -222,9 +273,11 @@ class CallGraph:
 
 def _made(value: cst.BaseExpression | None) -> cst.Call | None:
     """The constructor call a name is bound to: ``Logger(...)``, also as the converted code makes it on the main
-    process only (``Logger(...) if accelerator.is_main_process else None``); None for anything else."""
+    process only (``Logger(...) if accelerator.is_main_process else None``), and a model placed where it is built
+    (``Net(...).to(device)``: the instance is Net's); None for anything else."""
     if isinstance(value, cst.IfExp) and isinstance(value.orelse, cst.Name) and value.orelse.value == "None":
         value = value.body
+    value = strip_placement(value) if value is not None else None
     return value if isinstance(value, cst.Call) else None
 
 

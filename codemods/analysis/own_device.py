@@ -13,7 +13,8 @@ trainer) is: it names one device for every process. So only positive evidence th
   method rebinds it to (``x, ld = flow.forward(x)`` over ``self.flows``: a submodule's output);
 - ``x`` is a parameter of a function every call of which passes such a value.
 
-``next(model.parameters()).device`` is a parameter's own device too.
+``next(model.parameters()).device`` is a parameter's own device too, also through a name bound to it
+(``model_device = next(model.parameters()).device``, then ``batch.to(model_device)``).
 """
 
 from __future__ import annotations
@@ -33,10 +34,20 @@ def own_device(plan: Plan, scope: Scope, expr: cst.BaseExpression) -> bool:
     """Whether ``expr`` (the argument of ``.to(...)``) is ``x.device`` of a tensor ``x`` (see above), or a tensor
     itself (``.to(p)`` with ``p = next(self.flow.parameters())``: its dtype and device)."""
     if isinstance(expr, cst.Name):
-        return _tensor(plan, scope, expr, 0)
+        return _tensor(plan, scope, expr, 0) or _device_of_tensor(plan, scope, expr.value)
     if not (isinstance(expr, cst.Attribute) and expr.attr.value == "device"):
         return False
     return _tensor(plan, scope, expr.value, 0)
+
+
+def _device_of_tensor(plan: Plan, scope: Scope, name: str) -> bool:
+    """``model_device = next(model.parameters()).device`` (or ``x.device`` of any tensor ``x`` above), every binding
+    of the name: ``.to(model_device)`` follows the model wherever the accelerator puts it."""
+    owner = scope.resolve(name)
+    bindings = owner.bindings.get(name, []) if owner is not None and name not in _SETTINGS else []
+    return bool(bindings) and all(
+        b.unpacked is None and isinstance(b.value, cst.Attribute) and b.value.attr.value == "device"
+        and _tensor(plan, owner, b.value.value, 1) for b in bindings)
 
 
 def _tensor(plan: Plan, scope: Scope, expr: cst.BaseExpression, depth: int, seen: frozenset = frozenset()) -> bool:

@@ -24,7 +24,7 @@ from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.blocks import under_main_process
 from accelify.codemods.analysis.snippets import code_of, expression, on_main_process
 from accelify.codemods.analysis.facts import CallSite, Scope
-from accelify.codemods.analysis.file_writes import saves_file_object, writer_class
+from accelify.codemods.analysis.file_writes import logger_class, saves_file_object, writer_class
 from accelify.codemods.analysis.handle_uses import Collectives, alone, clock_named, handle_uses
 from accelify.codemods.analysis.helper_calls import helper_calls
 from accelify.codemods.analysis.names import dotted
@@ -329,8 +329,20 @@ def _kept_open(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) ->
 
 
 def _helper_after_accelerator(ctx: Context, site: CallSite) -> bool:
-    """A function of a local module with no accelerator of its own, every call of which runs after it exists."""
-    return ctx.accelerator_in(site.scope) is None and ctx.will_be_after_accelerator(site.scope, site.stmt)
+    """A function of a local module with no accelerator of its own, every call of which runs after it exists; or
+    such a method of a class of the program (``vocab.save_dict(path)``, ``Vocab.save_dict`` pickling itself), which
+    is kept to the main process at its calls as a function is (never ``__init__``, nor a logger class's method: the
+    logger is made on the main process only, and its calls kept there with it)."""
+    scope = site.scope
+    if ctx.accelerator_in(scope) is not None:
+        return False
+    if scope.class_scope is None or scope.kind != "function":
+        return ctx.will_be_after_accelerator(scope, site.stmt)
+    if scope.name == "__init__" or logger_class(ctx.plan, scope.class_scope):
+        return False
+    sites = ctx.plan.call_sites(scope)
+    return bool(sites) and all(ctx.accelerator_in(s.scope) is not None and ctx.after_accelerator(s.scope, s.stmt)
+                               for s in sites)
 
 
 def _warn_in_helper(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) -> None:

@@ -362,6 +362,81 @@ def test_a_models_own_save_method_runs_on_the_main_process_at_its_calls() -> Non
         in result.new, result.new
 
 
+TWO_MODELS_WITH_SAVE = MODEL_WITH_SAVE + """
+
+class Mlp(nn.Module):
+    def __init__(self, n_in, n_out):
+        super().__init__()
+        self.n_in, self.n_out = n_in, n_out
+        self.fc = nn.Sequential(nn.Linear(n_in, 8), nn.ReLU(), nn.Linear(8, n_out))
+
+    def forward(self, x):
+        return self.fc(x)
+
+    def save_model(self, filename):
+        torch.save({"hparams": {"n_in": self.n_in, "n_out": self.n_out}, "state_dict": self.state_dict()}, filename)
+
+
+class Vocab:
+    def __init__(self, n):
+        self.n = n
+
+    def save_dict(self, filename):
+        pickle.dump(self, open(filename, "wb"))
+
+
+class Corpus:
+    def __init__(self, n):
+        self.vocab = Vocab(n)
+""".replace("import torch\n", "import pickle\nimport torch\n", 1)
+
+
+def test_a_models_own_save_method_is_found_through_placement_and_branches() -> None:
+    """K7 as published: the model is built placed (``LSTMGen(...).to(device)``) in one of two arms of an ``if``, each
+    a class with its own ``save_model``; the save stayed on every process, with an ACC009 whose advice (thread the
+    accelerator into the model) broke the class's own loading before. Both classes' methods are the call's, and it
+    is kept to the main process as for one class. The vocabulary the data set holds (``dataset.vocab``, a class of
+    the program pickling itself in ``save_dict``) is written once, as a function's write is; the batch moved to
+    ``next(model.parameters()).device`` through a name follows the model (no ACC002)."""
+    script = dedent("""
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        from model import Net, Mlp, Corpus
+
+
+        def train(use_mlp):
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            corpus = Corpus(4)
+            loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+            if use_mlp:
+                model = Mlp(4, 1).to(device)
+            else:
+                model = Net(4, 1).to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            corpus.vocab.save_dict("vocab.pickle")
+            model_device = next(model.parameters()).device
+            for epoch in range(2):
+                for x, y in loader:
+                    x, y = x.to(model_device), y.to(model_device)
+                    loss = torch.nn.functional.mse_loss(model(x), y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                model.save_model("net.pt")
+
+
+        if __name__ == "__main__":
+            train(False)
+        """)
+    result = convert_source(script, modules=[ModuleText("model", "model.py", TWO_MODELS_WITH_SAVE)])
+    found = [f"{w.path}:{w.code}" for r in (result, *result.companions) for w in r.warnings]
+    assert found == [], found
+    assert all(c.new == c.old for c in result.companions), "the model's module is left as it is"
+    assert ("        accelerator.wait_for_everyone()\n        if accelerator.is_main_process:\n"
+            '            accelerator.unwrap_model(model).save_model("net.pt")\n') in result.new, result.new
+    assert '    if accelerator.is_main_process:\n        corpus.vocab.save_dict("vocab.pickle")\n' in result.new, result.new
+
+
 def test_a_model_a_training_function_hands_back_is_the_prepared_one() -> None:
     """K10 (the Udacity-course ``model_transfer = train(n_epochs, loaders, model, ...)`` ending in ``return
     model``, then ``model_transfer.load_state_dict(torch.load(save_path))``): the returned model was not taken for
