@@ -28,6 +28,7 @@ from accelify.codemods.analysis.facts import Loop
 from accelify.codemods.analysis.loss_means import mean_loss, split_rows, starred_reads
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
+from accelify.codemods.analysis.shard_counts import under_progress_bar
 from accelify.codemods.analysis.snippets import code_of
 
 
@@ -87,7 +88,8 @@ def batch_chain(plan: Plan, loop: Loop, name: str, update: cst.BaseStatement, ga
             return None
         for division in found:
             right = division.right  # type: ignore[attr-defined]
-            if not (m.matches(right, m.Call(func=m.Name("len"))) and len(right.args) == 1 and code_of(right.args[0].value) == loader):
+            if not (m.matches(right, m.Call(func=m.Name("len"))) and len(right.args) == 1
+                    and code_of(under_progress_bar(plan, loop.scope, right.args[0].value)) == loader):
                 return None
             divisors.append((right, stmt))
     if not divisors:

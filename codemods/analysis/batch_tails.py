@@ -34,6 +34,7 @@ from accelify.codemods.analysis.batch_chains import BatchChain
 from accelify.codemods.analysis.facts import Loop
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
+from accelify.codemods.analysis.shard_counts import under_progress_bar
 from accelify.codemods.analysis.shard_sums import Accumulator
 from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.analysis.statement_shapes import target_names
@@ -87,7 +88,7 @@ def per_batch_tail(plan: Plan, agreement: Agreement, loop: Loop, accs: Iterable[
             continue
         if acc.end is not loop.node:
             return None
-        found_divisors = _divisors(loop, acc.name, reads.get(acc.name, []), loader)
+        found_divisors = _divisors(plan, loop, acc.name, reads.get(acc.name, []), loader)
         if not found_divisors:
             return None
         divisors += found_divisors
@@ -131,7 +132,7 @@ def _draws(stmt: cst.BaseStatement) -> bool:
     return any((dotted(c.func) or "").rsplit(".", 1)[-1] in _RANDOM for c in m.findall(stmt, m.Call()))  # type: ignore[attr-defined]
 
 
-def _divisors(loop: Loop, name: str, reads: list[cst.BaseStatement], loader: str
+def _divisors(plan: Plan, loop: Loop, name: str, reads: list[cst.BaseStatement], loader: str
               ) -> list[tuple[cst.Call, cst.BaseStatement]] | None:
     """Every ``len(loader)`` that divides the sum ``name`` in ``reads`` (the statements after the loop that read it), with
     the statement holding it, when every read of the sum is such a division, or the first one is ``name /= d`` (the
@@ -141,25 +142,26 @@ def _divisors(loop: Loop, name: str, reads: list[cst.BaseStatement], loader: str
     for stmt in reads:
         small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
         if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.DivideAssign) and m.matches(small.target, m.Name(name)):
-            found = _count(loop, small.value, loader, stmt)
+            found = _count(plan, loop, small.value, loader, stmt)
             return None if found is None or m.findall(small.value, m.Name(name)) else out + [found]
         divisions = [d for d in m.findall(stmt, m.BinaryOperation(operator=m.Divide())) if m.matches(d.left, m.Name(name))]  # type: ignore[attr-defined]
         if len(divisions) != len(m.findall(stmt, m.Name(name))):
             return None
         for division in divisions:
-            found = _count(loop, division.right, loader, stmt)  # type: ignore[attr-defined]
+            found = _count(plan, loop, division.right, loader, stmt)  # type: ignore[attr-defined]
             if found is None:
                 return None
             out.append(found)
     return out
 
 
-def _count(loop: Loop, divisor: cst.BaseExpression, loader: str, stmt: cst.BaseStatement | None = None
+def _count(plan: Plan, loop: Loop, divisor: cst.BaseExpression, loader: str, stmt: cst.BaseStatement | None = None
            ) -> tuple[cst.Call, cst.BaseStatement] | None:
     """``len(loader)`` itself (held by ``stmt``), or the ``len(loader)`` a name is bound to once in the loop's scope and
-    read only as this divisor; None otherwise."""
+    read only as this divisor; None otherwise. ``len(bar)`` of ``bar = tqdm(loader)`` is ``len(loader)``."""
     def length(expr: cst.BaseExpression) -> bool:
-        return m.matches(expr, m.Call(func=m.Name("len"))) and len(expr.args) == 1 and code_of(expr.args[0].value) == loader  # type: ignore[attr-defined]
+        return m.matches(expr, m.Call(func=m.Name("len"))) and len(expr.args) == 1 \
+            and code_of(under_progress_bar(plan, loop.scope, expr.args[0].value)) == loader  # type: ignore[attr-defined]
 
     if length(divisor) and stmt is not None:
         return divisor, stmt  # type: ignore[return-value]

@@ -29,7 +29,7 @@ from typing import Callable
 import libcst as cst
 import libcst.matchers as m
 
-from accelify.codemods.analysis.facts import Loop
+from accelify.codemods.analysis.facts import Loop, Scope
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.snippets import code_of
@@ -193,30 +193,65 @@ def is_mean_loss_call(plan: Plan, loop: Loop, expr: cst.BaseExpression) -> bool:
 
 
 def _loss_call(plan: Plan, loop: Loop, expr: cst.BaseExpression) -> bool:
+    return _mean_loss_in(plan, loop.scope, expr, 0)
+
+
+def _mean_loss_in(plan: Plan, scope: Scope, expr: cst.BaseExpression, depth: int) -> bool:
+    """``expr`` in ``scope`` calls a mean loss: a ``torch.nn.functional`` loss, a loss module, or a function of the
+    program that returns one of its parameters' mean loss (``def l2_loss(pred, label): loss = F.mse_loss(pred,
+    label); return loss``), whose batch rows are then the caller's."""
     if not isinstance(expr, cst.Call):
         return False
-    qualname = loop.scope.imports.qualname(expr.func) or ""
+    qualname = scope.imports.qualname(expr.func) or ""
     if qualname.startswith("torch.nn.functional."):
         leaf = qualname.rsplit(".", 1)[1]
         return (leaf.endswith("_loss") or leaf in ("cross_entropy", "binary_cross_entropy",
                                                    "binary_cross_entropy_with_logits")) and _by_mean(expr)
     key = dotted(expr.func)
-    binding = plan.binding_of(loop.scope, key) if key is not None else None
-    if binding is None or not isinstance(binding.value, cst.Call):
+    binding = plan.binding_of(scope, key) if key is not None else None
+    if binding is not None and isinstance(binding.value, cst.Call):
+        made = binding.where.imports.qualname(binding.value.func) or ""
+        return made.startswith("torch.nn.") and made.endswith("Loss") and _by_mean(binding.value)
+    return depth < 2 and _own_mean_loss(plan, expr, depth)
+
+
+def _own_mean_loss(plan: Plan, call: cst.Call, depth: int) -> bool:
+    """``l2_loss(output, label)``: a function of the program whose one ``return`` gives a mean loss (directly, or
+    through a name it binds once) computed from its parameters only, each passed through as it is."""
+    site = plan.facts.sites.get(call)
+    function = plan.callee(site) if site is not None else None
+    if function is None or function.class_scope is not None or len(function.returns) != 1 \
+            or any(a.star for a in call.args):
         return False
-    made = binding.where.imports.qualname(binding.value.func) or ""
-    return made.startswith("torch.nn.") and made.endswith("Loss") and _by_mean(binding.value)
+    value = function.returns[0].value
+    value = _unwrapped(value) if value is not None else None
+    if isinstance(value, cst.Name):
+        bindings = function.bindings.get(value.value, [])
+        value = _unwrapped(bindings[0].value) if len(bindings) == 1 and bindings[0].value is not None \
+            and bindings[0].unpacked is None else None
+    if not isinstance(value, cst.Call) or not _mean_loss_in(plan, function, value, depth + 1):
+        return False
+    params = set(function.param_names)
+    read = {n.value for a in value.args for n in m.findall(a.value, m.Name())  # type: ignore[attr-defined]
+            if not isinstance(a.value, cst.Attribute)} - {"True", "False", "None"}
+    return all(isinstance(_unwrapped(a.value), cst.Name) and _unwrapped(a.value).value in params  # type: ignore[attr-defined]
+               for a in value.args if a.keyword is None) and read <= params
 
 
 def _by_mean(call: cst.Call) -> bool:
-    """No ``reduction`` argument, or ``reduction="mean"``, and none of the legacy ones."""
+    """No ``reduction`` argument, or ``reduction="mean"``; of the legacy ones only ``size_average=True`` (with no
+    ``reduce=False``), which is the mean."""
     for arg in call.args:
         if arg.keyword is None:
             if isinstance(arg.value, cst.SimpleString):
                 return False  # a reduction given by position (``nn.CrossEntropyLoss(None, None, -100, None, "sum")``)
             continue
-        if arg.keyword.value in _LEGACY:
-            return False
-        if arg.keyword.value == "reduction":
+        if arg.keyword.value == "size_average":
+            if not (isinstance(arg.value, cst.Name) and arg.value.value == "True"):
+                return False
+        elif arg.keyword.value in _LEGACY:
+            if not (isinstance(arg.value, cst.Name) and arg.value.value == "True"):
+                return False
+        elif arg.keyword.value == "reduction":
             return isinstance(arg.value, cst.SimpleString) and arg.value.evaluated_value == "mean"
     return True

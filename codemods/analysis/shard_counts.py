@@ -137,7 +137,7 @@ def _simple_len(expr: cst.BaseExpression) -> bool:
 
 
 def _per_process_len(plan: Plan, scope: Scope, call: cst.BaseExpression, at: cst.BaseStatement | None) -> bool | None:
-    arg = _under_progress_bar(plan, scope, call.args[0].value)  # type: ignore[attr-defined]
+    arg = under_progress_bar(plan, scope, call.args[0].value)  # type: ignore[attr-defined]
     if isinstance(arg, cst.Attribute) and arg.attr.value == "dataset":
         return False  # the whole data set, whatever the loader
     if isinstance(arg, cst.Attribute) and arg.attr.value == "sampler" and (
@@ -151,7 +151,7 @@ def _per_process_len(plan: Plan, scope: Scope, call: cst.BaseExpression, at: cst
     return None
 
 
-def _under_progress_bar(plan: Plan, scope: Scope, expr: cst.BaseExpression) -> cst.BaseExpression:
+def under_progress_bar(plan: Plan, scope: Scope, expr: cst.BaseExpression) -> cst.BaseExpression:
     """``dataloader`` for ``loader`` bound to ``tqdm.tqdm(dataloader)``: a bar's length is its iterable's (unless it
     is given a ``total=``)."""
     for _ in range(3):

@@ -650,3 +650,55 @@ def test_a_loader_a_trainer_builds_under_a_test_in_init_is_seen_prepared_by_its_
         """))
     assert "self.test_loader = self.accelerator.prepare(self.test_loader)" in result.new, result.new
     assert "self.accelerator.gather_for_metrics(" in result.new, result.new
+
+
+def test_a_mean_loss_of_the_programs_own_over_a_progress_bar_is_computed_per_original_batch() -> None:
+    """K5 (an LSTM stock forecaster): the evaluation adds ``l2_loss(output, label)``, the program's own function
+    returning ``F.mse_loss(pred, label, size_average=True)`` (the legacy spelling of the mean), over ``loader =
+    tqdm.tqdm(dataloader)`` and divides by ``len(loader)``. Over the gathered loop that was the mean of N batches
+    summed over 1/N as many passes, left with ACC042. The function is a mean loss of its parameters, and the bar's
+    length is its loader's: each pass adds the loss of each original batch it holds, divided by the original's
+    number of batches."""
+    script = dedent("""
+        import torch
+        import tqdm
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        def l2_loss(pred, label):
+            loss = torch.nn.functional.mse_loss(pred, label, size_average=True)
+            return loss
+
+
+        def eval_once(model, dataloader):
+            model.eval()
+            loader = tqdm.tqdm(dataloader)
+            loss_epoch = 0
+            for idx, (data, label) in enumerate(loader):
+                output = model(data)
+                loss = l2_loss(output, label)
+                loss_epoch += loss.detach().item()
+            loss_epoch /= len(loader)
+            return loss_epoch
+
+
+        def main():
+            loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+            val_loader = DataLoader(TensorDataset(torch.randn(20, 4), torch.randn(20, 1)), batch_size=8)
+            model = torch.nn.Linear(4, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = l2_loss(model(x), y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            print(eval_once(model, val_loader))
+
+
+        main()
+        """)
+    result = convert_source(script)
+    assert [w.code for w in result.warnings] == [], [w.format() for w in result.warnings]
+    assert ("        for output, label in zip(output.split(dataloader.batch_sampler.batch_size), "
+            "label.split(dataloader.batch_sampler.batch_size)):\n") in result.new, result.new
+    assert "    loss_epoch /= len(dataloader.batch_sampler.batch_sampler)\n" in result.new, result.new
