@@ -19,6 +19,7 @@ import libcst as cst
 
 from accelify.codemods.analysis.tree_walk import descendants
 from accelify.codemods.analysis.names import dotted
+from accelify.codemods.engine.guards import join_main_guards
 
 Replacement = Callable[[cst.CSTNode], cst.CSTNode]
 Regroup = Callable[[list[cst.BaseStatement]], list[cst.BaseStatement]]
@@ -196,6 +197,7 @@ class _Applier(cst.CSTTransformer):
         carried: list[cst.EmptyLine] = []  # blank lines and comments of removed statements
         removed_first = False
         spans: dict[int, tuple[int, int]] = {}  # original statement -> the slice of ``out`` made from it
+        own: set[int] = set()
         for original, new in zip(originals, updated):
             start = len(out)
             inserted = list(self.edits.before.get(original, ()))
@@ -218,12 +220,15 @@ class _Applier(cst.CSTTransformer):
             elif carried:
                 new = new.with_changes(leading_lines=_merge(carried, new.leading_lines))
             carried = list(self.trailing.pop(id(new), []))  # comments of branches pruned from this ``if``
+            if isinstance(original, cst.If):
+                own.add(id(new))  # the script's own ``if`` (``if rank == 0:`` rewritten): never joined
             out.append(new)
             out.extend(after)
             spans[id(original)] = (start, len(out))
         here = [(spans[id(g[0])][0], spans[id(g[-1])][1], make) for g, make in self.edits.groups if id(g[0]) in spans]
         for first, last, make in sorted(here, key=lambda group: group[0], reverse=True):
             out[first:last] = make(out[first:last])
+        out = join_main_guards(out, own)  # neighbouring statements the conversion kept to the main process
         if indented and removed_first and out:  # a block never starts with a blank line
             lines = list(out[0].leading_lines)
             while lines and lines[0].comment is None:

@@ -104,7 +104,7 @@ WRITER_HEAD = (
 def test_a_summary_writer_is_opened_and_written_on_the_main_process() -> None:
     """Every use a statement calling a method of the writer, in the script and in a helper that reads the global:
     each runs on the main process (a nested ``if`` keeps its test; ``add_graph``, already put on the main process by
-    the tracing rule, is guarded once)."""
+    the tracing rule, is guarded once, and with the ``close`` after it under one guard)."""
     assert_converts(
         WRITER_HEAD + "writer = SummaryWriter('runs')\n\n\ndef log(step, value):\n    writer.add_scalar('loss', value, step)\n\n\n"
         "for epoch in range(2):\n    for x, y in loader:\n        loss = F.mse_loss(model(x), y)\n        optimizer.zero_grad()\n"
@@ -119,7 +119,7 @@ def test_a_summary_writer_is_opened_and_written_on_the_main_process() -> None:
         "        accelerator.backward(loss)\n        optimizer.step()\n        if epoch > 0:\n            if accelerator.is_main_process:\n"
         "                writer.add_scalar('batch', loss.item(), epoch)\n    log(epoch, loss.item())\n"
         "if accelerator.is_main_process:\n    writer.add_graph(accelerator.unwrap_model(model), torch.randn(1, 2))\n"
-        "if accelerator.is_main_process:\n    writer.close()\naccelerator.end_training()\n",
+        "    writer.close()\naccelerator.end_training()\n",
     )
 
 
