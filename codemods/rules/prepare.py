@@ -186,13 +186,51 @@ accelerator.print("adam", loss.item())
 accelerator.end_training()
 ''',
         ),
+        Example(  # loaders stored into a dict's items after ``{}`` made it: prepared in place after the last
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+loaders = {}
+loaders["train"] = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4, shuffle=True)
+loaders["valid"] = DataLoader(TensorDataset(torch.randn(4, 2)), batch_size=4)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for (x,) in loaders["train"]:
+    model(x).sum().backward()
+    optimizer.step()
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+loaders = {}
+loaders["train"] = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4, shuffle=True)
+loaders["valid"] = DataLoader(TensorDataset(torch.randn(4, 2)), batch_size=4)
+loaders["train"], loaders["valid"] = accelerator.prepare(
+    loaders["train"], loaders["valid"]
+)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+for (x,) in loaders["train"]:
+    accelerator.backward(model(x).sum())
+    optimizer.step()
+accelerator.end_training()
+''',
+        ),
     )
 
     def run(self, ctx: Context) -> None:
         plan = ctx.plan
         for loader in plan.in_place:  # rebuilt every epoch: prepared every time, right where it is built
             accelerator = ctx.accelerator_in(loader.where)
-            if accelerator is not None and isinstance(loader.stmt, cst.SimpleStatementLine):
+            filled = plan.filled.get(id(loader))
+            if accelerator is not None and filled is not None:  # ``loaders = {}`` then its items: after the last
+                indent = _depth(ctx, [filled.after]) * _indent(ctx, loader.where)
+                ctx.insert_after(filled.after, [_prepare_code(filled.items(), accelerator, indent)])
+                ctx.change(f"prepare the loaders stored in {loader.key} after the last is stored")
+            elif accelerator is not None and isinstance(loader.stmt, cst.SimpleStatementLine):
                 if loader_mapping(loader):  # ``dataloaders = {"train": ..., "val": ...}``: each one
                     code = f"{loader.key} = {{k: {accelerator}.prepare(v) for k, v in {loader.key}.items()}}"
                 else:

@@ -1,0 +1,157 @@
+"""Loaders stored into a dict's items after ``{}`` made it (``analysis/filled_dicts.py``, issue 23, K10): where every
+item the program stores is known, the items are prepared in place after the last one is stored and the loops over
+them train sharded; where it is not, nothing is prepared and ACC053 says why."""
+
+from __future__ import annotations
+
+import pytest
+from _convert import assert_converts, codes, converted, dedent
+
+MODEL = """\
+model = torch.nn.Linear(2, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+"""
+
+WALK = """\
+for epoch in range(2):
+    for x, y in loaders["train"]:
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+"""
+
+
+def test_items_stored_under_string_keys_in_a_notebook_are_prepared_after_the_last() -> None:
+    """K10's cells: ``loaders = {}``, ``loaders['train'] = ...``, ``loaders['valid'] = ...`` (single quotes kept)."""
+    assert_converts(
+        "import torch\n"
+        "loaders = {}\n"
+        "loaders['train'] = torch.utils.data.DataLoader(ds, batch_size=2, shuffle=True)\n"
+        "loaders['valid'] = torch.utils.data.DataLoader(vs, batch_size=2)\n"
+        "print(len(loaders['train']))\n" + MODEL + WALK,
+        "import torch\n"
+        "from accelify.runtime import Accelerator\n"
+        "accelerator = Accelerator()\n"
+        "loaders = {}\n"
+        "loaders['train'] = torch.utils.data.DataLoader(ds, batch_size=2, shuffle=True)\n"
+        "loaders['valid'] = torch.utils.data.DataLoader(vs, batch_size=2)\n"
+        "loaders['train'], loaders['valid'] = accelerator.prepare(\n"
+        "    loaders['train'], loaders['valid']\n"
+        ")\n"
+        "accelerator.print(len(loaders['train']))\n"
+        "model = torch.nn.Linear(2, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "model, opt = accelerator.prepare(model, opt)\n"
+        "for epoch in range(2):\n"
+        '    for x, y in loaders["train"]:\n'
+        "        opt.zero_grad()\n"
+        "        accelerator.backward(torch.nn.functional.mse_loss(model(x), y))\n"
+        "        opt.step()\n"
+        "accelerator.end_training()\n",
+    )
+
+
+def test_items_stored_by_a_loop_over_literal_keys_in_a_helper_are_prepared_after_the_loop() -> None:
+    """The transfer-learning layout: ``dataloaders = dict()`` then ``dataloaders[phase] = DataLoader(...)`` for each
+    phase of a literal list, in the function that returns the dict; walked as ``dataloaders[phase]``."""
+    assert_converts(
+        "import torch\n"
+        "def make_loaders(sets):\n"
+        "    dataloaders = dict()\n"
+        '    for phase in ("train", "val"):\n'
+        "        dataloaders[phase] = torch.utils.data.DataLoader(sets[phase], batch_size=2)\n"
+        "    return dataloaders\n"
+        "dataloaders = make_loaders(sets)\n" + MODEL +
+        'for phase in ["train", "val"]:\n'
+        "    for x, y in dataloaders[phase]:\n"
+        "        loss = torch.nn.functional.mse_loss(model(x), y)\n"
+        '        if phase == "train":\n'
+        "            loss.backward()\n"
+        "            opt.step()\n",
+        "import torch\n"
+        "from accelify.runtime import Accelerator\n"
+        "accelerator = Accelerator()\n"
+        "def make_loaders(sets):\n"
+        "    dataloaders = dict()\n"
+        '    for phase in ("train", "val"):\n'
+        "        dataloaders[phase] = torch.utils.data.DataLoader(sets[phase], batch_size=2)\n"
+        '    dataloaders["train"], dataloaders["val"] = accelerator.prepare(\n'
+        '        dataloaders["train"], dataloaders["val"]\n'
+        "    )\n"
+        "    return dataloaders\n"
+        "dataloaders = make_loaders(sets)\n"
+        "model = torch.nn.Linear(2, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "model, opt = accelerator.prepare(model, opt)\n"
+        'for phase in ["train", "val"]:\n'
+        "    for x, y in dataloaders[phase]:\n"
+        "        loss = torch.nn.functional.mse_loss(model(x), y)\n"
+        '        if phase == "train":\n'
+        "            accelerator.backward(loss)\n"
+        "            opt.step()\n"
+        "accelerator.end_training()\n",
+    )
+
+
+def test_an_evaluation_over_a_prepared_item_is_gathered_and_its_average_reduced() -> None:
+    """What a named prepared loader gets: the validation outputs gathered, the training sum reduced before it is
+    divided by the data set's length."""
+    new = converted(
+        "import torch\n"
+        "loaders = {}\n"
+        'loaders["train"] = torch.utils.data.DataLoader(ds, batch_size=2, shuffle=True)\n'
+        'loaders["valid"] = torch.utils.data.DataLoader(vs, batch_size=2)\n' + MODEL + dedent("""
+        for epoch in range(2):
+            total = 0.0
+            for x, y in loaders["train"]:
+                opt.zero_grad()
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                loss.backward()
+                opt.step()
+                total += loss.item() * x.size(0)
+            print(total / len(loaders["train"].dataset))
+            correct = 0
+            with torch.no_grad():
+                for x, y in loaders["valid"]:
+                    correct += (model(x).round() == y).sum().item()
+            print(correct / len(loaders["valid"].dataset))
+        """))
+    assert 'total = accelerator.reduce(torch.tensor(total, dtype=torch.float64, device=accelerator.device), "sum").item()\n' in new
+    assert "gather_for_metrics" in new or 'correct = accelerator.reduce(' in new, new
+
+
+UNKNOWN = {
+    "computed key": (
+        "loaders = {}\n"
+        "for name in names:\n"
+        "    loaders[name] = torch.utils.data.DataLoader(sets[name], batch_size=2)\n"
+    ),
+    "filled by the function it is passed to": (
+        "def fill(loaders):\n"
+        '    loaders["train"] = torch.utils.data.DataLoader(ds, batch_size=2)\n'
+        "loaders = {}\n"
+        "fill(loaders)\n"
+    ),
+    "stored again after it is read": (
+        "loaders = {}\n"
+        'loaders["train"] = torch.utils.data.DataLoader(ds, batch_size=2)\n'
+        'first = next(iter(loaders["train"]))\n'
+        'loaders["train"] = torch.utils.data.DataLoader(ds2, batch_size=2)\n'
+    ),
+    "stored under a condition": (
+        "loaders = {}\n"
+        "if big:\n"
+        '    loaders["train"] = torch.utils.data.DataLoader(ds, batch_size=8)\n'
+        "else:\n"
+        '    loaders["train"] = torch.utils.data.DataLoader(ds, batch_size=2)\n'
+    ),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(UNKNOWN))
+def test_items_the_plan_cannot_know_stay_unprepared_and_acc053_says_so(shape: str) -> None:
+    source = "import torch\n" + UNKNOWN[shape] + MODEL + WALK
+    new = converted(source)
+    assert "accelerator.prepare(loaders" not in new and 'loaders["train"] = accelerator' not in new, new
+    line = source.splitlines().index('    for x, y in loaders["train"]:') + 1
+    assert f"ACC053:{line}" in codes(source), codes(source)
