@@ -32,7 +32,7 @@ from accelify.codemods.analysis.snippets import code_of
 
 from accelify.codemods.analysis.statement_shapes import is_docstring
 from accelify.codemods.engine.context import Context
-from accelify.codemods.analysis.facts import Scope
+from accelify.codemods.analysis.facts import Binding, Scope
 from accelify.codemods.engine.rule import Example, Rule
 
 LINE_LENGTH = 88
@@ -226,10 +226,13 @@ accelerator.end_training()
         for loader in plan.in_place:  # rebuilt every epoch: prepared every time, right where it is built
             accelerator = ctx.accelerator_in(loader.where)
             filled = plan.filled.get(id(loader))
-            if accelerator is not None and filled is not None:  # ``loaders = {}`` then its items: after the last
-                indent = _depth(ctx, [filled.after]) * _indent(ctx, loader.where)
-                ctx.insert_after(filled.after, [_prepare_code(filled.items(), accelerator, indent)])
-                ctx.change(f"prepare the loaders stored in {loader.key} after the last is stored")
+            if filled is not None:  # ``loaders = {}`` then its items: after the last
+                if accelerator is not None:
+                    indent = _depth(ctx, [filled.after]) * _indent(ctx, loader.where)
+                    ctx.insert_after(filled.after, [_prepare_code(filled.items(), accelerator, indent)])
+                    ctx.change(f"prepare the loaders stored in {loader.key} after the last is stored")
+                else:
+                    _prepare_where_received(ctx, loader, filled.keys)
             elif accelerator is not None and isinstance(loader.stmt, cst.SimpleStatementLine):
                 if loader_mapping(loader):  # ``dataloaders = {"train": ..., "val": ...}``: each one
                     code = f"{loader.key} = {{k: {accelerator}.prepare(v) for k, v in {loader.key}.items()}}"
@@ -237,6 +240,8 @@ accelerator.end_training()
                     code = f"{loader.key} = {accelerator}.prepare({loader.key})"
                 ctx.insert_after(loader.stmt, [code])
                 ctx.change(f"prepare {loader.key} where it is built")
+            elif loader_mapping(loader):
+                _prepare_where_received(ctx, loader, None)
         _wrap_inline(ctx)
         scope = plan.prepare_scope
         accelerator = ctx.accelerator_in(scope) if scope is not None else None
@@ -271,6 +276,29 @@ accelerator.end_training()
             ctx.change(f"make {binding.key} again after prepare, with the prepared loaders")
         for rebind in plan.rebinds:
             ctx.change(f"bind {rebind.alias} to the prepared {rebind.prepared}: the training goes on through it")
+
+
+def _prepare_where_received(ctx: Context, loader: Binding, keys: list[str] | None) -> None:
+    """A dict of loaders built by a helper that has no accelerator (``loaders = make_loaders(4)`` in ``main``, which
+    creates it): its items are prepared where a scope that has the accelerator binds what the helper returns, after the
+    accelerator exists (``keys``: the known items of a dict filled item by item; None for one built in one literal).
+    Where no such binding is found the file is refused rather than left walking all the data on every process."""
+    plan = ctx.plan
+    received = [b for b in ctx.facts.bindings() if b is not loader and b.unpacked is None and "." not in b.key
+                and isinstance(b.stmt, cst.SimpleStatementLine) and ctx.accelerator_in(b.where) is not None
+                and plan.holds(b) is loader]
+    if not received or not all(ctx.after_accelerator(b.where, b.stmt) for b in received):
+        ctx.abort(codes.UNSHARDED, loader.stmt, name=f"{loader.key}[...]")
+    for binding in received:
+        accelerator = ctx.accelerator_in(binding.where)
+        if keys is not None:
+            items = [f"{binding.key}[{key}]" for key in keys]
+            indent = _depth(ctx, [binding.stmt]) * _indent(ctx, binding.where)
+            code = _prepare_code(items, str(accelerator), indent)
+        else:
+            code = f"{binding.key} = {{k: {accelerator}.prepare(v) for k, v in {binding.key}.items()}}"
+        ctx.insert_after(binding.stmt, [code])
+        ctx.change(f"prepare the loaders of {binding.key} where it receives them")
 
 
 def _wrap_inline(ctx: Context) -> None:

@@ -155,3 +155,72 @@ def test_items_the_plan_cannot_know_stay_unprepared_and_acc053_says_so(shape: st
     assert "accelerator.prepare(loaders" not in new and 'loaders["train"] = accelerator' not in new, new
     line = source.splitlines().index('    for x, y in loaders["train"]:') + 1
     assert f"ACC053:{line}" in codes(source), codes(source)
+
+
+HELPER_MAIN = """\
+import argparse
+import torch
+
+
+def make_loaders(batch_size):
+{body}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cpu", action="store_true")
+    args = parser.parse_args()
+    device = torch.device("cpu" if args.cpu else "cuda")
+    loaders = make_loaders(4)
+    model = torch.nn.Linear(2, 1).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loaders["train"]:
+            x, y = x.to(device), y.to(device)
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+"""
+
+CONVERTED_MAIN = """\
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cpu", action="store_true")
+    args = parser.parse_args()
+    accelerator = Accelerator(cpu=args.cpu)
+    loaders = make_loaders(4)
+{prepare}
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, opt = accelerator.prepare(model, opt)
+    for epoch in range(2):
+        for x, y in loaders["train"]:
+            opt.zero_grad()
+            accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+            opt.step()
+    accelerator.end_training()
+"""
+
+FILLED = (
+    "    loaders = {}\n"
+    '    loaders["train"] = torch.utils.data.DataLoader(ds, batch_size=batch_size)\n'
+    '    loaders["valid"] = torch.utils.data.DataLoader(vs, batch_size=batch_size)\n'
+    "    return loaders"
+)
+LITERAL = (
+    '    loaders = {"train": torch.utils.data.DataLoader(ds, batch_size=batch_size)}\n'
+    "    return loaders"
+)
+
+
+@pytest.mark.parametrize("body, prepare", [
+    (FILLED, '    loaders["train"], loaders["valid"] = accelerator.prepare(\n        loaders["train"], loaders["valid"]\n    )'),
+    (LITERAL, "    loaders = {k: accelerator.prepare(v) for k, v in loaders.items()}"),
+], ids=["filled", "literal"])
+def test_a_helper_without_the_accelerator_has_its_loaders_prepared_where_main_receives_them(body: str, prepare: str) -> None:
+    """The accelerator is made in ``main`` (it needs ``args.cpu``), the dict in a helper that never sees it: the items
+    are prepared in ``main`` right after ``loaders = make_loaders(4)`` (before: left unprepared, in silence)."""
+    before = HELPER_MAIN.format(body=body)
+    after = before.replace("import torch\n", "import torch\nfrom accelify.runtime import Accelerator\n", 1)
+    after = after[:after.index("def main():")] + CONVERTED_MAIN.format(prepare=prepare)
+    assert_converts(before, after)
