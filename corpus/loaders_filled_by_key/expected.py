@@ -24,9 +24,6 @@ def make_loaders(data, batch_size):
     loaders = {}
     for split in ["train", "valid"]:
         loaders[split] = DataLoader(data[split], batch_size=batch_size, shuffle=split == "train")
-    loaders["train"], loaders["valid"] = accelerator.prepare(
-        loaders["train"], loaders["valid"]
-    )
     return loaders
 
 
@@ -69,7 +66,9 @@ loaders = make_loaders(data, batch_size=8)
 model = nn.Sequential(nn.Linear(10, 16), nn.ReLU(), nn.Linear(16, 2))
 criterion = nn.CrossEntropyLoss()
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-model, optimizer = accelerator.prepare(model, optimizer)
+model, optimizer, loaders["train"], loaders["valid"] = accelerator.prepare(
+    model, optimizer, loaders["train"], loaders["valid"]
+)
 valid_loss, accuracy = evaluate(loaders, model, criterion)
 accelerator.print(f"before training valid loss {valid_loss:.4f} acc {accuracy:.4f}")
 model = train(args.epochs, loaders, model, optimizer, criterion, "best.pt")

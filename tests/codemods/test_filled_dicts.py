@@ -21,8 +21,9 @@ for epoch in range(2):
 """
 
 
-def test_items_stored_under_string_keys_in_a_notebook_are_prepared_after_the_last() -> None:
-    """K10's cells: ``loaders = {}``, ``loaders['train'] = ...``, ``loaders['valid'] = ...`` (single quotes kept)."""
+def test_items_stored_under_string_keys_in_a_notebook_are_prepared_with_the_model() -> None:
+    """K10's cells: ``loaders = {}``, ``loaders['train'] = ...``, ``loaders['valid'] = ...`` (single quotes kept) before
+    the model: the items join the one prepare call, where a named loader would be prepared."""
     assert_converts(
         "import torch\n"
         "loaders = {}\n"
@@ -35,13 +36,12 @@ def test_items_stored_under_string_keys_in_a_notebook_are_prepared_after_the_las
         "loaders = {}\n"
         "loaders['train'] = torch.utils.data.DataLoader(ds, batch_size=2, shuffle=True)\n"
         "loaders['valid'] = torch.utils.data.DataLoader(vs, batch_size=2)\n"
-        "loaders['train'], loaders['valid'] = accelerator.prepare(\n"
-        "    loaders['train'], loaders['valid']\n"
-        ")\n"
         "accelerator.print(len(loaders['train']))\n"
         "model = torch.nn.Linear(2, 1)\n"
         "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-        "model, opt = accelerator.prepare(model, opt)\n"
+        "model, opt, loaders['train'], loaders['valid'] = accelerator.prepare(\n"
+        "    model, opt, loaders['train'], loaders['valid']\n"
+        ")\n"
         "for epoch in range(2):\n"
         '    for x, y in loaders["train"]:\n'
         "        opt.zero_grad()\n"
@@ -51,17 +51,27 @@ def test_items_stored_under_string_keys_in_a_notebook_are_prepared_after_the_las
     )
 
 
-def test_items_stored_by_a_loop_over_literal_keys_in_a_helper_are_prepared_after_the_loop() -> None:
-    """The transfer-learning layout: ``dataloaders = dict()`` then ``dataloaders[phase] = DataLoader(...)`` for each
-    phase of a literal list, in the function that returns the dict; walked as ``dataloaders[phase]``."""
-    assert_converts(
+def test_a_scheduler_sized_by_an_item_reads_the_original_length() -> None:
+    """``OneCycleLR(total_steps=epochs * len(loaders["train"]))`` stepped per batch: prepared with the scheduler, after
+    it, the item's length there is the original's (prepared first, the schedule would be N times too short)."""
+    new = converted(
         "import torch\n"
-        "def make_loaders(sets):\n"
-        "    dataloaders = dict()\n"
-        '    for phase in ("train", "val"):\n'
-        "        dataloaders[phase] = torch.utils.data.DataLoader(sets[phase], batch_size=2)\n"
-        "    return dataloaders\n"
-        "dataloaders = make_loaders(sets)\n" + MODEL +
+        "loaders = {}\n"
+        'loaders["train"] = torch.utils.data.DataLoader(ds, batch_size=2, shuffle=True)\n' + MODEL +
+        'sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=2 * len(loaders["train"]))\n'
+        + WALK + "        sched.step()\n")
+    joined = 'model, opt, loaders["train"], sched = accelerator.prepare(\n    model, opt, loaders["train"], sched\n)\n'
+    assert joined in new and new.index("sched = torch.optim") < new.index(joined), new
+
+
+def test_items_stored_by_a_loop_over_literal_keys_after_prepare_are_prepared_after_the_loop() -> None:
+    """The transfer-learning layout: ``dataloaders = dict()`` then ``dataloaders[phase] = DataLoader(...)`` for each
+    phase of a literal list, after the model and optimizer are prepared; walked as ``dataloaders[phase]``."""
+    assert_converts(
+        "import torch\n" + MODEL +
+        "dataloaders = dict()\n"
+        'for phase in ("train", "val"):\n'
+        "    dataloaders[phase] = torch.utils.data.DataLoader(sets[phase], batch_size=2)\n"
         'for phase in ["train", "val"]:\n'
         "    for x, y in dataloaders[phase]:\n"
         "        loss = torch.nn.functional.mse_loss(model(x), y)\n"
@@ -71,18 +81,15 @@ def test_items_stored_by_a_loop_over_literal_keys_in_a_helper_are_prepared_after
         "import torch\n"
         "from accelify.runtime import Accelerator\n"
         "accelerator = Accelerator()\n"
-        "def make_loaders(sets):\n"
-        "    dataloaders = dict()\n"
-        '    for phase in ("train", "val"):\n'
-        "        dataloaders[phase] = torch.utils.data.DataLoader(sets[phase], batch_size=2)\n"
-        '    dataloaders["train"], dataloaders["val"] = accelerator.prepare(\n'
-        '        dataloaders["train"], dataloaders["val"]\n'
-        "    )\n"
-        "    return dataloaders\n"
-        "dataloaders = make_loaders(sets)\n"
         "model = torch.nn.Linear(2, 1)\n"
         "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         "model, opt = accelerator.prepare(model, opt)\n"
+        "dataloaders = dict()\n"
+        'for phase in ("train", "val"):\n'
+        "    dataloaders[phase] = torch.utils.data.DataLoader(sets[phase], batch_size=2)\n"
+        'dataloaders["train"], dataloaders["val"] = accelerator.prepare(\n'
+        '    dataloaders["train"], dataloaders["val"]\n'
+        ")\n"
         'for phase in ["train", "val"]:\n'
         "    for x, y in dataloaders[phase]:\n"
         "        loss = torch.nn.functional.mse_loss(model(x), y)\n"
@@ -190,9 +197,6 @@ def main():
     accelerator = Accelerator(cpu=args.cpu)
     loaders = make_loaders(4)
 {prepare}
-    model = torch.nn.Linear(2, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    model, opt = accelerator.prepare(model, opt)
     for epoch in range(2):
         for x, y in loaders["train"]:
             opt.zero_grad()
@@ -214,12 +218,16 @@ LITERAL = (
 
 
 @pytest.mark.parametrize("body, prepare", [
-    (FILLED, '    loaders["train"], loaders["valid"] = accelerator.prepare(\n        loaders["train"], loaders["valid"]\n    )'),
-    (LITERAL, "    loaders = {k: accelerator.prepare(v) for k, v in loaders.items()}"),
+    (FILLED, "    model = torch.nn.Linear(2, 1)\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+             '    model, opt, loaders["train"], loaders["valid"] = accelerator.prepare(\n'
+             '        model, opt, loaders["train"], loaders["valid"]\n    )'),
+    (LITERAL, "    loaders = {k: accelerator.prepare(v) for k, v in loaders.items()}\n    model = torch.nn.Linear(2, 1)\n"
+              "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n    model, opt = accelerator.prepare(model, opt)"),
 ], ids=["filled", "literal"])
 def test_a_helper_without_the_accelerator_has_its_loaders_prepared_where_main_receives_them(body: str, prepare: str) -> None:
     """The accelerator is made in ``main`` (it needs ``args.cpu``), the dict in a helper that never sees it: the items
-    are prepared in ``main`` right after ``loaders = make_loaders(4)`` (before: left unprepared, in silence)."""
+    are prepared in ``main``, with the model (filled item by item) or right after ``loaders = make_loaders(4)`` (one
+    literal) (before: left unprepared, in silence)."""
     before = HELPER_MAIN.format(body=body)
     after = before.replace("import torch\n", "import torch\nfrom accelify.runtime import Accelerator\n", 1)
     after = after[:after.index("def main():")] + CONVERTED_MAIN.format(prepare=prepare)
