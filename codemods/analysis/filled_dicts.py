@@ -100,12 +100,8 @@ def _filled(facts: Facts, binding: Binding) -> FilledDict | None:
 def _block(facts: Facts, stmt: cst.BaseStatement) -> list[cst.BaseStatement] | None:
     """The statements of the block directly holding ``stmt`` (a module's, a function's, an ``if``'s body)."""
     parent = facts.parent_stmt.get(stmt)
-    if parent is None:
-        body = list(facts.units.get(facts.unit, facts).module.body)
-        for unit in facts.units.values():
-            if stmt in unit.module.body:
-                body = list(unit.module.body)
-        return body if stmt in body else None
+    if parent is None:  # a module's statement: the module of the program that holds it
+        return next((list(u.module.body) for u in facts.units.values() if stmt in u.module.body), None)
     inner = getattr(getattr(parent, "body", None), "body", ())
     body = list(inner) if isinstance(inner, (list, tuple)) else []
     return body if stmt in body else None
