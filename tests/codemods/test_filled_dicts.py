@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 from _convert import assert_converts, codes, converted, dedent
 
+from accelify.pipeline import convert_source
+
 MODEL = """\
 model = torch.nn.Linear(2, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -232,3 +234,16 @@ def test_a_helper_without_the_accelerator_has_its_loaders_prepared_where_main_re
     after = before.replace("import torch\n", "import torch\nfrom accelify.runtime import Accelerator\n", 1)
     after = after[:after.index("def main():")] + CONVERTED_MAIN.format(prepare=prepare)
     assert_converts(before, after)
+
+
+@pytest.mark.parametrize("made", [
+    'loaders = {}\nloaders["train"] = torch.utils.data.DataLoader(ds, batch_size=4)\n',
+    'loaders = {"train": torch.utils.data.DataLoader(ds, batch_size=4)}\n',
+], ids=["filled", "literal"])
+def test_a_module_dict_walked_by_a_main_that_makes_the_accelerator_is_refused(made: str) -> None:
+    """The dict is a module global, the accelerator is made in ``main`` (it needs ``args.cpu``): no statement that
+    has the accelerator can prepare the items, so the file is refused (ACC020) rather than left unsharded in silence."""
+    source = "import argparse\nimport torch\n" + made + HELPER_MAIN[HELPER_MAIN.index("def main():"):].replace(
+        "    loaders = make_loaders(4)\n", "")
+    result = convert_source(dedent(source))
+    assert result.status == "attention" and [w.code for w in result.warnings] == ["ACC020"], result.warnings
