@@ -7,7 +7,9 @@
 or one item per key of a literal list (``for phase in ["train", "val"]: loaders[phase] = DataLoader(...)``).
 When every item the program stores is known (string keys, in the block that makes the dict or a loop over a
 literal list of keys there), the dict is a holder of loaders like ``{"train": DataLoader(...), ...}``: its items
-are prepared in place right after the last one is stored (``rules/prepare.py``), and everything that walks
+are prepared (``rules/prepare.py``) in the one prepare call with the model and optimizer where the dict is in hand
+before it (made in that block, or bound there to what a helper returns), as a named loader would be, else in place
+right after the last one is stored, and everything that walks
 ``loaders["train"]`` or ``loaders[phase]`` sees a prepared loader. Where the keys cannot be known (a computed key,
 an item stored under an ``if``, the dict read or passed on before its last item is stored, items stored anywhere
 else) nothing is found here, and the seeds rule reports the unprepared items (ACC053).

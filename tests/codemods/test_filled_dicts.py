@@ -1,6 +1,7 @@
 """Loaders stored into a dict's items after ``{}`` made it (``analysis/filled_dicts.py``, issue 23, K10): where every
-item the program stores is known, the items are prepared in place after the last one is stored and the loops over
-them train sharded; where it is not, nothing is prepared and ACC053 says why."""
+item the program stores is known, the items are prepared in the one prepare call where the dict is in hand before it,
+else in place after the last one is stored, and the loops over them train sharded; where it is not, nothing is prepared
+and ACC053 says why."""
 
 from __future__ import annotations
 
