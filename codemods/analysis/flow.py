@@ -21,6 +21,7 @@ import libcst as cst
 
 from accelify.codemods.analysis.call_graph import CallGraph
 from accelify.codemods.analysis.facts import Binding, Facts, Scope
+from accelify.codemods.analysis.filled_dicts import FilledDict, empty_dict
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.roles import PASS_THROUGH, strip_placement, strip_wrapper
 
@@ -33,6 +34,7 @@ class Flow(CallGraph):
     def __init__(self, facts: Facts, elsewhere: frozenset[int] = frozenset()) -> None:
         self._origins: dict[tuple[int, str], Binding | None] = {}
         self._params: dict[tuple[int, str], Binding | None] = {}
+        self.filled: dict[int, FilledDict] = {}  # ``loaders = {}`` filled with loaders under known keys, by binding id
         super().__init__(facts, elsewhere)
 
     # origins ------------------------------------------------------------------------------------
@@ -65,6 +67,9 @@ class Flow(CallGraph):
             return self._returned(scope, expr, None)
         if isinstance(expr, cst.Subscript):  # ``dataloaders[phase]``: one of a dict's loaders
             found = self.origin(scope, expr.value)
+            filled = self.filled.get(id(found))
+            if filled is not None and not filled.holds(expr):
+                return None  # ``loaders["test"]`` of a dict whose known items are train and valid: stored elsewhere
             return found if found is not None and loader_mapping(found) else None
         key = dotted(expr)
         if key is None or key.count(".") > 2:
@@ -311,8 +316,9 @@ class Flow(CallGraph):
 
 
 def loader_mapping(binding: Binding) -> bool:
-    """``dataloaders = {"train": DataLoader(...), ...}``: loaders kept in a dict, prepared one by one."""
-    return binding.role == "loader" and isinstance(binding.value, (cst.Dict, cst.DictComp))
+    """``dataloaders = {"train": DataLoader(...), ...}``: loaders kept in a dict, prepared one by one; also
+    ``loaders = {}`` (or ``dict()``) filled item by item under known keys (``analysis/filled_dicts.py``)."""
+    return binding.role == "loader" and (isinstance(binding.value, (cst.Dict, cst.DictComp)) or empty_dict(binding.value))
 
 
 def _is_import(stmt: cst.BaseStatement) -> bool:

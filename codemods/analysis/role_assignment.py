@@ -9,6 +9,7 @@ import libcst.matchers as m
 
 from accelify.codemods.analysis.distributed import Distributed
 from accelify.codemods.analysis.facts import Binding, Scope
+from accelify.codemods.analysis.filled_dicts import filled_dicts
 from accelify.codemods.analysis.flow import Flow
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.roles import (
@@ -42,6 +43,9 @@ class RoleAssignment(Flow):
                     for b in bindings:
                         if b.role is None and b.value is not None and names_a_device(b.value, b.where.imports):
                             b.role = "device"
+        for filled in filled_dicts(self.facts):  # ``loaders = {}`` then ``loaders["train"] = DataLoader(...)``
+            filled.binding.role = "loader"
+            self.filled[id(filled.binding)] = filled
         for binding in self.facts.bindings():
             if binding.role is None and (binding.value is not None or binding.unpacked is not None):
                 self._made_by_helper(binding)

@@ -32,7 +32,7 @@ from accelify.codemods.analysis.snippets import code_of
 
 from accelify.codemods.analysis.statement_shapes import is_docstring
 from accelify.codemods.engine.context import Context
-from accelify.codemods.analysis.facts import Scope
+from accelify.codemods.analysis.facts import Binding, Scope
 from accelify.codemods.engine.rule import Example, Rule
 
 LINE_LENGTH = 88
@@ -186,19 +186,65 @@ accelerator.print("adam", loss.item())
 accelerator.end_training()
 ''',
         ),
+        Example(  # loaders stored into a dict's items after ``{}`` made it, before prepare: prepared with the model
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+loaders = {}
+loaders["train"] = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4, shuffle=True)
+loaders["valid"] = DataLoader(TensorDataset(torch.randn(4, 2)), batch_size=4)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for (x,) in loaders["train"]:
+    model(x).sum().backward()
+    optimizer.step()
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+loaders = {}
+loaders["train"] = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4, shuffle=True)
+loaders["valid"] = DataLoader(TensorDataset(torch.randn(4, 2)), batch_size=4)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer, loaders["train"], loaders["valid"] = accelerator.prepare(
+    model, optimizer, loaders["train"], loaders["valid"]
+)
+for (x,) in loaders["train"]:
+    accelerator.backward(model(x).sum())
+    optimizer.step()
+accelerator.end_training()
+''',
+        ),
     )
 
     def run(self, ctx: Context) -> None:
         plan = ctx.plan
+        joined: list[str] = []  # the items of dicts filled before prepare, prepared with the model and optimizer
         for loader in plan.in_place:  # rebuilt every epoch: prepared every time, right where it is built
             accelerator = ctx.accelerator_in(loader.where)
-            if accelerator is not None and isinstance(loader.stmt, cst.SimpleStatementLine):
+            filled = plan.filled.get(id(loader))
+            items = _joined_items(ctx, loader, filled.keys) if filled is not None else None
+            if items is not None:
+                joined += items
+            elif filled is not None:  # ``loaders = {}`` then its items: after the last
+                if accelerator is not None:
+                    indent = _depth(ctx, [filled.after]) * _indent(ctx, loader.where)
+                    ctx.insert_after(filled.after, [_prepare_code(filled.items(), accelerator, indent)])
+                    ctx.change(f"prepare the loaders stored in {loader.key} after the last is stored")
+                else:
+                    _prepare_where_received(ctx, loader, filled.keys)
+            elif accelerator is not None and isinstance(loader.stmt, cst.SimpleStatementLine):
                 if loader_mapping(loader):  # ``dataloaders = {"train": ..., "val": ...}``: each one
                     code = f"{loader.key} = {{k: {accelerator}.prepare(v) for k, v in {loader.key}.items()}}"
                 else:
                     code = f"{loader.key} = {accelerator}.prepare({loader.key})"
                 ctx.insert_after(loader.stmt, [code])
                 ctx.change(f"prepare {loader.key} where it is built")
+            elif loader_mapping(loader):
+                _prepare_where_received(ctx, loader, None)
         _wrap_inline(ctx)
         scope = plan.prepare_scope
         accelerator = ctx.accelerator_in(scope) if scope is not None else None
@@ -207,6 +253,9 @@ accelerator.end_training()
         # one name for every object it holds (an optimizer built in either branch of an ``if``): listed once, since
         # a name passed twice comes back as two wrappers of one object
         names = list(dict.fromkeys(a.spelled for a in plan.aliases))
+        schedulers = [i for i, a in enumerate(plan.aliases) if a.obj.role == "scheduler"]
+        at = names.index(plan.aliases[schedulers[0]].spelled) if schedulers else len(names)
+        names[at:at] = joined  # models, optimizers, loaders, schedulers
         code = _prepare_code(names, accelerator, _depth(ctx, plan.prepare_block) * _indent(ctx, scope))
         # ``loaders = {"train": train, "valid": valid}`` made before prepare holds the old loaders: made again after it
         again = [code_of(b.stmt).strip() for b in plan.rebuilt]
@@ -233,6 +282,51 @@ accelerator.end_training()
             ctx.change(f"make {binding.key} again after prepare, with the prepared loaders")
         for rebind in plan.rebinds:
             ctx.change(f"bind {rebind.alias} to the prepared {rebind.prepared}: the training goes on through it")
+
+
+def _received(ctx: Context, loader: Binding) -> list[Binding]:
+    """The bindings of other names, in scopes that have the accelerator, to the dict ``loader`` makes (``loaders =
+    make_loaders(4)``)."""
+    return [b for b in ctx.facts.bindings() if b is not loader and b.unpacked is None and "." not in b.key
+            and isinstance(b.stmt, cst.SimpleStatementLine) and ctx.accelerator_in(b.where) is not None
+            and ctx.plan.holds(b) is loader]
+
+
+def _joined_items(ctx: Context, loader: Binding, keys: list[str]) -> list[str] | None:
+    """``loaders["train"]``, ... when the dict filled item by item is in hand where prepare goes, before it (made in
+    the prepare block, or bound there to what a helper returns): prepared in the one call with the model and
+    optimizer, as a named loader would be, so what reads their length before it (a scheduler's ``total_steps``) reads
+    the original's; None when it is not."""
+    plan = ctx.plan
+    block, last, scope = plan.prepare_block, plan.prepare_after, plan.prepare_scope
+    if not plan.aliases or plan.branch_sites or last not in block or scope is None or ctx.accelerator_in(scope) is None:
+        return None
+    filled = plan.filled[id(loader)]
+    for holder, at in [(loader, filled.after), *((b, b.stmt) for b in _received(ctx, loader))]:
+        if holder.where is scope and at in block and block.index(at) <= block.index(last) \
+                and len(scope.bindings.get(holder.key, [])) == 1:
+            return [f"{holder.key}[{key}]" for key in keys]
+    return None
+
+
+def _prepare_where_received(ctx: Context, loader: Binding, keys: list[str] | None) -> None:
+    """A dict of loaders built by a helper that has no accelerator (``loaders = make_loaders(4)`` in ``main``, which
+    creates it): its items are prepared where a scope that has the accelerator binds what the helper returns, after the
+    accelerator exists (``keys``: the known items of a dict filled item by item; None for one built in one literal).
+    Where no such binding is found the file is refused rather than left walking all the data on every process."""
+    received = _received(ctx, loader)
+    if not received or not all(ctx.after_accelerator(b.where, b.stmt) for b in received):
+        ctx.abort(codes.UNSHARDED, loader.stmt, name=f"{loader.key}[...]")
+    for binding in received:
+        accelerator = ctx.accelerator_in(binding.where)
+        if keys is not None:
+            items = [f"{binding.key}[{key}]" for key in keys]
+            indent = _depth(ctx, [binding.stmt]) * _indent(ctx, binding.where)
+            code = _prepare_code(items, str(accelerator), indent)
+        else:
+            code = f"{binding.key} = {{k: {accelerator}.prepare(v) for k, v in {binding.key}.items()}}"
+        ctx.insert_after(binding.stmt, [code])
+        ctx.change(f"prepare the loaders of {binding.key} where it receives them")
 
 
 def _wrap_inline(ctx: Context) -> None:

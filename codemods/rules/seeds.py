@@ -87,12 +87,13 @@ accelerator.end_training()
 ''',
             fires=False,
         ),
-        Example(
+        Example(  # the key is computed: which items the dict holds is not known, so they are not prepared
             before='''\
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 loaders = {}
-loaders["train"] = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4)
+for name in names:
+    loaders[name] = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4)
 model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 for (x,) in loaders["train"]:
@@ -105,7 +106,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from accelify.runtime import Accelerator
 accelerator = Accelerator(cpu=True)
 loaders = {}
-loaders["train"] = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4)
+for name in names:
+    loaders[name] = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4)
 model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 model, optimizer = accelerator.prepare(model, optimizer)
@@ -114,7 +116,7 @@ for (x,) in loaders["train"]:
     optimizer.step()
 accelerator.end_training()
 ''',
-            warnings=("ACC053:7",),
+            warnings=("ACC053:8",),
         ),
     )
 
@@ -134,11 +136,12 @@ accelerator.end_training()
                     ctx.warn(codes.SAME_DATA, draw.node)
                 return
             reported = any(node is loop.node.iter for node, _ in ctx.warnings)
-            if loop is not None and not reported and ctx.accelerator_in(loop.scope) is not None and _walks_data(loop):
+            if not reported and ctx.accelerator_in(loop.scope) is not None:
+                # (the epoch loop around it, ``for epoch in range(2)``, is the first that trains)
                 held = next(((lp, item) for lp in training if (item := _loader_in_dict_item(ctx, lp)) is not None), None)
-                if held is not None:  # (the epoch loop around it is the first that trains)
+                if held is not None:
                     ctx.warn(codes.LOADER_IN_DICT_ITEM, held[0].node.iter, name=held[1])
-                else:
+                elif _walks_data(loop):
                     ctx.warn(codes.SAME_DATA, loop.node.iter)
             return
         for site in ctx.facts.calls:
@@ -212,16 +215,19 @@ def _wrapped_loader_draw(ctx: Context) -> CallSite | None:
 
 def _loader_in_dict_item(ctx: Context, loop: Loop) -> str | None:
     """``loaders['train']`` when the loop walks an item of a dict (through ``enumerate``/a progress bar) and the
-    program stores a ``DataLoader(...)`` into an item of that key (``loaders = {}`` then ``loaders['train'] =
-    DataLoader(...)``, the Udacity-course layout): ACC022's "no DataLoader" would be false there."""
+    program stores a ``DataLoader(...)`` into an item of that key, or into any item of a dict of that name
+    (``loaders[name] = DataLoader(...)``), in a way the plan cannot follow (``analysis/filled_dicts.py``: a computed
+    key, a dict filled by the function it is passed to, an item stored again later): ACC022's "no DataLoader" would
+    be false there."""
     source = ctx.plan.loop_source(loop)
-    key = _string_key(source)
-    if key is None:
+    if not isinstance(source, cst.Subscript):
         return None
+    key, holder = _string_key(source), code_of(source.value)
     for site in ctx.facts.calls:
         small = site.stmt.body[0] if isinstance(site.stmt, cst.SimpleStatementLine) else None
         if isinstance(small, cst.Assign) and small.value is site.node and (site.qualname or "").endswith("DataLoader") \
-                and any(_string_key(t.target) == key for t in small.targets):
+                and any((key is not None and _string_key(t.target) == key)
+                        or (isinstance(t.target, cst.Subscript) and code_of(t.target.value) == holder) for t in small.targets):
             return code_of(source)
     return None
 
