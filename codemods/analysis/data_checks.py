@@ -12,7 +12,13 @@ import libcst as cst
 from accelify.codemods.analysis.facts import Binding, Scope
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.loader_holders import LoaderHolders
-from accelify.codemods.analysis.problems import BUILT_ELSEWHERE, NOT_A_LOADER, UNKNOWN_DATA, UNSHARDED
+from accelify.codemods.analysis.problems import (
+    BUILT_ELSEWHERE,
+    MODELS_IN_A_COLLECTION,
+    NOT_A_LOADER,
+    UNKNOWN_DATA,
+    UNSHARDED,
+)
 from accelify.codemods.analysis.roles import classify, strip_placement
 
 _BUILTIN_DATA = {"range", "list", "zip", "enumerate", "iter", "tuple", "sorted", "reversed", "map", "filter", "itertools.count",
@@ -95,6 +101,35 @@ class TrainingDataChecks(LoaderHolders):
                 if self.origin(where, owner) is None and (inline := self._inline(where, owner, "model")) is not None:
                     self._problem(BUILT_ELSEWHERE, inline, name=dotted(owner) or "the model")
                     return
+
+    def _check_collections(self) -> None:
+        """``nets = [net_sgd, net_adam]`` (or a tuple, or a dict of them) made before ``prepare`` from names it
+        rebinds, and read after it (``for net, opt in zip(nets, optimizers):``): the list still holds the objects as
+        they were, so the loop would train unwrapped models. It is made again right after ``prepare`` where its
+        statement can run again and mean the same (``rebuilt``); refused (ACC036) where it cannot."""
+        scope, after = self.prepare_scope, self.prepare_after  # type: ignore[attr-defined]
+        if scope is None or after is None:
+            return
+        prepared = {a.spelled for a in self.aliases if a.obj.role in ("model", "optimizer")}  # type: ignore[attr-defined]
+        order = self.facts.order
+        for key, bindings in scope.bindings.items():
+            for binding in bindings:
+                value = binding.value
+                if binding in self.rebuilt or binding.unpacked is not None \
+                        or not isinstance(value, (cst.List, cst.Tuple, cst.Dict)):
+                    continue
+                held = {e.value.value for e in value.elements
+                        if isinstance(e, (cst.Element, cst.DictElement)) and isinstance(e.value, cst.Name)}
+                if not held & prepared or order[binding.stmt][1] > order[after][1]:
+                    continue  # (made after prepare: it holds the prepared objects)
+                refs = scope.refs.get(key, [])
+                holders = [scope.holders.get(id(ref)) for ref in refs]
+                if not any(h is not None and order[h][0] > order[after][1] for h in holders):
+                    continue  # never read after prepare
+                if self._rebuildable(binding):
+                    self.rebuilt.append(binding)
+                else:
+                    self._problem(MODELS_IN_A_COLLECTION, binding.stmt, name=key)  # type: ignore[attr-defined]
 
     def _inline(self, scope: Scope, source: cst.BaseExpression, role: str) -> cst.Call | None:
         """The object of ``role`` a caller builds inline where it passes ``source`` (``Solver(DataLoader(...))`` stored

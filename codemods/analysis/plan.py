@@ -116,6 +116,7 @@ class Plan(RoleAssignment, PrepareSite, TrainingDataChecks, DataPasses):
             self._choose_home()
             self._check_training_data()
             self._check_trained_models()
+            self._check_collections()
 
     def analysis(self, build: Callable[["Plan"], T]) -> T:
         """The analysis ``build`` makes of this plan (``find_amp``, ``find_accumulation``, ``Creation``), built on

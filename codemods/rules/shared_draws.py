@@ -221,6 +221,12 @@ def _own_streams(ctx: Context, walk: "_Walk", lines: list[str]) -> tuple[cst.Bas
     accelerator."""
     assert walk.last is not None
     places = [(walk.last, True)] + [(t, False) for t in walk.trains[walk.last_block:] if t[0] is not walk.first[0]]  # type: ignore[index]
+    if any(walk.last[0] is stmt for stmt, _ in walk.trains):  # drawn by a statement that trains (in the trainer it builds): not after it
+        places = places[1:]
+    loop = walk.header_draw
+    if loop is not None and isinstance(loop.body, cst.IndentedBlock):  # the folds are drawn as the loop starts:
+        scope = next(sc for st, sc in walk.trains if st is loop)
+        places = [((loop.body.body[0], scope), False)]  # each process's own stream from its first statement
     for (stmt, scope), after in places:
         accelerator = ctx.accelerator_in(scope)
         if accelerator is None or not ctx.after_accelerator(scope, stmt) or ctx.is_skipped(stmt) or stmt in ctx.edits.removed:
@@ -254,6 +260,13 @@ class _Walk:
             code_of(site.node.args[0].value) for site in ctx.facts.calls
             if site.node.args and _seeder(site.qualname or "")
         }
+        # ``self.kf = KFold(n, shuffle=True)``: the names an unseeded splitter is kept in; it draws at ``.split``
+        self.splitters = {code_of(t.target) for site in ctx.facts.calls
+                          if (site.qualname or "").startswith(_SPLITTERS + _SHUFFLING_SPLITTERS) and _library(site)
+                          and isinstance(site.stmt, cst.SimpleStatementLine) and isinstance(site.stmt.body[0], cst.Assign)
+                          and site.stmt.body[0].value is site.node for t in site.stmt.body[0].targets}
+        self.header_draw: cst.For | None = None  # a training loop whose header draws (``for f, (tr, va) in
+        # enumerate(kf.split(ds)):``): each process's own stream starts in its body
 
     def block(self, stmts: list[cst.BaseStatement], scope: Scope) -> bool:
         """Walk ``stmts`` of ``scope``; True once a statement that trains is reached (the walk stops there)."""
@@ -262,21 +275,39 @@ class _Walk:
                 continue
             sites = self._sites(stmt, scope)
             if any(self.plan.reaches_backward(s) for s in sites):
+                # the program's functions it calls before its training (``Trainer(3).train(ds)``: the trainer's
+                # ``__init__``), and the folds a loop's header draws; what it draws itself is the training's data
+                # (``train_step(model, torch.randn(2, 16))``, a header's ``torch.rand(8, 4)``); an ``if``'s body is walked
+                if isinstance(stmt, cst.SimpleStatementLine):
+                    self._note(stmt, scope, [s for s in sites if not self.plan.reaches_backward(s)
+                                             and self.plan.callee(s) is not None])
+                elif isinstance(stmt, cst.For):
+                    self._note(stmt, scope, [s for s in sites if self.splits(s) and _inside(s.node, stmt.iter)])
+                if isinstance(stmt, cst.For) and any(self.splits(s) and _inside(s.node, stmt.iter) for s in sites):
+                    self.header_draw = stmt
                 self.trains.append((stmt, scope))
                 self._enter(stmt, scope, sites)
                 return True
-            draws, seeds, uses = self._random(sites, set())
-            if (draws - self.seeded) and self.draw is None:
-                self.draw = next(
-                    s for s in self._flat(sites) if _library(s) in draws - self.seeded and not self._sample(s)
-                )
-            if draws - self.seeded:
-                self.last, self.last_block = (stmt, scope), len(self.trains)
-            self.unseeded |= draws - self.seeded
-            if (uses or draws) and self.first is None:
-                self.first = (stmt, scope)
-            self.seeded |= seeds
+            self._note(stmt, scope, sites)
         return False
+
+    def _note(self, stmt: cst.BaseStatement, scope: Scope, sites: list[CallSite]) -> None:
+        """The draws, seeds and uses of the random state of ``sites``, calls of ``stmt``."""
+        draws, seeds, uses = self._random(sites, set())
+        if (draws - self.seeded) and self.draw is None:
+            self.draw = next(
+                s for s in self._flat(sites) if self.library(s) in draws - self.seeded and not self._sample(s)
+            )
+        if draws - self.seeded:
+            self.last, self.last_block = (stmt, scope), len(self.trains)
+        self.unseeded |= draws - self.seeded
+        if (uses or draws) and self.first is None:
+            self.first = (stmt, scope)
+        self.seeded |= seeds
+
+    def library(self, site: CallSite) -> str | None:
+        """The library whose global generator ``site`` draws from, a kept splitter's ``.split`` included."""
+        return _library(site) or ("numpy" if self.splits(site) else None)
 
     def _enter(self, stmt: cst.BaseStatement, scope: Scope, sites: list[CallSite]) -> None:
         """A statement that trains: its part before the training (the function it calls, an ``if`` body)."""
@@ -303,7 +334,7 @@ class _Walk:
         uses = False
         for site in sites:
             q = site.qualname or ""
-            library = _library(site)
+            library = self.library(site)
             if library is not None:
                 if not self._sample(site) and library not in seeds:  # ``random.seed(seed)`` just before: seeded
                     draws.add(library)
@@ -326,6 +357,11 @@ class _Walk:
                 seeds |= more_seeds
                 uses = uses or more_uses
         return draws, seeds, uses
+
+    def splits(self, site: CallSite) -> bool:
+        """``kf.split(ds)`` of an unseeded splitter the program keeps (``self.splitters``): NumPy draws the folds."""
+        func = site.node.func
+        return site.method == "split" and isinstance(func, cst.Attribute) and code_of(func.value) in self.splitters
 
     def _sample(self, site: CallSite) -> bool:
         """A draw that defines nothing the processes must share: a seed drawn to be set, samples drawn right
@@ -358,6 +394,11 @@ class _Walk:
 
         add(sites)
         return out
+
+
+def _inside(node: cst.CSTNode, root: cst.CSTNode) -> bool:
+    """Whether ``node`` is ``root`` or one of its descendants."""
+    return node is root or any(_inside(node, child) for child in root.children)
 
 
 def _chain_root(expr: cst.BaseExpression) -> cst.BaseExpression:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from _convert import codes, converted
+from _convert import codes, converted, dedent
 
 LOOP = (
     "    loader = DataLoader(ds, batch_size=8, shuffle=True)\n"
@@ -263,3 +263,47 @@ def test_a_draw_right_after_its_own_seed_in_a_data_set_is_no_unseeded_draw() -> 
     )
     assert codes(code) == []
     assert "random.seed(0)" not in converted(code)
+
+
+def test_folds_a_training_loop_draws_in_its_header_get_each_process_stream_in_its_body() -> None:
+    """Field F10 (a book recommender's trainer): ``self.kf = KFold(n, shuffle=True)`` in ``__init__``, ``for fold,
+    (tr, va) in enumerate(self.kf.split(ds)):`` around the training. The folds are drawn from NumPy's global state
+    when that loop starts, not when the splitter is made: each process's own stream was seeded before the loop, so
+    every process trained and validated on folds of its own. It now starts in the loop's body, after the draw."""
+    code = dedent("""
+        import numpy as np
+        import torch
+        from sklearn.model_selection import KFold
+        from torch.utils.data import DataLoader, Subset, TensorDataset
+
+
+        class Trainer:
+            def __init__(self, n_folds):
+                self.model = torch.nn.Linear(4, 1)
+                self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+                self.kf = KFold(n_splits=n_folds, shuffle=True)
+
+            def train(self, ds):
+                for fold, (train_idxs, val_idxs) in enumerate(self.kf.split(ds)):
+                    loader = DataLoader(Subset(ds, train_idxs), batch_size=4, shuffle=True)
+                    for x, y in loader:
+                        loss = torch.nn.functional.mse_loss(self.model(x), y)
+                        self.optimizer.zero_grad()
+                        loss.backward()
+                        self.optimizer.step()
+
+
+        if __name__ == "__main__":
+            trainer = Trainer(3)
+            trainer.train(TensorDataset(torch.randn(24, 4), torch.randn(24, 1)))
+        """)
+    new = converted(code)
+    assert ("        for fold, (train_idxs, val_idxs) in enumerate(self.kf.split(ds)):\n"
+            "            if self.accelerator.process_index > 0:\n"
+            "                np.random.seed(self.accelerator.process_index)\n") in new, new
+    assert new.count("np.random.seed(") == 2, new  # the shared seed before the splitter, and the own streams
+    built_there = converted(code.replace("            trainer = Trainer(3)\n            trainer.train(",
+                                         "            Trainer(3).train("))
+    assert "np.random.seed(0)\n" in built_there and ("            if self.accelerator.process_index > 0:\n"
+                                                     "                np.random.seed(self.accelerator.process_index)\n"
+                                                     ) in built_there, built_there
