@@ -1,0 +1,395 @@
+"""Running averages kept in meter objects of the program's own class, updated over a prepared (sharded) loader and
+read after the loop: what to reduce, and how.
+
+A meter (``AverageMeter`` of the PyTorch ImageNet example, DeiT's ``SmoothedValue`` without its window) is an
+instance of a class of the program whose ``update(val, n=1)`` only adds what it is fed to attributes of its own
+(``self.sum += val * n``, ``self.count += n``) and may compute others from those sums (``self.avg = self.sum /
+self.count``) or keep the last value (``self.val = val``). On N processes each process feeds its meters 1/N of the
+batches: what they hold after the loop is that process's share. Reducing every summed attribute across processes
+(``"sum"``) and computing the derived ones again makes the meter the whole data set's, as one process would have it;
+a value that every process feeds alike (the learning rate's meter) keeps its average, its sum and count both
+multiplied by N.
+
+The meters are found where they are held: one name (``meter = AverageMeter()``), a dict literal (``meters = {"loss":
+AverageMeter(), "lr": AverageMeter()}``), a dict comprehension over literal names (``{k: AverageMeter() for k in
+("loss", "acc")}``), a list literal (``[AverageMeter(), AverageMeter()]``), or the keyword arguments of a
+``types.SimpleNamespace`` (attributes of one object: ``stats.loss.update(v)``). A holder is reduced only when every
+read after the loop reads what the reduction makes global: a summed or derived attribute, or a property or method
+that reads only those (``meters["loss"].global_avg``, ``{k: m.avg for k, m in meters.items()}``); the last value
+(``.val``), the holder passed whole to a function, or a class that does more than add (a call in ``update``, a
+tensor fed) are not proven, and stay reported (ACC028) by ``shard_sums.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+import libcst.matchers as m
+
+from accelify.codemods.analysis.facts import Loop, Scope
+from accelify.codemods.analysis.loop_reads import reads_after
+from accelify.codemods.analysis.plan import Plan
+from accelify.codemods.analysis.sum_kinds import increment_kind, known_kinds
+
+_ALLOWED_CALLS = ("max", "min", "float", "int")  # calls ``update`` and a reading property may make
+_NUMBER_KINDS = ("int", "float", "number")
+
+
+@dataclass(frozen=True)
+class MeterClass:
+    """What ``update`` of a meter class does: the attributes it sums, and those it computes from the sums."""
+
+    cls: Scope
+    params: tuple[tuple[str, cst.BaseExpression | None], ...]  # update's parameters after ``self``, with defaults
+    sums: dict[str, cst.BaseExpression]  # attribute -> what is added to it
+    derived: tuple[tuple[str, cst.BaseExpression], ...]  # ``self.avg = self.sum / self.count``, in order
+    readable: frozenset[str]  # members a read after the reduction may use: the sums, derived, and what reads only those
+
+
+@dataclass(frozen=True)
+class MeterSums:
+    """The meters held by ``name``, fed over ``loop`` and complete after ``end``: each meter's code (``meters["loss"]``)
+    with its summed attributes' kinds and its class."""
+
+    name: str
+    loop: Loop
+    end: cst.For | cst.While
+    updates: tuple[cst.BaseStatement, ...]
+    values: tuple[tuple[cst.BaseStatement, cst.BaseExpression], ...]  # every value fed, with its update
+    meters: tuple[tuple[str, MeterClass, tuple[tuple[str, str], ...]], ...]  # (code as spelled, class, ((attribute, kind), ...))
+
+
+def meter_class(plan: Plan, cls: Scope) -> MeterClass | None:
+    """``cls`` as a meter (see the module docstring), or None when its ``update`` is not proven to only add."""
+    update = plan.classes.method(cls, "update")
+    if update is None or not isinstance(update.node, cst.FunctionDef):
+        return None
+    params = update.node.params
+    if params.star_arg not in (None, cst.MaybeSentinel.DEFAULT) or params.star_kwarg is not None or params.kwonly_params:
+        return None
+    names = [(p.name.value, p.default) for p in params.params]
+    if not names or names[0][0] != "self":
+        return None
+    args = {n for n, _ in names[1:]}
+    sums: dict[str, cst.BaseExpression] = {}
+    derived: list[tuple[str, cst.BaseExpression]] = []
+    local: set[str] = set()
+    for stmt in _body(update.node):
+        small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
+        if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign) and _self_attr(small.target):
+            if not _plain(small.value, args, set()) or small.target.attr.value in sums:  # type: ignore[attr-defined]
+                return None
+            sums[small.target.attr.value] = small.value  # type: ignore[attr-defined]
+        elif isinstance(small, cst.Assign) and len(small.targets) == 1 and _self_attr(small.targets[0].target):
+            attr = small.targets[0].target.attr.value  # type: ignore[attr-defined]
+            if _plain(small.value, set(), set(sums)):
+                derived.append((attr, small.value))
+            elif _plain(small.value, args, set(sums)):
+                local.add(attr)
+            else:
+                return None
+        else:
+            return None
+    if not sums or not _starts_at_numbers(cls, set(sums)) or set(sums) & ({a for a, _ in derived} | local):
+        return None
+    readable = set(sums) | {a for a, _ in derived}
+    for member in cls.node.body.body if isinstance(cls.node.body, cst.IndentedBlock) else ():
+        if isinstance(member, cst.FunctionDef) and member.name.value not in ("update", "__init__", "reset") \
+                and _reads_only(member, readable):
+            readable.add(member.name.value)
+    return MeterClass(cls, tuple(names[1:]), sums, tuple(derived), frozenset(readable - local))
+
+
+def meter_sums(plan: Plan, loop: Loop, name: str, updates: list[cst.BaseStatement],
+               init: cst.BaseExpression, end: cst.For | cst.While) -> MeterSums | None:
+    """The meters ``init`` (the holder's value, bound before ``loop``) makes, when each is a meter of the program's,
+    every update of them is one of ``updates`` in ``loop`` and every read of ``name`` after ``end`` reads what the
+    reduction makes global; else None (kept and reported)."""
+    made = _made(plan, loop.scope, name, init)
+    if made is None:
+        return None
+    fed: dict[str, list[cst.Call]] = {code: [] for code, _, _ in made}
+    for stmt in updates:
+        call = stmt.body[0].value  # type: ignore[attr-defined]
+        code = _code(call.func.value)
+        if code not in fed:
+            return None
+        fed[code].append(call)
+    if _updated_elsewhere(plan, loop, name, updates) or not _reads_global(plan, loop, end, name, made):
+        return None
+    known = known_kinds(loop)
+    meters = []
+    for code, spelled, meter in made:
+        kinds = _sum_kinds(meter, fed[code], known)
+        if kinds is None:
+            return None
+        meters.append((spelled, meter, kinds))
+    values = tuple((stmt, a.value) for stmt in updates for a in stmt.body[0].value.args)  # type: ignore[attr-defined]
+    return MeterSums(name, loop, end, tuple(updates), values, tuple(meters))
+
+
+def _made(plan: Plan, scope: Scope, name: str, value: cst.BaseExpression) -> list[tuple[str, str, MeterClass]] | None:
+    """Each meter ``value`` makes, with its code under ``name``; None when one is not a meter of the program's."""
+    items: list[tuple[str, str, cst.BaseExpression]] = []  # (code, as the program spells it, what makes it)
+    if isinstance(value, cst.Call) and _dotted(value.func) in ("SimpleNamespace", "types.SimpleNamespace"):
+        if any(a.keyword is None for a in value.args):
+            return None
+        items = [(f"{name}.{a.keyword.value}",) * 2 + (a.value,) for a in value.args]  # type: ignore[union-attr]
+    elif isinstance(value, cst.Call):
+        items = [(name, name, value)]
+    elif isinstance(value, cst.Dict):
+        for element in value.elements:
+            if not isinstance(element, cst.DictElement) or not isinstance(element.key, cst.SimpleString):
+                return None
+            items.append((f"{name}[{element.key.evaluated_value!r}]", f"{name}[{element.key.value}]", element.value))
+    elif isinstance(value, cst.DictComp) and isinstance(value.for_in.target, cst.Name) \
+            and m.matches(value.key, m.Name(value.for_in.target.value)) and value.for_in.inner_for_in is None \
+            and not value.for_in.ifs and isinstance(value.for_in.iter, (cst.Tuple, cst.List)):
+        for element in value.for_in.iter.elements:
+            if not isinstance(element.value, cst.SimpleString):
+                return None
+            items.append((f"{name}[{element.value.evaluated_value!r}]", f"{name}[{element.value.value}]", value.value))
+    elif isinstance(value, cst.List):
+        items = [(f"{name}[{i}]", f"{name}[{i}]", e.value) for i, e in enumerate(value.elements)]
+    if not items:
+        return None
+    made = []
+    for code, spelled, expr in items:
+        cls = plan.classes.class_of(scope, expr.func) if isinstance(expr, cst.Call) else None
+        meter = meter_class(plan, cls) if cls is not None else None
+        if meter is None:
+            return None
+        made.append((code, spelled, meter))
+    return made
+
+
+def _sum_kinds(meter: MeterClass, calls: list[cst.Call], known: dict[str, str]) -> tuple[tuple[str, str], ...] | None:
+    """The kind of each summed attribute of a meter fed by ``calls`` (numbers only: a tensor fed is not proven)."""
+    found: dict[str, set[str]] = {attr: set() for attr in meter.sums}
+    for call in calls:
+        bound = _bind(meter, call)
+        if bound is None:
+            return None
+        kinds = {}
+        for param, expr in bound.items():
+            kind = _fed_kind(expr, known)
+            if kind not in _NUMBER_KINDS:
+                return None
+            kinds[param] = kind
+        for attr, added in meter.sums.items():
+            kind = increment_kind(added, kinds)
+            if kind not in _NUMBER_KINDS:
+                return None
+            found[attr].add(kind)  # type: ignore[arg-type]
+    return tuple((a, "int" if k == {"int"} else "float" if "float" in k else "number") for a, k in found.items())
+
+
+def _bind(meter: MeterClass, call: cst.Call) -> dict[str, cst.BaseExpression] | None:
+    """``update``'s parameters bound to the arguments of ``call`` (defaults filled), or None."""
+    bound: dict[str, cst.BaseExpression] = {}
+    names = [n for n, _ in meter.params]
+    for i, arg in enumerate(call.args):
+        if arg.star:
+            return None
+        if arg.keyword is not None:
+            if arg.keyword.value not in names:
+                return None
+            bound[arg.keyword.value] = arg.value
+        elif i < len(names):
+            bound[names[i]] = arg.value
+        else:
+            return None
+    for name, default in meter.params:
+        if name not in bound:
+            if default is None:
+                return None
+            bound[name] = default
+    return bound
+
+
+def _fed_kind(expr: cst.BaseExpression, known: dict[str, str]) -> str | None:
+    """``increment_kind`` of a value fed, where an optimizer's learning rate (``opt.param_groups[0]["lr"]``) is a float."""
+    if m.matches(expr, m.Subscript(value=m.Subscript(value=m.Attribute(attr=m.Name("param_groups"))),
+                                   slice=[m.SubscriptElement(m.Index(m.SimpleString('"lr"') | m.SimpleString("'lr'")))])):
+        return "float"
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Divide):  # a true division of numbers
+        sides = {_fed_kind(expr.left, known), _fed_kind(expr.right, known)}
+        return "float" if sides <= set(_NUMBER_KINDS) else None
+    return increment_kind(expr, known)
+
+
+def _updated_elsewhere(plan: Plan, loop: Loop, name: str, updates: list[cst.BaseStatement]) -> bool:
+    """Whether ``name`` is bound again in ``loop`` or its meters updated outside ``updates`` in the loop's scope."""
+    if any(not b.aug and any(n is loop.node for n in plan.facts.chain(b.stmt)) for b in loop.scope.bindings.get(name, [])):
+        return True
+    ours = {id(u) for u in updates}
+    for site in loop.scope.calls:
+        if site.method == "update" and id(site.stmt) not in ours and _root(site.node.func) == name:
+            return True
+    return False
+
+
+def _reads_global(plan: Plan, loop: Loop, end: cst.For | cst.While, name: str,
+                  made: list[tuple[str, str, MeterClass]]) -> bool:
+    """Whether every read of ``name`` after ``end`` reads a member the reduction makes global."""
+    readable = frozenset.intersection(*(meter.readable for _, _, meter in made))
+    reads = reads_after(plan, end, loop.scope, name)
+    if end is not loop.node and any(not plan.facts.after(r, end) for r in reads_after(plan, loop.node, loop.scope, name)):
+        return False  # read between the passes and summed on
+    codes = {code for code, _, _ in made}
+    for stmt in reads:
+        checker = _ReadChecker(name, codes, readable)
+        stmt.visit(checker)
+        if not checker.ok:
+            return False
+    return True
+
+
+class _ReadChecker(cst.CSTVisitor):
+    """Every use of the holder in a statement is ``<meter>.<readable member>``, or a comprehension over its meters
+    (``{k: meter.avg for k, meter in meters.items()}``) whose variable is only read that way."""
+
+    def __init__(self, name: str, codes: set[str], readable: frozenset[str]) -> None:
+        self.name, self.codes, self.readable = name, codes, readable
+        self.ok = True
+        self.allowed: set[int] = set()  # the holder's Name nodes whose use is proven
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if _code(node.value) in self.codes and node.attr.value in self.readable:
+            self._allow(node.value)
+
+    def visit_DictComp(self, node: cst.DictComp) -> None:
+        self._comprehension(node.for_in, [node.key, node.value])
+
+    def visit_ListComp(self, node: cst.ListComp) -> None:
+        self._comprehension(node.for_in, [node.elt])
+
+    def visit_GeneratorExp(self, node: cst.GeneratorExp) -> None:
+        self._comprehension(node.for_in, [node.elt])
+
+    def _comprehension(self, for_in: cst.CompFor, exprs: list[cst.BaseExpression]) -> None:
+        it = for_in.iter
+        if for_in.inner_for_in is not None or for_in.ifs:
+            return
+        if m.matches(it, m.Call(func=m.Attribute(value=m.Name(self.name), attr=m.Name("items")), args=[])) \
+                and m.matches(for_in.target, m.Tuple([m.Element(m.Name()), m.Element(m.Name())])):
+            var = for_in.target.elements[1].value.value  # type: ignore[attr-defined]
+        elif m.matches(it, m.Call(func=m.Attribute(value=m.Name(self.name), attr=m.Name("values")), args=[])) \
+                or (m.matches(it, m.Name(self.name)) and self.name + "[0]" in self.codes):  # a list's meters
+            if not isinstance(for_in.target, cst.Name):
+                return
+            var = for_in.target.value
+        else:
+            return
+        uses = [n for e in exprs for n in m.findall(e, m.Name(var))]
+        read = {id(a.value) for e in exprs for a in m.findall(e, m.Attribute(value=m.Name(var)))
+                if a.attr.value in self.readable}  # type: ignore[attr-defined]
+        if all(id(n) in read for n in uses):
+            self._allow(it)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value == self.name and id(node) not in self.allowed:
+            self.ok = False
+
+    def _allow(self, node: cst.BaseExpression) -> None:
+        for found in m.findall(node, m.Name(self.name)):
+            self.allowed.add(id(found))
+
+
+def _body(function: cst.FunctionDef) -> list[cst.BaseStatement]:
+    """The statements of ``function`` after its docstring."""
+    body = list(function.body.body) if isinstance(function.body, cst.IndentedBlock) else []
+    if body and m.matches(body[0], m.SimpleStatementLine([m.Expr(m.SimpleString())])):
+        body = body[1:]
+    return body  # type: ignore[return-value]
+
+
+def _self_attr(node: cst.BaseExpression) -> bool:
+    return m.matches(node, m.Attribute(value=m.Name("self"), attr=m.Name()))
+
+
+def _plain(expr: cst.BaseExpression, params: set[str], attrs: set[str]) -> bool:
+    """Arithmetic of ``params``, ``self.<attrs>``, numbers and the allowed builtins only (no side effects)."""
+    if isinstance(expr, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(expr, cst.Name):
+        return expr.value in params
+    if _self_attr(expr):
+        return expr.attr.value in attrs  # type: ignore[attr-defined]
+    if isinstance(expr, cst.BinaryOperation):
+        return _plain(expr.left, params, attrs) and _plain(expr.right, params, attrs)
+    if isinstance(expr, cst.UnaryOperation):
+        return _plain(expr.expression, params, attrs)
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value in _ALLOWED_CALLS:
+        return all(a.keyword is None and not a.star and _plain(a.value, params, attrs) for a in expr.args)
+    return False
+
+
+def _reads_only(method: cst.FunctionDef, attrs: set[str]) -> bool:
+    """A property or method with only ``self`` that returns arithmetic of ``attrs`` (``global_avg``)."""
+    if len(method.params.params) != 1 or method.params.star_arg not in (None, cst.MaybeSentinel.DEFAULT):
+        return False
+    if any(not m.matches(d.decorator, m.Name("property")) for d in method.decorators):
+        return False
+    body = _body(method)
+    return len(body) == 1 and m.matches(body[0], m.SimpleStatementLine([m.Return()])) \
+        and body[0].body[0].value is not None and _plain(body[0].body[0].value, set(), attrs)  # type: ignore[attr-defined]
+
+
+def _starts_at_numbers(cls: Scope, sums: set[str]) -> bool:
+    """Whether every summed attribute is set outside ``update`` only to numbers (``self.sum, self.count = 0.0, 0``)."""
+    set_to: dict[str, list[cst.BaseExpression]] = {}
+    for node in m.findall(cls.node, m.Assign()):
+        for target in node.targets:  # type: ignore[attr-defined]
+            pairs = [(target.target, node.value)]  # type: ignore[attr-defined]
+            if isinstance(target.target, cst.Tuple) and isinstance(node.value, cst.Tuple) \
+                    and len(target.target.elements) == len(node.value.elements):  # type: ignore[attr-defined]
+                pairs = [(t.value, v.value) for t, v in zip(target.target.elements, node.value.elements)]  # type: ignore[attr-defined]
+            elif isinstance(target.target, cst.Tuple):
+                pairs = [(t.value, None) for t in target.target.elements]  # type: ignore[misc]
+            for attr, value in pairs:
+                if _self_attr(attr) and attr.attr.value in sums:  # type: ignore[attr-defined]
+                    set_to.setdefault(attr.attr.value, []).append(value)  # type: ignore[arg-type, attr-defined]
+    return all(set_to.get(a) and all(isinstance(v, (cst.Integer, cst.Float)) for v in set_to[a]) for a in sums)
+
+
+def _code(expr: cst.BaseExpression) -> str | None:
+    """``meters["loss"]``, ``meters[0]``, ``stats.loss``, ``meter`` as source; None for anything else."""
+    if isinstance(expr, cst.Name):
+        return expr.value
+    if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
+        return f"{expr.value.value}.{expr.attr.value}"
+    if isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Name) and len(expr.slice) == 1 \
+            and isinstance(expr.slice[0].slice, cst.Index):
+        key = expr.slice[0].slice.value
+        if isinstance(key, cst.SimpleString):
+            return f"{expr.value.value}[{key.evaluated_value!r}]"
+        if isinstance(key, cst.Integer):
+            return f"{expr.value.value}[{key.value}]"
+    return None
+
+
+def _root(expr: cst.BaseExpression) -> str | None:
+    """The name at the root of ``meters["loss"].update`` (``meters``)."""
+    while isinstance(expr, (cst.Attribute, cst.Subscript)):
+        expr = expr.value
+    return expr.value if isinstance(expr, cst.Name) else None
+
+
+def _dotted(expr: cst.BaseExpression) -> str | None:
+    if isinstance(expr, cst.Name):
+        return expr.value
+    if isinstance(expr, cst.Attribute):
+        inner = _dotted(expr.value)
+        return f"{inner}.{expr.attr.value}" if inner else None
+    return None
+
+
+def meter_update(stmt: cst.BaseStatement) -> str | None:
+    """The holder's name when ``stmt`` is ``meter.update(...)``, ``meters["loss"].update(...)``, ``meters[0].update(...)``
+    or ``stats.loss.update(...)`` alone on its line; else None."""
+    if not m.matches(stmt, m.SimpleStatementLine([m.Expr(m.Call(func=m.Attribute(attr=m.Name("update"))))])):
+        return None
+    receiver = stmt.body[0].value.func.value  # type: ignore[attr-defined]
+    return _root(receiver) if _code(receiver) is not None else None

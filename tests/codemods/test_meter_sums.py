@@ -1,0 +1,149 @@
+"""Meters of the program's own class (``AverageMeter``) updated over a prepared loader and read after the loop
+(``analysis/meter_sums.py``, ``rules/averages.py``): every summed attribute is reduced right after the loop and the
+attributes ``update`` computes from the sums are computed again, whatever holds the meters (one name, a dict literal,
+a dict comprehension over names, a list, a ``SimpleNamespace``); a meter not proven stays reported (ACC028)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from _convert import codes, converted
+
+HEAD = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class AverageMeter:
+    \"\"\"Computes and stores the average and current value\"\"\"
+
+    def __init__(self, name=""):
+        self.name = name
+        self.reset()
+
+    def reset(self):
+        self.val = 0
+        self.avg = 0
+        self.sum = 0
+        self.count = 0
+
+    def update(self, val, n=1):
+        self.val = val
+        self.sum += val * n
+        self.count += n
+        self.avg = self.sum / self.count
+
+    @property
+    def global_avg(self):
+        return self.sum / max(self.count, 1)
+
+
+model = torch.nn.Linear(2, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randint(0, 2, (8,))), batch_size=2)
+"""
+LOOP = """\
+for x, y in loader:
+    out = model(x)
+    loss = torch.nn.functional.cross_entropy(out, y)
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def _script(made: str, updates: str, reads: str) -> str:
+    body = textwrap.indent(textwrap.dedent(updates).strip("\n"), "    ")
+    return HEAD + textwrap.dedent(made).strip("\n") + "\n" + LOOP + body + "\n" + textwrap.dedent(reads).strip("\n") + "\n"
+
+
+def _reduced(code: str, attr: str, kind: str) -> str:
+    dtype = "dtype=torch.float64, " if kind != "int" else ""
+    reduced = f'accelerator.reduce(torch.tensor({code}.{attr}, {dtype}device=accelerator.device), "sum").item()'
+    return f"{code}.{attr} = " + (f"type({code}.{attr})({reduced})" if kind == "number" else reduced)
+
+
+def _meter(code: str, kind: str = "float") -> list[str]:
+    """The lines that make the meter ``code`` global: its sum and count reduced, its average computed again."""
+    return [_reduced(code, "sum", kind), _reduced(code, "count", "int"), f"{code}.avg = {code}.sum / {code}.count"]
+
+
+# how the meters are held -> (made, updated in the loop, read after it, the meters reduced in order)
+HOLDERS = {
+    "one name": ("meter = AverageMeter('Loss')", "meter.update(loss.item(), x.size(0))", "print(meter.avg)", ["meter"]),
+    "a dict literal": (
+        'meters = {"loss": AverageMeter(), "lr": AverageMeter()}',
+        'meters["loss"].update(loss.item())\nmeters["lr"].update(optimizer.param_groups[0]["lr"])',
+        'print(meters["loss"].global_avg, meters["lr"].avg)\nstats = {k: meter.global_avg for k, meter in meters.items()}',
+        ['meters["loss"]', 'meters["lr"]']),
+    "a dict comprehension over names": (
+        'meters = {name: AverageMeter(name) for name in ("loss", "acc")}',
+        'meters["loss"].update(loss.item(), x.size(0))\n'
+        'meters["acc"].update((out.argmax(1) == y).float().mean().item(), x.size(0))',
+        "print([meter.avg for meter in meters.values()])",
+        ['meters["loss"]', 'meters["acc"]']),
+    "a list": (
+        "meters = [AverageMeter(), AverageMeter()]",
+        "meters[0].update(loss.item(), x.size(0))\nmeters[1].update(out.abs().mean().item())",
+        "print(meters[0].avg, [m.global_avg for m in meters])",
+        ["meters[0]", "meters[1]"]),
+    "attributes of one object": (
+        "import types\nstats = types.SimpleNamespace(loss=AverageMeter(), acc=AverageMeter())",
+        "stats.loss.update(loss.item(), x.size(0))\nstats.acc.update((out.argmax(1) == y).sum().item() / x.size(0))",
+        "print(stats.loss.avg, stats.acc.global_avg)",
+        ["stats.loss", "stats.acc"]),
+}
+
+
+@pytest.mark.parametrize("name", list(HOLDERS))
+def test_meters_are_reduced_right_after_the_loop(name: str) -> None:
+    made, updates, reads, meters = HOLDERS[name]
+    source = _script(made, updates, reads)
+    out = converted(source)
+    last_update = textwrap.dedent(updates).strip().splitlines()[-1]
+    after = out.split("    " + last_update + "\n", 1)[1].splitlines()
+    kinds = {"meters[1]": "float", "stats.acc": "float"}  # an ``.item()`` of a mean, a quotient: floats
+    expected = [line for code in meters for line in _meter(code, kinds.get(code, "float"))]
+    assert after[:len(expected)] == expected, out
+    assert not codes(source), codes(source)
+    assert converted(out) == out  # converting again adds nothing
+
+
+def test_the_learning_rates_meter_keeps_its_average() -> None:
+    # every process feeds the same learning rate: its sum and count are both N times one process's, so the average
+    # is the same, and the count is the original's number of steps (it walked N times as many)
+    made, updates, reads, _ = HOLDERS["a dict literal"]
+    out = converted(_script(made, updates, reads))
+    assert _reduced('meters["lr"]', "sum", "float") in out and _reduced('meters["lr"]', "count", "int") in out
+
+
+# not proven: (made, updated, read after the loop); each is reported at the update (line of the first update)
+NOT_PROVEN = {
+    "a class not of the program": (
+        "from meters import AverageMeter as Meter\nmeter = Meter()", "meter.update(loss.item())", "print(meter.avg)"),
+    "the last value read after the loop": ("meter = AverageMeter()", "meter.update(loss.item())", "print(meter.val)"),
+    "a tensor fed": ("meter = AverageMeter()", "meter.update(loss.detach())", "print(meter.avg)"),
+    "the holder handed whole to a function": (
+        'meters = {"loss": AverageMeter()}', 'meters["loss"].update(loss.item())', "print(meters)"),
+    "a key the holder does not make": (
+        'meters = {"loss": AverageMeter()}', 'meters["loss"].update(loss.item())\nmeters["acc"].update(1.0)',
+        'print(meters["loss"].avg)'),
+}
+
+
+@pytest.mark.parametrize("name", list(NOT_PROVEN))
+def test_meters_not_proven_are_reported(name: str) -> None:
+    made, updates, reads = NOT_PROVEN[name]
+    source = _script(made, updates, reads)
+    found = codes(source)
+    assert "ACC028" in {c.split(":")[0] for c in found}, found
+    assert "accelerator.reduce" not in converted(source)
+
+
+def test_a_meter_whose_update_does_more_than_add_is_reported() -> None:
+    # ``self.history.append(val)``: a side effect the reduction would not make global
+    source = _script("meter = AverageMeter()", "meter.update(loss.item())", "print(meter.avg)").replace(
+        "        self.val = val\n", "        self.val = val\n        print(val)\n")
+    assert "ACC028" in {c.split(":")[0] for c in codes(source)}
+    assert "accelerator.reduce" not in converted(source)
