@@ -22,6 +22,8 @@ tensor fed) are not proven, and stay reported (ACC028) by ``shard_sums.py``.
 
 from __future__ import annotations
 
+import re
+import string
 from dataclasses import dataclass
 
 import libcst as cst
@@ -213,9 +215,13 @@ def _fed_kind(expr: cst.BaseExpression, known: dict[str, str]) -> str | None:
     if m.matches(expr, m.Subscript(value=m.Subscript(value=m.Attribute(attr=m.Name("param_groups"))),
                                    slice=[m.SubscriptElement(m.Index(m.SimpleString('"lr"') | m.SimpleString("'lr'")))])):
         return "float"
-    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Divide):  # a true division of numbers
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Divide, cst.Add, cst.Subtract, cst.Multiply)):
         sides = {_fed_kind(expr.left, known), _fed_kind(expr.right, known)}
-        return "float" if sides <= set(_NUMBER_KINDS) else None
+        if not sides <= set(_NUMBER_KINDS):
+            return None
+        if isinstance(expr.operator, cst.Divide) or "float" in sides:  # a true division of numbers is a float
+            return "float"
+        return "number" if "number" in sides else "int"
     return increment_kind(expr, known)
 
 
@@ -259,6 +265,23 @@ class _ReadChecker(cst.CSTVisitor):
         if _code(node.value) in self.codes and node.attr.value in self.readable:
             self._allow(node.value)
 
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None:
+            self.allowed.add(id(node.keyword))  # ``losses=`` names a parameter, it does not read the holder
+
+    def visit_Call(self, node: cst.Call) -> None:
+        """``' * Acc@1 {top1.avg:.3f}'.format(top1=top1)``: a meter handed to ``str.format`` whose fields read it."""
+        if not (isinstance(node.func, cst.Attribute) and node.func.attr.value == "format"
+                and isinstance(node.func.value, (cst.SimpleString, cst.ConcatenatedString))):
+            return
+        read = _format_reads(node.func.value.evaluated_value)
+        if read is None:
+            return
+        for i, arg in enumerate(node.args):
+            key = arg.keyword.value if arg.keyword is not None else str(i)
+            if not arg.star and _code(arg.value) in self.codes and all(a in self.readable for a in read.get(key, [])):
+                self._allow(arg.value)
+
     def visit_DictComp(self, node: cst.DictComp) -> None:
         self._comprehension(node.for_in, [node.key, node.value])
 
@@ -295,6 +318,27 @@ class _ReadChecker(cst.CSTVisitor):
     def _allow(self, node: cst.BaseExpression) -> None:
         for found in m.findall(node, m.Name(self.name)):
             self.allowed.add(id(found))
+
+
+def _format_reads(text: object) -> dict[str, list[str | None]] | None:
+    """The first attribute each field of a format string reads, by argument (``{top1.avg}`` -> ``{"top1": ["avg"]}``,
+    ``{}``/``{0}`` by position, None for a field that reads the argument itself); None when it cannot be parsed."""
+    if not isinstance(text, str):
+        return None
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(text) if f is not None]
+    except ValueError:
+        return None
+    reads: dict[str, list[str | None]] = {}
+    auto = 0
+    for field in fields:
+        match = re.match(r"([^.\[]*)(.*)", field)
+        head, rest = match.group(1), match.group(2)  # type: ignore[union-attr]
+        if head == "":
+            head, auto = str(auto), auto + 1
+        attr = re.match(r"\.([A-Za-z_][A-Za-z0-9_]*)", rest)
+        reads.setdefault(head, []).append(attr.group(1) if attr else None)
+    return reads
 
 
 def _body(function: cst.FunctionDef) -> list[cst.BaseStatement]:

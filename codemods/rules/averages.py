@@ -455,9 +455,10 @@ accelerator.end_training()
             if acc.at_else:
                 at_else.add(acc.end)
         for meters in reduced:
+            # with split batches every process walks every step: a meter fed once a step would count N times as many
             accelerator, torch = ctx.accelerator_in(meters.loop.scope), _torch_name(ctx, meters.loop)
             if accelerator is None or torch is None or agreement.collective_place(meters.end, meters.loop.scope) is None \
-                    or ctx.is_skipped(meters.end):
+                    or ctx.is_skipped(meters.end) or split:
                 ctx.warn(codes.SHARD_AVERAGE, meters.updates[0], name=meters.name)
                 continue
             reductions.setdefault(meters.end, []).extend(meter_code(meters, accelerator, torch))

@@ -96,6 +96,25 @@ HOLDERS = {
 }
 
 
+# reads after the loop (of ``meter``, fed ``loss.item()``) -> whether the meter is reduced (else reported)
+READS = {
+    "an f-string of its average": ('print(f"loss {meter.avg:.4f}")', True),
+    "str.format of its average by keyword (the ImageNet example)": ("print(' * Loss {meter.avg:.3f}'.format(meter=meter))", True),
+    "str.format by position, concatenated": ("print('Loss {0.global_avg:.3f} '\n      '({0.sum})'.format(meter))", True),
+    "str.format of its last value": ("print('Loss {loss.val:.3f}'.format(loss=meter))", False),
+    "str.format of the meter itself": ("print('Loss {}'.format(meter))", False),
+}
+
+
+@pytest.mark.parametrize("name", list(READS))
+def test_what_a_read_after_the_loop_reads_decides(name: str) -> None:
+    reads, reduced = READS[name]
+    source = _script("meter = AverageMeter()", "meter.update(loss.item(), x.size(0))", reads)
+    out = converted(source)
+    assert (_reduced("meter", "count", "int") in out) is reduced, out
+    assert ("ACC028" in {c.split(":")[0] for c in codes(source)}) is not reduced
+
+
 @pytest.mark.parametrize("name", list(HOLDERS))
 def test_meters_are_reduced_right_after_the_loop(name: str) -> None:
     made, updates, reads, meters = HOLDERS[name]
@@ -147,3 +166,13 @@ def test_a_meter_whose_update_does_more_than_add_is_reported() -> None:
         "        self.val = val\n", "        self.val = val\n        print(val)\n")
     assert "ACC028" in {c.split(":")[0] for c in codes(source)}
     assert "accelerator.reduce" not in converted(source)
+
+
+def test_meters_under_split_batches_are_reported() -> None:
+    # a converted DataParallel script: every process walks every step with 1/N of each batch, so a meter fed once a
+    # step (``n=1``) would count N times the original's steps: not proven, reported
+    source = _script("model = torch.nn.DataParallel(model)\nmeter = AverageMeter()", "meter.update(loss.item())",
+                     "print(meter.avg, meter.count)")
+    out = converted(source)
+    assert "Accelerator(split_batches=True)" in out and "accelerator.reduce" not in out
+    assert "ACC028" in {c.split(":")[0] for c in codes(source)}
