@@ -4,7 +4,8 @@ read after the loop: what to reduce, and how.
 A meter (``AverageMeter`` of the PyTorch ImageNet example, DeiT's ``SmoothedValue`` without its window) is an
 instance of a class of the program whose ``update(val, n=1)`` only adds what it is fed to attributes of its own
 (``self.sum += val * n``, ``self.count += n``) and may compute others from those sums (``self.avg = self.sum /
-self.count``) or keep the last value (``self.val = val``). On N processes each process feeds its meters 1/N of the
+self.count``) or keep the last values (``self.val = val``, ``self.deque.append(value)``: DeiT's ``SmoothedValue``,
+whose ``global_avg`` reads the sums and whose windowed ``avg`` and ``median`` stay this process's). On N processes each process feeds its meters 1/N of the
 batches: what they hold after the loop is that process's share. Reducing every summed attribute across processes
 (``"sum"``) and computing the derived ones again makes the meter the whole data set's, as one process would have it;
 a value that every process feeds alike (the learning rate's meter) keeps its average, its sum and count both
@@ -83,6 +84,9 @@ def meter_class(plan: Plan, cls: Scope) -> MeterClass | None:
             if not _plain(small.value, args, set()) or small.target.attr.value in sums:  # type: ignore[attr-defined]
                 return None
             sums[small.target.attr.value] = small.value  # type: ignore[attr-defined]
+        elif isinstance(small, cst.Expr) and m.matches(small.value, m.Call(func=m.Attribute(attr=m.Name("append")), args=[m.Arg()])) \
+                and _self_attr(small.value.func.value) and _plain(small.value.args[0].value, args, set()):  # type: ignore[attr-defined]
+            local.add(small.value.func.value.attr.value)  # type: ignore[attr-defined]  # a window of the last values
         elif isinstance(small, cst.Assign) and len(small.targets) == 1 and _self_attr(small.targets[0].target):
             attr = small.targets[0].target.attr.value  # type: ignore[attr-defined]
             if _plain(small.value, set(), set(sums)):

@@ -176,3 +176,46 @@ def test_meters_under_split_batches_are_reported() -> None:
     out = converted(source)
     assert "Accelerator(split_batches=True)" in out and "accelerator.reduce" not in out
     assert "ACC028" in {c.split(":")[0] for c in codes(source)}
+
+
+SMOOTHED = """\
+import torch
+from collections import deque
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class SmoothedValue:
+    def __init__(self, window_size=20):
+        self.deque = deque(maxlen=window_size)
+        self.total = 0.0
+        self.count = 0
+
+    def update(self, value, n=1):
+        self.deque.append(value)
+        self.count += n
+        self.total += value * n
+
+    @property
+    def avg(self):
+        return torch.tensor(list(self.deque)).mean().item()
+
+    @property
+    def global_avg(self):
+        return self.total / self.count
+
+
+model = torch.nn.Linear(2, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randint(0, 2, (8,))), batch_size=2)
+loss_meter = SmoothedValue()
+""" + LOOP + "    loss_meter.update(loss.item(), n=x.size(0))\n"
+
+
+@pytest.mark.parametrize(("read", "reduced"), [("loss_meter.global_avg", True), ("loss_meter.avg", False)])
+def test_a_windowed_meter_is_reduced_where_only_its_sums_are_read(read: str, reduced: bool) -> None:
+    # DeiT's SmoothedValue: ``global_avg`` reads the sums (made global), the windowed ``avg`` the last values (not)
+    source = SMOOTHED + f"print({read})\n"
+    out = converted(source)
+    assert ('loss_meter.count = accelerator.reduce(torch.tensor(loss_meter.count, device=accelerator.device), "sum").item()'
+            in out) is reduced, out
+    assert ("ACC028" in {c.split(":")[0] for c in codes(source)}) is not reduced
