@@ -131,3 +131,11 @@ def _starts_at_numbers(cls: Scope, sums: set[str]) -> bool:
                 if _self_attr(attr) and attr.attr.value in sums:  # type: ignore[attr-defined]
                     set_to.setdefault(attr.attr.value, []).append(value)  # type: ignore[arg-type, attr-defined]
     return all(set_to.get(a) and all(isinstance(v, (cst.Integer, cst.Float)) for v in set_to[a]) for a in sums)
+
+
+def adds_to_self(plan: Plan, cls: Scope) -> bool:
+    """Whether ``update`` of ``cls`` adds to an attribute of its own (``self.sum += val * n``), proven a meter or not."""
+    update = plan.classes.method(cls, "update")
+    if update is None or not isinstance(update.node, cst.FunctionDef):
+        return False
+    return any(_self_attr(a.target) for a in m.findall(update.node.body, m.AugAssign(operator=m.AddAssign())))  # type: ignore[attr-defined]

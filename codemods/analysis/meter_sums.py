@@ -31,7 +31,7 @@ import libcst.matchers as m
 
 from accelify.codemods.analysis.facts import Loop, Scope
 from accelify.codemods.analysis.loop_reads import reads_after
-from accelify.codemods.analysis.meter_classes import MeterClass, meter_class
+from accelify.codemods.analysis.meter_classes import MeterClass, adds_to_self, meter_class
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.sum_kinds import increment_kind, known_kinds
 
@@ -328,3 +328,22 @@ def meter_update(stmt: cst.BaseStatement) -> str | None:
         return None
     receiver = stmt.body[0].value.func.value  # type: ignore[attr-defined]
     return _root(receiver) if _code(receiver) is not None else None
+
+
+def self_meter(plan: Plan, loop: Loop, stmt: cst.BaseStatement) -> str | None:
+    """``self.losses`` when ``stmt`` is ``self.losses.update(...)`` in a method whose class binds ``self.losses`` to an
+    object of the program's that adds what it is fed to its attributes (a meter a trainer keeps): what it holds after
+    the loop is this process's share, which this does not reduce (the meter may sum over several calls of the
+    method); None otherwise."""
+    if not m.matches(stmt, m.SimpleStatementLine([m.Expr(m.Call(func=m.Attribute(
+            value=m.Attribute(value=m.Name("self"), attr=m.Name()), attr=m.Name("update"))))])):
+        return None
+    attribute = f"self.{stmt.body[0].value.func.value.attr.value}"  # type: ignore[attr-defined]
+    cls = loop.scope.class_scope
+    for binding in cls.bindings.get(attribute, []) if cls is not None else []:
+        made = binding.value
+        if isinstance(made, cst.Call):
+            found = plan.classes.class_of(binding.where, made.func)
+            if found is not None and adds_to_self(plan, found):
+                return attribute
+    return None

@@ -61,7 +61,7 @@ from accelify.codemods.analysis.loop_reads import (
     reads_after,
 )
 from accelify.codemods.analysis.loss_means import mean_loss
-from accelify.codemods.analysis.meter_sums import MeterSums, meter_sums, meter_update
+from accelify.codemods.analysis.meter_sums import MeterSums, meter_sums, meter_update, self_meter
 from accelify.codemods.analysis.metric_objects import metric_calls
 from accelify.codemods.analysis.sized_arrays import row_writes
 from accelify.codemods.analysis.names import dotted
@@ -124,6 +124,8 @@ def find_averages(plan: Plan) -> Averages:
                 continue
             elif (root := meter_update(stmt)) is not None and _read_after(plan, loop, root) and _made_before(loop, root):
                 meter_updates.setdefault(root, []).append(stmt)  # ``meter.update(v)``, ``meters["loss"].update(v)``
+            elif (attribute := self_meter(plan, loop, stmt)) is not None and _read_after(plan, loop, attribute):
+                found.kept.append(Kept(attribute, loop, stmt, tuple(a.value for a in stmt.body[0].value.args)))  # type: ignore[attr-defined]
             elif (held := kept_value(stmt)) is not None and "." not in held.key:
                 name = held.key  # ``losses.append(v)``
                 if _read_after(plan, loop, name) and _made_before(loop, name):

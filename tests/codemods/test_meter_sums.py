@@ -219,3 +219,29 @@ def test_a_windowed_meter_is_reduced_where_only_its_sums_are_read(read: str, red
     assert ('loss_meter.count = accelerator.reduce(torch.tensor(loss_meter.count, device=accelerator.device), "sum").item()'
             in out) is reduced, out
     assert ("ACC028" in {c.split(":")[0] for c in codes(source)}) is not reduced
+
+
+TRAINER = HEAD + """
+
+class Trainer:
+    def __init__(self):
+        self.losses = AverageMeter()
+
+    def train_epoch(self):
+        for x, y in loader:
+            out = model(x)
+            loss = torch.nn.functional.cross_entropy(out, y)
+            loss.backward()
+            optimizer.step()
+            self.losses.update(loss.item(), x.size(0))
+        print(self.losses.avg)
+
+
+Trainer().train_epoch()
+"""
+
+
+def test_a_meter_a_trainer_keeps_in_an_attribute_is_reported() -> None:
+    # ``self.losses`` may sum over several calls of the method (made in ``__init__``): not reduced, but never silent
+    assert [c.split(":")[0] for c in codes(TRAINER)] == ["ACC028"]
+    assert "accelerator.reduce" not in converted(TRAINER)
