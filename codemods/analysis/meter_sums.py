@@ -13,7 +13,9 @@ multiplied by N.
 The meters are found where they are held: one name (``meter = AverageMeter()``), a dict literal (``meters = {"loss":
 AverageMeter(), "lr": AverageMeter()}``), a dict comprehension over literal names (``{k: AverageMeter() for k in
 ("loss", "acc")}``), a list literal (``[AverageMeter(), AverageMeter()]``), or the keyword arguments of a
-``types.SimpleNamespace`` (attributes of one object: ``stats.loss.update(v)``). A holder is reduced only when every
+``types.SimpleNamespace`` (attributes of one object: ``stats.loss.update(v)``), or an attribute of a trainer made
+again before the loop in the same method (``self.losses = AverageMeter()``; made once in ``__init__`` it may sum over
+several calls of the method, so it is reported). A holder is reduced only when every
 read after the loop reads what the reduction makes global: a summed or derived attribute, or a property or method
 that reads only those (``meters["loss"].global_avg``, ``{k: m.avg for k, m in meters.items()}``); the last value
 (``.val``), the holder passed whole to a function, or a class that does more than add (a call in ``update``, a
@@ -179,7 +181,7 @@ def _updated_elsewhere(plan: Plan, loop: Loop, name: str, updates: list[cst.Base
         return True
     ours = {id(u) for u in updates}
     for site in loop.scope.calls:
-        if site.method == "update" and id(site.stmt) not in ours and _root(site.node.func) == name:
+        if site.method == "update" and id(site.stmt) not in ours and name in (_root(site.node.func), _code(site.node.func.value)):  # type: ignore[attr-defined]
             return True
     return False
 
@@ -207,11 +209,15 @@ class _ReadChecker(cst.CSTVisitor):
     def __init__(self, name: str, codes: set[str], readable: frozenset[str]) -> None:
         self.name, self.codes, self.readable = name, codes, readable
         self.ok = True
-        self.allowed: set[int] = set()  # the holder's Name nodes whose use is proven
+        self.allowed: set[int] = set()  # the holder's nodes whose use is proven
+        owner, _, attribute = name.partition(".")  # ``self.losses``: a trainer's attribute
+        self.holder = m.Attribute(value=m.Name(owner), attr=m.Name(attribute)) if attribute else m.Name(name)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if _code(node.value) in self.codes and node.attr.value in self.readable:
             self._allow(node.value)
+        elif "." in self.name and m.matches(node, self.holder) and id(node) not in self.allowed:
+            self.ok = False
 
     def visit_Arg(self, node: cst.Arg) -> None:
         if node.keyword is not None:
@@ -264,7 +270,7 @@ class _ReadChecker(cst.CSTVisitor):
             self.ok = False
 
     def _allow(self, node: cst.BaseExpression) -> None:
-        for found in m.findall(node, m.Name(self.name)):
+        for found in [node, *m.findall(node, self.holder)] if m.matches(node, self.holder) else m.findall(node, self.holder):
             self.allowed.add(id(found))
 
 
@@ -330,11 +336,29 @@ def meter_update(stmt: cst.BaseStatement) -> str | None:
     return _root(receiver) if _code(receiver) is not None else None
 
 
+def attribute_meter_sums(plan: Plan, loop: Loop, attribute: str, updates: list[cst.BaseStatement]) -> MeterSums | None:
+    """A meter a trainer keeps (``self.losses``, from ``self_meter``) made again in the method right before the loop
+    (``self.losses = AverageMeter()``, both statements of the method's own body, so each call sums only its own pass),
+    updated nowhere else in the class and read after the loop as ``meter_sums`` proves: its ``MeterSums``; else None."""
+    cls, scope = loop.scope.class_scope, loop.scope
+    if cls is None or not any(s is loop.node for s in scope.body):
+        return None
+    here = [b for b in cls.bindings.get(attribute, []) if b.where is scope]
+    if len(here) != 1 or here[0].aug or here[0].value is None or not any(s is here[0].stmt for s in scope.body) \
+            or plan.facts.order[here[0].stmt][0] > plan.facts.order[loop.node][0]:
+        return None
+    ours = {id(u) for u in updates}
+    if any(site.method == "update" and id(site.stmt) not in ours and site.scope.class_scope is cls
+           and _code(site.node.func.value) == attribute for site in plan.facts.calls):  # type: ignore[attr-defined]
+        return None
+    return meter_sums(plan, loop, attribute, updates, here[0].value, loop.node)
+
+
 def self_meter(plan: Plan, loop: Loop, stmt: cst.BaseStatement) -> str | None:
     """``self.losses`` when ``stmt`` is ``self.losses.update(...)`` in a method whose class binds ``self.losses`` to an
     object of the program's that adds what it is fed to its attributes (a meter a trainer keeps): what it holds after
-    the loop is this process's share, which this does not reduce (the meter may sum over several calls of the
-    method); None otherwise."""
+    the loop is this process's share (reduced where ``attribute_meter_sums`` proves it, else reported); None
+    otherwise."""
     if not m.matches(stmt, m.SimpleStatementLine([m.Expr(m.Call(func=m.Attribute(
             value=m.Attribute(value=m.Name("self"), attr=m.Name()), attr=m.Name("update"))))])):
         return None

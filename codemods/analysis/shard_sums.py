@@ -61,7 +61,7 @@ from accelify.codemods.analysis.loop_reads import (
     reads_after,
 )
 from accelify.codemods.analysis.loss_means import mean_loss
-from accelify.codemods.analysis.meter_sums import MeterSums, meter_sums, meter_update, self_meter
+from accelify.codemods.analysis.meter_sums import MeterSums, attribute_meter_sums, meter_sums, meter_update, self_meter
 from accelify.codemods.analysis.metric_objects import metric_calls
 from accelify.codemods.analysis.sized_arrays import row_writes
 from accelify.codemods.analysis.names import dotted
@@ -114,6 +114,7 @@ def find_averages(plan: Plan) -> Averages:
         updates: dict[str, list[tuple[cst.BaseStatement, cst.BaseExpression]]] = {}
         inner = inner_stmts(plan, loop)  # ``correct += 1`` in a loop over the batch's outputs
         meter_updates: dict[str, list[cst.BaseStatement]] = {}
+        attribute_updates: dict[str, list[cst.BaseStatement]] = {}
         for stmt in loop.stmts + inner:
             if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):
                 continue
@@ -125,7 +126,7 @@ def find_averages(plan: Plan) -> Averages:
             elif (root := meter_update(stmt)) is not None and _read_after(plan, loop, root) and _made_before(loop, root):
                 meter_updates.setdefault(root, []).append(stmt)  # ``meter.update(v)``, ``meters["loss"].update(v)``
             elif (attribute := self_meter(plan, loop, stmt)) is not None and _read_after(plan, loop, attribute):
-                found.kept.append(Kept(attribute, loop, stmt, tuple(a.value for a in stmt.body[0].value.args)))  # type: ignore[attr-defined]
+                attribute_updates.setdefault(attribute, []).append(stmt)  # ``self.losses.update(v)``
             elif (held := kept_value(stmt)) is not None and "." not in held.key:
                 name = held.key  # ``losses.append(v)``
                 if _read_after(plan, loop, name) and _made_before(loop, name):
@@ -136,6 +137,8 @@ def find_averages(plan: Plan) -> Averages:
                         found.kept.append(Kept(name, loop, stmt, held.values))
         for name, stmts in meter_updates.items():
             _metered(plan, loop, name, stmts, found)
+        for name, stmts in attribute_updates.items():
+            _metered(plan, loop, name, stmts, found, attribute_meter_sums(plan, loop, name, stmts))
         reported = {id(k.node) for k in found.kept} | {id(u) for meters in found.meters for u in meters.updates}
         for fed in metric_calls(plan, loop, loop.stmts + inner):  # ``metric(outputs, target)``: sums into itself
             if id(fed.stmt) not in reported and _read_after(plan, loop, fed.name):
@@ -192,11 +195,13 @@ def find_averages(plan: Plan) -> Averages:
     return found
 
 
-def _metered(plan: Plan, loop: Loop, name: str, stmts: list[cst.BaseStatement], found: Averages) -> None:
-    """The meters held by ``name`` and updated by ``stmts`` in ``loop``: reduced when proven (``meter_sums.py``),
-    else each update kept and reported."""
-    first = _init(plan, loop, name, lambda value, _: value is not None)
-    meters = meter_sums(plan, loop, name, stmts, first[0].value, first[1]) if first is not None else None  # type: ignore[arg-type]
+def _metered(plan: Plan, loop: Loop, name: str, stmts: list[cst.BaseStatement], found: Averages,
+             meters: MeterSums | None = None) -> None:
+    """The meters held by ``name`` (or ``meters``, a trainer's, when given) and updated by ``stmts`` in ``loop``:
+    reduced when proven (``meter_sums.py``), else each update kept and reported."""
+    if "." not in name:
+        first = _init(plan, loop, name, lambda value, _: value is not None)
+        meters = meter_sums(plan, loop, name, stmts, first[0].value, first[1]) if first is not None else None  # type: ignore[arg-type]
     if meters is not None:
         found.meters.append(meters)
         return

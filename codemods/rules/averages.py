@@ -12,7 +12,7 @@ of each batch and walks every step) is averaged too; dealt whole batches, the pr
 so are running values printed inside the loop every N steps (one process's, by convention). A list of per-batch
 numbers summarised after the pass (``np.mean(losses)``) is gathered there (``accelerator.gather`` of a 1-d tensor,
 ``.tolist()``). Meters of the program's own class (an ``AverageMeter`` whose ``update`` only adds to its attributes),
-one or several held in a dict, a list or a ``SimpleNamespace``, get each summed attribute reduced and the attributes
+one or several held in a dict, a list, a ``SimpleNamespace`` or a trainer's attribute made again before the loop, get each summed attribute reduced and the attributes
 ``update`` computes from them computed again (``analysis/meter_sums.py``). What cannot be reduced (a meter not proven
 so, a list read in order, a sum divided by a count it cannot place, a loop some processes may not run) is reported
 (ACC028). A sum over a loop whose batches the

@@ -247,6 +247,21 @@ def test_a_meter_a_trainer_keeps_in_an_attribute_is_reported() -> None:
     assert "accelerator.reduce" not in converted(TRAINER)
 
 
+@pytest.mark.parametrize(("made", "read", "reduced"), [
+    ("        self.losses = AverageMeter()\n", "self.losses.avg", True),  # made again before each pass: its own sums
+    ("        self.losses = AverageMeter()\n", "self.losses.val", False),  # the last value: not proven
+    ("        if x is None:\n            self.losses = AverageMeter()\n", "self.losses.avg", False),  # maybe not made again
+])
+def test_a_trainers_meter_made_again_before_the_loop_is_reduced(made: str, read: str, reduced: bool) -> None:
+    source = TRAINER.replace("    def train_epoch(self):\n", "    def train_epoch(self, x=None):\n" + made).replace(
+        "print(self.losses.avg)", f"print({read})")
+    out = converted(source)  # the trainer gets the accelerator as ``self.accelerator``
+    assert (_reduced("self.losses", "count", "int").replace("accelerator.", "self.accelerator.") in out) is reduced, out
+    if reduced:
+        assert "        self.losses.avg = self.losses.sum / self.losses.count\n        self.accelerator.print(" in out
+    assert ("ACC028" in {c.split(":")[0] for c in codes(source)}) is not reduced
+
+
 METRIC_LOGGER = SMOOTHED.split("model = torch.nn.Linear")[0] + """\
 class MetricLogger:
     def __init__(self):
