@@ -30,7 +30,8 @@ twice. Its ``kind`` (``analysis/sum_kinds.py``) says how to reduce it:
 batches (Accelerate's default, ours too) every process walks the same number of batches, so the mean of the
 per-process sums over that count is the global average. Divided by a global count (``len(loader.dataset)``,
 ``len(train_set)`` of a data set, a count summed too) it is summed. Divided by anything else it cannot be told
-which, and it is ``kept``, as is a running value held by an object (``meter.update(v, n)``, a metric object of the
+which, and it is ``kept``, as is a running value held by an object not proven a meter (``meter.update(v, n)``: the
+meters of the program's own class are reduced, ``analysis/meter_sums.py``; a metric object of the
 program's that adds what it is fed to its attributes: ``analysis/metric_objects.py``; rows written into an array
 sized by the data set: ``analysis/sized_arrays.py``),
 a list read in order (a loss curve plotted) or appended to conditionally, or a sum carried over several passes: the
@@ -60,6 +61,7 @@ from accelify.codemods.analysis.loop_reads import (
     reads_after,
 )
 from accelify.codemods.analysis.loss_means import mean_loss
+from accelify.codemods.analysis.meter_sums import MeterSums, attribute_meter_sums, meter_sums, meter_update, self_meter
 from accelify.codemods.analysis.metric_objects import metric_calls
 from accelify.codemods.analysis.sized_arrays import row_writes
 from accelify.codemods.analysis.names import dotted
@@ -100,6 +102,7 @@ class Kept:
 class Averages:
     accumulators: list[Accumulator] = field(default_factory=list)
     kept: list[Kept] = field(default_factory=list)
+    meters: list[MeterSums] = field(default_factory=list)
 
 
 def find_averages(plan: Plan) -> Averages:
@@ -110,6 +113,8 @@ def find_averages(plan: Plan) -> Averages:
             continue
         updates: dict[str, list[tuple[cst.BaseStatement, cst.BaseExpression]]] = {}
         inner = inner_stmts(plan, loop)  # ``correct += 1`` in a loop over the batch's outputs
+        meter_updates: dict[str, list[cst.BaseStatement]] = {}
+        attribute_updates: dict[str, list[cst.BaseStatement]] = {}
         for stmt in loop.stmts + inner:
             if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):
                 continue
@@ -118,15 +123,23 @@ def find_averages(plan: Plan) -> Averages:
                 updates.setdefault(small.target.value, []).append((stmt, small.value))
             elif stmt in inner:
                 continue
+            elif (root := meter_update(stmt)) is not None and _read_after(plan, loop, root) and _made_before(loop, root):
+                meter_updates.setdefault(root, []).append(stmt)  # ``meter.update(v)``, ``meters["loss"].update(v)``
+            elif (attribute := self_meter(plan, loop, stmt)) is not None and _read_after(plan, loop, attribute):
+                attribute_updates.setdefault(attribute, []).append(stmt)  # ``self.losses.update(v)``
             elif (held := kept_value(stmt)) is not None and "." not in held.key:
-                name = held.key  # ``meter.update(v)``, or one of a dict's (``meters["loss"].update(v)``)
+                name = held.key  # ``losses.append(v)``
                 if _read_after(plan, loop, name) and _made_before(loop, name):
                     listed = _listed(plan, loop, stmt, held.call, name)
                     if listed is not None:
                         found.accumulators.append(listed)
                     else:
                         found.kept.append(Kept(name, loop, stmt, held.values))
-        reported = {id(k.node) for k in found.kept}
+        for name, stmts in meter_updates.items():
+            _metered(plan, loop, name, stmts, found)
+        for name, stmts in attribute_updates.items():
+            _metered(plan, loop, name, stmts, found, attribute_meter_sums(plan, loop, name, stmts))
+        reported = {id(k.node) for k in found.kept} | {id(u) for meters in found.meters for u in meters.updates}
         for fed in metric_calls(plan, loop, loop.stmts + inner):  # ``metric(outputs, target)``: sums into itself
             if id(fed.stmt) not in reported and _read_after(plan, loop, fed.name):
                 found.kept.append(Kept(fed.name, loop, fed.stmt, tuple(a.value for a in fed.call.args)))
@@ -180,6 +193,20 @@ def find_averages(plan: Plan) -> Averages:
                                            derived=derived, at_else=at_else))
         _keep_mixed(plan, loop, found, summed_here)
     return found
+
+
+def _metered(plan: Plan, loop: Loop, name: str, stmts: list[cst.BaseStatement], found: Averages,
+             meters: MeterSums | None = None) -> None:
+    """The meters held by ``name`` (or ``meters``, a trainer's, when given) and updated by ``stmts`` in ``loop``:
+    reduced when proven (``meter_sums.py``), else each update kept and reported."""
+    if "." not in name:
+        first = _init(plan, loop, name, lambda value, _: value is not None)
+        meters = meter_sums(plan, loop, name, stmts, first[0].value, first[1]) if first is not None else None  # type: ignore[arg-type]
+    if meters is not None:
+        found.meters.append(meters)
+        return
+    for stmt in stmts:
+        found.kept.append(Kept(name, loop, stmt, tuple(a.value for a in stmt.body[0].value.args)))  # type: ignore[attr-defined]
 
 
 def _kinds(plan: Plan, loop: Loop, values: list[cst.BaseExpression]) -> dict[int, str]:

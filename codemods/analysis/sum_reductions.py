@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import libcst as cst
+
+from accelify.codemods.analysis.meter_sums import MeterSums
 from accelify.codemods.analysis.shard_sums import Accumulator
 
 
@@ -26,3 +29,31 @@ def reduction_code(acc: Accumulator, accelerator: str, torch: str, mean: bool) -
     if acc.kind == "number" and not mean:
         reduced = f"type({acc.name})({reduced})"  # an int stays an int, a float a float
     return f"{acc.name} = {reduced}"
+
+
+def meter_code(meters: MeterSums, accelerator: str, torch: str) -> list[str]:
+    """The code that makes every meter ``meters`` holds the whole data set's after its loop: each summed attribute
+    reduced (``"sum"``, exact: ``int64`` or ``float64``, an ``.item()`` of either kept as its type), then each
+    attribute ``update`` computes from the sums computed again (``meters["loss"].avg = meters["loss"].sum / ...``)."""
+    out = []
+    for code, meter, kinds in meters.meters:
+        for attr, kind in kinds:
+            value = f"{code}.{attr}"
+            dtype = "" if kind == "int" else f"dtype={torch}.float64, "
+            reduced = f"{accelerator}.reduce({torch}.tensor({value}, {dtype}device={accelerator}.device), \"sum\").item()"
+            out.append(f"{value} = {f'type({value})({reduced})' if kind == 'number' else reduced}")
+        holder = cst.parse_expression(code)
+        for attr, expr in meter.derived:
+            computed = expr.visit(_Self(holder))
+            out.append(f"{code}.{attr} = {cst.Module(body=[]).code_for_node(computed)}")
+    return out
+
+
+class _Self(cst.CSTTransformer):
+    """``self`` in an expression of ``update`` replaced by the meter's code."""
+
+    def __init__(self, holder: cst.BaseExpression) -> None:
+        self.holder = holder
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+        return self.holder if original.value == "self" else updated

@@ -11,8 +11,11 @@ the processes walking the same number of batches (even batches, the runtime's de
 of each batch and walks every step) is averaged too; dealt whole batches, the processes' sums add up. Sums of values already global (gathered for metrics by the evaluation rule) are left alone;
 so are running values printed inside the loop every N steps (one process's, by convention). A list of per-batch
 numbers summarised after the pass (``np.mean(losses)``) is gathered there (``accelerator.gather`` of a 1-d tensor,
-``.tolist()``). What cannot be reduced (an ``AverageMeter``, a list read in order, a sum divided by a count it cannot
-place, a loop some processes may not run) is reported (ACC028). A sum over a loop whose batches the
+``.tolist()``). Meters of the program's own class (an ``AverageMeter`` whose ``update`` only adds to its attributes),
+one or several held in a dict, a list, a ``SimpleNamespace`` or a trainer's attribute made again before the loop, get each summed attribute reduced and the attributes
+``update`` computes from them computed again (``analysis/meter_sums.py``). What cannot be reduced (a meter not proven
+so, a list read in order, a sum divided by a count it cannot place, a loop some processes may not run) is reported
+(ACC028). A sum over a loop whose batches the
 evaluation rule gathers of a batch's mean loss (``test_loss += criterion(out, y).item()``, divided by the data set's
 size) adds, at each pass, the mean loss of each of the original's batches the pass holds (``loss_means.per_batch_sum``),
 so it is the original's sum; a value computed from such a mean loss by statements of the loop (``psnr = 10 *
@@ -50,8 +53,9 @@ from accelify.codemods.analysis.loop_reads import reads_after
 from accelify.codemods.analysis.shard_counts import divided_by_pass_index
 from accelify.codemods.analysis.loss_means import mean_loss, per_batch_sum, rowwise_names, transformed_mean_loss
 from accelify.codemods.analysis.snippets import expression
-from accelify.codemods.analysis.shard_sums import Accumulator, find_averages
-from accelify.codemods.analysis.sum_reductions import reduction_code
+from accelify.codemods.analysis.meter_sums import MeterSums
+from accelify.codemods.analysis.shard_sums import Accumulator, Kept, find_averages
+from accelify.codemods.analysis.sum_reductions import meter_code, reduction_code
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
 
@@ -134,7 +138,7 @@ accelerator.end_training()
 ''',
         ),
         Example(
-            # a running value kept in an object: it cannot be reduced where it is, so it is reported
+            # a running value kept in an object whose class is not the program's (not proven a meter): reported
             before='''\
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -172,6 +176,76 @@ accelerator.print(meter.avg)
 accelerator.end_training()
 ''',
             warnings=("ACC028:13",),
+        ),
+        Example(
+            # meters of the program's own class, kept in a dict: every sum and count is reduced, the average computed
+            # again from them (``analysis/meter_sums.py``)
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class AverageMeter:
+    def __init__(self):
+        self.sum, self.count, self.avg = 0.0, 0, 0.0
+
+    def update(self, val, n=1):
+        self.sum += val * n
+        self.count += n
+        self.avg = self.sum / self.count
+
+
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2)
+meters = {"loss": AverageMeter(), "lr": AverageMeter()}
+for x, y in loader:
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+    meters["loss"].update(loss.item(), x.size(0))
+    meters["lr"].update(optimizer.param_groups[0]["lr"])
+print({k: meter.avg for k, meter in meters.items()})
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+
+
+accelerator = Accelerator()
+
+
+class AverageMeter:
+    def __init__(self):
+        self.sum, self.count, self.avg = 0.0, 0, 0.0
+
+    def update(self, val, n=1):
+        self.sum += val * n
+        self.count += n
+        self.avg = self.sum / self.count
+
+
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+meters = {"loss": AverageMeter(), "lr": AverageMeter()}
+for x, y in loader:
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    accelerator.backward(loss)
+    optimizer.step()
+    meters["loss"].update(loss.item(), x.size(0))
+    meters["lr"].update(optimizer.param_groups[0]["lr"])
+meters["loss"].sum = accelerator.reduce(torch.tensor(meters["loss"].sum, dtype=torch.float64, device=accelerator.device), "sum").item()
+meters["loss"].count = accelerator.reduce(torch.tensor(meters["loss"].count, device=accelerator.device), "sum").item()
+meters["loss"].avg = meters["loss"].sum / meters["loss"].count
+meters["lr"].sum = accelerator.reduce(torch.tensor(meters["lr"].sum, dtype=torch.float64, device=accelerator.device), "sum").item()
+meters["lr"].count = accelerator.reduce(torch.tensor(meters["lr"].count, device=accelerator.device), "sum").item()
+meters["lr"].avg = meters["lr"].sum / meters["lr"].count
+accelerator.print({k: meter.avg for k, meter in meters.items()})
+accelerator.end_training()
+''',
         ),
         Example(
             # a batch's mean loss summed over a gathered evaluation and divided by the data set's size, and a count
@@ -324,10 +398,11 @@ accelerator.end_training()
 
     def run(self, ctx: Context) -> None:
         found = ctx.plan.analysis(find_averages)
-        if not found.accumulators and not found.kept:
+        if not found.accumulators and not found.kept and not found.meters:
             return
         agreement = ctx.agreement
-        for kept in found.kept:
+        reduced, kept_values = _local_meters(ctx, found.meters)
+        for kept in found.kept + kept_values:
             gathered = gathered_in(agreement, kept.loop)
             if any(ctx.reported(site.node) for site in kept.loop.calls):
                 continue  # the loop's metric is already reported as local (ACC016)
@@ -367,7 +442,7 @@ accelerator.end_training()
                     ctx.warn(codes.GATHERED_SUM, acc.updates[0], name=acc.name, why=why)  # passes, each of N batches
                 continue
             accelerator = ctx.accelerator_in(scope)
-            torch = _torch_name(ctx, acc)
+            torch = _torch_name(ctx, acc.loop)
             if accelerator is None or torch is None or agreement.collective_place(acc.end, scope) is None or ctx.is_skipped(acc.end):
                 ctx.warn(codes.SHARD_AVERAGE, acc.updates[0], name=acc.name)
                 continue
@@ -379,6 +454,15 @@ accelerator.end_training()
             derived[acc.end] += [s for s in acc.derived if s not in derived[acc.end]]
             if acc.at_else:
                 at_else.add(acc.end)
+        for meters in reduced:
+            # with split batches every process walks every step: a meter fed once a step would count N times as many
+            accelerator, torch = ctx.accelerator_in(meters.loop.scope), _torch_name(ctx, meters.loop)
+            if accelerator is None or torch is None or agreement.collective_place(meters.end, meters.loop.scope) is None \
+                    or ctx.is_skipped(meters.end) or split:
+                ctx.warn(codes.SHARD_AVERAGE, meters.updates[0], name=meters.name)
+                continue
+            reductions.setdefault(meters.end, []).extend(meter_code(meters, accelerator, torch))
+            derived.setdefault(meters.end, [])
         for loop, code in reductions.items():
             # a value computed in the loop from the sums and read after it is computed again from the reduced sums
             code = code + [_code(s) for s in derived[loop]]
@@ -387,6 +471,21 @@ accelerator.end_training()
             else:
                 ctx.insert_after(loop, code)
             ctx.change("reduce running sums over a sharded loader across processes")
+
+
+def _local_meters(ctx: Context, found: list[MeterSums]) -> tuple[list[MeterSums], list[Kept]]:
+    """The meters to reduce, and, as running values kept, those of a loop that gathers for metrics fed values that
+    are already global (left as they are) or partly global (reported). A value every process feeds alike in a loop
+    that gathers nothing (the learning rate) is reduced with the rest: its sum and count are then the original's,
+    which took N times as many steps."""
+    local, kept = [], []
+    for meters in found:
+        gathered = gathered_in(ctx.agreement, meters.loop)
+        if gathered and any(is_global(ctx.agreement, meters.loop.scope, v, u, gathered) for u, v in meters.values):
+            kept += [Kept(meters.name, meters.loop, u, tuple(v for s, v in meters.values if s is u)) for u in meters.updates]
+        else:
+            local.append(meters)
+    return local, kept
 
 
 def _global_sums(ctx: Context, accumulators: list[Accumulator]) -> dict[int, list[Accumulator]]:
@@ -509,7 +608,7 @@ def _batch_mean(ctx: Context, acc: Accumulator, value: cst.BaseExpression) -> bo
         or m.matches(inner, m.Call(func=m.Attribute(attr=m.Name("mean")), args=[]))
 
 
-def _torch_name(ctx: Context, acc: Accumulator) -> str | None:
+def _torch_name(ctx: Context, loop: Loop) -> str | None:
     """How the loop's module spells ``torch`` (``import torch``), or None when it does not import it whole."""
-    imports = ctx.facts.unit_of(acc.loop.scope).imports
+    imports = ctx.facts.unit_of(loop.scope).imports
     return next((local for local, full in imports.aliases.items() if full == "torch"), None)

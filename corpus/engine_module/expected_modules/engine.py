@@ -51,6 +51,10 @@ def train_one_epoch(model, criterion, data_loader, optimizer, accelerator, epoch
 
         meters["loss"].update(loss_value)
         meters["lr"].update(optimizer.param_groups[0]["lr"])
+    meters["loss"].sum = accelerator.reduce(torch.tensor(meters["loss"].sum, dtype=torch.float64, device=accelerator.device), "sum").item()
+    meters["loss"].count = accelerator.reduce(torch.tensor(meters["loss"].count, device=accelerator.device), "sum").item()
+    meters["lr"].sum = accelerator.reduce(torch.tensor(meters["lr"].sum, dtype=torch.float64, device=accelerator.device), "sum").item()
+    meters["lr"].count = accelerator.reduce(torch.tensor(meters["lr"].count, device=accelerator.device), "sum").item()
     accelerator.print("Epoch: [{}] Averaged stats: loss {:.4f} lr {:.6f}".format(epoch, meters["loss"].global_avg, meters["lr"].global_avg))
     return {k: meter.global_avg for k, meter in meters.items()}
 
