@@ -23,7 +23,7 @@ from accelify.codemods.analysis.call_graph import CallGraph
 from accelify.codemods.analysis.facts import Binding, Facts, Scope
 from accelify.codemods.analysis.filled_dicts import FilledDict, empty_dict
 from accelify.codemods.analysis.names import dotted
-from accelify.codemods.analysis.roles import PASS_THROUGH, strip_placement, strip_wrapper
+from accelify.codemods.analysis.roles import PASS_THROUGH, same_module, strip_placement, strip_wrapper
 
 _MISSING = object()
 
@@ -59,7 +59,7 @@ class Flow(CallGraph):
     def origin(self, scope: Scope, expr: cst.BaseExpression) -> Binding | None:
         """Where the object ``expr`` (a name, ``self.x``, ``args.x``, or a call of a local function)
         was created; None when it cannot be followed."""
-        expr = strip_placement(expr)
+        expr = same_module(strip_placement(expr))
         read = self.kwargs_read(scope, expr)
         if read is not None:  # ``kwargs["model"]``: what the callers pass as ``model=``
             return self.param_origin(*read)
@@ -151,7 +151,7 @@ class Flow(CallGraph):
             return (self._returned(binding.where, call, index) or binding) if self._local_call(call) else binding
         if binding.value is None:
             return self._imported_value(binding) if _is_import(binding.stmt) else None
-        value = strip_placement(strip_wrapper(binding.value, binding.where.imports))
+        value = same_module(strip_placement(strip_wrapper(binding.value, binding.where.imports)))
         if isinstance(value, cst.Call) and len(value.args) == 1 and self._prepares(binding.where, value):
             value = value.args[0].value  # ``model = accelerator.prepare(model)`` in a converted program
         read = self.kwargs_read(binding.where, value)

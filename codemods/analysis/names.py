@@ -27,6 +27,10 @@ _CANONICAL: dict[str, str] = {
     "tqdm.autonotebook.tqdm": "tqdm.tqdm",
     "tqdm.rich.tqdm": "tqdm.tqdm",
     "tqdm.contrib.telegram.tqdm": "tqdm.tqdm",
+    "tqdm.tqdm_notebook": "tqdm.tqdm",  # the older spellings tqdm still exports (deprecated, still written)
+    "tqdm.notebook.tqdm_notebook": "tqdm.tqdm",
+    "tqdm.tqdm_gui": "tqdm.tqdm",
+    "tqdm.gui.tqdm": "tqdm.tqdm",
     "fastprogress.fastprogress.progress_bar": "fastprogress.progress_bar",
     "rich.progress.Progress.track": "rich.progress.track",
 }

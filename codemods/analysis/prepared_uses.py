@@ -16,7 +16,7 @@ from accelify.codemods.analysis.distributed import Distributed
 from accelify.codemods.analysis.facts import Binding, CallSite, Loop, Scope
 from accelify.codemods.analysis.flow import Flow
 from accelify.codemods.analysis.names import PROGRESS_BARS, dotted
-from accelify.codemods.analysis.roles import is_cuda_string, rewraps, strip_placement
+from accelify.codemods.analysis.roles import is_cuda_string, rewraps, same_module, strip_placement
 
 ITERATION_WRAPPERS = {"enumerate", "iter", *PROGRESS_BARS}
 # what a loop's iterable may wrap its loader in and still walk it once per pass: ``tqdm(list(enumerate(loader)))``
@@ -55,7 +55,7 @@ class PreparedUses(Flow):
         found = self.origin(scope, expr)
         if found is None or found not in self.objects:
             return None
-        key = dotted(strip_placement(expr))
+        key = dotted(same_module(strip_placement(expr)))
         if key is None:
             return found
         return found if self._sees_prepared(scope, key, at, frozenset()) else None
@@ -111,13 +111,18 @@ class PreparedUses(Flow):
             if isinstance(call, cst.Call) and self._local_call(call):  # ``model_best = train(..., model, ...)``
                 return self._hands_back_prepared(binding.where, call, index, binding.stmt, seen)
         if binding is not None and binding.value is not None:
-            value = strip_placement(binding.value)
+            value = same_module(strip_placement(binding.value))
             read = self.kwargs_read(binding.where, value)
             if read is not None:  # ``self.model = kwargs["model"]``: what every caller passes as ``model=``
                 return self._passed_prepared(*read, seen)
             inner = dotted(value)
             if inner is not None and (inner != key or binding.where is not scope):
                 return self._sees_expr(binding.where, value, binding.stmt, seen)
+            if inner == key and owner is not None and owner.kind == "function" and head in owner.param_names \
+                    and all(dotted(same_module(strip_placement(b.value))) == key for b in owner.bindings.get(head, [])
+                            if b.value is not None):
+                # ``student = student.to(device).train()`` in a function handed ``student``: the same object
+                return self._passed_prepared(owner, head, seen)
         return False
 
     def _passed_prepared(self, function: Scope, param: str, seen: frozenset) -> bool:
@@ -198,7 +203,7 @@ class PreparedUses(Flow):
         )
 
     def _sees_expr(self, scope: Scope, expr: cst.BaseExpression, at: cst.BaseStatement, seen: frozenset) -> bool:
-        key = dotted(strip_placement(expr))
+        key = dotted(same_module(strip_placement(expr)))
         return key is not None and self._sees_prepared(scope, key, at, seen)
 
     # placement ----------------------------------------------------------------------------------

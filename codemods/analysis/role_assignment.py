@@ -151,6 +151,14 @@ class RoleAssignment(Flow):
             found = self.origin(binding.where, arg.value) if not arg.star else None
             if found is not None and found.role == "model":
                 out.append(arg.value)
+        if not out and binding.made is not None:
+            # ``get_optimizer(lr, model_parameters=self.policy.parameters())``, a helper that builds the optimizer
+            # over the parameters it is handed: their owners are what it trains
+            for arg in value.args:
+                for owner in parameter_owners_in(arg.value) if not arg.star else []:
+                    found = self.origin(binding.where, owner)
+                    if found is not None and found.role in ("model", None):
+                        out.append(owner)
         return out
 
     def _trains_model_parameters(self, binding: Binding) -> bool:

@@ -101,6 +101,19 @@ def strip_placement(expr: cst.BaseExpression) -> cst.BaseExpression:
     return expr
 
 
+MODE_METHODS = ("train", "eval")  # a module's methods that return the module itself (tensors have none of them)
+
+
+def same_module(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """``student.to(device).train()`` -> ``student``: placements and mode switches return the module they are
+    called on, so the name bound to the result holds the same object (never used to remove code: ``.eval()``
+    stays in the program)."""
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) \
+            and expr.func.attr.value in MODE_METHODS + PLACEMENT_METHODS:
+        expr = expr.func.value
+    return expr
+
+
 def strip_wrapper(expr: cst.BaseExpression, imports: ImportMap) -> cst.BaseExpression:
     """``torch.compile(model)`` / ``DistributedDataParallel(model, ...)`` -> ``model``."""
     core = strip_placement(expr)

@@ -20,6 +20,9 @@ from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import code_of, expression
 from accelify.codemods.analysis.facts import CallSite, Loop
+from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.problems import UNKNOWN_DATA
+from accelify.codemods.analysis.tree_walk import descendants
 from accelify.codemods.engine.rule import Example, Rule
 
 SEEDERS = {
@@ -129,7 +132,11 @@ accelerator.end_training()
             if loop is not None and not _walks_data(loop):
                 # ``for epoch in range(2)`` around ``for i in range(0, ids.size(1) - n, n): x = ids[:, i:i+n]``:
                 # the inner loop slices the data
-                loop = next((lp for lp in training if _walks_data(lp) and _slices(lp)), loop)
+                # ``for x, y in generator_train:`` walks a batch generator of the program's own (a library's data
+                # the plan followed is the refusals rule's to report: ``UNKNOWN_DATA``)
+                unknown = {id(n) for p in ctx.plan.problems if p.kind == UNKNOWN_DATA for n in descendants(p.node)}
+                loop = next((lp for lp in training if _walks_data(lp) and (_slices(lp) or not _ranged(lp))
+                             and id(lp.node.iter) not in unknown and not any(id(n) in unknown for n in descendants(lp.node.iter))), loop)
             if loop is None:
                 draw = _wrapped_loader_draw(ctx)
                 if draw is not None and ctx.accelerator_in(draw.scope) is not None:
@@ -143,6 +150,8 @@ accelerator.end_training()
                     ctx.warn(codes.LOADER_IN_DICT_ITEM, held[0].node.iter, name=held[1])
                 elif _walks_data(loop):
                     ctx.warn(codes.SAME_DATA, loop.node.iter)
+                elif (draw := _generator_draw(ctx)) is not None and ctx.accelerator_in(draw.scope) is not None:
+                    ctx.warn(codes.SAME_DATA, draw.node)
             return
         for site in ctx.facts.calls:
             seed = _seed_argument(site)
@@ -209,6 +218,37 @@ def _wrapped_loader_draw(ctx: Context) -> CallSite | None:
         if not isinstance(value, cst.Call) or (code_of(value.func).rsplit(".", 1)[-1] not in holders):
             continue
         if any(plan.reaches_backward(s) for s in facts.calls if loop in facts.chain(s.stmt)[1:]):
+            return site
+    return None
+
+
+def _ranged(loop: Loop) -> bool:
+    """Whether the loop walks ``range(...)`` (possibly under ``enumerate``/a progress bar): indices, not data."""
+    source = loop.node.iter
+    while isinstance(source, cst.Call) and source.args and loop.scope.imports.qualname(source.func) != "range" \
+            and dotted(source.func) in ("enumerate", "tqdm", "tqdm.tqdm", "trange"):
+        source = source.args[0].value
+    return isinstance(source, cst.Call) and (dotted(source.func) in ("range", "trange", "tqdm.trange")
+                                             or loop.scope.imports.qualname(source.func) == "range")
+
+
+def _generator_draw(ctx: Context) -> CallSite | None:
+    """``x, y = gen.__next__()`` (or ``next(gen)``) in a ``while`` loop that trains, ``gen`` a name of the script
+    (a batch generator of its own, ``data.train_generator(bs)``): no DataLoader feeds that training. The draw."""
+    facts, plan = ctx.facts, ctx.plan
+    for site in facts.calls:
+        func = site.node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in ("__next__", "next") and not site.node.args:
+            receiver: cst.BaseExpression = func.value
+        elif site.qualname == "next" and site.node.args:
+            receiver = site.node.args[0].value
+        else:
+            continue
+        key = dotted(receiver)
+        if key is None or site.scope.resolve(key.split(".")[0]) is None:
+            continue
+        loop = next((st for st in facts.chain(site.stmt)[1:] if isinstance(st, cst.While)), None)
+        if loop is not None and any(plan.reaches_backward(s) for s in facts.calls if loop in facts.chain(s.stmt)[1:]):
             return site
     return None
 

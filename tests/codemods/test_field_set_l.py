@@ -1,0 +1,209 @@
+"""Shapes found in field-test set L (docs/FIELD_TESTS.md): each the minimal program of its class, and what a right
+conversion of it does."""
+
+from __future__ import annotations
+
+from accelify.pipeline import convert_source
+from accelify.program import ModuleText
+
+FIT_SCRIPT = """\
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+from train_utils import fit
+
+torch.manual_seed(0)
+train = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+fit(model, train, nn.MSELoss(), optimizer, nb_epoch=2)
+"""
+
+FIT_HELPERS = """\
+import torch
+from torch.utils.data import DataLoader
+from tqdm import tqdm_notebook
+
+
+def _fit_epoch(model, loader, criterion, optimizer):
+    model.train()
+    total = 0.0
+    t = tqdm_notebook(loader, total=len(loader))
+    for data, target in t:
+        loss = criterion(model(data), target)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        total += loss.item()
+    return total / len(loader)
+
+
+def fit(model, train, criterion, optimizer, batch_size=8, nb_epoch=1):
+    train_loader = DataLoader(train, batch_size, shuffle=False)
+    for epoch in tqdm_notebook(range(nb_epoch), total=nb_epoch):
+        loss = _fit_epoch(model, train_loader, criterion, optimizer)
+        print('[ loss: {:.4f} ]'.format(loss))
+"""
+
+GENERATOR = """\
+import numpy as np
+import torch
+from torch import nn
+
+
+class DataGenerator:
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def train_generator(self, batch_size):
+        for i in range(0, len(self.x), batch_size):
+            yield self.x[i:i + batch_size], self.y[i:i + batch_size]
+
+
+def main():
+    torch.manual_seed(0)
+    data = DataGenerator(np.random.RandomState(0).randn(64, 4).astype("float32"), np.arange(64) % 2)
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    criterion = nn.CrossEntropyLoss()
+    for epoch in range(2):
+        generator_train = data.train_generator(16)
+        train_loss = []
+        while True:
+            try:
+                x, y = generator_train.__next__()
+            except StopIteration:
+                break
+            optimizer.zero_grad()
+            loss = criterion(model(torch.from_numpy(x)), torch.from_numpy(y))
+            loss.backward()
+            optimizer.step()
+            train_loss.append(loss.item())
+        print('epoch {:d} batches {:d} training loss {:.4f}'.format(epoch + 1, len(train_loss), np.mean(train_loss)))
+
+
+if __name__ == '__main__':
+    main()
+"""
+
+AGENT = """\
+import numpy as np
+import torch
+from torch import nn
+from utils import get_optimizer
+
+
+class Agent:
+    def __init__(self, lr=0.01):
+        self.device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+        self.policy = nn.Linear(4, 2).to(self.device)
+        self.optimizer = get_optimizer(learning_rate=lr, model_parameters=self.policy.parameters())
+
+    def learn(self, iterations=3):
+        for it in range(iterations):
+            state = torch.from_numpy(np.random.randn(32, 4).astype('float32')).to(self.device)  # experience (an env): each process its own
+            loss = self.policy(state).pow(2).mean()
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+        print('weight sum {:.6f}'.format(self.policy.weight.sum().item()))
+"""
+
+AGENT_MAIN = """\
+import torch
+from agent import Agent
+
+if __name__ == '__main__':
+    torch.manual_seed(0)
+    agent = Agent()
+    agent.learn()
+"""
+
+OPTIMIZER_HELPER = """\
+import torch
+
+
+def get_optimizer(learning_rate, model_parameters):
+    return torch.optim.Adam(params=model_parameters, lr=learning_rate)
+"""
+
+CHECKPOINT = """\
+import os
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train(student, data_loader, optimizer, run_dir, device, epochs=2):
+    student = student.to(device).train()
+    for epoch in range(epochs):
+        for x, y in data_loader:
+            loss = nn.functional.mse_loss(student(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        save_info = {"state_dict": student.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}
+        torch.save(save_info, os.path.join(run_dir, "last.pth"))
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    run_dir = "run"
+    os.makedirs(run_dir, exist_ok=True)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    student = nn.Linear(4, 1).to(device)
+    optimizer = torch.optim.SGD(student.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8)
+    train(student, loader, optimizer, run_dir, device)
+    student.load_state_dict(torch.load(os.path.join(run_dir, "last.pth"))["state_dict"])
+    print("reloaded, weight sum {:.6f}".format(student.weight.sum().item()))
+"""
+
+
+def _found(result) -> list[str]:  # noqa: ANN001
+    return [f"{w.path}:{w.code}" for r in (result, *result.companions) for w in r.warnings]
+
+
+def test_a_loader_walked_through_tqdm_notebook_is_the_loader() -> None:
+    """L3 (fast neural style transfer, a notebook's ``fit`` helper): ``t = tqdm_notebook(loader, total=len(loader))``,
+    the older notebook bar tqdm still exports, was no progress bar: a false ACC021 ("could not be followed") refused
+    the program. It is one, as ``tqdm.notebook.tqdm`` is: the loader ``fit`` builds is prepared there."""
+    result = convert_source(FIT_SCRIPT, modules=[ModuleText("train_utils", "train_utils.py", FIT_HELPERS)])
+    assert result.status == "converted" and _found(result) == [], _found(result)
+    helpers = result.companions[0].new
+    assert "    model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)\n" in helpers, helpers
+
+
+def test_a_training_fed_by_a_batch_generator_of_the_programs_own_is_reported() -> None:
+    """L4 (seq2seq translation): ``gen = data.train_generator(bs)`` then ``while True: x, y = gen.__next__()`` (or
+    ``for x, y in gen``) inside an epoch loop: every process walked every batch, and nothing said so (the epoch loop
+    over ``range`` was the only one looked at). ACC022 names the draw."""
+    result = convert_source(GENERATOR)
+    assert [w.code for w in result.warnings] == ["ACC022"], _found(result)
+    walked = convert_source(GENERATOR.replace(
+        "        while True:\n            try:\n                x, y = generator_train.__next__()\n"
+        "            except StopIteration:\n                break\n", "        for x, y in generator_train:\n"))
+    assert [w.code for w in walked.warnings] == ["ACC022"], _found(walked)
+
+
+def test_a_model_whose_optimizer_a_helper_builds_over_its_parameters_is_prepared() -> None:
+    """L5 (PPO): ``self.optimizer = get_optimizer(learning_rate=lr, model_parameters=self.policy.parameters())`` with
+    the helper returning ``torch.optim.Adam(params=model_parameters, ...)``: the optimizer was prepared and the model
+    not (each process trained its own policy, silently). The owner of the parameters handed to the helper is what it
+    trains: prepared with it."""
+    result = convert_source(AGENT_MAIN, modules=[ModuleText("agent", "agent.py", AGENT),
+                                                 ModuleText("utils", "utils.py", OPTIMIZER_HELPER)])
+    agent = next(c.new for c in result.companions if c.path == "agent.py")
+    assert "self.policy, self.optimizer = self.accelerator.prepare(" in agent.replace("\n            ", "").replace(
+        "(\n", "("), agent
+
+
+def test_a_model_rebound_through_its_own_mode_switch_is_still_the_prepared_one() -> None:
+    """L6 (knowledge distillation): ``student = student.to(device).train()`` at the top of ``train(student, ...)``,
+    then ``{"state_dict": student.state_dict(), ...}`` saved: ``.train()`` returns the module, but the name was taken
+    for a new object, so the checkpoint held the wrapper's ``module.`` keys and the caller's reload failed. A mode
+    switch (and a placement) hands back the same model: its state is unwrapped."""
+    result = convert_source(CHECKPOINT)
+    assert _found(result) == [], _found(result)
+    assert '"state_dict": accelerator.unwrap_model(student).state_dict()' in result.new, result.new
+    assert "    student = student.train()\n" in result.new, result.new
