@@ -31,7 +31,7 @@ _SCHEDULER_TYPES: tuple[type, ...] = (torch.optim.lr_scheduler.LRScheduler, torc
 
 class _DDP(DistributedDataParallel):
     """DDP whose unused-parameter error names the parameters and the kwargs handler that fixes it, and
-    that forwards attribute reads and writes it does not own to the wrapped module.
+    that forwards attribute reads, writes and deletions it does not own to the wrapped module.
 
     Scripts call their own methods and attributes on the model after ``prepare``
     (``model.decode(z)``, ``model.saved_actions.append(a)``, ``model.rewards = []``); with one
@@ -60,6 +60,14 @@ class _DDP(DistributedDataParallel):
             setattr(wrapped, name, value)  # the module's own plain attribute: its methods read it there
             return
         super().__setattr__(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        modules = self.__dict__.get("_modules")
+        wrapped = modules.get("module") if modules is not None else None
+        if wrapped is not None and name not in self.__dict__ and name in wrapped.__dict__:
+            delattr(wrapped, name)  # ``del model.std`` before saving the module: its own plain attribute
+            return
+        super().__delattr__(name)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         try:

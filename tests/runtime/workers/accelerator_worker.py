@@ -214,6 +214,9 @@ assert policy.saved_actions == [3] and policy.rewards == [1.0] and "rewards" not
 assert pp.body is policy.body and pp.module is policy
 pp.train(False)
 assert pp.training is False and policy.training is False
+policy.std = 0.5  # a plain attribute the script deletes before saving the module (PPO's scheduler object)
+del pp.std
+assert not hasattr(policy, "std")
 pp.note = "on the wrapper"  # a new attribute stays on the wrapper, as on any object
 assert pp.note == "on the wrapper" and not hasattr(policy, "note")
 try:
