@@ -252,9 +252,10 @@ class Creation:
         while start < first_use and _declares(block[start]):
             start += 1  # ``global best_acc1`` stays the first statement of the function
         if home.kind == "module":
-            for i, stmt in enumerate(block[:first_use]):
-                if is_import(stmt):
-                    start = i + 1
+            # after the imports at the top (a notebook imports again in later cells: the accelerator comes before
+            # those, so that what runs first, a download at the top, runs after it and under its guard)
+            while start < first_use and is_import(block[start]):
+                start += 1
         after = False
         keys: set[str] = set()
         for flag in depends:

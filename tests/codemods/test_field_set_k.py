@@ -702,3 +702,33 @@ def test_a_mean_loss_of_the_programs_own_over_a_progress_bar_is_computed_per_ori
     assert ("        for output, label in zip(output.split(dataloader.batch_sampler.batch_size), "
             "label.split(dataloader.batch_sampler.batch_size)):\n") in result.new, result.new
     assert "    loss_epoch /= len(dataloader.batch_sampler.batch_sampler)\n" in result.new, result.new
+
+
+def test_a_download_at_the_top_of_a_notebook_that_imports_again_later_runs_main_process_first() -> None:
+    """K10 (an anomaly-detection notebook): ``datasets.MNIST(root, download=True)`` is its first statement after the
+    first cell's imports, and later cells import again (``from torch.utils.data import DataLoader``). The accelerator
+    went after the last import, below the download, so the download raced on every process (ACC018). It goes after
+    the imports at the top now: the download runs under ``main_process_first``."""
+    script = dedent("""
+        import torch
+        from torchvision import datasets
+        import torchvision.transforms as transforms
+
+        train_data = datasets.MNIST(root="data", train=True, download=True, transform=transforms.ToTensor())
+
+        from torch.utils.data import DataLoader
+
+        loader = DataLoader(train_data, batch_size=16, shuffle=True)
+        model = torch.nn.Linear(784, 10)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader:
+            loss = torch.nn.functional.cross_entropy(model(x.view(len(x), -1)), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        """)
+    result = convert_source(script)
+    assert [w.code for w in result.warnings] == [], [w.format() for w in result.warnings]
+    assert ("import torchvision.transforms as transforms\nfrom accelify.runtime import Accelerator\n\n"
+            "accelerator = Accelerator()\n") in result.new, result.new
+    assert "with accelerator.main_process_first():\n    train_data = datasets.MNIST(" in result.new, result.new
