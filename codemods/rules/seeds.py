@@ -164,6 +164,11 @@ accelerator.end_training()
                 continue  # ``1337 + seed_offset`` where ``seed_offset = ddp_rank``: already each process's own
             if ctx.replace(seed, site.stmt, lambda n, a=accelerator: _offset(n, a)):  # type: ignore[misc]
                 ctx.change("seed each process on its own: seed + accelerator.process_index")
+        # a generator of the program's own that shuffles all of its data as it goes (``np.random.shuffle(indices)``
+        # in ``train_generator``): each process walks every batch, in an order of its own
+        draw = _generator_draw(ctx)
+        if draw is not None and ctx.accelerator_in(draw.scope) is not None:
+            ctx.warn(codes.SAME_DATA, draw.node)
 
 
 _DRAWS = ("torch.rand", "torch.randn", "torch.randint", "torch.randperm", "torch.multinomial", "torch.normal",

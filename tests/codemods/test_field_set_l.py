@@ -184,6 +184,11 @@ def test_a_training_fed_by_a_batch_generator_of_the_programs_own_is_reported() -
         "        while True:\n            try:\n                x, y = generator_train.__next__()\n"
         "            except StopIteration:\n                break\n", "        for x, y in generator_train:\n"))
     assert [w.code for w in walked.warnings] == ["ACC022"], _found(walked)
+    shuffled = convert_source(GENERATOR.replace(
+        "        for i in range(0, len(self.x), batch_size):\n",
+        "        order = np.arange(len(self.x))\n        np.random.shuffle(order)\n"
+        "        for i in range(0, len(self.x), batch_size):\n"))  # (a generator that draws as the training runs)
+    assert [w.code for w in shuffled.warnings] == ["ACC022"], _found(shuffled)
 
 
 def test_a_model_whose_optimizer_a_helper_builds_over_its_parameters_is_prepared() -> None:
