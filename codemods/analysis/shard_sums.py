@@ -64,6 +64,7 @@ from accelify.codemods.analysis.loss_means import mean_loss
 from accelify.codemods.analysis.meter_sums import MeterSums, attribute_meter_sums, meter_sums, meter_update, self_meter
 from accelify.codemods.analysis.metric_objects import metric_calls
 from accelify.codemods.analysis.sized_arrays import row_writes
+from accelify.codemods.analysis.object_lists import OBJECT_LIST, appends_summaries, summarised
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.schedules import enclosing_loop
@@ -130,7 +131,7 @@ def find_averages(plan: Plan) -> Averages:
             elif (held := kept_value(stmt)) is not None and "." not in held.key:
                 name = held.key  # ``losses.append(v)``
                 if _read_after(plan, loop, name) and _made_before(loop, name):
-                    listed = _listed(plan, loop, stmt, held.call, name)
+                    listed = _listed(plan, loop, stmt, held.call, name) or _object_list(plan, loop, stmt, held.call, name)
                     if listed is not None:
                         found.accumulators.append(listed)
                     else:
@@ -288,6 +289,20 @@ def _listed(plan: Plan, loop: Loop, stmt: cst.BaseStatement, call: cst.Call, nam
         return None
     listed = {"int": "int list", "tensor": "tensor list"}.get(kind, "list")
     return Accumulator(name, loop, end, (stmt,), (call.args[0].value,), listed, False)
+
+
+def _object_list(plan: Plan, loop: Loop, stmt: cst.BaseStatement, call: cst.Call, name: str) -> Accumulator | None:
+    """``summ.append(summary_batch)`` of per-batch dicts, summarised after the pass (``analysis/object_lists.py``):
+    gathered whole after the loop."""
+    if not appends_summaries(plan, loop, call, name):
+        return None
+    first = _init(plan, loop, name, made=_empty_list)
+    if first is None or first[1] is not loop.node:
+        return None
+    reads = reads_after(plan, loop.node, loop.scope, name)
+    if not reads or not all(summarised(loop.scope, r, name) for r in reads):
+        return None
+    return Accumulator(name, loop, loop.node, (stmt,), (call.args[0].value,), OBJECT_LIST, False)
 
 
 def _off_device(expr: cst.BaseExpression) -> bool:

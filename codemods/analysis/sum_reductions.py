@@ -19,6 +19,8 @@ def reduction_code(acc: Accumulator, accelerator: str, torch: str, mean: bool) -
         return f"for key in ({keys}):\n    {acc.name}[key] = {accelerator}.reduce({value}, {reduction}).item()"
     if acc.kind == "tensor":
         return f"{acc.name} = {accelerator}.reduce({acc.name}, {reduction})"
+    if acc.kind == "object list":  # per-batch dicts, as many as each process kept: every process's, in one list
+        return f"{acc.name} = {accelerator}.gather_for_metrics({acc.name}, use_gather_object=True)"
     if acc.kind == "tensor list":  # per-batch tensors of one shape, on the device: every process's, in one list
         return f"{acc.name} = list({accelerator}.gather({torch}.stack({acc.name})))"
     if acc.kind in ("list", "int list"):  # per-batch numbers, as long on every process: every process's, in one list

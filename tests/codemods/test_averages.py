@@ -890,3 +890,48 @@ def test_a_gathered_sum_divided_by_the_loops_last_index_is_reported() -> None:
         """)
     assert codes(source) == ["ACC042:15"]
     assert "the loop's last index" in convert_source(source).warnings[0].message
+
+
+SUMMARIES = '''\
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def accuracy(outputs, labels):
+    return float((outputs.argmax(1) == labels).float().mean())
+
+
+def train(model, optimizer, loader, every=2):
+    summ = []
+    for i, (x, y) in enumerate(loader):
+        out = model(x)
+        loss = torch.nn.functional.cross_entropy(out, y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if i % every == 0:
+            summary_batch = {"accuracy": accuracy(out, y)}
+            summary_batch["loss"] = loss.item()
+            summ.append(summary_batch)
+    metrics_mean = {metric: np.mean([x[metric] for x in summ]) for metric in summ[0]}
+    print(" ; ".join("{}: {:05.3f}".format(k, v) for k, v in metrics_mean.items()))
+
+
+loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randint(0, 3, (32,))), batch_size=4)
+model = torch.nn.Linear(4, 3)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+train(model, optimizer, loader)
+'''
+
+
+def test_a_list_of_per_batch_summaries_averaged_by_key_is_gathered() -> None:
+    """Field J4 (Stanford CS230's template, copied by many: peterliht/knowledge-distillation-pytorch): every k-th
+    batch's metrics as a dict in ``summ``, averaged per key after the pass with ``np.mean``: the train metrics
+    logged were process 0's share (ACC028). The list is gathered whole after the loop (every process's dicts)."""
+    new = converted(SUMMARIES)
+    assert ("        summ.append(summary_batch)\n"
+            "    summ = accelerator.gather_for_metrics(summ, use_gather_object=True)\n") in new, new
+    assert "ACC028" not in codes(SUMMARIES)
+    in_order = SUMMARIES.replace("np.mean([x[metric] for x in summ])", "summ[-1][metric]")  # the last batch's
+    assert "gather_for_metrics" not in converted(in_order) and any(c.startswith("ACC028") for c in codes(in_order))
