@@ -72,9 +72,17 @@ class CallGraph:
 
     def _resolve_callee(self, site: CallSite) -> Scope | None:
         func = site.node.func
-        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and (
+                func.value.value == "self" or (func.value.value == "cls" and "cls" in site.scope.param_names)):
             cls = site.scope.class_scope
+            if func.value.value == "cls" and site.scope.parent is not None and site.scope.parent.kind == "class" \
+                    and site.scope.param_names[:1] == ["cls"]:
+                cls = site.scope.parent  # ``cls.download(root)`` in a classmethod
             return self.classes.self_method(cls, func.attr.value) if cls is not None else None
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Attribute):
+            cls = self.classes.class_of(site.scope, func.value)  # ``mydatasets.SSTDataset.splits(...)``
+            if cls is not None:
+                return self.classes.method(cls, func.attr.value)
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Call) and isinstance(func.value.func, cst.Name) \
                 and func.value.func.value == "super" and site.scope.class_scope is not None:
             bases = self.classes.bases(site.scope.class_scope)  # ``super().__init__(model, ...)`` in a subclass: the base's

@@ -89,9 +89,25 @@ def plain_path(facts: Facts, stmt: cst.BaseStatement) -> bool:
     for outer in facts.chain(stmt)[1:]:
         if isinstance(outer, (cst.FunctionDef, cst.ClassDef)):
             return True
-        if isinstance(outer, cst.If) and not (outer.orelse is None and "__name__" in code_of(outer.test)):
+        if isinstance(outer, cst.If) and not (outer.orelse is None and "__name__" in code_of(outer.test)) \
+                and not _on_options(facts, outer.test):
             return False
         if isinstance(outer, (cst.For, cst.While, cst.Try)):
+            return False
+    return True
+
+
+def _on_options(facts: Facts, test: cst.BaseExpression) -> bool:
+    """``if args.dataset == "SST":``: a test of the command line's options (every name it reads is bound only to
+    ``parser.parse_args()``) and constants, which every process decides alike."""
+    attrs = {id(a.attr) for a in m.findall(test, m.Attribute())}  # type: ignore[attr-defined]
+    names = {n.value for n in m.findall(test, m.Name()) if id(n) not in attrs} - {"True", "False", "None"}  # type: ignore[attr-defined]
+    if not names:
+        return False
+    for name in names:
+        values = [b.value for scope in facts.scopes for b in scope.bindings.get(name, [])]
+        if not values or not all(isinstance(v, cst.Call) and isinstance(v.func, cst.Attribute)
+                                 and v.func.attr.value == "parse_args" for v in values):
             return False
     return True
 

@@ -110,3 +110,43 @@ def test_a_download_helper_put_first_leaves_the_evaluation_sums_global() -> None
     new = converted(code)
     assert "    with accelerator.main_process_first():\n        train_set = get_training_set()\n" in new
     assert ".reduce(" not in new  # summed over gathered values already: reducing it again would count it N times
+
+
+def test_a_download_in_a_data_sets_classmethod_runs_main_process_first_at_its_call() -> None:
+    """Field A16 (Shawn1993/cnn-text-classification-pytorch): ``SSTDataset.splits(...)``, a classmethod of the data
+    module, calls ``cls.download_if_needed(root)``, which fetches with ``urlretrieve``; the entry calls it in the
+    branch of ``if args.dataset == "SST":``. The classmethod's ``cls.`` calls and ``module.Class.method(...)`` were
+    not followed, and a test of the command line's options was taken for one the processes may decide apart, so the
+    download raced (ACC018). The call statement runs under ``main_process_first``."""
+    from accelify.pipeline import convert_source
+    from accelify.program import ModuleText
+
+    data = (
+        "import os\nimport urllib.request\nimport torch\nfrom torch.utils.data import TensorDataset\n\n\n"
+        "class SSTDataset:\n"
+        "    url = 'https://example.org/sst/'\n\n"
+        "    @classmethod\n"
+        "    def download_if_needed(cls, root):\n"
+        "        path = os.path.join(root, 'train.txt')\n"
+        "        if not os.path.isfile(path):\n"
+        "            urllib.request.urlretrieve(cls.url + 'train.txt', path)\n"
+        "        return path\n\n"
+        "    @classmethod\n"
+        "    def splits(cls, root='.'):\n"
+        "        path = cls.download_if_needed(root)\n"
+        "        return TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), path\n"
+    )
+    script = (
+        "import argparse\nimport torch\nfrom torch.utils.data import DataLoader\nimport mydatasets\n\n"
+        "parser = argparse.ArgumentParser()\nparser.add_argument('-dataset', default='SST')\nargs = parser.parse_args()\n"
+        "if args.dataset == 'SST':\n    train_set, path = mydatasets.SSTDataset.splits(root='data')\n"
+        "loader = DataLoader(train_set, batch_size=4)\nmodel = torch.nn.Linear(4, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for x, y in loader:\n    loss = torch.nn.functional.mse_loss(model(x), y)\n"
+        "    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+    )
+    result = convert_source(script, modules=[ModuleText("mydatasets", "mydatasets.py", data)])
+    found = [f"{w.path}:{w.code}" for r in (result, *result.companions) for w in r.warnings]
+    assert found == [], found
+    assert ("if args.dataset == 'SST':\n    with accelerator.main_process_first():\n"
+            "        train_set, path = mydatasets.SSTDataset.splits(root='data')\n") in result.new, result.new
