@@ -10,8 +10,9 @@ value used once) are left to differ: every process then trains on its own sample
 which is what data-parallel training assumes of a data set; a value the script names (inputs it computes a
 target from, the target's weights, a projection) or a split is seeded. Where the script sets no seed before them, the seed of each library they draw from is set, with the
 script's own spelling, before the first statement that uses the random state (the first draw, or the model
-built before it): ``torch.manual_seed(0)``, ``np.random.seed(0)``, ``random.seed(0)``. Nothing else changes:
-no import, the same line under ``accelify.runtime`` and Hugging Face Accelerate. The script was not
+built before it): ``torch.manual_seed(0)``, ``np.random.seed(0)``, ``random.seed(0)``, importing the library as a
+module where the program draws from it elsewhere only (``random.shuffle`` in a data module, ``from numpy.random import
+rand``): ``import random``. The same lines under ``accelify.runtime`` and Hugging Face Accelerate. The script was not
 reproducible before; it now is, and one process computes what the original computed from a fresh seed 0.
 
 Seeded alike, the processes would then draw alike for the rest of the run too: the same noise for a GAN's fake
@@ -37,6 +38,7 @@ from accelify.codemods import codes
 from accelify.codemods.analysis.facts import CallSite, Scope
 from accelify.codemods.analysis.roles import is_module_scope
 from accelify.codemods.analysis.snippets import code_of
+from accelify.codemods.analysis.statement_shapes import is_docstring, is_import
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
 
@@ -185,12 +187,16 @@ accelerator.end_training()
             ctx.warn(codes.UNSEEDED_DRAWS, draw, name=code_of(draw.func), why="the training loop also draws its data as it goes")
             return
         lines = []
+        imports: list[str] = []  # libraries drawn from elsewhere that this module does not import whole: imported
         for library in sorted(walk.unseeded):
             module, line = _SEED_LINES[library]
             alias = next((local for local, full in scope.imports.aliases.items() if full == module), None)
             if alias is None:
-                ctx.warn(codes.UNSEEDED_DRAWS, draw, name=code_of(draw.func), why=f"`{module}` is not imported as a module here")
-                return
+                if module in _bound_names(ctx, scope):
+                    ctx.warn(codes.UNSEEDED_DRAWS, draw, name=code_of(draw.func), why=f"`{module}` is not imported as a module here")
+                    return
+                alias = module
+                imports.append(module)
             lines.append(line.format(alias))
         if not edit:
             ctx.warn(codes.UNSEEDED_DRAWS, draw, name=code_of(draw.func), why="no seed is set before them")
@@ -205,9 +211,34 @@ accelerator.end_training()
                          "stream again (seeded alike, every process would draw the same noise and dropout while training)")
             return
         ctx.insert_before(stmt, lines)
+        for module in imports:
+            _import_module(ctx, scope, module)
         place, code, after = own
         (ctx.insert_after if after else ctx.insert_before)(place, code)
         ctx.change("seed the values drawn before training alike on every process, then each process its own stream")
+
+
+def _bound_names(ctx: Context, scope: Scope) -> set[str]:
+    """Every name bound anywhere in ``scope``'s module (a module name imported for the seed must not shadow one)."""
+    unit = ctx.facts.unit_of(scope)
+    return {key for s in ctx.facts.scopes if ctx.facts.unit_of(s) is unit for key in s.bindings}
+
+
+def _import_module(ctx: Context, scope: Scope, module: str) -> None:
+    """``import random`` after the top import block of ``scope``'s module, for the seed of draws its program makes
+    elsewhere (a data module's ``random.shuffle``) or through names (``from numpy.random import shuffle``)."""
+    body = ctx.facts.unit_of(scope).module.body
+    anchor = None
+    for stmt in body:
+        if is_import(stmt):
+            anchor = stmt
+        elif anchor is not None or not is_docstring(stmt):
+            break
+    new = f"import {module}"
+    if anchor is not None:
+        ctx.insert_after(anchor, [new])
+    elif body:
+        ctx.insert_before(body[1] if is_docstring(body[0]) and len(body) > 1 else body[0], [new])
 
 
 def _own_streams(ctx: Context, walk: "_Walk", lines: list[str]) -> tuple[cst.BaseStatement, list[str], bool] | None:
