@@ -207,3 +207,39 @@ def test_a_model_rebound_through_its_own_mode_switch_is_still_the_prepared_one()
     assert _found(result) == [], _found(result)
     assert '"state_dict": accelerator.unwrap_model(student).state_dict()' in result.new, result.new
     assert "    student = student.train()\n" in result.new, result.new
+
+
+LOG_FIRST = """\
+import logging
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+logging.basicConfig(filename='train_log.txt', filemode='w', level=logging.INFO)
+console = logging.StreamHandler()
+logging.getLogger().addHandler(console)
+
+loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8)
+model = nn.Linear(4, 1)
+optimizer = torch.optim.Adam(model.parameters())
+for x, y in loader:
+    loss = nn.functional.mse_loss(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+logging.info(f'loss: {loss.item():.4f}')
+"""
+
+
+def test_the_accelerator_is_created_before_a_log_setup_kept_to_the_main_process() -> None:
+    """L9 (SRGAN): ``logging.basicConfig(filename=...)`` as the script's first statement is kept to the main process,
+    and the accelerator, created right before it, was written inside that guard: ``if accelerator.is_main_process:
+    accelerator = Accelerator()`` (a NameError on every process). The accelerator comes first, outside the guard."""
+    result = convert_source(LOG_FIRST)
+    assert result.status == "converted" and _found(result) == [], _found(result)
+    assert (
+        "\naccelerator = Accelerator()\nif accelerator.is_main_process:\n"
+        "    logging.basicConfig(filename='train_log.txt', filemode='w', level=logging.INFO)\n"
+        "    console = logging.StreamHandler()\n"
+    ) in result.new, result.new
