@@ -243,3 +243,50 @@ def test_the_accelerator_is_created_before_a_log_setup_kept_to_the_main_process(
         "    logging.basicConfig(filename='train_log.txt', filemode='w', level=logging.INFO)\n"
         "    console = logging.StreamHandler()\n"
     ) in result.new, result.new
+
+
+PER_IMAGE = """\
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+from torchvision.transforms import ToPILImage
+
+train_loader = DataLoader(TensorDataset(torch.rand(8, 3, 8, 8), torch.rand(8, 3, 8, 8)), batch_size=4)
+val_loader = DataLoader(TensorDataset(torch.rand(4, 3, 8, 8), torch.rand(4, 3, 8, 8)), batch_size=1, shuffle=False)
+generator = nn.Conv2d(3, 3, 3, padding=1)
+optimizer = torch.optim.Adam(generator.parameters())
+for lr, hr in train_loader:
+    loss = nn.functional.mse_loss(generator(lr), hr)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+psnrs = []
+for image_id, (lr, hr) in enumerate(val_loader):
+    assert lr.shape[0] == 1
+    with torch.no_grad():
+        sr = torch.sigmoid(generator(lr))
+    sr_img = ToPILImage()(sr.cpu().squeeze())
+    mse = nn.functional.mse_loss(sr, hr).item()
+    psnrs.append(10 * torch.log10(torch.tensor(1.0 / mse)).item())
+print(f'PSNR: {sum(psnrs) / len(psnrs):.4f}')
+"""
+
+
+def test_a_validation_per_image_at_batch_size_one_walks_all_of_its_loader() -> None:
+    """L9 (SRGAN): a validation loader of batch size 1 whose loop handles its batch as one image (``assert
+    lr.shape[0] == 1``, ``ToPILImage()(sr.cpu().squeeze())``, a PSNR per image) got ``sr, hr =
+    accelerator.gather_for_metrics((sr, hr))`` after the model: the per-image code then held N images (a crash on 2
+    processes). Left unprepared, every process validates every image, as the original did; a loader of batch size 1
+    walked by code that handles a batch (an accuracy summed over it) is still prepared and gathered."""
+    result = convert_source(PER_IMAGE)
+    assert _found(result) == [], _found(result)
+    assert "generator, optimizer, train_loader = accelerator.prepare(" in result.new.replace("(\n    ", "("), result.new
+    assert "val_loader" not in result.new.split("accelerator.prepare(", 1)[1].split(")", 1)[0], result.new
+    assert "gather_for_metrics" not in result.new, result.new
+    assert_line, squeeze_line = "    assert lr.shape[0] == 1\n", "    sr_img = ToPILImage()(sr.cpu().squeeze())\n"
+    for one_signal in (PER_IMAGE.replace(assert_line, ""), PER_IMAGE.replace(squeeze_line, "")):
+        assert "gather_for_metrics" not in convert_source(one_signal).new  # either says it: one image per batch
+    whole = convert_source(PER_IMAGE.replace(assert_line, "").replace(squeeze_line, ""))
+    assert "val_loader = accelerator.prepare(" in whole.new.replace("\n", " ").replace("(    ", "(").replace(
+        ", val_loader ) =", ", val_loader = "), whole.new
+    assert "        output, hr = accelerator.gather_for_metrics((output, hr))\n" in whole.new, whole.new
