@@ -18,6 +18,8 @@ import libcst.matchers as m
 
 from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.creation import Creation
+from accelify.codemods.analysis.early_seeds import runs_before
 from accelify.codemods.analysis.snippets import code_of, expression
 from accelify.codemods.analysis.facts import CallSite, Loop
 from accelify.codemods.analysis.names import dotted
@@ -164,6 +166,59 @@ accelerator.end_training()
                 continue  # ``1337 + seed_offset`` where ``seed_offset = ddp_rank``: already each process's own
             if ctx.replace(seed, site.stmt, lambda n, a=accelerator: _offset(n, a)):  # type: ignore[misc]
                 ctx.change("seed each process on its own: seed + accelerator.process_index")
+        _reseed_after_creation(ctx)
+
+
+def _library(site: CallSite) -> str:
+    return (site.qualname or "").replace("np.", "numpy.", 1).split(".", 1)[0]
+
+
+def _reseed_after_creation(ctx: Context) -> None:
+    """``torch.manual_seed(1337)`` at module level, the accelerator made later (in ``__main__``, in ``main()``), and
+    a training that draws its batches as it goes: every process would draw the same batches. Right after the
+    accelerator is created, every process but process 0 seeds that library again with the script's seed plus its
+    index (``if accelerator.process_index > 0: torch.manual_seed(1337 + accelerator.process_index)``; process 0 goes
+    on with its stream, so it computes what the original did; a seed that is not a number reads the one torch keeps,
+    ``torch.initial_seed()``). Where neither the seed nor its place is known, ACC022 says so. Only where no loader
+    is prepared: a prepared one gives each process its own batches."""
+    if any(o.role == "loader" for o in ctx.plan.objects):
+        return  # a prepared loader serves the data (through a generator of the program's own, say): not the same
+    home = ctx.plan.home
+    accelerator = ctx.accelerator_in(home) if home is not None else None
+    anchor = (ctx.created[1], True) if ctx.created is not None else ctx.plan.analysis(Creation).anchor
+    seeded = {_library(s) for s in ctx.facts.calls if _seed_argument(s) is not None and s.qualname in SEEDERS
+              and ctx.accelerator_in(s.scope) is not None and ctx.after_accelerator(s.scope, s.stmt)}
+    early: dict[str, tuple[CallSite, cst.BaseExpression]] = {}
+    for site in ctx.facts.calls:
+        seed = _seed_argument(site)
+        if seed is None or site.qualname not in SEEDERS or _library(site) in seeded:
+            continue
+        if ctx.accelerator_in(site.scope) is not None and ctx.after_accelerator(site.scope, site.stmt):
+            continue
+        if home is None or accelerator is None or anchor is None or not runs_before(
+                site, lambda sc: ctx.accelerator_in(sc) is not None, ctx.after_accelerator, ctx.plan.call_sites, home,
+                ctx.facts.after):
+            ctx.warn(codes.SAME_DATA, site.node)  # a seed the accelerator's place cannot be shown to follow
+            continue
+        early[code_of(site.node.func)] = (site, seed)
+    lines = []
+    for spelled, (site, seed) in early.items():
+        root = spelled.split(".", 1)[0]
+        if isinstance(seed, cst.Integer) and home.resolve(root) is not None:  # type: ignore[union-attr]
+            lines.append(f"{spelled}({seed.value} + {accelerator}.process_index)")
+        elif site.qualname == "torch.manual_seed" and home.resolve(root) is not None:  # type: ignore[union-attr]
+            lines.append(f"{spelled}({root}.initial_seed() + {accelerator}.process_index)")
+        else:
+            ctx.warn(codes.SAME_DATA, site.node)
+    if not lines:
+        return
+    code = f"if {accelerator}.process_index > 0:\n" + "".join(f"    {line}\n" for line in lines)
+    at, after = anchor  # type: ignore[misc]
+    if after:
+        ctx.insert_after(at, [code], ungrouped=True)
+    else:
+        ctx.insert_before(at, [code], ungrouped=True)
+    ctx.change("seed each process on its own right after the accelerator is created: seed + accelerator.process_index")
 
 
 _DRAWS = ("torch.rand", "torch.randn", "torch.randint", "torch.randperm", "torch.multinomial", "torch.normal",

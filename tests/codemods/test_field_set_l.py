@@ -290,3 +290,56 @@ def test_a_validation_per_image_at_batch_size_one_walks_all_of_its_loader() -> N
     assert "val_loader = accelerator.prepare(" in whole.new.replace("\n", " ").replace("(    ", "(").replace(
         ", val_loader ) =", ", val_loader = "), whole.new
     assert "        output, hr = accelerator.gather_for_metrics((output, hr))\n" in whole.new, whole.new
+
+
+SEEDED_BATCHES = """\
+import numpy as np
+import torch
+import torch.nn as nn
+
+torch.manual_seed(1337)
+block_size = 8
+data = torch.arange(200) % 17
+
+
+def build_dataset(split):
+    ix = torch.randint(len(data) - block_size, (4,))
+    x = torch.stack([data[i:i + block_size] for i in ix])
+    y = torch.stack([data[i + 1:i + block_size + 1] for i in ix])
+    return x, y
+
+
+def main():
+    model = nn.Sequential(nn.Embedding(17, 16), nn.Linear(16, 17))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for step in range(4):
+        xb, yb = build_dataset('train')
+        loss = nn.functional.cross_entropy(model(xb).view(-1, 17), yb.view(-1))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == '__main__':
+    main()
+"""
+
+
+def test_a_seed_set_before_the_accelerator_is_set_again_per_process() -> None:
+    """L10 (a character-level GPT): ``torch.manual_seed(1337)`` at module level, the accelerator made later (in
+    ``main()`` or the ``__main__`` block), and ``build_dataset`` drawing its offsets with ``torch.randint``: every
+    process drew the same batches (N copies of one training, silently; the seed could not be offset where it is).
+    Right after the accelerator, every process but process 0 seeds again with the script's seed plus its index (a
+    seed of another kind reads ``torch.initial_seed()``); a NumPy seed that is not a number is reported (ACC022)."""
+    reseed = ("    accelerator = Accelerator(cpu=True)\n    if accelerator.process_index > 0:\n"
+              "        torch.manual_seed(1337 + accelerator.process_index)\n    model = nn.Sequential(")
+    result = convert_source(SEEDED_BATCHES)
+    assert _found(result) == [], _found(result)
+    assert reseed in result.new and "\ntorch.manual_seed(1337)\n" in result.new, result.new
+    in_main_block = convert_source(SEEDED_BATCHES.replace("def main():\n", "if __name__ == '__main__':\n").replace(
+        "\n\nif __name__ == '__main__':\n    main()\n", ""))
+    assert reseed in in_main_block.new, in_main_block.new
+    named = convert_source(SEEDED_BATCHES.replace("torch.manual_seed(1337)", "SEED = 1337\ntorch.manual_seed(SEED)"))
+    assert "        torch.manual_seed(torch.initial_seed() + accelerator.process_index)\n" in named.new, named.new
+    numpy_seed = convert_source(SEEDED_BATCHES.replace("torch.manual_seed(1337)", "SEED = 1\nnp.random.seed(SEED)"))
+    assert [w.code for w in numpy_seed.warnings] == ["ACC022"] and "process_index" not in numpy_seed.new, _found(numpy_seed)
