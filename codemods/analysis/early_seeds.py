@@ -15,6 +15,7 @@ from typing import Callable
 import libcst as cst
 
 from accelify.codemods.analysis.facts import CallSite, Scope
+from accelify.codemods.analysis.snippets import code_of
 
 _DEPTH = 3
 
@@ -43,3 +44,18 @@ def runs_before(
         return bool(sites) and all(before(s.scope, s.stmt, depth - 1) for s in sites)
 
     return before(site.scope, site.stmt, _DEPTH)
+
+
+def reseed(site: CallSite, seed: cst.BaseExpression, home: Scope, accelerator: str) -> str | None:
+    """The call that seeds ``site``'s library again for this process where the accelerator is created in ``home``:
+    ``torch.manual_seed(1337 + accelerator.process_index)`` for a number, ``torch.manual_seed(torch.initial_seed() +
+    accelerator.process_index)`` for another torch seed (torch keeps it); None where neither can be written there."""
+    spelled = code_of(site.node.func)
+    root = spelled.split(".", 1)[0]
+    if home.resolve(root) is None:
+        return None  # the library is not imported under that name where the accelerator is
+    if isinstance(seed, cst.Integer):
+        return f"{spelled}({seed.value} + {accelerator}.process_index)"
+    if site.qualname == "torch.manual_seed":
+        return f"{spelled}({root}.initial_seed() + {accelerator}.process_index)"
+    return None

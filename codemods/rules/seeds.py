@@ -19,7 +19,7 @@ import libcst.matchers as m
 from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.creation import Creation
-from accelify.codemods.analysis.early_seeds import runs_before
+from accelify.codemods.analysis.early_seeds import reseed, runs_before
 from accelify.codemods.analysis.snippets import code_of, expression
 from accelify.codemods.analysis.facts import CallSite, Loop
 from accelify.codemods.analysis.names import dotted
@@ -91,6 +91,36 @@ for (x,) in loader:
 accelerator.end_training()
 ''',
             fires=False,
+        ),
+        Example(  # seeded before the accelerator exists: every process but 0 seeds again right after it
+            before='''\
+import torch
+torch.manual_seed(1337)
+def main():
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(4):
+        model(torch.randn(4, 8)).sum().backward()
+        optimizer.step()
+main()
+''',
+            after='''\
+import torch
+from accelify.runtime import Accelerator
+torch.manual_seed(1337)
+def main():
+    accelerator = Accelerator(cpu=True)
+    if accelerator.process_index > 0:
+        torch.manual_seed(1337 + accelerator.process_index)
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    for step in range(4):
+        accelerator.backward(model(torch.randn(4, 8)).sum())
+        optimizer.step()
+    accelerator.end_training()
+main()
+''',
         ),
         Example(  # the key is computed: which items the dict holds is not known, so they are not prepared
             before='''\
@@ -202,14 +232,12 @@ def _reseed_after_creation(ctx: Context) -> None:
             continue
         early[code_of(site.node.func)] = (site, seed)
     lines = []
-    for spelled, (site, seed) in early.items():
-        root = spelled.split(".", 1)[0]
-        if isinstance(seed, cst.Integer) and home.resolve(root) is not None:  # type: ignore[union-attr]
-            lines.append(f"{spelled}({seed.value} + {accelerator}.process_index)")
-        elif site.qualname == "torch.manual_seed" and home.resolve(root) is not None:  # type: ignore[union-attr]
-            lines.append(f"{spelled}({root}.initial_seed() + {accelerator}.process_index)")
-        else:
+    for site, seed in early.values():
+        line = reseed(site, seed, home, accelerator)  # type: ignore[arg-type]
+        if line is None:
             ctx.warn(codes.SAME_DATA, site.node)
+        else:
+            lines.append(line)
     if not lines:
         return
     code = f"if {accelerator}.process_index > 0:\n" + "".join(f"    {line}\n" for line in lines)
