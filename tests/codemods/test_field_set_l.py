@@ -343,3 +343,15 @@ def test_a_seed_set_before_the_accelerator_is_set_again_per_process() -> None:
     assert "        torch.manual_seed(torch.initial_seed() + accelerator.process_index)\n" in named.new, named.new
     numpy_seed = convert_source(SEEDED_BATCHES.replace("torch.manual_seed(1337)", "SEED = 1\nnp.random.seed(SEED)"))
     assert [w.code for w in numpy_seed.warnings] == ["ACC022"] and "process_index" not in numpy_seed.new, _found(numpy_seed)
+
+
+def test_the_index_of_an_enumerate_under_a_progress_bar_is_not_gathered() -> None:
+    """L9 (SRGAN): ``for image_id, (lr, hr) in tqdm(enumerate(val_loader)):`` took ``image_id`` for a part of the
+    batch (the enumerate was looked for only outside a progress bar), so the gather had one value more than the
+    loop's outputs: ``sr, image_id, hr = accelerator.gather_for_metrics((sr, image_id, hr))``, and ``if image_id ==
+    0:`` then read a tensor. The index is enumerate's, whatever wraps it."""
+    source = PER_IMAGE.replace("    assert lr.shape[0] == 1\n", "").replace(
+        "    sr_img = ToPILImage()(sr.cpu().squeeze())\n", "    if image_id == 0:\n        print(sr.shape)\n").replace(
+        "enumerate(val_loader)", "tqdm(enumerate(val_loader))").replace("import torch\n", "import torch\nfrom tqdm import tqdm\n", 1)
+    result = convert_source(source)
+    assert "        output, hr = accelerator.gather_for_metrics((output, hr))\n" in result.new, result.new
