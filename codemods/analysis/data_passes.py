@@ -97,19 +97,19 @@ class DataPasses(PreparedUses):
         return any(self._writes(site, 2) for lp in loops for site in lp.calls)
 
     def _per_sample(self, loader: Binding, loops: list[Loop]) -> bool:
-        """An evaluation loader of batch size 1 whose loop handles each batch as the one sample it holds (``assert
-        lr.shape[0] == 1``, ``ToPILImage()(sr.squeeze())``, a PSNR per image: SRGAN's validation). Prepared, the
-        loop's outputs would be gathered and hold N samples where that code expects one (a crash, or a metric of N
-        images at once); the statements cannot be run per sample in general (an image saved for ``image_id == 0``,
-        values of the pass that are this process's). Left unprepared, every process walks all of it, as the
-        original did, and what the loop computes is the original's on every process."""
-        if not loops or not _batch_of_one(loader.value):
-            return False
-        if any(any(self.reaches_backward(s) for s in lp.calls) or self._feeds_training(lp) for lp in loops):
+        """An evaluation loader whose loop handles each batch as the one sample it holds: it asserts so (``assert
+        lr.shape[0] == 1``), or drops the batch dimension of a loader of batch size 1 (``ToPILImage()(sr.squeeze())``,
+        a PSNR per image: SRGAN's validation). Prepared, the loop's outputs would be gathered and hold N samples
+        where that code expects one (a crash, or a metric of N images at once); the statements cannot be run per
+        sample in general (an image saved for ``image_id == 0``, values of the pass that are this process's). Left
+        unprepared, every process walks all of it, as the original did, and what the loop computes is the
+        original's on every process."""
+        if not loops or any(any(self.reaches_backward(s) for s in lp.calls) or self._feeds_training(lp) for lp in loops):
             return False
         if any(self._shared_walk(lp, loader) for lp in self.facts.loops):
             return False
-        return any(_one_sample_code(lp.node.body) for lp in loops)
+        one = _batch_of_one(loader.value)  # a batch size read from elsewhere: only an assert says it is one
+        return any(_asserts_one(lp.node.body) or (one and _squeezes(lp.node.body)) for lp in loops)
 
     def _shared_walk(self, loop: Loop, loader: Binding) -> bool:
         """Whether ``loop`` walks a parameter that some call hands ``loader`` and another call another object."""
@@ -142,13 +142,17 @@ def _batch_of_one(value: cst.BaseExpression | None) -> bool:
     return False
 
 
-def _one_sample_code(body: cst.CSTNode) -> bool:
-    """Whether ``body`` treats a batch as its one sample: it asserts a batch of one (``assert x.shape[0] == 1``,
-    ``x.size(0) == 1``, ``len(x) == 1``) or drops the batch dimension (``x.squeeze()``, ``x.squeeze(0)``)."""
+def _squeezes(body: cst.CSTNode) -> bool:
+    """Whether ``body`` drops the batch dimension (``x.squeeze()``, ``x.squeeze(0)``)."""
     for call in m.findall(body, m.Call(func=m.Attribute(attr=m.Name("squeeze")))):
         args = call.args  # type: ignore[attr-defined]
         if not args or (len(args) == 1 and m.matches(args[0].value, m.Integer("0"))):
             return True
+    return False
+
+
+def _asserts_one(body: cst.CSTNode) -> bool:
+    """Whether ``body`` asserts a batch of one (``assert x.shape[0] == 1``, ``x.size(0) == 1``, ``len(x) == 1``)."""
     for check in m.findall(body, m.Assert(test=m.Comparison())):
         test = check.test  # type: ignore[attr-defined]
         if len(test.comparisons) == 1 and isinstance(test.comparisons[0].operator, cst.Equal) \

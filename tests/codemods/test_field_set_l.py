@@ -286,6 +286,10 @@ def test_a_validation_per_image_at_batch_size_one_walks_all_of_its_loader() -> N
     assert_line, squeeze_line = "    assert lr.shape[0] == 1\n", "    sr_img = ToPILImage()(sr.cpu().squeeze())\n"
     for one_signal in (PER_IMAGE.replace(assert_line, ""), PER_IMAGE.replace(squeeze_line, "")):
         assert "gather_for_metrics" not in convert_source(one_signal).new  # either says it: one image per batch
+    read_size = PER_IMAGE.replace("batch_size=1, shuffle", "batch_size=args.val_batch_size, shuffle").replace(
+        "\ntrain_loader", "\nargs = argparse.Namespace(val_batch_size=1)\ntrain_loader").replace("import torch\n", "import argparse\nimport torch\n", 1)
+    assert "gather_for_metrics" not in convert_source(read_size).new  # its assert says one sample per batch
+    assert "gather_for_metrics" in convert_source(read_size.replace(assert_line, "")).new  # a squeeze alone does not
     whole = convert_source(PER_IMAGE.replace(assert_line, "").replace(squeeze_line, ""))
     assert "val_loader = accelerator.prepare(" in whole.new.replace("\n", " ").replace("(    ", "(").replace(
         ", val_loader ) =", ", val_loader = "), whole.new
