@@ -1,5 +1,6 @@
 """Which loops and functions decide what is prepared: a loop that yields batches to the training, a function nothing
-calls (a bystander), a function's own pass over data (statistics), an evaluation that writes a file per item.
+calls (a bystander), a function's own pass over data (statistics), an evaluation that writes a file per item, an
+evaluation that handles each batch of one as its sample.
 ``Plan`` mixes it in and asks while it collects
 the objects to prepare (``Plan._find_objects``)."""
 
@@ -95,6 +96,21 @@ class DataPasses(PreparedUses):
             return False  # ``evaluate(model, loader)`` also handed a prepared loader: it would gather one and not the other
         return any(self._writes(site, 2) for lp in loops for site in lp.calls)
 
+    def _per_sample(self, loader: Binding, loops: list[Loop]) -> bool:
+        """An evaluation loader whose loop handles each batch as the one sample it holds: it asserts so (``assert
+        lr.shape[0] == 1``), or drops the batch dimension of a loader of batch size 1 (``ToPILImage()(sr.squeeze())``,
+        a PSNR per image: SRGAN's validation). Prepared, the loop's outputs would be gathered and hold N samples
+        where that code expects one (a crash, or a metric of N images at once); the statements cannot be run per
+        sample in general (an image saved for ``image_id == 0``, values of the pass that are this process's). Left
+        unprepared, every process walks all of it, as the original did, and what the loop computes is the
+        original's on every process."""
+        if not loops or any(any(self.reaches_backward(s) for s in lp.calls) or self._feeds_training(lp) for lp in loops):
+            return False
+        if any(self._shared_walk(lp, loader) for lp in self.facts.loops):
+            return False
+        one = _batch_of_one(loader.value)  # a batch size read from elsewhere: only an assert says it is one
+        return any(_asserts_one(lp.node.body) or (one and _squeezes(lp.node.body)) for lp in loops)
+
     def _shared_walk(self, loop: Loop, loader: Binding) -> bool:
         """Whether ``loop`` walks a parameter that some call hands ``loader`` and another call another object."""
         source = self.loop_source(loop)
@@ -112,6 +128,47 @@ class DataPasses(PreparedUses):
             return True
         callee = self.callee(site)
         return depth > 0 and callee is not None and any(self._writes(s, depth - 1) for s in callee.calls)
+
+
+def _batch_of_one(value: cst.BaseExpression | None) -> bool:
+    """Whether ``value`` builds a ``DataLoader`` (or a subclass named ``...Loader``) of ``batch_size=1`` (keyword, or
+    second argument)."""
+    if not isinstance(value, cst.Call) or not (dotted(value.func) or "").endswith("Loader"):
+        return False
+    for index, arg in enumerate(value.args):
+        keyword = arg.keyword.value if arg.keyword is not None else None
+        if keyword == "batch_size" or (keyword is None and index == 1 and arg.star == ""):
+            return isinstance(arg.value, cst.Integer) and arg.value.evaluated_value == 1
+    return False
+
+
+def _squeezes(body: cst.CSTNode) -> bool:
+    """Whether ``body`` drops the batch dimension (``x.squeeze()``, ``x.squeeze(0)``)."""
+    for call in m.findall(body, m.Call(func=m.Attribute(attr=m.Name("squeeze")))):
+        args = call.args  # type: ignore[attr-defined]
+        if not args or (len(args) == 1 and m.matches(args[0].value, m.Integer("0"))):
+            return True
+    return False
+
+
+def _asserts_one(body: cst.CSTNode) -> bool:
+    """Whether ``body`` asserts a batch of one (``assert x.shape[0] == 1``, ``x.size(0) == 1``, ``len(x) == 1``)."""
+    for check in m.findall(body, m.Assert(test=m.Comparison())):
+        test = check.test  # type: ignore[attr-defined]
+        if len(test.comparisons) == 1 and isinstance(test.comparisons[0].operator, cst.Equal) \
+                and m.matches(test.comparisons[0].comparator, m.Integer("1")) and _batch_length(test.left):
+            return True
+    return False
+
+
+def _batch_length(expr: cst.BaseExpression) -> bool:
+    """``x.shape[0]``, ``x.size(0)``, ``len(x)``."""
+    return (
+        m.matches(expr, m.Subscript(value=m.Attribute(attr=m.Name("shape")),
+                                    slice=[m.SubscriptElement(slice=m.Index(value=m.Integer("0")))]))
+        or m.matches(expr, m.Call(func=m.Attribute(attr=m.Name("size")), args=[m.Arg(value=m.Integer("0"))]))
+        or m.matches(expr, m.Call(func=m.Name("len"), args=[m.Arg()]))
+    )
 
 
 def _outermost(scope: Scope) -> Scope:

@@ -278,6 +278,8 @@ class PreparedUses(Flow):
             return set()
         target = loop.node.target
         iterable = loop.node.iter
+        while isinstance(iterable, cst.Call) and iterable.args and loop.scope.imports.qualname(iterable.func) in PROGRESS_BARS:
+            iterable = iterable.args[0].value  # ``tqdm(enumerate(loader))``: the index is enumerate's, not a batch
         if (
             isinstance(iterable, cst.Call)
             and loop.scope.imports.qualname(iterable.func) == "enumerate"

@@ -211,11 +211,13 @@ class Context:
         """``regroup`` whose ``make`` also receives the accelerator's name in ``scope`` (as ``replace_through``)."""
         self.edits.regroup(stmts, lambda group: make(group, self.accelerator_in(scope) or "accelerator"), reader=scope)
 
-    def insert_before(self, stmt: cst.BaseStatement, code: Sequence[str]) -> None:
-        self.edits.insert_before(stmt, [statement(line) for line in code])
+    def insert_before(self, stmt: cst.BaseStatement, code: Sequence[str], *, ungrouped: bool = False) -> None:
+        """Insert ``code`` before ``stmt``; ``ungrouped``: never inside a group (a guard) that starts at ``stmt``."""
+        self.edits.insert_before(stmt, [statement(line) for line in code], ungrouped=ungrouped)
 
-    def insert_after(self, stmt: cst.BaseStatement, code: Sequence[str]) -> None:
-        self.edits.insert_after(stmt, [statement(line) for line in code])
+    def insert_after(self, stmt: cst.BaseStatement, code: Sequence[str], *, ungrouped: bool = False) -> None:
+        """Insert ``code`` after ``stmt``; ``ungrouped``: never inside a group (a guard) that ends at ``stmt``."""
+        self.edits.insert_after(stmt, [statement(line) for line in code], ungrouped=ungrouped)
 
     def remove(self, stmt: cst.BaseStatement) -> bool:
         if self.is_skipped(stmt):

@@ -36,6 +36,7 @@ class Edits:
         self.after: dict[cst.BaseStatement, list[cst.BaseStatement]] = {}
         self.removed: set[cst.BaseStatement] = set()
         self.groups: list[tuple[list[cst.BaseStatement], Regroup]] = []
+        self.ungrouped: set[int] = set()  # ids of inserted statements no group takes in (the accelerator's creation)
         self.dirty: set[cst.BaseStatement] = set()
         self.readers: dict[Hashable, list[cst.CSTNode]] = {}  # scope -> what its edits write with the accelerator
         self.accelerators: dict[Hashable, str] = {}  # scope -> the accelerator's name there, once the edits apply
@@ -65,12 +66,19 @@ class Edits:
             self.readers.setdefault(reader, []).append(node)
         self._touch(stmt)
 
-    def insert_before(self, stmt: cst.BaseStatement, new: Sequence[cst.BaseStatement]) -> None:
+    def insert_before(self, stmt: cst.BaseStatement, new: Sequence[cst.BaseStatement], *, ungrouped: bool = False) -> None:
+        """Insert ``new`` right before ``stmt``; ``ungrouped``: a group that starts at ``stmt`` (a main-process
+        guard around it) does not take ``new`` in when ``new`` comes first (the accelerator it reads)."""
         self.before.setdefault(stmt, []).extend(new)
+        if ungrouped:
+            self.ungrouped.update(id(n) for n in new)
         self._touch(self._parent.get(stmt))
 
-    def insert_after(self, stmt: cst.BaseStatement, new: Sequence[cst.BaseStatement]) -> None:
+    def insert_after(self, stmt: cst.BaseStatement, new: Sequence[cst.BaseStatement], *, ungrouped: bool = False) -> None:
+        """Insert ``new`` right after ``stmt``; ``ungrouped``: as for ``insert_before``, for a group that ends at ``stmt``."""
         self.after.setdefault(stmt, []).extend(new)
+        if ungrouped:
+            self.ungrouped.update(id(n) for n in new)
         self._touch(self._parent.get(stmt))
 
     def remove(self, stmt: cst.BaseStatement) -> None:
@@ -95,8 +103,8 @@ class Edits:
 
     def regroup(self, stmts: Sequence[cst.BaseStatement], make: "Regroup", *, reader: Hashable | None = None) -> None:
         """Replace the consecutive statements ``stmts`` of one block, as updated by every other edit (the
-        statements inserted around them included), by ``make(those statements)`` (to wrap them in a
-        ``with``, say); ``reader`` as for ``replace``."""
+        statements inserted around them included, but for ``ungrouped`` ones at its edges), by
+        ``make(those statements)`` (to wrap them in a ``with``, say); ``reader`` as for ``replace``."""
         self.groups.append((list(stmts), make))
         if reader is not None:
             self.readers.setdefault(reader, []).extend(stmts)
@@ -197,11 +205,13 @@ class _Applier(cst.CSTTransformer):
         carried: list[cst.EmptyLine] = []  # blank lines and comments of removed statements
         removed_first = False
         spans: dict[int, tuple[int, int]] = {}  # original statement -> the slice of ``out`` made from it
+        aside: dict[int, tuple[int, int]] = {}  # original statement -> its leading / trailing ungrouped insertions
         own: set[int] = set()
         for original, new in zip(originals, updated):
             start = len(out)
             inserted = list(self.edits.before.get(original, ()))
             after = list(self.edits.after.get(original, ()))
+            aside[id(original)] = (self._ungrouped(inserted), self._ungrouped(after[::-1]))
             if original in self.edits.removed or self._emptied_if(new):
                 removed_first = removed_first or not out
                 carried = _merge(carried, original.leading_lines) + _trailing_comment(original) + _inner_comments(original)
@@ -225,7 +235,11 @@ class _Applier(cst.CSTTransformer):
             out.append(new)
             out.extend(after)
             spans[id(original)] = (start, len(out))
-        here = [(spans[id(g[0])][0], spans[id(g[-1])][1], make) for g, make in self.edits.groups if id(g[0]) in spans]
+        here = [
+            (spans[id(g[0])][0] + aside[id(g[0])][0], spans[id(g[-1])][1] - aside[id(g[-1])][1], make)
+            for g, make in self.edits.groups
+            if id(g[0]) in spans
+        ]
         for first, last, make in sorted(here, key=lambda group: group[0], reverse=True):
             out[first:last] = make(out[first:last])
         out = join_main_guards(out, own)  # neighbouring statements the conversion kept to the main process
@@ -235,6 +249,13 @@ class _Applier(cst.CSTTransformer):
                 lines.pop(0)
             out[0] = out[0].with_changes(leading_lines=lines)
         return out, [line for line in carried if line.comment is not None]
+
+    def _ungrouped(self, inserted: Sequence[cst.BaseStatement]) -> int:
+        """How many of ``inserted`` (from its end nearest the block's edge) no group takes in."""
+        count = 0
+        while count < len(inserted) and id(inserted[count]) in self.edits.ungrouped:
+            count += 1
+        return count
 
     def _prune_branches(self, original: cst.If, updated: cst.If) -> cst.If:
         """Drop an ``else:`` whose statements were all removed, and an ``elif`` with a side-effect-free test whose

@@ -173,10 +173,12 @@ Agent({"cuda": True}).train()
         if creation.bound_late is not None:
             ctx.abort(codes.BOUND_LATE, block[min(index, len(block) - 1)], name=creation.bound_late,
                       home=ctx.plan.home.name if ctx.plan.home is not None else "the module")
+        # ungrouped: a rule that guards the statements around it (``logging.basicConfig(...)`` first, kept to the
+        # main process) must not put the accelerator inside ``if accelerator.is_main_process:`` (a NameError)
         if creation.after:
-            ctx.insert_after(block[index - 1], [creation.code()])
+            ctx.insert_after(block[index - 1], [creation.code()], ungrouped=True)
         else:
-            ctx.insert_before(block[index], [creation.code()])
+            ctx.insert_before(block[index], [creation.code()], ungrouped=True)
         ctx.bind_accelerator(home, creation.name)
         if creation.name.startswith("self.") and home.class_scope is not None:
             ctx.bind_accelerator(home.class_scope, creation.name)

@@ -18,9 +18,11 @@ import libcst.matchers as m
 
 from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
+from accelify.codemods.analysis.creation import Creation
+from accelify.codemods.analysis.early_seeds import reseed, runs_before
 from accelify.codemods.analysis.snippets import code_of, expression
 from accelify.codemods.analysis.facts import CallSite, Loop
-from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.batch_generators import generator_draw, ranged
 from accelify.codemods.analysis.problems import UNKNOWN_DATA
 from accelify.codemods.analysis.tree_walk import descendants
 from accelify.codemods.engine.rule import Example, Rule
@@ -90,6 +92,36 @@ accelerator.end_training()
 ''',
             fires=False,
         ),
+        Example(  # seeded before the accelerator exists: every process but 0 seeds again right after it
+            before='''\
+import torch
+torch.manual_seed(1337)
+def main():
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(4):
+        model(torch.randn(4, 8)).sum().backward()
+        optimizer.step()
+main()
+''',
+            after='''\
+import torch
+from accelify.runtime import Accelerator
+torch.manual_seed(1337)
+def main():
+    accelerator = Accelerator(cpu=True)
+    if accelerator.process_index > 0:
+        torch.manual_seed(1337 + accelerator.process_index)
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    for step in range(4):
+        accelerator.backward(model(torch.randn(4, 8)).sum())
+        optimizer.step()
+    accelerator.end_training()
+main()
+''',
+        ),
         Example(  # the key is computed: which items the dict holds is not known, so they are not prepared
             before='''\
 import torch
@@ -135,7 +167,7 @@ accelerator.end_training()
                 # ``for x, y in generator_train:`` walks a batch generator of the program's own (a library's data
                 # the plan followed is the refusals rule's to report: ``UNKNOWN_DATA``)
                 unknown = {id(n) for p in ctx.plan.problems if p.kind == UNKNOWN_DATA for n in descendants(p.node)}
-                loop = next((lp for lp in training if _walks_data(lp) and (_slices(lp) or not _ranged(lp))
+                loop = next((lp for lp in training if _walks_data(lp) and (_slices(lp) or not ranged(lp))
                              and id(lp.node.iter) not in unknown and not any(id(n) in unknown for n in descendants(lp.node.iter))), loop)
             if loop is None:
                 draw = _wrapped_loader_draw(ctx)
@@ -150,7 +182,7 @@ accelerator.end_training()
                     ctx.warn(codes.LOADER_IN_DICT_ITEM, held[0].node.iter, name=held[1])
                 elif _walks_data(loop):
                     ctx.warn(codes.SAME_DATA, loop.node.iter)
-                elif (draw := _generator_draw(ctx)) is not None and ctx.accelerator_in(draw.scope) is not None:
+                elif (draw := generator_draw(ctx.facts, ctx.plan)) is not None and ctx.accelerator_in(draw.scope) is not None:
                     ctx.warn(codes.SAME_DATA, draw.node)
             return
         for site in ctx.facts.calls:
@@ -166,9 +198,60 @@ accelerator.end_training()
                 ctx.change("seed each process on its own: seed + accelerator.process_index")
         # a generator of the program's own that shuffles all of its data as it goes (``np.random.shuffle(indices)``
         # in ``train_generator``): each process walks every batch, in an order of its own
-        draw = _generator_draw(ctx)
+        draw = generator_draw(ctx.facts, ctx.plan)
         if draw is not None and ctx.accelerator_in(draw.scope) is not None:
             ctx.warn(codes.SAME_DATA, draw.node)
+        _reseed_after_creation(ctx)
+
+
+def _library(site: CallSite) -> str:
+    return (site.qualname or "").replace("np.", "numpy.", 1).split(".", 1)[0]
+
+
+def _reseed_after_creation(ctx: Context) -> None:
+    """``torch.manual_seed(1337)`` at module level, the accelerator made later (in ``__main__``, in ``main()``), and
+    a training that draws its batches as it goes: every process would draw the same batches. Right after the
+    accelerator is created, every process but process 0 seeds that library again with the script's seed plus its
+    index (``if accelerator.process_index > 0: torch.manual_seed(1337 + accelerator.process_index)``; process 0 goes
+    on with its stream, so it computes what the original did; a seed that is not a number reads the one torch keeps,
+    ``torch.initial_seed()``). Where neither the seed nor its place is known, ACC022 says so. Only where no loader
+    is prepared: a prepared one gives each process its own batches."""
+    if any(o.role == "loader" for o in ctx.plan.objects):
+        return  # a prepared loader serves the data (through a generator of the program's own, say): not the same
+    home = ctx.plan.home
+    accelerator = ctx.accelerator_in(home) if home is not None else None
+    anchor = (ctx.created[1], True) if ctx.created is not None else ctx.plan.analysis(Creation).anchor
+    seeded = {_library(s) for s in ctx.facts.calls if _seed_argument(s) is not None and s.qualname in SEEDERS
+              and ctx.accelerator_in(s.scope) is not None and ctx.after_accelerator(s.scope, s.stmt)}
+    early: dict[str, tuple[CallSite, cst.BaseExpression]] = {}
+    for site in ctx.facts.calls:
+        seed = _seed_argument(site)
+        if seed is None or site.qualname not in SEEDERS or _library(site) in seeded:
+            continue
+        if ctx.accelerator_in(site.scope) is not None and ctx.after_accelerator(site.scope, site.stmt):
+            continue
+        if home is None or accelerator is None or anchor is None or not runs_before(
+                site, lambda sc: ctx.accelerator_in(sc) is not None, ctx.after_accelerator, ctx.plan.call_sites, home,
+                ctx.facts.after):
+            ctx.warn(codes.SAME_DATA, site.node)  # a seed the accelerator's place cannot be shown to follow
+            continue
+        early[code_of(site.node.func)] = (site, seed)
+    lines = []
+    for site, seed in early.values():
+        line = reseed(site, seed, home, accelerator)  # type: ignore[arg-type]
+        if line is None:
+            ctx.warn(codes.SAME_DATA, site.node)
+        else:
+            lines.append(line)
+    if not lines:
+        return
+    code = f"if {accelerator}.process_index > 0:\n" + "".join(f"    {line}\n" for line in lines)
+    at, after = anchor  # type: ignore[misc]
+    if after:
+        ctx.insert_after(at, [code], ungrouped=True)
+    else:
+        ctx.insert_before(at, [code], ungrouped=True)
+    ctx.change("seed each process on its own right after the accelerator is created: seed + accelerator.process_index")
 
 
 _DRAWS = ("torch.rand", "torch.randn", "torch.randint", "torch.randperm", "torch.multinomial", "torch.normal",
@@ -223,37 +306,6 @@ def _wrapped_loader_draw(ctx: Context) -> CallSite | None:
         if not isinstance(value, cst.Call) or (code_of(value.func).rsplit(".", 1)[-1] not in holders):
             continue
         if any(plan.reaches_backward(s) for s in facts.calls if loop in facts.chain(s.stmt)[1:]):
-            return site
-    return None
-
-
-def _ranged(loop: Loop) -> bool:
-    """Whether the loop walks ``range(...)`` (possibly under ``enumerate``/a progress bar): indices, not data."""
-    source = loop.node.iter
-    while isinstance(source, cst.Call) and source.args and loop.scope.imports.qualname(source.func) != "range" \
-            and dotted(source.func) in ("enumerate", "tqdm", "tqdm.tqdm", "trange"):
-        source = source.args[0].value
-    return isinstance(source, cst.Call) and (dotted(source.func) in ("range", "trange", "tqdm.trange")
-                                             or loop.scope.imports.qualname(source.func) == "range")
-
-
-def _generator_draw(ctx: Context) -> CallSite | None:
-    """``x, y = gen.__next__()`` (or ``next(gen)``) in a ``while`` loop that trains, ``gen`` a name of the script
-    (a batch generator of its own, ``data.train_generator(bs)``): no DataLoader feeds that training. The draw."""
-    facts, plan = ctx.facts, ctx.plan
-    for site in facts.calls:
-        func = site.node.func
-        if isinstance(func, cst.Attribute) and func.attr.value in ("__next__", "next") and not site.node.args:
-            receiver: cst.BaseExpression = func.value
-        elif site.qualname == "next" and site.node.args:
-            receiver = site.node.args[0].value
-        else:
-            continue
-        key = dotted(receiver)
-        if key is None or site.scope.resolve(key.split(".")[0]) is None:
-            continue
-        loop = next((st for st in facts.chain(site.stmt)[1:] if isinstance(st, cst.While)), None)
-        if loop is not None and any(plan.reaches_backward(s) for s in facts.calls if loop in facts.chain(s.stmt)[1:]):
             return site
     return None
 

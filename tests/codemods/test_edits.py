@@ -65,3 +65,30 @@ def test_an_edit_through_the_accelerator_reads_its_name_when_the_edits_apply() -
     ctx.bind_accelerator(train, "acc")  # the edit that passes it in declares the name
     assert ctx.accelerator_in(train) == "acc" and ctx.accelerating
     assert "acc_y = " in apply(module, ctx.edits).code
+
+
+def test_a_group_leaves_out_the_ungrouped_statements_at_its_edges() -> None:
+    """The accelerator inserted before a statement a rule then keeps to the main process stays out of the guard (a
+    NameError inside it); other statements inserted there go in with the statement, as before."""
+    ctx, module = context()
+    y = next(s for s in ctx.facts.order if isinstance(s, cst.SimpleStatementLine) and m.findall(s, m.Assign()))
+    ret = next(s for s in ctx.facts.order if m.findall(s, m.Return()))
+    ctx.insert_before(y, ["accelerator = Accelerator()"], ungrouped=True)
+    ctx.insert_before(y, ["x = x + 1"])
+    ctx.insert_after(ret, ["done = True"], ungrouped=True)
+
+    def guard(stmts: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+        return [cst.parse_statement("if accelerator.is_main_process:\n    pass\n").with_changes(
+            body=cst.IndentedBlock(list(stmts)))]
+
+    ctx.regroup([y, *[s for s in ctx.facts.order if isinstance(s, cst.If)], ret], guard)
+    assert apply(module, ctx.edits).code.split("def train(model, x, device):\n", 1)[1] == (
+        "    accelerator = Accelerator()\n"
+        "    if accelerator.is_main_process:\n"
+        "        x = x + 1\n"
+        "        y = model(x.to(device), device)\n"
+        "        if device:\n"
+        "            model.cuda()\n"
+        "        return y\n"
+        "    done = True\n"
+    )

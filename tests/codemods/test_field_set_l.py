@@ -212,3 +212,155 @@ def test_a_model_rebound_through_its_own_mode_switch_is_still_the_prepared_one()
     assert _found(result) == [], _found(result)
     assert '"state_dict": accelerator.unwrap_model(student).state_dict()' in result.new, result.new
     assert "    student = student.train()\n" in result.new, result.new
+
+
+LOG_FIRST = """\
+import logging
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+logging.basicConfig(filename='train_log.txt', filemode='w', level=logging.INFO)
+console = logging.StreamHandler()
+logging.getLogger().addHandler(console)
+
+loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8)
+model = nn.Linear(4, 1)
+optimizer = torch.optim.Adam(model.parameters())
+for x, y in loader:
+    loss = nn.functional.mse_loss(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+logging.info(f'loss: {loss.item():.4f}')
+"""
+
+
+def test_the_accelerator_is_created_before_a_log_setup_kept_to_the_main_process() -> None:
+    """L9 (SRGAN): ``logging.basicConfig(filename=...)`` as the script's first statement is kept to the main process,
+    and the accelerator, created right before it, was written inside that guard: ``if accelerator.is_main_process:
+    accelerator = Accelerator()`` (a NameError on every process). The accelerator comes first, outside the guard."""
+    result = convert_source(LOG_FIRST)
+    assert result.status == "converted" and _found(result) == [], _found(result)
+    assert (
+        "\naccelerator = Accelerator()\nif accelerator.is_main_process:\n"
+        "    logging.basicConfig(filename='train_log.txt', filemode='w', level=logging.INFO)\n"
+        "    console = logging.StreamHandler()\n"
+    ) in result.new, result.new
+
+
+PER_IMAGE = """\
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+from torchvision.transforms import ToPILImage
+
+train_loader = DataLoader(TensorDataset(torch.rand(8, 3, 8, 8), torch.rand(8, 3, 8, 8)), batch_size=4)
+val_loader = DataLoader(TensorDataset(torch.rand(4, 3, 8, 8), torch.rand(4, 3, 8, 8)), batch_size=1, shuffle=False)
+generator = nn.Conv2d(3, 3, 3, padding=1)
+optimizer = torch.optim.Adam(generator.parameters())
+for lr, hr in train_loader:
+    loss = nn.functional.mse_loss(generator(lr), hr)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+psnrs = []
+for image_id, (lr, hr) in enumerate(val_loader):
+    assert lr.shape[0] == 1
+    with torch.no_grad():
+        sr = torch.sigmoid(generator(lr))
+    sr_img = ToPILImage()(sr.cpu().squeeze())
+    mse = nn.functional.mse_loss(sr, hr).item()
+    psnrs.append(10 * torch.log10(torch.tensor(1.0 / mse)).item())
+print(f'PSNR: {sum(psnrs) / len(psnrs):.4f}')
+"""
+
+
+def test_a_validation_per_image_at_batch_size_one_walks_all_of_its_loader() -> None:
+    """L9 (SRGAN): a validation loader of batch size 1 whose loop handles its batch as one image (``assert
+    lr.shape[0] == 1``, ``ToPILImage()(sr.cpu().squeeze())``, a PSNR per image) got ``sr, hr =
+    accelerator.gather_for_metrics((sr, hr))`` after the model: the per-image code then held N images (a crash on 2
+    processes). Left unprepared, every process validates every image, as the original did; a loader of batch size 1
+    walked by code that handles a batch (an accuracy summed over it) is still prepared and gathered."""
+    result = convert_source(PER_IMAGE)
+    assert _found(result) == [], _found(result)
+    assert "generator, optimizer, train_loader = accelerator.prepare(" in result.new.replace("(\n    ", "("), result.new
+    assert "val_loader" not in result.new.split("accelerator.prepare(", 1)[1].split(")", 1)[0], result.new
+    assert "gather_for_metrics" not in result.new, result.new
+    assert_line, squeeze_line = "    assert lr.shape[0] == 1\n", "    sr_img = ToPILImage()(sr.cpu().squeeze())\n"
+    for one_signal in (PER_IMAGE.replace(assert_line, ""), PER_IMAGE.replace(squeeze_line, "")):
+        assert "gather_for_metrics" not in convert_source(one_signal).new  # either says it: one image per batch
+    read_size = PER_IMAGE.replace("batch_size=1, shuffle", "batch_size=args.val_batch_size, shuffle").replace(
+        "\ntrain_loader", "\nargs = argparse.Namespace(val_batch_size=1)\ntrain_loader").replace("import torch\n", "import argparse\nimport torch\n", 1)
+    assert "gather_for_metrics" not in convert_source(read_size).new  # its assert says one sample per batch
+    assert "gather_for_metrics" in convert_source(read_size.replace(assert_line, "")).new  # a squeeze alone does not
+    whole = convert_source(PER_IMAGE.replace(assert_line, "").replace(squeeze_line, ""))
+    assert "val_loader = accelerator.prepare(" in whole.new.replace("\n", " ").replace("(    ", "(").replace(
+        ", val_loader ) =", ", val_loader = "), whole.new
+    assert "        output, hr = accelerator.gather_for_metrics((output, hr))\n" in whole.new, whole.new
+
+
+SEEDED_BATCHES = """\
+import numpy as np
+import torch
+import torch.nn as nn
+
+torch.manual_seed(1337)
+block_size = 8
+data = torch.arange(200) % 17
+
+
+def build_dataset(split):
+    ix = torch.randint(len(data) - block_size, (4,))
+    x = torch.stack([data[i:i + block_size] for i in ix])
+    y = torch.stack([data[i + 1:i + block_size + 1] for i in ix])
+    return x, y
+
+
+def main():
+    model = nn.Sequential(nn.Embedding(17, 16), nn.Linear(16, 17))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for step in range(4):
+        xb, yb = build_dataset('train')
+        loss = nn.functional.cross_entropy(model(xb).view(-1, 17), yb.view(-1))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == '__main__':
+    main()
+"""
+
+
+def test_a_seed_set_before_the_accelerator_is_set_again_per_process() -> None:
+    """L10 (a character-level GPT): ``torch.manual_seed(1337)`` at module level, the accelerator made later (in
+    ``main()`` or the ``__main__`` block), and ``build_dataset`` drawing its offsets with ``torch.randint``: every
+    process drew the same batches (N copies of one training, silently; the seed could not be offset where it is).
+    Right after the accelerator, every process but process 0 seeds again with the script's seed plus its index (a
+    seed of another kind reads ``torch.initial_seed()``); a NumPy seed that is not a number is reported (ACC022)."""
+    reseed = ("    accelerator = Accelerator(cpu=True)\n    if accelerator.process_index > 0:\n"
+              "        torch.manual_seed(1337 + accelerator.process_index)\n    model = nn.Sequential(")
+    result = convert_source(SEEDED_BATCHES)
+    assert _found(result) == [], _found(result)
+    assert reseed in result.new and "\ntorch.manual_seed(1337)\n" in result.new, result.new
+    in_main_block = convert_source(SEEDED_BATCHES.replace("def main():\n", "if __name__ == '__main__':\n").replace(
+        "\n\nif __name__ == '__main__':\n    main()\n", ""))
+    assert reseed in in_main_block.new, in_main_block.new
+    named = convert_source(SEEDED_BATCHES.replace("torch.manual_seed(1337)", "SEED = 1337\ntorch.manual_seed(SEED)"))
+    assert "        torch.manual_seed(torch.initial_seed() + accelerator.process_index)\n" in named.new, named.new
+    numpy_seed = convert_source(SEEDED_BATCHES.replace("torch.manual_seed(1337)", "SEED = 1\nnp.random.seed(SEED)"))
+    assert [w.code for w in numpy_seed.warnings] == ["ACC022"] and "process_index" not in numpy_seed.new, _found(numpy_seed)
+
+
+def test_the_index_of_an_enumerate_under_a_progress_bar_is_not_gathered() -> None:
+    """L9 (SRGAN): ``for image_id, (lr, hr) in tqdm(enumerate(val_loader)):`` took ``image_id`` for a part of the
+    batch (the enumerate was looked for only outside a progress bar), so the gather had one value more than the
+    loop's outputs: ``sr, image_id, hr = accelerator.gather_for_metrics((sr, image_id, hr))``, and ``if image_id ==
+    0:`` then read a tensor. The index is enumerate's, whatever wraps it."""
+    source = PER_IMAGE.replace("    assert lr.shape[0] == 1\n", "").replace(
+        "    sr_img = ToPILImage()(sr.cpu().squeeze())\n", "    if image_id == 0:\n        print(sr.shape)\n").replace(
+        "enumerate(val_loader)", "tqdm(enumerate(val_loader))").replace("import torch\n", "import torch\nfrom tqdm import tqdm\n", 1)
+    result = convert_source(source)
+    assert "        output, hr = accelerator.gather_for_metrics((output, hr))\n" in result.new, result.new
