@@ -212,6 +212,12 @@ def main():
             ):
                 wanted -= {f for f in wanted if f.class_scope is cls}
                 classes.append((cls, init))
+        # a closure its factory hands back (``main_loop`` in ``get_main_loop(...)``, called through the name it is
+        # returned to) has no call site to pass it: the factory takes it, and the closure sees the factory's
+        for closure in [f for f in wanted if not plan.call_sites(f) and f.parent is not None and f.parent.kind == "function"
+                        and f.parent in functions and f.class_scope is None]:
+            wanted.discard(closure)
+            wanted.add(closure.parent)  # type: ignore[arg-type]
         shrunk = True
         while shrunk:  # a helper can only get it if every call site has it to pass (and passes plain arguments)
             bad = {

@@ -364,3 +364,53 @@ def test_the_index_of_an_enumerate_under_a_progress_bar_is_not_gathered() -> Non
         "enumerate(val_loader)", "tqdm(enumerate(val_loader))").replace("import torch\n", "import torch\nfrom tqdm import tqdm\n", 1)
     result = convert_source(source)
     assert "        output, hr = accelerator.gather_for_metrics((output, hr))\n" in result.new, result.new
+
+
+CLOSURE = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def training_state(model):
+    return {"state_dict": model.state_dict()}
+
+
+def get_main_loop(model, optimizer, loader):
+    def main_loop(epoch):
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        torch.save(training_state(model), f"ckpt_{epoch}.pth")
+        print(f"epoch {epoch} loss {loss.item():.4f}")
+
+    return main_loop
+
+
+def train():
+    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    main_loop = get_main_loop(model, optimizer, loader)
+    for epoch in range(2):
+        main_loop(epoch)
+
+
+if __name__ == "__main__":
+    train()
+"""
+
+
+def test_a_training_closure_a_factory_hands_back_gets_the_accelerator_through_the_factory() -> None:
+    """Field D5 (gordicaleksa/pytorch-GAT): the training step is ``main_loop``, a closure ``get_main_loop(...)``
+    returns and the training calls through the name it is bound to: no call site to pass the accelerator, so its
+    backward, checkpoint and prints were left (ACC009 x2). The factory takes the accelerator and the closure sees it;
+    the model handed to ``training_state`` (which saves ``model.state_dict()``) is the unwrapped one."""
+    result = convert_source(CLOSURE)
+    assert _found(result) == [], _found(result)
+    assert "def get_main_loop(model, optimizer, loader, accelerator):\n" in result.new, result.new
+    assert "    main_loop = get_main_loop(model, optimizer, loader, accelerator)\n" in result.new, result.new
+    assert "            accelerator.backward(loss)\n" in result.new, result.new
+    assert 'accelerator.save(training_state(accelerator.unwrap_model(model)), f"ckpt_{epoch}.pth")' in result.new, \
+        result.new
