@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods.analysis.facts import Binding, Scope
+from accelify.codemods.analysis.facts import Binding, CallSite, Loop, Scope
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.loader_holders import LoaderHolders
 from accelify.codemods.analysis.problems import (
@@ -71,8 +71,26 @@ class TrainingDataChecks(LoaderHolders):
             elif found is None and (inline := self._inline(loop.scope, source, "loader")) is not None:
                 # ``Solver(DataLoader(...))``: built where it is passed, out of prepare's reach, as a named one would be
                 self._problem(BUILT_ELSEWHERE, inline, name=dotted(source) or "the loader")
-            elif dotted(source) is not None and self._unknown_data(loop.scope, source, found):
+            elif dotted(source) is not None and self._unknown_data(loop.scope, source, found) \
+                    and not self._trains_in_callees(loop):
                 self._problem(UNKNOWN_DATA, loop.node.iter, refuse=False, name=dotted(source) or "")
+
+    def _trains_in_callees(self, loop: Loop) -> bool:
+        """Whether every call of ``loop`` that trains runs a function of the program with a training loop of its own
+        (``for i in tqdm(tic): trainModel(i)``, ``trainModel`` building its loaders and walking them): the loop walks
+        names (tickers, subjects, files), not batches; the callee's loop is the training loop, checked on its own."""
+        training = [site for site in loop.calls if self.reaches_backward(site)]
+        return bool(training) and all(self._loops_over_batches(site, frozenset()) for site in training)
+
+    def _loops_over_batches(self, site: CallSite, seen: frozenset[int]) -> bool:
+        """Whether the function ``site`` runs trains in a loop of its own, itself or through the functions it calls."""
+        function = self.callee(site)
+        if function is None or id(function) in seen:
+            return False
+        if any(other.scope is function and any(self.reaches_backward(s) for s in other.calls) for other in self.facts.loops):
+            return True
+        training = [s for s in function.calls if self.reaches_backward(s)]
+        return bool(training) and all(self._loops_over_batches(s, seen | {id(function)}) for s in training)
 
     def _iterator_class(self, found: Binding | None) -> str | None:
         """``torchtext.data.BucketIterator`` when ``found`` builds one of torchtext's batch iterators, alone or one per

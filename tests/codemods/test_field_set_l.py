@@ -160,6 +160,60 @@ if __name__ == "__main__":
 """
 
 
+TICKERS = """\
+import pandas as pd
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+from tqdm import tqdm
+
+
+def dataPreprocessing(tic):
+    x, y = torch.randn(32, 4), torch.randn(32, 1)
+    return x, DataLoader(TensorDataset(x, y), batch_size=8)
+
+
+def trainModel(tic):
+    X_train, train_loader = dataPreprocessing(tic)
+    model = nn.Linear(X_train.shape[1], 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for X_batch, y_batch in train_loader:
+            loss = nn.functional.mse_loss(model(X_batch), y_batch)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    torch.save(model.state_dict(), 'model_' + tic + '.pth')
+
+
+if __name__ == '__main__':
+    data = pd.DataFrame({'tic': ['ARL', 'ARL', 'BH']})
+    tic = data.tic.unique()
+    for i in tqdm(tic):
+        trainModel(i)
+"""
+
+LOADERS_FROM_A_LIBRARY = """\
+import torch
+from torch import nn
+from mylib import build_loaders
+
+
+def train(loader):
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        loss = nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+for loader in build_loaders():
+    train(loader)
+"""
+
+
 def _found(result) -> list[str]:  # noqa: ANN001
     return [f"{w.path}:{w.code}" for r in (result, *result.companions) for w in r.warnings]
 
@@ -207,3 +261,18 @@ def test_a_model_rebound_through_its_own_mode_switch_is_still_the_prepared_one()
     assert _found(result) == [], _found(result)
     assert '"state_dict": accelerator.unwrap_model(student).state_dict()' in result.new, result.new
     assert "    student = student.train()\n" in result.new, result.new
+
+
+def test_an_outer_loop_over_names_calling_a_function_that_trains_walks_no_data() -> None:
+    """L7 (one LSTM per stock ticker): ``tic = data.tic.unique(); for i in tqdm(tic): trainModel(i)``, each call
+    building its own loaders and training on them, was refused with a false ACC021 ("the training loop walks `tic`
+    ... if it is a DataLoader"). A loop whose training is a call of a function with a training loop of its own walks
+    names, not batches: the function's loop is the one checked, and its loader is prepared there."""
+    result = convert_source(TICKERS)
+    assert result.status == "converted" and _found(result) == [], _found(result)
+    assert "    model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)\n" in result.new, \
+        result.new
+    assert "    for i in tqdm(tic):\n        trainModel(i)\n" in result.new, result.new
+    # the function's own loop walking what the outer loop hands it is still data nobody can follow: refused there
+    handed = convert_source(LOADERS_FROM_A_LIBRARY)
+    assert [(w.code, w.line) for w in handed.warnings] == [("ACC021", 9)], _found(handed)
