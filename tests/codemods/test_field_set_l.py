@@ -214,6 +214,41 @@ for loader in build_loaders():
 """
 
 
+LIGHTNING_MODULE = """\
+import torch
+import torch.nn as nn
+import pytorch_lightning as pl
+
+
+class Net(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = nn.functional.mse_loss(self.fc(x), y)
+        self.log("train_loss", loss)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=1e-3)
+"""
+
+LIGHTNING_TRAINER = """\
+import torch
+import pytorch_lightning as pl
+from torch.utils.data import DataLoader, TensorDataset
+import model as m
+
+loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)
+net = m.Net()
+trainer = pl.Trainer(max_epochs=2, accelerator="gpu", devices=-1)
+trainer.fit(net, loader)
+torch.save(net.state_dict(), "best_model.pt")
+"""
+
+
 def _found(result) -> list[str]:  # noqa: ANN001
     return [f"{w.path}:{w.code}" for r in (result, *result.companions) for w in r.warnings]
 
@@ -276,3 +311,21 @@ def test_an_outer_loop_over_names_calling_a_function_that_trains_walks_no_data()
     # the function's own loop walking what the outer loop hands it is still data nobody can follow: refused there
     handed = convert_source(LOADERS_FROM_A_LIBRARY)
     assert [(w.code, w.line) for w in handed.warnings] == [("ACC021", 9)], _found(handed)
+
+
+def test_a_pytorch_lightning_program_is_left_to_lightning() -> None:
+    """L8 (neural collaborative filtering): ``class NCF(pl.LightningModule)`` trained by ``pl.Trainer(devices=-1)``
+    was converted, silently: an ``Accelerator`` created inside ``configure_optimizers`` and the optimizer wrapped
+    for Lightning. Lightning distributes the program itself: refused (ACC055) at what trains it, with Lightning's
+    own settings as the fix; the same for ``lightning``'s spellings and for an entry that only imports the module."""
+    module = ModuleText("model", "model.py", LIGHTNING_MODULE)
+    result = convert_source(LIGHTNING_TRAINER, modules=[module])
+    assert result.status == "attention" and _found(result) == ["<string>:ACC055"], _found(result)
+    assert result.new == result.old and "`pl.Trainer(...)`" in result.reason and "devices=N" in result.warnings[0].fix
+    for spelled in ("import lightning as pl\n", "import lightning.pytorch as pl\n"):
+        renamed = convert_source(LIGHTNING_TRAINER.replace("import pytorch_lightning as pl\n", spelled), modules=[
+            ModuleText("model", "model.py", LIGHTNING_MODULE.replace("import pytorch_lightning as pl\n", spelled))])
+        assert renamed.status == "attention" and _found(renamed) == ["<string>:ACC055"], (spelled, _found(renamed))
+    handed = convert_source("from model import Net\nfrom mylib import run\nrun(Net())\n", modules=[module])
+    assert handed.status == "attention" and _found(handed) == ["model.py:ACC055"], _found(handed)
+    assert "`class Net(LightningModule)`" in handed.reason

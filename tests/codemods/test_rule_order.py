@@ -25,12 +25,13 @@ CORPUS = Path(__file__).resolve().parents[2] / "corpus"
 
 # (earlier rules, later rules, why the later ones read the earlier ones' edits)
 MUST_FOLLOW: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
-    (("unsupported",), ("model_parallel",), "the first refusal names the reason: distributed calls with no counterpart"),
+    (("lightning",), ("unsupported",), "the first refusal names the reason: PyTorch Lightning trains the program"),
+    (("unsupported",), ("model_parallel",), "... then distributed calls with no counterpart"),
     (("model_parallel",), ("forward_methods",), "... then a model split across devices"),
     (("forward_methods",), ("refusals",), "... then training through a model method that runs the forward"),
     (("refusals",), ("accelerator",), "... then what the plan cannot prepare, before anything is created"),
-    (("accelerator",), tuple(n for n in ALL if n not in ("unsupported", "model_parallel", "forward_methods", "refusals",
-                                                          "accelerator")),
+    (("accelerator",), tuple(n for n in ALL if n not in ("lightning", "unsupported", "model_parallel", "forward_methods",
+                                                          "refusals", "accelerator")),
      "they convert only once an edit creates the accelerator, and read its name where it is (ctx.accelerating, "
      "ctx.accelerator_in)"),
     (("placement", "data_parallel", "ddp", "sampler", "collectives", "process_group", "spawn", "ranks", "amp", "tracing"),
