@@ -249,6 +249,54 @@ torch.save(net.state_dict(), "best_model.pt")
 """
 
 
+DATA_MODULE = """\
+import torch
+from torch.utils.data import TensorDataset
+
+
+def get_file_names():
+    print('Preparing file names. This might take a while ...')
+    names = [f'clip{i}.wav' for i in range(32)]
+    print('Training set [{}]'.format(len(names)))
+    return names
+
+
+def describe(data):
+    print('samples:', len(data))
+
+
+train_names = get_file_names()
+train_data = TensorDataset(torch.randn(len(train_names), 4), torch.randint(0, 2, (len(train_names),)))
+print('Number of samples:', len(train_data), file=open('samples.txt', 'w'))
+
+if __name__ == '__main__':
+    print('a self-test: never runs on import')
+"""
+
+DATA_SCRIPT = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+
+from data import train_data, describe
+
+loader = DataLoader(train_data, batch_size=8, shuffle=False)
+model = nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+criterion = nn.CrossEntropyLoss()
+describe(train_data)
+
+if __name__ == "__main__":
+    for epoch in range(2):
+        for data, target in loader:
+            optimizer.zero_grad()
+            loss = criterion(model(data), target)
+            loss.backward()
+            optimizer.step()
+        print('Epoch [{}] last loss [{:.4f}]'.format(epoch, loss.item()))
+"""
+
+
 def _found(result) -> list[str]:  # noqa: ANN001
     return [f"{w.path}:{w.code}" for r in (result, *result.companions) for w in r.warnings]
 
@@ -329,3 +377,28 @@ def test_a_pytorch_lightning_program_is_left_to_lightning() -> None:
     handed = convert_source("from model import Net\nfrom mylib import run\nrun(Net())\n", modules=[module])
     assert handed.status == "attention" and _found(handed) == ["model.py:ACC055"], _found(handed)
     assert "`class Net(LightningModule)`" in handed.reason
+
+
+def test_what_a_data_module_prints_while_it_is_imported_is_printed_once() -> None:
+    """L2 (speech commands): ``loader.py`` printed "Preparing file names ..." and the set sizes while the training
+    script imported it, on every process (each line N times), and nothing said so. Those prints (at the module's
+    top level or in a function it calls there) go through ``PartialState`` with the accelerator's own ``cpu``; a
+    print into a file, the module's own ``__main__`` block and a helper the script calls later are not import-time
+    prints; where the accelerator's ``cpu`` is an expression the module cannot read, ACC056 says so."""
+    result = convert_source(DATA_SCRIPT, modules=[ModuleText("data", "data.py", DATA_MODULE)])
+    assert result.status == "converted" and _found(result) == [], _found(result)
+    data = result.companions[0].new
+    assert "from torch.utils.data import TensorDataset\nfrom accelify.runtime import PartialState\n" in data, data
+    assert data.count("    PartialState(cpu=True).print(") == 2 and data.count("PartialState") == 3, data
+    assert "    print('samples:', len(data))\n" in data and "print('Number of samples:', len(train_data), file=" in data
+    assert "    print('a self-test: never runs on import')\n" in data, data
+    again = convert_source(result.new, modules=[ModuleText("data", "data.py", data)])
+    assert again.new == result.new and all(c.new == c.old for c in again.companions), again.companions
+    hub = convert_source(DATA_SCRIPT, modules=[ModuleText("data", "data.py", DATA_MODULE)], target="accelerate")
+    assert "from accelerate import PartialState\n" in hub.companions[0].new, hub.companions[0].new
+    flagged = DATA_SCRIPT.replace("import torch\n", "import torch\nimport sys\nno_cuda = '--no-cuda' in sys.argv\n", 1)
+    flagged = flagged.replace("model = nn.Linear(4, 2)\n", "device = torch.device('cpu' if no_cuda else 'cuda')\n"
+                              "model = nn.Linear(4, 2).to(device)\n")
+    reported = convert_source(flagged, modules=[ModuleText("data", "data.py", DATA_MODULE)])
+    assert _found(reported) == ["data.py:ACC056"], (_found(reported), reported.new)
+    assert "PartialState" not in "".join(c.new for c in reported.companions)
