@@ -5,9 +5,10 @@ A ``LightningModule`` (``pytorch_lightning``, ``lightning.pytorch`` or ``lightni
 optimizer steps, and distributes them itself (``Trainer(accelerator="gpu", devices=N, strategy="ddp")``). An
 accelerator created in the module's hooks would run inside Lightning's own processes, wrap an optimizer for a model
 Lightning already wraps, and shard nothing Lightning does not. The program is refused, naming what trains it: the
-``Trainer`` (or ``LightningCLI``) call, else the ``LightningModule`` subclass (a program whose entry only imports
-one, and trains it without a backward of its own). A ``LightningModule`` trained by a loop the program writes (its
-own ``backward``) is an ``nn.Module`` like any other: converted.
+``Trainer`` (or ``LightningCLI``) call, else the ``LightningModule`` subclass (a trainer the program gets from a
+helper, ``make_trainer(cfg).fit(model)``, or a script that only evaluates the module: its ``configure_optimizers``
+would otherwise be taken for a training, an accelerator made in it). A ``LightningModule`` trained by a loop the
+program writes (its own ``backward``) is an ``nn.Module`` like any other: converted.
 """
 
 from __future__ import annotations

@@ -365,7 +365,9 @@ def test_a_pytorch_lightning_program_is_left_to_lightning() -> None:
     """L8 (neural collaborative filtering): ``class NCF(pl.LightningModule)`` trained by ``pl.Trainer(devices=-1)``
     was converted, silently: an ``Accelerator`` created inside ``configure_optimizers`` and the optimizer wrapped
     for Lightning. Lightning distributes the program itself: refused (ACC055) at what trains it, with Lightning's
-    own settings as the fix; the same for ``lightning``'s spellings and for an entry that only imports the module."""
+    own settings as the fix; the same for ``lightning``'s spellings and for an entry that only imports the module and
+    fits it with a trainer a helper makes, or only evaluates it (its ``configure_optimizers`` was given an
+    accelerator all the same)."""
     module = ModuleText("model", "model.py", LIGHTNING_MODULE)
     result = convert_source(LIGHTNING_TRAINER, modules=[module])
     assert result.status == "attention" and _found(result) == ["<string>:ACC055"], _found(result)
@@ -374,9 +376,14 @@ def test_a_pytorch_lightning_program_is_left_to_lightning() -> None:
         renamed = convert_source(LIGHTNING_TRAINER.replace("import pytorch_lightning as pl\n", spelled), modules=[
             ModuleText("model", "model.py", LIGHTNING_MODULE.replace("import pytorch_lightning as pl\n", spelled))])
         assert renamed.status == "attention" and _found(renamed) == ["<string>:ACC055"], (spelled, _found(renamed))
-    handed = convert_source("from model import Net\nfrom mylib import run\nrun(Net())\n", modules=[module])
+    handed = convert_source("from model import Net\nfrom mylib import make_trainer\nmake_trainer().fit(Net())\n",
+                            modules=[module])
     assert handed.status == "attention" and _found(handed) == ["model.py:ACC055"], _found(handed)
     assert "`class Net(LightningModule)`" in handed.reason
+    # a script that only evaluates it: its configure_optimizers is no training to convert (it got an accelerator)
+    evaluated = convert_source("import torch\nfrom model import Net\nnet = Net()\nprint(net(torch.ones(2, 4)))\n",
+                               modules=[module])
+    assert evaluated.status == "attention" and _found(evaluated) == ["model.py:ACC055"], _found(evaluated)
 
 
 def test_what_a_data_module_prints_while_it_is_imported_is_printed_once() -> None:
