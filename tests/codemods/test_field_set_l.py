@@ -193,6 +193,27 @@ if __name__ == '__main__':
         trainModel(i)
 """
 
+MICRO_BATCHES = """\
+import torch
+from torch import nn
+from mylib import build_loader
+
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def step(batch):
+    x, y = batch
+    for xs, ys in zip(x.chunk(2), y.chunk(2)):
+        nn.functional.mse_loss(model(xs), ys).backward()
+    optimizer.step()
+
+
+loader = build_loader()
+for batch in loader:
+    step(batch)
+"""
+
 LOADERS_FROM_A_LIBRARY = """\
 import torch
 from torch import nn
@@ -359,6 +380,9 @@ def test_an_outer_loop_over_names_calling_a_function_that_trains_walks_no_data()
     # the function's own loop walking what the outer loop hands it is still data nobody can follow: refused there
     handed = convert_source(LOADERS_FROM_A_LIBRARY)
     assert [(w.code, w.line) for w in handed.warnings] == [("ACC021", 9)], _found(handed)
+    # a callee whose loop walks pieces of what the loop hands it (micro-batches of a batch): the loop walks the data
+    pieces = convert_source(MICRO_BATCHES)
+    assert [(w.code, w.line) for w in pieces.warnings] == [("ACC021", 17)], _found(pieces)
 
 
 def test_a_pytorch_lightning_program_is_left_to_lightning() -> None:
