@@ -25,6 +25,15 @@ from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
 
 
+# a data module that reports its size while the script imports it (the examples of several files)
+_DATA = '''\
+import torch
+from torch.utils.data import TensorDataset
+train = TensorDataset(torch.randn(8, 2), torch.randn(8, 1))
+print("Training set [{}]".format(len(train)))
+'''
+
+
 class SwapPrint(Rule):
     name = "print"
     description = "Print once per machine with accelerator.print."
@@ -89,6 +98,77 @@ def main():
     accelerator.end_training()
 ''',
             fires=False,
+        ),
+        Example(
+            before='''\
+import torch
+from torch.utils.data import DataLoader
+from data import train
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in DataLoader(train, batch_size=4):
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    optimizer.step()
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader
+from data import train
+from accelify.runtime import Accelerator
+accelerator = Accelerator(cpu=True)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+for x, y in accelerator.prepare(DataLoader(train, batch_size=4)):
+    accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+    optimizer.step()
+accelerator.end_training()
+''',
+            modules=(("data.py", _DATA, '''\
+import torch
+from torch.utils.data import TensorDataset
+from accelify.runtime import PartialState
+train = TensorDataset(torch.randn(8, 2), torch.randn(8, 1))
+PartialState(cpu=True).print("Training set [{}]".format(len(train)))
+'''),),
+        ),
+        Example(
+            before='''\
+import argparse
+import torch
+from torch.utils.data import DataLoader
+from data import train
+parser = argparse.ArgumentParser()
+parser.add_argument("--cuda", action="store_true")
+args = parser.parse_args()
+device = torch.device("cuda" if args.cuda else "cpu")
+model = torch.nn.Linear(2, 1).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in DataLoader(train, batch_size=4):
+    torch.nn.functional.mse_loss(model(x.to(device)), y.to(device)).backward()
+    optimizer.step()
+''',
+            after='''\
+import argparse
+import torch
+from torch.utils.data import DataLoader
+from data import train
+from accelify.runtime import Accelerator
+parser = argparse.ArgumentParser()
+parser.add_argument("--cuda", action="store_true")
+args = parser.parse_args()
+accelerator = Accelerator(cpu=not args.cuda)
+device = accelerator.device
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+for x, y in accelerator.prepare(DataLoader(train, batch_size=4)):
+    accelerator.backward(torch.nn.functional.mse_loss(model(x.to(device)), y.to(device)))
+    optimizer.step()
+accelerator.end_training()
+''',
+            warnings=("ACC056:data.py:4",),
+            modules=(("data.py", _DATA, None),),
         ),
     )
 

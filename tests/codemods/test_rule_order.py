@@ -89,7 +89,9 @@ def _cases() -> list[tuple[str, str, str, list[ModuleText] | None, str, tuple[st
     out: list[tuple[str, str, str, list[ModuleText] | None, str, tuple[str, ...] | None]] = []
     for rule in RULES:
         for i, example in enumerate(rule.examples):
-            out.append((f"{rule.name}-{i}", example.source, example.target, None, example.expected, tuple(sorted(example.warnings))))
+            modules = [ModuleText(path[:-3], path, before) for path, before, _ in example.module_texts]
+            out.append((f"{rule.name}-{i}", example.source, example.target, modules or None, example.expected,
+                        tuple(sorted(example.warnings))))
     for case in sorted(p.parent for p in CORPUS.glob("*/input.py")):
         modules = case_modules(case)
         out.append((case.name, (case / "input.py").read_text(encoding="utf-8"), "accelify", modules,
@@ -109,7 +111,8 @@ def test_any_order_the_pairs_allow_converts_the_same(late: bool, monkeypatch: py
     different = []
     for name, source, target, modules, expected, warnings in _cases():
         result = convert_source(source, target=target, modules=modules if modules is not None else [])
-        found = tuple(sorted(f"{w.code}:{w.line}" for w in result.warnings))
+        found = tuple(sorted([f"{w.code}:{w.line}" for w in result.warnings]
+                             + [f"{w.code}:{c.path}:{w.line}" for c in result.companions for w in c.warnings]))
         if result.new != expected or (warnings is not None and found != warnings):
             different.append(name)
     assert different == [], f"in the order {names}"
