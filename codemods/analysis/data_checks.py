@@ -86,7 +86,7 @@ class TrainingDataChecks(LoaderHolders):
 
     def _trains_own_data(self, site: CallSite, handed: set[str], seen: frozenset[int]) -> bool:
         """Whether the function ``site`` runs trains in a loop of its own (itself or through the functions it calls)
-        over data that is none of the names in ``handed`` (what the caller's loop hands it) passed to it."""
+        over a DataLoader, and over nothing of the names in ``handed`` (what the caller's loop hands it) passed to it."""
         function = self.callee(site)
         if function is None or id(function) in seen or not isinstance(function.node, cst.FunctionDef):
             return False
@@ -95,8 +95,11 @@ class TrainingDataChecks(LoaderHolders):
                                     and _root(arg.value) in handed})
         walked = [other for other in self.facts.loops
                   if other.scope is function and any(self.reaches_backward(s) for s in other.calls)]
-        if walked:
-            return all(not _roots(self.loop_source(other)) & given for other in walked)
+        if walked:  # none over what it is handed, and one over a DataLoader (not only ``for _ in range(n_critic)``)
+            if any(_roots(self.loop_source(other)) & given for other in walked):
+                return False
+            return any((found := self.origin(other.scope, self.loop_source(other))) is not None and found.role == "loader"
+                       for other in walked)
         training = [s for s in function.calls if self.reaches_backward(s)]
         return bool(training) and all(self._trains_own_data(s, given, seen | {id(function)}) for s in training)
 

@@ -214,6 +214,27 @@ for batch in loader:
     step(batch)
 """
 
+CRITIC_STEPS = """\
+import torch
+from torch import nn
+from mylib import build_loader
+
+critic = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(critic.parameters(), lr=0.1)
+
+
+def train_critic(real):
+    for _ in range(5):
+        optimizer.zero_grad()
+        critic(real).mean().backward()
+        optimizer.step()
+
+
+loader = build_loader()
+for real in loader:
+    train_critic(real)
+"""
+
 LOADERS_FROM_A_LIBRARY = """\
 import torch
 from torch import nn
@@ -383,6 +404,9 @@ def test_an_outer_loop_over_names_calling_a_function_that_trains_walks_no_data()
     # a callee whose loop walks pieces of what the loop hands it (micro-batches of a batch): the loop walks the data
     pieces = convert_source(MICRO_BATCHES)
     assert [(w.code, w.line) for w in pieces.warnings] == [("ACC021", 17)], _found(pieces)
+    # ... or whose loop walks no DataLoader (a critic's n steps on the batch it is handed): the same
+    steps = convert_source(CRITIC_STEPS)
+    assert [(w.code, w.line) for w in steps.warnings] == [("ACC021", 17)], _found(steps)
 
 
 def test_a_pytorch_lightning_program_is_left_to_lightning() -> None:
