@@ -122,7 +122,10 @@ def _cell(text: str) -> str:
 def _example_markdown(example: Example | None) -> list[str]:
     if example is None:
         return ["No example yet.", ""]
-    out = ["Before:", "", "```python", example.source.rstrip(), "```", ""]
+    out: list[str] = []
+    for path, before, _ in example.module_texts:
+        out += [f"`{path}`, a module the script imports:", "", "```python", before.rstrip(), "```", ""]
+    out += ["Before:", "", "```python", example.source.rstrip(), "```", ""]
     if example.after is None:
         out += ["After: the file is left unchanged" + (f" (reported: {', '.join(example.warnings)})."
                                                        if example.warnings else "."), ""]
@@ -130,6 +133,9 @@ def _example_markdown(example: Example | None) -> list[str]:
         out += ["After:", "", "```python", example.expected.rstrip(), "```", ""]
         if example.warnings:
             out += [f"Reported: {', '.join(example.warnings)} (code:line).", ""]
+    for path, before, after in example.module_texts:
+        if after != before:
+            out += [f"`{path}` after:", "", "```python", after.rstrip(), "```", ""]
     return out
 
 

@@ -33,6 +33,9 @@ def print_entry(console: Console, entry: Entry) -> None:
     if example is None:
         console.print(Text("No example yet."))
         return
+    for path, before, _ in example.module_texts:
+        console.print(Text(f"{path}, a module the script imports:", style="bold"))
+        console.print(Syntax(before.rstrip(), "python", theme="ansi_dark", background_color="default"))
     console.print(Text("Before:", style="bold"))
     console.print(Syntax(example.source.rstrip(), "python", theme="ansi_dark", background_color="default"))
     if example.after is None:
@@ -43,3 +46,7 @@ def print_entry(console: Console, entry: Entry) -> None:
     console.print(Syntax(example.expected.rstrip(), "python", theme="ansi_dark", background_color="default"))
     if example.warnings:
         console.print(Text(f"Reported: {', '.join(example.warnings)} (code:line)."))
+    for path, before, after in example.module_texts:
+        if after != before:
+            console.print(Text(f"{path} after:", style="bold"))
+            console.print(Syntax(after.rstrip(), "python", theme="ansi_dark", background_color="default"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods.analysis.facts import Binding, Scope
+from accelify.codemods.analysis.facts import Binding, CallSite, Loop, Scope
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.loader_holders import LoaderHolders
 from accelify.codemods.analysis.problems import (
@@ -71,8 +71,37 @@ class TrainingDataChecks(LoaderHolders):
             elif found is None and (inline := self._inline(loop.scope, source, "loader")) is not None:
                 # ``Solver(DataLoader(...))``: built where it is passed, out of prepare's reach, as a named one would be
                 self._problem(BUILT_ELSEWHERE, inline, name=dotted(source) or "the loader")
-            elif dotted(source) is not None and self._unknown_data(loop.scope, source, found):
+            elif dotted(source) is not None and self._unknown_data(loop.scope, source, found) \
+                    and not self._trains_in_callees(loop):
                 self._problem(UNKNOWN_DATA, loop.node.iter, refuse=False, name=dotted(source) or "")
+
+    def _trains_in_callees(self, loop: Loop) -> bool:
+        """Whether every call of ``loop`` that trains runs a function of the program with a training loop of its own
+        over data it builds (``for i in tqdm(tic): trainModel(i)``, ``trainModel`` making its loaders from the name):
+        the loop walks names (tickers, subjects, files), not batches; the callee's loop is the training loop, checked
+        on its own. A callee that trains over what the loop hands it (``for batch in data: step(batch)`` with
+        ``for chunk in batch.chunk(4)`` in ``step``) leaves the loop walking the data."""
+        training = [site for site in loop.calls if self.reaches_backward(site)]
+        return bool(training) and all(self._trains_own_data(site, set(loop.targets), frozenset()) for site in training)
+
+    def _trains_own_data(self, site: CallSite, handed: set[str], seen: frozenset[int]) -> bool:
+        """Whether the function ``site`` runs trains in a loop of its own (itself or through the functions it calls)
+        over a DataLoader, and over nothing of the names in ``handed`` (what the caller's loop hands it) passed to it."""
+        function = self.callee(site)
+        if function is None or id(function) in seen or not isinstance(function.node, cst.FunctionDef):
+            return False
+        given = _derived(function, {name for name in function.param_names
+                                    if (arg := self.arg_for(site, function, name)) is not None
+                                    and _root(arg.value) in handed})
+        walked = [other for other in self.facts.loops
+                  if other.scope is function and any(self.reaches_backward(s) for s in other.calls)]
+        if walked:  # none over what it is handed, and one over a DataLoader (not only ``for _ in range(n_critic)``)
+            if any(_roots(self.loop_source(other)) & given for other in walked):
+                return False
+            return any((found := self.origin(other.scope, self.loop_source(other))) is not None and found.role == "loader"
+                       for other in walked)
+        training = [s for s in function.calls if self.reaches_backward(s)]
+        return bool(training) and all(self._trains_own_data(s, given, seen | {id(function)}) for s in training)
 
     def _iterator_class(self, found: Binding | None) -> str | None:
         """``torchtext.data.BucketIterator`` when ``found`` builds one of torchtext's batch iterators, alone or one per
@@ -174,3 +203,38 @@ class TrainingDataChecks(LoaderHolders):
         if owner.kind == "function" and head in owner.param_names and head not in owner.bindings:
             return bool(self.call_sites(owner))
         return self.binding_of(scope, key) is not None
+
+
+def _derived(function: Scope, names: set[str]) -> set[str]:
+    """``names`` with every name ``function`` binds from one of them (``x, y = batch``, ``parts = x.chunk(2)``)."""
+    found = set(names)
+    while True:
+        more = {key for key, bindings in function.bindings.items() if key not in found and any(
+            (value := b.unpacked[0] if b.unpacked is not None else b.value) is not None and _roots(value) & found
+            for b in bindings)}
+        if not more:
+            return found
+        found |= more
+
+
+def _roots(expr: cst.BaseExpression) -> set[str]:
+    """The names an iterable or value is made from: ``x`` and ``y`` of ``zip(x.chunk(2), y.chunk(2))``."""
+    root = _root(expr)
+    if isinstance(expr, cst.Call) and root in ("zip", "enumerate", "iter", "list", "tuple", "sorted", "reversed"):
+        return {r for arg in expr.args for r in _roots(arg.value)}
+    return {root} if root is not None else set()
+
+
+def _root(expr: cst.BaseExpression) -> str | None:
+    """The name an expression starts from: ``batch`` of ``batch.chunk(4)``, ``tic`` of ``tic[k]``."""
+    while True:
+        if isinstance(expr, cst.Name):
+            return expr.value
+        if isinstance(expr, cst.Attribute):
+            expr = expr.value
+        elif isinstance(expr, cst.Call):
+            expr = expr.func
+        elif isinstance(expr, cst.Subscript):
+            expr = expr.value
+        else:
+            return None

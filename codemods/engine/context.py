@@ -46,6 +46,7 @@ class Context:
     facts: Facts
     plan: Plan
     target: str = DEFAULT_TARGET
+    notebook: bool = False  # a notebook's cells: its modules are imported once, in the process that launches the others
     edits: Edits = field(init=False)
     warnings: list[Located] = field(default_factory=list)
     changes: list[str] = field(default_factory=list)

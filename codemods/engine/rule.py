@@ -15,7 +15,9 @@ class Example:
 
     ``fires`` says whether the rule takes part: for a near miss (``fires=False``) converting with the
     rule disabled gives the same ``after``. ``after=None`` means the file is left unchanged.
-    ``warnings`` are the reported warnings as ``"ACCnnn:line"``.
+    ``warnings`` are the reported warnings as ``"ACCnnn:line"`` (``"ACCnnn:data.py:line"`` in a module).
+    ``modules`` are the local modules the script imports, ``(file name, before, after)`` (``after`` None: the
+    module is left as it is), for what a rule does to a program of several files.
     """
 
     before: str
@@ -23,6 +25,14 @@ class Example:
     fires: bool = True
     warnings: tuple[str, ...] = ()
     target: str = "accelify"
+    modules: tuple[tuple[str, str, str | None], ...] = ()
+
+    @property
+    def module_texts(self) -> list[tuple[str, str, str]]:
+        """``(file name, before, expected after)`` of each module, dedented as the script is."""
+        clean = [(path, textwrap.dedent(before).lstrip("\n"), after) for path, before, after in self.modules]
+        return [(path, before, before if after is None else textwrap.dedent(after).lstrip("\n"))
+                for path, before, after in clean]
 
     @property
     def source(self) -> str:

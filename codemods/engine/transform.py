@@ -90,7 +90,7 @@ def transform(
     others = [f for f in others if not _uses_accelerator(f)]  # an already converted helper is left as it is
     program = Facts.program(facts, others) if others else facts
     plan = Plan(program)
-    ctx = Context(program, plan, target=target)
+    ctx = Context(program, plan, target=target, notebook=notebook)
 
     def run(ctx: Context) -> None:
         for rule in RULES:

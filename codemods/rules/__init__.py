@@ -31,6 +31,7 @@ from accelify.codemods.rules.full_batches import KeepFullBatches
 from accelify.codemods.rules.gathered_shapes import ShapeFromGather
 from accelify.codemods.rules.imports import AddAcceleratorImport
 from accelify.codemods.rules.leftovers import ReportLeftovers
+from accelify.codemods.rules.lightning import RefuseLightning
 from accelify.codemods.rules.model_parallel import RefuseModelParallel
 from accelify.codemods.rules.load import LoadUnwrapped
 from accelify.codemods.rules.logging import MainProcessLogging
@@ -60,6 +61,7 @@ from accelify.codemods.rules.unwrap_module import UnwrapModule
 from accelify.codemods.rules.writes import MainProcessWrites
 
 RULES: tuple[type[Rule], ...] = (
+    RefuseLightning,
     WarnUnsupported,
     RefuseModelParallel,
     RefuseForwardMethods,

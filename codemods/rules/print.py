@@ -1,15 +1,37 @@
 """SwapPrint: ``print(...)`` once the accelerator exists -> ``accelerator.print(...)`` (once per machine).
 
-Prints before the accelerator is created, and in functions that do not have it, stay as they are.
+Prints before the accelerator is created, and in functions that do not have it, stay as they are, but for what a
+local module prints while it is imported (a data module that reports as it loads: ``print("Number of samples:", n)``
+at its top level, or in a function its top level calls). That import runs on every process before the accelerator
+exists, so each line came N times: it goes through the runtime's ``PartialState``, the process facts the accelerator
+is later made on, ``PartialState(cpu=True).print(...)`` (once per machine, as ``accelerator.print``). The state is made
+with the accelerator's own ``cpu`` setting (Hugging Face Accelerate keeps the device of the first state a process
+makes and would ignore a later ``cpu=True``); where that setting is an expression the module cannot read at import
+time (``cpu=args.no_cuda``), the prints are left as they are and reported (ACC056). A notebook imports its modules
+once, in the process that launches the others: left alone.
 """
 
 from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods.engine.context import Context
+from accelify.codemods import codes
+from accelify.codemods.analysis.creation import Creation
+from accelify.codemods.analysis.facts import CallSite
+from accelify.codemods.analysis.import_time import import_time_prints
 from accelify.codemods.analysis.snippets import expression
+from accelify.codemods.analysis.statement_shapes import is_docstring, is_import
+from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
+
+
+# a data module that reports its size while the script imports it (the examples of several files)
+_DATA = '''\
+import torch
+from torch.utils.data import TensorDataset
+train = TensorDataset(torch.randn(8, 2), torch.randn(8, 1))
+print("Training set [{}]".format(len(train)))
+'''
 
 
 class SwapPrint(Rule):
@@ -77,6 +99,77 @@ def main():
 ''',
             fires=False,
         ),
+        Example(
+            before='''\
+import torch
+from torch.utils.data import DataLoader
+from data import train
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in DataLoader(train, batch_size=4):
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    optimizer.step()
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader
+from data import train
+from accelify.runtime import Accelerator
+accelerator = Accelerator(cpu=True)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+for x, y in accelerator.prepare(DataLoader(train, batch_size=4)):
+    accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+    optimizer.step()
+accelerator.end_training()
+''',
+            modules=(("data.py", _DATA, '''\
+import torch
+from torch.utils.data import TensorDataset
+from accelify.runtime import PartialState
+train = TensorDataset(torch.randn(8, 2), torch.randn(8, 1))
+PartialState(cpu=True).print("Training set [{}]".format(len(train)))
+'''),),
+        ),
+        Example(
+            before='''\
+import argparse
+import torch
+from torch.utils.data import DataLoader
+from data import train
+parser = argparse.ArgumentParser()
+parser.add_argument("--cuda", action="store_true")
+args = parser.parse_args()
+device = torch.device("cuda" if args.cuda else "cpu")
+model = torch.nn.Linear(2, 1).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in DataLoader(train, batch_size=4):
+    torch.nn.functional.mse_loss(model(x.to(device)), y.to(device)).backward()
+    optimizer.step()
+''',
+            after='''\
+import argparse
+import torch
+from torch.utils.data import DataLoader
+from data import train
+from accelify.runtime import Accelerator
+parser = argparse.ArgumentParser()
+parser.add_argument("--cuda", action="store_true")
+args = parser.parse_args()
+accelerator = Accelerator(cpu=not args.cuda)
+device = accelerator.device
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+for x, y in accelerator.prepare(DataLoader(train, batch_size=4)):
+    accelerator.backward(torch.nn.functional.mse_loss(model(x.to(device)), y.to(device)))
+    optimizer.step()
+accelerator.end_training()
+''',
+            warnings=("ACC056:data.py:4",),
+            modules=(("data.py", _DATA, None),),
+        ),
     )
 
     def run(self, ctx: Context) -> None:
@@ -91,6 +184,45 @@ def main():
             func = expression(f"{accelerator}.print")
             if ctx.replace(site.node.func, site.stmt, lambda _, f=func: f):  # type: ignore[misc]
                 ctx.change("print -> accelerator.print")
+        if not ctx.notebook:
+            _import_time(ctx)
+
+
+def _import_time(ctx: Context) -> None:
+    """The prints of the local modules' imports through ``PartialState(<the accelerator's cpu>).print``, with its
+    import; reported (ACC056) where the accelerator's ``cpu`` is an expression the module cannot read."""
+    by_unit: dict[str, list[CallSite]] = {}
+    for site in import_time_prints(ctx.facts, ctx.plan):
+        if not ctx.edits.replaced(site.node.func):
+            by_unit.setdefault(site.scope.unit, []).append(site)
+    if not by_unit:
+        return
+    cpu = next((a for a in ctx.plan.analysis(Creation).arguments if a.startswith("cpu=")), "")
+    for unit, sites in by_unit.items():
+        if cpu not in ("", "cpu=True", "cpu=False"):
+            ctx.warn(codes.IMPORT_TIME_PRINTS, sites[0].stmt, module=unit, cpu=cpu)
+            continue
+        state = expression(f"PartialState({cpu}).print")
+        if any([ctx.replace(site.node.func, site.stmt, lambda _, f=state: f) for site in sites]):  # type: ignore[misc]
+            _import_state(ctx, unit)
+            ctx.change(f"print while {unit} is imported -> PartialState().print")
+
+
+def _import_state(ctx: Context, unit: str) -> None:
+    """``from <runtime> import PartialState`` after the top imports of the local module ``unit``."""
+    body = ctx.facts.units[unit].module.body
+    new = cst.SimpleStatementLine([cst.ImportFrom(module=cst.parse_expression(ctx.import_module),  # type: ignore[arg-type]
+                                                  names=[cst.ImportAlias(cst.Name("PartialState"))])])
+    anchor = None
+    for stmt in body:
+        if is_import(stmt):
+            anchor = stmt
+        elif anchor is not None or not is_docstring(stmt):
+            break
+    if anchor is not None:
+        ctx.edits.insert_after(anchor, [new])
+    elif body:
+        ctx.edits.insert_before(body[1] if is_docstring(body[0]) and len(body) > 1 else body[0], [new])
 
 
 _EXITS = ("sys.exit", "exit", "quit", "os._exit")

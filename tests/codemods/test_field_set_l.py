@@ -160,6 +160,185 @@ if __name__ == "__main__":
 """
 
 
+TICKERS = """\
+import pandas as pd
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+from tqdm import tqdm
+
+
+def dataPreprocessing(tic):
+    x, y = torch.randn(32, 4), torch.randn(32, 1)
+    return x, DataLoader(TensorDataset(x, y), batch_size=8)
+
+
+def trainModel(tic):
+    X_train, train_loader = dataPreprocessing(tic)
+    model = nn.Linear(X_train.shape[1], 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for X_batch, y_batch in train_loader:
+            loss = nn.functional.mse_loss(model(X_batch), y_batch)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    torch.save(model.state_dict(), 'model_' + tic + '.pth')
+
+
+if __name__ == '__main__':
+    data = pd.DataFrame({'tic': ['ARL', 'ARL', 'BH']})
+    tic = data.tic.unique()
+    for i in tqdm(tic):
+        trainModel(i)
+"""
+
+MICRO_BATCHES = """\
+import torch
+from torch import nn
+from mylib import build_loader
+
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def step(batch):
+    x, y = batch
+    for xs, ys in zip(x.chunk(2), y.chunk(2)):
+        nn.functional.mse_loss(model(xs), ys).backward()
+    optimizer.step()
+
+
+loader = build_loader()
+for batch in loader:
+    step(batch)
+"""
+
+CRITIC_STEPS = """\
+import torch
+from torch import nn
+from mylib import build_loader
+
+critic = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(critic.parameters(), lr=0.1)
+
+
+def train_critic(real):
+    for _ in range(5):
+        optimizer.zero_grad()
+        critic(real).mean().backward()
+        optimizer.step()
+
+
+loader = build_loader()
+for real in loader:
+    train_critic(real)
+"""
+
+LOADERS_FROM_A_LIBRARY = """\
+import torch
+from torch import nn
+from mylib import build_loaders
+
+
+def train(loader):
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        loss = nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+for loader in build_loaders():
+    train(loader)
+"""
+
+
+LIGHTNING_MODULE = """\
+import torch
+import torch.nn as nn
+import pytorch_lightning as pl
+
+
+class Net(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = nn.functional.mse_loss(self.fc(x), y)
+        self.log("train_loss", loss)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=1e-3)
+"""
+
+LIGHTNING_TRAINER = """\
+import torch
+import pytorch_lightning as pl
+from torch.utils.data import DataLoader, TensorDataset
+import model as m
+
+loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)
+net = m.Net()
+trainer = pl.Trainer(max_epochs=2, accelerator="gpu", devices=-1)
+trainer.fit(net, loader)
+torch.save(net.state_dict(), "best_model.pt")
+"""
+
+
+DATA_MODULE = """\
+import torch
+from torch.utils.data import TensorDataset
+
+
+def get_file_names():
+    print('Preparing file names. This might take a while ...')
+    names = [f'clip{i}.wav' for i in range(32)]
+    print('Training set [{}]'.format(len(names)))
+    return names
+
+
+def describe(data):
+    print('samples:', len(data))
+
+
+train_names = get_file_names()
+train_data = TensorDataset(torch.randn(len(train_names), 4), torch.randint(0, 2, (len(train_names),)))
+print('Number of samples:', len(train_data), file=open('samples.txt', 'w'))
+
+if __name__ == '__main__':
+    print('a self-test: never runs on import')
+"""
+
+DATA_SCRIPT = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+
+from data import train_data, describe
+
+loader = DataLoader(train_data, batch_size=8, shuffle=False)
+model = nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+criterion = nn.CrossEntropyLoss()
+describe(train_data)
+
+if __name__ == "__main__":
+    for epoch in range(2):
+        for data, target in loader:
+            optimizer.zero_grad()
+            loss = criterion(model(data), target)
+            loss.backward()
+            optimizer.step()
+        print('Epoch [{}] last loss [{:.4f}]'.format(epoch, loss.item()))
+"""
+
+
 def _found(result) -> list[str]:  # noqa: ANN001
     return [f"{w.path}:{w.code}" for r in (result, *result.companions) for w in r.warnings]
 
@@ -414,3 +593,74 @@ def test_a_training_closure_a_factory_hands_back_gets_the_accelerator_through_th
     assert "            accelerator.backward(loss)\n" in result.new, result.new
     assert 'accelerator.save(training_state(accelerator.unwrap_model(model)), f"ckpt_{epoch}.pth")' in result.new, \
         result.new
+
+
+def test_an_outer_loop_over_names_calling_a_function_that_trains_walks_no_data() -> None:
+    """L7 (one LSTM per stock ticker): ``tic = data.tic.unique(); for i in tqdm(tic): trainModel(i)``, each call
+    building its own loaders and training on them, was refused with a false ACC021 ("the training loop walks `tic`
+    ... if it is a DataLoader"). A loop whose training is a call of a function with a training loop of its own walks
+    names, not batches: the function's loop is the one checked, and its loader is prepared there."""
+    result = convert_source(TICKERS)
+    assert result.status == "converted" and _found(result) == [], _found(result)
+    assert "    model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)\n" in result.new, \
+        result.new
+    assert "    for i in tqdm(tic):\n        trainModel(i)\n" in result.new, result.new
+    # the function's own loop walking what the outer loop hands it is still data nobody can follow: refused there
+    handed = convert_source(LOADERS_FROM_A_LIBRARY)
+    assert [(w.code, w.line) for w in handed.warnings] == [("ACC021", 9)], _found(handed)
+    # a callee whose loop walks pieces of what the loop hands it (micro-batches of a batch): the loop walks the data
+    pieces = convert_source(MICRO_BATCHES)
+    assert [(w.code, w.line) for w in pieces.warnings] == [("ACC021", 17)], _found(pieces)
+    # ... or whose loop walks no DataLoader (a critic's n steps on the batch it is handed): the same
+    steps = convert_source(CRITIC_STEPS)
+    assert [(w.code, w.line) for w in steps.warnings] == [("ACC021", 17)], _found(steps)
+
+
+def test_a_pytorch_lightning_program_is_left_to_lightning() -> None:
+    """L8 (neural collaborative filtering): ``class NCF(pl.LightningModule)`` trained by ``pl.Trainer(devices=-1)``
+    was converted, silently: an ``Accelerator`` created inside ``configure_optimizers`` and the optimizer wrapped
+    for Lightning. Lightning distributes the program itself: refused (ACC055) at what trains it, with Lightning's
+    own settings as the fix; the same for ``lightning``'s spellings and for an entry that only imports the module and
+    fits it with a trainer a helper makes, or only evaluates it (its ``configure_optimizers`` was given an
+    accelerator all the same)."""
+    module = ModuleText("model", "model.py", LIGHTNING_MODULE)
+    result = convert_source(LIGHTNING_TRAINER, modules=[module])
+    assert result.status == "attention" and _found(result) == ["<string>:ACC055"], _found(result)
+    assert result.new == result.old and "`pl.Trainer(...)`" in result.reason and "devices=N" in result.warnings[0].fix
+    for spelled in ("import lightning as pl\n", "import lightning.pytorch as pl\n"):
+        renamed = convert_source(LIGHTNING_TRAINER.replace("import pytorch_lightning as pl\n", spelled), modules=[
+            ModuleText("model", "model.py", LIGHTNING_MODULE.replace("import pytorch_lightning as pl\n", spelled))])
+        assert renamed.status == "attention" and _found(renamed) == ["<string>:ACC055"], (spelled, _found(renamed))
+    handed = convert_source("from model import Net\nfrom mylib import make_trainer\nmake_trainer().fit(Net())\n",
+                            modules=[module])
+    assert handed.status == "attention" and _found(handed) == ["model.py:ACC055"], _found(handed)
+    assert "`class Net(LightningModule)`" in handed.reason
+    # a script that only evaluates it: its configure_optimizers is no training to convert (it got an accelerator)
+    evaluated = convert_source("import torch\nfrom model import Net\nnet = Net()\nprint(net(torch.ones(2, 4)))\n",
+                               modules=[module])
+    assert evaluated.status == "attention" and _found(evaluated) == ["model.py:ACC055"], _found(evaluated)
+
+
+def test_what_a_data_module_prints_while_it_is_imported_is_printed_once() -> None:
+    """L2 (speech commands): ``loader.py`` printed "Preparing file names ..." and the set sizes while the training
+    script imported it, on every process (each line N times), and nothing said so. Those prints (at the module's
+    top level or in a function it calls there) go through ``PartialState`` with the accelerator's own ``cpu``; a
+    print into a file, the module's own ``__main__`` block and a helper the script calls later are not import-time
+    prints; where the accelerator's ``cpu`` is an expression the module cannot read, ACC056 says so."""
+    result = convert_source(DATA_SCRIPT, modules=[ModuleText("data", "data.py", DATA_MODULE)])
+    assert result.status == "converted" and _found(result) == [], _found(result)
+    data = result.companions[0].new
+    assert "from torch.utils.data import TensorDataset\nfrom accelify.runtime import PartialState\n" in data, data
+    assert data.count("    PartialState(cpu=True).print(") == 2 and data.count("PartialState") == 3, data
+    assert "    print('samples:', len(data))\n" in data and "print('Number of samples:', len(train_data), file=" in data
+    assert "    print('a self-test: never runs on import')\n" in data, data
+    again = convert_source(result.new, modules=[ModuleText("data", "data.py", data)])
+    assert again.new == result.new and all(c.new == c.old for c in again.companions), again.companions
+    hub = convert_source(DATA_SCRIPT, modules=[ModuleText("data", "data.py", DATA_MODULE)], target="accelerate")
+    assert "from accelerate import PartialState\n" in hub.companions[0].new, hub.companions[0].new
+    flagged = DATA_SCRIPT.replace("import torch\n", "import torch\nimport sys\nno_cuda = '--no-cuda' in sys.argv\n", 1)
+    flagged = flagged.replace("model = nn.Linear(4, 2)\n", "device = torch.device('cpu' if no_cuda else 'cuda')\n"
+                              "model = nn.Linear(4, 2).to(device)\n")
+    reported = convert_source(flagged, modules=[ModuleText("data", "data.py", DATA_MODULE)])
+    assert _found(reported) == ["data.py:ACC056"], (_found(reported), reported.new)
+    assert "PartialState" not in "".join(c.new for c in reported.companions)

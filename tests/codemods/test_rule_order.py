@@ -25,12 +25,13 @@ CORPUS = Path(__file__).resolve().parents[2] / "corpus"
 
 # (earlier rules, later rules, why the later ones read the earlier ones' edits)
 MUST_FOLLOW: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
-    (("unsupported",), ("model_parallel",), "the first refusal names the reason: distributed calls with no counterpart"),
+    (("lightning",), ("unsupported",), "the first refusal names the reason: PyTorch Lightning trains the program"),
+    (("unsupported",), ("model_parallel",), "... then distributed calls with no counterpart"),
     (("model_parallel",), ("forward_methods",), "... then a model split across devices"),
     (("forward_methods",), ("refusals",), "... then training through a model method that runs the forward"),
     (("refusals",), ("accelerator",), "... then what the plan cannot prepare, before anything is created"),
-    (("accelerator",), tuple(n for n in ALL if n not in ("unsupported", "model_parallel", "forward_methods", "refusals",
-                                                          "accelerator")),
+    (("accelerator",), tuple(n for n in ALL if n not in ("lightning", "unsupported", "model_parallel", "forward_methods",
+                                                          "refusals", "accelerator")),
      "they convert only once an edit creates the accelerator, and read its name where it is (ctx.accelerating, "
      "ctx.accelerator_in)"),
     (("placement", "data_parallel", "ddp", "sampler", "collectives", "process_group", "spawn", "ranks", "amp", "tracing"),
@@ -88,7 +89,9 @@ def _cases() -> list[tuple[str, str, str, list[ModuleText] | None, str, tuple[st
     out: list[tuple[str, str, str, list[ModuleText] | None, str, tuple[str, ...] | None]] = []
     for rule in RULES:
         for i, example in enumerate(rule.examples):
-            out.append((f"{rule.name}-{i}", example.source, example.target, None, example.expected, tuple(sorted(example.warnings))))
+            modules = [ModuleText(path[:-3], path, before) for path, before, _ in example.module_texts]
+            out.append((f"{rule.name}-{i}", example.source, example.target, modules or None, example.expected,
+                        tuple(sorted(example.warnings))))
     for case in sorted(p.parent for p in CORPUS.glob("*/input.py")):
         modules = case_modules(case)
         out.append((case.name, (case / "input.py").read_text(encoding="utf-8"), "accelify", modules,
@@ -108,7 +111,8 @@ def test_any_order_the_pairs_allow_converts_the_same(late: bool, monkeypatch: py
     different = []
     for name, source, target, modules, expected, warnings in _cases():
         result = convert_source(source, target=target, modules=modules if modules is not None else [])
-        found = tuple(sorted(f"{w.code}:{w.line}" for w in result.warnings))
+        found = tuple(sorted([f"{w.code}:{w.line}" for w in result.warnings]
+                             + [f"{w.code}:{c.path}:{w.line}" for c in result.companions for w in c.warnings]))
         if result.new != expected or (warnings is not None and found != warnings):
             different.append(name)
     assert different == [], f"in the order {names}"

@@ -61,4 +61,4 @@ def test_rules_have_unique_names_and_descriptions() -> None:
 def test_placement_runs_before_threading_and_device() -> None:
     order = [rule.name for rule in RULES]
     assert order.index("placement") < order.index("threading") < order.index("device")
-    assert order[0] == "unsupported" and order[-1] == "leftovers"
+    assert order[:2] == ["lightning", "unsupported"] and order[-1] == "leftovers"

@@ -22,6 +22,9 @@ Four programs, converted by the tool and run together by one driver (one launch 
   within the batch, handed to the helper as ``loss_fn``: computed on each process's own batch (on the gathered
   batches it mined across processes), the sum reduced with "mean" for ``fit``'s ``val_loss /= len(val_loader)``; 48
   test samples in batches of 8 fill whole rounds on 2 and 3 processes, so the printed loss is the original's.
+- ``imported`` (two files, field set L, L2): a data module that prints while the script imports it, before the
+  accelerator exists (``PartialState(cpu=True).print`` made ahead of the script's ``Accelerator(cpu=True)``): each
+  line once, as the original's.
 """
 
 from __future__ import annotations
@@ -173,6 +176,19 @@ model = nn.Linear(4, 2)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
 fit(train_loader, test_loader, model, OnlinePairLoss(), optimizer, 2)
 """,
+    "imported": """\
+import torch
+from torch import nn
+from imported_data import loader
+
+model = nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+for x, y in loader:
+    optimizer.zero_grad()
+    nn.functional.cross_entropy(model(x), y).backward()
+    optimizer.step()
+print("imported trained")
+""",
 }
 
 # the local modules of a program of several files
@@ -233,6 +249,22 @@ def save_checkpoint(state, filename):
     torch.save(state, filename)
 """,
     },
+    "imported": {
+        "imported_data.py": """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def file_names():
+    print("imported preparing file names")
+    return [f"clip{i}.wav" for i in range(16)]
+
+
+files = file_names()
+loader = DataLoader(TensorDataset(torch.randn(len(files), 4), torch.randint(0, 2, (len(files),))), batch_size=4)
+print("imported samples", len(files))
+""",
+    },
 }
 # what the conversion rightly reports: the helper's torch.save has no accelerator (every process writes the file)
 WARNINGS = {"kwargs": ["ACC009"]}
@@ -287,7 +319,7 @@ def test_gathered_values_schedulers_draws_and_trainer_kwargs_on_2_and_3_processe
     assert original.returncode == 0, original.stderr
     expected = original.stdout.splitlines()
     assert len(_gan_lines(tmp_path / "original")) == 1
-    assert len(expected) == 3 + 4 + 4 + 1 + 2, original.stdout
+    assert len(expected) == 3 + 4 + 4 + 1 + 2 + 3, original.stdout
     assert "kwargs 1 0.05" in expected and "kwargs keys ['0.bias', '0.weight']" in expected, original.stdout
     for n in (2, 3):
         run = subprocess.run([*ACCELIFY, "launch", "--cpu", "-n", str(n), "-q", "driver.py", *scripts],

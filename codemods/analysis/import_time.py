@@ -1,0 +1,49 @@
+"""What runs while the program's local modules are imported: the prints of a data module that reports as it loads.
+
+A module the training script imports runs its top level (and the functions of the program that top level calls)
+on every process, before the accelerator exists. ``import_time_prints`` finds the ``print(...)`` statements among
+that code (``rules/print.py`` keeps them to one process).
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accelify.codemods.analysis.call_graph import CallGraph
+from accelify.codemods.analysis.facts import CallSite, Facts, Scope
+from accelify.codemods.analysis.snippets import code_of
+
+_STREAMS = ("sys.stdout", "sys.stderr")
+
+
+def import_time_prints(facts: Facts, graph: CallGraph) -> list[CallSite]:
+    """The ``print(...)`` statements of the program's local modules that run while they are imported: at a module's
+    top level (its ``if __name__ == "__main__":`` block aside: it never runs on import), or in a function of a local
+    module its top level calls, however deep; in the order of each module."""
+    running: list[Scope] = [facts.units[u].module_scope for u in facts.units if u != "__main__"]
+    seen = {id(s) for s in running}
+    found: list[CallSite] = []
+    while running:
+        scope = running.pop()
+        for site in scope.calls:
+            if site.scope is not scope:
+                continue  # a call in a nested function runs when that function is called
+            callee = graph.callee(site)
+            if callee is not None and callee.unit != "__main__" and id(callee) not in seen:
+                seen.add(id(callee))
+                running.append(callee)
+            if _prints(site):
+                found.append(site)
+    return sorted(found, key=lambda s: facts.order.get(s.stmt, (0, 0)))
+
+
+def _prints(site: CallSite) -> bool:
+    """``print(...)`` as a statement, to standard output or error (a file it writes is the writes rules' matter)."""
+    node = site.node
+    if site.qualname != "print" or not isinstance(node.func, cst.Name) or site.scope.resolve("print") is not None:
+        return False
+    if not (isinstance(site.stmt, cst.SimpleStatementLine)
+            and any(isinstance(s, cst.Expr) and s.value is node for s in site.stmt.body)):
+        return False
+    target = next((a.value for a in node.args if a.keyword is not None and a.keyword.value == "file"), None)
+    return target is None or code_of(target) in _STREAMS
