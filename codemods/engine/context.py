@@ -19,6 +19,7 @@ from accelify.codemods.analysis.facts import Facts, Scope
 from accelify.codemods.analysis.names import ImportMap
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.snippets import statement
+from accelify.codemods.analysis.statement_shapes import is_docstring, is_import
 from accelify.codemods.codes import Code
 from accelify.codemods.engine.edits import Edits, Regroup, Replacement
 from accelify.codemods.engine.outcome import ConversionWarning
@@ -219,6 +220,21 @@ class Context:
     def insert_after(self, stmt: cst.BaseStatement, code: Sequence[str], *, ungrouped: bool = False) -> None:
         """Insert ``code`` after ``stmt``; ``ungrouped``: never inside a group (a guard) that ends at ``stmt``."""
         self.edits.insert_after(stmt, [statement(line) for line in code], ungrouped=ungrouped)
+
+    def add_import(self, module: cst.Module, new: cst.BaseStatement) -> None:
+        """``new`` (an import) after the import block at the top of ``module`` (after its docstring when it has no
+        imports): the one place rules add imports."""
+        body = module.body
+        anchor = None
+        for stmt in body:
+            if is_import(stmt):
+                anchor = stmt
+            elif anchor is not None or not is_docstring(stmt):
+                break
+        if anchor is not None:
+            self.edits.insert_after(anchor, [new])
+        elif body:
+            self.edits.insert_before(body[1] if is_docstring(body[0]) and len(body) > 1 else body[0], [new])
 
     def remove(self, stmt: cst.BaseStatement) -> bool:
         if self.is_skipped(stmt):

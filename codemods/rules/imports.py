@@ -6,31 +6,20 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accelify.codemods.analysis.statement_shapes import is_docstring, is_import
 from accelify.codemods.analysis.creation import Creation
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
 
 
 def schedule_import(ctx: Context, module: str, name: str, *more: str) -> None:
-    """The one way rules add an import: a ``from module import name[, more...]`` after the top import block."""
+    """A ``from module import name[, more...]`` at the top of the home's module (``Context.add_import``)."""
     home = ctx.plan.home
-    body = (ctx.facts.unit_of(home) if home is not None else ctx.facts).module.body
     names = [cst.ImportAlias(cst.Name(n), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for n in (name, *more)]
     names[-1] = names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
     new = cst.SimpleStatementLine(
         [cst.ImportFrom(module=cst.parse_expression(module), names=names)]  # type: ignore[arg-type]
     )
-    anchor = None
-    for stmt in body:
-        if is_import(stmt):
-            anchor = stmt
-        elif anchor is not None or not is_docstring(stmt):
-            break
-    if anchor is not None:
-        ctx.edits.insert_after(anchor, [new])
-    elif body:
-        ctx.edits.insert_before(body[1] if is_docstring(body[0]) and len(body) > 1 else body[0], [new])
+    ctx.add_import((ctx.facts.unit_of(home) if home is not None else ctx.facts).module, new)
 
 
 class AddAcceleratorImport(Rule):

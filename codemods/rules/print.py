@@ -20,7 +20,6 @@ from accelify.codemods.analysis.creation import Creation
 from accelify.codemods.analysis.facts import CallSite
 from accelify.codemods.analysis.import_time import import_time_prints
 from accelify.codemods.analysis.snippets import expression
-from accelify.codemods.analysis.statement_shapes import is_docstring, is_import
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
 
@@ -210,19 +209,9 @@ def _import_time(ctx: Context) -> None:
 
 def _import_state(ctx: Context, unit: str) -> None:
     """``from <runtime> import PartialState`` after the top imports of the local module ``unit``."""
-    body = ctx.facts.units[unit].module.body
     new = cst.SimpleStatementLine([cst.ImportFrom(module=cst.parse_expression(ctx.import_module),  # type: ignore[arg-type]
                                                   names=[cst.ImportAlias(cst.Name("PartialState"))])])
-    anchor = None
-    for stmt in body:
-        if is_import(stmt):
-            anchor = stmt
-        elif anchor is not None or not is_docstring(stmt):
-            break
-    if anchor is not None:
-        ctx.edits.insert_after(anchor, [new])
-    elif body:
-        ctx.edits.insert_before(body[1] if is_docstring(body[0]) and len(body) > 1 else body[0], [new])
+    ctx.add_import(ctx.facts.units[unit].module, new)
 
 
 _EXITS = ("sys.exit", "exit", "quit", "os._exit")

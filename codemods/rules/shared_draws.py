@@ -38,7 +38,6 @@ from accelify.codemods import codes
 from accelify.codemods.analysis.facts import CallSite, Scope
 from accelify.codemods.analysis.roles import is_module_scope
 from accelify.codemods.analysis.snippets import code_of
-from accelify.codemods.analysis.statement_shapes import is_docstring, is_import
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
 
@@ -225,20 +224,9 @@ def _bound_names(ctx: Context, scope: Scope) -> set[str]:
 
 
 def _import_module(ctx: Context, scope: Scope, module: str) -> None:
-    """``import random`` after the top import block of ``scope``'s module, for the seed of draws its program makes
-    elsewhere (a data module's ``random.shuffle``) or through names (``from numpy.random import shuffle``)."""
-    body = ctx.facts.unit_of(scope).module.body
-    anchor = None
-    for stmt in body:
-        if is_import(stmt):
-            anchor = stmt
-        elif anchor is not None or not is_docstring(stmt):
-            break
-    new = f"import {module}"
-    if anchor is not None:
-        ctx.insert_after(anchor, [new])
-    elif body:
-        ctx.insert_before(body[1] if is_docstring(body[0]) and len(body) > 1 else body[0], [new])
+    """``import random`` at the top of ``scope``'s module, for the seed of draws its program makes elsewhere (a data
+    module's ``random.shuffle``) or through names (``from numpy.random import shuffle``)."""
+    ctx.add_import(ctx.facts.unit_of(scope).module, cst.parse_statement(f"import {module}\n"))
 
 
 def _own_streams(ctx: Context, walk: "_Walk", lines: list[str]) -> tuple[cst.BaseStatement, list[str], bool] | None:
