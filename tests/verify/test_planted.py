@@ -85,8 +85,9 @@ def test_a_script_that_sizes_state_by_the_full_batch_is_judged_on_a_normal_run(
 def test_a_small_batch_level_loss_term_is_not_taken_for_a_mean(verification_pool: VerificationPool) -> None:
     """Field K3 (PointNet): ``cross_entropy(out, y) + 0.001 * norm(A Aᵀ - I)`` over the stacked batch. Exact mode's
     halves add up to within 5 % of twice the original's loss, so the loss was taken for a mean and the right
-    conversion FAILED "same as original" by the regulariser's share. The processes' losses must meet a mean or a
-    sum to rounding now: this one is neither, the step is marked inexact and the check is skipped, saying why."""
+    conversion FAILED "same as original" by the regulariser's share (set L's conv VAE, a KL sum over a constant batch
+    size beside a mean, too). The processes' losses must meet a mean or a sum to rounding now (1e-5): this one is
+    neither, the step is marked inexact and the check is skipped, saying why."""
     folder = PLANTED.parent / "exact_limits" / "batch_level_term"
     original, converted = (ScriptFiles(SCRIPT, (folder / f"{name}.py").read_text(encoding="utf-8"))
                            for name in ("original", "converted"))

@@ -6,7 +6,8 @@ These patches make what the script computes on that share what the original comp
 - ``F.dropout`` on a tensor whose first dimension is the share's draws its mask for the whole batch and keeps the
   share's rows; on another shape (sequence-first tensors) the step is marked inexact, as are ``dropout2d`` and the
   other feature dropouts (their masks are drawn per process);
-- ``torch.randn/rand/randint`` and ``randn_like/rand_like`` shaped like the share draw for the whole batch;
+- ``torch.randn/rand/randint`` and ``randn_like/rand_like`` shaped like the share draw for the whole batch, and so do
+  the in-place draws into a tensor shaped like it (``std.new(std.size()).normal_()``, ``uniform_``, ``bernoulli_``);
 - BatchNorm in training mode normalises every process's rows together (an autograd-aware all-gather over exact
   mode's own Gloo group); a batch that does not split evenly marks the step inexact;
 - ``cross_entropy``/``nll_loss`` with class weights or ignored targets mark the step inexact (the mean over each
@@ -92,6 +93,37 @@ def patch_torch(torch: ModuleType, exact: ExactMode) -> None:
     for name, like in (("randn", False), ("rand", False), ("randint", False), ("randn_like", True),
                        ("rand_like", True)):
         setattr(torch, name, whole(getattr(torch, name), like))
+
+    def whole_in_place(original: Any) -> Any:
+        """``eps = std.new(std.size()).normal_()`` (a VAE's noise): an in-place draw into a tensor shaped like the
+        share draws the whole batch's values and keeps the share's rows; with a tensor argument (``bernoulli_(p)``
+        of per-row probabilities) the step is marked inexact instead."""
+        @functools.wraps(original)
+        def draw(self: Any, *args: Any, **kwargs: Any) -> Any:
+            share = exact.share
+            if share is None or getattr(exact.local, "inside", False) or self.dim() == 0:
+                return original(self, *args, **kwargs)
+            rows, lo, hi = share
+            if self.shape[0] != hi - lo or rows == hi - lo:
+                return original(self, *args, **kwargs)
+            if any(isinstance(a, torch.Tensor) for a in (*args, *kwargs.values())):
+                exact.inexact.add(f"`Tensor.{original.__name__}` with a tensor argument draws per process")
+                return original(self, *args, **kwargs)
+            exact.local.inside = True
+            try:
+                full = self.new_empty((rows, *self.shape[1:]))
+                original(full, *args, **kwargs)
+                with torch.no_grad():
+                    self.copy_(_slice(full, rows, lo, hi, torch))
+                return self
+            finally:
+                exact.local.inside = False
+
+        return draw
+
+    for name in ("normal_", "uniform_", "bernoulli_", "exponential_", "log_normal_", "cauchy_", "geometric_"):
+        if hasattr(torch.Tensor, name):
+            setattr(torch.Tensor, name, whole_in_place(getattr(torch.Tensor, name)))
 
     batch_norm = F.batch_norm
 
