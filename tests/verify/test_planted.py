@@ -102,6 +102,19 @@ def test_a_small_batch_level_loss_term_is_not_taken_for_a_mean(verification_pool
         assert report.check(name).status == PASSED, summary
 
 
+def test_noise_drawn_in_place_into_a_batch_shaped_tensor_is_the_originals(verification_pool: VerificationPool) -> None:
+    """``eps = std.new(std.size()).normal_()`` (set L's conv VAE): exact mode draws it for the whole batch and keeps
+    the share's rows, as it does for ``torch.randn``, so a right conversion is compared step by step and passes."""
+    folder = PLANTED.parent / "exact_limits" / "inplace_noise"
+    original, converted = (ScriptFiles(SCRIPT, (folder / f"{name}.py").read_text(encoding="utf-8"))
+                           for name in ("original", "converted"))
+    options = VerifyOptions(steps=4, processes=2, timeout=120)
+    report = verification_pool.submit("exact-limits/inplace_noise", lambda: verify_files(
+        original, converted, options=options, launcher=verification_pool.launcher, concurrent=False)).result()
+    summary = "\n".join(f"{c.stage}: {c.name}: {c.status}: {c.detail}" for c in report.checks)
+    assert report.check("same as original").status == PASSED, summary
+
+
 def test_float32_rounding_of_a_right_conversion_is_not_called_wrong(verification_pool: VerificationPool) -> None:
     """A BatchNorm network trained hard: from step 2 on, process 0's float32 gradients round differently from the
     original's (its parameters differ in their last bits), by more than the elementwise tolerance on small values
