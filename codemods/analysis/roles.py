@@ -109,9 +109,17 @@ def same_module(expr: cst.BaseExpression) -> cst.BaseExpression:
     called on, so the name bound to the result holds the same object (never used to remove code: ``.eval()``
     stays in the program)."""
     while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) \
-            and expr.func.attr.value in MODE_METHODS + PLACEMENT_METHODS:
+            and (expr.func.attr.value in PLACEMENT_METHODS or (expr.func.attr.value in MODE_METHODS and _mode_args(expr))):
         expr = expr.func.value
     return expr
+
+
+def _mode_args(call: cst.Call) -> bool:
+    """``.train()``, ``.train(False)``, ``.train(mode=True)``, ``.eval()``: nn.Module's mode switch, not a method of the
+    program's own named ``train`` that takes its data (``agent.train(loader)``) and hands back what it computed."""
+    return not call.args or (len(call.args) == 1 and isinstance(call.args[0].value, cst.Name)
+                             and call.args[0].value.value in ("True", "False")
+                             and (call.args[0].keyword is None or call.args[0].keyword.value == "mode"))
 
 
 def strip_wrapper(expr: cst.BaseExpression, imports: ImportMap) -> cst.BaseExpression:

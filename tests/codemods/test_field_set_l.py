@@ -664,3 +664,16 @@ def test_what_a_data_module_prints_while_it_is_imported_is_printed_once() -> Non
     reported = convert_source(flagged, modules=[ModuleText("data", "data.py", DATA_MODULE)])
     assert _found(reported) == ["data.py:ACC056"], (_found(reported), reported.new)
     assert "PartialState" not in "".join(c.new for c in reported.companions)
+
+
+def test_only_the_modules_own_mode_switch_hands_back_the_same_model() -> None:
+    """``.train()``, ``.train(False)``, ``.eval()`` (and placements) return the module; a method of the program's
+    own named ``train`` that takes data (``agent.train(loader)``) hands back what it computed, not the agent."""
+    import libcst as cst
+
+    from accelify.codemods.analysis.roles import same_module
+
+    for code in ("student.to(device).train()", "student.train(False)", "student.train(mode=True)", "student.eval()"):
+        assert cst.Module([]).code_for_node(same_module(cst.parse_expression(code))) == "student", code
+    for code in ("agent.train(loader)", "agent.train(epochs=3)"):
+        assert cst.Module([]).code_for_node(same_module(cst.parse_expression(code))) == code, code
