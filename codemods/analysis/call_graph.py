@@ -56,14 +56,10 @@ class CallGraph:
         instance of a class of the program (``Preprocessing(args)``): that class's ``load_data``. None otherwise.
         Only what asks for it follows such calls (the values drawn before training: ``rules/shared_draws.py``)."""
         func = site.node.func
-        cls = site.scope.class_scope
-        if cls is None or not isinstance(func, cst.Attribute) or not isinstance(func.value, cst.Attribute) \
+        if not isinstance(func, cst.Attribute) or not isinstance(func.value, cst.Attribute) \
                 or dotted(func.value.value) != "self":
             return None
-        bindings = cls.bindings.get(f"self.{func.value.attr.value}", [])
-        if len(bindings) != 1 or not isinstance(bindings[0].value, cst.Call):
-            return None
-        held = self.classes.class_of(bindings[0].where, bindings[0].value.func)
+        held = self._held_instance(site.scope, func.value)
         return self.classes.method(held, func.attr.value) if held is not None else None
 
     def call_sites(self, function: Scope) -> list[CallSite]:
@@ -180,10 +176,8 @@ class CallGraph:
         if holder is None:
             return None
         held = holder.bindings.get(f"self.{expr.attr.value}", [])
-        if len(held) != 1 or not isinstance(held[0].value, cst.Call):
-            return None
-        return self.classes.class_of(held[0].where, strip_placement(held[0].value).func) \
-            if isinstance(strip_placement(held[0].value), cst.Call) else None
+        made = _made(held[0].value) if len(held) == 1 else None
+        return self.classes.class_of(held[0].where, made.func) if made is not None else None
 
     def _imported(self, qualname: str | None) -> Scope | None:
         """``loops.fit`` -> the function ``fit`` of the local module ``loops`` (or a class's ``__init__``)."""

@@ -38,6 +38,7 @@ from accelify.codemods import codes
 from accelify.codemods.analysis.facts import CallSite, Scope
 from accelify.codemods.analysis.roles import is_module_scope
 from accelify.codemods.analysis.snippets import code_of
+from accelify.codemods.analysis.tree_walk import descendants
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
 
@@ -301,9 +302,11 @@ class _Walk:
                     self._note(stmt, scope, [s for s in sites if not self.plan.reaches_backward(s)
                                              and self.plan.callee(s) is not None])
                 elif isinstance(stmt, cst.For):
-                    self._note(stmt, scope, [s for s in sites if self.splits(s) and _inside(s.node, stmt.iter)])
-                if isinstance(stmt, cst.For) and any(self.splits(s) and _inside(s.node, stmt.iter) for s in sites):
-                    self.header_draw = stmt
+                    header = {id(n) for n in descendants(stmt.iter)}
+                    folds = [s for s in sites if id(s.node) in header and self.splits(s)]
+                    self._note(stmt, scope, folds)
+                    if folds:
+                        self.header_draw = stmt
                 self.trains.append((stmt, scope))
                 self._enter(stmt, scope, sites)
                 return True
@@ -413,11 +416,6 @@ class _Walk:
 
         add(sites)
         return out
-
-
-def _inside(node: cst.CSTNode, root: cst.CSTNode) -> bool:
-    """Whether ``node`` is ``root`` or one of its descendants."""
-    return node is root or any(_inside(node, child) for child in root.children)
 
 
 def _chain_root(expr: cst.BaseExpression) -> cst.BaseExpression:

@@ -11,7 +11,7 @@ import pytest
 from corpus_cases import PLANTED, PLANTED_IDS, RIGHT_IDS, SCRIPT, PlantedCase
 from verification_pool import VerificationPool
 
-from accelify.verify import ScriptFiles, VerifyOptions, verify_files
+from accelify.verify import ScriptFiles, VerifyOptions, VerifyReport, verify_files
 from accelify.verify.report import FAILED, PASSED, SKIPPED
 
 pytestmark = pytest.mark.multiprocess
@@ -58,17 +58,23 @@ def test_a_hang_names_where_each_process_waits_and_keeps_their_stacks(verificati
     assert distributed is not None and distributed.timed_out and distributed.exit_code is None
 
 
+def _exact_limit(pool: VerificationPool, name: str) -> tuple[VerifyReport, str]:
+    """Verify ``exact_limits/<name>``'s right conversion against its original (4 steps, 2 processes): the report, and
+    its checks one per line for a failure message."""
+    folder = PLANTED.parent / "exact_limits" / name
+    original, converted = (ScriptFiles(SCRIPT, (folder / f"{part}.py").read_text(encoding="utf-8"))
+                           for part in ("original", "converted"))
+    options = VerifyOptions(steps=4, processes=2, timeout=120)
+    report = pool.submit(f"exact-limits/{name}", lambda: verify_files(
+        original, converted, options=options, launcher=pool.launcher, concurrent=False)).result()
+    return report, "\n".join(f"{c.stage}: {c.name}: {c.status}: {c.detail}" for c in report.checks)
+
+
 def test_a_script_that_sizes_state_by_the_full_batch_is_judged_on_a_normal_run(
         verification_pool: VerificationPool) -> None:
     """Exact mode's split batches break ``torch.zeros(BATCH_SIZE, 8)`` though a real launch runs: verify says why the
     exact checks could not run and judges a normal N-process run instead of calling the conversion wrong."""
-    folder = PLANTED.parent / "exact_limits" / "full_batch"
-    original, converted = (ScriptFiles(SCRIPT, (folder / f"{name}.py").read_text(encoding="utf-8"))
-                           for name in ("original", "converted"))
-    options = VerifyOptions(steps=4, processes=2, timeout=120)
-    report = verification_pool.submit("exact-limits/full_batch", lambda: verify_files(
-        original, converted, options=options, launcher=verification_pool.launcher, concurrent=False)).result()
-    summary = "\n".join(f"{c.stage}: {c.name}: {c.status}: {c.detail}" for c in report.checks)
+    report, summary = _exact_limit(verification_pool, "full_batch")
     assert not report.failed, summary
     same = report.check("same as original")
     assert same.status == SKIPPED and same.detail.startswith("the exact check could not run: train.py:"), summary
@@ -88,13 +94,7 @@ def test_a_small_batch_level_loss_term_is_not_taken_for_a_mean(verification_pool
     conversion FAILED "same as original" by the regulariser's share (set L's conv VAE, a KL sum over a constant batch
     size beside a mean, too). The processes' losses must meet a mean or a sum to rounding now (1e-5): this one is
     neither, the step is marked inexact and the check is skipped, saying why."""
-    folder = PLANTED.parent / "exact_limits" / "batch_level_term"
-    original, converted = (ScriptFiles(SCRIPT, (folder / f"{name}.py").read_text(encoding="utf-8"))
-                           for name in ("original", "converted"))
-    options = VerifyOptions(steps=4, processes=2, timeout=120)
-    report = verification_pool.submit("exact-limits/batch_level_term", lambda: verify_files(
-        original, converted, options=options, launcher=verification_pool.launcher, concurrent=False)).result()
-    summary = "\n".join(f"{c.stage}: {c.name}: {c.status}: {c.detail}" for c in report.checks)
+    report, summary = _exact_limit(verification_pool, "batch_level_term")
     assert not report.failed, summary
     same = report.check("same as original")
     assert same.status == SKIPPED and "neither the mean nor the sum over the batch's rows" in same.detail, summary
@@ -105,13 +105,7 @@ def test_a_small_batch_level_loss_term_is_not_taken_for_a_mean(verification_pool
 def test_noise_drawn_in_place_into_a_batch_shaped_tensor_is_the_originals(verification_pool: VerificationPool) -> None:
     """``eps = std.new(std.size()).normal_()`` (set L's conv VAE): exact mode draws it for the whole batch and keeps
     the share's rows, as it does for ``torch.randn``, so a right conversion is compared step by step and passes."""
-    folder = PLANTED.parent / "exact_limits" / "inplace_noise"
-    original, converted = (ScriptFiles(SCRIPT, (folder / f"{name}.py").read_text(encoding="utf-8"))
-                           for name in ("original", "converted"))
-    options = VerifyOptions(steps=4, processes=2, timeout=120)
-    report = verification_pool.submit("exact-limits/inplace_noise", lambda: verify_files(
-        original, converted, options=options, launcher=verification_pool.launcher, concurrent=False)).result()
-    summary = "\n".join(f"{c.stage}: {c.name}: {c.status}: {c.detail}" for c in report.checks)
+    report, summary = _exact_limit(verification_pool, "inplace_noise")
     assert report.check("same as original").status == PASSED, summary
 
 
@@ -120,13 +114,7 @@ def test_float32_rounding_of_a_right_conversion_is_not_called_wrong(verification
     original's (its parameters differ in their last bits), by more than the elementwise tolerance on small values
     (pytorch-cifar100's ResNet18 failed 'same as original' so; in float64 the same runs agree to 1e-14). What each
     step adds to the difference is a small share of that step's update: verify passes it and says so."""
-    folder = PLANTED.parent / "exact_limits" / "float32_rounding"
-    original, converted = (ScriptFiles(SCRIPT, (folder / f"{name}.py").read_text(encoding="utf-8"))
-                           for name in ("original", "converted"))
-    options = VerifyOptions(steps=4, processes=2, timeout=120)
-    report = verification_pool.submit("exact-limits/float32_rounding", lambda: verify_files(
-        original, converted, options=options, launcher=verification_pool.launcher, concurrent=False)).result()
-    summary = "\n".join(f"{c.stage}: {c.name}: {c.status}: {c.detail}" for c in report.checks)
+    report, summary = _exact_limit(verification_pool, "float32_rounding")
     assert report.passed, summary
     same = report.check("same as original")
     assert same.status == PASSED and "after each of 4 steps" in same.detail, summary
