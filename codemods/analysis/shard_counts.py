@@ -89,6 +89,10 @@ class _Counts:
             return None
         if _simple_len(divisor):
             return _per_process_len(self.plan, scope, divisor, None)
+        while isinstance(divisor, cst.Subscript):
+            divisor = divisor.value  # ``X_train.shape[0]``
+        if isinstance(divisor, cst.Attribute) and _of_data_set(self.plan, scope, divisor.value):
+            return False  # ``self.train.nnz``: what the data set holds, the same on every process however it is dealt
         return None
 
     def _counted(self, divisor: cst.BaseExpression, at: cst.BaseStatement) -> bool:
@@ -146,8 +150,8 @@ def _per_process_len(plan: Plan, scope: Scope, call: cst.BaseExpression, at: cst
     found = plan.origin(scope, arg)
     if found is not None and found.role == "loader":
         return plan.prepared(scope, arg, at) is not None  # before prepare, the whole loader
-    if _data_set(plan, scope, arg):
-        return False  # ``len(train_set)``: the whole data set
+    if _data_set(plan, scope, arg) or _wrapped_data(plan, scope, arg):
+        return False  # ``len(train_set)``, ``len(X_train)`` of ``TensorDataset(X_train, y_train)``: the whole data set
     return None
 
 
@@ -165,6 +169,35 @@ def under_progress_bar(plan: Plan, scope: Scope, expr: cst.BaseExpression) -> cs
     return expr
 
 
+def _of_data_set(plan: Plan, scope: Scope, expr: cst.BaseExpression) -> bool:
+    """``train_set`` (a data set: ``_data_set``), ``loader.dataset``, or the data a loader's data set is made of
+    (``X_train`` of ``DataLoader(TensorDataset(X_train, y_train))``): an object ``prepare`` does not shard."""
+    if isinstance(expr, cst.Attribute) and expr.attr.value == "dataset":
+        return (found := plan.origin(scope, expr.value)) is not None and found.role == "loader"
+    return _data_set(plan, scope, expr) or _wrapped_data(plan, scope, expr)
+
+
+def _wrapped_data(plan: Plan, scope: Scope, expr: cst.BaseExpression) -> bool:
+    """``X_train`` handed to the data set a loader of the same function walks (``DataLoader(TensorDataset(X_train,
+    y_train))``, or ``train_set = Ratings(train)`` then ``DataLoader(train_set)``; ``self.train = train`` is
+    ``train``)."""
+    key = dotted(expr)
+    binding = plan.binding_of(scope, key) if key is not None else None
+    if binding is None:
+        return False
+    keys = {key} | ({binding.value.value} if isinstance(binding.value, cst.Name) else set())
+    for loader in plan.bindings_with_role("loader"):
+        call = loader.value
+        if loader.where is not binding.where or not isinstance(call, cst.Call):
+            continue
+        data = next((a.value for a in call.args if a.keyword is None or a.keyword.value == "dataset"), None)
+        if isinstance(data, cst.Name) and (made := plan.binding_of(loader.where, data.value)) is not None:
+            data = made.value
+        if isinstance(data, cst.Call) and any(a.keyword is None and dotted(a.value) in keys for a in data.args):
+            return True
+    return False
+
+
 def _data_set(plan: Plan, scope: Scope, expr: cst.BaseExpression) -> bool:
     """``train_set`` bound to a ``torch.utils.data`` data set (``TensorDataset``, ``Subset``, ``random_split``'s
     parts) or to an instance of the program's ``Dataset`` subclass."""
@@ -172,6 +205,8 @@ def _data_set(plan: Plan, scope: Scope, expr: cst.BaseExpression) -> bool:
     binding = plan.binding_of(scope, key) if key is not None else None
     if binding is None:
         return False
+    if any(loader.where is binding.where and _loads(loader, key) for loader in plan.bindings_with_role("loader")):
+        return True  # ``DataLoader(train_dataset, ...)``: what a loader walks is its data set, whatever its type
     value = binding.unpacked[0] if binding.unpacked is not None else binding.value
     if not isinstance(value, cst.Call):
         return False
@@ -180,8 +215,6 @@ def _data_set(plan: Plan, scope: Scope, expr: cst.BaseExpression) -> bool:
         return True
     if qualname.startswith(_LIBRARY_DATA_SETS):
         return True  # ``train_dataset = datasets.MNIST(...)``
-    if any(loader.where is binding.where and _loads(loader, key) for loader in plan.bindings_with_role("loader")):
-        return True  # ``DataLoader(train_dataset, ...)``: what a loader walks is its data set, whatever its type
     return any("Dataset" in base for base in plan.facts.classes.get(qualname, []))
 
 

@@ -18,7 +18,9 @@ twice. Its ``kind`` (``analysis/sum_kinds.py``) says how to reduce it:
   ``int64`` or ``float64`` (exact, so one process prints what the original printed), then ``.item()``;
 - ``"number"``: an ``.item()`` that may be either (``mask.sum().item()``): reduced as ``float64`` and turned back
   into the type it had (``type(total)(...)``);
-- ``"tensor"``: a tensor (``total += loss.detach()``): reduced as it is;
+- ``"tensor"``: a tensor (``total += loss.detach()``): reduced as it is; ``"made tensor"``: a tensor of zeros made
+  before the loop to sum into (``total = torch.Tensor([0])``, then ``total += loss.item()``): reduced on the
+  process's device and put back on the device it was made on;
 - ``"list"`` / ``"int list"``: a list of per-batch numbers (``losses.append(loss.item())`` at every batch, ``losses = []`` before
   the pass) read after it only by order-free summaries (``np.mean(losses)``, ``sum(losses) / len(losses)``,
   ``torch.tensor(losses).mean()``): gathered, so the summary is over every process's batches (with even batches each
@@ -69,7 +71,14 @@ from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.schedules import enclosing_loop
 from accelify.codemods.analysis.shard_counts import divided_by, divided_by_callers
-from accelify.codemods.analysis.sum_kinds import helper_kinds, increment_kind, known_kinds, sum_kind, unpacked_kinds
+from accelify.codemods.analysis.sum_kinds import (
+    helper_kinds,
+    increment_kind,
+    known_kinds,
+    sum_kind,
+    unpacked_kinds,
+    zero_tensor,
+)
 
 @dataclass(frozen=True)
 class Accumulator:
@@ -372,7 +381,8 @@ def _made_before(loop: Loop, name: str) -> bool:
 
 
 def _number(value: cst.BaseExpression | None, binding: Binding) -> bool:
-    return isinstance(value, (cst.Integer, cst.Float))
+    """``0``, ``0.0``, or a tensor of zeros made to sum into (``torch.Tensor([0])``: ``analysis/sum_kinds.py``)."""
+    return isinstance(value, (cst.Integer, cst.Float)) or (value is not None and zero_tensor(binding.where, value))
 
 
 def _init(plan: Plan, loop: Loop, name: str, made: Callable[[cst.BaseExpression | None, Binding], bool] = _number

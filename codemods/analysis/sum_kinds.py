@@ -106,11 +106,48 @@ def sum_kind(init: Binding, increments: list[cst.BaseExpression], known: dict[st
     kinds = {increment_kind(v, known, helpers) for v in increments}
     if None in kinds:
         return None
+    if init.value is not None and zero_tensor(init.where, init.value):
+        return MADE_TENSOR  # ``total = torch.Tensor([0])``: whatever is added, a tensor where it was made
     if "tensor" in kinds:
         return "tensor" if kinds == {"tensor"} or kinds <= {"tensor", "int"} else None
     if "float" in kinds or isinstance(init.value, cst.Float):
         return "float"
     return "number" if "number" in kinds else "int"
+
+
+MADE_TENSOR = "made tensor"
+_ZERO_TENSORS = ("torch.Tensor", "torch.FloatTensor", "torch.DoubleTensor", "torch.zeros", "torch.tensor")
+_FLOAT_TYPES = ("torch.float", "torch.float32", "torch.float64", "torch.double")
+
+
+def zero_tensor(scope: Scope, value: cst.BaseExpression) -> bool:
+    """``torch.Tensor([0])``, ``torch.zeros(1)``, ``torch.tensor(0.0)``: a floating-point tensor of zeros made to sum
+    into (its values literal, its ``dtype`` a floating one where given; ``device=`` may place it)."""
+    if not (isinstance(value, cst.Call) and scope.imports.qualname(value.func) in _ZERO_TENSORS):
+        return False
+    name = scope.imports.qualname(value.func)
+    for arg in value.args:
+        if arg.star:
+            return False
+        if arg.keyword is not None:
+            if arg.keyword.value == "dtype" and scope.imports.qualname(arg.value) in _FLOAT_TYPES:
+                continue
+            if arg.keyword.value not in ("device", "requires_grad") or (
+                    arg.keyword.value == "requires_grad" and not m.matches(arg.value, m.Name("False"))):
+                return False
+            continue
+        numbers = arg.value.elements if isinstance(arg.value, (cst.List, cst.Tuple)) else [arg.value]
+        literal = [n.value if isinstance(n, cst.Element) else n for n in numbers]
+        if not all(isinstance(n, (cst.Integer, cst.Float)) for n in literal):
+            return False
+        if name == "torch.tensor" and not (any(isinstance(n, cst.Float) for n in literal)
+                                           or any(a.keyword is not None and a.keyword.value == "dtype" for a in value.args)):
+            return False  # ``torch.tensor(0)``: an integer tensor
+        if any(isinstance(n, cst.Integer) and n.evaluated_value != 0 for n in literal) and name != "torch.zeros":
+            return False
+        if any(isinstance(n, cst.Float) and n.evaluated_value != 0 for n in literal):
+            return False
+    return True
 
 
 def increment_kind(expr: cst.BaseExpression, known: dict[str, str], helpers: dict[int, str] | None = None) -> str | None:

@@ -7,6 +7,7 @@ import libcst as cst
 
 from accelify.codemods.analysis.meter_sums import MeterSums
 from accelify.codemods.analysis.shard_sums import Accumulator
+from accelify.codemods.analysis.sum_kinds import MADE_TENSOR
 
 
 def reduction_code(acc: Accumulator, accelerator: str, torch: str, mean: bool) -> str:
@@ -19,6 +20,9 @@ def reduction_code(acc: Accumulator, accelerator: str, torch: str, mean: bool) -
         return f"for key in ({keys}):\n    {acc.name}[key] = {accelerator}.reduce({value}, {reduction}).item()"
     if acc.kind == "tensor":
         return f"{acc.name} = {accelerator}.reduce({acc.name}, {reduction})"
+    if acc.kind == MADE_TENSOR:  # made on the CPU (``torch.Tensor([0])``), which the GPU's collectives cannot reduce
+        on_device = f"{acc.name}.to({accelerator}.device)"
+        return f"{acc.name} = {accelerator}.reduce({on_device}, {reduction}).to({acc.name}.device)"
     if acc.kind == "object list":  # per-batch dicts, as many as each process kept: every process's, in one list
         return f"{acc.name} = {accelerator}.gather_for_metrics({acc.name}, use_gather_object=True)"
     if acc.kind == "tensor list":  # per-batch tensors of one shape, on the device: every process's, in one list

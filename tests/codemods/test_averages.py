@@ -146,6 +146,28 @@ REDUCED = {
                 total += loss.item()
         print(total)
         """, ['total = accelerator.reduce(torch.tensor(total, dtype=torch.float64, device=accelerator.device), "sum").item()']),
+    "a tensor of zeros made to sum into, over an attribute of the data set": ("""
+        class Ratings(TensorDataset):
+            nnz = 8
+        train_set = Ratings(torch.randn(8, 2), torch.randint(0, 2, (8,)))
+        train_loader = DataLoader(train_set, batch_size=2)
+        for epoch in range(2):
+            total_loss = torch.Tensor([0])
+            for x, y in train_loader:
+                STEP
+                total_loss += loss.item()
+            total_loss /= train_set.nnz
+            print(total_loss[0])
+        """, ['    total_loss = accelerator.reduce(total_loss.to(accelerator.device), "sum").to(total_loss.device)']),
+    "a sum over the rows of the data a data set wraps": ("""
+        X_train, y_train = torch.randn(8, 2), torch.randint(0, 2, (8,))
+        train_loader = DataLoader(TensorDataset(X_train, y_train), batch_size=2)
+        total = torch.zeros(1)
+        for x, y in train_loader:
+            STEP
+            total += loss.item() * x.size(0)
+        print(total / X_train.shape[0], total / len(X_train))
+        """, ['total = accelerator.reduce(total.to(accelerator.device), "sum").to(total.device)']),
 }
 
 
@@ -265,6 +287,13 @@ LEFT = {
             STEP
             total += loss.item()
         print(total / 7)
+        """, ["ACC028:12"]),
+    "an integer tensor summed into, divided by a count": ("""
+        total = torch.tensor(0)
+        for x, y in loader:
+            STEP
+            total += loss.item()
+        print(total / len(loader))
         """, ["ACC028:12"]),
     "a loader walked only on the main process": ("""
         for x, y in loader:
