@@ -23,7 +23,7 @@ from accelify.codemods.analysis.call_graph import CallGraph
 from accelify.codemods.analysis.facts import Binding, Facts, Scope
 from accelify.codemods.analysis.filled_dicts import FilledDict, empty_dict
 from accelify.codemods.analysis.names import dotted
-from accelify.codemods.analysis.roles import PASS_THROUGH, same_module, strip_placement, strip_wrapper
+from accelify.codemods.analysis.roles import PASS_THROUGH, parameter_owners_in, same_module, strip_placement, strip_wrapper
 
 _MISSING = object()
 
@@ -289,26 +289,45 @@ class Flow(CallGraph):
     def param_origin(self, function: Scope, param: str) -> Binding | None:
         """The creation binding every call site passes for ``param``, or None if they differ; where they differ
         but every one is a data loader (``evaluate(model, train_loader)`` then ``evaluate(model, val_loader)``),
-        the first: the parameter holds a loader either way (whether it is prepared is checked at each site)."""
+        the first: the parameter holds a loader either way (whether it is prepared is checked at each site); so where
+        every one is a model the function builds its own optimizer for (``_one_kind_of_model``)."""
         cache_key = (id(function), param)
         if cache_key in self._params:
             return self._params[cache_key]
         self._params[cache_key] = None  # recursion guard
         found: set[int] = set()
         origins: list[Binding] = []
+        built_in_call = False  # ``train(Net(), data)``: an object built in the call, bound nowhere
         for site in self.call_sites(function):
             arg = self.arg_for(site, function, param)
             origin = self.origin(site.scope, arg.value) if arg is not None else None
             if origin is None:
+                if arg is not None and isinstance(arg.value, cst.Call):
+                    built_in_call = True
+                    continue
                 found.add(0)
                 break
             found.add(id(origin))
             origins.append(origin)
         result: Binding | None = origins[0] if origins and 0 not in found else None
-        if len(found) != 1 and not (result is not None and all(o.role == "loader" for o in origins)):
+        if result is not None and (len(found) != 1 or built_in_call) and not (
+                (all(o.role == "loader" for o in origins) and not built_in_call)
+                or self._one_kind_of_model(function, param, origins)):
             result = None
         self._params[cache_key] = result
         return result
+
+    def _one_kind_of_model(self, function: Scope, param: str, origins: list[Binding]) -> bool:
+        """Every call hands ``param`` a model, and ``function`` builds an optimizer over its parameters (``def
+        train(model, data)`` called for a flow, then for a RealNVP): each call trains the model it is handed, with an
+        optimizer of its own, so the parameter holds a model either way and is prepared where the function prepares."""
+        if not all(o.role == "model" for o in origins):
+            return False
+        return any(
+            b.role == "optimizer" and b.value is not None and b.where is function
+            and any(dotted(owner) == param for owner in parameter_owners_in(b.value))
+            for bindings in function.bindings.values() for b in bindings
+        )
 
     def role(self, scope: Scope, expr: cst.BaseExpression) -> str | None:
         found = self.origin(scope, expr)
