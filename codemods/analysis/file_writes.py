@@ -1,14 +1,24 @@
 """Which calls write a file every process names alike (``open(p, "w")``, ``json.dump``, ``savefig``,
 ``imageio.mimsave``, ``df.to_csv(p)``, a ``SummaryWriter``, the ``save`` of an animation or image, a library call named
 like a write that is handed a path: ``analysis/named_writes.py``), and which start an experiment tracker's run: what
-``rules/writes.py`` keeps to the main process."""
+``rules/writes.py`` keeps to the main process; and what of a write is kept there (the statement to guard, a log kept
+open, a tracker's uses) or already is, a helper whose writes are kept there at its calls, and a write of one file
+per batch of a prepared loader."""
 
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
-from accelify.codemods.analysis.facts import CallSite, Scope
+from accelify.codemods.analysis.agreement import Agreement
+from accelify.codemods.analysis.blocks import under_main_process
+from accelify.codemods.analysis.facts import CallSite, Facts, Scope
+from accelify.codemods.analysis.handle_uses import Collectives, ProposedEdits, alone, clock_named
+from accelify.codemods.analysis.helper_calls import Place
+from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
+from accelify.codemods.analysis.reduced_outputs import read_names
+from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.analysis.write_calls import FILE_OBJECTS, TF_WRITERS, writes_file
 
 
@@ -62,3 +72,101 @@ def saves_file_object(plan: Plan, site: CallSite) -> bool:
         made = binding.value if binding is not None else None
     maker = plan.facts.sites.get(made) if isinstance(made, cst.Call) else None
     return maker is not None and (maker.qualname or "") in FILE_OBJECTS
+
+
+def outermost_write(site: CallSite) -> cst.BaseStatement | None:
+    """The statement to guard: ``with open(...)`` as a whole, or a call that is a statement of its own."""
+    stmt = site.stmt
+    if isinstance(stmt, cst.With) and any(item.item is site.node for item in stmt.items):
+        return stmt
+    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
+        small = stmt.body[0]
+        if isinstance(small, cst.Expr) and small.value is site.node:
+            return stmt
+    return None
+
+
+
+def kept_open(
+    facts: Facts, plan: Plan, agreement: Agreement, site: CallSite, wrapped: set[cst.BaseStatement]
+) -> cst.BaseExpression | None:
+    """``log = open(path, "w")`` / ``writer = SummaryWriter(dir)`` opening one file (or log) on every process: the
+    target it is kept in, or None when it is not (already main-only, a file of each process's own, another shape)."""
+    stmt = site.stmt
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
+        return None
+    assign = stmt.body[0]
+    made = assign.value.body if isinstance(assign.value, cst.IfExp) and m.matches(assign.value.orelse, m.Name("None")) \
+        else assign.value  # ``SummaryWriter(d) if args.tensorboard else None``
+    if made is not site.node or len(assign.targets) != 1 or any(s in wrapped for s in facts.chain(stmt)):
+        return None
+    if made is not assign.value and "is_main_process" in code_of(assign.value.test):  # type: ignore[attr-defined]
+        return None  # ``SummaryWriter(d) if accelerator.is_main_process else None``: converted already
+    if plan.distributed.main_only(facts, stmt, site.scope) is not None or under_main_process(facts, stmt):
+        return None  # ``if rank == 0: writer = SummaryWriter()``: the script already keeps it to one process
+    if not all(agreement.uniform(site.scope, a.value, stmt) for a in site.node.args) and not clock_named(plan, site):
+        return None  # ``SummaryWriter(f"runs/{accelerator.process_index}")``: a file of its own on each process
+    return assign.targets[0].target
+
+
+
+def main_only(plan: Plan, facts: Facts, edits: ProposedEdits, scope: Scope, stmt: cst.BaseStatement) -> bool:
+    """Whether ``stmt`` already runs on the main process alone (the script's rank test, a guard another rule
+    puts around it: ``writer.add_graph(...)`` by the tracing rule)."""
+    if plan.distributed.main_only(facts, stmt, scope) is not None or under_main_process(facts, stmt):
+        return True
+    new = edits.replacement_of(stmt)
+    return isinstance(new, cst.If) and code_of(new.test).endswith(".is_main_process")
+
+
+
+def per_item_write(plan: Plan, site: CallSite) -> str | None:
+    """The prepared loader a loop around ``site`` walks when the write is handed a name that loop binds
+    (``plt.savefig(f"pred_{i}.png")`` in ``for i, (x, y) in enumerate(test_loader)``): one file per batch, of which
+    the main process walks its share only. A write of one file per epoch (no loop name in it) is no such write."""
+    passed = set().union(*(read_names(arg.value) for arg in site.node.args))
+    loop = site.loop
+    while loop is not None:
+        if passed & set(loop.targets) and plan.loader_of(loop) is not None:
+            return code_of(plan.loop_source(loop))
+        loop = loop.parent
+    return None
+
+
+def helper_after_accelerator(place: Place, plan: Plan, site: CallSite) -> bool:
+    """A function of a local module with no accelerator of its own, every call of which runs after it exists; or
+    such a method of a class of the program (``vocab.save_dict(path)``, ``Vocab.save_dict`` pickling itself), which
+    is kept to the main process at its calls as a function is (never ``__init__``, nor a logger class's method: the
+    logger is made on the main process only, and its calls kept there with it)."""
+    scope = site.scope
+    if place.accelerator_in(scope) is not None:
+        return False
+    if scope.class_scope is None or scope.kind != "function":
+        return place.will_be_after_accelerator(scope, site.stmt)
+    if scope.name == "__init__" or logger_class(plan, scope.class_scope):
+        return False
+    sites = plan.call_sites(scope)
+    return bool(sites) and all(place.accelerator_in(s.scope) is not None and place.after_accelerator(s.scope, s.stmt)
+                               for s in sites)
+
+
+def tracker_uses(place: Place, facts: Facts, plan: Plan, site: CallSite) -> list[CallSite] | None:
+    """``wandb.init(project=..., sync_tensorboard=True)`` as a statement of its own: every use of the package, when
+    each is a statement calling one of its functions (``wandb.log({...})``, ``wandb.finish()``) after the accelerator
+    exists, with nothing in the arguments that reaches the other processes, so that each can run on the main process
+    only; else None."""
+    func = dotted(site.node.func)
+    if func is None or "." not in func or not alone(site) or site.qualname is None:
+        return None
+    alias, package = func.split(".")[0], site.qualname.split(".")[0] + "."
+    uses = [c for c in facts.calls if c.scope.unit == site.scope.unit and (c.qualname or "").startswith(package)]
+    roots = {id(root) for c in uses if isinstance(c.node.func, cst.Attribute) and isinstance(root := c.node.func.value, cst.Name)}
+    collectives = Collectives(facts, plan, place.edits)
+    for scope in facts.scopes:
+        if scope.unit == site.scope.unit and any(id(ref) not in roots for ref in scope.refs.get(alias, [])):
+            return None  # ``wandb.config.lr``, ``wandb.run.name``: read as a value, which the others would not have
+    for use in uses:
+        if not alone(use) or place.is_skipped(use.stmt) or place.accelerator_in(use.scope) is None \
+                or not place.after_accelerator(use.scope, use.stmt) or collectives.in_arguments(use) is not None:
+            return None
+    return uses

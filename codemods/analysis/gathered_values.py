@@ -1,6 +1,7 @@
 """Which values of a loop are the same on every process because the loop gathered them for metrics (or computed
-them from gathered values alone): sums of those are already the whole data set's (``rules/averages.py``), unless
-how they are summed or divided makes them not the original's (``gathered_mismatch``)."""
+them from gathered values alone): sums of those are already the whole data set's (``global_sum``: ``rules/averages.py``
+leaves them to ``rules/gathered_sums.py``), unless how they are summed or divided makes them not the original's
+(``gathered_mismatch``)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from accelify.codemods.analysis.agreement import Agreement
 from accelify.codemods.analysis.statement_shapes import target_names
 from accelify.codemods.analysis.facts import Facts, Loop, Scope
 from accelify.codemods.analysis.loss_means import mean_loss, transformed_mean_loss
+from accelify.codemods.analysis.meter_sums import MeterSums
 from accelify.codemods.analysis.plan import Plan
-from accelify.codemods.analysis.shard_sums import Accumulator
+from accelify.codemods.analysis.shard_sums import Accumulator, Kept
 
 
 def gathered_in(agreement: Agreement, loop: Loop) -> set[str]:
@@ -60,7 +62,31 @@ def guards_global(
     return True
 
 
-# ACC042's ``why`` for the two mismatches ``rules/averages.py`` may still fix (it tells them apart by identity)
+def global_sum(agreement: Agreement, facts: Facts, acc: Accumulator, gathered: set[str]) -> bool:
+    """Whether every value ``acc`` adds, under every test and inner loop it is added in, is the same on every process
+    (``gathered``: what its loop gathers, ``gathered_in``): the sum is then the whole data set's, not a share."""
+    return not acc.local and all(
+        is_global(agreement, acc.loop.scope, v, u, gathered) and guards_global(agreement, facts, acc, u, gathered)
+        for v, u in zip(acc.increments, acc.updates)
+    )
+
+
+def local_meters(agreement: Agreement, found: list[MeterSums]) -> tuple[list[MeterSums], list[Kept]]:
+    """The meters to reduce, and, as running values kept, those of a loop that gathers for metrics fed values that
+    are already global (left as they are) or partly global (reported). A value every process feeds alike in a loop
+    that gathers nothing (the learning rate) is reduced with the rest: its sum and count are then the original's,
+    which took N times as many steps."""
+    local, kept = [], []
+    for meters in found:
+        gathered = gathered_in(agreement, meters.loop)
+        if gathered and any(is_global(agreement, meters.loop.scope, v, u, gathered) for u, v in meters.values):
+            kept += [Kept(meters.name, meters.loop, u, tuple(v for s, v in meters.values if s is u)) for u in meters.updates]
+        else:
+            local.append(meters)
+    return local, kept
+
+
+# ACC042's ``why`` for the two mismatches ``rules/gathered_sums.py`` may still fix (it tells them apart by identity)
 MEAN_LOSSES = ("each value added is a batch's mean loss, and the sum is divided by the data set's size or read as it "
                "is: on N processes it is 1/N of the original's")
 TRANSFORMED = ("each value added is computed from a batch's mean loss (a PSNR, a log), and over a gathered pass that "

@@ -61,7 +61,8 @@ def holding_statement(facts: Facts, site: CallSite, collectives: Collectives) ->
 
 
 class Place(Protocol):
-    """What ``first_ready`` and ``already_first`` ask of a conversion (``engine.context.Context``)."""
+    """What ``first_ready`` and ``already_first`` ask of a conversion (``engine.context.Context``), and
+    ``file_writes``: whether a helper's write runs after the accelerator exists, and a tracker's uses."""
 
     edits: Any
     agreement: Any
@@ -69,6 +70,8 @@ class Place(Protocol):
     def accelerator_in(self, scope: Scope) -> str | None: ...
 
     def after_accelerator(self, scope: Scope, stmt: cst.BaseStatement) -> bool: ...
+
+    def will_be_after_accelerator(self, scope: Scope, stmt: cst.BaseStatement) -> bool: ...
 
     def is_skipped(self, stmt: cst.BaseStatement) -> bool: ...
 

@@ -7,7 +7,7 @@ per-sample sums over it is the whole data set's, as in the original; a sum of ba
 divided by the number of passes (the original's number of batches becomes the prepared loader's length, and the
 means are over N times larger batches). So a sum of mean losses divided by the data set's size, or read as it is,
 comes out 1/N of the original's, and a sum of counts divided by a per-process number of batches N times it:
-``rules/averages.py`` reports both.
+``rules/gathered_sums.py`` reports both.
 
 Such a sum of mean losses over a gathered loop is made the original's again by ``per_batch_sum``: each gathered pass
 holds, in order, the original's batches of the loader's batch size (the processes are dealt whole batches in turn, and
@@ -29,7 +29,7 @@ from typing import Callable
 import libcst as cst
 import libcst.matchers as m
 
-from accelify.codemods.analysis.facts import Loop, Scope
+from accelify.codemods.analysis.facts import Facts, Loop, Scope
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.snippets import code_of
@@ -255,3 +255,11 @@ def _by_mean(call: cst.Call) -> bool:
         elif arg.keyword.value == "reduction":
             return isinstance(arg.value, cst.SimpleString) and arg.value.evaluated_value == "mean"
     return True
+
+
+def batch_mean(plan: Plan, facts: Facts, loop: Loop, value: cst.BaseExpression) -> bool:
+    """A batch's mean: a mean loss (``mean_loss``) or a ``.mean()`` (``(pred == y).float().mean()``, ``torch.mean(eq)``)."""
+    inner = value.func.value if m.matches(value, m.Call(func=m.Attribute(attr=m.Name("item")), args=[])) else value  # type: ignore[attr-defined]
+    torch_mean = isinstance(inner, cst.Call) and len(inner.args) == 1 and facts.unit_of(loop.scope).imports.qualname(inner.func) == "torch.mean"
+    return mean_loss(plan, loop, value) or torch_mean \
+        or m.matches(inner, m.Call(func=m.Attribute(attr=m.Name("mean")), args=[]))

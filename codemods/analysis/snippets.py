@@ -41,6 +41,18 @@ def on_main_process(stmt: cst.CSTNode, accelerator: str) -> cst.If:
                   body=cst.IndentedBlock([stmt.with_changes(leading_lines=[])]), leading_lines=stmt.leading_lines)
 
 
+def made_on_main_process(node: cst.CSTNode, accelerator: str) -> cst.CSTNode:
+    """``SummaryWriter(dir)`` -> ``SummaryWriter(dir) if accelerator.is_main_process else None``."""
+    assert isinstance(node, cst.BaseExpression)
+    if isinstance(node, cst.IfExp):  # ``SummaryWriter(d) if args.tensorboard else None``: one more condition
+        test = cst.BooleanOperation(left=node.test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+                                    if isinstance(node.test, (cst.BooleanOperation, cst.IfExp)) else node.test,
+                                    operator=cst.And(), right=expression(f"{accelerator}.is_main_process"))
+        return node.with_changes(test=test)
+    return cst.IfExp(test=expression(f"{accelerator}.is_main_process"), body=node, orelse=cst.Name("None"))
+
+
+
 def with_block(header: str, body: list[cst.BaseStatement]) -> cst.BaseStatement:
     """``with <header>:`` over ``body``; the first statement's blank lines go before the ``with``, its comments stay inside."""
     shell = statement(f"with {header}:\n    pass\n")

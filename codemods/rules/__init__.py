@@ -28,6 +28,7 @@ from accelify.codemods.rules.end import EndTraining
 from accelify.codemods.rules.evaluation import GatherForMetrics
 from accelify.codemods.rules.forward_methods import RefuseForwardMethods
 from accelify.codemods.rules.full_batches import KeepFullBatches
+from accelify.codemods.rules.gathered_sums import SumPerOriginalBatch
 from accelify.codemods.rules.gathered_shapes import ShapeFromGather
 from accelify.codemods.rules.imports import AddAcceleratorImport
 from accelify.codemods.rules.leftovers import ReportLeftovers
@@ -92,6 +93,7 @@ RULES: tuple[type[Rule], ...] = (
     AccumulateGradients,
     ReduceClosureLoss,
     GatherForMetrics,
+    SumPerOriginalBatch,
     ReduceAverages,
     WarnComprehendedShares,
     ShapeFromGather,

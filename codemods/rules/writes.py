@@ -17,19 +17,17 @@ handle kept open in a helper of a local module the accelerator is not passed to,
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
 
 from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.blocks import under_main_process
-from accelify.codemods.analysis.snippets import code_of, expression, on_main_process
+from accelify.codemods.analysis.snippets import code_of, made_on_main_process, on_main_process
 from accelify.codemods.analysis.facts import CallSite, Scope
-from accelify.codemods.analysis.file_writes import logger_class, saves_file_object, writer_class
-from accelify.codemods.analysis.handle_uses import Collectives, alone, clock_named, handle_uses
+from accelify.codemods.analysis.file_writes import (helper_after_accelerator, kept_open, main_only, outermost_write,
+                                                    per_item_write, saves_file_object, tracker_uses, writer_class)
+from accelify.codemods.analysis.handle_uses import Collectives, alone, handle_uses
 from accelify.codemods.analysis.helper_calls import helper_calls
-from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.named_writes import writes_by_name
-from accelify.codemods.analysis.reduced_outputs import read_names
 from accelify.codemods.analysis.removals import removes_shared_file
 from accelify.codemods.analysis.share_walks import walks_a_share
 from accelify.codemods.analysis.write_calls import LOG_WRITERS, TF_WRITERS, TRACKERS, writes_file
@@ -251,7 +249,7 @@ accelerator.end_training()
         for site in ctx.facts.calls:
             if site.qualname in TRACKERS:
                 _warn_tracker(ctx, site)
-            elif writes_file(site) and ctx.after_accelerator(site.scope, site.stmt) and _outermost_write(ctx, site) is None:
+            elif writes_file(site) and ctx.after_accelerator(site.scope, site.stmt) and outermost_write(site) is None:
                 _warn_kept_open(ctx, site, set())
 
     def run(self, ctx: Context) -> None:
@@ -269,23 +267,23 @@ accelerator.end_training()
             if not (writes_file(site) or saves_file_object(ctx.plan, site) or removal or writes_by_name(ctx.plan, site)):
                 continue
             if not ctx.after_accelerator(site.scope, site.stmt):
-                if not removal and _helper_after_accelerator(ctx, site):
+                if not removal and helper_after_accelerator(ctx, ctx.plan, site):
                     _warn_in_helper(ctx, site, wrapped)  # ``test(..., save=path)`` of a module with no accelerator
                 continue
-            if removal and (not alone(site) or _main_only(ctx, site.scope, site.stmt)
+            if removal and (not alone(site) or main_only(ctx.plan, ctx.facts, ctx.edits, site.scope, site.stmt)
                             or Collectives(ctx.facts, ctx.plan, ctx.edits).in_arguments(site) is not None):
                 continue
-            stmt = _outermost_write(ctx, site)
+            stmt = outermost_write(site)
             if stmt is None:
                 _warn_kept_open(ctx, site, wrapped)
                 continue
-            if _handled(ctx, stmt, wrapped) or _main_only(ctx, site.scope, stmt):
+            if _handled(ctx, stmt, wrapped) or main_only(ctx.plan, ctx.facts, ctx.edits, site.scope, stmt):
                 continue
             accelerator = ctx.accelerator_in(site.scope)
             if ctx.replace(stmt, stmt, lambda s, a=accelerator: on_main_process(s, a)):  # type: ignore[misc]
                 wrapped.add(stmt)
                 ctx.change("write files on the main process only")
-                loader = _per_item_write(ctx, site)
+                loader = per_item_write(ctx.plan, site)
                 if loader is not None:
                     ctx.warn(codes.SHARD_WRITES, site.node, name=code_of(site.node.func), loader=loader)
 
@@ -295,65 +293,15 @@ def _handled(ctx: Context, stmt: cst.BaseStatement, wrapped: set[cst.BaseStateme
     return stmt in wrapped or any(s in wrapped for s in ctx.facts.chain(stmt))
 
 
-def _per_item_write(ctx: Context, site: CallSite) -> str | None:
-    """The prepared loader a loop around ``site`` walks when the write is handed a name that loop binds
-    (``plt.savefig(f"pred_{i}.png")`` in ``for i, (x, y) in enumerate(test_loader)``): one file per batch, of which
-    the main process walks its share only. A write of one file per epoch (no loop name in it) is no such write."""
-    passed = set().union(*(read_names(arg.value) for arg in site.node.args))
-    loop = site.loop
-    while loop is not None:
-        if passed & set(loop.targets) and ctx.plan.loader_of(loop) is not None:
-            return code_of(ctx.plan.loop_source(loop))
-        loop = loop.parent
-    return None
-
-
-def _kept_open(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) -> cst.BaseExpression | None:
-    """``log = open(path, "w")`` / ``writer = SummaryWriter(dir)`` opening one file (or log) on every process: the
-    target it is kept in, or None when it is not (already main-only, a file of each process's own, another shape)."""
-    stmt = site.stmt
-    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
-        return None
-    assign = stmt.body[0]
-    made = assign.value.body if isinstance(assign.value, cst.IfExp) and m.matches(assign.value.orelse, m.Name("None")) \
-        else assign.value  # ``SummaryWriter(d) if args.tensorboard else None``
-    if made is not site.node or len(assign.targets) != 1 or any(s in wrapped for s in ctx.facts.chain(stmt)):
-        return None
-    if made is not assign.value and "is_main_process" in code_of(assign.value.test):  # type: ignore[attr-defined]
-        return None  # ``SummaryWriter(d) if accelerator.is_main_process else None``: converted already
-    if ctx.plan.distributed.main_only(ctx.facts, stmt, site.scope) is not None or under_main_process(ctx.facts, stmt):
-        return None  # ``if rank == 0: writer = SummaryWriter()``: the script already keeps it to one process
-    if not all(ctx.agreement.uniform(site.scope, a.value, stmt) for a in site.node.args) and not clock_named(ctx.plan, site):
-        return None  # ``SummaryWriter(f"runs/{accelerator.process_index}")``: a file of its own on each process
-    return assign.targets[0].target
-
-
-def _helper_after_accelerator(ctx: Context, site: CallSite) -> bool:
-    """A function of a local module with no accelerator of its own, every call of which runs after it exists; or
-    such a method of a class of the program (``vocab.save_dict(path)``, ``Vocab.save_dict`` pickling itself), which
-    is kept to the main process at its calls as a function is (never ``__init__``, nor a logger class's method: the
-    logger is made on the main process only, and its calls kept there with it)."""
-    scope = site.scope
-    if ctx.accelerator_in(scope) is not None:
-        return False
-    if scope.class_scope is None or scope.kind != "function":
-        return ctx.will_be_after_accelerator(scope, site.stmt)
-    if scope.name == "__init__" or logger_class(ctx.plan, scope.class_scope):
-        return False
-    sites = ctx.plan.call_sites(scope)
-    return bool(sites) and all(ctx.accelerator_in(s.scope) is not None and ctx.after_accelerator(s.scope, s.stmt)
-                               for s in sites)
-
-
 def _warn_in_helper(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) -> None:
     """A handle kept open in a helper the accelerator is not passed to: every process writes the file (ACC024); a
     write that is a statement of its own there, or a ``with open(path, "w") as f:``, is kept to the main process at
     the helper's calls (``_write_at_calls``), or reported (ACC048) where a call cannot be."""
     why = f"in `{site.scope.name}`, where the accelerator is not at hand"
-    stmt = _outermost_write(ctx, site)
+    stmt = outermost_write(site)
     if stmt is None:
         _warn_kept_open(ctx, site, wrapped, why)
-    elif _main_only(ctx, site.scope, stmt):
+    elif main_only(ctx.plan, ctx.facts, ctx.edits, site.scope, stmt):
         return
     elif walks_a_share(ctx.plan, site.scope):  # kept to the main process at its calls, it would write that share alone
         item = next((i for i in stmt.items if i.item is site.node), None) if isinstance(stmt, cst.With) else None
@@ -378,7 +326,7 @@ def _write_at_calls(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement
         ctx.warn(codes.HELPER_WRITE, site.node, name=code_of(site.node.func), helper=site.scope.name)
         return
     for scope, stmt in calls:
-        if _handled(ctx, stmt, wrapped) or _main_only(ctx, scope, stmt):
+        if _handled(ctx, stmt, wrapped) or main_only(ctx.plan, ctx.facts, ctx.edits, scope, stmt):
             continue
         accelerator = ctx.accelerator_in(scope)
         if ctx.replace(stmt, stmt, lambda s, a=accelerator: on_main_process(s, a)):  # type: ignore[misc]
@@ -388,7 +336,7 @@ def _write_at_calls(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement
 
 def _warn_kept_open(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement], why: str = "") -> None:
     """A handle every process keeps and writes through later that is not kept to the main process: say so (ACC024)."""
-    target = _kept_open(ctx, site, wrapped)
+    target = kept_open(ctx.facts, ctx.plan, ctx.agreement, site, wrapped)
     if target is not None:
         ctx.warn(codes.SHARED_WRITER, site.node, name=code_of(site.node.func), target=code_of(target),
                  why=f" ({why})" if why else "")
@@ -398,7 +346,7 @@ def _keep_log_to_main(ctx: Context, site: CallSite, wrapped: set[cst.BaseStateme
     """``writer = SummaryWriter(dir)`` (or a ``Logger`` of the program that makes one) on every process: made on
     the main process only, ``None`` elsewhere, and each statement that calls one of its methods run on the main
     process only; where a use cannot be (``handle_uses`` says why), reported (ACC024) with the reason."""
-    target = _kept_open(ctx, site, wrapped)
+    target = kept_open(ctx.facts, ctx.plan, ctx.agreement, site, wrapped)
     if target is None:
         return
     found = handle_uses(ctx.facts, site.scope, site.stmt, target, Collectives(ctx.facts, ctx.plan, ctx.edits))
@@ -411,60 +359,28 @@ def _keep_log_to_main(ctx: Context, site: CallSite, wrapped: set[cst.BaseStateme
             problem = f"`{reader.name}` uses `{found.key}` where the accelerator is not at hand"
         elif ctx.is_skipped(stmt):
             problem = f"a use of `{found.key}` is marked `# accelify: skip`"
-        elif not _main_only(ctx, reader, stmt):
+        elif not main_only(ctx.plan, ctx.facts, ctx.edits, reader, stmt):
             pending.append((reader, stmt))
     if problem is not None:
         _warn_kept_open(ctx, site, wrapped, f"it could not be kept to the main process: {problem}")
         return
     value = site.stmt.body[0].value  # type: ignore[attr-defined]
-    ctx.replace_through(site.scope, value, site.stmt, _on_main)
+    ctx.replace_through(site.scope, value, site.stmt, made_on_main_process)
     for reader, stmt in pending:
         ctx.replace_through(reader, stmt, stmt, on_main_process)
         wrapped.add(stmt)
     ctx.change("open the log on the main process only, and write to it there")
 
 
-def _main_only(ctx: Context, scope: Scope, stmt: cst.BaseStatement) -> bool:
-    """Whether ``stmt`` already runs on the main process alone (the script's rank test, a guard another rule
-    puts around it: ``writer.add_graph(...)`` by the tracing rule)."""
-    if ctx.plan.distributed.main_only(ctx.facts, stmt, scope) is not None or under_main_process(ctx.facts, stmt):
-        return True
-    new = ctx.edits.replacement_of(stmt)
-    return isinstance(new, cst.If) and code_of(new.test).endswith(".is_main_process")
-
-
-def _on_main(node: cst.CSTNode, accelerator: str) -> cst.CSTNode:
-    """``SummaryWriter(dir)`` -> ``SummaryWriter(dir) if accelerator.is_main_process else None``."""
-    assert isinstance(node, cst.BaseExpression)
-    if isinstance(node, cst.IfExp):  # ``SummaryWriter(d) if args.tensorboard else None``: one more condition
-        test = cst.BooleanOperation(left=node.test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-                                    if isinstance(node.test, (cst.BooleanOperation, cst.IfExp)) else node.test,
-                                    operator=cst.And(), right=expression(f"{accelerator}.is_main_process"))
-        return node.with_changes(test=test)
-    return cst.IfExp(test=expression(f"{accelerator}.is_main_process"), body=node, orelse=cst.Name("None"))
-
-
 def _keep_tracker_to_main(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) -> bool:
-    """``wandb.init(project=..., sync_tensorboard=True)`` as a statement of its own, where every other use of the
-    package is a statement calling one of its functions (``wandb.log({...})``, ``wandb.finish()``) with nothing in
-    the arguments that reaches the other processes: each runs on the main process only (one run of the training on
-    the tracker), and True is returned; else nothing is changed."""
-    func = dotted(site.node.func)
-    if func is None or "." not in func or not alone(site) or site.qualname is None:
+    """``wandb.init(project=..., sync_tensorboard=True)`` as a statement of its own, whose every use of the package
+    can run on the main process alone (``tracker_uses``): each runs there (one run of the training on the tracker),
+    and True is returned; else nothing is changed."""
+    uses = tracker_uses(ctx, ctx.facts, ctx.plan, site)
+    if uses is None:
         return False
-    alias, package = func.split(".")[0], site.qualname.split(".")[0] + "."
-    uses = [c for c in ctx.facts.calls if c.scope.unit == site.scope.unit and (c.qualname or "").startswith(package)]
-    roots = {id(root) for c in uses if isinstance(c.node.func, cst.Attribute) and isinstance(root := c.node.func.value, cst.Name)}
-    collectives = Collectives(ctx.facts, ctx.plan, ctx.edits)
-    for scope in ctx.facts.scopes:
-        if scope.unit == site.scope.unit and any(id(ref) not in roots for ref in scope.refs.get(alias, [])):
-            return False  # ``wandb.config.lr``, ``wandb.run.name``: read as a value, which the others would not have
     for use in uses:
-        if not alone(use) or ctx.is_skipped(use.stmt) or ctx.accelerator_in(use.scope) is None \
-                or not ctx.after_accelerator(use.scope, use.stmt) or collectives.in_arguments(use) is not None:
-            return False
-    for use in uses:
-        if not _main_only(ctx, use.scope, use.stmt) and use.stmt not in wrapped:
+        if not main_only(ctx.plan, ctx.facts, ctx.edits, use.scope, use.stmt) and use.stmt not in wrapped:
             ctx.replace_through(use.scope, use.stmt, use.stmt, on_main_process)
             wrapped.add(use.stmt)  # type: ignore[arg-type]
     ctx.change("start the experiment tracker's run on the main process only, and log to it there")
@@ -480,15 +396,3 @@ def _warn_tracker(ctx: Context, site: CallSite) -> None:
     small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
     target = code_of(small.targets[0].target) if isinstance(small, cst.Assign) and len(small.targets) == 1 else "run"
     ctx.warn(codes.SHARED_WRITER, site.node, name=code_of(site.node.func), target=target, why="")
-
-
-def _outermost_write(ctx: Context, site: CallSite) -> cst.BaseStatement | None:
-    """The statement to guard: ``with open(...)`` as a whole, or a call that is a statement of its own."""
-    stmt = site.stmt
-    if isinstance(stmt, cst.With) and any(item.item is site.node for item in stmt.items):
-        return stmt
-    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
-        small = stmt.body[0]
-        if isinstance(small, cst.Expr) and small.value is site.node:
-            return stmt
-    return None
