@@ -54,6 +54,11 @@ def per_batch_tail(plan: Plan, agreement: Agreement, loop: Loop, accs: Iterable[
     source = plan.loop_source(loop)
     if body is None or not accs or source is None or dotted(source) is None:
         return None
+    after: list[cst.BaseStatement] = []  # the loop's statements after the block that holds the gather
+    if body is not None and not any(agreement.gathers(s) for s in body):
+        body, after = _with_block(agreement, body)  # ``with torch.no_grad():`` around the forward and the sums
+    if body is None:
+        return None
     anchors = [i for i, s in enumerate(body) if agreement.gathers(s) and s not in agreement.gathered_before]
     if len(anchors) != 1 or sum(1 for s in loop.stmts if agreement.gathers(s)) != 1:
         return None  # gathered in a nested block, before a statement, or twice
@@ -79,7 +84,7 @@ def per_batch_tail(plan: Plan, agreement: Agreement, loop: Loop, accs: Iterable[
             elif name in own:
                 return None  # a value of the pass that is this process's (the inputs), not split into batches
         bound |= targets
-    if not split or any(set(_reads(s)) & (bound | set(split)) for s in body[end + 1:]):
+    if not split or any(set(_reads(s)) & (bound | set(split)) for s in body[end + 1:] + after):
         return None  # a later statement reads a name the per-batch loop leaves as its last batch's
     loader = code_of(source)
     divisors: list[tuple[cst.Call, cst.BaseStatement]] = []
@@ -95,6 +100,19 @@ def per_batch_tail(plan: Plan, agreement: Agreement, loop: Loop, accs: Iterable[
     sampler = f"{loader}.batch_sampler"
     batches = f'len(getattr({sampler}, "batch_sampler", {sampler}))' if accelerate else f"len({sampler}.batch_sampler)"
     return BatchChain(tuple(region), tuple(split), f"{sampler}.batch_size", tuple(divisors), batches)
+
+
+def _with_block(agreement: Agreement, body: list[cst.BaseStatement]
+                ) -> tuple[list[cst.BaseStatement] | None, list[cst.BaseStatement]]:
+    """The statements of the one ``with`` block of the loop's body that holds the gather (``with torch.no_grad():``
+    around the forward, the gather and the sums), and the loop's statements after it; (None, []) otherwise."""
+    blocks = [i for i, s in enumerate(body) if isinstance(s, cst.With) and isinstance(s.body, cst.IndentedBlock)
+              and any(agreement.gathers(inner) for inner in s.body.body)]
+    if len(blocks) != 1:
+        return None, []
+    block = body[blocks[0]]
+    assert isinstance(block, cst.With) and isinstance(block.body, cst.IndentedBlock)
+    return list(block.body.body), body[blocks[0] + 1:]
 
 
 def _shape(stmt: cst.BaseStatement) -> tuple[set[str], list[str]] | None:

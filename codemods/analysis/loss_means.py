@@ -207,6 +207,9 @@ def _mean_loss_in(plan: Plan, scope: Scope, expr: cst.BaseExpression, depth: int
         leaf = qualname.rsplit(".", 1)[1]
         return (leaf.endswith("_loss") or leaf in ("cross_entropy", "binary_cross_entropy",
                                                    "binary_cross_entropy_with_logits")) and _by_mean(expr)
+    if isinstance(expr.func, cst.Call):  # ``nn.CrossEntropyLoss()(output, y)``: the loss module made where it is called
+        made = scope.imports.qualname(expr.func.func) or ""
+        return made.startswith("torch.nn.") and made.endswith("Loss") and _by_mean(expr.func)
     key = dotted(expr.func)
     binding = plan.binding_of(scope, key) if key is not None else None
     if binding is not None and isinstance(binding.value, cst.Call):

@@ -86,9 +86,13 @@ class _Counts:
             if found is not None and found.value is not None and found.where is scope and _simple_len(found.value):
                 # ``steps = len(loader)``: counted where it is bound
                 return _per_process_len(self.plan, scope, found.value, found.stmt)
+            if found is not None and found.value is not None and found.where is scope:
+                return _data_set_batches(self.plan, scope, found.value)  # ``n = int(len(dataset) / batch_size)``
             return None
         if _simple_len(divisor):
             return _per_process_len(self.plan, scope, divisor, None)
+        if _data_set_batches(self.plan, scope, divisor) is False:
+            return False
         while isinstance(divisor, cst.Subscript):
             divisor = divisor.value  # ``X_train.shape[0]``
         if isinstance(divisor, cst.Attribute) and _of_data_set(self.plan, scope, divisor.value):
@@ -134,6 +138,22 @@ def _enumerate_counter(loop: Loop) -> tuple[str, int] | None:
     if start is not None and not isinstance(start, cst.Integer):
         return None
     return target.elements[0].value.value, int(start.value) if start is not None else 0
+
+
+_ROUNDINGS = ("int", "round", "math.ceil", "math.floor", "numpy.ceil", "numpy.floor")
+
+
+def _data_set_batches(plan: Plan, scope: Scope, expr: cst.BaseExpression) -> bool | None:
+    """False for the original's number of batches computed from the whole data set's size (``int(len(dataset) /
+    loader.batch_size)``, ``math.ceil(len(train_set) / batch_size)``, ``len(dataset) // bs``): the same on every
+    process, a global count; None for anything else."""
+    while isinstance(expr, cst.Call) and len(expr.args) == 1 and scope.imports.qualname(expr.func) in _ROUNDINGS:
+        expr = expr.args[0].value
+    if not (isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Divide, cst.FloorDivide))):
+        return None
+    if not isinstance(expr.right, (cst.Name, cst.Attribute, cst.Integer)) or not _simple_len(expr.left):
+        return None
+    return False if _per_process_len(plan, scope, expr.left, None) is False else None
 
 
 def _simple_len(expr: cst.BaseExpression) -> bool:
@@ -202,6 +222,9 @@ def _data_set(plan: Plan, scope: Scope, expr: cst.BaseExpression) -> bool:
     """``train_set`` bound to a ``torch.utils.data`` data set (``TensorDataset``, ``Subset``, ``random_split``'s
     parts) or to an instance of the program's ``Dataset`` subclass."""
     key = dotted(expr)
+    if key is not None and key in scope.param_names and key not in scope.bindings:
+        handed = plan.param_origin(scope, key)  # ``evaluate(valid_ds, valid_dl, ...)``: what every caller hands in
+        return handed is not None and handed.role is None and _data_set(plan, handed.where, cst.Name(handed.key))
     binding = plan.binding_of(scope, key) if key is not None else None
     if binding is None:
         return False

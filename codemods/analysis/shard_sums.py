@@ -223,8 +223,10 @@ def _kinds(plan: Plan, loop: Loop, values: list[cst.BaseExpression]) -> dict[int
     """``helper_kinds``, and a tensor for a batch's mean loss added as it is under ``no_grad`` (``test_loss +=
     criterion(log_ps, labels)``, the Udacity course's test loop)."""
     kinds = helper_kinds(plan, values)
-    if loop.no_grad:
-        kinds.update({id(v): "tensor" for v in values if isinstance(v, cst.Call) and mean_loss(plan, loop, v)})
+    for v in values:
+        site = plan.facts.sites.get(v) if isinstance(v, cst.Call) else None
+        if site is not None and (loop.no_grad or site.no_grad) and mean_loss(plan, loop, v):
+            kinds[id(v)] = "tensor"  # (also under a ``with torch.no_grad():`` inside the loop)
     return kinds
 
 

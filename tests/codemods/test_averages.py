@@ -159,6 +159,16 @@ REDUCED = {
             total_loss /= train_set.nnz
             print(total_loss[0])
         """, ['    total_loss = accelerator.reduce(total_loss.to(accelerator.device), "sum").to(total_loss.device)']),
+    "a sum of batch losses over the data set's number of batches": ("""
+        train_set = TensorDataset(torch.randn(8, 2), torch.randint(0, 2, (8,)))
+        train_loader = DataLoader(train_set, batch_size=2)
+        num_batches = int(len(train_set) / train_loader.batch_size)
+        tr_loss = 0.0
+        for x, y in train_loader:
+            STEP
+            tr_loss += loss.item()
+        print(tr_loss / num_batches)
+        """, ['tr_loss = accelerator.reduce(torch.tensor(tr_loss, dtype=torch.float64, device=accelerator.device), "sum").item()']),
     "a sum over the rows of the data a data set wraps": ("""
         X_train, y_train = torch.randn(8, 2), torch.randint(0, 2, (8,))
         train_loader = DataLoader(TensorDataset(X_train, y_train), batch_size=2)

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from _convert import codes, converted
 
+from accelify.pipeline import convert_source
+from accelify.program import ModuleText
+
 TRAIN_FOR_TWO_MODELS = """\
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -42,3 +45,57 @@ def test_an_evaluation_function_called_for_two_models_is_not_a_place_to_prepare_
     code = TRAIN_FOR_TWO_MODELS.replace(
         "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n", "").replace("            optimizer.step()\n", "")
     assert "accelerator.prepare(model" not in converted(code)
+
+
+ENGINE_SCRIPT = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import engine
+
+train_ds = TensorDataset(torch.randn(64, 4), torch.randint(0, 3, (64,)))
+valid_ds = TensorDataset(torch.randn(64, 4), torch.randint(0, 3, (64,)))
+train_dl = DataLoader(train_ds, batch_size=16)
+valid_dl = DataLoader(valid_ds, batch_size=16)
+model = nn.Linear(4, 3)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in train_dl:
+        loss = nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    valid_loss, valid_acc = engine.evaluate(valid_ds, valid_dl, model)
+    print(f"epoch {epoch} valid_loss {valid_loss:.6f} accuracy {valid_acc:.6f}")
+"""
+
+ENGINE = """\
+import torch
+import torch.nn as nn
+
+
+def evaluate(dataset, dataloader, model):
+    model.eval()
+    val_loss, val_acc = 0, 0
+    num_batches = int(len(dataset) / dataloader.batch_size)
+    for x, y in dataloader:
+        with torch.no_grad():
+            output = model(x)
+            val_loss += nn.CrossEntropyLoss()(output, y)
+            val_acc += (output.argmax(1) == y).float().mean().item()
+    return val_loss / num_batches, val_acc / num_batches
+"""
+
+
+def test_batch_means_summed_over_a_gathered_loop_and_divided_by_the_data_sets_batch_count_are_per_original_batch() -> None:
+    """M4: a Kaggle engine's ``Evaluate`` sums each batch's mean loss and accuracy under ``with torch.no_grad():`` and
+    divides by ``int(len(dataset) / loader.batch_size)``: over the gathered loop each sum was 1/N, unwarned."""
+    result = convert_source(ENGINE_SCRIPT, modules=[ModuleText("engine", "engine.py", ENGINE)])
+    engine = result.companions[0].new
+    b = "dataloader.batch_sampler.batch_size"
+    assert f"            for output, y in zip(output.split({b}), y.split({b})):\n" \
+        "                val_loss += nn.CrossEntropyLoss()(output, y)\n" \
+        "                val_acc += (output.argmax(1) == y).float().mean().item()\n" in engine
+    assert "    return val_loss / num_batches, val_acc / num_batches" in engine
+    assert not result.warnings
