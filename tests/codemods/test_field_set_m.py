@@ -47,6 +47,10 @@ def test_an_evaluation_function_called_for_two_models_is_not_a_place_to_prepare_
     assert "accelerator.prepare(model" not in converted(code)
 
 
+def _found(result) -> list[str]:  # noqa: ANN001
+    return [f"{w.path}:{w.code}" for r in (result, *result.companions) for w in r.warnings]
+
+
 ENGINE_SCRIPT = """\
 import torch
 import torch.nn as nn
@@ -98,4 +102,13 @@ def test_batch_means_summed_over_a_gathered_loop_and_divided_by_the_data_sets_ba
         "                val_loss += nn.CrossEntropyLoss()(output, y)\n" \
         "                val_acc += (output.argmax(1) == y).float().mean().item()\n" in engine
     assert "    return val_loss / num_batches, val_acc / num_batches" in engine
-    assert not result.warnings
+    assert _found(result) == []
+
+
+def test_batch_means_summed_over_a_gathered_loop_and_divided_by_what_cannot_be_placed_are_reported() -> None:
+    """The same sums divided by a count this cannot place are one pass's means of N batches: reported (ACC042), never
+    left silently."""
+    engine = ENGINE.replace("int(len(dataset) / dataloader.batch_size)", "dataloader.batch_size + 1")
+    assert engine != ENGINE
+    result = convert_source(ENGINE_SCRIPT, modules=[ModuleText("engine", "engine.py", engine)])
+    assert _found(result) == ["engine.py:ACC042", "engine.py:ACC042"]
