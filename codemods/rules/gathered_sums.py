@@ -223,8 +223,8 @@ accelerator.end_training()
                 ctx.warn(codes.GATHERED_SUM, kept.node, name=kept.name, why=TRANSFORMED)
             elif gathered and (index := divided_by_pass_index(ctx.plan, kept.loop, kept.name)) is not None:
                 ctx.warn(codes.GATHERED_SUM, kept.node, name=kept.name, why=BY_PASS_INDEX.format(index=index))
-            elif gathered and any(batch_mean(ctx.plan, ctx.facts, kept.loop, v) or mean_loss(ctx.plan, kept.loop, v)
-                                  for v in kept.values):
+            elif gathered and kept in found.kept and any(  # (a meter weighs what it is fed by its count)
+                    batch_mean(ctx.plan, ctx.facts, kept.loop, v) or mean_loss(ctx.plan, kept.loop, v) for v in kept.values):
                 ctx.warn(codes.GATHERED_SUM, kept.node, name=kept.name, why=BATCH_MEANS)  # whatever it is divided by
         tailed = _per_batch_tails(ctx, found.accumulators)
         for acc in found.accumulators:
