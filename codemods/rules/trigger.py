@@ -157,11 +157,37 @@ print("converged after", train(model, loader), "epochs")
                         checked = True
                     ctx.change("stop every process together: set_trigger() / check_trigger()")
 
+        _refuse_local_while(ctx)
+
     def _trains(self, ctx: Context, loop: Loop) -> bool:
         """A loop whose iterations reach a collective: a backward (DDP syncs gradients), or a gather."""
         return any(ctx.plan.reaches_backward(site) for site in loop.calls) or any(
             ctx.agreement.gathers(stmt) for stmt in loop.stmts
         )
+
+
+def _refuse_local_while(ctx: Context) -> None:
+    """A ``while`` loop that trains (a DQN's ``while True:`` over the steps of an episode, ``while not done:``) and
+    ends on a value each process computes alone (its own environment's ``done``, a random draw): each process takes
+    its own number of training steps, DDP pairs unrelated steps, and the first process to finish leaves the others
+    waiting. Stopping them together would cut the other processes' episodes short, which is not the original's
+    training either: the file is refused (ACC017)."""
+    seen: set[int] = set()
+    for site in ctx.facts.calls:
+        if not ctx.plan.reaches_backward(site):
+            continue
+        for outer in ctx.facts.chain(site.stmt)[1:]:
+            if isinstance(outer, (cst.FunctionDef, cst.ClassDef)):
+                break
+            if not isinstance(outer, cst.While) or id(outer) in seen:
+                continue
+            seen.add(id(outer))
+            if not ctx.agreement.uniform(site.scope, outer.test, outer):
+                ctx.abort(codes.LOCAL_EXIT, outer, what="while")
+            for top in outer.body.body if isinstance(outer.body, cst.IndentedBlock) else ():
+                for exit_stmt, kind in _exits(top):
+                    if kind == "break" and not ctx.is_skipped(exit_stmt) and not _agrees(ctx, site.scope, exit_stmt, top):
+                        ctx.abort(codes.LOCAL_EXIT, exit_stmt, what=kind)
 
 
 def _exits(top: cst.BaseStatement) -> list[tuple[cst.SimpleStatementLine, str]]:

@@ -112,3 +112,55 @@ def test_batch_means_summed_over_a_gathered_loop_and_divided_by_what_cannot_be_p
     assert engine != ENGINE
     result = convert_source(ENGINE_SCRIPT, modules=[ModuleText("engine", "engine.py", engine)])
     assert _found(result) == ["engine.py:ACC042", "engine.py:ACC042"]
+
+
+AGENT = """\
+import numpy as np
+import torch
+import torch.nn as nn
+
+
+class Agent:
+    def __init__(self):
+        self.q_net = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2))
+        self.optim = torch.optim.Adam(self.q_net.parameters(), lr=1e-3)
+
+    def update(self, states, targets):
+        loss = torch.mean((self.q_net(states).max(1).values - targets) ** 2)
+        self.optim.zero_grad()
+        loss.backward()
+        self.optim.step()
+"""
+
+EPISODES = """\
+import numpy as np
+import torch
+
+from agent import Agent
+
+agent = Agent()
+for episode in range(4):
+    steps = 0
+    while True:
+        agent.update(torch.randn(8, 4), torch.randn(8))
+        steps += 1
+        if np.random.uniform() < 0.1 or steps >= 50:
+            break
+    print(f"Episode {episode} | steps {steps}")
+"""
+
+
+def test_an_agent_updated_per_step_of_an_episode_each_process_ends_alone_is_refused() -> None:
+    """M7 (DQN): the entry's ``while True:`` over an episode's steps calls the agent's update, and breaks when the
+    process's own environment ends the episode: each process took its own number of steps, DDP paired unrelated
+    steps and the run crashed at the end, with 0 warnings. Refused: ACC017 at the break (and at a ``while not done:``
+    test)."""
+    modules = [ModuleText("agent", "agent.py", AGENT)]
+    result = convert_source(EPISODES, modules=modules)
+    assert result.status == "attention" and [w.code for w in result.warnings] == ["ACC017"], _found(result)
+    done = EPISODES.replace("    while True:\n", "    done = False\n    while not done:\n").replace(
+        "        if np.random.uniform() < 0.1 or steps >= 50:\n            break\n",
+        "        done = np.random.uniform() < 0.1\n")
+    assert [w.code for w in convert_source(done, modules=modules).warnings] == ["ACC017"]
+    counted = EPISODES.replace("np.random.uniform() < 0.1 or ", "")  # every process takes the same steps
+    assert "ACC017" not in [w.code for w in convert_source(counted, modules=modules).warnings]
