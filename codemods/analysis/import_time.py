@@ -10,7 +10,9 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods.analysis.call_graph import CallGraph
+from accelify.codemods.analysis.creation import Creation
 from accelify.codemods.analysis.facts import CallSite, Facts, Scope
+from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.snippets import code_of
 
 _STREAMS = ("sys.stdout", "sys.stderr")
@@ -35,6 +37,49 @@ def import_time_prints(facts: Facts, graph: CallGraph) -> list[CallSite]:
             if _prints(site):
                 found.append(site)
     return sorted(found, key=lambda s: facts.order.get(s.stmt, (0, 0)))
+
+
+def entry_prints(plan: Plan) -> tuple[list[CallSite], str | None]:
+    """The ``print(...)`` statements at the training script's own top level (its ``if __name__ == "__main__":``
+    block included: ``print(VERSION)`` before ``main(args)``, the elapsed time after it) that run on every process
+    out of the accelerator's reach, because a function makes it; in order, with the accelerator's ``cpu`` argument
+    (``""``, ``"cpu=True"``, ``"cpu=False"``) to make their ``PartialState`` with, or None where that argument is an
+    expression the top level cannot read. Not those before the process stops (``sys.exit``), nor under the script's
+    own main-process test."""
+    facts = plan.facts
+    creation = plan.analysis(Creation)
+    entry = facts.units.get("__main__")
+    if entry is None or creation.home is None or creation.home.kind == "module":
+        return [], ""
+    scope = entry.module_scope
+    sites = sorted((s for s in scope.calls if s.scope is scope and _prints(s) and not before_exit(facts, s.stmt)
+                    and not any(c in facts.skipped for c in facts.chain(s.stmt))
+                    and not plan.distributed.main_only(facts, s.stmt, s.scope)),
+                   key=lambda s: facts.order.get(s.stmt, (0, 0)))
+    cpu = next((a for a in creation.arguments if a.startswith("cpu=")), "")
+    return sites, cpu if cpu in ("", "cpu=True", "cpu=False") else None
+
+
+_EXITS = ("sys.exit", "exit", "quit", "os._exit")
+
+
+def before_exit(facts: Facts, stmt: cst.BaseStatement) -> bool:
+    """Whether a later statement of ``stmt``'s block ends the process (``sys.exit(1)``, ``raise``)."""
+    parent = facts.parent_stmt.get(stmt)
+    body = getattr(getattr(parent, "body", None), "body", None)
+    if not body or stmt not in body:
+        return False
+    for later in body[list(body).index(stmt) + 1 :]:
+        if not isinstance(later, cst.SimpleStatementLine):
+            continue
+        for small in later.body:
+            if isinstance(small, cst.Raise):
+                return True
+            if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+                site = facts.sites.get(small.value)
+                if site is not None and site.qualname in _EXITS:
+                    return True
+    return False
 
 
 def _prints(site: CallSite) -> bool:

@@ -101,10 +101,10 @@ if __name__ == "__main__":
             after='''\
 import torch
 from torch.utils.data import DataLoader, TensorDataset
-from accelify.runtime import Accelerator
+from accelify.runtime import Accelerator, PartialState
 
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-print(f"training on {device}")
+PartialState().print(f"training on {device}")
 
 
 def main():

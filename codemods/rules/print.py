@@ -8,7 +8,10 @@ is later made on, ``PartialState(cpu=True).print(...)`` (once per machine, as ``
 with the accelerator's own ``cpu`` setting (Hugging Face Accelerate keeps the device of the first state a process
 makes and would ignore a later ``cpu=True``); where that setting is an expression the module cannot read at import
 time (``cpu=args.no_cuda``), the prints are left as they are and reported (ACC056). A notebook imports its modules
-once, in the process that launches the others: left alone.
+once, in the process that launches the others: left alone. The same holds for the training script's own top level
+where the accelerator is made in a function (``print(VERSION)`` before ``main(args)``, the elapsed time after it): those
+prints go through ``PartialState(...).print`` too, or are reported (ACC057) where the accelerator's ``cpu`` cannot be
+read there.
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ import libcst as cst
 from accelify.codemods import codes
 from accelify.codemods.analysis.creation import Creation
 from accelify.codemods.analysis.facts import CallSite
-from accelify.codemods.analysis.import_time import import_time_prints
-from accelify.codemods.analysis.snippets import expression
+from accelify.codemods.analysis.import_time import before_exit, entry_prints, import_time_prints
+from accelify.codemods.analysis.snippets import code_of, expression
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
 
@@ -169,6 +172,107 @@ accelerator.end_training()
             warnings=("ACC056:data.py:4",),
             modules=(("data.py", _DATA, None),),
         ),
+        Example(
+            # the script's top level prints around the call of the function that makes the accelerator
+            before='''\
+import time
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in DataLoader(TensorDataset(torch.ones(8, 2), torch.ones(8, 1)), batch_size=4):
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    start = time.time()
+    main()
+    print(f"done in {time.time() - start:.1f} s")
+''',
+            after='''\
+import time
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator, PartialState
+
+
+def main():
+    accelerator = Accelerator(cpu=True)
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    for x, y in accelerator.prepare(DataLoader(TensorDataset(torch.ones(8, 2), torch.ones(8, 1)), batch_size=4)):
+        accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+        optimizer.step()
+    accelerator.end_training()
+
+
+if __name__ == "__main__":
+    start = time.time()
+    main()
+    PartialState(cpu=True).print(f"done in {time.time() - start:.1f} s")
+''',
+        ),
+        Example(
+            # the same with an accelerator whose ``cpu`` the top level cannot read: reported
+            before='''\
+import argparse
+import time
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main(args):
+    device = torch.device("cuda" if args.cuda else "cpu")
+    model = torch.nn.Linear(2, 1).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in DataLoader(TensorDataset(torch.ones(8, 2), torch.ones(8, 1)), batch_size=4):
+        torch.nn.functional.mse_loss(model(x.to(device)), y.to(device)).backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cuda", action="store_true")
+    args = parser.parse_args()
+    start = time.time()
+    main(args)
+    print(f"done in {time.time() - start:.1f} s")
+''',
+            after='''\
+import argparse
+import time
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+
+
+def main(args):
+    accelerator = Accelerator(cpu=not args.cuda)
+    device = accelerator.device
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    for x, y in accelerator.prepare(DataLoader(TensorDataset(torch.ones(8, 2), torch.ones(8, 1)), batch_size=4)):
+        accelerator.backward(torch.nn.functional.mse_loss(model(x.to(device)), y.to(device)))
+        optimizer.step()
+    accelerator.end_training()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cuda", action="store_true")
+    args = parser.parse_args()
+    start = time.time()
+    main(args)
+    print(f"done in {time.time() - start:.1f} s")
+''',
+            warnings=("ACC057:22",),
+        ),
     )
 
     def run(self, ctx: Context) -> None:
@@ -177,7 +281,7 @@ accelerator.end_training()
                 continue
             if site.scope.resolve("print") is not None or not ctx.after_accelerator(site.scope, site.stmt):
                 continue
-            if _before_exit(ctx, site.stmt):
+            if before_exit(ctx.facts, site.stmt):
                 continue  # the message of the process that stops (rank 1's would be hidden by accelerator.print)
             accelerator = ctx.accelerator_in(site.scope)
             func = expression(f"{accelerator}.print")
@@ -185,6 +289,7 @@ accelerator.end_training()
                 ctx.change("print -> accelerator.print")
         if not ctx.notebook:
             _import_time(ctx)
+            _entry_level(ctx)
 
 
 def _import_time(ctx: Context) -> None:
@@ -207,6 +312,30 @@ def _import_time(ctx: Context) -> None:
             ctx.change(f"print while {unit} is imported -> PartialState().print")
 
 
+def _entry_level(ctx: Context) -> None:
+    """The prints at the script's own top level where the accelerator a function makes cannot reach (``print(VERSION)``
+    before ``main(args)``, the elapsed time after it): through ``PartialState(<the accelerator's cpu>).print``
+    (imported beside ``Accelerator`` by the imports rule where that is the same module), or reported (ACC057) where
+    that ``cpu`` is an expression the top level cannot read (``analysis/import_time.py``)."""
+    if not ctx.accelerating:
+        return
+    sites, cpu = entry_prints(ctx.plan)
+    sites = [s for s in sites if not ctx.edits.replaced(s.node.func)]
+    if not sites:
+        return
+    home = ctx.plan.analysis(Creation).home
+    assert home is not None
+    if cpu is None:
+        cpu = next(a for a in ctx.plan.analysis(Creation).arguments if a.startswith("cpu="))
+        ctx.warn(codes.ENTRY_PRINTS, sites[0].stmt, name=code_of(sites[0].node), function=home.name, cpu=cpu)
+        return
+    state = expression(f"PartialState({cpu}).print")
+    if any([ctx.replace(site.node.func, site.stmt, lambda _, f=state: f) for site in sites]):  # type: ignore[misc]
+        if home.unit != "__main__":
+            _import_state(ctx, "__main__")
+        ctx.change("print at the script's top level -> PartialState().print")
+
+
 def _import_state(ctx: Context, unit: str) -> None:
     """``from <runtime> import PartialState`` after the top imports of the local module ``unit``."""
     new = cst.SimpleStatementLine([cst.ImportFrom(module=cst.parse_expression(ctx.import_module),  # type: ignore[arg-type]
@@ -214,23 +343,3 @@ def _import_state(ctx: Context, unit: str) -> None:
     ctx.add_import(ctx.facts.units[unit].module, new)
 
 
-_EXITS = ("sys.exit", "exit", "quit", "os._exit")
-
-
-def _before_exit(ctx: Context, stmt: cst.BaseStatement) -> bool:
-    """Whether a later statement of ``stmt``'s block ends the process (``sys.exit(1)``, ``raise``)."""
-    parent = ctx.facts.parent_stmt.get(stmt)
-    body = getattr(getattr(parent, "body", None), "body", None)
-    if not body or stmt not in body:
-        return False
-    for later in body[list(body).index(stmt) + 1 :]:
-        if not isinstance(later, cst.SimpleStatementLine):
-            continue
-        for small in later.body:
-            if isinstance(small, cst.Raise):
-                return True
-            if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
-                site = ctx.facts.sites.get(small.value)
-                if site is not None and site.qualname in _EXITS:
-                    return True
-    return False

@@ -164,3 +164,36 @@ def test_an_agent_updated_per_step_of_an_episode_each_process_ends_alone_is_refu
     assert [w.code for w in convert_source(done, modules=modules).warnings] == ["ACC017"]
     counted = EPISODES.replace("np.random.uniform() < 0.1 or ", "")  # every process takes the same steps
     assert "ACC017" not in [w.code for w in convert_source(counted, modules=modules).warnings]
+
+
+PRINTS_AROUND_MAIN = """\
+import time
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=16):
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    print("==> Train done.")
+
+
+if __name__ == "__main__":
+    print("VERSION 19-12-02")
+    start = time.time()
+    main()
+    print("Total elapsed time: {0:.1f} sec".format(time.time() - start))
+"""
+
+
+def test_prints_around_the_call_that_trains_are_printed_once() -> None:
+    """M8 (CycleGAN): the ``__main__`` block prints a banner before ``main(args)`` and the elapsed time after it,
+    and the accelerator is made inside ``main``: each of those lines came once per process, unwarned."""
+    new = converted(PRINTS_AROUND_MAIN)
+    assert '    PartialState(cpu=True).print("VERSION 19-12-02")\n' in new
+    assert '    PartialState(cpu=True).print("Total elapsed time: {0:.1f} sec".format(time.time() - start))\n' in new
+    assert '    accelerator.print("==> Train done.")\n' in new
+    assert "from accelify.runtime import Accelerator, PartialState\n" in new
