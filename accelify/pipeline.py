@@ -211,7 +211,8 @@ def name_the_entry(result: Result, path: str | os.PathLike[str] | None = None) -
     """A module that trains objects its caller builds, converted alone, needs attention and names the script to convert
     instead (``accelify.entries``): a trainer class whose loop walks the loader ``run.py`` builds would otherwise be
     "converted" preparing only what it sees. A module with ACC012 (a step function whose loop is in another module)
-    names the script beside it (or above its package) that imports it. Such a module is never "unchanged" (exit 0)."""
+    names the script beside it (or above its package) that imports it. Such a module is never "unchanged" (exit 0), nor
+    is a script no other imports whose own module has it (the program trains, and nothing of it is converted)."""
     from pathlib import Path
 
     parts = (result, *result.companions)
@@ -232,8 +233,10 @@ def name_the_entry(result: Result, path: str | os.PathLike[str] | None = None) -
         from accelify.migrate.grouping import entries_using
 
         entries = entries_using(where)
-        if not entries:
-            return result
+        if not entries:  # the entry itself, whose program trains (a module it imports calls ``backward``) unconverted
+            first = next((w for part in result.companions for w in part.warnings if w.code == NOTHING_TO_PREPARE.code), None)
+            return result if result.status != UNCHANGED or first is None else \
+                replace(result, status=ATTENTION, reason=first.message)
         fix = (f"convert {entries[0]} instead: it imports this module, which is converted with it (the loop here "
                "trains the objects that script builds)")
 

@@ -176,3 +176,25 @@ def test_a_script_in_scripts_finds_the_module_its_repository_root_holds(tmp_path
     assert out.exit_code == 0, out.output
     assert (tmp_path / "out" / "src" / "engine.py").is_file() and (tmp_path / "out" / "scripts" / "train.py").is_file()
     assert not (tmp_path / "out" / "json.py").exists()
+
+
+def test_a_script_whose_imported_module_trains_with_no_optimizer_found_needs_attention(tmp_path: Path) -> None:
+    """Set M5: the entry builds its model and optimizer by name (``layers[config["model"]](...)``) and a module it
+    imports makes the step; the refusal (ACC012) was in that module, and the script was "unchanged", exit 0 (``--check``
+    passed over it)."""
+    (tmp_path / "engines.py").write_text(
+        "def create_trainer(model, optimizer, loss_fn):\n    def _update(batch):\n        x, y = batch\n"
+        "        loss = loss_fn(model(x), y)\n        loss.backward()\n        optimizer.step()\n"
+        "        optimizer.zero_grad()\n        return loss.item()\n\n    return _update\n")
+    (tmp_path / "train.py").write_text(
+        "import importlib\nimport inspect\n\nimport torch\n\nfrom engines import create_trainer\n\n"
+        "if __name__ == '__main__':\n"
+        "    optimizers = dict(inspect.getmembers(importlib.import_module('torch.optim'), inspect.isclass))\n"
+        "    layers = dict(inspect.getmembers(torch.nn, inspect.isclass))\n    model = layers['Linear'](2, 1)\n"
+        "    optimizer = optimizers['Adam'](model.parameters(), lr=0.1)\n"
+        "    step = create_trainer(model, optimizer, torch.nn.MSELoss())\n"
+        "    for batch in [(torch.ones(4, 2), torch.ones(4, 1))]:\n        step(batch)\n")
+    result = convert_path(tmp_path / "train.py")
+    every = [(Path(w.path).as_posix(), w.code) for part in (result, *result.companions) for w in part.warnings]
+    assert [(Path(path).name, code) for path, code in every] == [("engines.py", "ACC012")]
+    assert result.status == "attention", (result.status, every)
