@@ -11,7 +11,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Loop, Scope
-from accelify.codemods.analysis.names import ImportMap, dotted
+from accelify.codemods.analysis.names import PROGRESS_BARS, ImportMap, dotted
 from accelify.codemods.analysis.exports import Exports
 from accelify.codemods.analysis.statement_shapes import target_names
 from accelify.codemods.analysis.tree_walk import child_fields
@@ -252,8 +252,9 @@ class _Collector:
             call = item.item
             if isinstance(call, cst.Call) and self.imports.qualname(call.func) in NO_GRAD:
                 flag = True
-            if item.asname is not None:
-                self._bind_target(item.asname.name, None)
+            if item.asname is not None:  # ``with tqdm(loader) as bar:``: a progress bar enters as itself
+                bar = isinstance(call, cst.Call) and self.imports.qualname(call.func) in PROGRESS_BARS
+                self._bind_target(item.asname.name, call if bar else None)
         self.with_flags.append(flag)
         self.no_grad += flag
 

@@ -197,3 +197,22 @@ def test_prints_around_the_call_that_trains_are_printed_once() -> None:
     assert '    PartialState(cpu=True).print("Total elapsed time: {0:.1f} sec".format(time.time() - start))\n' in new
     assert '    accelerator.print("==> Train done.")\n' in new
     assert "from accelify.runtime import Accelerator, PartialState\n" in new
+
+
+def test_a_loop_over_the_bar_a_with_statement_binds_is_a_loop_over_its_iterable() -> None:
+    """M3 (a normalizing-flow notebook): ``with tqdm.tqdm(range(epochs)) as tepoch: for epoch in tepoch:`` was a
+    loop over something that "could not be followed" (a false ACC021 refused the notebook); so was ``with
+    tqdm(loader) as bar: for x, y in bar:``. A progress bar enters as itself: the loops walk its iterable."""
+    for header, loop in (("with tqdm.tqdm(range(epochs)) as tepoch:", "for epoch in tepoch:"),
+                         ("with tqdm.tqdm(loader) as bar:", "for epoch in range(epochs):")):
+        inner = "for x, y in bar:" if "bar" in header else "for x, y in loader:"
+        code = (
+            "import torch\nimport tqdm\nfrom torch.utils.data import DataLoader, TensorDataset\n\n\n"
+            "def train(model, data, epochs=2):\n    loader = DataLoader(data, batch_size=16)\n"
+            "    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)\n"
+            f"    {header}\n        {loop}\n            {inner}\n"
+            "                loss = torch.nn.functional.mse_loss(model(x), y)\n                optimizer.zero_grad()\n"
+            "                loss.backward()\n                optimizer.step()\n    return model\n\n\n"
+            "model = torch.nn.Linear(2, 1)\ntrain(model, TensorDataset(torch.randn(64, 2), torch.randn(64, 1)))\n")
+        assert codes(code) == [], header
+        assert "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n" in converted(code)
