@@ -39,6 +39,7 @@ from accelify.codemods.rules.logging import MainProcessLogging
 from accelify.codemods.rules.micro_steps import AccumulateMicroSteps
 from accelify.codemods.rules.placement import RemovePlacement
 from accelify.codemods.rules.prepare import InsertPrepare
+from accelify.codemods.rules.named_parameters import UnwrapNames
 from accelify.codemods.rules.print import SwapPrint
 from accelify.codemods.rules.refusals import RefusePlanProblems
 from accelify.codemods.rules.process_group import RemoveProcessGroup
@@ -107,6 +108,7 @@ RULES: tuple[type[Rule], ...] = (
     SeedPerProcess,
     SeedSharedDraws,
     UnwrapModule,
+    UnwrapNames,
     LoadUnwrapped,
     UnwrapAttributes,
     EndTraining,

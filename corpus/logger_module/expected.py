@@ -77,7 +77,7 @@ for epoch in range(num_epoches):
         for tag, value in info.items():
             if accelerator.is_main_process:
                 logger.scalar_summary(tag, value, step)
-        for tag, value in model.named_parameters():
+        for tag, value in accelerator.unwrap_model(model).named_parameters():
             if accelerator.is_main_process:
                 logger.histo_summary(tag.replace(".", "/"), to_np(value), step)
         if i % 4 == 0:
