@@ -11,6 +11,7 @@ import libcst.matchers as m
 from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import expression
+from accelify.codemods.analysis.creation import Creation
 from accelify.codemods.analysis.facts import Binding
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.seen_from import seen_from
@@ -180,6 +181,9 @@ accelerator.end_training()
         """``device = ...`` -> ``device = accelerator.device`` (or a warning when that cannot be done)."""
         stmt = binding.stmt
         accelerator = ctx.accelerator_in(binding.where)
+        if accelerator is not None and _single_assign(stmt) and not ctx.after_accelerator(binding.where, stmt) \
+                and self._bound_again(ctx, binding, accelerator):
+            return
         if accelerator is None or not ctx.after_accelerator(binding.where, stmt) or not _single_assign(stmt):
             ctx.warn(codes.DEVICE_NOT_REPLACED, stmt, name=binding.key)
             return
@@ -187,6 +191,30 @@ accelerator.end_training()
         if ctx.replace(binding.value, stmt, lambda _, a=accelerator: expression(f"{a}.device")):  # type: ignore[misc]
             ctx.change("use accelerator.device")
             self._type_tests(ctx, binding)
+
+    def _bound_again(self, ctx: Context, binding: Binding, accelerator: str) -> bool:
+        """A module's ``device = "cuda:0" if ... else "cpu"`` at its top, and the accelerator made later at the
+        same level (in its ``if __name__ == "__main__":`` block), where every use of the device at that level comes
+        after it: ``device = accelerator.device`` right after the accelerator (the functions that read the global
+        run once it exists). True when done."""
+        anchor = ctx.plan.analysis(Creation).anchor
+        if binding.where.kind != "module" or "." in binding.key or anchor is None or ctx.plan.home is not binding.where:
+            return False
+        top = {id(ref) for ref in self._refs(ctx, binding) if not ctx.dropped(ref)
+               and any(ref in refs for refs in binding.where.refs.values())}
+        holders: dict[int, cst.BaseStatement] = {}
+        for stmt, _ in sorted(ctx.facts.order.items(), key=lambda item: item[1][0]):  # the innermost holds it last
+            for name in m.findall(stmt, m.Name(binding.key)):
+                if id(name) in top:
+                    holders[id(name)] = stmt
+        if len(holders) != len(top) or not all(ctx.after_accelerator(binding.where, s) for s in holders.values()):
+            return False
+        at, after = anchor
+        code = [f"{binding.key} = {accelerator}.device"]
+        ctx.insert_after(at, code) if after else ctx.insert_before(at, code)
+        ctx.change("use accelerator.device")
+        self._type_tests(ctx, binding)
+        return True
 
     def _type_tests(self, ctx: Context, binding: Binding) -> None:
         """``device == "cuda"`` and ``str(device) == "cuda"`` compare a string; ``accelerator.device`` is a

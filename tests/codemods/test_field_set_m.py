@@ -216,3 +216,24 @@ def test_a_loop_over_the_bar_a_with_statement_binds_is_a_loop_over_its_iterable(
             "model = torch.nn.Linear(2, 1)\ntrain(model, TensorDataset(torch.randn(64, 2), torch.randn(64, 1)))\n")
         assert codes(code) == [], header
         assert "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n" in converted(code)
+
+
+def test_a_module_level_device_used_only_after_the_accelerator_of_the_main_block_is_the_accelerators() -> None:
+    """M6 (a matrix-factorisation script): ``device = "cuda:0" if ... else "cpu"`` at the top, classes, then the
+    whole training under ``if __name__ == "__main__":``, where the accelerator is made: the device stayed ``cuda:0``
+    (ACC011), and on a GPU machine every process would move its batches to the first GPU."""
+    code = (
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+        "device = \"cuda:0\" if torch.cuda.is_available() else \"cpu\"\n\n\n"
+        "class Net(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.fc = torch.nn.Linear(2, 1)\n\n    def forward(self, x):\n        return self.fc(x)\n\n\n"
+        "if __name__ == \"__main__\":\n    model = Net().to(device)\n    print(\"training on\", device)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)\n"
+        "    for x, y in loader:\n        x, y = x.to(device), y.to(device)\n"
+        "        loss = torch.nn.functional.mse_loss(model(x), y)\n        loss.backward()\n        optimizer.step()\n")
+    new = converted(code)
+    assert "    accelerator = Accelerator()\n    device = accelerator.device\n" in new, new
+    assert codes(code) == []
+    early = code.replace("\n\nclass Net", "\nprint(torch.zeros(1).to(device))\n\nclass Net")  # used before: left, reported
+    assert "ACC011" in [c.split(":")[0] for c in codes(early)]
