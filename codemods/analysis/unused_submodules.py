@@ -67,7 +67,8 @@ Paths = dict[str, set[tuple[str, ...]]]
 
 
 def unused_submodules(plan: Plan) -> list[tuple[Scope, str]]:
-    """``(class, attribute)`` for each prepared model's class holding a submodule its forward never reads."""
+    """``(class, attribute)`` for each prepared model's class holding a submodule its forward never reads, or reads
+    only in part (a backbone run layer by layer, its head left out)."""
     found: list[tuple[Scope, str]] = []
     seen: set[int] = set()
     for binding in plan.objects:
