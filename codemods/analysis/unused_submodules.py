@@ -260,11 +260,8 @@ def _a_module(plan: Plan, scope: Scope, value: cst.BaseExpression) -> bool:
     qualname = scope.imports.qualname(value.func) or ""
     if qualname in _COPIES:
         return True
-    if qualname.startswith(_LIBRARY_MODELS):
+    if _library_model(scope, value.func):
         return True
-    table = value.func.value if isinstance(value.func, cst.Subscript) else None
-    if table is not None and (scope.imports.qualname(table) or "").startswith(_LIBRARY_MODELS):
-        return True  # pretrainedmodels.__dict__[name](num_classes=1000, pretrained="imagenet")
     if qualname.startswith("torch.nn.") and not qualname.startswith(("torch.nn.functional.", "torch.nn.init.", "torch.nn.utils.")):
         name = qualname.rpartition(".")[2]
         return name[:1].isupper() and not name.endswith("Loss") and not name.startswith(_NO_PARAMETERS)
@@ -273,3 +270,14 @@ def _a_module(plan: Plan, scope: Scope, value: cst.BaseExpression) -> bool:
         return False
     key = cls.name if cls.unit == "__main__" else f"{cls.unit}.{cls.name}"
     return is_module_class(key, plan.facts.classes)
+
+
+def _library_model(scope: Scope, func: cst.BaseExpression) -> bool:
+    """``resnet34``, ``timm.create_model``, ``pretrainedmodels.__dict__[name]``, ``getattr(torchvision.models, arch)``:
+    a callable that makes a library model."""
+    if isinstance(func, cst.Subscript):
+        func = func.value  # pretrainedmodels.__dict__[name](num_classes=1000, pretrained="imagenet")
+    elif isinstance(func, cst.Call) and m.matches(func.func, m.Name("getattr")) and func.args:
+        func = func.args[0].value  # getattr(torchvision.models, args.arch)(pretrained=True)
+    qualname = scope.imports.qualname(func)
+    return qualname is not None and f"{qualname}.".startswith(_LIBRARY_MODELS)

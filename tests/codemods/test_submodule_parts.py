@@ -104,6 +104,9 @@ def test_a_backbone_whose_every_part_runs_is_not_judged(forward: str) -> None:
          "return self.out(self.base_model.forward_features(image).mean((2, 3)))", "import timm"),
         ('pretrainedmodels.__dict__["resnet34"](pretrained="imagenet")',
          "return self.out(self.base_model.features(image).mean((2, 3)))", "import pretrainedmodels"),
+        ("getattr(models, arch)(pretrained=True)",
+         "x = self.base_model.layer4(self.base_model.conv1(image))\nreturn self.out(x.mean((2, 3)))",
+         'from torchvision import models\narch = "resnet34"'),
     ],
 )
 def test_a_library_backbone_reached_by_parts_makes_ddp_look_for_unused_parameters(make: str, forward: str, imports: str) -> None:
