@@ -69,28 +69,30 @@ Paths = dict[str, set[tuple[str, ...]]]
 def unused_submodules(plan: Plan) -> list[tuple[Scope, str]]:
     """``(class, attribute)`` for each prepared model's class holding a submodule its forward never reads, or reads
     only in part (a backbone run layer by layer, its head left out)."""
-    found: list[tuple[Scope, str]] = []
+    found: dict[tuple[int, str], tuple[Scope, str]] = {}
     seen: set[int] = set()
     for binding in plan.objects:
         if binding.role != "model":
             continue
-        cls = _class_made(plan, binding)
-        if cls is None or id(cls) in seen:
+        made = _class_made(plan, binding)
+        if made is None or id(made[1]) in seen:
             continue
-        seen.add(id(cls))
-        found += [(cls, attr) for attr in _unused(plan, cls)]
-    return found
+        seen.add(id(made[1]))
+        cls, call, where = made
+        found.update({(id(cls), attr): (cls, attr) for attr in _unused(plan, cls, 0, (call, where))})
+    return list(found.values())
 
 
-def _class_made(plan: Plan, binding: Binding, depth: int = 0) -> Scope | None:
-    """The class of the program ``binding``'s value instantiates, through helpers that return it
-    (``diffusion = get_diffusion_from_args(args).to(device)``, whose ``return diffusion`` is ``GaussianDiffusion(...)``)."""
+def _class_made(plan: Plan, binding: Binding, depth: int = 0) -> tuple[Scope, cst.Call, Scope] | None:
+    """The class of the program ``binding``'s value instantiates, the call that does and where it is, through helpers
+    that return it (``diffusion = get_diffusion_from_args(args).to(device)``, whose ``return diffusion`` is
+    ``GaussianDiffusion(...)``)."""
     value = strip_placement(binding.value) if binding.value is not None else None
     if not isinstance(value, cst.Call) or depth > 3:
         return None
     cls = plan.classes.class_of(binding.where, value.func)
     if cls is not None:
-        return cls
+        return cls, value, binding.where
     site = plan.facts.sites.get(value)
     function = plan.callee(site) if site is not None else None
     if function is None or function.name == "__init__":
@@ -105,8 +107,10 @@ def _class_made(plan: Plan, binding: Binding, depth: int = 0) -> Scope | None:
     return None
 
 
-def _unused(plan: Plan, cls: Scope, depth: int = 0) -> list[str]:
-    """The module attributes ``cls.__init__`` sets that ``forward`` never reads, or reads only in part."""
+def _unused(plan: Plan, cls: Scope, depth: int, made: tuple[cst.Call, Scope]) -> list[str]:
+    """The module attributes ``cls.__init__`` sets that ``forward`` never reads, or reads only in part; ``made``: the
+    call that makes the instance and where it is (an attribute set from a parameter of ``__init__``, ``self.backbone =
+    backbone``, holds what that call passes: ``Net(torchvision.models.resnet34())``)."""
     init = plan.facts.function("__init__", cls)
     forward = plan.classes.method(cls, "forward")
     if init is None or forward is None:
@@ -119,12 +123,28 @@ def _unused(plan: Plan, cls: Scope, depth: int = 0) -> list[str]:
         head, _, attr = key.partition(".")
         if head != "self" or not attr or "." in attr or not bindings:
             continue
-        if not all(b.where is init and b.value is not None and _a_module(plan, init, b.value) for b in bindings):
+        if not all(b.where is init and b.value is not None for b in bindings):
             continue
-        values = [b.value for b in bindings if b.value is not None]
-        if attr not in read or not all(_covered(plan, init, value, read[attr], depth) for value in values):
+        values = [_passed(plan, init, b.value, made) for b in bindings if b.value is not None]
+        if not all(_a_module(plan, where, value) for value, where in values):
+            continue
+        if attr not in read or not all(_covered(plan, where, value, read[attr], depth) for value, where in values):
             unused.append(attr)
     return unused
+
+
+def _passed(plan: Plan, init: Scope, value: cst.BaseExpression,
+            made: tuple[cst.Call, Scope]) -> tuple[cst.BaseExpression, Scope]:
+    """``value`` as ``init`` sets it, and where it is: for a parameter of ``__init__`` it does not rebind, what the
+    call ``made`` passes for it (in the caller); else ``value`` itself, in ``init``."""
+    call, where = made
+    site = plan.facts.sites.get(call)
+    if site is None or not isinstance(value, cst.Name) or value.value not in init.param_names:
+        return value, init
+    if value.value in init.bindings:
+        return value, init  # rebound in __init__ (``backbone = backbone or resnet18()``): not what the call passes
+    arg = plan.arg_for(site, init, value.value)
+    return (arg.value, where) if arg is not None else (value, init)
 
 
 def _read(plan: Plan, cls: Scope, method: Scope, seen: set[int]) -> Paths | None:
@@ -199,7 +219,7 @@ def _covered(plan: Plan, scope: Scope, value: cst.BaseExpression, paths: set[tup
     qualname = scope.imports.qualname(value.func) or ""
     cls = plan.classes.class_of(scope, value.func) if qualname not in _COPIES else None
     if () in paths:
-        return cls is None or not _unused(plan, cls, depth + 1)
+        return cls is None or not _unused(plan, cls, depth + 1, (value, scope))
     if qualname.startswith("torch.nn."):
         name = qualname.rpartition(".")[2]
         parts = {"weight"} if name == "Embedding" else {"weight", "bias"}

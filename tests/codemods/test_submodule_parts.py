@@ -149,3 +149,19 @@ class Net(nn.Module):""").replace("self.base_model = Backbone()", "self.base_mod
     assert finds_unused(with_forward("return self.out(self.base_model(image).mean((2, 3)))", encoder))
     whole = encoder.replace("return self.backbone.layer1(self.backbone.conv1(x))", "return self.backbone(x)")
     assert not finds_unused(with_forward("return self.out(self.base_model(image).mean((2, 3)))", whole))
+
+
+
+@pytest.mark.parametrize("made", ["Net(torchvision.models.resnet34())", "Net(backbone=torchvision.models.resnet34())"])
+def test_a_backbone_handed_to_the_model_is_judged_by_what_the_call_passes(made: str) -> None:
+    """``self.base_model = backbone``, a parameter of ``__init__``: the model made by ``Net(resnet34())`` holds a
+    library model, run by parts here; called whole, nothing is unused."""
+
+    def handed(forward: str) -> str:
+        source = library_backbone("backbone", forward).replace("model = Net()", f"model = {made}")
+        return source.replace("    def __init__(self):\n        super().__init__()\n        self.base_model = backbone",
+                              "    def __init__(self, backbone):\n        super().__init__()\n        self.base_model = backbone")
+
+    assert "def __init__(self, backbone)" in handed("return self.out(self.base_model(image))")
+    assert finds_unused(handed("x = self.base_model.layer4(self.base_model.conv1(image))\nreturn self.out(x.mean((2, 3)))"))
+    assert not finds_unused(handed("return self.out(self.base_model(image))"))
