@@ -14,8 +14,9 @@ a submodule ``forward`` never reaches gets none, and the second step stops (the 
             return self.get_losses(x)            # reads self.model only
 
 Found statically: a class of the program that a prepared model instantiates, an attribute its ``__init__`` sets
-to a module (``deepcopy(...)``, a ``torch.nn``/``torchvision.models`` constructor, a module class of the program),
-and a ``forward`` (with the methods it calls through ``self``) that never reads that attribute. The accelerator
+to a module (``deepcopy(...)``, a ``torch.nn`` or library model constructor, a module class of the program; for
+``self.net = net``, a parameter of ``__init__``, what the call that makes the model passes), and a ``forward`` (with
+the methods it calls through ``self``) that never reads that attribute. The accelerator
 then wraps the model with ``find_unused_parameters=True`` (``creation.py``), which changes nothing on one process.
 A forward that reaches its attributes by name (``getattr(self, ...)``, ``self.modules()``) is not judged.
 
