@@ -102,7 +102,8 @@ class Creation:
             arguments.append("split_batches=True")  # DataParallel split each batch over the GPUs: so do the processes
         options = plan.distributed.ddp_options()  # DistributedDataParallel(model, find_unused_parameters=True)
         if plan.analysis(unused_submodules) and not any(a.keyword is not None and a.keyword.value == "find_unused_parameters" for a in options):
-            # an EMA copy or a teacher the forward never runs gets no gradient: DDP would stop at the second step
+            # an EMA copy or a teacher the forward never runs, or a backbone's head it leaves out, gets no gradient:
+            # DDP would stop at the second step
             options = [*options, cst.Arg(cst.Name("True"), keyword=cst.Name("find_unused_parameters"),
                                          equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))]
         amp = plan.analysis(find_amp)
