@@ -1,0 +1,123 @@
+"""ACC025 on a model method that runs the model's layers from its containers (set M3, issue 23).
+
+A normalizing flow trained only through ``model.log_probability(x)``, whose loop ``for layer in self.layers:
+x, ld = layer.inverse(x)`` runs a ``ModuleList``'s items, was converted with no warning: on a prepared model the method
+runs on the inner module, bypassing the DistributedDataParallel wrapper, and the runtime sentinel stopped the run at
+step 2 (ParametersDifferError). Every way authors reach the layers (a loop, an index, ``enumerate``/``zip``/
+``reversed``/``.items()``, a comprehension, a submodule's own method) is a run; reading the layers' parameters is not.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from _convert import codes, converted, dedent
+
+from accelify.pipeline import convert_source
+from accelify.program import ModuleText
+
+FLOW = """\
+import torch
+import torch.nn as nn
+
+
+class Affine(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.shift = nn.Parameter(torch.zeros(2))
+        self.log_scale = nn.Parameter(torch.zeros(2))
+
+    def forward(self, y):
+        return (y - self.shift) * torch.exp(-self.log_scale)
+
+    def inverse(self, y):
+        return (y - self.shift) * torch.exp(-self.log_scale), -self.log_scale.sum()
+
+
+class Flow(nn.Module):
+    def __init__(self, n=2):
+        super().__init__()
+        self.layers = nn.ModuleList([Affine() for _ in range(n)])
+        self.heads = nn.ModuleDict({"a": Affine(), "b": Affine()})
+        self.norms = nn.ModuleList([nn.Identity() for _ in range(n)])
+        self.final = Affine()
+        self.base = torch.distributions.Normal(0.0, 1.0)
+
+    def log_probability(self, x):
+        log_prob = torch.zeros(x.shape[0])
+BODY
+        return log_prob + self.base.log_prob(x).sum(1)
+
+
+model = Flow()
+optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
+for x in torch.randn(4, 16, 2):
+    loss = -model.log_probability(x).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def _flow(body: str) -> str:
+    return FLOW.replace("BODY\n", "".join(f"        {line}\n" for line in dedent(body).splitlines()))
+
+
+@pytest.mark.parametrize("body", [
+    # the M3 notebook's loop, in reverse
+    """
+    for layer in reversed(self.layers):
+        x, log_det = layer.inverse(x)
+        log_prob += log_det
+    """,
+    "for layer in self.layers:\n    x = layer(x)",
+    "for i in range(len(self.layers)):\n    x = self.layers[i](x)",
+    "x, log_det = self.layers[-1].inverse(x)\nlog_prob = log_prob + log_det",
+    "for i, layer in enumerate(self.layers):\n    x = layer(x) * (i + 1)",
+    "for layer, norm in zip(self.layers, self.norms):\n    x = norm(layer(x))",
+    "for name, head in self.heads.items():\n    x = head(x)",
+    "for head in self.heads.values():\n    x = head(x)",
+    'x = self.heads["a"](x)',
+    "x = torch.stack([layer(x) for layer in self.layers]).mean(0)",
+    "layers = self.layers\nfor layer in layers[1:]:\n    x = layer(x)",
+    "outs = []\nfor layer in self.layers:\n    outs.append(layer(x))\nx = torch.stack(outs).mean(0)",
+    # a submodule's own method, not only a call of it
+    "x, log_det = self.final.inverse(x)\nlog_prob += log_det",
+])
+def test_training_through_a_method_that_runs_the_layers_of_a_container_is_refused(body: str) -> None:
+    code = _flow(body)
+    line = next(i for i, text in enumerate(code.splitlines(), 1) if "-model.log_probability(x)" in text)
+    assert codes(code) == [f"ACC025:{line}"]
+    assert convert_source(code).new == code  # refused: the file is left unchanged
+
+
+@pytest.mark.parametrize("body", [
+    # reads the layers' parameters (a penalty), runs none of them
+    "log_prob = log_prob - sum(layer.shift.pow(2).sum() for layer in self.layers)",
+    "log_prob = log_prob - sum(p.pow(2).sum() for layer in self.layers for p in layer.parameters())",
+    # runs them without gradients (a scale measured under no_grad): no graph leaves them
+    "with torch.no_grad():\n    scale = sum(layer(x).abs().mean() for layer in self.layers)\nx = x / scale",
+])
+def test_a_method_that_reads_the_layers_without_running_them_converts(body: str) -> None:
+    code = _flow(body)
+    assert codes(code) == [], codes(code)
+    assert "model, optimizer = accelerator.prepare(model, optimizer)" in converted(code)
+
+
+def test_the_same_loop_in_the_forward_called_through_the_prepared_model_converts() -> None:
+    """The control: the flow's loop is its ``forward``, and the training calls ``model(x)``; the wrapper runs it."""
+    code = _flow("for layer in reversed(self.layers):\n    x, log_det = layer.inverse(x)\n    log_prob += log_det")
+    code = code.replace("    def log_probability(self, x):", "    def forward(self, x):").replace(
+        "model.log_probability(x)", "model(x)")
+    assert codes(code) == [], codes(code)
+    assert "model, optimizer = accelerator.prepare(model, optimizer)" in converted(code)
+
+
+def test_the_layers_loop_of_a_model_defined_in_another_module_is_refused() -> None:
+    """M3's ``train_split.py``: the flow's classes are imported from the program's own module (``flows.py``)."""
+    flows = _flow("for layer in reversed(self.layers):\n    x, log_det = layer.inverse(x)\n    log_prob += log_det")
+    flows, script = flows.split("\n\nmodel = Flow()\n")
+    script = "import torch\nfrom flows import Flow\n\nmodel = Flow()\n" + script
+    result = convert_source(script, modules=[ModuleText("flows", "flows.py", flows + "\n")])
+    assert result.status == "attention" and [w.code for w in result.warnings] == ["ACC025"], result.warnings
+    assert result.new == script
