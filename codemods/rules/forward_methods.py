@@ -57,6 +57,28 @@ for x in torch.ones(4, 2):
             warnings=("ACC025:14",),
         ),
         Example(
+            # a flow trained through a method that runs the items of its ModuleList (set M3): refused too
+            before='''\
+import torch
+import torch.nn as nn
+class Flow(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(2, 2) for _ in range(3)])
+    def log_probability(self, x):
+        for layer in reversed(self.layers):
+            x = torch.tanh(layer(x))
+        return -x.pow(2).sum(1)
+model = Flow()
+optimizer = torch.optim.Adam(model.parameters())
+for x in torch.randn(4, 8, 2):
+    loss = -model.log_probability(x).mean()
+    loss.backward()
+    optimizer.step()
+''',
+            warnings=("ACC025:14",),
+        ),
+        Example(
             # a method that does not run the forward, and one that does but under no_grad: converted
             before='''\
 import torch
