@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import libcst as cst
 import libcst.matchers as m
 
+from accelify.codemods.analysis.classes import Classes
 from accelify.codemods.analysis.facts import Scope
 from accelify.codemods.analysis.roles import MODULE_API
 
@@ -38,21 +39,33 @@ class Layers:
     containers: frozenset[str]
 
 
-def class_layers(method: Scope) -> Layers:
-    """The layers of the class that owns ``method`` (``self.<name> = ...`` bindings of that class)."""
+def class_layers(method: Scope, classes: Classes | None = None) -> Layers:
+    """The layers of the class that owns ``method`` (``self.<name> = ...`` bindings of that class and, with
+    ``classes``, of the program's classes it derives from or that derive from it: ``BaseFlow.log_probability`` walks
+    the ``self.layers`` its subclass's ``__init__`` builds)."""
     owner = method.parent
     if owner is None or owner.kind != "class":
         return Layers(frozenset(), frozenset())
+    related = [owner]
+    if classes is not None:
+        pending = [owner]
+        while pending:
+            for base in classes.bases(pending.pop()):
+                if all(base is not c for c in related):
+                    related.append(base)
+                    pending.append(base)
+        related += [s for s in classes.facts.subclasses(owner) if all(s is not c for c in related)]
     modules: set[str] = set()
     containers: set[str] = set()
-    for key, bindings in owner.bindings.items():
-        if not key.startswith("self.") or key.count(".") != 1:
-            continue
-        name = key.split(".", 1)[1]
-        if any(b.role == "model" for b in bindings):
-            modules.add(name)
-        if any(isinstance(b.value, cst.Call) and owner.imports.qualname(b.value.func) in _CONTAINERS for b in bindings):
-            containers.add(name)
+    for cls in related:
+        for key, bindings in cls.bindings.items():
+            if not key.startswith("self.") or key.count(".") != 1:
+                continue
+            name = key.split(".", 1)[1]
+            if any(b.role == "model" for b in bindings):
+                modules.add(name)
+            if any(isinstance(b.value, cst.Call) and cls.imports.qualname(b.value.func) in _CONTAINERS for b in bindings):
+                containers.add(name)
     return Layers(frozenset(modules), frozenset(containers))
 
 

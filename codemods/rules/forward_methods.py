@@ -24,6 +24,7 @@ from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.analysis.detached import only_picks
+from accelify.codemods.analysis.classes import Classes
 from accelify.codemods.analysis.facts import CallSite, Facts
 from accelify.codemods.analysis.layer_runs import class_layers, layer_runs
 from accelify.codemods.analysis.output_reach import output_reaches_backward
@@ -298,7 +299,7 @@ for x in torch.rand(10, 2, 4):
             for method, node, name in _replaced_parameters(ctx.facts):
                 ctx.abort(codes.PARAMETER_REPLACED, node, name=name, method=method)
         methods_training = _backward_methods(ctx)
-        methods = _forward_methods(ctx.facts, methods_training)
+        methods = _forward_methods(ctx.facts, methods_training, ctx.plan.classes)
         if not methods:
             return
         for site in ctx.facts.calls:
@@ -341,7 +342,7 @@ def _replaced_parameters(facts: Facts) -> list[tuple[str, cst.Assign, str]]:
 _PARAMETER = ("torch.nn.Parameter", "torch.nn.parameter.Parameter")
 
 
-def _forward_methods(facts: Facts, training: set[str]) -> set[str]:
+def _forward_methods(facts: Facts, training: set[str], classes: Classes) -> set[str]:
     """Names of methods (other than ``forward`` and nn.Module's own) of classes in the program that call
     ``self(...)``, ``self.forward(...)``, one of the module's layers (``self.actor(x)``, ``layer.inverse(x)`` for
     ``layer in self.layers``: ``analysis/layer_runs.py``) or another such method of ``self``; one that only picks from
@@ -353,7 +354,7 @@ def _forward_methods(facts: Facts, training: set[str]) -> set[str]:
     ]
     runs = {}
     for method in methods:
-        layers = class_layers(method)
+        layers = class_layers(method, classes)
         runs[id(method)] = (layers.modules, layer_runs(method, layers))
     found: set[str] = set()
     changed = True

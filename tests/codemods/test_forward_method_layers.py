@@ -121,3 +121,45 @@ def test_the_layers_loop_of_a_model_defined_in_another_module_is_refused() -> No
     result = convert_source(script, modules=[ModuleText("flows", "flows.py", flows + "\n")])
     assert result.status == "attention" and [w.code for w in result.warnings] == ["ACC025"], result.warnings
     assert result.new == script
+
+
+BASE_FLOW = """\
+import torch
+import torch.nn as nn
+
+
+class BaseFlow(nn.Module):
+    def log_probability(self, x):
+        for layer in self.layers:
+            x = torch.tanh(layer(x))
+        return -x.pow(2).sum(1)
+
+
+class Flow(BaseFlow):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(2, 2) for _ in range(3)])
+
+
+model = Flow()
+optimizer = torch.optim.Adam(model.parameters())
+for x in torch.randn(4, 8, 2):
+    loss = -model.log_probability(x).mean()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_a_base_class_method_walking_the_layers_its_subclass_builds_is_refused() -> None:
+    assert codes(BASE_FLOW) == ["ACC025:21"]
+
+
+def test_a_subclass_method_walking_the_layers_its_base_builds_is_refused() -> None:
+    code = BASE_FLOW.replace("class BaseFlow(nn.Module):", "class Base(nn.Module):\n    def __init__(self):\n"
+                             "        super().__init__()\n        self.layers = nn.ModuleList([nn.Linear(2, 2)])\n\n\n"
+                             "class BaseFlow(Base):")
+    code = code.replace("class Flow(BaseFlow):\n    def __init__(self):\n        super().__init__()\n"
+                        "        self.layers = nn.ModuleList([nn.Linear(2, 2) for _ in range(3)])\n", "class Flow(BaseFlow):\n    pass\n")
+    assert "self.layers = nn.ModuleList([nn.Linear(2, 2)])" in code and "for _ in range(3)" not in code
+    line = next(i for i, text in enumerate(code.splitlines(), 1) if "-model.log_probability(x)" in text)
+    assert codes(code) == [f"ACC025:{line}"]
