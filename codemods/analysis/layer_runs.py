@@ -7,7 +7,8 @@ called or asked to run one of its methods (``self.actor(s)``, ``self.coupling.in
 ``self.blocks[-1].inverse(x)``, ``self.heads["a"](x)``), or walked by a loop or a comprehension, directly or through
 ``reversed``/``enumerate``/``zip``/``.values()``/``.items()`` (a normalizing flow's
 ``for layer in reversed(self.layers): x, ld = layer.inverse(x)``). What only reads a layer (``layer.weight.pow(2)``,
-``self.fc.parameters()``, ``self.layers.append(m)``) runs nothing.
+``self.fc.parameters()``, ``self.layers.append(m)``) runs nothing, nor does a submodule's method of the program that
+touches no weight (``self.core.init_hidden(batch_size)`` returning zeros).
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ import libcst.matchers as m
 
 from accelify.codemods.analysis.classes import Classes
 from accelify.codemods.analysis.facts import Scope
-from accelify.codemods.analysis.roles import MODULE_API
+from accelify.codemods.analysis.roles import MODULE_API, strip_placement
 
 _CONTAINERS = frozenset({
     "torch.nn.ModuleList", "torch.nn.ModuleDict", "torch.nn.Sequential",
     "torch.nn.modules.container.ModuleList", "torch.nn.modules.container.ModuleDict",
     "torch.nn.modules.container.Sequential",
 })
+_PARAMETERS = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter", "torch.nn.ParameterList",
+                         "torch.nn.ParameterDict"})
 _NOT_RUNNING = MODULE_API - {"forward"}  # nn.Module's own methods other than forward only read or set the module
 _PASSING = ("reversed", "list", "tuple", "iter")  # ``reversed(self.layers)``: the same items, in some order
 
@@ -33,30 +36,128 @@ _PASSING = ("reversed", "list", "tuple", "iter")  # ``reversed(self.layers)``: t
 @dataclass(frozen=True)
 class Layers:
     """The attributes of a module class that hold its layers: ``modules`` are layers themselves (``self.fc``, a
-    ``Sequential``), ``containers`` hold layers as items (``ModuleList``, ``ModuleDict``, ``Sequential``)."""
+    ``Sequential``), ``containers`` hold layers as items (``ModuleList``, ``ModuleDict``, ``Sequential``),
+    ``parameters`` its own weights (``self.shift = nn.Parameter(...)``)."""
 
     modules: frozenset[str]
     containers: frozenset[str]
+    parameters: frozenset[str] = frozenset()
 
 
-def class_layers(method: Scope, classes: Classes | None = None) -> Layers:
-    """The layers of the class that owns ``method`` (``self.<name> = ...`` bindings of that class and, with
-    ``classes``, of the program's classes it derives from or that derive from it: ``BaseFlow.log_probability`` walks
-    the ``self.layers`` its subclass's ``__init__`` builds)."""
-    owner = method.parent
-    if owner is None or owner.kind != "class":
-        return Layers(frozenset(), frozenset())
-    related = [owner]
-    if classes is not None:
+class LayerRuns:
+    """The layer runs of the program's methods, each found once.
+
+    A submodule's own method (``layer.inverse(x)``) is a run unless the program defines it and it touches no weight
+    (a recurrent core's ``init_hidden(batch_size)`` returning ``torch.zeros(...)``): the method of the submodule's
+    class where that class is known (``self.core = Core()``), else every method of the program of that name."""
+
+    def __init__(self, classes: Classes) -> None:
+        self.classes = classes
+        self._layers: dict[int, Layers] = {}
+        self._runs: dict[int, set[cst.Call]] = {}
+        self._uses: dict[int, bool] = {}
+
+    def layers(self, method: Scope) -> Layers:
+        """The layers of the class that owns ``method``: ``self.<name> = ...`` bindings of that class and of the
+        program's classes it derives from or that derive from it (``BaseFlow.log_probability`` walks the
+        ``self.layers`` its subclass's ``__init__`` builds)."""
+        owner = method.parent
+        if owner is None or owner.kind != "class":
+            return Layers(frozenset(), frozenset())
+        if id(owner) not in self._layers:
+            self._layers[id(owner)] = _class_layers(self._related(owner))
+        return self._layers[id(owner)]
+
+    def runs(self, method: Scope) -> set[cst.Call]:
+        """The calls of ``method`` that run one of its class's layers (see the module's docstring)."""
+        if id(method) not in self._runs:
+            self._runs[id(method)] = set()  # (a method reached again while its runs are found: none yet)
+            self._runs[id(method)] = self._find(method)
+        return self._runs[id(method)]
+
+    def _related(self, owner: Scope) -> list[Scope]:
+        related = [owner]
         pending = [owner]
         while pending:
-            for base in classes.bases(pending.pop()):
+            for base in self.classes.bases(pending.pop()):
                 if all(base is not c for c in related):
                     related.append(base)
                     pending.append(base)
-        related += [s for s in classes.facts.subclasses(owner) if all(s is not c for c in related)]
+        return related + [s for s in self.classes.facts.subclasses(owner) if all(s is not c for c in related)]
+
+    def _find(self, method: Scope) -> set[cst.Call]:
+        layers = self.layers(method)
+        if not layers.modules and not layers.containers:
+            return set()
+        names = _Names(layers)
+        body = method.node
+        changed = True
+        while changed:  # aliases and loop targets, until nothing new is learned (``blocks = self.blocks``, then its loop)
+            before = (len(names.modules), len(names.containers))
+            for assign in m.findall(body, m.Assign()):
+                assert isinstance(assign, cst.Assign)
+                for target in assign.targets:
+                    if isinstance(target.target, cst.Name):
+                        names.bind(target.target.value, assign.value)
+            for loop in m.findall(body, m.For() | m.CompFor()):
+                assert isinstance(loop, (cst.For, cst.CompFor))
+                names.walk(loop.target, loop.iter)
+            changed = (len(names.modules), len(names.containers)) != before
+        runs: set[cst.Call] = set()
+        for site in method.calls:
+            func = site.node.func
+            if names.module(func) or (isinstance(func, cst.Attribute) and func.attr.value not in _NOT_RUNNING
+                                      and names.module(func.value) and not self._weightless(method, func)):
+                runs.add(site.node)
+        return runs
+
+    def _weightless(self, method: Scope, func: cst.Attribute) -> bool:
+        """``self.core.init_hidden`` / ``layer.init_hidden``: a method of the program that touches no weight."""
+        name = func.attr.value
+        targets: list[Scope | None] = []
+        key = _self_attribute(func.value)
+        owner = method.parent
+        if key is not None and owner is not None:
+            bindings = [b for cls in self._related(owner) for b in cls.bindings.get(f"self.{key}", [])]
+            made = [_called(b.value) for b in bindings]
+            found = [self.classes.class_of(b.where, c.func) if c is not None else None for b, c in zip(bindings, made)]
+            if bindings and all(c is not None for c in found):
+                targets = [self.classes.method(c, name) for c in found if c is not None]
+        if not targets:
+            targets = [s for s in self.classes.facts.scopes
+                       if s.kind == "function" and s.name == name and s.parent is not None and s.parent.kind == "class"]
+        return bool(targets) and all(t is not None and not self._uses_weights(t) for t in targets)
+
+    def _uses_weights(self, method: Scope) -> bool:
+        """Whether ``method`` runs a layer, reads a weight (``self.shift``, ``self.fc.weight``), runs the module's
+        forward or another method of its class that does."""
+        if id(method) in self._uses:
+            return self._uses[id(method)]
+        self._uses[id(method)] = False  # (a method reached again from itself adds nothing)
+        layers = self.layers(method)
+        used = bool(self.runs(method))
+        for attribute in m.findall(method.node, m.Attribute(value=m.Name("self"))):
+            assert isinstance(attribute, cst.Attribute)
+            used = used or attribute.attr.value in layers.parameters
+        for site in method.calls:
+            func = site.node.func
+            if m.matches(func, m.Name("self")) or m.matches(func, m.Attribute(value=m.Name("self"))):
+                attr = func.attr.value if isinstance(func, cst.Attribute) else "forward"
+                target = self.classes.method(method.parent, attr) if method.parent is not None else None
+                if attr in ("forward", "__call__") or (target is None and attr not in MODULE_API) or \
+                        (target is not None and self._uses_weights(target)):
+                    used = True
+        for attribute in m.findall(method.node, m.Attribute(value=m.Attribute(value=m.Name("self")))):
+            assert isinstance(attribute, cst.Attribute) and isinstance(attribute.value, cst.Attribute)
+            used = used or attribute.value.attr.value in layers.modules  # ``self.fc.weight``: a layer's weight read
+        self._uses[id(method)] = used
+        return used
+
+
+def _class_layers(related: list[Scope]) -> Layers:
     modules: set[str] = set()
     containers: set[str] = set()
+    parameters: set[str] = set()
     for cls in related:
         for key, bindings in cls.bindings.items():
             if not key.startswith("self.") or key.count(".") != 1:
@@ -64,36 +165,20 @@ def class_layers(method: Scope, classes: Classes | None = None) -> Layers:
             name = key.split(".", 1)[1]
             if any(b.role == "model" for b in bindings):
                 modules.add(name)
-            if any(isinstance(b.value, cst.Call) and cls.imports.qualname(b.value.func) in _CONTAINERS for b in bindings):
-                containers.add(name)
-    return Layers(frozenset(modules), frozenset(containers))
+            for b in bindings:
+                made = _called(b.value)
+                qualname = cls.imports.qualname(made.func) if made is not None else None
+                if qualname in _CONTAINERS:
+                    containers.add(name)
+                elif qualname in _PARAMETERS:
+                    parameters.add(name)
+    return Layers(frozenset(modules), frozenset(containers), frozenset(parameters))
 
 
-def layer_runs(method: Scope, layers: Layers) -> set[cst.Call]:
-    """The calls of ``method`` that run one of ``layers`` (see the module's docstring)."""
-    if not layers.modules and not layers.containers:
-        return set()
-    names = _Names(layers)
-    body = method.node
-    changed = True
-    while changed:  # aliases and loop targets, until nothing new is learned (``blocks = self.blocks``, then its loop)
-        before = (len(names.modules), len(names.containers))
-        for assign in m.findall(body, m.Assign()):
-            assert isinstance(assign, cst.Assign)
-            for target in assign.targets:
-                if isinstance(target.target, cst.Name):
-                    names.bind(target.target.value, assign.value)
-        for loop in m.findall(body, m.For() | m.CompFor()):
-            assert isinstance(loop, (cst.For, cst.CompFor))
-            names.walk(loop.target, loop.iter)
-        changed = (len(names.modules), len(names.containers)) != before
-    runs: set[cst.Call] = set()
-    for site in method.calls:
-        func = site.node.func
-        if names.module(func) or (isinstance(func, cst.Attribute) and func.attr.value not in _NOT_RUNNING
-                                  and names.module(func.value)):
-            runs.add(site.node)
-    return runs
+def _called(value: cst.BaseExpression | None) -> cst.Call | None:
+    """The call ``value`` is made by (``Core().to(device)``: ``Core()``), if any."""
+    value = strip_placement(value) if value is not None else None
+    return value if isinstance(value, cst.Call) else None
 
 
 class _Names:

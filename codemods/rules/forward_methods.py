@@ -26,7 +26,7 @@ from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.analysis.detached import only_picks
 from accelify.codemods.analysis.classes import Classes
 from accelify.codemods.analysis.facts import CallSite, Facts
-from accelify.codemods.analysis.layer_runs import class_layers, layer_runs
+from accelify.codemods.analysis.layer_runs import LayerRuns
 from accelify.codemods.analysis.output_reach import output_reaches_backward
 from accelify.codemods.analysis.roles import MODULE_API, is_module_scope
 from accelify.codemods.engine.rule import Example, Rule
@@ -352,10 +352,8 @@ def _forward_methods(facts: Facts, training: set[str], classes: Classes) -> set[
         if s.kind == "function" and s.parent is not None and s.parent.kind == "class"
         and s.name not in MODULE_API and not s.name.startswith("__") and not s.no_grad  # @torch.no_grad(): no gradients
     ]
-    runs = {}
-    for method in methods:
-        layers = class_layers(method, classes)
-        runs[id(method)] = (layers.modules, layer_runs(method, layers))
+    layer_runs = LayerRuns(classes)
+    runs = {id(method): (layer_runs.layers(method).modules, layer_runs.runs(method)) for method in methods}
     found: set[str] = set()
     changed = True
     while changed:

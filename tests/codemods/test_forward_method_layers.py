@@ -163,3 +163,63 @@ def test_a_subclass_method_walking_the_layers_its_base_builds_is_refused() -> No
     assert "self.layers = nn.ModuleList([nn.Linear(2, 2)])" in code and "for _ in range(3)" not in code
     line = next(i for i, text in enumerate(code.splitlines(), 1) if "-model.log_probability(x)" in text)
     assert codes(code) == [f"ACC025:{line}"]
+
+
+RECURRENT = """\
+import torch
+import torch.nn as nn
+
+
+class Core(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.GRUCell(4, 8)
+
+    def forward(self, x, h):
+        return self.cell(x, h)
+
+    def init_hidden(self, batch_size):
+        return torch.zeros(batch_size, 8)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.core = Core()
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, x, h):
+        h = self.core(x, h)
+        return self.head(h), h
+
+    def init_hidden(self, batch_size):
+        return self.core.init_hidden(batch_size)
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in torch.randn(4, 16, 4):
+    hidden = model.init_hidden(16)
+    out, hidden = model(x, hidden)
+    loss = out.pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_a_submodule_method_that_touches_no_weight_is_no_run() -> None:
+    """``model.init_hidden(bs)`` handing on the core's ``init_hidden``, which returns zeros: its hidden state feeds
+    ``model(x, hidden)``, the training goes through the wrapper, nothing bypasses it."""
+    assert codes(RECURRENT) == []
+    assert "model, optimizer = accelerator.prepare(model, optimizer)" in converted(RECURRENT)
+
+
+@pytest.mark.parametrize("initial", [
+    "return self.cell(torch.zeros(batch_size, 4))",  # runs the core's layer
+    "return torch.tanh(self.cell.weight_hh[:1]).expand(batch_size, 8)",  # reads its weight: gradients reach it
+])
+def test_a_submodule_method_that_runs_or_reads_its_weights_is_a_run(initial: str) -> None:
+    code = RECURRENT.replace("return torch.zeros(batch_size, 8)", initial)
+    assert code != RECURRENT
+    assert codes(code) == ["ACC025:34"]
