@@ -5,7 +5,7 @@ called on a prepared model, as ``self(x)`` does. The layers are reached in the s
 called or asked to run one of its methods (``self.actor(s)``, ``self.coupling.inverse(y)``), an item of a
 ``ModuleList``/``ModuleDict``/``Sequential`` attribute taken by index or key (``self.layers[i](x)``,
 ``self.blocks[-1].inverse(x)``, ``self.heads["a"](x)``), or walked by a loop or a comprehension, directly or through
-``reversed``/``enumerate``/``zip``/``.values()``/``.items()`` (a normalizing flow's
+``reversed``/``enumerate``/``zip``/``.values()``/``.items()``/``.children()`` (a normalizing flow's
 ``for layer in reversed(self.layers): x, ld = layer.inverse(x)``). What only reads a layer (``layer.weight.pow(2)``,
 ``self.fc.parameters()``, ``self.layers.append(m)``) runs nothing, nor does a submodule's method of the program that
 touches no weight (``self.core.init_hidden(batch_size)`` returning zeros).
@@ -225,9 +225,9 @@ class _Names:
         func, args = iterable.func, [a.value for a in iterable.args if a.keyword is None and not a.star]
         parts = _parts(target)
         if isinstance(func, cst.Attribute) and self.container(func.value) and not args:
-            if func.attr.value == "values":
+            if func.attr.value in ("values", "children"):
                 self.walk(target, func.value)
-            elif func.attr.value == "items" and parts is not None and len(parts) == 2:
+            elif func.attr.value in ("items", "named_children") and parts is not None and len(parts) == 2:
                 self.walk(parts[1], func.value)
         elif m.matches(func, m.Name("enumerate")) and args and parts is not None and len(parts) == 2:
             self.walk(parts[1], args[0])

@@ -77,6 +77,8 @@ def _flow(body: str) -> str:
     "for layer, norm in zip(self.layers, self.norms):\n    x = norm(layer(x))",
     "for name, head in self.heads.items():\n    x = head(x)",
     "for head in self.heads.values():\n    x = head(x)",
+    "for layer in self.layers.children():\n    x = layer(x)",
+    "for name, layer in self.layers.named_children():\n    x = layer(x)",
     'x = self.heads["a"](x)',
     "x = torch.stack([layer(x) for layer in self.layers]).mean(0)",
     "layers = self.layers\nfor layer in layers[1:]:\n    x = layer(x)",
