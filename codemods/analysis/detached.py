@@ -17,9 +17,10 @@ from accelify.codemods.analysis.facts import Scope
 _DETACHING = frozenset({"item", "argmax", "argmin", "data", "detach", "numpy", "tolist", "multinomial"})
 
 
-def only_picks(method: Scope, found: set[str]) -> bool:
+def only_picks(method: Scope, found: set[str], runs: set[cst.Call] | frozenset[cst.Call] = frozenset()) -> bool:
     """Whether every value ``method`` returns is cut from the graph: a DQN's ``act`` returns
-    ``self.forward(s).max(1)[1].data[0]`` or a random action, which no loss is computed from."""
+    ``self.forward(s).max(1)[1].data[0]`` or a random action, which no loss is computed from. ``runs``: other calls
+    of the method that run the model's layers (``layer.inverse(x)`` for ``layer in self.layers``)."""
     body = method.node.body  # type: ignore[attr-defined]
     returns = [r for r in m.findall(body, m.Return()) if isinstance(r, cst.Return)]
     if not returns or any(r.value is None for r in returns):
@@ -33,11 +34,18 @@ def only_picks(method: Scope, found: set[str]) -> bool:
             else:
                 for name in m.findall(target.target, m.Name()):
                     assigned.setdefault(name.value, []).append(assign.value)  # type: ignore[attr-defined]
-    return all(_cut(r.value, assigned, found, frozenset()) for r in returns if r.value is not None)
+    for aug in m.findall(body, m.AugAssign(target=m.Name())):
+        assert isinstance(aug, cst.AugAssign) and isinstance(aug.target, cst.Name)
+        assigned.setdefault(aug.target.value, []).append(aug.value)  # ``log_prob += log_det``: it holds both
+    for grow in m.findall(body, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("append") | m.Name("extend")))):
+        assert isinstance(grow, cst.Call) and isinstance(grow.func, cst.Attribute) and isinstance(grow.func.value, cst.Name)
+        for arg in grow.args:  # ``outs.append(head(x))``: the list holds what it is given
+            assigned.setdefault(grow.func.value.value, []).append(arg.value)
+    return all(_cut(r.value, assigned, found, frozenset(), runs) for r in returns if r.value is not None)
 
 
 def _cut(expr: cst.BaseExpression, assigned: dict[str, list[cst.BaseExpression]], found: set[str],
-         seen: frozenset[str]) -> bool:
+         seen: frozenset[str], runs: set[cst.Call] | frozenset[cst.Call]) -> bool:
     """No gradient reaches ``expr``'s value: it is detached on its way out, or it holds no forward's output."""
     node = expr
     while True:
@@ -54,10 +62,10 @@ def _cut(expr: cst.BaseExpression, assigned: dict[str, list[cst.BaseExpression]]
         else:
             break
     if isinstance(expr, cst.Name) and expr.value not in seen and expr.value in assigned:
-        return all(_cut(v, assigned, found, seen | {expr.value}) for v in assigned[expr.value])
+        return all(_cut(v, assigned, found, seen | {expr.value}, runs) for v in assigned[expr.value])
     if isinstance(expr, (cst.Tuple, cst.List)):
-        return all(_cut(e.value, assigned, found, seen) for e in expr.elements)
-    return not _holds_forward(expr, assigned, found, seen)
+        return all(_cut(e.value, assigned, found, seen, runs) for e in expr.elements)
+    return not _holds_forward(expr, assigned, found, seen, runs)
 
 
 def _picked_index(sub: cst.Subscript) -> bool:
@@ -69,16 +77,16 @@ def _picked_index(sub: cst.Subscript) -> bool:
 
 
 def _holds_forward(expr: cst.BaseExpression, assigned: dict[str, list[cst.BaseExpression]], found: set[str],
-                   seen: frozenset[str]) -> bool:
+                   seen: frozenset[str], runs: set[cst.Call] | frozenset[cst.Call]) -> bool:
     """Whether ``expr`` mentions a forward of ``self`` or a name bound from one (not cut on the way)."""
     for call in m.findall(expr, m.Call()):
         func = call.func  # type: ignore[attr-defined]
-        if m.matches(func, m.Name("self")) or (
+        if call in runs or m.matches(func, m.Name("self")) or (
             m.matches(func, m.Attribute(value=m.Name("self"))) and (func.attr.value in ("forward", "__call__") or func.attr.value in found)
         ):
             return True
     for name in m.findall(expr, m.Name()):
         key = name.value  # type: ignore[attr-defined]
-        if key not in seen and key in assigned and not all(_cut(v, assigned, found, seen | {key}) for v in assigned[key]):
+        if key not in seen and key in assigned and not all(_cut(v, assigned, found, seen | {key}, runs) for v in assigned[key]):
             return True
     return False

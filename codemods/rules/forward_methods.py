@@ -24,7 +24,9 @@ from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.analysis.detached import only_picks
-from accelify.codemods.analysis.facts import CallSite, Facts, Scope
+from accelify.codemods.analysis.classes import Classes
+from accelify.codemods.analysis.facts import CallSite, Facts
+from accelify.codemods.analysis.layer_runs import LayerRuns
 from accelify.codemods.analysis.output_reach import output_reaches_backward
 from accelify.codemods.analysis.roles import MODULE_API, is_module_scope
 from accelify.codemods.engine.rule import Example, Rule
@@ -50,6 +52,28 @@ model = Net()
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 for x in torch.ones(4, 2):
     loss = model.training_step(x)
+    loss.backward()
+    optimizer.step()
+''',
+            warnings=("ACC025:14",),
+        ),
+        Example(
+            # a flow trained through a method that runs the items of its ModuleList (set M3): refused too
+            before='''\
+import torch
+import torch.nn as nn
+class Flow(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(2, 2) for _ in range(3)])
+    def log_probability(self, x):
+        for layer in reversed(self.layers):
+            x = torch.tanh(layer(x))
+        return -x.pow(2).sum(1)
+model = Flow()
+optimizer = torch.optim.Adam(model.parameters())
+for x in torch.randn(4, 8, 2):
+    loss = -model.log_probability(x).mean()
     loss.backward()
     optimizer.step()
 ''',
@@ -275,7 +299,7 @@ for x in torch.rand(10, 2, 4):
             for method, node, name in _replaced_parameters(ctx.facts):
                 ctx.abort(codes.PARAMETER_REPLACED, node, name=name, method=method)
         methods_training = _backward_methods(ctx)
-        methods = _forward_methods(ctx.facts, methods_training)
+        methods = _forward_methods(ctx.facts, methods_training, ctx.plan.classes)
         if not methods:
             return
         for site in ctx.facts.calls:
@@ -318,47 +342,31 @@ def _replaced_parameters(facts: Facts) -> list[tuple[str, cst.Assign, str]]:
 _PARAMETER = ("torch.nn.Parameter", "torch.nn.parameter.Parameter")
 
 
-def _forward_methods(facts: Facts, training: set[str]) -> set[str]:
+def _forward_methods(facts: Facts, training: set[str], classes: Classes) -> set[str]:
     """Names of methods (other than ``forward`` and nn.Module's own) of classes in the program that call
-    ``self(...)``, ``self.forward(...)``, one of the module's layers (``self.actor(x)``) or another such method of
-    ``self``; one that only picks from its forward's output counts when it backpropagates itself (``training``)."""
+    ``self(...)``, ``self.forward(...)``, one of the module's layers (``self.actor(x)``, ``layer.inverse(x)`` for
+    ``layer in self.layers``: ``analysis/layer_runs.py``) or another such method of ``self``; one that only picks from
+    its forward's output counts when it backpropagates itself (``training``)."""
     methods = [
         s for s in facts.scopes
         if s.kind == "function" and s.parent is not None and s.parent.kind == "class"
         and s.name not in MODULE_API and not s.name.startswith("__") and not s.no_grad  # @torch.no_grad(): no gradients
     ]
+    layer_runs = LayerRuns(classes)
+    runs = {id(method): (layer_runs.layers(method).modules, layer_runs.runs(method)) for method in methods}
     found: set[str] = set()
     changed = True
     while changed:
         changed = False
         for method in methods:
-            layers = _layers(method)
+            layers, ran = runs[id(method)]
             if method.name not in found and any(
-                (_runs_forward(site, found) or _runs_layer(site, layers)) and not site.no_grad for site in method.calls
+                (_runs_forward(site, found) or site.node in ran) and not site.no_grad for site in method.calls
             ):
-                if method.name in training or not only_picks(method, found | layers):
+                if method.name in training or not only_picks(method, found | layers, ran):
                     found.add(method.name)
                     changed = True
     return found
-
-
-def _layers(method: Scope) -> set[str]:
-    """``actor`` and ``critic`` of a module class that sets ``self.actor = nn.Sequential(...)``: its layers."""
-    owner = method.parent
-    if owner is None or owner.kind != "class":
-        return set()
-    return {
-        key.split(".", 1)[1] for key, bindings in owner.bindings.items()
-        if key.startswith("self.") and key.count(".") == 1 and any(b.role == "model" for b in bindings)
-    }
-
-
-def _runs_layer(site: CallSite, layers: set[str]) -> bool:
-    """``self.actor(state)`` in a method other than ``forward``: the method runs the model's layers itself
-    (PPO's ``policy.evaluate(states, actions)``), which on a prepared model bypasses the wrapper as ``self(x)`` does."""
-    func = site.node.func
-    return (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"
-            and func.attr.value in layers)
 
 
 def _runs_forward(site: CallSite, found: set[str]) -> bool:
