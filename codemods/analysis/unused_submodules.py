@@ -221,6 +221,10 @@ def _covered(plan: Plan, scope: Scope, value: cst.BaseExpression, paths: set[tup
     cls = plan.classes.class_of(scope, value.func) if qualname not in _COPIES else None
     if () in paths:
         return cls is None or not _unused(plan, cls, depth + 1, (value, scope))
+    if qualname in _CONTAINERS:  # ``self.blocks[i](x)`` or ``for block in self.blocks``: taken as used whole (the
+        # runtime names any part left out); ``nn.ModuleDict(dict(wte=..., h=...))``: each key reached
+        keys = _literal_keys(value)
+        return keys is None or _INDEXED in {p[0] for p in paths} or keys <= {p[0] for p in paths}
     if qualname.startswith("torch.nn."):
         name = qualname.rpartition(".")[2]
         parts = {"weight"} if name == "Embedding" else {"weight", "bias"}
@@ -228,6 +232,25 @@ def _covered(plan: Plan, scope: Scope, value: cst.BaseExpression, paths: set[tup
     if cls is None:
         return False  # a library model (or a copy of a model): its parts are unknowable
     return _class_covered(plan, cls, paths, depth)
+
+
+_CONTAINERS = ("torch.nn.ModuleList", "torch.nn.Sequential", "torch.nn.ModuleDict", "torch.nn.ParameterList",
+               "torch.nn.ParameterDict")
+
+
+def _literal_keys(call: cst.Call) -> set[str] | None:
+    """The keys of ``nn.ModuleDict(dict(wte=..., h=...))`` / ``nn.ModuleDict({"wte": ...})``; None for any other
+    container (a list, or keys this cannot read)."""
+    if not call.args or call.args[0].keyword is not None:
+        return None
+    held = call.args[0].value
+    if isinstance(held, cst.Call) and isinstance(held.func, cst.Name) and held.func.value == "dict" \
+            and all(a.keyword is not None for a in held.args):
+        return {a.keyword.value for a in held.args if a.keyword is not None}
+    if isinstance(held, cst.Dict) and all(isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString)
+                                          for e in held.elements):
+        return {e.key.evaluated_value for e in held.elements}  # type: ignore[union-attr]
+    return None
 
 
 def _class_covered(plan: Plan, cls: Scope, paths: set[tuple[str, ...]], depth: int) -> bool:

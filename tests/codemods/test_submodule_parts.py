@@ -165,3 +165,26 @@ def test_a_backbone_handed_to_the_model_is_judged_by_what_the_call_passes(made: 
     assert "def __init__(self, backbone)" in handed("return self.out(self.base_model(image))")
     assert finds_unused(handed("x = self.base_model.layer4(self.base_model.conv1(image))\nreturn self.out(x.mean((2, 3)))"))
     assert not finds_unused(handed("return self.out(self.base_model(image))"))
+
+
+def test_containers_reached_by_key_or_index_are_used_whole() -> None:
+    """makemore's ``self.transformer = nn.ModuleDict(dict(wte=..., wpe=..., h=..., ln_f=...))`` reached key by key,
+    and a U-Net's decoder ``self.ups[idx](x)`` over an ``nn.ModuleList``: nothing to look for (each step of DDP would
+    pay for the search, and warn that it found nothing)."""
+    from _convert import converted
+
+    body = (
+        "import torch\nimport torch.nn as nn\n\n\nclass Net(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.transformer = nn.ModuleDict(dict(wte=nn.Embedding(8, 4), h=nn.ModuleList([nn.Linear(4, 4)]),"
+        " ln_f=nn.LayerNorm(4)))\n"
+        "        self.ups = nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4)])\n\n"
+        "    def forward(self, idx):\n        x = self.transformer.wte(idx)\n"
+        "        for block in self.transformer.h:\n            x = block(x)\n"
+        "        for i in range(len(self.ups)):\n            x = self.ups[i](x)\n"
+        "        return self.transformer.ln_f(x).sum()\n\n\n"
+        "model = Net()\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for idx in torch.randint(0, 8, (4, 2)):\n    model(idx).backward()\n    optimizer.step()\n")
+    assert "find_unused_parameters" not in converted(body)
+    partly = body.replace("        x = self.transformer.wte(idx)\n", "        x = torch.zeros(2, 4)\n")
+    assert "find_unused_parameters=True" in converted(partly)  # ``wte`` never reached
