@@ -60,6 +60,37 @@ def entry_prints(plan: Plan) -> tuple[list[CallSite], str | None]:
     return sites, cpu if cpu in ("", "cpu=True", "cpu=False") else None
 
 
+_FIGURES = ("matplotlib.pyplot.savefig", "matplotlib.pyplot.imsave", "matplotlib.image.imsave",
+            "torchvision.utils.save_image", "cv2.imwrite")
+
+
+def entry_figures(plan: Plan) -> list[CallSite]:
+    """The figures a function of the training script writes (``plt.savefig(f"images/{i}.png")`` in ``plot_weights``)
+    where every call of that function is at the script's top level, out of the reach of the accelerator a function
+    makes (``entry_prints``' case): each process wrote every file. Those calls, each a statement of its own."""
+    facts = plan.facts
+    creation = plan.analysis(Creation)
+    entry = facts.units.get("__main__")
+    if entry is None or creation.home is None or creation.home.kind == "module":
+        return []
+    top = entry.module_scope
+    found = []
+    for site in facts.calls:
+        scope = site.scope
+        if scope.unit != "__main__" or scope.kind != "function" or scope.class_scope is not None:
+            continue
+        if site.qualname not in _FIGURES and site.method != "savefig":
+            continue
+        if not (isinstance(site.stmt, cst.SimpleStatementLine) and len(site.stmt.body) == 1
+                and isinstance(site.stmt.body[0], cst.Expr) and site.stmt.body[0].value is site.node):
+            continue
+        calls = plan.call_sites(scope)
+        if calls and all(c.scope is top for c in calls) and not any(c in facts.skipped for c in facts.chain(site.stmt)) \
+                and not plan.distributed.main_only(facts, site.stmt, scope):
+            found.append(site)
+    return found
+
+
 _EXITS = ("sys.exit", "exit", "quit", "os._exit")
 
 

@@ -12,6 +12,8 @@ built with full batches only (``rules/full_batches.py``), never fires on any pro
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import libcst as cst
 
 from accelify.codemods import codes
@@ -193,26 +195,34 @@ def _refuse_local_while(ctx: Context) -> None:
 def _exits(top: cst.BaseStatement) -> list[tuple[cst.SimpleStatementLine, str]]:
     """The ``break``/``return`` statements in ``top`` that leave the loop ``top`` is in: its breaks (not
     those of a loop nested in it) and every return (not those of a function defined in it)."""
-    found: list[tuple[cst.SimpleStatementLine, str]] = []
+    found: list[tuple[cst.BaseStatement, str]] = []
     pending: list[tuple[cst.CSTNode, bool]] = [(top, False)]
     while pending:
         node, inner = pending.pop()
         if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             continue
         if isinstance(node, cst.SimpleStatementLine):
-            for small in node.body:
-                if isinstance(small, cst.Break) and not inner:
-                    found.append((node, "break"))
-                elif isinstance(small, cst.Return):
-                    found.append((node, "return"))
+            found += [(node, kind) for kind in _exit_kinds(node.body, inner)]
             continue
+        if isinstance(node, cst.If):  # ``if done: break``, on one line: the ``if`` is the statement that exits
+            suites = [node.body, node.orelse.body if isinstance(node.orelse, cst.Else) else None]
+            found += [(node, kind) for suite in suites if isinstance(suite, cst.SimpleStatementSuite)
+                      for kind in _exit_kinds(suite.body, inner)]
         nested = inner or isinstance(node, (cst.For, cst.While))
         pending.extend((child, nested) for child in children(node))
     return found
 
 
+def _exit_kinds(body: Sequence[cst.BaseSmallStatement], inner: bool) -> list[str]:
+    return ["break" if isinstance(small, cst.Break) else "return" for small in body
+            if (isinstance(small, cst.Break) and not inner) or isinstance(small, cst.Return)]
+
+
 def _agrees(ctx: Context, scope: Scope, exit_stmt: cst.BaseStatement, top: cst.BaseStatement) -> bool:
-    """Whether every test between ``exit_stmt`` and ``top`` (included) agrees between processes."""
+    """Whether every test between ``exit_stmt`` and ``top`` (included) agrees between processes (the test of a
+    one-line ``if done: break`` too)."""
+    if isinstance(exit_stmt, cst.If) and not ctx.agreement.uniform(scope, exit_stmt.test, exit_stmt):
+        return False
     for outer in ctx.facts.chain(exit_stmt)[1:]:
         if isinstance(outer, (cst.If, cst.While)) and not ctx.agreement.uniform(scope, outer.test, outer):
             return False
@@ -224,6 +234,8 @@ def _agrees(ctx: Context, scope: Scope, exit_stmt: cst.BaseStatement, top: cst.B
 def _last_to_run(ctx: Context, exit_stmt: cst.BaseStatement, top: cst.BaseStatement) -> bool:
     """Whether nothing in ``top`` runs after ``exit_stmt`` (so replacing it by ``set_trigger()`` and
     breaking right after ``top`` runs the same statements)."""
+    if exit_stmt is top:
+        return True  # ``if done: break`` on one line, the loop body's statement itself
     node = exit_stmt
     for outer in ctx.facts.chain(exit_stmt)[1:]:
         block = _block_holding(outer, node)
@@ -254,9 +266,18 @@ def _block_holding(outer: cst.BaseStatement, node: cst.BaseStatement) -> list[cs
 
 
 def _set_trigger(stmt: cst.CSTNode, accelerator: str) -> cst.CSTNode:
-    assert isinstance(stmt, cst.SimpleStatementLine)
     call = statement(f"{accelerator}.set_trigger()")
     assert isinstance(call, cst.SimpleStatementLine)
+    if isinstance(stmt, cst.If):  # ``if done: break`` -> ``if done: accelerator.set_trigger()``
+        body = stmt.body
+        if isinstance(body, cst.SimpleStatementSuite):
+            body = body.with_changes(body=[call.body[0] if isinstance(s, cst.Break) else s for s in body.body])
+        orelse = stmt.orelse
+        if isinstance(orelse, cst.Else) and isinstance(orelse.body, cst.SimpleStatementSuite):
+            orelse = orelse.with_changes(body=orelse.body.with_changes(
+                body=[call.body[0] if isinstance(s, cst.Break) else s for s in orelse.body.body]))
+        return stmt.with_changes(body=body, orelse=orelse)
+    assert isinstance(stmt, cst.SimpleStatementLine)
     body = [call.body[0] if isinstance(small, cst.Break) else small for small in stmt.body]
     return stmt.with_changes(body=body)
 

@@ -237,3 +237,60 @@ def test_a_module_level_device_used_only_after_the_accelerator_of_the_main_block
     assert codes(code) == []
     early = code.replace("\n\nclass Net", "\nprint(torch.zeros(1).to(device))\n\nclass Net")  # used before: left, reported
     assert "ACC011" in [c.split(":")[0] for c in codes(early)]
+
+
+FIGURES_FROM_TOP = """\
+import matplotlib.pyplot as plt
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def plot_weights(w, i):
+    plt.imshow(w)
+    plt.savefig(f"images/{i:03}.png")
+
+
+def train_model(model):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 2)), batch_size=4):
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    dense = torch.nn.Linear(2, 2)
+    train_model(dense)
+    plot_weights(dense.weight.detach(), 0)
+    sparse = torch.nn.Linear(2, 2)
+    train_model(sparse)
+    plot_weights(sparse.weight.detach(), 1)
+"""
+
+
+def test_a_figure_drawn_by_a_function_the_top_level_calls_is_written_once() -> None:
+    """M9 (lottery-ticket pruning): ``plot_weight_matrix`` saves a figure per round and is called from the
+    ``__main__`` block, while the accelerator is made in ``train_model``: every process wrote every image."""
+    new = converted(FIGURES_FROM_TOP)
+    assert '    if PartialState(cpu=True).is_main_process:\n        plt.savefig(f"images/{i:03}.png")\n' in new, new
+    assert "from accelify.runtime import Accelerator, PartialState\n" in new
+    assert codes(FIGURES_FROM_TOP) == []
+
+
+def test_a_break_on_the_line_of_its_if_stops_every_process_together() -> None:
+    """R3's re-run of M7: ``if loss.item() < 0.8: break`` on one line was never seen (the walk read only statement
+    lines), so 2 processes hung; and ``if done: break`` in an episode's ``while True:`` was not refused."""
+    code = (
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+        "model = torch.nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)\n"
+        "for epoch in range(3):\n    for x, y in loader:\n"
+        "        loss = torch.nn.functional.mse_loss(model(x), y)\n        optimizer.zero_grad()\n"
+        "        loss.backward()\n        optimizer.step()\n        if loss.item() < 0.8: break\n")
+    new = converted(code)
+    assert "        if loss.item() < 0.8: accelerator.set_trigger()\n        if accelerator.check_trigger():\n" \
+        "            break\n" in new, new
+    one_line = EPISODES.replace("        if np.random.uniform() < 0.1 or steps >= 50:\n            break\n",
+                                "        if np.random.uniform() < 0.1 or steps >= 50: break\n")
+    assert one_line != EPISODES
+    result = convert_source(one_line, modules=[ModuleText("agent", "agent.py", AGENT)])
+    assert [w.code for w in result.warnings] == ["ACC017"], _found(result)
