@@ -260,9 +260,17 @@ def _by_mean(call: cst.Call) -> bool:
     return True
 
 
-def batch_mean(plan: Plan, facts: Facts, loop: Loop, value: cst.BaseExpression) -> bool:
-    """A batch's mean: a mean loss (``mean_loss``) or a ``.mean()`` (``(pred == y).float().mean()``, ``torch.mean(eq)``)."""
+def batch_mean(plan: Plan, facts: Facts, loop: Loop, value: cst.BaseExpression, depth: int = 0) -> bool:
+    """A batch's mean: a mean loss (``mean_loss``), a ``.mean()`` (``(pred == y).float().mean()``, ``torch.mean(eq)``),
+    a score of scikit-learn's metrics (``metrics.accuracy_score(pred, y)``), or a name the loop binds once to one of
+    those (``accuracy = ...; val_acc += accuracy``)."""
     inner = value.func.value if m.matches(value, m.Call(func=m.Attribute(attr=m.Name("item")), args=[])) else value  # type: ignore[attr-defined]
-    torch_mean = isinstance(inner, cst.Call) and len(inner.args) == 1 and facts.unit_of(loop.scope).imports.qualname(inner.func) == "torch.mean"
-    return mean_loss(plan, loop, value) or torch_mean \
+    imports = facts.unit_of(loop.scope).imports
+    if isinstance(inner, cst.Name) and depth < 2:
+        bound = _bound_in(loop, inner.value)
+        return len(bound) == 1 and batch_mean(plan, facts, loop, bound[0], depth + 1)
+    torch_mean = isinstance(inner, cst.Call) and len(inner.args) == 1 and imports.qualname(inner.func) == "torch.mean"
+    score = isinstance(inner, cst.Call) and (imports.qualname(inner.func) or "").startswith("sklearn.metrics.") \
+        and (imports.qualname(inner.func) or "").endswith("_score")
+    return mean_loss(plan, loop, value) or torch_mean or score \
         or m.matches(inner, m.Call(func=m.Attribute(attr=m.Name("mean")), args=[]))

@@ -294,3 +294,17 @@ def test_a_break_on_the_line_of_its_if_stops_every_process_together() -> None:
     assert one_line != EPISODES
     result = convert_source(one_line, modules=[ModuleText("agent", "agent.py", AGENT)])
     assert [w.code for w in result.warnings] == ["ACC017"], _found(result)
+
+
+def test_batch_means_bound_to_names_and_summed_over_a_gathered_loop_are_never_left_silently() -> None:
+    """R3's re-run of M4 (``engine.Evaluate`` as published): ``loss = criterion(output, y); val_loss += loss`` and
+    ``accuracy = metrics.accuracy_score(pred, y); val_acc += accuracy`` were 1/N of the original's, unwarned."""
+    named = ENGINE.replace(
+        "            val_loss += nn.CrossEntropyLoss()(output, y)\n"
+        "            val_acc += (output.argmax(1) == y).float().mean().item()\n",
+        "            loss = nn.CrossEntropyLoss()(output, y)\n            val_loss += loss\n"
+        "            accuracy = metrics.accuracy_score(output.argmax(1), y)\n            val_acc += accuracy\n")
+    named = "from sklearn import metrics\n" + named
+    result = convert_source(ENGINE_SCRIPT, modules=[ModuleText("engine", "engine.py", named)])
+    assert _found(result) == ["engine.py:ACC042", "engine.py:ACC042"], _found(result)  # (a score's kind is unknown:
+    # the loop's statements are not run per original batch, as they are for ``(pred == y).float().mean().item()``)
