@@ -306,5 +306,4 @@ def test_batch_means_bound_to_names_and_summed_over_a_gathered_loop_are_never_le
         "            accuracy = metrics.accuracy_score(output.argmax(1), y)\n            val_acc += accuracy\n")
     named = "from sklearn import metrics\n" + named
     result = convert_source(ENGINE_SCRIPT, modules=[ModuleText("engine", "engine.py", named)])
-    assert _found(result) == ["engine.py:ACC042", "engine.py:ACC042"], _found(result)  # (a score's kind is unknown:
-    # the loop's statements are not run per original batch, as they are for ``(pred == y).float().mean().item()``)
+    assert _found(result) == ["engine.py:ACC042", "engine.py:ACC042"], _found(result)  # reported, not yet run per batch
