@@ -145,7 +145,10 @@ class Plan(RoleAssignment, PrepareSite, TrainingDataChecks, DataPasses):
                     # where they are used, and unprepared they would train as N independent copies
                     self._problem(MODELS_IN_A_COLLECTION, optimizer.stmt, name=dotted(owner) or "the models")
                 if model is not None and model.role == "model" and model not in objects:
-                    if model.loop is not None:
+                    handed = isinstance(owner, cst.Name) and owner.value in where.param_names \
+                        and optimizer.where is where and where.kind == "function"
+                    if model.loop is not None and not handed:  # (``train(model, data)`` called per fresh model,
+                        # building its own optimizer over the model it is handed: prepared per call, where it trains)
                         self._problem(MODEL_IN_LOOP, model.stmt, name=model.key)
                     objects.append(model)
         if not optimizers:

@@ -307,3 +307,16 @@ def test_batch_means_bound_to_names_and_summed_over_a_gathered_loop_are_never_le
     named = "from sklearn import metrics\n" + named
     result = convert_source(ENGINE_SCRIPT, modules=[ModuleText("engine", "engine.py", named)])
     assert _found(result) == ["engine.py:ACC042", "engine.py:ACC042"], _found(result)  # reported, not yet run per batch
+
+
+def test_a_training_function_called_per_fresh_model_in_a_loop_prepares_each_where_it_trains() -> None:
+    """R3's re-run of M3: ``for name in data_types: model = Flow(); model = train(model, data)``, where ``train``
+    builds its own loader and optimizer over the model it is handed, was refused with ACC007 ("create it once,
+    before the loop"): advice that would make one model of the notebook's independent trainings."""
+    code = TRAIN_FOR_TWO_MODELS.replace(
+        "small = train(torch.nn.Linear(4, 1), data)\nbig = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), "
+        "torch.nn.Linear(8, 1))\nbig = train(big, data)\n",
+        "for name in (\"moons\", \"circles\"):\n    model = torch.nn.Linear(4, 1)\n    model = train(model, data)\n")
+    assert code != TRAIN_FOR_TWO_MODELS
+    assert codes(code) == []
+    assert "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n" in converted(code)
