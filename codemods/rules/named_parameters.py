@@ -6,8 +6,9 @@ put ``module.`` before every name. A script that matches those names against key
 ``prepare`` (a pruning mask built from the dense net, ``mask["0.weight"]``; ``name.startswith("fc")``) then matches
 nothing, silently: the mask is never applied, the layer never frozen. So those calls on a prepared model go through
 ``accelerator.unwrap_model(model)`` (the same parameters under their own names), and a prepared model handed to a
-function of the program that calls them on it (``apply_mask(model, mask)``, which has no accelerator) is handed
-unwrapped.
+function or method of the program that calls them, or ``state_dict()``, on it (``apply_mask(model, mask)``; an EMA's
+``ema.update(model)`` copying ``model.state_dict()[k]`` into the keys of the copy it made before ``prepare``, which
+otherwise never moved) is handed unwrapped.
 """
 
 from __future__ import annotations
@@ -110,10 +111,11 @@ accelerator.end_training()
                     isinstance(receiver, cst.Name) and receiver.value in site.scope.param_names):
                 self._unwrap(ctx, site, receiver, accelerator)  # (a parameter's callers hand it unwrapped)
             helper = ctx.plan.callee(site)
-            if helper is None:
-                continue
+            if helper is None or ctx.plan.reaches_backward(site):
+                continue  # (a function that trains the model it is handed must get the prepared one)
+            state = ctx.accelerator_in(helper) is None  # (one with the accelerator unwraps what it saves itself)
             for param in helper.param_names:
-                arg = ctx.plan.arg_for(site, helper, param) if _reads_names(helper, param) else None
+                arg = ctx.plan.arg_for(site, helper, param) if _reads_names(helper, param, state) else None
                 if arg is not None and not arg.star:
                     self._unwrap(ctx, site, arg.value, accelerator)
 
@@ -125,8 +127,13 @@ accelerator.end_training()
             ctx.change("a prepared model's parameter names -> accelerator.unwrap_model(model).named_parameters()")
 
 
-def _reads_names(helper: Scope, param: str) -> bool:
-    """Whether ``helper`` calls ``param.named_parameters()`` (or another of ``_NAMED``) on its parameter."""
-    return any(site.method in _NAMED and isinstance(site.node.func, cst.Attribute)
+def _reads_names(helper: Scope, param: str, state: bool) -> bool:
+    """Whether ``helper`` calls ``param.named_parameters()`` (or another of ``_NAMED``) on its parameter, or with
+    ``state`` ``param.state_dict()`` (an EMA's ``update(model)`` copying ``msd[k]`` into its own copy's keys), and
+    never calls the model itself (a forward there must go through the wrapper)."""
+    if any(isinstance(site.node.func, cst.Name) and site.node.func.value == param for site in helper.calls):
+        return False
+    methods = (*_NAMED, "state_dict") if state else _NAMED
+    return any(site.method in methods and isinstance(site.node.func, cst.Attribute)
                and isinstance(site.node.func.value, cst.Name) and site.node.func.value.value == param
                for site in helper.calls)

@@ -283,6 +283,13 @@ accelerator.end_training()
             if stmt is None:
                 _warn_kept_open(ctx, site, wrapped)
                 continue
+            if isinstance(stmt, cst.With) and _reaches_others(ctx, stmt):  # ``with open(log, "a") as f:`` around the
+                # training: kept to the main process whole, it would train alone and wait at its first backward forever
+                item = next(i for i in stmt.items if i.item is site.node)
+                target = code_of(item.asname.name) if item.asname is not None else "f"
+                ctx.warn(codes.SHARED_WRITER, site.node, name=code_of(site.node.func), target=target,
+                         why=" (the `with` block that holds it trains, so it cannot run on the main process alone)")
+                continue
             if _handled(ctx, stmt, wrapped) or main_only(ctx.plan, ctx.facts, ctx.edits, site.scope, stmt):
                 continue
             accelerator = ctx.accelerator_in(site.scope)
@@ -292,6 +299,13 @@ accelerator.end_training()
                 loader = per_item_write(ctx.plan, site)
                 if loader is not None:
                     ctx.warn(codes.SHARD_WRITES, site.node, name=code_of(site.node.func), loader=loader)
+
+
+def _reaches_others(ctx: Context, block: cst.BaseStatement) -> bool:
+    """Whether something in ``block`` trains or otherwise reaches the other processes."""
+    collectives = Collectives(ctx.facts, ctx.plan, ctx.edits)
+    return any(block in ctx.facts.chain(s.stmt) and (ctx.plan.reaches_backward(s) or collectives.reaches(s))
+               for s in ctx.facts.calls)
 
 
 def _handled(ctx: Context, stmt: cst.BaseStatement, wrapped: set[cst.BaseStatement]) -> bool:

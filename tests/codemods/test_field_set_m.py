@@ -320,3 +320,37 @@ def test_a_training_function_called_per_fresh_model_in_a_loop_prepares_each_wher
     assert code != TRAIN_FOR_TWO_MODELS
     assert codes(code) == []
     assert "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n" in converted(code)
+
+
+def test_a_prepared_model_handed_to_an_ema_that_copies_its_state_dict_by_key_is_handed_unwrapped() -> None:
+    """Set N8 (a Kaggle k-fold with timm-style ``ModelEMA``): ``ema = ModelEMA(model)`` before ``prepare``, then
+    ``ema.update(model)`` copying ``model.state_dict()[k]`` into its copy's keys: the prepared model's keys are
+    ``module.*``, nothing matched and the EMA never moved, with 0 warnings."""
+    code = (
+        "import copy\nimport torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n\n"
+        "class ModelEMA:\n    def __init__(self, model, decay=0.9):\n        self.ema = copy.deepcopy(model)\n"
+        "        self.decay = decay\n\n    @torch.no_grad()\n    def update(self, model):\n"
+        "        msd = model.state_dict()\n        for k, v in self.ema.state_dict().items():\n"
+        "            if k in msd:\n                v.copy_(self.decay * v + (1 - self.decay) * msd[k])\n\n\n"
+        "model = torch.nn.Linear(4, 1)\nema = ModelEMA(model)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4)\n"
+        "for x, y in loader:\n    loss = torch.nn.functional.mse_loss(model(x), y)\n    optimizer.zero_grad()\n"
+        "    loss.backward()\n    optimizer.step()\n    ema.update(model)\n")
+    assert "    ema.update(accelerator.unwrap_model(model))\n" in converted(code)
+    assert codes(code) == []
+
+
+def test_a_log_file_opened_around_the_training_is_reported_not_kept_to_the_main_process_whole() -> None:
+    """Set N14 (a U-Net's run log): ``with open("runs.txt", "a") as f:`` around the epochs was put whole under
+    ``if accelerator.is_main_process:``: the main process trained alone and waited at its first backward forever."""
+    code = (
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+        "loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)\n"
+        "model = torch.nn.Linear(4, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.05)\n"
+        "with open(\"runs.txt\", \"a\") as f:\n    f.write(\"lr 0.05\\n\")\n    for epoch in range(2):\n"
+        "        for xb, yb in loader:\n            loss = torch.nn.functional.mse_loss(model(xb), yb)\n"
+        "            optimizer.zero_grad()\n            loss.backward()\n            optimizer.step()\n"
+        "        f.write(f\"epoch {epoch}\\n\")\n")
+    new = converted(code)
+    assert "is_main_process" not in new, new
+    assert codes(code) == ["ACC024:6"]

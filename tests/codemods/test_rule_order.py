@@ -34,6 +34,12 @@ MUST_FOLLOW: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
                                                           "refusals", "accelerator")),
      "they convert only once an edit creates the accelerator, and read its name where it is (ctx.accelerating, "
      "ctx.accelerator_in)"),
+    (("threading",), ("named_parameters",),
+     "a helper the accelerator is threaded into unwraps what it saves itself; one without it is handed the unwrapped "
+     "model (ctx.accelerator_in)"),
+    (("named_parameters",), ("save", "writes"),
+     "a model handed unwrapped to a helper that reads its state_dict is edited inside the call the save and writes "
+     "rules then keep to the main process (an edit inside a statement goes before the one that wraps it)"),
     (("placement", "data_parallel", "ddp", "sampler", "collectives", "process_group", "spawn", "ranks", "amp", "tracing"),
      ("threading",),
      "threading passes the accelerator to the helpers whose edits write it (replace_through: ctx.readers()) and "
