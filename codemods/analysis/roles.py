@@ -181,7 +181,10 @@ def is_device_expr(expr: cst.BaseExpression, imports: ImportMap) -> bool:
     if isinstance(expr, cst.IfExp):
         if is_cpu_device(expr.body, imports):  # "cpu" if args.cpu or not torch.cuda.is_available() else "cuda"
             return is_device_expr(expr.orelse, imports)
-        if _accelerator_name(expr.body):  # "mps" if has_mps else "cuda" if ... else "cpu"
+        body = expr.body  # ``torch.device("mps") if torch.backends.mps.is_available() else torch.device("cpu")``
+        if isinstance(body, cst.Call) and imports.qualname(body.func) == "torch.device" and len(body.args) == 1:
+            body = body.args[0].value
+        if _accelerator_name(body):  # "mps" if has_mps else "cuda" if ... else "cpu"
             return is_cpu_device(expr.orelse, imports) or is_device_expr(expr.orelse, imports)
         return is_device_expr(expr.body, imports) and (
             is_cpu_device(expr.orelse, imports) or is_device_expr(expr.orelse, imports)

@@ -354,3 +354,17 @@ def test_a_log_file_opened_around_the_training_is_reported_not_kept_to_the_main_
     new = converted(code)
     assert "is_main_process" not in new, new
     assert codes(code) == ["ACC024:6"]
+
+
+def test_a_mac_users_device_line_is_a_device_choice() -> None:
+    """Set N6: ``device = torch.device("mps") if torch.backends.mps.is_available() else torch.device("cpu")`` was no
+    device choice: ACC002 at each ``.to(device)``, and on a CUDA machine the batches went back to the CPU."""
+    code = (
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+        "device = torch.device(\"mps\") if torch.backends.mps.is_available() else torch.device(\"cpu\")\n"
+        "model = torch.nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for xb, yb in DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=4):\n"
+        "    xb, yb = xb.to(device), yb.to(device)\n"
+        "    torch.nn.functional.mse_loss(model(xb), yb).backward()\n    optimizer.step()\n")
+    assert codes(code) == []
+    assert "torch.backends.mps" not in converted(code)
