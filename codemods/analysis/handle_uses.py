@@ -102,6 +102,13 @@ class Collectives:
         return False
 
 
+def reaches_others(facts: Facts, plan: Plan, edits: ProposedEdits, block: cst.BaseStatement) -> bool:
+    """Whether something in ``block`` trains or otherwise reaches the other processes."""
+    collectives = Collectives(facts, plan, edits)
+    return any(block in facts.chain(s.stmt) and (plan.reaches_backward(s) or collectives.reaches(s))
+               for s in facts.calls)
+
+
 def has_collective(node: cst.CSTNode | None) -> bool:
     """Whether ``node`` (code an edit writes) calls a collective by name."""
     return node is not None and any(

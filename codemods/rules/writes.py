@@ -25,7 +25,7 @@ from accelify.codemods.analysis.snippets import code_of, made_on_main_process, o
 from accelify.codemods.analysis.facts import CallSite, Scope
 from accelify.codemods.analysis.file_writes import (helper_after_accelerator, kept_open, main_only, outermost_write,
                                                     per_item_write, saves_file_object, tracker_uses, writer_class)
-from accelify.codemods.analysis.handle_uses import Collectives, alone, handle_uses
+from accelify.codemods.analysis.handle_uses import Collectives, alone, handle_uses, reaches_others
 from accelify.codemods.analysis.helper_calls import helper_calls
 from accelify.codemods.analysis.import_time import entry_figures, entry_prints
 from accelify.codemods.analysis.named_writes import writes_by_name
@@ -283,8 +283,9 @@ accelerator.end_training()
             if stmt is None:
                 _warn_kept_open(ctx, site, wrapped)
                 continue
-            if isinstance(stmt, cst.With) and _reaches_others(ctx, stmt):  # ``with open(log, "a") as f:`` around the
-                # training: kept to the main process whole, it would train alone and wait at its first backward forever
+            if isinstance(stmt, cst.With) and reaches_others(ctx.facts, ctx.plan, ctx.edits, stmt):
+                # ``with open(log, "a") as f:`` around the training: kept to the main process whole, it would train
+                # alone and wait at its first backward forever
                 item = next(i for i in stmt.items if i.item is site.node)
                 target = code_of(item.asname.name) if item.asname is not None else "f"
                 ctx.warn(codes.SHARED_WRITER, site.node, name=code_of(site.node.func), target=target,
@@ -299,13 +300,6 @@ accelerator.end_training()
                 loader = per_item_write(ctx.plan, site)
                 if loader is not None:
                     ctx.warn(codes.SHARD_WRITES, site.node, name=code_of(site.node.func), loader=loader)
-
-
-def _reaches_others(ctx: Context, block: cst.BaseStatement) -> bool:
-    """Whether something in ``block`` trains or otherwise reaches the other processes."""
-    collectives = Collectives(ctx.facts, ctx.plan, ctx.edits)
-    return any(block in ctx.facts.chain(s.stmt) and (ctx.plan.reaches_backward(s) or collectives.reaches(s))
-               for s in ctx.facts.calls)
 
 
 def _handled(ctx: Context, stmt: cst.BaseStatement, wrapped: set[cst.BaseStatement]) -> bool:
