@@ -3,9 +3,9 @@
 The plan reports ``UNKNOWN_DATA`` for a training loop whose data it cannot follow to a loader it prepares: a name
 followed nowhere, a parameter whose callers pass something it cannot follow, the result of a function it cannot see
 into. ``not_a_loader`` says when that data is nevertheless known not to be a DataLoader, so every process walking all
-of it is correct (the processes train on the same data): a value of a data library that makes no loaders (a pandas
+of it is correct (the processes train on the same data; ``walks_no_loader`` asks it of a problem's data): a value of a data library that makes no loaders (a pandas
 frame, a Hugging Face ``datasets`` table, a gym environment), or, for a parameter, what every caller passes (a list
-written in the call, ``range(n)``, tensors). ``rules/refusals.py`` refuses the rest: it may be a DataLoader that every
+written in the call, ``range(n)``, tensors). ``rules/refusals.py`` refuses the rest (``rules/plan_warnings.py`` reports the same data): it may be a DataLoader that every
 process would walk whole.
 """
 
@@ -19,7 +19,7 @@ from accelify.codemods.analysis.names import ImportMap, dotted
 from accelify.codemods.analysis.roles import classify, strip_placement
 
 if TYPE_CHECKING:
-    from accelify.codemods.analysis.facts import Loop, Scope
+    from accelify.codemods.analysis.facts import Facts, Loop, Scope
     from accelify.codemods.analysis.plan import Plan
 
 # data libraries whose values are never a torch DataLoader
@@ -42,6 +42,16 @@ def not_a_loader(plan: "Plan", loop: "Loop") -> bool:
         return _plain_data(value, origin.where.imports, plan)  # type: ignore[arg-type]
     passed = _passed(plan, loop.scope, source)
     return bool(passed) and all(_plain_data(v, imports, plan, caller, depth=1) for v, imports, caller in passed)
+
+
+def walks_no_loader(facts: "Facts", plan: "Plan", data: cst.CSTNode) -> bool:
+    """Whether the training data the plan could not place (``UNKNOWN_DATA``, ``data`` the iterable of a loop) is known
+    to be no DataLoader (``not_a_loader``): every process walks all of it, which is correct, and ACC022 says so.
+    Anything else (a name followed nowhere, the result of a function the analysis cannot see into, such as
+    ``get_train_loader(cfg)`` from an installed package) may be a DataLoader that every process would walk whole:
+    refused (ACC021)."""
+    loop = next((lp for lp in facts.loops if lp.node.iter is data), None)
+    return loop is not None and not_a_loader(plan, loop)
 
 
 def _plain_data(value: cst.BaseExpression, imports: ImportMap, plan: "Plan", scope: "Scope | None" = None,

@@ -40,6 +40,7 @@ from accelify.codemods.rules.micro_steps import AccumulateMicroSteps
 from accelify.codemods.rules.placement import RemovePlacement
 from accelify.codemods.rules.prepare import InsertPrepare
 from accelify.codemods.rules.named_parameters import UnwrapNames
+from accelify.codemods.rules.plan_warnings import WarnPlanProblems
 from accelify.codemods.rules.print import SwapPrint
 from accelify.codemods.rules.refusals import RefusePlanProblems
 from accelify.codemods.rules.process_group import RemoveProcessGroup
@@ -68,6 +69,7 @@ RULES: tuple[type[Rule], ...] = (
     RefuseModelParallel,
     RefuseForwardMethods,
     RefusePlanProblems,
+    WarnPlanProblems,
     CreateAccelerator,
     AddAcceleratorImport,
     RemovePlacement,

@@ -1,4 +1,4 @@
-"""RefusePlanProblems: what the plan could not settle stops the conversion (or, for two of them, is reported).
+"""RefusePlanProblems: what the plan could not settle stops the conversion.
 
 The plan decides what ``accelerator.prepare`` receives and where it goes; some programs leave it no right
 answer, and converting them would train wrongly (a model built anew in every fold, a loader walked as it was
@@ -18,24 +18,21 @@ before ``prepare``). Each such problem is reported with its code, and the file i
 
 - ACC021: a training loop walks data that cannot be followed to where it is built (a name followed nowhere, the
   result of a function the analysis cannot see into): if it is a DataLoader, every process would walk all of it.
-  Data followed to a value of a library that makes no DataLoader (``pandas``, ``datasets``) is not refused: every
-  process trains on the same data (reported: ACC022).
-
-One only warns: ACC027 (a scheduler created inside a loop, left out of ``prepare``).
+  Data followed to a value of a library that makes no DataLoader (``pandas``, ``datasets``) is not refused
+  (``analysis/walked_data.py``): ``rules/plan_warnings.py``, run next, reports it (ACC022), and the scheduler
+  created inside a loop (ACC027) the plan leaves out of ``prepare``.
 """
 
 from __future__ import annotations
 
 from accelify.codemods import codes
 from accelify.codemods.analysis import plan as found
-from accelify.codemods.analysis.plan import Problem
-from accelify.codemods.analysis.walked_data import not_a_loader
+from accelify.codemods.analysis.walked_data import walks_no_loader
 from accelify.codemods.engine.context import Abort, Context
 from accelify.codemods.engine.rule import Example, Rule
 
 CODES = {
     found.MODEL_IN_LOOP: codes.MODEL_IN_LOOP,
-    found.SCHEDULER_IN_LOOP: codes.SCHEDULER_IN_LOOP,
     found.CREATED_AFTER_LOOP: codes.CREATED_AFTER_LOOP,
     found.BUILT_ELSEWHERE: codes.BUILT_ELSEWHERE,
     found.UNSHARDED: codes.UNSHARDED,
@@ -54,7 +51,7 @@ CODES = {
 
 class RefusePlanProblems(Rule):
     name = "refusals"
-    description = "Refuse a program the plan cannot prepare safely (and report the data it cannot follow)."
+    description = "Refuse a program the plan cannot prepare safely."
     examples = (
         Example(
             before='''\
@@ -214,54 +211,6 @@ if __name__ == "__main__":
     main()
 ''',
             warnings=("ACC021:10",),
-        ),
-        Example(
-            # data followed to a Hugging Face ``datasets`` table, which is no DataLoader: every process walks all of it
-            before='''\
-import torch
-from datasets import load_dataset
-
-
-def main():
-    model = torch.nn.Linear(16, 1)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    rows = load_dataset("csv", data_files="train.csv", split="train").with_format("torch")
-    for epoch in range(10):
-        for row in rows:
-            loss = torch.nn.functional.mse_loss(model(row["x"]), row["y"])
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-
-
-if __name__ == "__main__":
-    main()
-''',
-            after='''\
-import torch
-from datasets import load_dataset
-from accelify.runtime import Accelerator
-
-
-def main():
-    accelerator = Accelerator(cpu=True)
-    model = torch.nn.Linear(16, 1)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    model, optimizer = accelerator.prepare(model, optimizer)
-    rows = load_dataset("csv", data_files="train.csv", split="train").with_format("torch")
-    for epoch in range(10):
-        for row in rows:
-            loss = torch.nn.functional.mse_loss(model(row["x"]), row["y"])
-            optimizer.zero_grad()
-            accelerator.backward(loss)
-            optimizer.step()
-    accelerator.end_training()
-
-
-if __name__ == "__main__":
-    main()
-''',
-            warnings=("ACC022:10",),
         ),
         Example(
             # torchtext's legacy BucketIterator, followed to the function that builds it: no DataLoader to shard
@@ -442,45 +391,6 @@ model = Regressor().fit(torch.randn(64, 16), torch.randn(64, 1))
 ''',
             warnings=("ACC026:12",),
         ),
-        Example(
-            before='''\
-import torch
-from torch.utils.data import DataLoader, TensorDataset
-
-loader = DataLoader(TensorDataset(torch.randn(64, 16), torch.randn(64, 1)), batch_size=8)
-model = torch.nn.Linear(16, 1)
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-for cycle in range(3):  # warm restarts: a fresh one-cycle schedule each round
-    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=len(loader))
-    for x, y in loader:
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        scheduler.step()
-''',
-            after='''\
-import torch
-from torch.utils.data import DataLoader, TensorDataset
-from accelify.runtime import Accelerator
-
-accelerator = Accelerator()
-loader = DataLoader(TensorDataset(torch.randn(64, 16), torch.randn(64, 1)), batch_size=8)
-model = torch.nn.Linear(16, 1)
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-for cycle in range(3):  # warm restarts: a fresh one-cycle schedule each round
-    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=len(loader))
-    for x, y in loader:
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        optimizer.zero_grad()
-        accelerator.backward(loss)
-        optimizer.step()
-        scheduler.step()
-accelerator.end_training()
-''',
-            warnings=("ACC027:8",),
-        ),
         Example(  # a second experiment re-binds a list of optimizers after the first one trained
             before='''\
 import torch
@@ -598,21 +508,7 @@ for epoch in range(3):
     )
 
     def run(self, ctx: Context) -> None:
-        problems = ctx.plan.problems
-        refused = [p for p in problems if p.refuse or (p.kind == found.UNKNOWN_DATA and not _not_a_loader(ctx, p))]
+        refused = [p for p in ctx.plan.problems
+                   if p.refuse or (p.kind == found.UNKNOWN_DATA and not walks_no_loader(ctx.facts, ctx.plan, p.node))]
         if refused:
             raise Abort(*(ctx.warning(CODES[p.kind], p.node, **dict(p.fields)) for p in refused))
-        for problem in problems:
-            if problem.kind == found.UNKNOWN_DATA:  # followed to a library's data that is no loader: the same data
-                ctx.warn(codes.SAME_DATA, problem.node)
-            else:
-                ctx.warn(CODES[problem.kind], problem.node, **dict(problem.fields))
-
-
-def _not_a_loader(ctx: Context, problem: Problem) -> bool:
-    """Whether the training data the plan could not place (``UNKNOWN_DATA``) is known to be no DataLoader
-    (``analysis/walked_data.py``): every process walks all of it, which is correct, and ACC022 says so. Anything else
-    (a name followed nowhere, the result of a function the analysis cannot see into, such as ``get_train_loader(cfg)``
-    from an installed package) may be a DataLoader that every process would walk whole: refused (ACC021)."""
-    loop = next((lp for lp in ctx.facts.loops if lp.node.iter is problem.node), None)
-    return loop is not None and not_a_loader(ctx.plan, loop)

@@ -165,7 +165,7 @@ accelerator.end_training()
                 # ``for epoch in range(2)`` around ``for i in range(0, ids.size(1) - n, n): x = ids[:, i:i+n]``:
                 # the inner loop slices the data
                 # ``for x, y in generator_train:`` walks a batch generator of the program's own (a library's data
-                # the plan followed is the refusals rule's to report: ``UNKNOWN_DATA``)
+                # the plan followed is the refusals and plan_warnings rules' to report: ``UNKNOWN_DATA``)
                 unknown = {id(n) for p in ctx.plan.problems if p.kind == UNKNOWN_DATA for n in descendants(p.node)}
                 loop = next((lp for lp in training if _walks_data(lp) and (_slices(lp) or not ranged(lp))
                              and id(lp.node.iter) not in unknown and not any(id(n) in unknown for n in descendants(lp.node.iter))), loop)

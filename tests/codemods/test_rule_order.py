@@ -29,9 +29,12 @@ MUST_FOLLOW: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
     (("unsupported",), ("model_parallel",), "... then distributed calls with no counterpart"),
     (("model_parallel",), ("forward_methods",), "... then a model split across devices"),
     (("forward_methods",), ("refusals",), "... then training through a model method that runs the forward"),
-    (("refusals",), ("accelerator",), "... then what the plan cannot prepare, before anything is created"),
+    (("refusals",), ("plan_warnings",),
+     "... then what the plan cannot prepare, before anything is created; what it leaves as it is is reported only once "
+     "nothing was refused (a refused file reports its refusals alone)"),
+    (("plan_warnings",), ("accelerator",), "those warnings stand beside the refusal of any later rule"),
     (("accelerator",), tuple(n for n in ALL if n not in ("lightning", "unsupported", "model_parallel", "forward_methods",
-                                                          "refusals", "accelerator")),
+                                                          "refusals", "plan_warnings", "accelerator")),
      "they convert only once an edit creates the accelerator, and read its name where it is (ctx.accelerating, "
      "ctx.accelerator_in)"),
     (("threading",), ("named_parameters",),
