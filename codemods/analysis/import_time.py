@@ -77,7 +77,8 @@ def entry_figures(plan: Plan) -> list[CallSite]:
     found = []
     for site in facts.calls:
         scope = site.scope
-        if scope.unit != "__main__" or scope.kind != "function" or scope.class_scope is not None:
+        if scope.unit != "__main__" or scope.kind != "function" or scope.class_scope is not None \
+                or scope is creation.home:  # (``main(args)`` makes the accelerator: its figures are the writes rule's)
             continue
         if site.qualname not in _FIGURES and site.method != "savefig":
             continue

@@ -368,3 +368,13 @@ def test_a_mac_users_device_line_is_a_device_choice() -> None:
         "    torch.nn.functional.mse_loss(model(xb), yb).backward()\n    optimizer.step()\n")
     assert codes(code) == []
     assert "torch.backends.mps" not in converted(code)
+
+
+def test_a_figure_saved_where_the_accelerator_is_made_needs_no_partial_state() -> None:
+    """The replay of the earlier field programs (a VAE's ``main(args)`` saving its figures, called from the
+    ``__main__`` block): the figure is the writes rule's, kept to the main process by the accelerator, and
+    ``PartialState`` was imported for nothing."""
+    code = FIGURES_FROM_TOP.replace("        optimizer.step()\n", "        optimizer.step()\n    plt.savefig(\"last.png\")\n")
+    new = converted(code)
+    assert "    if accelerator.is_main_process:\n        plt.savefig(\"last.png\")\n" in new, new
+    assert new.count("PartialState") == 2  # the import and plot_weights' figure, none for train_model's
