@@ -66,6 +66,12 @@ class Creation:
             self._decide(self.home)
 
     @property
+    def cpu_argument(self) -> str:
+        """The ``cpu=...`` argument the accelerator is made with (``"cpu=True"``, ``"cpu=not args.cuda"``), or ``""``:
+        what a ``PartialState`` made before it must be given (Hugging Face Accelerate keeps the first state's device)."""
+        return next((a for a in self.arguments if a.startswith("cpu=")), "")
+
+    @property
     def anchor(self) -> tuple[cst.BaseStatement, bool] | None:
         """Where the accelerator is created: ``(statement, True)`` right after it, ``(statement, False)`` right before."""
         if self.home is None or not self.block:

@@ -45,6 +45,12 @@ class Scope:
     def param_names(self) -> list[str]:
         return [p.name.value for p in self.params]
 
+    def calls_method_of(self, name: str, methods: tuple[str, ...]) -> bool:
+        """Whether this scope calls ``<name>.<method>(...)`` for one of ``methods`` (``model.state_dict()``)."""
+        return any(site.method in methods and isinstance(site.node.func, cst.Attribute)
+                   and isinstance(site.node.func.value, cst.Name) and site.node.func.value.value == name
+                   for site in self.calls)
+
     @property
     def class_scope(self) -> "Scope | None":
         """For a method (first parameter ``self``), the class that owns it."""

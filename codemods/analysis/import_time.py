@@ -12,6 +12,7 @@ import libcst as cst
 from accelify.codemods.analysis.call_graph import CallGraph
 from accelify.codemods.analysis.creation import Creation
 from accelify.codemods.analysis.facts import CallSite, Facts, Scope
+from accelify.codemods.analysis.handle_uses import alone
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.snippets import code_of
 
@@ -39,57 +40,58 @@ def import_time_prints(facts: Facts, graph: CallGraph) -> list[CallSite]:
     return sorted(found, key=lambda s: facts.order.get(s.stmt, (0, 0)))
 
 
-def entry_prints(plan: Plan) -> tuple[list[CallSite], str | None]:
-    """The ``print(...)`` statements at the training script's own top level (its ``if __name__ == "__main__":``
-    block included: ``print(VERSION)`` before ``main(args)``, the elapsed time after it) that run on every process
-    out of the accelerator's reach, because a function makes it; in order, with the accelerator's ``cpu`` argument
-    (``""``, ``"cpu=True"``, ``"cpu=False"``) to make their ``PartialState`` with, or None where that argument is an
-    expression the top level cannot read. Not those before the process stops (``sys.exit``), nor under the script's
-    own main-process test."""
-    facts = plan.facts
-    creation = plan.analysis(Creation)
-    entry = facts.units.get("__main__")
-    if entry is None or creation.home is None or creation.home.kind == "module":
-        return [], ""
-    scope = entry.module_scope
-    sites = sorted((s for s in scope.calls if s.scope is scope and _prints(s) and not before_exit(facts, s.stmt)
-                    and not any(c in facts.skipped for c in facts.chain(s.stmt))
-                    and not plan.distributed.main_only(facts, s.stmt, s.scope)),
-                   key=lambda s: facts.order.get(s.stmt, (0, 0)))
-    cpu = next((a for a in creation.arguments if a.startswith("cpu=")), "")
-    return sites, cpu if cpu in ("", "cpu=True", "cpu=False") else None
-
-
+# the accelerator's ``cpu`` arguments a ``PartialState`` can be given anywhere: the same values wherever it is read
+LITERAL_CPU = ("", "cpu=True", "cpu=False")
 _FIGURES = ("matplotlib.pyplot.savefig", "matplotlib.pyplot.imsave", "matplotlib.image.imsave",
             "torchvision.utils.save_image", "cv2.imwrite")
 
 
-def entry_figures(plan: Plan) -> list[CallSite]:
-    """The figures a function of the training script writes (``plt.savefig(f"images/{i}.png")`` in ``plot_weights``)
-    where every call of that function is at the script's top level, out of the reach of the accelerator a function
-    makes (``entry_prints``' case): each process wrote every file. Those calls, each a statement of its own."""
-    facts = plan.facts
-    creation = plan.analysis(Creation)
-    entry = facts.units.get("__main__")
-    if entry is None or creation.home is None or creation.home.kind == "module":
-        return []
-    top = entry.module_scope
-    found = []
-    for site in facts.calls:
-        scope = site.scope
-        if scope.unit != "__main__" or scope.kind != "function" or scope.class_scope is not None \
-                or scope is creation.home:  # (``main(args)`` makes the accelerator: its figures are the writes rule's)
-            continue
-        if site.qualname not in _FIGURES and site.method != "savefig":
-            continue
-        if not (isinstance(site.stmt, cst.SimpleStatementLine) and len(site.stmt.body) == 1
-                and isinstance(site.stmt.body[0], cst.Expr) and site.stmt.body[0].value is site.node):
-            continue
-        calls = plan.call_sites(scope)
-        if calls and all(c.scope is top for c in calls) and not any(c in facts.skipped for c in facts.chain(site.stmt)) \
-                and not plan.distributed.main_only(facts, site.stmt, scope):
-            found.append(site)
-    return found
+class EntryLevel:
+    """What the training script's own top level runs on every process out of the reach of the accelerator a function
+    makes (its ``if __name__ == "__main__":`` block included), found once for the rules that ask
+    (``plan.analysis(EntryLevel)``): ``prints``, the ``print(...)`` statements there (``print(VERSION)`` before
+    ``main(args)``, the elapsed time after it), and ``figures``, those a function of the script saves where every call
+    of it is at the top level (``plt.savefig(f"images/{i}.png")`` in ``plot_weights``), each a statement of its own; in
+    order. Not those before the process stops (``sys.exit``), marked ``# accelify: skip``, or under the script's own
+    main-process test. ``cpu`` is the accelerator's ``cpu`` argument for their ``PartialState``; ``literal`` whether
+    the top level can read it (else the prints are reported, ACC057)."""
+
+    def __init__(self, plan: Plan) -> None:
+        facts = plan.facts
+        creation = plan.analysis(Creation)
+        self.home = creation.home
+        self.cpu = creation.cpu_argument
+        self.literal = self.cpu in LITERAL_CPU
+        self.prints: list[CallSite] = []
+        self.figures: list[CallSite] = []
+        entry = facts.units.get("__main__")
+        if entry is None or self.home is None or self.home.kind == "module":
+            return
+        top = entry.module_scope
+
+        def kept(site: CallSite) -> bool:
+            return not any(c in facts.skipped for c in facts.chain(site.stmt)) \
+                and not plan.distributed.main_only(facts, site.stmt, site.scope)
+
+        self.prints = [s for s in top.calls if s.scope is top and _prints(s) and not before_exit(facts, s.stmt)
+                       and kept(s)]
+        for site in facts.calls:
+            scope = site.scope
+            if scope.unit != "__main__" or scope.kind != "function" or scope.class_scope is not None \
+                    or scope is self.home:  # (``main(args)`` makes the accelerator: its figures are the writes rule's)
+                continue
+            if (site.qualname in _FIGURES or site.method == "savefig") and alone(site) and kept(site):
+                calls = plan.call_sites(scope)
+                if calls and all(c.scope is top for c in calls):
+                    self.figures.append(site)
+        order = facts.order
+        self.prints.sort(key=lambda s: order.get(s.stmt, (0, 0)))
+        self.figures.sort(key=lambda s: order.get(s.stmt, (0, 0)))
+
+    @property
+    def state_used(self) -> bool:
+        """Whether the script's top level goes through ``PartialState`` (prints or figures it can make one for)."""
+        return self.literal and bool(self.prints or self.figures)
 
 
 _EXITS = ("sys.exit", "exit", "quit", "os._exit")

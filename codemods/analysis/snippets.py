@@ -65,12 +65,3 @@ def with_block(header: str, body: list[cst.BaseStatement]) -> cst.BaseStatement:
         blank.append(line)
     body = [first.with_changes(leading_lines=list(first.leading_lines)[len(blank):]), *body[1:]]
     return shell.with_changes(body=cst.IndentedBlock(body), leading_lines=blank)
-
-
-def on_main_by_state(stmt: cst.CSTNode, cpu: str) -> cst.If:
-    """``if PartialState(<cpu>).is_main_process:`` around ``stmt``, where no accelerator is at hand (the process facts
-    the accelerator is made on; ``cpu`` its own ``cpu=`` argument, or ``""``)."""
-    shell = statement(f"if PartialState({cpu}).is_main_process:\n    pass\n")
-    assert isinstance(shell, cst.If) and isinstance(stmt, cst.BaseStatement)
-    return shell.with_changes(body=cst.IndentedBlock([stmt.with_changes(leading_lines=[])]),
-                              leading_lines=stmt.leading_lines)

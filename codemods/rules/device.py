@@ -200,14 +200,10 @@ accelerator.end_training()
         anchor = ctx.plan.analysis(Creation).anchor
         if binding.where.kind != "module" or "." in binding.key or anchor is None or ctx.plan.home is not binding.where:
             return False
-        top = {id(ref) for ref in self._refs(ctx, binding) if not ctx.dropped(ref)
-               and any(ref in refs for refs in binding.where.refs.values())}
-        holders: dict[int, cst.BaseStatement] = {}
-        for stmt, _ in sorted(ctx.facts.order.items(), key=lambda item: item[1][0]):  # the innermost holds it last
-            for name in m.findall(stmt, m.Name(binding.key)):
-                if id(name) in top:
-                    holders[id(name)] = stmt
-        if len(holders) != len(top) or not all(ctx.after_accelerator(binding.where, s) for s in holders.values()):
+        top = binding.where
+        holders = [top.holders.get(id(ref)) for ref in self._refs(ctx, binding)
+                   if not ctx.dropped(ref) and any(ref in refs for refs in top.refs.values())]
+        if not all(s is not None and ctx.after_accelerator(top, s) for s in holders):
             return False
         at, after = anchor
         code = [f"{binding.key} = {accelerator}.device"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods.analysis.creation import Creation
-from accelify.codemods.analysis.import_time import entry_figures, entry_prints
+from accelify.codemods.analysis.import_time import EntryLevel
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
 
@@ -65,9 +65,8 @@ model = torch.nn.Linear(2, 1)
     def run(self, ctx: Context) -> None:
         if ctx.accelerating:
             creation = ctx.plan.analysis(Creation)
-            sites, cpu = entry_prints(ctx.plan)  # printed through ``PartialState`` by the print rule (and the
-            sites = sites + entry_figures(ctx.plan)  # figures its top level has drawn, by the writes rule)
-            state = ("PartialState",) if sites and cpu is not None and creation.home is not None \
-                and creation.home.unit == "__main__" and not ctx.notebook else ()
+            entry = ctx.plan.analysis(EntryLevel)  # the top level's prints and figures through ``PartialState``
+            state = ("PartialState",) if entry.state_used and entry.home is not None and entry.home.unit == "__main__" \
+                and not ctx.notebook else ()
             schedule_import(ctx, ctx.import_module, "Accelerator", *creation.runtime_imports, *state)
             ctx.change(f"import Accelerator from {ctx.import_module}")

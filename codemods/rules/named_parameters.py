@@ -133,7 +133,4 @@ def _reads_names(helper: Scope, param: str, state: bool) -> bool:
     never calls the model itself (a forward there must go through the wrapper)."""
     if any(isinstance(site.node.func, cst.Name) and site.node.func.value == param for site in helper.calls):
         return False
-    methods = (*_NAMED, "state_dict") if state else _NAMED
-    return any(site.method in methods and isinstance(site.node.func, cst.Attribute)
-               and isinstance(site.node.func.value, cst.Name) and site.node.func.value.value == param
-               for site in helper.calls)
+    return helper.calls_method_of(param, (*_NAMED, "state_dict") if state else _NAMED)

@@ -21,7 +21,7 @@ import libcst as cst
 from accelify.codemods import codes
 from accelify.codemods.analysis.creation import Creation
 from accelify.codemods.analysis.facts import CallSite
-from accelify.codemods.analysis.import_time import before_exit, entry_prints, import_time_prints
+from accelify.codemods.analysis.import_time import LITERAL_CPU, EntryLevel, before_exit, import_time_prints
 from accelify.codemods.analysis.snippets import code_of, expression
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
@@ -301,9 +301,9 @@ def _import_time(ctx: Context) -> None:
             by_unit.setdefault(site.scope.unit, []).append(site)
     if not by_unit:
         return
-    cpu = next((a for a in ctx.plan.analysis(Creation).arguments if a.startswith("cpu=")), "")
+    cpu = ctx.plan.analysis(Creation).cpu_argument
     for unit, sites in by_unit.items():
-        if cpu not in ("", "cpu=True", "cpu=False"):
+        if cpu not in LITERAL_CPU:
             ctx.warn(codes.IMPORT_TIME_PRINTS, sites[0].stmt, module=unit, cpu=cpu)
             continue
         state = expression(f"PartialState({cpu}).print")
@@ -319,19 +319,16 @@ def _entry_level(ctx: Context) -> None:
     that ``cpu`` is an expression the top level cannot read (``analysis/import_time.py``)."""
     if not ctx.accelerating:
         return
-    sites, cpu = entry_prints(ctx.plan)
-    sites = [s for s in sites if not ctx.edits.replaced(s.node.func)]
-    if not sites:
+    entry = ctx.plan.analysis(EntryLevel)
+    sites = [s for s in entry.prints if not ctx.edits.replaced(s.node.func)]
+    if not sites or entry.home is None:
         return
-    home = ctx.plan.analysis(Creation).home
-    assert home is not None
-    if cpu is None:
-        cpu = next(a for a in ctx.plan.analysis(Creation).arguments if a.startswith("cpu="))
-        ctx.warn(codes.ENTRY_PRINTS, sites[0].stmt, name=code_of(sites[0].node), function=home.name, cpu=cpu)
+    if not entry.literal:
+        ctx.warn(codes.ENTRY_PRINTS, sites[0].stmt, name=code_of(sites[0].node), function=entry.home.name, cpu=entry.cpu)
         return
-    state = expression(f"PartialState({cpu}).print")
+    state = expression(f"PartialState({entry.cpu}).print")
     if any([ctx.replace(site.node.func, site.stmt, lambda _, f=state: f) for site in sites]):  # type: ignore[misc]
-        if home.unit != "__main__":
+        if entry.home.unit != "__main__":
             _import_state(ctx, "__main__")
         ctx.change("print at the script's top level -> PartialState().print")
 

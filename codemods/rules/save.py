@@ -197,7 +197,7 @@ accelerator.end_training()
                 # ``utils.get_training_state(config, gat)``, a function of the program that builds what is saved
                 # from the model it is handed (``"state_dict": model.state_dict()``): it is handed the unwrapped one
                 for param in helper.param_names:
-                    arg = ctx.plan.arg_for(made, helper, param) if _takes_state(helper, param) else None
+                    arg = ctx.plan.arg_for(made, helper, param) if helper.calls_method_of(param, ("state_dict",)) else None
                     if arg is not None and self._is_model(ctx, site, arg.value):
                         self._unwrap(ctx, arg.value, stmt, accelerator)
             elif isinstance(expr, cst.Name) and id(expr) not in followed:
@@ -226,13 +226,6 @@ accelerator.end_training()
 
     def _is_model(self, ctx: Context, site: CallSite, expr: cst.BaseExpression) -> bool:
         return ctx.plan.prepared_model(site.scope, expr, site.stmt) is not None
-
-
-def _takes_state(helper: Scope, param: str) -> bool:
-    """Whether ``helper`` reads ``param.state_dict()``: what it builds holds the model's weights."""
-    return any(site.method == "state_dict" and isinstance(site.node.func, cst.Attribute)
-               and isinstance(site.node.func.value, cst.Name) and site.node.func.value.value == param
-               for site in helper.calls)
 
 
 def _save_at_calls(ctx: Context, site: CallSite, waited: set[cst.BaseStatement]) -> bool:

@@ -266,18 +266,21 @@ def _block_holding(outer: cst.BaseStatement, node: cst.BaseStatement) -> list[cs
 
 
 def _set_trigger(stmt: cst.CSTNode, accelerator: str) -> cst.CSTNode:
+    """Each ``break`` of ``stmt`` (a statement line, or the one-line bodies of ``if done: break``) made
+    ``accelerator.set_trigger()``."""
     call = statement(f"{accelerator}.set_trigger()")
     assert isinstance(call, cst.SimpleStatementLine)
-    if isinstance(stmt, cst.If):  # ``if done: break`` -> ``if done: accelerator.set_trigger()``
-        body = stmt.body
-        if isinstance(body, cst.SimpleStatementSuite):
-            body = body.with_changes(body=[call.body[0] if isinstance(s, cst.Break) else s for s in body.body])
+
+    def swapped(suite: cst.BaseSuite) -> cst.BaseSuite:
+        if not isinstance(suite, cst.SimpleStatementSuite):
+            return suite
+        return suite.with_changes(body=[call.body[0] if isinstance(s, cst.Break) else s for s in suite.body])
+
+    if isinstance(stmt, cst.If):
         orelse = stmt.orelse
-        if isinstance(orelse, cst.Else) and isinstance(orelse.body, cst.SimpleStatementSuite):
-            orelse = orelse.with_changes(body=orelse.body.with_changes(
-                body=[call.body[0] if isinstance(s, cst.Break) else s for s in orelse.body.body]))
-        return stmt.with_changes(body=body, orelse=orelse)
+        if isinstance(orelse, cst.Else):
+            orelse = orelse.with_changes(body=swapped(orelse.body))
+        return stmt.with_changes(body=swapped(stmt.body), orelse=orelse)
     assert isinstance(stmt, cst.SimpleStatementLine)
-    body = [call.body[0] if isinstance(small, cst.Break) else small for small in stmt.body]
-    return stmt.with_changes(body=body)
+    return stmt.with_changes(body=[call.body[0] if isinstance(s, cst.Break) else s for s in stmt.body])
 

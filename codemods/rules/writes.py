@@ -21,13 +21,13 @@ import libcst as cst
 from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.blocks import under_main_process
-from accelify.codemods.analysis.snippets import code_of, made_on_main_process, on_main_by_state, on_main_process
+from accelify.codemods.analysis.snippets import code_of, made_on_main_process, on_main_process
 from accelify.codemods.analysis.facts import CallSite, Scope
 from accelify.codemods.analysis.file_writes import (helper_after_accelerator, kept_open, main_only, outermost_write,
                                                     per_item_write, saves_file_object, tracker_uses, writer_class)
 from accelify.codemods.analysis.handle_uses import Collectives, alone, handle_uses, reaches_others
 from accelify.codemods.analysis.helper_calls import helper_calls
-from accelify.codemods.analysis.import_time import entry_figures, entry_prints
+from accelify.codemods.analysis.import_time import EntryLevel
 from accelify.codemods.analysis.named_writes import writes_by_name
 from accelify.codemods.analysis.removals import removes_shared_file
 from accelify.codemods.analysis.share_walks import walks_a_share
@@ -255,8 +255,8 @@ accelerator.end_training()
 
     def run(self, ctx: Context) -> None:
         wrapped: set[cst.BaseStatement] = set()
-        figures = entry_figures(ctx.plan) if ctx.accelerating and not ctx.notebook else []
-        cpu = entry_prints(ctx.plan)[1]
+        entry = ctx.plan.analysis(EntryLevel)
+        figures = entry.figures if ctx.accelerating and not ctx.notebook and entry.literal else []
         for site in ctx.facts.calls:
             if site.qualname in TRACKERS:
                 if not _keep_tracker_to_main(ctx, site, wrapped):
@@ -272,8 +272,8 @@ accelerator.end_training()
             if not ctx.after_accelerator(site.scope, site.stmt):
                 if not removal and helper_after_accelerator(ctx, ctx.plan, site):
                     _warn_in_helper(ctx, site, wrapped)  # ``test(..., save=path)`` of a module with no accelerator
-                elif site in figures and cpu is not None and ctx.replace(  # ``plot(w, i)`` at the script's top level
-                        site.stmt, site.stmt, lambda s: on_main_by_state(s, cpu)):  # type: ignore[misc,arg-type]
+                elif site in figures and ctx.replace(  # ``plot(w, i)`` at the script's top level
+                        site.stmt, site.stmt, lambda s: on_main_process(s, f"PartialState({entry.cpu})")):  # type: ignore[misc]
                     ctx.change("draw figures on the main process only (PartialState)")
                 continue
             if removal and (not alone(site) or main_only(ctx.plan, ctx.facts, ctx.edits, site.scope, site.stmt)
