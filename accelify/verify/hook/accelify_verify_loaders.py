@@ -41,7 +41,7 @@ class LoaderEvents:
 
     def backstop(self) -> int:
         """Optimizer steps after which the epoch limit ends a run whose loader epochs never end (a wrapped loader)."""
-        return self.batch_limit * (self.epoch_limit + 1) * max(1, len(self.optimizers))
+        return self.batch_limit * (self.epoch_limit + 1) * max(1, self.optimizers_seen)
 
     def _limit_reached(self, key: str, site: str) -> bool:
         """``key``'s loader starts an epoch past the epoch limit: it fed a backward (or is new at a line whose loaders

@@ -283,6 +283,9 @@ class _Recorder(LoaderEvents, ScriptPlaces):
         self.owner: Any = WeakIdKeyDictionary()  # parameter -> index of the DDP wrapper that holds it
         self.wrappers: Any = WeakIdKeyDictionary()  # DDP wrapper -> {"index", "forward_calls", "module"}
         self.optimizers: Any = WeakIdKeyDictionary()  # optimizer -> index, in order of first step
+        # optimizers that ever stepped: one a finished training function dropped (gone from the weak dictionary)
+        # still counts, so the next one gets a new index (the original's and the conversion's then agree)
+        self.optimizers_seen = 0
         self.site_objects: dict[str, Any] = {}  # iteration site -> WeakIdKeyDictionary(loader -> ordinal)
         self.batches_per_epoch, self.leading_size = batches_per_epoch, leading_size
         patch_torch(torch, self)
@@ -367,7 +370,8 @@ class _Recorder(LoaderEvents, ScriptPlaces):
         with self.lock:
             index = self.optimizers.get(optimizer)
             if index is None:
-                index = self.optimizers[optimizer] = len(self.optimizers)
+                index = self.optimizers[optimizer] = self.optimizers_seen
+                self.optimizers_seen += 1
             self.steps += 1
             params = [p for group in optimizer.param_groups for p in group["params"]]
             n = self.steps
