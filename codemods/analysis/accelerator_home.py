@@ -27,11 +27,18 @@ class AcceleratorHome(TrainerMethod):
     home_block: list[cst.BaseStatement]
     home_call: CallSite | None
     view: View | None
+    function_sites: list  # ``training_functions.FunctionSite``
+    function_caller: Scope | None
 
     def _choose_home(self) -> None:
         scope = self.prepare_scope
         assert scope is not None
         via: list[CallSite] = []
+        if self.function_sites and self.function_caller is not None:
+            # several training functions, each preparing its own: the accelerator where they are all called from
+            scope = self.function_caller
+            via = sorted((s for f in [self.prepare_scope, *(site.scope for site in self.function_sites)]
+                          for s in self.call_sites(f)), key=lambda s: self.facts.order[s.stmt][0])
         if scope.class_scope is None:
             while True:
                 sites = self.call_sites(scope)

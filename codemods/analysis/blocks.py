@@ -115,9 +115,11 @@ def unconditional(facts: Facts, stmt: cst.BaseStatement) -> bool:
     return True
 
 
-def common_block(facts: Facts, scope: Scope, stmts: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+def common_block(facts: Facts, scope: Scope, stmts: list[cst.BaseStatement],
+                 loops: set[int] = frozenset()) -> list[cst.BaseStatement]:  # type: ignore[assignment]
     """The innermost block of ``scope`` (its body, or the body of an ``if``/``with``/``try`` in it, never
-    a loop's) that contains every statement of ``stmts``; ``scope.body`` when there are none."""
+    a loop's but for the ``for`` statements ``loops`` names by id) that contains every statement of ``stmts``;
+    ``scope.body`` when there are none."""
     block = scope.body
     if not stmts:
         return block
@@ -126,7 +128,8 @@ def common_block(facts: Facts, scope: Scope, stmts: list[cst.BaseStatement]) -> 
         if len(tops) != 1 or None in tops:
             return block
         top = facts.top_in(stmts[0], block)
-        inner = block_of(top) if isinstance(top, (cst.If, cst.With, cst.Try)) else None  # type: ignore[arg-type]
+        entered = isinstance(top, (cst.If, cst.With, cst.Try)) or (isinstance(top, cst.For) and id(top) in loops)
+        inner = block_of(top) if entered else None  # type: ignore[arg-type]
         if inner is None or any(facts.top_in(s, inner) is None for s in stmts):
             return block
         block = inner

@@ -133,8 +133,9 @@ def _makers(plan: Plan) -> set[int]:
     """The functions of the program that make tensors, directly or through the functions they call; not the
     prepare scope nor the functions that lead to it (``main()``): their own calls are checked where they are."""
     assert plan.prepare_scope is not None
-    drivers = {id(plan.prepare_scope)}
-    pending = [plan.prepare_scope]
+    sites = [plan.prepare_scope, *(site.scope for site in plan.function_sites)]
+    drivers = {id(s) for s in sites}
+    pending = list(sites)
     while pending:
         for site in plan.call_sites(pending.pop()):
             if id(site.scope) not in drivers:
@@ -160,7 +161,7 @@ def _makes_data_only(plan: Plan, site: CallSite, makers: set[int], memo: dict[in
     """A call that makes tensors is made where only the data reads them: in the prepare scope before ``prepare``,
     feeding nothing read after it; or in a function every call of which is such a call (``make_data(n, seed)``)."""
     scope = site.scope
-    if scope is plan.prepare_scope:
+    if scope is plan.prepare_scope or any(scope is f.scope for f in plan.function_sites):
         return _feeds_data_only(plan, site)
     if scope.kind != "function" or id(scope) in seen:
         return False
@@ -175,10 +176,13 @@ def _feeds_data_only(plan: Plan, site: CallSite) -> bool:
     read by nothing after ``prepare``."""
     facts = plan.facts
     scope: Scope = site.scope
-    anchor = plan.prepare_after
+    anchor, aliases = plan.prepare_after, plan.aliases
+    for other in plan.function_sites:  # another training function, preparing its own
+        if other.scope is scope:
+            anchor, aliases = other.after, other.aliases
     if anchor is None or facts.order[site.stmt][0] > facts.order[anchor][1]:
         return False
-    placed = {a.key for a in plan.aliases}  # prepared: prepare places them
+    placed = {a.key for a in aliases}  # prepared: prepare places them
     tainted = _bound_by(site.stmt) - placed - _data_objects(site.stmt, scope)
     changed = True
     while changed:  # ``y = x @ w`` after ``x = torch.randn(...)``: y too

@@ -61,6 +61,7 @@ from accelify.codemods.analysis.problems import (  # the kinds rules/refusals.py
 from accelify.codemods.analysis.role_assignment import RoleAssignment
 from accelify.codemods.analysis.roles import strip_placement
 from accelify.codemods.analysis.schedules import per_batch
+from accelify.codemods.analysis.training_functions import FunctionSite
 from accelify.codemods.analysis.alias_names import Rebind
 from accelify.codemods.analysis.trainer_choice import View
 from accelify.codemods.analysis.snippets import code_of
@@ -102,6 +103,8 @@ class Plan(RoleAssignment, PrepareSite, TrainingDataChecks, DataPasses):
         # each builds (block, statement), and the block, before that ``if``, where the accelerator is made
         self.branch_sites: list[tuple[list[cst.BaseStatement], cst.BaseStatement | None]] = []
         self.accelerator_block: list[cst.BaseStatement] | None = None
+        self.function_sites: list[FunctionSite] = []  # other training functions, each preparing its own objects
+        self.function_caller: Scope | None = None  # the one scope that calls every training function
         self.home: Scope | None = None
         self.home_block: list[cst.BaseStatement] = []
         self.home_call: CallSite | None = None  # the call in the home that leads to the prepare scope
@@ -134,8 +137,11 @@ class Plan(RoleAssignment, PrepareSite, TrainingDataChecks, DataPasses):
     def _find_objects(self) -> list[Binding]:
         optimizers = [o for o in self.bindings_with_role("optimizer") if not self.bystander(o.where)]
         objects: list[Binding] = []
+        self.pass_loops: set[int] = set()  # ``for`` nodes each pass of which builds and trains a model of its own
         for optimizer in optimizers:
-            if optimizer.loop is not None:
+            if optimizer.loop is not None and self._trains_per_pass(optimizer):
+                self.pass_loops.add(id(optimizer.loop.node))
+            elif optimizer.loop is not None:
                 self._problem(MODEL_IN_LOOP, optimizer.stmt, name=optimizer.key)
             objects.append(optimizer)
             for where, owner in self.trained_by(optimizer):
@@ -147,7 +153,7 @@ class Plan(RoleAssignment, PrepareSite, TrainingDataChecks, DataPasses):
                 if model is not None and model.role == "model" and model not in objects:
                     handed = isinstance(owner, cst.Name) and owner.value in where.param_names \
                         and optimizer.where is where and where.kind == "function"
-                    if model.loop is not None and not handed:  # (``train(model, data)`` called per fresh model,
+                    if model.loop is not None and not handed and id(model.loop.node) not in self.pass_loops:  # (``train(model, data)`` called per fresh model,
                         # building its own optimizer over the model it is handed: prepared per call, where it trains)
                         self._problem(MODEL_IN_LOOP, model.stmt, name=model.key)
                     objects.append(model)
@@ -198,6 +204,19 @@ class Plan(RoleAssignment, PrepareSite, TrainingDataChecks, DataPasses):
             else:
                 kept.append(obj)
         return kept
+
+    def _trains_per_pass(self, optimizer: Binding) -> bool:
+        """Whether each pass of the loop that builds ``optimizer`` is a training of its own: every model it trains is
+        built in the same pass (a k-fold loop: model, optimizer and loaders per fold), and the loop trains after them
+        (its epochs inside). Each pass is then prepared where its objects are built; an optimizer rebuilt per epoch
+        over a model built once is not this (ACC007)."""
+        loop = optimizer.loop
+        assert loop is not None
+        models = [self.origin(where, owner) for where, owner in self.trained_by(optimizer)]
+        if not models or any(m is None or m.loop is not loop or m.where is not optimizer.where for m in models):
+            return False
+        start = self.facts.order[optimizer.stmt][1]
+        return any(self.facts.order[site.stmt][0] > start and self.reaches_backward(site) for site in loop.calls)
 
     def _updated_by_hand(self) -> list[Binding]:
         """Models whose parameters a loop updates from their gradients (SGD written by hand)."""

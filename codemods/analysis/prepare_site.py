@@ -31,6 +31,7 @@ from accelify.codemods.analysis.problems import (
     TRAININGS_IN_BRANCHES,
 )
 from accelify.codemods.analysis.roles import classify, removed_wrap, strip_placement
+from accelify.codemods.analysis.training_functions import FunctionSite, TrainingFunctions
 
 PREPARED_ROLES = ("model", "optimizer", "loader", "scheduler")
 # ACC039's ``why`` when a run of the program may build several trainers (``engine/alternatives.py`` has the others)
@@ -38,7 +39,7 @@ SEVERAL_RUN = ("and a run of the program may build more than one of them: one `a
                "several trainings, and one process has one accelerator")
 
 
-class PrepareSite(BranchSites, AcceleratorHome):
+class PrepareSite(BranchSites, TrainingFunctions, AcceleratorHome):
     """The plan's choice of the prepare site (``Plan`` mixes it in, and the accelerator's home with it:
     ``analysis/accelerator_home.py``; the objects, their roles and the problems list are the plan's, as are
     ``trained_by`` and ``_problem``)."""
@@ -52,11 +53,14 @@ class PrepareSite(BranchSites, AcceleratorHome):
     aliases: list[Alias]
     rebinds: list[Rebind]  # second names that train, bound again to the prepared object right after prepare
     trainers: list[Scope]
+    pass_loops: set[int]  # the ``for`` nodes each pass of which trains a model of its own (``Plan._trains_per_pass``)
+    function_sites: list[FunctionSite]  # other training functions, each preparing its own (``training_functions.py``)
 
     def _choose_prepare_site(self) -> None:
         by_scope: dict[Scope, dict[int, Alias]] = {}
         for binding in self.facts.bindings():
-            if binding.role == "device" or binding.loop is not None or removed_wrap(binding, binding.where.imports):
+            looped = binding.loop is not None and id(binding.loop.node) not in self.pass_loops  # (a k-fold pass: prepared in it)
+            if binding.role == "device" or looped or removed_wrap(binding, binding.where.imports):
                 continue
             held = self.holds(binding)
             if held is not None and held in self.objects:
@@ -82,6 +86,17 @@ class PrepareSite(BranchSites, AcceleratorHome):
         self._alternatives(by_scope)
         required = [o for o in self.objects if id(o) not in self._optional and o not in self.in_place]
         candidates = [s for s, aliases in by_scope.items() if all(id(o) in aliases for o in required)]
+        if not candidates and (groups := self._training_functions(by_scope, required)) is not None:
+            sites = [self._function_site(scope, aliases) for scope, aliases in groups[1:]]
+            if all(site is not None for site in sites):
+                held = {id(a.obj) for _, aliases in groups for a in aliases} | {id(o) for o in self.in_place}
+                self.objects = [o for o in self.objects if id(o) in held]
+                scope, aliases = groups[0]
+                self._place_prepare(scope, aliases)
+                if self.prepare_scope is not None:
+                    self.function_sites = [s for s in sites if s is not None]
+                return
+            self.function_caller = None
         if not candidates:
             first = required[0]
             missing = [o for o in required if all(id(o) not in a for a in by_scope.values() if id(first) in a)]
@@ -258,7 +273,26 @@ class PrepareSite(BranchSites, AcceleratorHome):
 
     def _place_prepare(self, scope: Scope, aliases: list[Alias]) -> None:
         stmts = [a.stmt for a in aliases if a.stmt is not None]
-        block = common_block(self.facts, scope, stmts)
+        # a training per pass of a loop (a k-fold): prepared in the pass, after its own objects (the others, built
+        # before the loop, are in hand there)
+        passed = [a.stmt for a in aliases if a.stmt is not None and a.obj.loop is not None
+                  and id(a.obj.loop.node) in self.pass_loops]
+        if passed:
+            # what the passes share (a loader built before the loop) is prepared once, where it is built: prepared
+            # again in each pass it would be sharded again
+            shared = [a for a in aliases if a.stmt not in passed]
+            if any(a.stmt is None or a.obj.where is not scope or a.obj.loop is not None
+                   or not isinstance(a.obj.stmt, cst.SimpleStatementLine) for a in shared):
+                first = next(a for a in aliases if a.stmt in passed)
+                self._problem(MODEL_IN_LOOP, first.obj.stmt, name=first.key)
+                return
+            self.in_place.extend(a.obj for a in shared)
+            aliases = [a for a in aliases if a not in shared]
+            stmts = passed
+        block = common_block(self.facts, scope, stmts, self.pass_loops)
+        outside = common_block(self.facts, scope, stmts)
+        if outside is not block and self.accelerator_block is None:
+            self.accelerator_block = outside  # a training per pass of a loop: one accelerator, before the loop
         order = {role: i for i, role in enumerate(PREPARED_ROLES)}
         tops = [self.facts.top_in(s, block) for s in stmts]
         last = max((t for t in tops if t is not None), key=block.index, default=None)

@@ -46,6 +46,7 @@ class PreparedUses(Flow):
     prepare_scope: Scope | None
     prepare_after: cst.BaseStatement | None
     aliases: list[Alias]  # what prepare passes and rebinds, in order
+    function_sites: list  # other training functions preparing their own (``training_functions.FunctionSite``)
     _prepared_memo: dict[tuple[int, str, int], bool]
 
     # prepared uses ------------------------------------------------------------------------------
@@ -86,6 +87,11 @@ class PreparedUses(Flow):
                 return True
             if key not in names:
                 return False  # (a notebook's first experiment reads the name the main prepare rebinds: checked below)
+        for site in self.function_sites:  # another training function, preparing its own objects
+            if key in site.names and (scope is site.scope or scope.inside(site.scope)):
+                if scope is not site.scope or at is None or site.after is None:
+                    return True
+                return self.facts.after(at, site.after) and not self._rebound(scope, key, site.after, at)
         if key in names and (scope is target or scope.inside(target)):
             anchor = self.prepare_after
             if scope is not target or at is None or anchor is None:

@@ -33,6 +33,7 @@ from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.analysis.statement_shapes import is_docstring
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.facts import Binding, Scope
+from accelify.codemods.analysis.training_functions import FunctionSite
 from accelify.codemods.engine.rule import Example, Rule
 
 LINE_LENGTH = 88
@@ -278,10 +279,28 @@ accelerator.end_training()
             else:
                 ctx.insert_before(other[0], [code])
         ctx.change(f"prepare {', '.join(names)}")
+        for site in plan.function_sites:  # another training function: it prepares what it trains
+            _prepare_in_function(ctx, site)
         for binding in plan.rebuilt:
             ctx.change(f"make {binding.key} again after prepare, with the prepared loaders")
         for rebind in plan.rebinds:
             ctx.change(f"bind {rebind.alias} to the prepared {rebind.prepared}: the training goes on through it")
+
+
+def _prepare_in_function(ctx: Context, site: FunctionSite) -> None:
+    """A training function of several (``analysis/training_functions.py``): its own prepare, after the last object it
+    builds, or first thing where it is handed them all."""
+    accelerator = ctx.accelerator_in(site.scope)
+    if accelerator is None:
+        ctx.abort(codes.BUILT_ELSEWHERE, site.scope.node, name=site.aliases[0].key)
+    names = list(dict.fromkeys(a.spelled for a in site.aliases))
+    code = _prepare_code(names, str(accelerator), _depth(ctx, site.block) * _indent(ctx, site.scope))
+    if site.after is not None:
+        ctx.insert_after(site.after, [code])
+    else:
+        first = 1 if len(site.block) > 1 and is_docstring(site.block[0]) else 0
+        ctx.insert_before(site.block[first], [code])
+    ctx.change(f"prepare {', '.join(names)} in {site.scope.name}")
 
 
 def _received(ctx: Context, loader: Binding) -> list[Binding]:

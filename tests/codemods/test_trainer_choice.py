@@ -157,7 +157,9 @@ def test_training_functions_a_flag_chooses_each_make_their_accelerator() -> None
     assert new.count("    accelerator = Accelerator()\n") == 2, new
     assert new.count("    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n") == 2
     assert "def make_loader():\n    return DataLoader(" in new
-    assert codes(FUNCTIONS.replace("    else:\n        train_mlp(args)", "    train_mlp(args)")) == ["ACC039:25"]
+    # both run, one after the other: one accelerator where they are called, each prepares its own
+    both = converted(FUNCTIONS.replace("    else:\n        train_mlp(args)", "    train_mlp(args)"))
+    assert both.count("Accelerator()") == 1 and both.count("= accelerator.prepare(model, optimizer, loader)") == 2
 
 
 REGISTRY = '''
