@@ -184,7 +184,7 @@ class TrainingDataChecks(LoaderHolders):
         function (``loader = build_loader(cfg)``), or not followed at all. Tensors, ranges and lists are data
         the script makes itself."""
         if found is None:
-            return self._bound(scope, dotted(source) or "")
+            return self._bound(scope, dotted(source) or "") and not self._handed_own_data(scope, source)
         value = strip_placement(found.value) if found.value is not None else None
         if found.unpacked is not None:
             value = found.unpacked[0]
@@ -193,6 +193,20 @@ class TrainingDataChecks(LoaderHolders):
         qualname = found.where.imports.qualname(value.func) or ""
         local = self.facts.sites.get(value) is not None and self.callee(self.facts.sites[value]) is not None
         return not local and not qualname.startswith(("torch.", "numpy.", "np.")) and qualname not in _BUILTIN_DATA
+
+    def _handed_own_data(self, scope: Scope, source: cst.BaseExpression) -> bool:
+        """Whether ``source`` is a parameter every caller hands a list, tuple or comprehension it makes itself
+        (``data = [torch.randn(20, 1) for _ in range(8)]``, then ``train_model(model, data, 2)``): data the script
+        makes, no DataLoader out of sight."""
+        if not isinstance(source, cst.Name):
+            return False
+        owner = scope.resolve(source.value)
+        if owner is None or owner.kind != "function" or source.value not in owner.param_names \
+                or source.value in owner.bindings:
+            return False
+        sites = self.call_sites(owner)
+        args = [(site, self.arg_for(site, owner, source.value)) for site in sites]
+        return bool(sites) and all(arg is not None and _made_data(self, site.scope, arg.value) for site, arg in args)
 
     def _bound(self, scope: Scope, key: str) -> bool:
         """Whether ``key`` is assigned in the program (or is a parameter something is passed to)."""
@@ -203,6 +217,16 @@ class TrainingDataChecks(LoaderHolders):
         if owner.kind == "function" and head in owner.param_names and head not in owner.bindings:
             return bool(self.call_sites(owner))
         return self.binding_of(scope, key) is not None
+
+
+def _made_data(plan: TrainingDataChecks, scope: Scope, expr: cst.BaseExpression) -> bool:
+    """A list, tuple or comprehension written here, or a name bound to one (its only binding)."""
+    literal = (cst.List, cst.Tuple, cst.ListComp, cst.GeneratorExp)
+    if isinstance(expr, literal):
+        return True
+    key = dotted(expr)
+    bindings = scope.bindings.get(key or "", []) if key is not None and "." not in key else []
+    return len(bindings) == 1 and bindings[0].unpacked is None and isinstance(bindings[0].value, literal)
 
 
 def _derived(function: Scope, names: set[str]) -> set[str]:

@@ -30,7 +30,7 @@ from accelify.codemods.analysis.problems import (
     SEVERAL_TRAINERS,
     TRAININGS_IN_BRANCHES,
 )
-from accelify.codemods.analysis.roles import classify, removed_wrap, strip_placement
+from accelify.codemods.analysis.roles import classify, removed_wrap, same_module, strip_placement
 from accelify.codemods.analysis.training_functions import FunctionSite, TrainingFunctions
 
 PREPARED_ROLES = ("model", "optimizer", "loader", "scheduler")
@@ -77,8 +77,9 @@ class PrepareSite(BranchSites, TrainingFunctions, AcceleratorHome):
             if scope.kind != "function":
                 continue
             for name in scope.param_names:
-                if name in scope.bindings and not all(removed_wrap(b, scope.imports) for b in scope.bindings[name]):
-                    continue  # (``model = DDP(model)`` in ``train(model)`` still holds the parameter's model)
+                if name in scope.bindings and not all(removed_wrap(b, scope.imports) or _itself(b, name)
+                                                      for b in scope.bindings[name]):
+                    continue  # (``model = DDP(model)``, ``model = model.train()`` in ``train(model)`` still hold it)
                 held = self.param_origin(scope, name)
                 if held is not None and held in self.objects:
                     by_scope.setdefault(scope, {}).setdefault(id(held), Alias(name, held, None))
@@ -453,3 +454,8 @@ def _scope_name(scope: Scope) -> str:
     """``GAN.__init__`` for a method, ``train`` for a function."""
     owner = scope.class_scope
     return f"{owner.name}.{scope.name}" if owner is not None else scope.name
+
+
+def _itself(binding: Binding, name: str) -> bool:
+    """``model = model.train()``, ``model = model.to(device)``: the name bound again to the object it holds."""
+    return binding.unpacked is None and binding.value is not None and dotted(same_module(binding.value)) == name

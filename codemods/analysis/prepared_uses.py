@@ -160,13 +160,27 @@ class PreparedUses(Flow):
             return False
         function, values = returned
         for value in values:
+            value = _switched(value) if value is not None else None  # ``return model.eval(), h``: the module
             name = value.value if isinstance(value, cst.Name) else None
-            if name is None or name not in function.param_names or name in function.bindings:
+            if name is None or name not in function.param_names or any(
+                    b.unpacked is not None or b.value is None or dotted(_switched(b.value)) != name
+                    for b in function.bindings.get(name, [])):  # (``model = model.train()`` holds it still)
                 return False
+            if self._prepares_param(function, name):
+                continue  # the function prepares what it is handed, and hands back the prepared one
             arg = self.arg_for(site, function, name)
             if arg is None or not self._sees_expr(scope, arg.value, at, seen):
                 return False
         return True
+
+    def _prepares_param(self, function: Scope, param: str) -> bool:
+        """Whether ``function`` prepares what it is handed as ``param`` (where it trains it), before any ``return``."""
+        if getattr(self, "prepare_scope", None) is None:
+            return False  # (asked while the plan is still choosing)
+        if function is self.prepare_scope and any(a.key == param and a.stmt is None for a in self.aliases):
+            return True
+        return any(site.scope is function and any(a.key == param and a.stmt is None for a in site.aliases)
+                   for site in self.function_sites)
 
     def builder_call(self, scope: Scope) -> CallSite | None:
         """For a method ``__init__`` runs once before anything else can (``self.build_model()``, a statement of its
@@ -400,3 +414,12 @@ def _unpacked_batch(target: cst.BaseExpression, value: cst.BaseExpression, names
                 bound |= set(target_names(t.value))
         return bound
     return set()
+
+
+def _switched(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """``model.train()`` / ``model.eval()`` -> ``model``: a module's mode switch returns the module itself (a tensor
+    has no such method; its ``.to(...)`` may return another tensor, so placements are kept)."""
+    while isinstance(expr, cst.Call) and not expr.args and isinstance(expr.func, cst.Attribute) \
+            and expr.func.attr.value in ("train", "eval"):
+        expr = expr.func.value
+    return expr

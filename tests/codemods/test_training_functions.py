@@ -175,3 +175,41 @@ def test_an_optimizer_rebuilt_per_epoch_over_a_model_built_once_stays_refused() 
     ).replace("        model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 2)).to(device)\n", "")
     assert per_epoch.count("model = ") == 1
     assert {c.split(":")[0] for c in codes(per_epoch)} == {"ACC007"}
+
+
+LIST_OF_SAMPLES = dedent(
+    """
+    import torch
+    from torch import nn
+
+
+    def train_model(model, data, n_epochs):
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        for epoch in range(n_epochs):
+            model = model.train()
+            for x in data:
+                optimizer.zero_grad()
+                loss = (model(x) - x).abs().sum()
+                loss.backward()
+                optimizer.step()
+        return model.eval(), []
+
+
+    if __name__ == "__main__":
+        data = [torch.randn(20, 1) for _ in range(8)]
+        model = nn.Linear(1, 1)
+        model, history = train_model(model, data, 2)
+        torch.save(model, "model.pth")
+    """
+)
+
+
+def test_a_model_switched_to_train_mode_by_rebinding_is_still_the_one_handed_in() -> None:
+    """N15's ``model = model.train()`` in the function that trains what it is handed: the name still holds the
+    handed model, which is prepared there (was a false ACC014); the data a list walked one sample per step (ACC022:
+    every process trains on all of it, true); and ``return model.eval(), history`` hands back the prepared model,
+    so the whole-module save unwraps it (a pickled DDP wrapper cannot be loaded without a process group)."""
+    new = converted(LIST_OF_SAMPLES)
+    assert "    model, optimizer = accelerator.prepare(model, optimizer)\n" in new
+    assert '    accelerator.save(accelerator.unwrap_model(model), "model.pth")\n' in new
+    assert [c.split(":")[0] for c in codes(LIST_OF_SAMPLES)] == ["ACC022"]
