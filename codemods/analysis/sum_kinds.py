@@ -93,7 +93,7 @@ def known_kinds(loop: Loop) -> dict[str, str]:
         if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign):
             assign = stmt.body[0]
             if len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
-                kind = increment_kind(assign.value, known)
+                kind = ARRAY if _numpy(assign.value, known) else increment_kind(assign.value, known)
                 if kind is not None:
                     known.setdefault(assign.targets[0].target.value, kind)
     return {k: v for k, v in known.items() if k is not None}
@@ -157,7 +157,8 @@ def increment_kind(expr: cst.BaseExpression, known: dict[str, str], helpers: dic
     if isinstance(expr, cst.Integer):
         return "int"
     if isinstance(expr, cst.Name):
-        return known.get(expr.value)
+        kind = known.get(expr.value)
+        return None if kind == ARRAY else kind  # (an array's sum may be an int or a float: unsure)
     if isinstance(expr, cst.Float):
         return "float"
     if isinstance(expr, cst.Call):
@@ -177,6 +178,8 @@ def increment_kind(expr: cst.BaseExpression, known: dict[str, str], helpers: dic
                 if _counts(func.value):
                     return "int"
                 return "float" if _floating(func.value, known) else "number"
+            if method in ("sum", "mean") and _numpy(func.value, known):
+                return "number"  # ``(pred == gold).sum()`` of NumPy arrays: a NumPy number, no tensor
             if method in ("sum", "mean", "detach", "float", "double", "norm"):
                 return "tensor"
         return None
@@ -193,6 +196,16 @@ def increment_kind(expr: cst.BaseExpression, known: dict[str, str], helpers: dic
                 return kind
         return "int"
     return None
+
+
+ARRAY = "array"  # a name bound to a NumPy array (``gold = heads[0].numpy()``): known to ``known_kinds`` only
+
+
+def _numpy(expr: cst.BaseExpression, known: dict[str, str]) -> bool:
+    """Whether ``expr`` makes or reads a NumPy array: a ``.numpy()`` call in it, or a name bound to one."""
+    if m.findall(expr, m.Call(func=m.Attribute(attr=m.Name("numpy")))):
+        return True
+    return any(isinstance(n, cst.Name) and known.get(n.value) == ARRAY for n in m.findall(expr, m.Name()))
 
 
 def _floating(expr: cst.BaseExpression, known: dict[str, str]) -> bool:

@@ -7,6 +7,7 @@ Where the loop computes the program's own loss from them (a loss that may depend
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
 from accelify.codemods import codes
 from accelify.codemods.analysis.agreement import Agreement
@@ -26,6 +27,7 @@ from accelify.codemods.analysis.model_outputs import (
     read_through_attributes,
 )
 from accelify.codemods.analysis.program_losses import local_loss
+from accelify.codemods.analysis.statement_shapes import target_names
 from accelify.codemods.analysis.reduced_outputs import feeds_reduced_sums_only
 from accelify.codemods.analysis.roles import MODULE_API
 from accelify.codemods.analysis.snippets import code_of, unwrap
@@ -354,16 +356,23 @@ accelerator.end_training()
                             named = [_fresh_name(loop, "output")]
                             ctx.insert_before(stmt, [f"{named[0]} = {code_of(_reachable(ctx, loop, call, stmt, accelerator))}"])
                             ctx.replace(call, stmt, lambda _, n=named[0]: cst.Name(n))  # type: ignore[misc]
-                        ctx.insert_after(anchor, _gather(ctx, loop, named, inputs, later, accelerator))
+                        ctx.insert_after(anchor, _gather(ctx, loop, named, inputs, later, accelerator, (anchor, True)))
                         ctx.change("gather predictions and targets for metrics after the program's own loss")
                     break  # the loss runs on this process's batch; its sums are reduced after the loop (averages)
+                if named is not None and _one_sample(ctx, loop, rest):
+                    # ``heads[0]``: the loop takes each batch for one sample (a parser's unpadded sentence, batch
+                    # size 1); gathered, the batch holds N samples (of shapes that may differ: the gather fails) and
+                    # ``[0]`` reads process 0's alone. What it counts is reduced after the loop instead, or reported
+                    if not feeds_reduced_sums_only(ctx.plan, loop, stmt, rest):
+                        ctx.warn(codes.LOCAL_METRIC, call)
+                    break
                 if named is not None:
-                    ctx.insert_after(stmt, _gather(ctx, loop, named, inputs, names_used(rest), accelerator))
+                    ctx.insert_after(stmt, _gather(ctx, loop, named, inputs, names_used(rest), accelerator, (stmt, True)))
                 elif extractable(stmt):
                     name = _fresh_name(loop, "output")
                     # names read after the forward: in the later statements, and in this one outside the call
                     later = names_used(rest) | (names_used([stmt]) - (call_inputs(call) - names_outside(stmt, call)))
-                    gather = _gather(ctx, loop, [name], call_inputs(call), later, accelerator)
+                    gather = _gather(ctx, loop, [name], call_inputs(call), later, accelerator, (stmt, False))
                     ctx.insert_before(stmt, [f"{name} = {code_of(_reachable(ctx, loop, call, stmt, accelerator))}", *gather])
                     ctx.replace(call, stmt, lambda _, n=name: cst.Name(n))  # type: ignore[misc]
                 elif not feeds_reduced_sums_only(ctx.plan, loop, stmt, rest):
@@ -414,12 +423,16 @@ def _fresh_name(loop: Loop, base: str) -> str:
     return name
 
 
-def _gather(ctx: Context, loop: Loop, outputs: list[str], inputs: set[str], later: set[str], accelerator: str) -> list[str]:
+def _gather(ctx: Context, loop: Loop, outputs: list[str], inputs: set[str], later: set[str], accelerator: str,
+            at: tuple[cst.BaseStatement, bool]) -> list[str]:
     """``output, target = accelerator.gather_for_metrics((output, target))``, gathering the outputs, then the batch
     names used after the forward (targets first, then inputs used again); a name the loop may set to None
     (``target = target if len(target) > 0 else None``) is gathered on its own under ``if target is not None:``. The
-    agreement reads what it makes global from these statements."""
-    gathered = gathered_names(ctx.plan, loop, outputs, inputs, later)
+    agreement reads what it makes global from these statements. ``at``: the statement the gather goes after (True)
+    or before (False); a second name for a batch part bound only later (``gold = heads``) is not bound yet there,
+    and is made from the gathered part anyway."""
+    gathered = [n for n in gathered_names(ctx.plan, loop, outputs, inputs, later)
+                if n in outputs or _bound_by(ctx, loop, n, *at)]
     optional = optional_names(loop, gathered)
     gathered = [n for n in gathered if n not in optional]
     guarded = [f"if {n} is not None:\n    {_gather_line([n], accelerator)}" for n in optional]
@@ -431,3 +444,25 @@ def _gather_line(names: list[str], accelerator: str) -> str:
         return f"{names[0]} = {accelerator}.gather_for_metrics({names[0]})"
     joined = ", ".join(names)
     return f"{joined} = {accelerator}.gather_for_metrics(({joined}))"
+
+
+def _one_sample(ctx: Context, loop: Loop, rest: list[cst.BaseStatement]) -> bool:
+    """Whether the loop body reads a batch tensor's first row by a literal index (``gold = heads[0].numpy()``): it
+    takes each batch for one sample."""
+    batch = ctx.plan.batch_names(loop)
+    for stmt in rest:
+        for node in m.findall(stmt, m.Subscript(value=m.Name(), slice=[m.SubscriptElement(slice=m.Index(m.Integer("0")))])):
+            if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Name) and node.value.value in batch:
+                return True
+    return False
+
+
+def _bound_by(ctx: Context, loop: Loop, name: str, stmt: cst.BaseStatement, after: bool) -> bool:
+    """Whether ``name`` holds a value at the gather: a target of the loop, or bound in the loop's body before it."""
+    if name in target_names(loop.node.target):
+        return True
+    order = ctx.facts.order
+    limit = order[stmt][1] if after else order[stmt][0] - 1
+    start, end = order[loop.node]
+    return any(start <= order[b.stmt][0] <= limit and order[b.stmt][0] <= end
+               for b in loop.scope.bindings.get(name, []) if b.stmt in order)

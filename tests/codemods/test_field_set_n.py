@@ -1,0 +1,75 @@
+"""Set N's evaluation shape (N4, a dependency parser): a loader of one unpadded sentence per batch, evaluated by
+decoding each sentence's scores on the CPU and counting the heads found. Gathered, the processes' sentences have
+other lengths (the gather fails) and ``scores[0]`` reads process 0's alone; the counts are reduced instead, as
+NumPy numbers."""
+
+from __future__ import annotations
+
+from _convert import codes, converted, dedent
+
+PARSER = dedent(
+    """
+    import torch
+    from torch.utils.data import DataLoader
+
+
+    def decode(scores):
+        return scores.argmax(axis=1)
+
+
+    def predict(net, loader):
+        net.eval()
+        correct, total = 0, 0
+        with torch.no_grad():
+            for words, heads in loader:
+                scores = net(words)
+                pred = decode(scores[0].cpu().numpy())
+                gold = heads[0].numpy()
+                correct += (pred == gold).sum()
+                total += len(gold)
+        return correct / total
+
+
+    def train(net, train_loader, test_loader, epochs):
+        optimizer = torch.optim.Adam(net.parameters(), lr=1e-2)
+        for epoch in range(epochs):
+            for words, heads in train_loader:
+                loss = torch.nn.functional.cross_entropy(net(words)[0], heads[0])
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            print(f"epoch {epoch} uas {predict(net, test_loader):.4f}")
+
+
+    if __name__ == "__main__":
+        data = [(torch.randint(0, 50, (n,)), torch.randint(0, n, (n,))) for n in (3, 5, 4, 6)]
+        net = torch.nn.Sequential(torch.nn.Embedding(50, 8), torch.nn.Linear(8, 8))
+        train_loader, test_loader = DataLoader(data, batch_size=1), DataLoader(data, batch_size=1)
+        train(net, train_loader, test_loader, 2)
+    """
+)
+
+
+def test_a_loop_that_takes_each_batch_for_one_sample_reduces_its_counts_instead_of_gathering() -> None:
+    new = converted(PARSER)
+    assert "gather_for_metrics" not in new
+    # ``(pred == gold).sum()`` of NumPy arrays: a NumPy number, reduced as a float64 tensor and given its type back
+    assert ("        correct = type(correct)(accelerator.reduce(torch.tensor(correct, dtype=torch.float64, "
+            "device=accelerator.device), \"sum\").item())\n") in new
+    assert "        total = accelerator.reduce(torch.tensor(total, device=accelerator.device), \"sum\").item()\n" in new
+    assert codes(PARSER) == []
+
+
+def test_the_same_loop_over_whole_batches_still_gathers() -> None:
+    whole = PARSER.replace("pred = decode(scores[0].cpu().numpy())", "pred = scores.argmax(-1)").replace(
+        "gold = heads[0].numpy()", "gold = heads").replace("total += len(gold)", "total += gold.numel()")
+    assert whole != PARSER
+    assert "scores, heads = accelerator.gather_for_metrics((scores, heads))" in converted(whole)
+
+
+def test_a_second_name_for_a_batch_part_bound_after_the_forward_is_not_gathered_before_it_exists() -> None:
+    """``gold = heads`` after ``scores = net(words)``: the gather right after the forward took ``gold`` too, read
+    before the loop had bound it (an UnboundLocalError at the first batch); it is made from the gathered ``heads``."""
+    whole = PARSER.replace("pred = decode(scores[0].cpu().numpy())", "pred = scores.argmax(-1)").replace(
+        "gold = heads[0].numpy()", "gold = heads")
+    assert "scores, heads = accelerator.gather_for_metrics((scores, heads))\n" in converted(whole)
