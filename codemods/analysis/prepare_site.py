@@ -73,6 +73,7 @@ class PrepareSite(BranchSites, TrainingFunctions, AcceleratorHome):
                 if previous is None or previous.stmt is None or (later and previous.key == binding.key):
                     aliases[id(held)] = Alias(binding.key, held, self._completed(binding), binding.many)
         self._held_by_objects(by_scope)
+        self._held_as_parts(by_scope)
         for scope in self.facts.scopes:
             if scope.kind != "function":
                 continue
@@ -167,6 +168,27 @@ class PrepareSite(BranchSites, TrainingFunctions, AcceleratorHome):
                 if held is not None and held in self.objects and held.role == "loader":
                     by_scope.setdefault(binding.where, {}).setdefault(
                         id(held), Alias(f"{binding.key}.{key[5:]}", held, binding.stmt))
+
+    def _held_as_parts(self, by_scope: dict[Scope, dict[int, Alias]]) -> None:
+        """``model = GAN()`` whose ``__init__`` builds ``self.gen`` and ``self.disc``, trained by optimizers over
+        ``model.gen.parameters()`` and ``model.disc.parameters()``: the scope that builds the parent holds each part
+        as ``model.gen`` right after that statement, and prepare assigns the prepared part back to the attribute,
+        so the parent's methods (``self.gen(z)``) run it through its wrapper."""
+        owners = {(id(where), dotted(owner)) for optimizer in self.objects if optimizer.role == "optimizer"
+                  for where, owner in self.trained_by(optimizer)}
+        parts = [o for o in self.objects if o.role == "model" and o.key.startswith("self.") and o.key.count(".") == 1
+                 and o.where.name == "__init__" and o.where.class_scope is not None]
+        if not parts:
+            return
+        for binding in self.facts.bindings():
+            if binding.value is None or binding.loop is not None or "." in binding.key \
+                    or not isinstance(binding.stmt, cst.SimpleStatementLine):
+                continue
+            init = self.constructed_init(strip_placement(binding.value))
+            for part in parts:
+                key = f"{binding.key}.{part.key[5:]}"
+                if init is part.where and (id(binding.where), key) in owners and len(binding.where.bindings.get(binding.key, [])) == 1:
+                    by_scope.setdefault(binding.where, {}).setdefault(id(part), Alias(key, part, binding.stmt))
 
     def _fold_builders(self, by_scope: dict[Scope, dict[int, Alias]]) -> None:
         """What a builder method binds on ``self`` (``self.build_model()`` in ``__init__`` making ``self.unet`` and

@@ -39,6 +39,7 @@ from accelify.codemods.rules.logging import MainProcessLogging
 from accelify.codemods.rules.micro_steps import AccumulateMicroSteps
 from accelify.codemods.rules.placement import RemovePlacement
 from accelify.codemods.rules.prepare import InsertPrepare
+from accelify.codemods.rules.prepared_parts import WarnPreparedParts
 from accelify.codemods.rules.named_parameters import UnwrapNames
 from accelify.codemods.rules.plan_warnings import WarnPlanProblems
 from accelify.codemods.rules.print import SwapPrint
@@ -90,6 +91,7 @@ RULES: tuple[type[Rule], ...] = (
     ReplaceDevice,
     PlaceTensors,
     InsertPrepare,
+    WarnPreparedParts,
     KeepFullBatches,
     SwapBackward,
     SwapClipping,
