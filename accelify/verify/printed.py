@@ -153,20 +153,28 @@ def _matches(ours: list[PrintedLine], theirs: list[PrintedLine]) -> dict[int, in
     return {block.a + k: block.b + k for block in matcher.get_matching_blocks() for k in range(block.size)}
 
 
-def _last_loss(record: ProcessRecord, line: PrintedLine) -> float | None:
+LAST_LOSSES = 4  # a step may make several backwards (a GAN's discriminator, then its generator): the last few count
+
+
+def _last_loss(record: ProcessRecord, line: PrintedLine) -> list[float | None]:
+    """The losses of the last backwards before ``line`` (the last first)."""
     if not line.backwards or line.backwards > len(record.backwards):
-        return None
-    return record.backwards[line.backwards - 1].loss
+        return []
+    return [record.backwards[line.backwards - 1 - k].loss for k in range(min(LAST_LOSSES, line.backwards))]
 
 
-def _step_loss(value: float, loss: float | None, control: float, control_loss: float | None, unit: float,
+def _step_loss(value: float, losses: list[float | None], control: float, controls: list[float | None], unit: float,
                n: int) -> bool:
-    """``value`` stands to the last backward's ``loss`` as ``control`` to ``control_loss`` (or N times that, or
-    1/N: the loss divided by the batch's rows, of which process 0 has 1/N): it is that step's loss."""
-    if not loss or not control_loss:
-        return False
-    ratio = control / control_loss
-    return ratio != 0 and any(abs(value - ratio * k * loss) <= unit + 1e-4 * abs(value) for k in (1, n, 1 / n))
+    """``value`` stands to one of the last backwards' ``losses`` as ``control`` to the control run's loss of the same
+    backward (or N times that, or 1/N: the loss divided by the batch's rows, of which process 0 has 1/N): it is that
+    step's loss (``d_loss`` printed beside ``g_loss``, the backward before the last)."""
+    for loss, control_loss in zip(losses, controls):
+        if not loss or not control_loss:
+            continue
+        ratio = control / control_loss
+        if ratio != 0 and any(abs(value - ratio * k * loss) <= unit + 1e-4 * abs(value) for k in (1, n, 1 / n)):
+            return True
+    return False
 
 
 def skipped_value_checks(reason: str, processes: int) -> list[CheckResult]:

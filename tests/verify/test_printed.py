@@ -63,6 +63,16 @@ def test_the_last_steps_loss_printed_after_the_loop_is_not_compared() -> None:
     assert judge(original, other).status == FAILED
 
 
+def test_the_losses_of_a_step_with_two_backwards_printed_after_the_loop_are_not_compared() -> None:
+    """A GAN's ``d_loss`` (the backward before the last) and ``g_loss`` (the last), both printed after the epoch."""
+    original = record(("epoch 0 d 1.300000 g 0.800000", False), losses=(1.4, 0.9, 1.3, 0.8))
+    run = record(("epoch 0 d 1.100000 g 0.700000", False), losses=(1.2, 0.85, 1.1, 0.7))
+    check = judge(original, run)
+    assert check.status == PASSED and "2 last-step losses printed after a loop" in check.detail
+    other = record(("epoch 0 d 1.150000 g 0.700000", False), losses=(1.2, 0.85, 1.1, 0.7))  # d: no loss of the step
+    assert judge(original, other).status == FAILED
+
+
 def test_numbers_that_differ_between_two_one_process_runs_are_not_compared() -> None:
     original = record(("epoch 0 done, run id 81723, loss 0.5", False))
     control = record(("epoch 0 done, run id 11872, loss 0.5", False))
