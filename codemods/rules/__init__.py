@@ -17,6 +17,7 @@ from accelify.codemods.rules.apex import RemoveApex
 from accelify.codemods.rules.averages import ReduceAverages
 from accelify.codemods.rules.attributes import UnwrapAttributes
 from accelify.codemods.rules.backward import SwapBackward
+from accelify.codemods.rules.batch_index import WarnBatchIndex
 from accelify.codemods.rules.clipping import SwapClipping
 from accelify.codemods.rules.closure import ReduceClosureLoss
 from accelify.codemods.rules.collectives import ReplaceCollectives
@@ -93,6 +94,7 @@ RULES: tuple[type[Rule], ...] = (
     InsertPrepare,
     WarnPreparedParts,
     KeepFullBatches,
+    WarnBatchIndex,
     SwapBackward,
     SwapClipping,
     AccumulateGradients,
