@@ -73,7 +73,7 @@ def _convert(
         module = cst.parse_module(code)
     except cst.ParserSyntaxError as error:
         line, col, message = _syntax_error(code, error)
-        return Result(path, FAILED, code, code, error=f"{path}:{line}:{col}: syntax error: {message}", encoding=encoding), ()
+        return Result(path, FAILED, code, code, error=f"{path}:{line}:{col}: {message}", encoding=encoding), ()
     from accelify.codemods.engine.transform import transform  # the rules load only when something is converted
 
     if modules is None:
@@ -258,16 +258,24 @@ def name_the_entry(result: Result, path: str | os.PathLike[str] | None = None) -
 
 
 def _syntax_error(code: str, error: cst.ParserSyntaxError) -> tuple[int, int, str]:
-    """Line, column and message of a syntax error, from Python's own parser where it agrees: it
-    points at the offending token and says what is wrong ("Missing parentheses in call to 'print'")."""
+    """Line, column and message (``syntax error: ...``) of a syntax error, from Python's own parser where it agrees:
+    it points at the offending token and says what is wrong ("Missing parentheses in call to 'print'"). Where Python
+    reads the file, the line LibCST cannot read, and why (``cannot be read: ...``)."""
     try:
         ast.parse(code)
     except SyntaxError as exact:
         if exact.lineno is not None:
-            return exact.lineno, exact.offset or 1, exact.msg
+            return exact.lineno, exact.offset or 1, f"syntax error: {exact.msg}"
     except (ValueError, RecursionError):
         pass
-    return error.raw_line, error.raw_column + 1, error.message
+    else:  # Python reads it; LibCST does not (a tab then spaces in one indentation: Python counts a tab to column 8)
+        for number, text in enumerate(code.splitlines(), 1):
+            indent = text[: len(text) - len(text.lstrip(" \t"))]
+            if "\t" in indent and " " in indent and text.strip():
+                return number, 1, ("cannot be read: Python reads this file, but the parser accelify uses (LibCST) does not: this line is "
+                                   "indented with a tab and spaces together; re-indent the file with spaces (for "
+                                   "example `expand -t 8`) and convert again")
+    return error.raw_line, error.raw_column + 1, f"syntax error: {error.message}"
 
 
 def _check_output(new: str, path: str, *, entry: bool) -> None:

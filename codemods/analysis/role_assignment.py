@@ -57,10 +57,12 @@ class RoleAssignment(Flow):
         for binding in self.facts.bindings():
             if binding.role == "optimizer" and binding.key not in stepped | zeroed and not _from_torch_optim(binding):
                 binding.role = None  # ``OrderedSet(m.named_parameters())`` is no optimizer unless it steps
-            elif binding.role is None and binding.key in stepped & zeroed and (
-                    self._model_arguments(binding) or self._trains_model_parameters(binding)):
+            elif binding.role is None and (binding.key in stepped & zeroed and (
+                    self._model_arguments(binding) or self._trains_model_parameters(binding))
+                    or binding.key in stepped and self._trains_model_parameters(binding)):
                 # ``optimizer = make_optimizer(model, **cfg)`` (however it builds it): stepped and zeroed, fed a model;
-                # ``optimizer = opt_func(model.parameters(), lr)`` (a class handed in as a parameter): its parameters
+                # ``optimizer = opt_func(model.parameters(), lr)`` (a class handed in as a parameter): its parameters,
+                # stepped (zeroed or not: O14 zeroes the gradients with ``net.zero_grad()``)
                 binding.role = "optimizer"
         for binding in self.facts.bindings():  # whatever an optimizer trains is a model
             if binding.role == "optimizer":

@@ -359,10 +359,12 @@ accelerator.end_training()
                         ctx.insert_after(anchor, _gather(ctx, loop, named, inputs, later, accelerator, (anchor, True)))
                         ctx.change("gather predictions and targets for metrics after the program's own loss")
                     break  # the loss runs on this process's batch; its sums are reduced after the loop (averages)
-                if named is not None and _one_sample(ctx, loop, rest):
+                if named is not None and (_one_sample(ctx, loop, rest) or _scalar_output(named, rest)):
                     # ``heads[0]``: the loop takes each batch for one sample (a parser's unpadded sentence, batch
                     # size 1); gathered, the batch holds N samples (of shapes that may differ: the gather fails) and
-                    # ``[0]`` reads process 0's alone. What it counts is reduced after the loop instead, or reported
+                    # ``[0]`` reads process 0's alone. ``loss.item()`` of the output: the model returns one number
+                    # (a diffusion wrapper's own mean loss), which gathered is N numbers, no batch to split. What it
+                    # sums is reduced after the loop instead, or reported
                     if not feeds_reduced_sums_only(ctx.plan, loop, stmt, rest):
                         ctx.warn(codes.LOCAL_METRIC, call)
                     break
@@ -466,3 +468,9 @@ def _bound_by(ctx: Context, loop: Loop, name: str, stmt: cst.BaseStatement, afte
     start, end = order[loop.node]
     return any(start <= order[b.stmt][0] <= limit and order[b.stmt][0] <= end
                for b in loop.scope.bindings.get(name, []) if b.stmt in order)
+
+
+def _scalar_output(named: list[str], rest: list[cst.BaseStatement]) -> bool:
+    """Whether the loop reads an output of the forward whole as one number (``test_loss += loss.item()``)."""
+    return any(m.findall(stmt, m.Call(func=m.Attribute(value=m.OneOf(*(m.Name(n) for n in named)), attr=m.Name("item"))))
+               for stmt in rest)

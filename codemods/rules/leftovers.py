@@ -272,6 +272,11 @@ def _run_on_main_at_calls(ctx: Context, function: Scope) -> bool:
 
 
 def _looks_like_device(value: cst.BaseExpression) -> bool:
+    """``device``, ``args.device``, ``gpu``; and ``params["device"]``, a device kept in a dict (O2's DCGAN trainer:
+    ``params.update({"device": torch.device("cuda:0" ...)})``, every process's batches then sent to GPU 0)."""
+    if isinstance(value, cst.Subscript) and len(value.slice) == 1 and isinstance(value.slice[0].slice, cst.Index):
+        key = value.slice[0].slice.value
+        return isinstance(key, cst.SimpleString) and "device" in str(key.evaluated_value).lower()
     if isinstance(value, cst.Attribute):
         value = value.attr
     return isinstance(value, cst.Name) and ("device" in value.value.lower() or value.value in ("dev", "gpu"))

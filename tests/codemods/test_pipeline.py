@@ -27,6 +27,16 @@ def test_syntax_error_is_a_failed_result_with_its_position() -> None:
     assert result.error == "bad.py:2:7: syntax error: invalid syntax"
 
 
+def test_a_tab_and_spaces_in_one_indentation_names_the_line_python_reads_and_the_parser_does_not() -> None:
+    """O5 (a SimCLR script): ``\\t       return ...`` inside a function indented with spaces. Python reads it; LibCST's
+    tokenizer stops with "no matching outer block for dedent" at 1:1, which the file does not have."""
+    code = "import torch\n\n\ndef f(x):\n    if x:\n\t       return 1\n    return 2\n"
+    result = convert_source(code, path="mixed.py")
+    assert result.status == "failed" and result.new == code
+    assert result.error is not None and result.error.startswith("mixed.py:6:1: cannot be read: Python reads this file")
+    assert "re-indent the file with spaces" in result.error
+
+
 def test_result_is_frozen_and_picklable() -> None:
     result = convert_source(SCRIPT + "x = y.cuda(1)\n", path="t.py")
     again = pickle.loads(pickle.dumps(result))
