@@ -41,7 +41,7 @@ class AcceleratorHome(TrainerMethod):
                           for s in self.call_sites(f)), key=lambda s: self.facts.order[s.stmt][0])
         if scope.class_scope is None:
             while True:
-                sites = self.call_sites(scope)
+                sites = self.run_sites(scope)  # (not a kept experiment's call)
                 callers = {id(site.scope) for site in sites}
                 if not sites or len(callers) != 1 or sites[0].scope.kind == "class":
                     break  # called from several places (or none): the accelerator is made where prepare is

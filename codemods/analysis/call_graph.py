@@ -66,6 +66,24 @@ class CallGraph:
         """Every call of ``function`` in the program."""
         return self._sites.get(function, [])
 
+    def run_sites(self, function: Scope) -> list[CallSite]:
+        """The calls of ``function`` but those in functions nothing runs (``never_run``), where some other call runs."""
+        sites = self.call_sites(function)
+        kept = [s for s in sites if not self.never_run(s.scope)]
+        return kept if kept else sites
+
+    def never_run(self, scope: Scope) -> bool:
+        """Whether ``scope`` is a module-level function of the program that nothing calls, and whose name nothing reads
+        (N15's ``experiment_embedding_dims``, its call commented out): what its calls pass says nothing of a run."""
+        if scope.kind != "function" or scope.parent is None or scope.parent.kind != "module" or self.call_sites(scope):
+            return False
+        read = getattr(self, "_names_read", None)
+        if read is None:
+            read = {name for s in self.facts.scopes for name in s.refs}
+            read |= {attribute.attr.value for s in self.facts.scopes for attribute, _ in s.attributes}
+            self._names_read = read
+        return scope.name not in read
+
     def _resolve_callee(self, site: CallSite) -> Scope | None:
         func = site.node.func
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and (

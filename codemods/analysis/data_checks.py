@@ -204,7 +204,7 @@ class TrainingDataChecks(LoaderHolders):
         if owner is None or owner.kind != "function" or source.value not in owner.param_names \
                 or source.value in owner.bindings:
             return False
-        sites = self.call_sites(owner)
+        sites = self.run_sites(owner)
         args = [(site, self.arg_for(site, owner, source.value)) for site in sites]
         return bool(sites) and all(arg is not None and _made_data(self, site.scope, arg.value) for site, arg in args)
 

@@ -298,7 +298,7 @@ class Flow(CallGraph):
         found: set[int] = set()
         origins: list[Binding] = []
         built_in_call = False  # ``train(Net(), data)``: an object built in the call, bound nowhere
-        for site in self.call_sites(function):
+        for site in self.run_sites(function):  # (a caller nothing runs, a kept experiment, says nothing of a run)
             arg = self.arg_for(site, function, param)
             origin = self.origin(site.scope, arg.value) if arg is not None else None
             if origin is None:

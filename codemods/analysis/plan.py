@@ -212,9 +212,17 @@ class Plan(RoleAssignment, PrepareSite, TrainingDataChecks, DataPasses):
         over a model built once is not this (ACC007)."""
         loop = optimizer.loop
         assert loop is not None
-        models = [self.origin(where, owner) for where, owner in self.trained_by(optimizer)]
-        if not models or any(m is None or m.loop is not loop or m.where is not optimizer.where for m in models):
+        owners = self.trained_by(optimizer)
+        if not owners:
             return False
+        for where, owner in owners:
+            model = self.origin(where, owner)
+            key = dotted(owner)
+            # the name the pass binds (``model = create_backbone(2)``, a factory elsewhere making it) or the model itself
+            local = self.facts.last_binding_before(where, key, optimizer.stmt) if key is not None else None
+            if model is None or where is not optimizer.where or not any(
+                    b is not None and b.loop is loop for b in (model, local)):
+                return False
         start = self.facts.order[optimizer.stmt][1]
         return any(self.facts.order[site.stmt][0] > start and self.reaches_backward(site) for site in loop.calls)
 

@@ -298,8 +298,8 @@ class PrepareSite(BranchSites, TrainingFunctions, AcceleratorHome):
         stmts = [a.stmt for a in aliases if a.stmt is not None]
         # a training per pass of a loop (a k-fold): prepared in the pass, after its own objects (the others, built
         # before the loop, are in hand there)
-        passed = [a.stmt for a in aliases if a.stmt is not None and a.obj.loop is not None
-                  and id(a.obj.loop.node) in self.pass_loops]
+        passed = [a.stmt for a in aliases if a.stmt is not None
+                  and any(id(s) in self.pass_loops for s in self.facts.chain(a.stmt))]
         if passed:
             # what the passes share (a loader built before the loop) is prepared once, where it is built: prepared
             # again in each pass it would be sharded again

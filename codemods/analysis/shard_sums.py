@@ -194,7 +194,7 @@ def find_averages(plan: Plan) -> Averages:
             mean = divided_by(plan, end, loop, name, reads, counters, set(updates) - counters)
             if mean is False and end is loop.node and divided_by_callers(plan, loop.scope, name, reads):
                 mean = True  # returned, and every caller divides it by ``len(loader)``
-            known = unpacked_kinds(plan, loop) | known_kinds(loop)
+            known = unpacked_kinds(plan, loop) | known_kinds(loop, plan)
             kind = sum_kind(init, [v for _, v in ups], known, _kinds(plan, loop, [v for _, v in ups]))
             if mean is None or kind is None:
                 found.kept.append(kept)

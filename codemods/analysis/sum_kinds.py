@@ -84,16 +84,18 @@ def _returned_at(function: Scope, index: int, size: int) -> str | None:
     return found.pop() if len(found) == 1 and None not in found else None
 
 
-def known_kinds(loop: Loop) -> dict[str, str]:
+def known_kinds(loop: Loop, plan: Plan | None = None) -> dict[str, str]:
     """What names bound in the loop hold: ``loss`` whose ``backward()`` is called is a tensor, ``l = loss.item()``
-    a float."""
+    a float, ``gold = heads.numpy()`` (or what a function of the program returns as ``np.array(...)``, with
+    ``plan``) a NumPy array."""
     known = {dotted(s.node.func.value): "tensor" for s in loop.calls  # type: ignore[attr-defined]
              if s.method == "backward" and isinstance(s.node.func, cst.Attribute) and isinstance(s.node.func.value, cst.Name)}
     for stmt in loop.stmts:
         if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign):
             assign = stmt.body[0]
             if len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
-                kind = ARRAY if _numpy(assign.value, known) else increment_kind(assign.value, known)
+                array = _numpy(assign.value, known) or (plan is not None and _returns_array(plan, assign.value))
+                kind = ARRAY if array else increment_kind(assign.value, known)
                 if kind is not None:
                     known.setdefault(assign.targets[0].target.value, kind)
     return {k: v for k, v in known.items() if k is not None}
@@ -168,6 +170,8 @@ def increment_kind(expr: cst.BaseExpression, known: dict[str, str], helpers: dic
         name = dotted(func)
         if name in ("len", "int"):
             return "int"
+        if name in ("np.sum", "numpy.sum", "np.count_nonzero", "numpy.count_nonzero"):
+            return "number"  # ``np.sum(gold == pred)``: a NumPy number
         if name == "float":
             return "float"
         if isinstance(func, cst.Attribute):
@@ -185,6 +189,9 @@ def increment_kind(expr: cst.BaseExpression, known: dict[str, str], helpers: dic
         return None
     if isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Attribute) and expr.value.attr.value == "shape":
         return "int"
+    if isinstance(expr, cst.Attribute) and expr.attr.value == "size" and isinstance(expr.value, cst.Name) \
+            and known.get(expr.value.value) == ARRAY:
+        return "int"  # ``pred.size`` of a NumPy array: its element count
     if isinstance(expr, cst.Attribute) and expr.attr.value == "data":
         return "tensor" if increment_kind(expr.value, known) == "tensor" else None  # ``loss.data``: the loss, detached
     if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Multiply, cst.Add, cst.Subtract)):
@@ -206,6 +213,20 @@ def _numpy(expr: cst.BaseExpression, known: dict[str, str]) -> bool:
     if m.findall(expr, m.Call(func=m.Attribute(attr=m.Name("numpy")))):
         return True
     return any(isinstance(n, cst.Name) and known.get(n.value) == ARRAY for n in m.findall(expr, m.Name()))
+
+
+def _returns_array(plan: Plan, expr: cst.BaseExpression) -> bool:
+    """``predict_dep(scores)[:, 1:]``: a call of a function of the program every ``return`` of which makes a NumPy
+    array (``np.array(...)``, ``x.numpy()``), or a slice of one."""
+    while isinstance(expr, cst.Subscript):
+        expr = expr.value
+    site = plan.facts.sites.get(expr) if isinstance(expr, cst.Call) else None
+    function = plan.callee(site) if site is not None else None
+    if function is None or not function.returns:
+        return False
+    return all(ret.value is not None and (_numpy(ret.value, {}) or any(
+        (function.imports.qualname(c.func) or "").startswith("numpy.") for c in m.findall(ret.value, m.Call())
+        if isinstance(c, cst.Call))) for ret in function.returns)
 
 
 def _floating(expr: cst.BaseExpression, known: dict[str, str]) -> bool:

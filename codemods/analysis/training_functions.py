@@ -74,8 +74,8 @@ class TrainingFunctions:
             return None
         for scope, group in groups.values():
             for loop in self.facts.loops:
-                if loop.scope is not scope:
-                    continue
+                if loop.scope is not scope and not self._calls(scope, loop.scope):
+                    continue  # (its own loops, and those of the helpers it calls: N9's one-epoch ``train_model``)
                 for source in self.walked_sources(loop):
                     found = self.origin(scope, source)
                     if found is not None and found in required and found.role == "loader":

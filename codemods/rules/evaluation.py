@@ -29,6 +29,7 @@ from accelify.codemods.analysis.model_outputs import (
 from accelify.codemods.analysis.program_losses import local_loss
 from accelify.codemods.analysis.statement_shapes import target_names
 from accelify.codemods.analysis.reduced_outputs import feeds_reduced_sums_only
+from accelify.codemods.analysis.shard_sums import find_averages
 from accelify.codemods.analysis.roles import MODULE_API
 from accelify.codemods.analysis.snippets import code_of, unwrap
 from accelify.codemods.analysis.facts import Loop
@@ -359,6 +360,9 @@ accelerator.end_training()
                         ctx.insert_after(anchor, _gather(ctx, loop, named, inputs, later, accelerator, (anchor, True)))
                         ctx.change("gather predictions and targets for metrics after the program's own loss")
                     break  # the loss runs on this process's batch; its sums are reduced after the loop (averages)
+                if named is not None and _one_per_batch(ctx, loop) and _sums_only(ctx, loop) \
+                        and feeds_reduced_sums_only(ctx.plan, loop, stmt, rest):
+                    break  # batches of one sample (N4: one unpadded sentence each): counted per process, reduced after
                 if named is not None and (_one_sample(ctx, loop, rest) or _scalar_output(named, rest)):
                     # ``heads[0]``: the loop takes each batch for one sample (a parser's unpadded sentence, batch
                     # size 1); gathered, the batch holds N samples (of shapes that may differ: the gather fails) and
@@ -474,3 +478,27 @@ def _scalar_output(named: list[str], rest: list[cst.BaseStatement]) -> bool:
     """Whether the loop reads an output of the forward whole as one number (``test_loss += loss.item()``)."""
     return any(m.findall(stmt, m.Call(func=m.Attribute(value=m.OneOf(*(m.Name(n) for n in named)), attr=m.Name("item"))))
                for stmt in rest)
+
+
+def _one_per_batch(ctx: Context, loop: Loop) -> bool:
+    """Whether the loop walks a ``DataLoader`` built with one sample per batch (``batch_size=1``, or none given: the
+    default), whose samples may each have a shape of their own (sentences of other lengths): gathered, they would not
+    stack."""
+    loader = ctx.plan.loader_of(loop)
+    call = loader.value if loader is not None else None
+    if not (isinstance(call, cst.Call) and loader is not None
+            and loader.where.imports.qualname(call.func) == "torch.utils.data.DataLoader"):
+        return False
+    keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+    positional = [a.value for a in call.args if a.keyword is None and not a.star]
+    if "batch_sampler" in keywords or any(a.star for a in call.args):
+        return False
+    size = keywords.get("batch_size", positional[1] if len(positional) > 1 else None)
+    return size is None or m.matches(size, m.Integer("1"))
+
+
+def _sums_only(ctx: Context, loop: Loop) -> bool:
+    """Whether what the loop keeps is running sums the averages rule reduces, and no list of values (``ys.append``)."""
+    found = ctx.plan.analysis(find_averages)
+    return not any(k.loop.node is loop.node for k in found.kept) and any(
+        acc.loop.node is loop.node for acc in found.accumulators)

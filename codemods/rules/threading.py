@@ -225,10 +225,11 @@ def main():
                 for f in wanted
                 if not plan.call_sites(f)
                 or any(
-                    (ctx.accelerator_in(s.scope) is None and _home(s.scope, wanted) is None) or any(a.star for a in s.node.args)
+                    (ctx.accelerator_in(s.scope) is None and _home(s.scope, wanted) is None and s in plan.run_sites(f))
+                    or any(a.star for a in s.node.args)
                     for s in plan.call_sites(f)
                 )
-            }
+            }  # (a caller nothing runs, N15's kept experiment, is left as it is: it passes nothing)
             wanted -= bad  # (the leftovers rule reports what they needed it for: ACC009)
             shrunk = bool(bad)
         return wanted
@@ -284,7 +285,7 @@ def main():
             ctx.replace(node.params, node, lambda p: _rename_param(p, replaced))  # type: ignore[arg-type,return-value]
             for site in sites:
                 arg = ctx.plan.arg_for(site, function, replaced)
-                if arg is None:
+                if arg is None or (ctx.accelerator_in(site.scope) is None and site not in ctx.plan.run_sites(function)):
                     continue
                 value = _passed(ctx, site.scope)
                 ctx.replace(arg, site.stmt, lambda a, v=value: _pass_accelerator(a, v))  # type: ignore[misc]
@@ -295,6 +296,8 @@ def main():
             )
             ctx.replace(params, node, lambda p: _add_param(p, keyword))  # type: ignore[arg-type,return-value]
             for site in sites:
+                if ctx.accelerator_in(site.scope) is None and site not in ctx.plan.run_sites(function):
+                    continue
                 use_keyword = keyword or any(a.keyword is not None for a in site.node.args)
                 value = _passed(ctx, site.scope)
                 ctx.replace(site.node, site.stmt, lambda c, k=use_keyword, v=value: _add_arg(c, k, v))  # type: ignore[misc]

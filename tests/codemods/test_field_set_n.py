@@ -62,7 +62,8 @@ def test_a_loop_that_takes_each_batch_for_one_sample_reduces_its_counts_instead_
 
 def test_the_same_loop_over_whole_batches_still_gathers() -> None:
     whole = PARSER.replace("pred = decode(scores[0].cpu().numpy())", "pred = scores.argmax(-1)").replace(
-        "gold = heads[0].numpy()", "gold = heads").replace("total += len(gold)", "total += gold.numel()")
+        "gold = heads[0].numpy()", "gold = heads").replace("total += len(gold)", "total += gold.numel()").replace(
+        "batch_size=1", "batch_size=2")  # (batches of one sample are counted per process: the test below)
     assert whole != PARSER
     assert "scores, heads = accelerator.gather_for_metrics((scores, heads))" in converted(whole)
 
@@ -71,5 +72,91 @@ def test_a_second_name_for_a_batch_part_bound_after_the_forward_is_not_gathered_
     """``gold = heads`` after ``scores = net(words)``: the gather right after the forward took ``gold`` too, read
     before the loop had bound it (an UnboundLocalError at the first batch); it is made from the gathered ``heads``."""
     whole = PARSER.replace("pred = decode(scores[0].cpu().numpy())", "pred = scores.argmax(-1)").replace(
-        "gold = heads[0].numpy()", "gold = heads")
+        "gold = heads[0].numpy()", "gold = heads").replace("batch_size=1", "batch_size=2")
     assert "scores, heads = accelerator.gather_for_metrics((scores, heads))\n" in converted(whole)
+
+
+N4_SLICED = """import numpy as np
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, Dataset
+
+
+class Sentences(Dataset):
+    def __init__(self, n, seed):
+        g = torch.Generator().manual_seed(seed)
+        self.items = []
+        for _ in range(n):
+            length = int(torch.randint(3, 8, (1,), generator=g))
+            words = torch.randint(0, 50, (length,), generator=g)
+            heads = torch.randint(0, length, (length,), generator=g)
+            self.items.append((words, heads))
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+
+class Parser(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(50, 16)
+        self.lstm = nn.LSTM(16, 16, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(32, 16)
+        self.dep = nn.Linear(32, 16)
+
+    def forward(self, words):
+        h, _ = self.lstm(self.emb(words))
+        return self.head(h) @ self.dep(h).transpose(1, 2)  # [1, L, L]
+
+
+def predict_dep(scores):                     # N4: one decoding per sentence of the batch
+    return np.array([m.cpu().detach().numpy().argmax(axis=0) for m in scores])
+
+
+def predict(net, loader):
+    net.eval()
+    correct, total = 0, 0
+    with torch.no_grad():
+        for words, heads in loader:
+            scores = net(words)
+            pred = predict_dep(scores)[:, 1:]   # N4: sliced, not scores[0]
+            gold = heads.numpy()[:, 1:]
+            correct += np.sum(gold == pred)
+            total += pred.size
+    return correct / total
+
+
+def train(net, train_loader, test_loader, epochs):
+    optimizer = torch.optim.Adam(net.parameters(), lr=1e-2)
+    loss_fn = nn.CrossEntropyLoss()
+    for epoch in range(epochs):
+        net.train()
+        for words, heads in train_loader:
+            scores = net(words)
+            loss = loss_fn(scores[0], heads[0])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        print(f"epoch {epoch} loss {loss.item():.4f} uas {predict(net, test_loader):.4f}")
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    train_loader = DataLoader(Sentences(40, 1), shuffle=True)
+    test_loader = DataLoader(Sentences(12, 2))
+    net = Parser()
+    train(net, train_loader, test_loader, 2)
+"""
+
+
+def test_batches_of_one_sentence_sliced_and_counted_with_numpy_are_reduced() -> None:
+    """N4 itself slices the batch (``predict_dep(scores)[:, 1:]``, a helper returning ``np.array``) and counts with
+    ``np.sum``/``.size``; its loaders give one sentence per batch (no ``batch_size``). Gathered, the sentences' shapes
+    differ (crash); the counts are reduced instead."""
+    new = converted(N4_SLICED)
+    assert "gather_for_metrics" not in new
+    assert "        total = accelerator.reduce(torch.tensor(total, device=accelerator.device), \"sum\").item()\n" in new
+    assert codes(N4_SLICED) == []
