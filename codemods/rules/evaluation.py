@@ -7,7 +7,6 @@ Where the loop computes the program's own loss from them (a loss that may depend
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
 
 from accelify.codemods import codes
 from accelify.codemods.analysis.agreement import Agreement
@@ -29,7 +28,7 @@ from accelify.codemods.analysis.model_outputs import (
 from accelify.codemods.analysis.program_losses import local_loss
 from accelify.codemods.analysis.statement_shapes import target_names
 from accelify.codemods.analysis.reduced_outputs import feeds_reduced_sums_only
-from accelify.codemods.analysis.shard_sums import find_averages
+from accelify.codemods.analysis.ungathered import REPORTED, counted_here
 from accelify.codemods.analysis.roles import MODULE_API
 from accelify.codemods.analysis.snippets import code_of, unwrap
 from accelify.codemods.analysis.facts import Loop
@@ -360,16 +359,9 @@ accelerator.end_training()
                         ctx.insert_after(anchor, _gather(ctx, loop, named, inputs, later, accelerator, (anchor, True)))
                         ctx.change("gather predictions and targets for metrics after the program's own loss")
                     break  # the loss runs on this process's batch; its sums are reduced after the loop (averages)
-                if named is not None and _one_per_batch(ctx, loop) and _sums_only(ctx, loop) \
-                        and feeds_reduced_sums_only(ctx.plan, loop, stmt, rest):
-                    break  # batches of one sample (N4: one unpadded sentence each): counted per process, reduced after
-                if named is not None and (_one_sample(ctx, loop, rest) or _scalar_output(named, rest)):
-                    # ``heads[0]``: the loop takes each batch for one sample (a parser's unpadded sentence, batch
-                    # size 1); gathered, the batch holds N samples (of shapes that may differ: the gather fails) and
-                    # ``[0]`` reads process 0's alone. ``loss.item()`` of the output: the model returns one number
-                    # (a diffusion wrapper's own mean loss), which gathered is N numbers, no batch to split. What it
-                    # sums is reduced after the loop instead, or reported
-                    if not feeds_reduced_sums_only(ctx.plan, loop, stmt, rest):
+                verdict = counted_here(ctx.plan, loop, stmt, named, rest) if named is not None else None
+                if verdict is not None:  # no gather: reduced after the loop (``analysis/ungathered.py``), or reported
+                    if verdict == REPORTED:
                         ctx.warn(codes.LOCAL_METRIC, call)
                     break
                 if named is not None:
@@ -452,17 +444,6 @@ def _gather_line(names: list[str], accelerator: str) -> str:
     return f"{joined} = {accelerator}.gather_for_metrics(({joined}))"
 
 
-def _one_sample(ctx: Context, loop: Loop, rest: list[cst.BaseStatement]) -> bool:
-    """Whether the loop body reads a batch tensor's first row by a literal index (``gold = heads[0].numpy()``): it
-    takes each batch for one sample."""
-    batch = ctx.plan.batch_names(loop)
-    for stmt in rest:
-        for node in m.findall(stmt, m.Subscript(value=m.Name(), slice=[m.SubscriptElement(slice=m.Index(m.Integer("0")))])):
-            if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Name) and node.value.value in batch:
-                return True
-    return False
-
-
 def _bound_by(ctx: Context, loop: Loop, name: str, stmt: cst.BaseStatement, after: bool) -> bool:
     """Whether ``name`` holds a value at the gather: a target of the loop, or bound in the loop's body before it."""
     if name in target_names(loop.node.target):
@@ -472,33 +453,3 @@ def _bound_by(ctx: Context, loop: Loop, name: str, stmt: cst.BaseStatement, afte
     start, end = order[loop.node]
     return any(start <= order[b.stmt][0] <= limit and order[b.stmt][0] <= end
                for b in loop.scope.bindings.get(name, []) if b.stmt in order)
-
-
-def _scalar_output(named: list[str], rest: list[cst.BaseStatement]) -> bool:
-    """Whether the loop reads an output of the forward whole as one number (``test_loss += loss.item()``)."""
-    return any(m.findall(stmt, m.Call(func=m.Attribute(value=m.OneOf(*(m.Name(n) for n in named)), attr=m.Name("item"))))
-               for stmt in rest)
-
-
-def _one_per_batch(ctx: Context, loop: Loop) -> bool:
-    """Whether the loop walks a ``DataLoader`` built with one sample per batch (``batch_size=1``, or none given: the
-    default), whose samples may each have a shape of their own (sentences of other lengths): gathered, they would not
-    stack."""
-    loader = ctx.plan.loader_of(loop)
-    call = loader.value if loader is not None else None
-    if not (isinstance(call, cst.Call) and loader is not None
-            and loader.where.imports.qualname(call.func) == "torch.utils.data.DataLoader"):
-        return False
-    keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
-    positional = [a.value for a in call.args if a.keyword is None and not a.star]
-    if "batch_sampler" in keywords or any(a.star for a in call.args):
-        return False
-    size = keywords.get("batch_size", positional[1] if len(positional) > 1 else None)
-    return size is None or m.matches(size, m.Integer("1"))
-
-
-def _sums_only(ctx: Context, loop: Loop) -> bool:
-    """Whether what the loop keeps is running sums the averages rule reduces, and no list of values (``ys.append``)."""
-    found = ctx.plan.analysis(find_averages)
-    return not any(k.loop.node is loop.node for k in found.kept) and any(
-        acc.loop.node is loop.node for acc in found.accumulators)
