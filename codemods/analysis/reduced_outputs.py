@@ -42,6 +42,8 @@ def feeds_reduced_sums_only(plan: Plan, loop: Loop, stmt: cst.BaseStatement, res
             continue
         if id(later) in updates:
             summed = True
+        elif _unread_sum(plan, loop, later):
+            continue  # ``loss += loss_func(scores, heads).item()`` that nothing reads after the loop
         elif plain_assignment(later):
             tainted |= assigned_names(later)
         else:
@@ -72,3 +74,11 @@ def read_names(stmt: cst.CSTNode) -> set[str]:
         id(a.keyword) for a in m.findall(stmt, m.Arg()) if isinstance(a, cst.Arg) and a.keyword is not None
     }
     return {n.value for n in m.findall(stmt, m.Name()) if isinstance(n, cst.Name) and id(n) not in skip}
+
+
+def _unread_sum(plan: Plan, loop: Loop, stmt: cst.BaseStatement) -> bool:
+    """``total += ...`` to a name nothing reads after the loop: it decides nothing on any process."""
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.AugAssign)):
+        return False
+    target = stmt.body[0].target
+    return isinstance(target, cst.Name) and not reads_after(plan, loop.node, loop.scope, target.value)

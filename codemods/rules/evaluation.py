@@ -342,6 +342,11 @@ accelerator.end_training()
                         ctx.warn(codes.LOCAL_METRIC, call)
                         break
                     inputs = names_used([stmt]) - set(named)
+                verdict = counted_here(ctx.plan, loop, stmt, named, rest) if named is not None else None
+                if verdict is not None:  # no gather: reduced after the loop (``analysis/ungathered.py``), or reported
+                    if verdict == REPORTED:
+                        ctx.warn(codes.LOCAL_METRIC, call)
+                    break
                 # the program's own loss (a parameter, a class of its own: it may mine or normalise within the
                 # batch) runs on this process's batch; what reads the outputs after it is gathered after it
                 loss = local_loss(ctx.plan, loop, named or [], [stmt, *rest], None if named else call)
@@ -359,11 +364,6 @@ accelerator.end_training()
                         ctx.insert_after(anchor, _gather(ctx, loop, named, inputs, later, accelerator, (anchor, True)))
                         ctx.change("gather predictions and targets for metrics after the program's own loss")
                     break  # the loss runs on this process's batch; its sums are reduced after the loop (averages)
-                verdict = counted_here(ctx.plan, loop, stmt, named, rest) if named is not None else None
-                if verdict is not None:  # no gather: reduced after the loop (``analysis/ungathered.py``), or reported
-                    if verdict == REPORTED:
-                        ctx.warn(codes.LOCAL_METRIC, call)
-                    break
                 if named is not None:
                     ctx.insert_after(stmt, _gather(ctx, loop, named, inputs, names_used(rest), accelerator, (stmt, True)))
                 elif extractable(stmt):

@@ -160,3 +160,92 @@ def test_batches_of_one_sentence_sliced_and_counted_with_numpy_are_reduced() -> 
     assert "gather_for_metrics" not in new
     assert "        total = accelerator.reduce(torch.tensor(total, device=accelerator.device), \"sum\").item()\n" in new
     assert codes(N4_SLICED) == []
+
+
+N4_EVAL_LOSS = """import numpy as np
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, Dataset
+
+
+class Sentences(Dataset):
+    def __init__(self, n, seed):
+        g = torch.Generator().manual_seed(seed)
+        self.items = []
+        for _ in range(n):
+            length = int(torch.randint(3, 8, (1,), generator=g))
+            words = torch.randint(0, 50, (length,), generator=g)
+            heads = torch.randint(0, length, (length,), generator=g)
+            self.items.append((words, heads))
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+
+class Parser(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(50, 16)
+        self.lstm = nn.LSTM(16, 16, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(32, 16)
+        self.dep = nn.Linear(32, 16)
+
+    def forward(self, words):
+        h, _ = self.lstm(self.emb(words))
+        return self.head(h) @ self.dep(h).transpose(1, 2)  # [1, L, L]
+
+
+def predict_dep(scores):                     # N4: one decoding per sentence of the batch
+    return np.array([m.cpu().detach().numpy().argmax(axis=0) for m in scores])
+
+
+def loss_func(scores, heads):                # N4: the loss of the whole batch (its one sentence)
+    return nn.functional.cross_entropy(scores.squeeze(0), heads.squeeze(0))
+
+
+def predict(net, loader):
+    net.eval()
+    correct, total, loss = 0, 0, 0
+    with torch.no_grad():
+        for words, heads in loader:
+            scores = net(words)
+            loss += loss_func(scores, heads).item()   # N4's evaluation loss
+            pred = predict_dep(scores)[:, 1:]   # N4: sliced, not scores[0]
+            gold = heads.numpy()[:, 1:]
+            correct += np.sum(gold == pred)
+            total += pred.size
+    return correct / total
+
+
+def train(net, train_loader, test_loader, epochs):
+    optimizer = torch.optim.Adam(net.parameters(), lr=1e-2)
+    loss_fn = nn.CrossEntropyLoss()
+    for epoch in range(epochs):
+        net.train()
+        for words, heads in train_loader:
+            scores = net(words)
+            loss = loss_fn(scores[0], heads[0])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        print(f"epoch {epoch} loss {loss.item():.4f} uas {predict(net, test_loader):.4f}")
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    train_loader = DataLoader(Sentences(40, 1), shuffle=True)
+    test_loader = DataLoader(Sentences(12, 2))
+    net = Parser()
+    train(net, train_loader, test_loader, 2)
+"""
+
+
+def test_batches_of_one_sentence_with_an_evaluation_loss_nothing_reads_are_still_reduced() -> None:
+    """N4's evaluation also sums ``loss_func(scores, headers).item()`` (never read after the loop): the loop's own
+    loss sent it to the gather after the loss (crash), before the batch-of-one check; that sum decides nothing."""
+    new = converted(N4_EVAL_LOSS)
+    assert "gather_for_metrics" not in new
+    assert "        total = accelerator.reduce(torch.tensor(total, device=accelerator.device), \"sum\").item()\n" in new
