@@ -8,6 +8,7 @@ classes use ``self.accelerator``.
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
 from accelify.codemods.analysis.statement_shapes import is_docstring
 from accelify.codemods.engine.context import Context
@@ -207,7 +208,7 @@ def main():
             assert cls is not None
             init = ctx.facts.function("__init__", cls)
             sites = plan.call_sites(init) if init is not None else []
-            if init is not None and sites and all(
+            if init is not None and sites and not _pickles_itself(ctx, cls) and all(
                 ctx.accelerator_in(s.scope) is not None and not any(a.star for a in s.node.args) for s in sites
             ):
                 wanted -= {f for f in wanted if f.class_scope is cls}
@@ -364,3 +365,13 @@ def _add_arg(call: cst.CSTNode, keyword: bool, value: str) -> cst.CSTNode:
     if keyword:
         arg = arg.with_changes(equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
     return call.with_changes(args=[*call.args, arg])
+
+
+_PICKLERS = ("torch.save", "pickle.dump", "joblib.dump", "dill.dump")
+
+
+def _pickles_itself(ctx: Context, cls: Scope) -> bool:
+    """Whether a method of ``cls`` pickles the object itself (N4's vocabulary: ``torch.save(self, path)``): an
+    accelerator kept on ``self`` would go into the pickle (it cannot), so its methods take it as a parameter instead."""
+    return any(site.qualname in _PICKLERS and site.node.args and m.matches(site.node.args[0].value, m.Name("self"))
+               for site in ctx.facts.calls if site.scope.class_scope is cls)

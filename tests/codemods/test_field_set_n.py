@@ -249,3 +249,42 @@ def test_batches_of_one_sentence_with_an_evaluation_loss_nothing_reads_are_still
     new = converted(N4_EVAL_LOSS)
     assert "gather_for_metrics" not in new
     assert "        total = accelerator.reduce(torch.tensor(total, device=accelerator.device), \"sum\").item()\n" in new
+
+
+VOCABULARY_PICKLED = dedent(
+    """
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+
+    class Vocabulary:
+        def __init__(self, words):
+            self.words = words
+
+        def save(self, path):
+            torch.save(self, path)
+
+
+    def main():
+        vocab = Vocabulary(["a", "b"])
+        loader = DataLoader(TensorDataset(torch.randn(16, 2), torch.randn(16, 1)), batch_size=4)
+        model = torch.nn.Linear(2, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+        vocab.save("vocab.pkl")
+
+
+    if __name__ == "__main__":
+        main()
+    """
+)
+
+
+def test_a_class_that_pickles_itself_is_not_given_the_accelerator_as_an_attribute() -> None:
+    """N4's vocabulary (``torch.save(self, path)``): threading stored ``self.accelerator`` on it, and the pickle of the
+    object then failed ('cannot pickle weakref'). The object keeps nothing of the accelerator."""
+    new = converted(VOCABULARY_PICKLED)
+    assert "self.accelerator" not in new
