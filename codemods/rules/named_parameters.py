@@ -14,6 +14,7 @@ otherwise never moved) is handed unwrapped.
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
 from accelify.codemods.analysis.facts import CallSite, Scope
 from accelify.codemods.analysis.snippets import unwrap
@@ -110,6 +111,9 @@ accelerator.end_training()
             if site.method in _NAMED and receiver is not None and not (
                     isinstance(receiver, cst.Name) and receiver.value in site.scope.param_names):
                 self._unwrap(ctx, site, receiver, accelerator)  # (a parameter's callers hand it unwrapped)
+            if site.qualname == "copy.deepcopy" and site.node.args and not site.node.args[0].star:
+                # a copy of the prepared model (an EMA's, N8) would copy the wrapper: its keys ``module.*``
+                self._unwrap(ctx, site, site.node.args[0].value, accelerator)
             helper = ctx.plan.callee(site)
             if helper is None or ctx.plan.reaches_backward(site):
                 continue  # (a function that trains the model it is handed must get the prepared one)
@@ -133,4 +137,7 @@ def _reads_names(helper: Scope, param: str, state: bool) -> bool:
     never calls the model itself (a forward there must go through the wrapper)."""
     if any(isinstance(site.node.func, cst.Name) and site.node.func.value == param for site in helper.calls):
         return False
+    if any(site.qualname == "copy.deepcopy" and site.node.args and m.matches(site.node.args[0].value, m.Name(param))
+           for site in helper.calls):
+        return True  # ``self.ema = copy.deepcopy(model)`` in an EMA's constructor: a copy of the module, not its wrapper
     return helper.calls_method_of(param, (*_NAMED, "state_dict") if state else _NAMED)

@@ -288,3 +288,43 @@ def test_a_class_that_pickles_itself_is_not_given_the_accelerator_as_an_attribut
     object then failed ('cannot pickle weakref'). The object keeps nothing of the accelerator."""
     new = converted(VOCABULARY_PICKLED)
     assert "self.accelerator" not in new
+
+
+EMA_COPY = dedent(
+    """
+    import copy
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+
+    class EMA:
+        def __init__(self, model, decay=0.9):
+            self.ema = copy.deepcopy(model)
+            self.decay = decay
+
+
+    def main():
+        loader = DataLoader(TensorDataset(torch.randn(16, 2), torch.randn(16, 1)), batch_size=4)
+        model = torch.nn.Linear(2, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        ema = EMA(model)
+        target = copy.deepcopy(model)
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+        torch.save(ema.ema.state_dict(), "ema.pt")
+
+
+    if __name__ == "__main__":
+        main()
+    """
+)
+
+
+def test_a_copy_of_the_prepared_model_copies_the_module_not_its_wrapper() -> None:
+    """N8's ``ModelEMA(model)`` (``copy.deepcopy(model)`` in its constructor), made after ``prepare``: the copy was of
+    the DDP wrapper, its checkpoint keys ``module.*``, and the ``strict=False`` load of it restored nothing, silently."""
+    new = converted(EMA_COPY)
+    assert "    ema = EMA(accelerator.unwrap_model(model))\n" in new
+    assert "    target = copy.deepcopy(accelerator.unwrap_model(model))\n" in new
