@@ -432,9 +432,13 @@ def _gather(ctx: Context, loop: Loop, outputs: list[str], inputs: set[str], late
     gathered = [n for n in gathered_names(ctx.plan, loop, outputs, inputs, later)
                 if n in outputs or _bound_by(ctx, loop, n, *at)]
     optional = optional_names(loop, gathered)
-    gathered = [n for n in gathered if n not in optional]
+    # a batch part of file names or paths (N8's test set yields ``(file_name, image)``): a list of strings, which in
+    # a tuple with tensors would send the whole tuple through ``gather_object`` (its parts then flattened together)
+    texts = [n for n in gathered if n not in outputs and n not in optional and _names_texts(n)]
+    gathered = [n for n in gathered if n not in optional and n not in texts]
     guarded = [f"if {n} is not None:\n    {_gather_line([n], accelerator)}" for n in optional]
-    return [_gather_line(gathered, accelerator), *guarded] if gathered else guarded
+    objects = [f"{n} = {accelerator}.gather_for_metrics({n}, use_gather_object=True)" for n in texts]
+    return [_gather_line(gathered, accelerator), *objects, *guarded] if gathered else [*objects, *guarded]
 
 
 def _gather_line(names: list[str], accelerator: str) -> str:
@@ -453,3 +457,12 @@ def _bound_by(ctx: Context, loop: Loop, name: str, stmt: cst.BaseStatement, afte
     start, end = order[loop.node]
     return any(start <= order[b.stmt][0] <= limit and order[b.stmt][0] <= end
                for b in loop.scope.bindings.get(name, []) if b.stmt in order)
+
+
+_TEXT_WORDS = ("name", "names", "path", "paths", "file", "files", "filename", "filenames", "fname", "fnames")
+
+
+def _names_texts(name: str) -> bool:
+    """Whether a batch part's name says it holds text (``names``, ``img_paths``, ``file_name``): a list of strings."""
+    last = name.lower().split("_")[-1]
+    return last in _TEXT_WORDS

@@ -328,3 +328,55 @@ def test_a_copy_of_the_prepared_model_copies_the_module_not_its_wrapper() -> Non
     new = converted(EMA_COPY)
     assert "    ema = EMA(accelerator.unwrap_model(model))\n" in new
     assert "    target = copy.deepcopy(accelerator.unwrap_model(model))\n" in new
+
+
+FILE_NAMES = dedent(
+    """
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+
+    class Test(Dataset):
+        def __len__(self):
+            return 20
+
+        def __getitem__(self, i):
+            return f"img_{i}.png", torch.randn(8)
+
+
+    def predict(model, loader):
+        names_all, probs_all = [], []
+        with torch.no_grad():
+            for names, x in loader:
+                logits = model(x)
+                names_all.extend(list(names))
+                probs_all.append(torch.sigmoid(logits))
+        return names_all, torch.cat(probs_all)
+
+
+    def main():
+        train_loader = DataLoader([(torch.randn(8), torch.randn(2)) for _ in range(16)], batch_size=4)
+        test_loader = DataLoader(Test(), batch_size=8)
+        model = torch.nn.Linear(8, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+        names, probs = predict(model, test_loader)
+        print(len(names), tuple(probs.shape))
+
+
+    if __name__ == "__main__":
+        main()
+    """
+)
+
+
+def test_a_batch_part_of_file_names_is_gathered_as_objects_on_its_own() -> None:
+    """N8's test prediction: ``for names, x in loader`` (file names and images). Gathered in one tuple with the
+    logits, the tuple went through ``gather_object`` whole and its parts came back flattened together (a crash at
+    the unpacking); the names are gathered on their own, as objects."""
+    new = converted(FILE_NAMES)
+    assert "            logits = accelerator.gather_for_metrics(logits)\n" in new
+    assert "            names = accelerator.gather_for_metrics(names, use_gather_object=True)\n" in new
