@@ -27,6 +27,7 @@ class CallGraph:
         self._units = {unit: f.module_scope for unit, f in facts.units.items()}
         self._callees: dict[CallSite, Scope | None] = {}
         self._sites: dict[Scope, list[CallSite]] = {}
+        self._names_read: set[str] | None = None  # every name and attribute name the program reads (``never_run``)
         self.classes = Classes(facts, self.defined)
         for site in facts.calls:
             function = self._resolve_callee(site)
@@ -77,12 +78,10 @@ class CallGraph:
         (N15's ``experiment_embedding_dims``, its call commented out): what its calls pass says nothing of a run."""
         if scope.kind != "function" or scope.parent is None or scope.parent.kind != "module" or self.call_sites(scope):
             return False
-        read = getattr(self, "_names_read", None)
-        if read is None:
-            read = {name for s in self.facts.scopes for name in s.refs}
-            read |= {attribute.attr.value for s in self.facts.scopes for attribute, _ in s.attributes}
-            self._names_read = read
-        return scope.name not in read
+        if self._names_read is None:
+            self._names_read = {name for s in self.facts.scopes for name in s.refs}
+            self._names_read |= {attribute.attr.value for s in self.facts.scopes for attribute, _ in s.attributes}
+        return scope.name not in self._names_read
 
     def _resolve_callee(self, site: CallSite) -> Scope | None:
         func = site.node.func

@@ -44,13 +44,7 @@ class DataPasses(PreparedUses):
         entry = self.facts.module_scope
         if not any(self.reaches_backward(site) for site in entry.calls):
             return set()  # no training entry in the script itself (a library, a main() called from elsewhere)
-        read = {name for scope in self.facts.scopes for name in scope.refs}
-        read |= {attribute.attr.value for scope in self.facts.scopes for attribute, _ in scope.attributes}
-        found = {
-            id(scope) for scope in self.facts.scopes
-            if scope.kind == "function" and scope.parent is not None and scope.parent.kind == "module"
-            and scope.name not in read and not self.call_sites(scope)
-        }
+        found = {id(scope) for scope in self.facts.scopes if self.never_run(scope)}
         outside = [o for o in [b for b in self.facts.bindings() if b.role == "optimizer"] if id(_outermost(o.where)) not in found]
         return found if outside else set()  # what trains is all in them: the script's entry is elsewhere
 

@@ -88,7 +88,9 @@ class PrepareSite(BranchSites, TrainingFunctions, AcceleratorHome):
         self._alternatives(by_scope)
         required = [o for o in self.objects if id(o) not in self._optional and o not in self.in_place]
         candidates = [s for s, aliases in by_scope.items() if all(id(o) in aliases for o in required)]
-        if not candidates and (groups := self._training_functions(by_scope, required)) is not None:
+        found = self._training_functions(by_scope, required) if not candidates else None
+        if found is not None:
+            caller, groups = found
             sites = [self._function_site(scope, aliases) for scope, aliases in groups[1:]]
             if all(site is not None for site in sites):
                 held = {id(a.obj) for _, aliases in groups for a in aliases} | {id(o) for o in self.in_place}
@@ -97,8 +99,8 @@ class PrepareSite(BranchSites, TrainingFunctions, AcceleratorHome):
                 self._place_prepare(scope, aliases)
                 if self.prepare_scope is not None:
                     self.function_sites = [s for s in sites if s is not None]
+                    self.function_caller = caller
                 return
-            self.function_caller = None
         if not candidates:
             first = required[0]
             missing = [o for o in required if all(id(o) not in a for a in by_scope.values() if id(first) in a)]

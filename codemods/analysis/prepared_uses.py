@@ -16,7 +16,7 @@ from accelify.codemods.analysis.distributed import Distributed
 from accelify.codemods.analysis.facts import Binding, CallSite, Loop, Scope
 from accelify.codemods.analysis.flow import Flow
 from accelify.codemods.analysis.names import PROGRESS_BARS, dotted
-from accelify.codemods.analysis.roles import is_cuda_string, rewraps, same_module, strip_placement
+from accelify.codemods.analysis.roles import is_cuda_string, mode_switched, rewraps, same_module, strip_placement
 
 ITERATION_WRAPPERS = {"enumerate", "iter", *PROGRESS_BARS}
 # what a loop's iterable may wrap its loader in and still walk it once per pass: ``tqdm(list(enumerate(loader)))``
@@ -87,16 +87,11 @@ class PreparedUses(Flow):
                 return True
             if key not in names:
                 return False  # (a notebook's first experiment reads the name the main prepare rebinds: checked below)
-        for site in self.function_sites:  # another training function, preparing its own objects
-            if key in site.names and (scope is site.scope or scope.inside(site.scope)):
-                if scope is not site.scope or at is None or site.after is None:
+        for where, aliases, anchor in self.prepare_sites():
+            if any(a.key == key for a in aliases) and (scope is where or scope.inside(where)):
+                if scope is not where or at is None or anchor is None:
                     return True
-                return self.facts.after(at, site.after) and not self._rebound(scope, key, site.after, at)
-        if key in names and (scope is target or scope.inside(target)):
-            anchor = self.prepare_after
-            if scope is not target or at is None or anchor is None:
-                return True
-            return self.facts.after(at, anchor) and not self._rebound(scope, key, anchor, at)
+                return self.facts.after(at, anchor) and not self._rebound(scope, key, anchor, at)
         if head == "self" and key in names and target.class_scope is not None and scope.class_scope is target.class_scope:
             site = self.builder_call(scope)
             if site is not None and site.scope is target and self.prepare_after is not None:
@@ -160,10 +155,10 @@ class PreparedUses(Flow):
             return False
         function, values = returned
         for value in values:
-            value = _switched(value) if value is not None else None  # ``return model.eval(), h``: the module
+            value = mode_switched(value) if value is not None else None  # ``return model.eval(), h``: the module
             name = value.value if isinstance(value, cst.Name) else None
             if name is None or name not in function.param_names or any(
-                    b.unpacked is not None or b.value is None or dotted(_switched(b.value)) != name
+                    b.unpacked is not None or b.value is None or dotted(mode_switched(b.value)) != name
                     for b in function.bindings.get(name, [])):  # (``model = model.train()`` holds it still)
                 return False
             if self._prepares_param(function, name):
@@ -177,10 +172,15 @@ class PreparedUses(Flow):
         """Whether ``function`` prepares what it is handed as ``param`` (where it trains it), before any ``return``."""
         if getattr(self, "prepare_scope", None) is None:
             return False  # (asked while the plan is still choosing)
-        if function is self.prepare_scope and any(a.key == param and a.stmt is None for a in self.aliases):
-            return True
-        return any(site.scope is function and any(a.key == param and a.stmt is None for a in site.aliases)
-                   for site in self.function_sites)
+        return any(where is function and any(a.key == param and a.stmt is None for a in aliases)
+                   for where, aliases, _ in self.prepare_sites())
+
+    def prepare_sites(self) -> list[tuple[Scope, list[Alias], cst.BaseStatement | None]]:
+        """Each scope that prepares, with what it prepares and the statement prepare follows (None: first thing): the
+        plan's prepare site, then the other training functions (``training_functions.py``)."""
+        assert self.prepare_scope is not None
+        return [(self.prepare_scope, self.aliases, self.prepare_after),
+                *((site.scope, site.aliases, site.after) for site in self.function_sites)]
 
     def builder_call(self, scope: Scope) -> CallSite | None:
         """For a method ``__init__`` runs once before anything else can (``self.build_model()``, a statement of its
@@ -415,11 +415,3 @@ def _unpacked_batch(target: cst.BaseExpression, value: cst.BaseExpression, names
         return bound
     return set()
 
-
-def _switched(expr: cst.BaseExpression) -> cst.BaseExpression:
-    """``model.train()`` / ``model.eval()`` -> ``model``: a module's mode switch returns the module itself (a tensor
-    has no such method; its ``.to(...)`` may return another tensor, so placements are kept)."""
-    while isinstance(expr, cst.Call) and not expr.args and isinstance(expr.func, cst.Attribute) \
-            and expr.func.attr.value in ("train", "eval"):
-        expr = expr.func.value
-    return expr

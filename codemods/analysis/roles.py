@@ -114,6 +114,15 @@ def same_module(expr: cst.BaseExpression) -> cst.BaseExpression:
     return expr
 
 
+def mode_switched(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """``model.train()`` / ``model.eval()`` -> ``model``: a mode switch returns the module itself. Placements are kept
+    (a tensor's ``.to(...)`` may return another tensor)."""
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) \
+            and expr.func.attr.value in MODE_METHODS and _mode_args(expr):
+        expr = expr.func.value
+    return expr
+
+
 def _mode_args(call: cst.Call) -> bool:
     """``.train()``, ``.train(False)``, ``.train(mode=True)``, ``.eval()``: nn.Module's mode switch, not a method of the
     program's own named ``train`` that takes its data (``agent.train(loader)``) and hands back what it computed."""

@@ -47,12 +47,11 @@ class TrainingFunctions:
 
     facts: Facts
     function_sites: list[FunctionSite]
-    function_caller: Scope | None
 
     def _training_functions(self, by_scope: dict[Scope, dict[int, Alias]],
-                            required: list[Binding]) -> list[tuple[Scope, list[Alias]]] | None:
-        """Each training function with the aliases it prepares, in the order the common caller calls them; None
-        where the objects do not split that way."""
+                            required: list[Binding]) -> tuple[Scope, list[tuple[Scope, list[Alias]]]] | None:
+        """The one scope that calls them all, and each training function with the aliases it prepares, in the order
+        that scope calls them; None where the objects do not split that way."""
         optimizers = [o for o in required if o.role == "optimizer"]
         if len(optimizers) < 2:
             return None
@@ -103,16 +102,15 @@ class TrainingFunctions:
             return None  # (trainers a flag chooses, each building all it trains: ``trainer_choice.py``'s)
         first = {id(s): min(self.facts.order[site.stmt][0] for site in self.call_sites(s)) for s in scopes}
         ordered = sorted(groups.values(), key=lambda g: first[id(g[0])])
-        self.function_caller = caller
         rank = {role: i for i, role in enumerate(("model", "optimizer", "loader", "scheduler"))}
-        return [(scope, sorted(group.values(), key=lambda a: rank[a.obj.role or ""])) for scope, group in ordered]
+        return caller, [(scope, sorted(group.values(), key=lambda a: rank[a.obj.role or ""])) for scope, group in ordered]
 
     def _function_site(self, scope: Scope, aliases: list[Alias]) -> FunctionSite | None:
         """Where ``scope`` prepares ``aliases``: right after the last statement of its body that binds one, with no
         training before it; None where that place is not a plain statement of the body."""
         stmts = [a.stmt for a in aliases if a.stmt is not None]
-        block = common_block(self.facts, scope, stmts) if stmts else scope.body
-        if block is not scope.body and block != scope.body:
+        block = common_block(self.facts, scope, stmts)
+        if block != scope.body:  # (``Scope.body`` is made anew at each read: compared by its statements)
             return None
         tops = [self.facts.top_in(s, block) for s in stmts]
         if any(t is None for t in tops):

@@ -1,4 +1,4 @@
-"""Set O's shapes (eleventh stop; /work/field/O/shapes in the field notes), each a class a new author's program showed."""
+"""Set O's shapes (eleventh stop; their folders are named in docs/FIELD_TESTS.md), each a class a new author's program showed."""
 
 from __future__ import annotations
 
