@@ -257,6 +257,8 @@ class Flow(CallGraph):
         found: set[int] = set()
         result: Binding | None = None
         for value in values:
+            if isinstance(value, cst.Name) and value.value == "None" and len(values) > 1:
+                continue  # ``if dataset is None: return None``: the caller tests for it; the other returns decide
             origin = self.origin(function, value) if value is not None else None
             if origin is None:
                 return None

@@ -189,8 +189,9 @@ class RoleAssignment(Flow):
             return
         function = self.callee(self.facts.sites[value])
         assert function is not None
+        returns = _not_none(function.returns)
         returned = []
-        for ret in function.returns:
+        for ret in returns:
             expr = ret.value
             if index is not None:
                 expr = expr.elements[index].value if isinstance(expr, (cst.Tuple, cst.List)) and index < len(expr.elements) else None
@@ -203,7 +204,7 @@ class RoleAssignment(Flow):
             bound = [_bound_call(function, e) for e in returned]
             if all(isinstance(e, cst.Call) and classify(e, function.imports, self.facts.classes) == "loader" for e in bound):
                 returned = bound
-        if not returned or len(returned) != len(function.returns) or not all(isinstance(e, cst.Call) for e in returned):
+        if not returned or len(returned) != len(returns) or not all(isinstance(e, cst.Call) for e in returned):
             return
         roles = {classify(e, function.imports, self.facts.classes) for e in returned}
         if "device" in roles and all(names_a_device(e, function.imports) for e in returned):
@@ -214,6 +215,13 @@ class RoleAssignment(Flow):
 
     def bindings_with_role(self, role: str) -> list[Binding]:
         return [b for b in self.facts.bindings() if b.role == role]
+
+
+def _not_none(returns: list[cst.Return]) -> list[cst.Return]:
+    """The ``return`` statements that give something: ``if dataset is None: return None`` beside a
+    ``return DataLoader(...)`` is a failure the caller tests for (``if loader is None: return``), not another kind."""
+    given = [r for r in returns if not (r.value is None or (isinstance(r.value, cst.Name) and r.value.value == "None"))]
+    return given if given else returns
 
 
 def _bound_call(function: Scope, expr: cst.BaseExpression) -> cst.BaseExpression:

@@ -170,6 +170,29 @@ def is_cuda_string(expr: cst.BaseExpression) -> bool:
     return isinstance(text, str) and (text == "cuda" or text.startswith("cuda:"))
 
 
+def is_cuda_choice(expr: cst.BaseExpression) -> bool:
+    """A CUDA device string, or one with a GPU index put into it: ``"cuda:{}".format(gpu)``, ``f"cuda:{args.gpu}"``,
+    ``"cuda:" + str(gpu)``, ``"cuda:%d" % gpu`` (in ``torch.device(...)`` or beside a CPU fallback: a device choice all
+    the same, as under the launcher each process has its own GPU; a bare ``f"cuda:{local_rank}"`` string is the
+    hand-written DDP set-up's, which ``ranks`` converts)."""
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "format":
+        return _string_is(expr.func.value, ("cuda:{}", "cuda:{0}"))
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+        return _string_is(expr.left, ("cuda:",))
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Modulo):
+        return _string_is(expr.left, ("cuda:%d", "cuda:%s", "cuda:%i"))
+    if isinstance(expr, cst.FormattedString):
+        parts = expr.parts
+        return (len(parts) == 2 and isinstance(parts[0], cst.FormattedStringText) and parts[0].value == "cuda:"
+                and isinstance(parts[1], cst.FormattedStringExpression))
+    return is_cuda_string(expr)
+
+
+def _string_is(expr: cst.BaseExpression, texts: tuple[str, ...]) -> bool:
+    """A string literal whose value is one of ``texts``."""
+    return isinstance(expr, cst.SimpleString) and expr.evaluated_value in texts
+
+
 def is_cpu_device(expr: cst.BaseExpression, imports: ImportMap) -> bool:
     """``"cpu"`` or ``torch.device("cpu")``."""
     if isinstance(expr, cst.Call) and imports.qualname(expr.func) == "torch.device" and expr.args:
@@ -177,28 +200,29 @@ def is_cpu_device(expr: cst.BaseExpression, imports: ImportMap) -> bool:
     return isinstance(expr, cst.SimpleString) and expr.evaluated_value == "cpu"
 
 
-def is_device_expr(expr: cst.BaseExpression, imports: ImportMap) -> bool:
-    """An expression that picks the accelerator device (possibly falling back to the CPU)."""
+def is_device_expr(expr: cst.BaseExpression, imports: ImportMap, nested: bool = False) -> bool:
+    """An expression that picks the accelerator device (possibly falling back to the CPU); ``nested``: inside
+    ``torch.device(...)`` or a choice, where a string with a GPU index put into it counts (``is_cuda_choice``)."""
     if isinstance(expr, cst.Attribute) and expr.attr.value == "type":
         expr = expr.value  # torch.accelerator.current_accelerator().type
     if isinstance(expr, cst.Call):
         q = imports.qualname(expr.func)
         if q == "torch.device":
             # torch.device("cuda" if ...), or torch.device(args.device): the device the user chose on the command line
-            return bool(expr.args) and (is_device_expr(expr.args[0].value, imports) or dotted(expr.args[0].value) is not None)
+            return bool(expr.args) and (is_device_expr(expr.args[0].value, imports, True) or dotted(expr.args[0].value) is not None)
         return q in (CURRENT_ACCELERATOR, "torch.cuda.current_device")  # the current GPU's index: ``.to(0)``
     if isinstance(expr, cst.IfExp):
         if is_cpu_device(expr.body, imports):  # "cpu" if args.cpu or not torch.cuda.is_available() else "cuda"
-            return is_device_expr(expr.orelse, imports)
+            return is_device_expr(expr.orelse, imports, True)
         body = expr.body  # ``torch.device("mps") if torch.backends.mps.is_available() else torch.device("cpu")``
         if isinstance(body, cst.Call) and imports.qualname(body.func) == "torch.device" and len(body.args) == 1:
             body = body.args[0].value
         if _accelerator_name(body):  # "mps" if has_mps else "cuda" if ... else "cpu"
-            return is_cpu_device(expr.orelse, imports) or is_device_expr(expr.orelse, imports)
-        return is_device_expr(expr.body, imports) and (
-            is_cpu_device(expr.orelse, imports) or is_device_expr(expr.orelse, imports)
+            return is_cpu_device(expr.orelse, imports) or is_device_expr(expr.orelse, imports, True)
+        return is_device_expr(expr.body, imports, True) and (
+            is_cpu_device(expr.orelse, imports) or is_device_expr(expr.orelse, imports, True)
         )
-    return is_cuda_string(expr)
+    return is_cuda_choice(expr) if nested else is_cuda_string(expr)
 
 
 _DEVICE_NAMES = ("cpu", "cuda", "mps", "xpu", "npu", "hpu", "meta")
@@ -220,7 +244,7 @@ def names_a_device(expr: cst.BaseExpression, imports: ImportMap) -> bool:
 def _accelerator_name(expr: cst.BaseExpression) -> bool:
     """``"mps"``, ``"cuda"``, ``"xpu"``, ``"cuda:0"``: a string naming a device that is not the CPU."""
     if not isinstance(expr, cst.SimpleString):
-        return False
+        return is_cuda_choice(expr)
     text = expr.evaluated_value
     return isinstance(text, str) and text.split(":")[0] in _DEVICE_NAMES and text.split(":")[0] not in ("cpu", "meta")
 
