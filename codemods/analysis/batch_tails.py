@@ -34,7 +34,7 @@ from accelify.codemods.analysis.batch_chains import BatchChain
 from accelify.codemods.analysis.facts import Loop
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
-from accelify.codemods.analysis.shard_counts import under_progress_bar
+from accelify.codemods.analysis.shard_counts import original_batch_count, under_progress_bar
 from accelify.codemods.analysis.shard_sums import Accumulator
 from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.analysis.statement_shapes import target_names
@@ -160,12 +160,18 @@ def _divisors(plan: Plan, loop: Loop, name: str, reads: list[cst.BaseStatement],
     for stmt in reads:
         small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
         if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.DivideAssign) and m.matches(small.target, m.Name(name)):
+            if m.findall(small.value, m.Name(name)):
+                return None
+            if original_batch_count(plan, loop.scope, small.value):
+                return out  # ``val_loss /= int(len(dataset) / batch_size)``: the original's count already
             found = _count(plan, loop, small.value, loader, stmt)
-            return None if found is None or m.findall(small.value, m.Name(name)) else out + [found]
+            return None if found is None else out + [found]
         divisions = [d for d in m.findall(stmt, m.BinaryOperation(operator=m.Divide())) if m.matches(d.left, m.Name(name))]  # type: ignore[attr-defined]
         if len(divisions) != len(m.findall(stmt, m.Name(name))):
             return None
         for division in divisions:
+            if original_batch_count(plan, loop.scope, division.right):  # type: ignore[attr-defined]
+                continue
             found = _count(plan, loop, division.right, loader, stmt)  # type: ignore[attr-defined]
             if found is None:
                 return None

@@ -18,8 +18,8 @@ again before the loop in the same method (``self.losses = AverageMeter()``; made
 several calls of the method, so it is reported). A holder is reduced only when every
 read after the loop reads what the reduction makes global: a summed or derived attribute, or a property or method
 that reads only those (``meters["loss"].global_avg``, ``{k: m.avg for k, m in meters.items()}``); the last value
-(``.val``), the holder passed whole to a function, or a class that does more than add (a call in ``update``, a
-tensor fed) are not proven, and stay reported (ACC028) by ``shard_sums.py``.
+(``.val``), the holder passed whole to a function, or a class that does more than add (a call in ``update``) are not
+proven, and stay reported (ACC028) by ``shard_sums.py``.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.sum_kinds import increment_kind, known_kinds
 
 _NUMBER_KINDS = ("int", "float", "number")
+_SUMMABLE = (*_NUMBER_KINDS, "tensor")
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,8 @@ def _made(plan: Plan, scope: Scope, name: str, value: cst.BaseExpression) -> lis
 
 
 def _sum_kinds(meter: MeterClass, calls: list[cst.Call], known: dict[str, str]) -> tuple[tuple[str, str], ...] | None:
-    """The kind of each summed attribute of a meter fed by ``calls`` (numbers only: a tensor fed is not proven)."""
+    """The kind of each summed attribute of a meter fed by ``calls``: numbers, or a tensor where one is fed (L9's
+    ``meter.update(g_loss.detach(), n)``: the sum is then a 0-d tensor, reduced as one)."""
     found: dict[str, set[str]] = {attr: set() for attr in meter.sums}
     for call in calls:
         bound = _bind(meter, call)
@@ -126,15 +128,16 @@ def _sum_kinds(meter: MeterClass, calls: list[cst.Call], known: dict[str, str]) 
         kinds = {}
         for param, expr in bound.items():
             kind = _fed_kind(expr, known)
-            if kind not in _NUMBER_KINDS:
+            if kind not in _SUMMABLE:
                 return None
             kinds[param] = kind
         for attr, added in meter.sums.items():
             kind = increment_kind(added, kinds)
-            if kind not in _NUMBER_KINDS:
+            if kind not in _SUMMABLE:
                 return None
             found[attr].add(kind)  # type: ignore[arg-type]
-    return tuple((a, "int" if k == {"int"} else "float" if "float" in k else "number") for a, k in found.items())
+    return tuple((a, "tensor" if "tensor" in k else "int" if k == {"int"} else "float" if "float" in k else "number")
+                 for a, k in found.items())
 
 
 def _bind(meter: MeterClass, call: cst.Call) -> dict[str, cst.BaseExpression] | None:

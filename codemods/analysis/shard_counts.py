@@ -156,6 +156,17 @@ def _data_set_batches(plan: Plan, scope: Scope, expr: cst.BaseExpression) -> boo
     return False if _per_process_len(plan, scope, expr.left, None) is False else None
 
 
+def original_batch_count(plan: Plan, scope: Scope, expr: cst.BaseExpression) -> bool:
+    """Whether ``expr`` is the original's number of batches computed from the whole data set's size
+    (``int(len(dataset) / batch_size)``), or a name bound once in ``scope`` to it (M4's ``num_batches``)."""
+    if isinstance(expr, cst.Name):
+        bindings = scope.bindings.get(expr.value, [])
+        if len(bindings) != 1 or bindings[0].value is None:
+            return False
+        expr = bindings[0].value
+    return _data_set_batches(plan, scope, expr) is False
+
+
 def _simple_len(expr: cst.BaseExpression) -> bool:
     return isinstance(expr, cst.Call) and dotted(expr.func) == "len" and len(expr.args) == 1
 

@@ -227,7 +227,19 @@ def _kinds(plan: Plan, loop: Loop, values: list[cst.BaseExpression]) -> dict[int
         site = plan.facts.sites.get(v) if isinstance(v, cst.Call) else None
         if site is not None and (loop.no_grad or site.no_grad) and mean_loss(plan, loop, v):
             kinds[id(v)] = "tensor"  # (also under a ``with torch.no_grad():`` inside the loop)
+        elif isinstance(v, cst.Name) and mean_loss(plan, loop, v) and (loop.no_grad or _bound_under_no_grad(plan, loop, v.value)):
+            kinds[id(v)] = "tensor"  # ``loss = criterion(out, y)`` then ``val_loss += loss`` (M4's ``Evaluate``)
     return kinds
+
+
+def _bound_under_no_grad(plan: Plan, loop: Loop, name: str) -> bool:
+    """Whether every binding of ``name`` in ``loop`` is a call made under ``no_grad`` (a ``with torch.no_grad():``
+    inside the loop)."""
+    values = [s.body[0].value for s in loop.stmts  # type: ignore[attr-defined]
+              if isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1 and isinstance(s.body[0], cst.Assign)
+              and any(m.matches(t.target, m.Name(name)) for t in s.body[0].targets)]
+    sites = [plan.facts.sites.get(v) if isinstance(v, cst.Call) else None for v in values]
+    return bool(sites) and all(site is not None and site.no_grad for site in sites)
 
 
 def _keep_mixed(plan: Plan, loop: Loop, found: Averages, summed: list[Accumulator]) -> None:

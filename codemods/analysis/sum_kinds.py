@@ -95,10 +95,20 @@ def known_kinds(loop: Loop, plan: Plan | None = None) -> dict[str, str]:
             assign = stmt.body[0]
             if len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
                 array = _numpy(assign.value, known) or (plan is not None and _returns_array(plan, assign.value))
-                kind = ARRAY if array else increment_kind(assign.value, known)
+                kind = ARRAY if array else "float" if _metric_score(loop.scope, assign.value) else \
+                    increment_kind(assign.value, known)
                 if kind is not None:
                     known.setdefault(assign.targets[0].target.value, kind)
     return {k: v for k, v in known.items() if k is not None}
+
+
+def _metric_score(scope: Scope, expr: cst.BaseExpression) -> bool:
+    """``metrics.accuracy_score(pred, y)``, ``f1_score(...)``, ``mean_squared_error(...)``: scikit-learn's score of
+    one batch, a Python float."""
+    if not isinstance(expr, cst.Call):
+        return False
+    name = scope.imports.qualname(expr.func) or ""
+    return name.startswith("sklearn.metrics.") and name.rsplit(".", 1)[-1].endswith(("_score", "_error"))
 
 
 def sum_kind(init: Binding, increments: list[cst.BaseExpression], known: dict[str, str],
@@ -159,6 +169,8 @@ def increment_kind(expr: cst.BaseExpression, known: dict[str, str], helpers: dic
     if isinstance(expr, cst.Integer):
         return "int"
     if isinstance(expr, cst.Name):
+        if helpers and id(expr) in helpers:
+            return helpers[id(expr)]  # a name the caller knows the kind of at this update
         kind = known.get(expr.value)
         return None if kind == ARRAY else kind  # (an array's sum may be an int or a float: unsure)
     if isinstance(expr, cst.Float):

@@ -45,6 +45,9 @@ def meter_code(meters: MeterSums, accelerator: str, torch: str) -> list[str]:
     for code, meter, kinds in meters.meters:
         for attr, kind in kinds:
             value = f"{code}.{attr}"
+            if kind == "tensor":  # a tensor was fed: the sum is one (``as_tensor`` takes a sum never added to as well)
+                out.append(f"{value} = {accelerator}.reduce({torch}.as_tensor({value}, device={accelerator}.device).detach(), \"sum\")")
+                continue
             dtype = "" if kind == "int" else f"dtype={torch}.float64, "
             reduced = f"{accelerator}.reduce({torch}.tensor({value}, {dtype}device={accelerator}.device), \"sum\").item()"
             out.append(f"{value} = {f'type({value})({reduced})' if kind == 'number' else reduced}")

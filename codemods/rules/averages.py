@@ -14,7 +14,9 @@ running values printed inside the loop every N steps (one process's, by conventi
 numbers summarised after the pass (``np.mean(losses)``) is gathered there (``accelerator.gather`` of a 1-d tensor,
 ``.tolist()``). Meters of the program's own class (an ``AverageMeter`` whose ``update`` only adds to its attributes),
 one or several held in a dict, a list, a ``SimpleNamespace`` or a trainer's attribute made again before the loop, get each summed attribute reduced and the attributes
-``update`` computes from them computed again (``analysis/meter_sums.py``). What cannot be reduced (a meter not proven
+``update`` computes from them computed again (``analysis/meter_sums.py``). A loss curve (``losses.append(loss.item())``
+at every step, read after training) keeps each step's loss reduced where it is appended (``analysis/loss_curves.py``).
+What cannot be reduced (a meter not proven
 so, a list read in order, a sum divided by a count it cannot place, a loop some processes may not run) is reported
 (ACC028).
 """
@@ -27,7 +29,9 @@ from accelify.codemods import codes
 from accelify.codemods.analysis.placed import split_batches
 from accelify.codemods.analysis.facts import Loop
 from accelify.codemods.analysis.gathered_values import gathered_in, global_sum, is_global, local_meters
+from accelify.codemods.analysis.loss_curves import curve_tensor
 from accelify.codemods.analysis.loss_means import batch_mean
+from accelify.codemods.analysis.snippets import expression
 from accelify.codemods.analysis.shard_sums import find_averages
 from accelify.codemods.analysis.sum_reductions import meter_code, reduction_code
 from accelify.codemods.engine.context import Context
@@ -274,6 +278,8 @@ accelerator.end_training()
             if any(ctx.reported(site.node) for site in kept.loop.calls):
                 continue  # the loop's metric is already reported as local (ACC016)
             if kept.local or any(not is_global(agreement, kept.loop.scope, v, kept.node, gathered) for v in kept.values):
+                if not kept.local and not gathered and _reduce_curve(ctx, kept.loop, kept.node):
+                    continue
                 ctx.warn(codes.SHARD_AVERAGE, kept.node, name=kept.name)
         reductions: dict[cst.For | cst.While, list[str]] = {}
         derived: dict[cst.For | cst.While, list[cst.BaseStatement]] = {}
@@ -313,6 +319,20 @@ accelerator.end_training()
             else:
                 ctx.insert_after(loop, code)
             ctx.change("reduce running sums over a sharded loader across processes")
+
+
+def _reduce_curve(ctx: Context, loop: Loop, stmt: cst.BaseStatement) -> bool:
+    """``losses.append(loss.item())`` at every pass: the step's loss reduced across processes where it is appended
+    (``analysis/loss_curves.py``); the edit is proposed and True returned, else nothing is changed."""
+    accelerator = ctx.accelerator_in(loop.scope)
+    found = curve_tensor(ctx.plan, ctx.agreement, loop, stmt) if accelerator is not None else None
+    if found is None or ctx.is_skipped(stmt):
+        return False
+    item, tensor = found
+    code = f'{accelerator}.reduce({tensor}.detach(), "mean").item()'
+    ctx.replace(item, stmt, lambda _, c=code: expression(c))  # type: ignore[misc]
+    ctx.change("reduce each step's loss across processes where a loss curve keeps it")
+    return True
 
 
 def _code(stmt: cst.BaseStatement) -> str:

@@ -136,10 +136,16 @@ def _bounded_exit(stmt: cst.BaseStatement, index: str) -> tuple[cst.Comparison, 
     the bound's code and what the body does; None for anything else."""
     if not isinstance(stmt, cst.If) or stmt.orelse is not None:
         return None
-    inner = stmt.body.body if isinstance(stmt.body, cst.IndentedBlock) else [stmt.body]
-    if len(inner) != 1 or not isinstance(inner[0], cst.SimpleStatementLine) or len(inner[0].body) != 1:
+    if isinstance(stmt.body, cst.IndentedBlock):  # ``if i < 8:`` / ``continue`` on its own line
+        inner = stmt.body.body
+        if len(inner) != 1 or not isinstance(inner[0], cst.SimpleStatementLine):
+            return None
+        smalls = inner[0].body
+    else:
+        smalls = stmt.body.body  # ``if (i<8): continue`` on one line (O11's own spelling)
+    if len(smalls) != 1:
         return None
-    small = inner[0].body[0]
+    small = smalls[0]
     leaves = "continue" if isinstance(small, cst.Continue) else "break" if isinstance(small, cst.Break) else None
     test = stmt.test
     if leaves is None or not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:

@@ -174,8 +174,33 @@ accelerator.end_training()
                     if _single_assign(binding.stmt) and ctx.remove(binding.stmt):
                         ctx.change("remove the unused device variable")
                 continue
+            if all(ctx.dropped(ref) or self._handed_to_unused(ctx, ref) for ref in refs):
+                continue  # only handed to parameters whose every use went (F10's trainer): nothing places by it
             for binding in group:
                 self._tie(ctx, binding)
+
+    def _handed_to_unused(self, ctx: Context, ref: cst.BaseExpression, depth: int = 0) -> bool:
+        """Whether ``ref`` is only an argument of a call of the program's own function whose parameter is never used
+        once the edits apply (``Trainer(device=device)`` where every ``.to(device)`` of the trainer went), or only
+        handed on the same way."""
+        for scope in ctx.facts.scopes:
+            holder = scope.holders.get(id(ref))
+            if holder is not None:
+                break
+        else:
+            return False
+        for site in ctx.facts.calls:
+            if site.stmt is not holder:
+                continue
+            arg = next((a for a in site.node.args if a.value is ref), None)
+            callee = ctx.plan.callee(site) if arg is not None else None
+            if arg is None or callee is None or depth > 3:
+                continue
+            param = next((p for p in callee.param_names if ctx.plan.arg_for(site, callee, p) is arg), None)
+            if param is None or param in callee.bindings:
+                return False
+            return all(ctx.dropped(r) or self._handed_to_unused(ctx, r, depth + 1) for r in callee.refs.get(param, []))
+        return False
 
     def _tie(self, ctx: Context, binding: Binding) -> None:
         """``device = ...`` -> ``device = accelerator.device`` (or a warning when that cannot be done)."""

@@ -19,6 +19,7 @@ divided by the loop's last index) is reported (ACC042).
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
 from accelify.codemods import codes
 from accelify.codemods.analysis.batch_chains import BatchChain, batch_chain, per_batch_loop
@@ -37,6 +38,7 @@ from accelify.codemods.analysis.gathered_values import (
     local_meters,
 )
 from accelify.codemods.analysis.loop_reads import reads_after
+from accelify.codemods.analysis.reduced_outputs import read_names
 from accelify.codemods.analysis.shard_counts import divided_by_pass_index
 from accelify.codemods.analysis.loss_means import batch_mean, mean_loss, per_batch_sum, rowwise_names, transformed_mean_loss
 from accelify.codemods.analysis.snippets import expression
@@ -213,6 +215,8 @@ accelerator.end_training()
         agreement = ctx.agreement
         _, kept_values = local_meters(agreement, found.meters)
         for kept in found.kept + kept_values:
+            if _unread(ctx, kept.loop, kept.name):
+                continue
             gathered = gathered_in(agreement, kept.loop)
             if any(ctx.reported(site.node) for site in kept.loop.calls):
                 continue  # the loop's metric is already reported as local (ACC016)
@@ -228,6 +232,8 @@ accelerator.end_training()
                 ctx.warn(codes.GATHERED_SUM, kept.node, name=kept.name, why=BATCH_MEANS)  # whatever it is divided by
         tailed = _per_batch_tails(ctx, found.accumulators)
         for acc in found.accumulators:
+            if _unread(ctx, acc.loop, acc.name):
+                continue  # computed and never used (O10's evaluation loss, its print commented out)
             if not global_sum(agreement, ctx.facts, acc, gathered_in(agreement, acc.loop)):
                 continue  # this process's share: the averages rule reduces it
             if id(acc) in tailed:
@@ -245,6 +251,22 @@ accelerator.end_training()
                     and not (why is TRANSFORMED and len(acc.updates) == 1 and acc.end is acc.loop.node
                              and _per_batch_chain(ctx, acc.name, acc.loop, acc.updates[0])):  # over 1/N as many
                 ctx.warn(codes.GATHERED_SUM, acc.updates[0], name=acc.name, why=why)  # passes, each of N batches
+
+
+def _unread(ctx: Context, loop: Loop, name: str) -> bool:
+    """Whether nothing reads the sum ``name`` after ``loop`` but its own updates (``avg_loss /= len(dataset)``, its
+    print commented out): what it holds on N processes changes no output, so there is nothing to fix or to report. In
+    a function only (a module's name may be read by any function), where no ``global``/``nonlocal`` names it."""
+    scope = loop.scope
+    if "." in name or scope.kind != "function" or any(
+            name in (n.name.value for n in g.names) for g in m.findall(scope.node, m.Global() | m.Nonlocal())):  # type: ignore[union-attr]
+        return False
+    for stmt in reads_after(ctx.plan, loop.node, scope, name):
+        small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
+        if not (isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name) and small.target.value == name
+                and name not in read_names(small.value)):
+            return False
+    return True
 
 
 def _global_sums(ctx: Context, accumulators: list[Accumulator]) -> dict[int, list[Accumulator]]:

@@ -132,7 +132,7 @@ for epoch in range(2):
                     accelerator.backward(loss)
                     optimizer.step()
                 else:
-                    losses.append(loss.item())
+                    losses.append(accelerator.reduce(loss.detach(), "mean").item())
         if phase == "valid":
             score = np.mean(losses)
             accelerator.wait_for_everyone()
@@ -141,7 +141,6 @@ for epoch in range(2):
                 accelerator.save(accelerator.unwrap_model(model).state_dict(), "best.pt")
 accelerator.end_training()
 ''',
-            warnings=("ACC028:21",),
         ),
     )
 

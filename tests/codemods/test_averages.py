@@ -225,20 +225,12 @@ LEFT = {
             meter.update(loss.item(), x.size(0))
         print(meter.avg)
         """, ["ACC028:13"]),
-    "a list of per-batch losses read in order (a loss curve)": ("""
-        import matplotlib.pyplot as plt
-        losses = []
-        for x, y in loader:
-            STEP
-            losses.append(loss.item())
-        plt.plot(losses)
-        """, ["ACC028:13"]),
-    "a list appended to on some batches only": ("""
+    "a list appended to on some batches only, by this process's own values": ("""
         import numpy as np
         losses = []
         for i, (x, y) in enumerate(loader):
             STEP
-            if i % 2 == 0:
+            if loss.item() > 0.5:
                 losses.append(loss.item())
         print(np.mean(losses))
         """, ["ACC028:14"]),
@@ -325,6 +317,36 @@ def test_left_alone(name: str) -> None:
     assert ".reduce(" not in converted(code)
     if warnings is not None:
         assert codes(code) == warnings
+
+
+CURVES = {
+    "a list of per-batch losses read in order (a loss curve)": """
+        import matplotlib.pyplot as plt
+        losses = []
+        for x, y in loader:
+            STEP
+            losses.append(loss.item())
+        plt.plot(losses)
+        """,
+    "a list appended to on the same steps of every process (by the batch index)": """
+        import numpy as np
+        losses = []
+        for i, (x, y) in enumerate(loader):
+            STEP
+            if i % 2 == 0:
+                losses.append(loss.item())
+        print(np.mean(losses))
+        """,
+}
+
+
+@pytest.mark.parametrize("name", list(CURVES))
+def test_a_loss_curve_keeps_the_steps_loss_reduced_where_it_is_appended(name: str) -> None:
+    """Every process walks the same steps of a prepared loader: the step's loss is reduced where the curve keeps it
+    (it was reported, ACC028: each process kept its own batches' losses)."""
+    code = _script(CURVES[name])
+    assert 'losses.append(accelerator.reduce(loss.detach(), "mean").item())' in converted(code)
+    assert codes(code) == []
 
 
 def test_a_sum_set_again_after_each_pass_is_reduced_after_each_pass() -> None:
