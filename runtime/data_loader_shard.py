@@ -225,6 +225,10 @@ class DataLoaderShard(DataLoader):
                 self.generator.set_state(generator_state)
 
     def __iter__(self) -> Iterator[Any]:
+        return _ShardIterator(self, self._batches())
+
+    def _batches(self) -> Iterator[Any]:
+        """This process's batches of one epoch, moved to its device."""
         p = self._progress
         sharded = self._sharded
         replay = sharded is not None and sharded.pending_record is not None
@@ -269,3 +273,24 @@ class DataLoaderShard(DataLoader):
             p.iterating = False
             if self in _ACTIVE:
                 _ACTIVE.remove(self)
+
+
+class _ShardIterator:
+    """An epoch's iterator over a prepared loader that, as torch's own loader iterators do, has the loader's length
+    (``it = iter(loader)`` then ``while i < len(it): x = next(it)``, a layout people write)."""
+
+    def __init__(self, loader: DataLoaderShard, batches: Iterator[Any]) -> None:
+        self._loader, self._batches = loader, batches
+
+    def __iter__(self) -> "_ShardIterator":
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._batches)
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    def close(self) -> None:
+        """Ends the epoch early (as a generator's ``close``)."""
+        self._batches.close()  # type: ignore[attr-defined]

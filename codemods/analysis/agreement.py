@@ -73,6 +73,7 @@ class Agreement(BatchStructure):
         # replaced by a gathered name
         self.gathered: dict[cst.BaseStatement, set[str]] = {}
         self.gathered_before: set[cst.BaseStatement] = set()
+        self._stochastic: dict[int, bool] = {}
         self.gathered_nodes: set[cst.CSTNode] = set()
         self._read_gathers(edits)
         self._local_binding: dict[int, bool] = {}
@@ -148,8 +149,12 @@ class Agreement(BatchStructure):
             return generator is None or self._local(scope, generator, at, seen)
         if qualname in ("len", "builtins.len") and call.args:
             return self._len_local(scope, call.args[0].value, at, seen)
-        if self.plan.prepared(scope, call.func, at) is not None:
-            # a forward pass: the parameters agree (DDP keeps them equal), so it is local when its input is
+        if (model := self.plan.prepared(scope, call.func, at)) is not None:
+            # a forward pass: the parameters agree (DDP keeps them equal), so it is local when its input is, or
+            # when the model draws as it runs (dropout in training: each process its own masks; set P's P5, a GCN
+            # stopping early on the loss of its training forward over the whole graph)
+            if site is not None and not site.no_grad and _calls_itself(call, model) and self._draws_in_forward(model):
+                return True
             return any(self._local(scope, a.value, at, seen) for a in call.args)
         function = self.plan.callee(site) if site is not None else None
         if function is not None:  # a function of the program: what it returns (its parameters are followed there)
@@ -158,6 +163,42 @@ class Agreement(BatchStructure):
         if isinstance(call.func, cst.Attribute):
             parts.append(call.func.value)
         return any(self._local(scope, p, at, seen) for p in parts)
+
+    def _draws_in_forward(self, model: Binding) -> bool:
+        """Whether the model ``model`` holds may draw at random in its forward: a class of the program (or a
+        ``torch.nn`` container built in place) that mentions dropout, in its body or in the program's classes it
+        names; a model of unknown make (a library's, loaded) may too. A ``torch.nn`` layer without dropout does not."""
+        memo = self._stochastic.get(id(model))
+        if memo is None:
+            memo = self._stochastic[id(model)] = self._mentions_dropout(model)
+        return memo
+
+    def _mentions_dropout(self, model: Binding) -> bool:
+        value = model.unpacked[0] if model.unpacked is not None else model.value
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in ("to", "cuda", "cpu", "double", "float", "train"):
+            value = value.func.value
+        if not isinstance(value, cst.Call):
+            return True  # made elsewhere (loaded, handed in): not known not to draw
+        cls = self.plan.classes.class_of(model.where, value.func)
+        if cls is None:
+            name = model.where.imports.qualname(value.func) or ""
+            if not name.startswith("torch.nn."):
+                return True  # a library's model (torchvision's, timm's): may hold dropout
+            return _dropout_in(value)  # ``nn.Sequential(nn.Linear(...), nn.Dropout(0.5), ...)``
+        seen: set[int] = set()
+        todo = [cls]
+        while todo:
+            current = todo.pop()
+            if id(current) in seen:
+                continue
+            seen.add(id(current))
+            if _dropout_in(current.node):
+                return True
+            for call in m.findall(current.node, m.Call()):
+                inner = self.plan.classes.class_of(current, call.func)  # type: ignore[attr-defined]
+                if inner is not None:
+                    todo.append(inner)
+        return False
 
     def _len_local(self, scope: Scope, arg: cst.BaseExpression, at: cst.BaseStatement, seen: frozenset) -> bool:
         """``len(loader)`` of a prepared loader is the same everywhere (even batches), as is ``len(ds)``."""
@@ -239,8 +280,22 @@ class Agreement(BatchStructure):
             result = self._local(binding.where, binding.value, binding.stmt, seen | {id(binding)})
             if binding.aug and not result:
                 result = self._key_local(binding.where, binding.key, binding.stmt, seen | {id(binding)})
+        if not result and not isinstance(binding.stmt, cst.For):
+            result = self._bound_under_local_test(binding, seen | {id(binding)})
         self._local_binding[id(binding)] = result
         return result
+
+    def _bound_under_local_test(self, binding: Binding, seen: frozenset) -> bool:
+        """Whether ``binding`` is made under an ``if``/``while`` whose test may differ between processes (``if bad ==
+        patience: stopped = True`` with ``bad`` counted from a local loss): the value it leaves is then local too,
+        whatever it assigns (set P's P5: a constant flag, set on one process only, its ``break`` a hang)."""
+        scope = binding.where
+        for outer in self.facts.chain(binding.stmt)[1:]:
+            if isinstance(outer, (cst.FunctionDef, cst.ClassDef)):
+                break
+            if isinstance(outer, (cst.If, cst.While)) and self._local(scope, outer.test, outer, seen):
+                return True
+        return False
 
     def _over_prepared(self, loop: Loop) -> bool:
         if id(loop) not in self._batch_loops:
@@ -389,3 +444,16 @@ def _statement_of(facts: "Facts", node: cst.CSTNode) -> cst.BaseStatement | None
         if isinstance(stmt, cst.SimpleStatementLine) and node in stmt.body:
             return stmt
     return None
+
+
+def _dropout_in(node: cst.CSTNode) -> bool:
+    """Whether ``node`` names dropout anywhere: ``nn.Dropout(...)``, ``F.dropout(...)``, ``self.dropout``, a
+    ``dropout=`` keyword."""
+    return any("dropout" in n.value.lower() for n in m.findall(node, m.Name()))  # type: ignore[attr-defined]
+
+
+def _calls_itself(call: cst.Call, model: Binding) -> bool:
+    """Whether ``call`` runs the model's forward (``model(x)``, ``self.net(x)``), not one of its methods
+    (``model.init_hidden(n)``, which makes zeros)."""
+    key = dotted(call.func)
+    return key is not None and key.rsplit(".", 1)[-1] == model.key.rsplit(".", 1)[-1]

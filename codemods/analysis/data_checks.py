@@ -184,6 +184,9 @@ class TrainingDataChecks(LoaderHolders):
         function (``loader = build_loader(cfg)``), or not followed at all. Tensors, ranges and lists are data
         the script makes itself."""
         if found is None:
+            owner = scope.resolve(source.value) if isinstance(source, cst.Name) else None
+            if owner is not None and _made_data(self, owner, source):
+                return False  # ``sample_data = []`` filled by the script, or an item of it (set P's P11)
             return self._bound(scope, dotted(source) or "") and not self._handed_own_data(scope, source)
         value = strip_placement(found.value) if found.value is not None else None
         if found.unpacked is not None:
@@ -219,14 +222,26 @@ class TrainingDataChecks(LoaderHolders):
         return self.binding_of(scope, key) is not None
 
 
-def _made_data(plan: TrainingDataChecks, scope: Scope, expr: cst.BaseExpression) -> bool:
-    """A list, tuple or comprehension written here, or a name bound to one (its only binding)."""
+def _made_data(plan: TrainingDataChecks, scope: Scope, expr: cst.BaseExpression, depth: int = 0) -> bool:
+    """A list, tuple or comprehension written here, or a name bound to one (its only binding), or the target of a
+    ``for`` over such data (``for episode_data in sample_data``: an item of a list the script fills)."""
     literal = (cst.List, cst.Tuple, cst.ListComp, cst.GeneratorExp)
     if isinstance(expr, literal):
         return True
     key = dotted(expr)
     bindings = scope.bindings.get(key or "", []) if key is not None and "." not in key else []
-    return len(bindings) == 1 and bindings[0].unpacked is None and isinstance(bindings[0].value, literal)
+    if not bindings or any(b.unpacked is not None for b in bindings):
+        return False
+    if len(bindings) == 1:
+        return isinstance(bindings[0].value, literal) or _walks_made_data(plan, scope, bindings[0].stmt, key, depth)
+    # every binding a literal or an item of made data (``episode_data = []`` filled, then ``for episode_data in ...``)
+    return all(isinstance(b.value, literal) or _walks_made_data(plan, scope, b.stmt, key, depth) for b in bindings)
+
+
+def _walks_made_data(plan: TrainingDataChecks, scope: Scope, stmt: cst.CSTNode, key: str | None, depth: int) -> bool:
+    """Whether ``stmt`` is a ``for`` whose target is ``key`` over data the script makes."""
+    return (isinstance(stmt, cst.For) and isinstance(stmt.target, cst.Name) and stmt.target.value == key and depth < 3
+            and _made_data(plan, scope, stmt.iter, depth + 1))
 
 
 def _derived(function: Scope, names: set[str]) -> set[str]:

@@ -154,6 +154,14 @@ class Distributed:
         return self.main_only_scopes.get(id(scope))
 
 
+# Hogwild training (PyTorch's mnist_hogwild, A3C): processes the script starts itself share one model's memory
+# (``model.share_memory()``) and step it in turn; no launcher-started data parallelism stands in for that.
+_HOGWILD = ("torch.multiprocessing.Process", "torch.multiprocessing.Pool", "multiprocessing.Process")
+_HOGWILD_FIX = ("the script starts its own processes that train one model in shared memory (Hogwild); data-parallel "
+                "training replaces them: train one model per process (drop the workers and `share_memory()`, "
+                "`accelify launch` starts the processes)")
+
+
 def find_distributed(facts: Facts, flow: "Flow") -> Distributed:
     """The hand-written distributed code of the program (empty when it has none)."""
     found = Distributed()
@@ -173,6 +181,10 @@ def find_distributed(facts: Facts, flow: "Flow") -> Distributed:
             found.samplers.append(site)
         elif q in SPAWN:
             found.spawns.append(site)
+        elif q in _HOGWILD or (site.method == "share_memory" and not site.node.args
+                               and facts.unit_of(site.scope).imports.imports_any("torch.multiprocessing")):
+            name = code_of(site.node.func)
+            found.refusals.append((site.node, name, _HOGWILD_FIX))
         elif q.startswith("torch.distributed.") and q not in LEFT_ALONE and not q.startswith(("torch.distributed.run", "torch.distributed.ReduceOp")):
             name = code_of(site.node.func)
             found.refusals.append((site.node, name, "it has no counterpart in the accelerator (use `accelerator.gather`, `reduce` or `wait_for_everyone`)"))

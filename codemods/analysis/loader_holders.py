@@ -196,9 +196,21 @@ class LoaderHolders(PreparedUses):
             if self._rebuildable(binding) and not self._eager(binding):
                 self.rebuilt.append(binding)
                 continue
+            if self._read_without_grad(binding):
+                continue  # batches for a look (set P's P10: a few reconstructions each epoch): every process its own
             self._problem(UNSHARDED, node, name=binding.key, line=binding.key)  # type: ignore[attr-defined]
             return False
         return True
+
+    def _read_without_grad(self, binding: Binding) -> bool:
+        """Whether every read of the holder is a statement under ``no_grad`` (``samples, _ = next(visualizer)`` in
+        ``with torch.no_grad():``): no backward sees its batches, so a process walking all of it trains on nothing
+        more; left as it is."""
+        refs = binding.where.refs.get(binding.key, [])
+        holders = [binding.where.holders.get(id(ref)) for ref in refs]
+        if not holders or any(h is None for h in holders):
+            return False
+        return all(any(site.no_grad for site in self.facts.calls if site.stmt is h) for h in holders)
 
     def _returned_inline(self, scope: Scope, source: cst.BaseExpression) -> None:
         """``data = make_iter()`` where ``make_iter`` returns ``iter(DataLoader(...))``: the loader is prepared where

@@ -20,6 +20,7 @@ import libcst as cst
 from accelify.codemods.analysis.facts import Facts
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.trainer_choice import Trainer, View, choice, views
+from accelify.codemods.engine.unreached import reached
 from accelify.codemods.engine.context import Abort, Context, Located
 from accelify.codemods.engine.edits import apply
 from accelify.codemods.engine.outcome import ConversionWarning
@@ -78,7 +79,7 @@ def convert_each(program: Facts, plan: Plan, run: Callable[[Context], None], loc
             return Unmerged(f"and converted on its own, `{view.trainer.name}` would not change at all")
         # applied now: the next trainer's plan gives the bindings its own roles
         modules = {unit: apply(facts.module, ctx.edits) for unit, facts in program.units.items()}
-        done.append((view, modules, list(ctx.changes), _kept(locate_all(program, ctx.warnings), view, spans)))
+        done.append((view, modules, list(ctx.changes), _kept(locate_all(program, reached(ctx.plan, ctx.warnings)), view, spans)))
     if refused:
         return Refused(tuple(v.trainer.name for v, _, _ in refused), refused[0][1], _joined(f for *_, f in refused),
                        tuple(v.trainer.name for v, *_ in done))

@@ -157,7 +157,20 @@ class Context:
     def _after_creation(self, stmt: cst.BaseStatement, anchor: tuple[cst.BaseStatement, bool]) -> bool:
         at, after = anchor
         order = self.facts.order
-        return order[stmt][0] > order[at][1] if after else order[stmt][0] >= order[at][0]
+        if not (order[stmt][0] > order[at][1] if after else order[stmt][0] >= order[at][0]):
+            return False
+        return not self._other_branch(stmt, at)
+
+    def _other_branch(self, stmt: cst.BaseStatement, at: cst.BaseStatement) -> bool:
+        """Whether ``stmt`` is in another branch of an ``if`` whose one branch holds ``at`` (the accelerator made in
+        the ``if`` branch that trains: set P's P5 printed through it in the ``else`` branch, a NameError there)."""
+        around = set(self.facts.chain(stmt)[1:])
+        for outer in self.facts.chain(at)[1:]:
+            if isinstance(outer, cst.If) and outer in around and isinstance(outer.body, cst.IndentedBlock):
+                body = list(outer.body.body)
+                if (self.facts.top_in(at, body) is None) != (self.facts.top_in(stmt, body) is None):
+                    return True
+        return False
 
     def found_accelerator(self, scope: Scope, name: str, stmt: cst.BaseStatement) -> None:
         """Converted code: ``stmt`` in ``scope`` creates the accelerator, read there as ``name``."""

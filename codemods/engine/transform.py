@@ -27,6 +27,7 @@ from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.engine.positions import locate
 from accelify.codemods.rules import RULES
 from accelify.codemods.engine.targets import DEFAULT_TARGET, TARGETS
+from accelify.codemods.engine.unreached import reached
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ def transform(
             return _each(module, program, each, sources or {})
         warnings = _locate(program, [*ctx.warnings, *refused])
         return Outcome(ATTENTION, module, (), warnings["__main__"], refused[0][1].message, _noted(program, warnings))
-    warnings = _locate(program, ctx.warnings)
+    warnings = _locate(program, reached(plan, ctx.warnings))
     if not ctx.accelerating:  # nothing trains here: any edit would be a half conversion
         return Outcome(UNCHANGED, module, (), warnings["__main__"], None, _noted(program, warnings))
     texts = dict(sources or {})

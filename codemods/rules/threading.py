@@ -10,6 +10,8 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from accelify.codemods import codes
+from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.analysis.statement_shapes import is_docstring
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import expression
@@ -148,6 +150,67 @@ def main():
     accelerator.end_training()
 ''',
             fires=False,
+        ),
+        Example(  # a helper handed on as a value (called through another function's parameter): reported
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train(model, loader, optimizer):
+    for x, y in loader:
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+
+
+def repeat(times, step, *args):
+    for _ in range(times):
+        step(*args)
+
+
+def main():
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2)
+    train(model, loader, optimizer)
+    repeat(2, train, model, loader, optimizer)
+
+
+main()
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+
+
+def train(model, loader, optimizer, accelerator):
+    for x, y in loader:
+        optimizer.zero_grad()
+        accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+        optimizer.step()
+
+
+def repeat(times, step, *args):
+    for _ in range(times):
+        step(*args)
+
+
+def main():
+    accelerator = Accelerator()
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    train(model, loader, optimizer, accelerator)
+    repeat(2, train, model, loader, optimizer)
+    accelerator.end_training()
+
+
+main()
+''',
+            warnings=("ACC061:22",),
         ),
     )
 
@@ -296,6 +359,8 @@ def main():
                 p.default is not None for p in params.params
             )
             ctx.replace(params, node, lambda p: _add_param(p, keyword))  # type: ignore[arg-type,return-value]
+            for use in _handed_on(ctx, function):
+                ctx.warn(codes.HANDED_ON_FUNCTION, use[1], name=function.name, use=use[0])
             for site in sites:
                 if ctx.accelerator_in(site.scope) is None and site not in ctx.plan.run_sites(function):
                     continue
@@ -303,6 +368,38 @@ def main():
                 value = _passed(ctx, site.scope)
                 ctx.replace(site.node, site.stmt, lambda c, k=use_keyword, v=value: _add_arg(c, k, v))  # type: ignore[misc]
         ctx.change(f"pass the accelerator to {function.name}()")
+
+
+def _handed_on(ctx: Context, function: Scope) -> list[tuple[str, cst.BaseStatement]]:
+    """Where ``function`` (a module-level one) is read as a value, not called: ``multiple_runs(model, loader, 2,
+    training_loop)`` (set P's P5), with the statement that reads it; its calls through that value pass what they
+    passed before."""
+    if function.parent is None or function.parent.kind != "module":
+        return []
+    called = {id(site.node.func) for site in ctx.facts.calls}
+    found: list[tuple[str, cst.BaseStatement]] = []
+    for scope in ctx.facts.scopes:
+        for ref in scope.refs.get(function.name, []):
+            holder = scope.holders.get(id(ref))
+            if id(ref) in called or holder is None or not isinstance(holder, cst.SimpleStatementLine):
+                continue
+            if not _names_function(ctx, scope, ref, function):
+                continue
+            found.append((code_of(holder.body[0]).strip(), holder))
+    return found
+
+
+def _names_function(ctx: Context, scope: Scope, ref: cst.BaseExpression, function: Scope) -> bool:
+    """Whether ``ref`` (a name read in ``scope``) is ``function``: defined in the module it is read in, or imported
+    from the module that defines it."""
+    assert isinstance(ref, cst.Name)
+    owner = scope.resolve(ref.value)
+    if owner is not None and ctx.facts.function(ref.value, owner) is function:
+        return True
+    if owner is None or owner.kind != "module":
+        return False
+    found = ctx.plan.defined(scope.imports.qualname(ref))
+    return found is not None and ctx.facts.function(found[1], found[0]) is function
 
 
 def _model_save_method(ctx: Context, function: Scope) -> bool:

@@ -174,8 +174,8 @@ try:
         accelerator.print('| end of epoch {:3d} | valid loss {:5.2f} | valid ppl {:8.2f}'.format(epoch, val_loss, math.exp(val_loss)))
         accelerator.print('-' * 89)
         # Save the model if the validation loss is the best we've seen so far.
+        accelerator.wait_for_everyone()
         if not best_val_loss or val_loss < best_val_loss:
-            accelerator.wait_for_everyone()
             if accelerator.is_main_process:
                 with open(args.save, 'wb') as f:
                     accelerator.save(accelerator.unwrap_model(model), f)

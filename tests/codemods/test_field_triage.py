@@ -393,3 +393,94 @@ def test_a_device_handed_to_a_parameter_still_used_is_reported() -> None:
     source = HELPER_DEVICE.replace("        return loss.item()\n",
                                    "        return loss.item() + torch.zeros(1, device=device).item()\n")
     assert any(c.startswith("ACC011") for c in codes(source))
+
+
+NEVER_CALLED_ENTRY = """import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import engine
+from helper import describe
+
+
+def run():
+    device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    ds = TensorDataset(torch.randn(64, 4), torch.randint(0, 3, (64,)))
+    dl = DataLoader(ds, batch_size=8, shuffle=True)
+    model = nn.Linear(4, 3).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    print("input", describe(ds[0][0]))
+    for epoch in range(2):
+        print(epoch, engine.Train(dl, model, optimizer, device))
+
+
+if __name__ == "__main__":
+    run()
+"""
+
+NEVER_CALLED_ENGINE = """import torch
+
+
+def Train(dataloader, model, optimizer, device):
+    model.train()
+    for x, y in dataloader:
+        x, y = x.to(device), y.to(device)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return loss.item()
+
+
+def Predict(dataloader, model, device):
+    model.eval()
+    predictions = []
+    with torch.no_grad():
+        for x, _ in dataloader:
+            x = x.to(device)
+            predictions.append(model(x).argmax(1).cpu())
+    return predictions
+"""
+
+NEVER_CALLED_HELPER = """import torch
+
+
+def test_network(net, trainloader):
+    criterion = torch.nn.MSELoss()
+    optimizer = torch.optim.Adam(net.parameters(), lr=0.001)
+    images, labels = next(iter(trainloader))
+    optimizer.zero_grad()
+    loss = criterion(net.forward(images), images)
+    loss.backward()
+    optimizer.step()
+    return True
+
+
+def describe(x):
+    return f"{tuple(x.shape)}"
+"""
+
+
+def _program_codes(engine: str = NEVER_CALLED_ENGINE) -> list[str]:
+    from accelify.pipeline import convert_source
+    from accelify.program import ModuleText
+
+    result = convert_source(NEVER_CALLED_ENTRY, modules=[ModuleText("engine", "engine.py", engine),
+                                                         ModuleText("helper", "helper.py", NEVER_CALLED_HELPER)])
+    assert result.status == "converted", result.error
+    return [f"{c.path}:{w.code}" for c in result.companions for w in c.warnings] + [w.code for w in result.warnings]
+
+
+def test_warnings_inside_functions_nothing_calls_are_dropped() -> None:
+    """M4 (``engine.Predict``, never called: ACC002 x2), C Part 5 (``helper.test_network``: ACC009), O18
+    (``create_validation_set``: ACC018 x2): code no run reaches runs on no process; its warnings told of problems
+    the converted program does not have."""
+    assert _program_codes() == []
+
+
+def test_a_warning_in_a_function_the_program_calls_stays() -> None:
+    """Near miss: the same ``Predict`` called by the training after its epochs is reported as before."""
+    unknown = NEVER_CALLED_ENGINE.replace("            x = x.to(device)\n", "            x = x.to(args.device)\n")
+    assert _program_codes(unknown) == []
+    called = unknown.replace("    return loss.item()\n", "    Predict(dataloader, model, device)\n    return loss.item()\n", 1)
+    assert "engine.py:ACC002" in _program_codes(called)

@@ -82,6 +82,24 @@ def test_end_of_dataloader_remainder_iterating_and_active_loader() -> None:
     assert one.remainder == 0 and one.end_of_dataloader
 
 
+def test_an_epochs_iterator_has_the_loaders_length() -> None:
+    """``it = iter(loader)`` then ``while i < len(it): batch = next(it)`` (set P's P4, a conditional GAN): a torch loader's
+    iterator has a length; the prepared loader's was a generator (``TypeError: object of type 'generator' has no
+    len()`` at the first step). Its iterator has the prepared loader's length, and walks the same batches."""
+    prepared = prepare_data_loader(DataLoader(range(10), batch_size=2), num_processes=2, process_index=1)
+    it = iter(prepared)
+    assert len(it) == len(prepared) == 3
+    taken = []
+    i = 0
+    while i < len(it):
+        taken.append(next(it).tolist())
+        i += 1
+    assert taken == [[2, 3], [6, 7], [0, 1]]
+    with pytest.raises(StopIteration):
+        next(it)
+    assert not prepared.iterating and prepared.end_of_dataloader
+
+
 # -- one process: exactly the original -------------------------------------------------------------
 def _passes(loader: DataLoader, epochs: int = 3) -> list[list[list[int]]]:
     return [[b.tolist() for b in loader] for _ in range(epochs)]

@@ -1,0 +1,242 @@
+"""Set P's shapes (twelfth stop; their folders are named in docs/FIELD_TESTS.md), each a class a new author's program showed."""
+
+from __future__ import annotations
+
+import pytest
+from _convert import codes, converted
+
+from accelify.pipeline import convert_source
+from accelify.program import ModuleText
+
+DROPOUT_EARLY_STOP = """import torch
+import torch.nn as nn
+
+
+def training_loop(model, x, y, train_ind, val_ind, epochs, patience):
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    criterion = nn.CrossEntropyLoss()
+    best, bad, stopped = float("inf"), 0, False
+    for epoch in range(epochs):
+        optimizer.zero_grad()
+        model.train()
+        y_pred = model(x)
+        loss = criterion(y_pred[train_ind], y[train_ind])
+        loss.backward()
+        optimizer.step()
+        with torch.no_grad():
+            val_loss = criterion(y_pred[val_ind], y[val_ind])
+            if val_loss < best:
+                best, bad = val_loss, 0
+            else:
+                bad += 1
+                if bad == patience:
+                    stopped = True
+        print(f"epoch {epoch} loss {loss.item():.3f} val {val_loss.item():.3f}")
+        if stopped:
+            break
+    print("stopped at", epoch)
+
+
+if __name__ == "__main__":
+    x = torch.arange(2000 * 16, dtype=torch.float32).reshape(2000, 16).sin()
+    y = (x.sum(1) > 0).long()
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Dropout(0.5), nn.Linear(32, 2))
+    training_loop(model, x, y, list(range(100)), list(range(100, 400)), 400, 3)
+"""
+
+
+def test_an_early_stop_on_the_loss_of_a_dropout_forward_over_the_whole_data_stops_every_process_together() -> None:
+    """P5 (a GCN trained on the whole graph, no DataLoader): the validation loss comes from the training forward,
+    dropout on, so each process's differs; ``stopped = True`` under ``if bad == patience:`` stopped one process, and
+    the other waited in its next backward (a hang, no warning). A forward of a model that draws (dropout) is local,
+    and so is a flag set under a local test: the ``break`` becomes ``set_trigger``/``check_trigger``."""
+    new = converted(DROPOUT_EARLY_STOP)
+    assert "            accelerator.set_trigger()\n        if accelerator.check_trigger():\n            break\n" in new, new
+
+
+def test_the_same_early_stop_of_a_model_that_does_not_draw_is_left() -> None:
+    """Near miss: without dropout every process computes the same loss on the same data: nothing to stop together."""
+    new = converted(DROPOUT_EARLY_STOP.replace("nn.Dropout(0.5), ", ""))
+    assert "check_trigger" not in new
+    assert "        if stopped:\n            break\n" in new
+
+
+LOOPS = """import torch
+import torch.nn as nn
+
+
+def training_loop(model, loader, epochs):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(epochs):
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+        print(f"epoch {epoch} loss {loss.item():.4f}")
+
+
+def multiple_runs(model, loader, runs, training_loop):
+    for i in range(runs):
+        print("Run:", i + 1)
+        training_loop(model, loader, 1)
+"""
+
+BRANCHES = """import sys
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+from loops import training_loop, multiple_runs
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)
+    model = nn.Linear(4, 1)
+    if len(sys.argv) < 2:
+        print("Started training with 1 run.")
+        training_loop(model, loader, 2)
+    else:
+        print("Started training with 2 runs.")
+        multiple_runs(model, loader, 2, training_loop)
+"""
+
+
+def test_the_other_branch_of_the_if_that_makes_the_accelerator_does_not_use_it() -> None:
+    """P5's ``main.py``: the accelerator made in the ``if`` branch that trains, the ``else`` branch's ``print`` went
+    through it (a NameError on that path); and the training function, handed to ``multiple_runs`` as a value, is
+    called there without the new parameter: reported (ACC061) with the fix."""
+    result = convert_source(BRANCHES, modules=[ModuleText("loops", "loops.py", LOOPS)])
+    assert '    else:\n        print("Started training with 2 runs.")\n' in result.new, result.new
+    assert [w.code for w in result.warnings] == ["ACC061"]
+    assert "functools.partial(training_loop, accelerator=accelerator)" in result.warnings[0].fix
+
+
+def test_a_function_only_called_by_its_name_is_not_reported() -> None:
+    """Near miss: without the value handed on, nothing to report."""
+    source = BRANCHES.replace("        multiple_runs(model, loader, 2, training_loop)\n", "        training_loop(model, loader, 1)\n")
+    result = convert_source(source, modules=[ModuleText("loops", "loops.py", LOOPS)])
+    assert [w.code for w in result.warnings] == []
+
+
+HOGWILD = """import torch
+import torch.multiprocessing as mp
+import torch.nn as nn
+
+
+def train(model):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(10):
+        loss = model(torch.randn(8, 4)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    model = nn.Linear(4, 1)
+    model.share_memory()
+    workers = [mp.Process(target=train, args=(model,)) for _ in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+"""
+
+
+def test_hogwild_training_is_refused_for_what_it_is() -> None:
+    """P3 (an A3C: workers the script starts share one model's memory and step it in turn) was refused for a false
+    reason (ACC017 on the ``break`` that ends an episode). Hogwild has no data-parallel counterpart: ACC003, naming
+    ``share_memory`` and the workers."""
+    found = codes(HOGWILD)
+    assert found and all(c.startswith("ACC003") for c in found), found
+    assert len(found) == 2  # ``model.share_memory`` and ``mp.Process``
+
+
+VISUALIZER = """import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train(model, loader, optimizer):
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+    return loss.item()
+
+
+def main():
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    train_loader = DataLoader(data, batch_size=8, shuffle=True)
+    visualizer_loader = DataLoader(data, batch_size=5, shuffle=True)
+    visualizer = iter(visualizer_loader)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        loss = train(model, train_loader, optimizer)
+        with torch.no_grad():
+            samples, _ = next(visualizer)
+            recon = model(samples)
+        print(f"epoch {epoch} loss {loss:.4f} sample mean {recon.mean().item():.4f}")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_batches_drawn_for_a_look_under_no_grad_do_not_refuse_the_file() -> None:
+    """P10 (a VAE showing a few reconstructions per epoch from ``next(visualizer)`` under ``no_grad``, the iterator
+    made before ``prepare``) was refused with ACC020 ('every process would train on all of its data'): no backward
+    sees those batches. The training converts; the iterator is left as it is."""
+    new = converted(VISUALIZER)
+    assert "        loss = train(model, train_loader, optimizer, accelerator)\n" in new
+    assert "    visualizer = iter(visualizer_loader)\n" in new
+    assert codes(VISUALIZER) == []
+
+
+def test_batches_drawn_before_prepare_for_training_still_refuse() -> None:
+    """Near miss: the same iterator's batches trained on (no ``no_grad``) are still ACC020."""
+    source = VISUALIZER.replace("        with torch.no_grad():\n            samples, _ = next(visualizer)\n            recon = model(samples)\n",
+                                "        samples, _ = next(visualizer)\n        recon = model(samples)\n        recon.mean().backward()\n")
+    assert any(c.startswith("ACC020") for c in codes(source))
+
+
+EPISODES = """import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+sample_data = []
+for _ in range(10):
+    episode_data = []
+    for _ in range(20):
+        episode_data.append((torch.randn(4), torch.randn(1)))
+    sample_data.append(episode_data)
+
+net = nn.Linear(4, 1)
+optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
+for episode_data in sample_data:
+    total = 0.0
+    for x, y in episode_data:
+        loss = nn.functional.mse_loss(net(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        total += loss.item()
+    print(f"episode loss {total:.3f}")
+"""
+
+
+@pytest.mark.parametrize("source", [
+    EPISODES,
+    EPISODES.replace("sample_data = []\nfor _ in range(10):\n    episode_data = []\n    for _ in range(20):\n"
+                     "        episode_data.append((torch.randn(4), torch.randn(1)))\n    sample_data.append(episode_data)\n",
+                     "sample_data = [[(torch.randn(4), torch.randn(1)) for _ in range(20)] for _ in range(10)]\n"),
+])
+def test_a_list_the_script_fills_is_its_own_data(source: str) -> None:
+    """P11 (a DQN trained over episodes kept in a list built right above): ACC021 'could not be followed to where it
+    is built' (refused) for the list and for each episode. A list the script fills, and an item of it, are data it
+    makes: converted, with ACC022 (every process walks all of it)."""
+    assert [c.split(":")[0] for c in codes(source)] == ["ACC022"]
