@@ -113,9 +113,9 @@ class Parser(nn.Module):
 """
 
 
-def _convert(script: str, **modules: str) -> Result:
-    return convert_source(dedent(script), modules=[ModuleText(unit, f"{unit}.py", dedent(text))
-                                                   for unit, text in modules.items()])
+def _convert(script: str, target: str = "accelify", **modules: str) -> Result:
+    return convert_source(dedent(script), target=target, modules=[ModuleText(unit, f"{unit}.py", dedent(text))
+                                                                  for unit, text in modules.items()])
 
 
 def _companion(result: Result, path: str) -> str:
@@ -170,6 +170,17 @@ def test_a_model_that_saves_itself_and_chooses_its_device_goes_through_the_proce
     assert "            net.save(path)\n" in result.new
     again = _again(result, model=MODEL)
     assert again.status == "unchanged" and not again.companions and _warnings(again) == []
+
+
+def test_with_target_accelerate_the_state_is_hugging_faces() -> None:
+    """``--target accelerate``: ``PartialState`` comes from Hugging Face Accelerate, and the method is reached through
+    the unwrapped model (a DistributedDataParallel wrapper there does not forward ``save`` or ``device``)."""
+    result = _convert(MODEL_TRAIN, target="accelerate", model=MODEL)
+    assert _warnings(result) == []
+    model = _companion(result, "model.py")
+    assert "from accelerate import PartialState\n" in model and "        self.device = PartialState().device\n" in model
+    assert "            accelerator.unwrap_model(net).save(path)\n" in result.new
+    assert "    device = accelerator.unwrap_model(net).device\n" in result.new
 
 
 def test_a_cpu_accelerator_makes_the_state_as_it_is_made() -> None:
