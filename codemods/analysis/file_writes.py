@@ -170,3 +170,37 @@ def tracker_uses(place: Place, facts: Facts, plan: Plan, site: CallSite) -> list
                 or not place.after_accelerator(use.scope, use.stmt) or collectives.in_arguments(use) is not None:
             return None
     return uses
+
+
+def later_reads(facts: Facts, site: CallSite) -> list[CallSite]:
+    """The calls after the write ``site`` in its function that are handed the path it writes (the same code:
+    ``torch.load(path)`` after ``torch.save(self, path)``, ``Image.open(f"{folder}/pred.png")`` after the image is
+    saved there): where only the main process writes, the others must not read before it has."""
+    args = site.node.args[1:] if site.qualname == "torch.save" else site.node.args
+    paths = {code_of(a.value) for a in args if _path_like(a.value)}
+    end = facts.order[site.stmt][1]
+    return [c for c in site.scope.calls if c.stmt in facts.order and facts.order[c.stmt][0] > end
+            and not writes_file(c) and c.qualname != "torch.save"
+            and any(code_of(a.value) in paths for a in c.node.args)]
+
+
+def barrier_places(facts: Facts, places: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    """The places of the barriers before ``places`` (one per read, in order) that an earlier one does not already
+    cover: a barrier covers what follows it in its block, and in the blocks inside those statements."""
+    kept: list[cst.BaseStatement] = []
+    for place in sorted(dict.fromkeys(places), key=lambda p: facts.order[p][0]):
+        if not any(facts.parent_stmt.get(k) in facts.chain(place) and facts.order[k][0] <= facts.order[place][0]
+                   for k in kept):
+            kept.append(place)
+    return kept
+
+
+_PATH_WORDS = ("path", "file", "name", "dir", "folder", "ckpt", "checkpoint", "out", "fn")
+
+
+def _path_like(value: cst.BaseExpression) -> bool:
+    """A string, an f-string, a joined path, or a name that says it holds one (``path``, ``filename``, ``args.out``)."""
+    if isinstance(value, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString, cst.BinaryOperation, cst.Call)):
+        return True
+    name = dotted(value)
+    return name is not None and any(w in name.rpartition(".")[2].lower() for w in _PATH_WORDS)

@@ -16,6 +16,8 @@ import libcst as cst
 from accelify.codemods.analysis.agreement import Agreement
 from accelify.codemods.analysis.creation import Creation
 from accelify.codemods.analysis.facts import Facts, Scope
+from accelify.codemods.analysis.import_time import LITERAL_CPU, EntryLevel
+from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.names import ImportMap
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.snippets import statement
@@ -255,6 +257,41 @@ class Context:
         self.edits.remove(stmt)
         return True
 
+    def import_state(self, unit: str) -> None:
+        """``from <runtime> import PartialState`` after the top imports of the local module ``unit``, once (the
+        script's own gets it beside ``Accelerator`` where its top level goes through it: ``EntryLevel.state_used``)."""
+        facts = self.facts.units[unit]
+        entry = self.plan.analysis(EntryLevel)
+        home = self.plan.home
+        if self.accelerating and home is not None and self.facts.unit_of(home) is facts and entry.state_used \
+                and entry.home is not None and entry.home.unit == "__main__" and not self.notebook:
+            return  # the imports rule writes ``from <runtime> import Accelerator, PartialState`` there
+        if any(_imports_state(s, self.import_module) for s in facts.module.body) or any(
+                _imports_state(new, self.import_module) and any(anchor is top for top in facts.module.body)
+                for anchor, _, new in self.edits.inserted()):
+            return
+        new = cst.SimpleStatementLine([cst.ImportFrom(module=cst.parse_expression(self.import_module),  # type: ignore[arg-type]
+                                                      names=[cst.ImportAlias(cst.Name("PartialState"))])])
+        body = list(facts.module.body)
+        last = max((i for i, stmt in enumerate(body) if is_import(stmt) and all(is_import(b) or is_docstring(b)
+                                                                               for b in body[:i])), default=None)
+        if home is not None and self.facts.unit_of(home) is facts and last is not None and last + 1 < len(body):
+            # the module the imports rule adds ``Accelerator``'s import to (after its last import): this one goes
+            # after it whichever rule runs first, before the first statement past the imports
+            self.edits.insert_before(body[last + 1], [new])
+        else:
+            self.add_import(facts.module, new)
+
+    def process_state(self, shared: bool = False) -> str | None:
+        """How code the accelerator does not reach makes the runtime's process state: ``PartialState()`` where the
+        accelerator surely exists already (``shared``: its state is the one read), else ``PartialState(<the
+        accelerator's cpu>)`` (Hugging Face Accelerate keeps the device of the first state a process makes), or
+        None where that ``cpu`` is an expression such code cannot read (``cpu=not args.cuda``)."""
+        cpu = self.plan.analysis(Creation).cpu_argument
+        if shared:
+            return "PartialState()"
+        return f"PartialState({cpu})" if cpu in LITERAL_CPU else None
+
     def change(self, description: str) -> None:
         if description not in self.changes:
             self.changes.append(description)
@@ -272,3 +309,11 @@ class Context:
     def abort(self, code: Code, node: cst.CSTNode, **fields: str) -> None:
         """Stop converting this file: it is refused (left unchanged, needing attention), with this warning."""
         raise Abort(self.warning(code, node, **fields))
+
+
+def _imports_state(stmt: cst.CSTNode, module: str) -> bool:
+    """``from <module> import PartialState`` (among other names)."""
+    return isinstance(stmt, cst.SimpleStatementLine) and any(
+        isinstance(small, cst.ImportFrom) and small.module is not None and dotted(small.module) == module
+        and not isinstance(small.names, cst.ImportStar) and any(dotted(a.name) == "PartialState" for a in small.names)
+        for small in stmt.body)

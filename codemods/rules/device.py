@@ -14,6 +14,7 @@ from accelify.codemods.analysis.snippets import expression
 from accelify.codemods.analysis.creation import Creation
 from accelify.codemods.analysis.facts import Binding
 from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.roles import is_module_scope
 from accelify.codemods.analysis.seen_from import seen_from
 from accelify.codemods.engine.rule import Example, Rule
 
@@ -209,6 +210,8 @@ accelerator.end_training()
         if accelerator is not None and _single_assign(stmt) and not ctx.after_accelerator(binding.where, stmt) \
                 and self._bound_again(ctx, binding, accelerator):
             return
+        if accelerator is None and self._model_state(ctx, binding):
+            return
         if accelerator is None or not ctx.after_accelerator(binding.where, stmt) or not _single_assign(stmt):
             ctx.warn(codes.DEVICE_NOT_REPLACED, stmt, name=binding.key)
             return
@@ -216,6 +219,27 @@ accelerator.end_training()
         if ctx.replace(binding.value, stmt, lambda _, a=accelerator: expression(f"{a}.device")):  # type: ignore[misc]
             ctx.change("use accelerator.device")
             self._type_tests(ctx, binding)
+
+    def _model_state(self, ctx: Context, binding: Binding) -> bool:
+        """A model's own device choice in its ``__init__``, which the accelerator does not reach (N4's
+        ``self.device = torch.device("cuda:0" if self.use_coda else "cpu")``, its forward moving the batch with
+        ``.to(self.device)``): ``self.device = PartialState().device``, the runtime's process state, whose device is
+        the accelerator's (``PartialState(cpu=True)`` where a model may be made before the accelerator exists, as
+        the accelerator is made). True when done; not where that ``cpu`` is an expression the model cannot read."""
+        method = binding.where
+        cls = method.class_scope
+        if binding.key != "self.device" or method.name != "__init__" or cls is None \
+                or not is_module_scope(cls, ctx.facts.classes) or not _single_assign(binding.stmt) or binding.value is None \
+                or ctx.plan.in_other_trainer(method):
+            return False
+        made = ctx.plan.call_sites(method)
+        state = ctx.process_state(shared=bool(made) and all(
+            ctx.accelerator_in(c.scope) is not None and ctx.after_accelerator(c.scope, c.stmt) for c in made))
+        if state is None or not ctx.replace(binding.value, binding.stmt, lambda _, e=f"{state}.device": expression(e)):  # type: ignore[misc]
+            return False
+        ctx.import_state(method.unit)
+        ctx.change("the model's own device: PartialState().device")
+        return True
 
     def _bound_again(self, ctx: Context, binding: Binding, accelerator: str) -> bool:
         """A module's ``device = "cuda:0" if ... else "cpu"`` at its top, and the accelerator made later at the

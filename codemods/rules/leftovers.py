@@ -17,8 +17,8 @@ from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.own_device import own_device
 from accelify.codemods.analysis.seen_from import seen_from
-from accelify.codemods.analysis.facts import Scope
-from accelify.codemods.analysis.roles import CLIPPING, tensor_backward
+from accelify.codemods.analysis.facts import CallSite, Scope
+from accelify.codemods.analysis.roles import CLIPPING, is_module_scope, tensor_backward
 from accelify.codemods.engine.rule import Example, Rule
 
 
@@ -238,11 +238,14 @@ if __name__ == "__main__":
                     continue  # the device hand-written DDP set up: now the accelerator's (``str(accelerator.device)``)
                 if ctx.accelerating and _tied_through_self(ctx, site.scope, value):
                     continue  # a trainer's ``self.args.device``: the ``args.device`` now ``accelerator.device``
+                if ctx.accelerating and _model_state_device(ctx, site, value):
+                    continue  # ``.to(net.device)`` of a model whose own ``self.device`` is ``PartialState().device``
                 ctx.warn(codes.UNKNOWN_TO_DEVICE, site.node, device=code_of(value))
 
     @staticmethod
     def _without_accelerator(ctx: Context) -> None:
-        """ACC009 at each backward, clipping and ``torch.save`` in a scope the accelerator does not reach."""
+        """ACC009 at each backward, clipping and ``torch.save`` in a scope the accelerator does not reach (but a save
+        kept to the main process through ``PartialState`` by the save rule, or in a function nothing runs)."""
         keeps_save = ctx.plan.distributed.keeps_save
         for site in ctx.facts.calls:
             scope = site.scope
@@ -260,7 +263,8 @@ if __name__ == "__main__":
             elif site.qualname in CLIPPING:
                 ctx.warn(codes.NO_ACCELERATOR_HERE, site.node, name=site.qualname.rsplit(".", 1)[-1])
             elif site.qualname == "torch.save" and scope.kind == "function" and not keeps_save(ctx.facts, site) \
-                    and not _run_on_main_at_calls(ctx, scope):
+                    and not _run_on_main_at_calls(ctx, scope) and not ctx.plan.never_run(scope) \
+                    and not any(ctx.rewritten(s) for s in ctx.facts.chain(site.stmt)):
                 ctx.warn(codes.NO_ACCELERATOR_HERE, site.node, name="torch.save")
 
 
@@ -269,6 +273,35 @@ def _run_on_main_at_calls(ctx: Context, function: Scope) -> bool:
     the main process by the save rule): the save in it is taken care of there."""
     calls = ctx.plan.call_sites(function)
     return bool(calls) and all(ctx.rewritten(call.stmt) for call in calls)
+
+
+def _model_state_device(ctx: Context, site: CallSite, value: cst.BaseExpression) -> bool:
+    """``.to(net.device)``, or ``.to(device)`` after ``device = net.device`` (or handed it by every call), where
+    ``net`` is a model and every model class of the program that sets its own ``self.device`` was tied to the
+    runtime's process state by the device rule (``self.device = PartialState().device``: the accelerator's)."""
+    own = [b for b in ctx.plan.bindings_with_role("device") if b.key == "self.device" and b.where.class_scope is not None
+           and is_module_scope(b.where.class_scope, ctx.facts.classes)]
+    if not own or not all(b.value is not None and ctx.rewritten(b.value) for b in own):
+        return False
+    return _model_device(ctx, site.scope, site.stmt, value, 3)
+
+
+def _model_device(ctx: Context, scope: Scope, stmt: cst.BaseStatement, value: cst.BaseExpression, depth: int) -> bool:
+    """Whether ``value`` is ``net.device`` of a model ``net``, through names bound to it and parameters handed it."""
+    if isinstance(value, cst.Attribute) and value.attr.value == "device":
+        owner = ctx.plan.origin(scope, value.value)
+        return ctx.plan.prepared_model(scope, value.value, stmt) is not None or (owner is not None and owner.role == "model")
+    if not isinstance(value, cst.Name) or depth == 0:
+        return False
+    binding = ctx.facts.last_binding_before(scope, value.value, stmt)
+    if binding is not None:
+        return binding.value is not None and _model_device(ctx, binding.where, binding.stmt, binding.value, depth - 1)
+    if value.value not in scope.param_names:
+        return False
+    calls = ctx.plan.call_sites(scope)
+    args = [ctx.plan.arg_for(call, scope, value.value) for call in calls]
+    return bool(calls) and all(arg is not None and _model_device(ctx, call.scope, call.stmt, arg.value, depth - 1)
+                               for call, arg in zip(calls, args))
 
 
 def _looks_like_device(value: cst.BaseExpression) -> bool:

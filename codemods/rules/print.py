@@ -334,9 +334,5 @@ def _entry_level(ctx: Context) -> None:
 
 
 def _import_state(ctx: Context, unit: str) -> None:
-    """``from <runtime> import PartialState`` after the top imports of the local module ``unit``."""
-    new = cst.SimpleStatementLine([cst.ImportFrom(module=cst.parse_expression(ctx.import_module),  # type: ignore[arg-type]
-                                                  names=[cst.ImportAlias(cst.Name("PartialState"))])])
-    ctx.add_import(ctx.facts.units[unit].module, new)
-
-
+    """``from <runtime> import PartialState`` after the top imports of the local module ``unit`` (once)."""
+    ctx.import_state(unit)

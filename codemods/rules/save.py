@@ -13,9 +13,10 @@ from accelify.codemods.analysis.blocks import outside_open, previous
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import expression, on_main_process, unwrap
 from accelify.codemods.analysis.facts import CallSite, Scope
-from accelify.codemods.analysis.file_writes import logger_class
+from accelify.codemods.analysis.file_writes import barrier_places, later_reads, logger_class, main_only
 from accelify.codemods.analysis.handle_uses import alone
 from accelify.codemods.analysis.roles import module_method
+from accelify.codemods.analysis.share_walks import walks_a_share
 from accelify.codemods.engine.rule import Example, Rule
 
 
@@ -155,6 +156,8 @@ accelerator.end_training()
             accelerator = ctx.accelerator_in(site.scope)
             if accelerator is None and _save_at_calls(ctx, site, waited):
                 continue  # ``model.save_model(path)``: a model's own method, run on the main process at its calls
+            if accelerator is None and ctx.accelerating and _save_on_main_state(ctx, site):
+                continue  # ``torch.save(self, path)`` in ``net.save(path)``, whose calls cannot be followed
             if accelerator is None or not ctx.after_accelerator(site.scope, site.stmt):
                 continue  # (where threading could not bring the accelerator, the leftovers rule reports it: ACC009)
             if not ctx.replace(site.node.func, site.stmt, lambda _, a=accelerator: expression(f"{a}.save")):  # type: ignore[misc]
@@ -265,6 +268,55 @@ def _save_at_calls(ctx: Context, site: CallSite, waited: set[cst.BaseStatement])
             waited.add(call.stmt)
     ctx.change("save with the model's own method on the main process, after wait_for_everyone()")
     return True
+
+
+def _save_on_main_state(ctx: Context, site: CallSite) -> bool:
+    """``torch.save(self, path)`` in code the accelerator does not reach (N4's ``BasicDependencyParser.save``, called
+    as ``net.save(path)`` on a model handed to ``train``: its calls cannot be followed, or one cannot be kept to the
+    main process): ``if PartialState().is_main_process:`` around the save (the runtime's process state; a prepared
+    model's method runs on the module it wraps, so ``self`` is the unwrapped model), and a
+    ``PartialState().wait_for_everyone()`` before a later call of the function handed the same path (a read), where
+    every process reaches it. Not in a function nothing calls, nor in one every call of which is where the
+    accelerator is (the writes rule keeps such calls to the main process), nor in one that walks a prepared loader
+    (each process would save its own share), nor where the state cannot be made as the accelerator is
+    (``cpu=not args.cuda``): False, and the leftovers rule reports it (ACC009)."""
+    scope = site.scope
+    if scope.kind != "function" or scope.name == "__init__" or not alone(site) or not _may_run(ctx, scope) \
+            or walks_a_share(ctx.plan, scope) or ctx.plan.in_other_trainer(scope):
+        return False
+    stmt = outside_open(ctx.facts, site.stmt)
+    if ctx.is_skipped(stmt) or main_only(ctx.plan, ctx.facts, ctx.edits, scope, stmt):
+        return False
+    calls = ctx.plan.call_sites(scope)
+    if calls and all(ctx.accelerator_in(c.scope) is not None and ctx.after_accelerator(c.scope, c.stmt) for c in calls):
+        return False  # its calls are where the accelerator is: kept to the main process there (the writes rule), or reported
+    state = ctx.process_state()
+    if state is None:
+        return False
+    places = []
+    for read in later_reads(ctx.facts, site):
+        place = ctx.agreement.collective_place(read.stmt, scope, movable=True, after=stmt)
+        if place is None:
+            return False
+        places.append(place)
+    if not ctx.replace(stmt, stmt, lambda s, a=state: on_main_process(s, a)):  # type: ignore[misc]
+        return False
+    for place in barrier_places(ctx.facts, places):
+        ctx.insert_before(place, [f"{state}.wait_for_everyone()"])
+    ctx.import_state(scope.unit)
+    ctx.change("save on the main process only (PartialState)")
+    return True
+
+
+def _may_run(ctx: Context, function: Scope) -> bool:
+    """Whether ``function`` may run: a call of it is found, or (a method) its name is read as an attribute somewhere
+    (``net.save(path)`` on a model whose class cannot be followed), or (a function) its name is read."""
+    if ctx.plan.call_sites(function):
+        return True
+    if function.class_scope is None:
+        return not ctx.plan.never_run(function)
+    name = function.name
+    return any(attribute.attr.value == name for scope in ctx.facts.scopes for attribute, _ in scope.attributes)
 
 
 def _wait_at_calls(ctx: Context, method: Scope, waited: set[cst.BaseStatement]) -> None:

@@ -12,6 +12,11 @@ the main process (the save rule keeps its barrier out of such a method, before t
 with the reason, as is a plain file handle kept open. Removing a file every process names alike (``os.remove`` of a
 checkpoint the main process saved, ``shutil.rmtree``, ``Path.unlink``) is a write too (``analysis/removals.py``). A
 handle kept open in a helper of a local module the accelerator is not passed to, called after it exists, is reported.
+A write in such a helper is kept to the main process at the helper's calls; where a call cannot be (its value is kept,
+or it runs the prepared model: O18's ``save_predictions_as_images``), the write itself runs under
+``if PartialState().is_main_process:`` (the runtime's process state), with ``PartialState().wait_for_everyone()``
+before a later read of the file in the helper; reported (ACC048) only where the write itself reaches the other
+processes, or such a read has no place every process reaches.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from accelify.codemods.analysis.blocks import under_main_process
 from accelify.codemods.analysis.snippets import code_of, made_on_main_process, on_main_process
 from accelify.codemods.analysis.facts import CallSite, Scope
 from accelify.codemods.analysis.file_writes import (helper_after_accelerator, kept_open, main_only, outermost_write,
-                                                    per_item_write, saves_file_object, tracker_uses, writer_class)
+                                                    per_item_write, saves_file_object, tracker_uses, writer_class,
+                                                    barrier_places, later_reads)
 from accelify.codemods.analysis.handle_uses import Collectives, alone, handle_uses, reaches_others
 from accelify.codemods.analysis.helper_calls import helper_calls
 from accelify.codemods.analysis.import_time import EntryLevel
@@ -166,7 +172,8 @@ accelerator.end_training()
         ),
         Example(
             # a write in a helper the accelerator is not passed to: its calls run on the main process when each can
-            # (tests/codemods/test_loop_side_calls.py); a call whose value is kept cannot: reported (ACC048)
+            # (tests/codemods/test_loop_side_calls.py); where a call cannot (its value is kept), the write itself runs
+            # there, through the runtime's process state (tests/codemods/test_unreached_writes.py)
             before='''\
 import imageio
 import torch
@@ -189,8 +196,10 @@ main()
 import imageio
 import torch
 from accelify.runtime import Accelerator
+from accelify.runtime import PartialState
 def save_gif(frames, path):
-    imageio.mimsave(path, frames)
+    if PartialState().is_main_process:
+        imageio.mimsave(path, frames)
     return len(frames)
 def main():
     accelerator = Accelerator(cpu=True)
@@ -204,6 +213,42 @@ def main():
         frames.append(model.weight.detach().numpy())
     save_gif(frames, "progress.gif")
     n = save_gif(frames, "again.gif")
+    accelerator.end_training()
+main()
+''',
+        ),
+        Example(
+            # the write itself runs the prepared model (a forward the other processes take part in): neither its
+            # call nor the write can run on the main process alone, so it is reported
+            before='''\
+import imageio
+import torch
+def save_gif(model, path):
+    imageio.mimsave(path, [model(torch.ones(2)).detach().numpy()])
+def main():
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x in torch.ones(4, 2):
+        model(x).sum().backward()
+        optimizer.step()
+    save_gif(model, "again.gif")
+main()
+''',
+            after='''\
+import imageio
+import torch
+from accelify.runtime import Accelerator
+def save_gif(model, path):
+    imageio.mimsave(path, [model(torch.ones(2)).detach().numpy()])
+def main():
+    accelerator = Accelerator(cpu=True)
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    for x in torch.ones(4, 2):
+        accelerator.backward(model(x).sum())
+        optimizer.step()
+    save_gif(model, "again.gif")
     accelerator.end_training()
 main()
 ''',
@@ -324,20 +369,23 @@ def _warn_in_helper(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement
                  why=f" ({why}, and each process writes its own share of the prepared loader `{site.scope.name}` walks)")
     elif not _handled(ctx, stmt, wrapped):
         wrapped.add(stmt)  # ``json.dump(d, f)`` in that ``with open(...)``: the same write, handled (or reported) once
-        _write_at_calls(ctx, site, wrapped)  # ``with open(path, "w") as f:`` too: its file is written at the calls
+        _write_at_calls(ctx, site, stmt, wrapped)  # ``with open(path, "w") as f:`` too: its file is written at the calls
 
 
-def _write_at_calls(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) -> None:
+def _write_at_calls(ctx: Context, site: CallSite, stmt: cst.BaseStatement, wrapped: set[cst.BaseStatement]) -> None:
     """``imageio.mimsave(path, frames)`` in ``save_gif(frames, path)`` of a module the accelerator is not passed to:
     each call of the helper, a statement of its own whose value is not kept, where the accelerator exists and with
-    nothing in it that reaches the other processes, runs on the main process; where one is not, reported (ACC048)."""
+    nothing in it that reaches the other processes, runs on the main process; where one is not (the helper runs the
+    prepared model too: O18's ``save_predictions_as_images(val_loader, model)``), the write itself does, through the
+    runtime's process state (``_write_on_main_state``), or it is reported (ACC048)."""
     def ready(scope: Scope, stmt: cst.BaseStatement) -> bool:
         return (isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], cst.Expr)
                 and ctx.accelerator_in(scope) is not None and ctx.after_accelerator(scope, stmt))
 
     calls = helper_calls(ctx.facts, ctx.plan, site, ready, Collectives(ctx.facts, ctx.plan, ctx.edits))
     if calls is None:
-        ctx.warn(codes.HELPER_WRITE, site.node, name=code_of(site.node.func), helper=site.scope.name)
+        if not _write_on_main_state(ctx, site, stmt):
+            ctx.warn(codes.HELPER_WRITE, site.node, name=code_of(site.node.func), helper=site.scope.name)
         return
     for scope, stmt in calls:
         if _handled(ctx, stmt, wrapped) or main_only(ctx.plan, ctx.facts, ctx.edits, scope, stmt):
@@ -346,6 +394,31 @@ def _write_at_calls(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement
         if ctx.replace(stmt, stmt, lambda s, a=accelerator: on_main_process(s, a)):  # type: ignore[misc]
             wrapped.add(stmt)
             ctx.change("write files on the main process only")
+
+
+def _write_on_main_state(ctx: Context, site: CallSite, stmt: cst.BaseStatement) -> bool:
+    """The write ``stmt`` in a helper the accelerator is not passed to, every call of which runs after it exists:
+    ``if PartialState().is_main_process:`` around it (the runtime's process state, which the accelerator's is; the
+    rest of the helper, the model's forward included, still runs on every process), with a
+    ``PartialState().wait_for_everyone()`` before a later call of the helper handed the same path (a read), where
+    every process reaches it. False where the statement reaches the other processes itself, or such a read has no
+    such place: nothing is changed."""
+    if reaches_others(ctx.facts, ctx.plan, ctx.edits, stmt) or ctx.plan.in_other_trainer(site.scope):
+        return False
+    places = []
+    for read in later_reads(ctx.facts, site):
+        place = ctx.agreement.collective_place(read.stmt, read.scope, movable=True, after=stmt)
+        if place is None:
+            return False
+        places.append(place)
+    state = ctx.process_state(shared=True)
+    if not ctx.replace(stmt, stmt, lambda s, a=state: on_main_process(s, a)):  # type: ignore[misc]
+        return False
+    for place in barrier_places(ctx.facts, places):
+        ctx.insert_before(place, [f"{state}.wait_for_everyone()"])
+    ctx.import_state(site.scope.unit)
+    ctx.change("write files on the main process only (PartialState)")
+    return True
 
 
 def _warn_kept_open(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement], why: str = "") -> None:
