@@ -18,6 +18,7 @@ from accelify.codemods.rules.averages import ReduceAverages
 from accelify.codemods.rules.attributes import UnwrapAttributes
 from accelify.codemods.rules.backward import SwapBackward
 from accelify.codemods.rules.batch_index import WarnBatchIndex
+from accelify.codemods.rules.exec_files import WarnExecutedFiles
 from accelify.codemods.rules.clipping import SwapClipping
 from accelify.codemods.rules.closure import ReduceClosureLoss
 from accelify.codemods.rules.collectives import ReplaceCollectives
@@ -95,6 +96,7 @@ RULES: tuple[type[Rule], ...] = (
     WarnPreparedParts,
     KeepFullBatches,
     WarnBatchIndex,
+    WarnExecutedFiles,
     SwapBackward,
     SwapClipping,
     AccumulateGradients,

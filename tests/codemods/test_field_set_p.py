@@ -240,3 +240,34 @@ def test_a_list_the_script_fills_is_its_own_data(source: str) -> None:
     is built' (refused) for the list and for each episode. A list the script fills, and an item of it, are data it
     makes: converted, with ACC022 (every process walks all of it)."""
     assert [c.split(":")[0] for c in codes(source)] == ["ACC022"]
+
+
+EXECUTED = """import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(1, 1)
+
+    def forward(self, t):
+        return self.fc(t)
+
+
+t = torch.linspace(0, 1, 50).unsqueeze(1)
+if __name__ == "__main__":
+    print("1. direct problem")
+    exec(open("pkg/direct.py").read())
+    print("2. inverse problem")
+    exec(compile(open("pkg/inverse.py").read(), "pkg/inverse.py", "exec"))
+"""
+
+
+def test_training_run_from_a_file_through_exec_is_reported() -> None:
+    """P9 (a PINN whose experiments are files the main script runs with ``exec(open(path).read())``): 'unchanged', 0
+    warnings, and launched on 2 processes it trained two copies. The code exec reads is out of the conversion's
+    sight: reported at each call (ACC062)."""
+    result = convert_source(EXECUTED)
+    assert [(w.code, w.line) for w in result.warnings] == [("ACC062", 17), ("ACC062", 19)]
+    assert result.status == "unchanged"
