@@ -15,6 +15,10 @@ import re
 PYTHON_CELL_MAGICS = frozenset({"%%time", "%%timeit", "%%capture", "%%prun", "%%debug", "%%python", "%%python3"})
 _MAGIC = "# @@accelify-magic-{}@@"
 MAGIC_LINE = re.compile(r"^([ \t]*)# @@accelify-magic-(\d+)@@[ \t]*$")
+_TIMED = "# @@accelify-timed-{}@@"
+TIMED_LINE = re.compile(r"^([ \t]*)(.*?)[ \t]*# @@accelify-timed-(\d+)@@[ \t]*$")
+_TIMING_MAGICS = ("%time", "%timeit", "%prun")
+_VALUED_OPTIONS = ("-n", "-r", "-p", "-l", "-s", "-T", "-D")
 _IPYTHON_LINE = re.compile(
     r"""^\s*(?:
         [%!?]                                   # %magic, !shell, ?help
@@ -52,6 +56,28 @@ def _advance(line: str, depth: int, quote: str | None) -> tuple[int, str | None]
     return depth, quote if quote in ('"""', "'''") else None
 
 
+def _timed(line: str) -> tuple[str, str] | None:
+    """``%timeit -r 1 -n 1 train(model=model)`` split into the magic with its options (``%timeit -r 1 -n 1 ``) and
+    the Python statement it runs; None for any other line (``t = %timeit -o f()``, a magic of several lines)."""
+    stripped = line.strip()
+    words = stripped.split(" ")
+    if not words or words[0] not in _TIMING_MAGICS or stripped.endswith("\\"):
+        return None
+    index = 1
+    while index < len(words) and (words[index] == "" or words[index].startswith("-")):
+        word = words[index]
+        index += 2 if word in _VALUED_OPTIONS else 1  # ``-n 1``: the option and its value; ``-n1``, ``-q``: one
+    statement = " ".join(words[index:]).strip()
+    if not statement:
+        return None
+    try:
+        compile(statement, "<magic>", "exec")
+    except SyntaxError:
+        return None
+    prefix = stripped[: len(stripped) - len(statement)]
+    return prefix, statement
+
+
 def mask(source: str, magics: dict[int, str]) -> str:
     """``source`` with its IPython lines replaced by numbered placeholder comments (kept in ``magics``).
 
@@ -63,6 +89,12 @@ def mask(source: str, magics: dict[int, str]) -> str:
         stripped = line.lstrip()
         starts = depth == 0 and quote is None and not continued
         is_cell_magic = index == 0 and stripped.startswith("%%")
+        timed = _timed(line) if starts and not magic_continues and not is_cell_magic else None
+        if timed is not None:  # ``%timeit -r 1 -n 1 train(model=model, ...)``: the statement is the program's
+            number = len(magics)
+            magics[number] = timed[0]
+            out.append(line[: len(line) - len(stripped)] + timed[1] + "  " + _TIMED.format(number))
+            continue
         if magic_continues or is_cell_magic or (starts and _IPYTHON_LINE.match(line)):
             number = len(magics)
             magics[number] = line
@@ -76,9 +108,17 @@ def mask(source: str, magics: dict[int, str]) -> str:
 
 
 def unmask(text: str, magics: dict[int, str]) -> str | None:
-    """The placeholders replaced by their original lines (re-indented where the conversion moved them)."""
+    """The placeholders replaced by their original lines (re-indented where the conversion moved them), and the
+    timing magics put back in front of their statements (as the conversion left them)."""
     out = []
     for line in text.split("\n"):
+        timed = TIMED_LINE.match(line)
+        if timed is not None:
+            prefix = magics.pop(int(timed.group(3)), None)
+            if prefix is None:
+                return None
+            out.append(timed.group(1) + prefix + timed.group(2))
+            continue
         match = MAGIC_LINE.match(line)
         if match is None:
             out.append(line)

@@ -137,3 +137,39 @@ def test_a_notebook_written_to_a_folder_takes_the_local_modules_its_cells_import
     assert result.exit_code == 0, result.output
     assert (tmp_path / "out" / "res" / "plot_lib.py").read_text() == "def set_default():\n    return None\n"
     assert (tmp_path / "out" / "res" / "__init__.py").exists()
+
+
+def test_a_timed_statement_is_part_of_the_program() -> None:
+    """Set P's P8: the notebook trains only through ``%timeit -r 1 -n 1 train(dataloader=dataloader, ...)``. The
+    statement was masked with the magic, so the conversion never saw the training called (only the optimizer was
+    prepared) and a launch would not run it. The statement of ``%time``/``%timeit`` is the program's; the magic
+    comes back in front of it in the converted cell."""
+    text = _notebook("import torch\ndef train(n):\n    return n + 1", "%timeit -r 1 -n 1 y = train(1)", "%time z = train(y)",
+                     "t = %timeit -o train(0)")
+    code, skipped = runnable_program(text, "nb.ipynb")
+    namespace: dict[str, object] = {}
+    exec(compile(code, "nb.ipynb", "exec"), namespace)
+    assert namespace["y"] == 2 and namespace["z"] == 3
+    assert skipped == ("cell_5: t = %timeit -o train(0)",)
+
+
+def test_a_timed_training_call_is_converted_and_keeps_its_magic() -> None:
+    source = [
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+        "loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4)",
+        "def train(dataloader, model, epochs):\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for epoch in range(epochs):\n"
+        "        for x, y in dataloader:\n"
+        "            optimizer.zero_grad()\n"
+        "            torch.nn.functional.mse_loss(model(x), y).backward()\n"
+        "            optimizer.step()",
+        "model = torch.nn.Linear(4, 1)\n%timeit -r 1 -n 1 train(dataloader = loader, model = model, epochs = 2)",
+    ]
+    from accelify.pipeline import convert_notebook_text
+
+    new = convert_notebook_text(_notebook(*source), path="nb.ipynb").new
+    cells = [c["source"] for c in json.loads(new)["cells"] if c["cell_type"] == "code"]
+    joined = "".join(s if isinstance(s, str) else "".join(s) for s in cells)
+    assert "    model, optimizer, dataloader = accelerator.prepare(model, optimizer, dataloader)\n" in joined
+    assert "%timeit -r 1 -n 1 train(" in joined
