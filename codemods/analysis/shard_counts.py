@@ -75,6 +75,7 @@ class _Counts:
     def per_process(self, divisor: cst.BaseExpression, at: cst.BaseStatement) -> bool | None:
         """True for a per-process count, False for a global one, None when unsure."""
         scope = self.loop.scope
+        divisor = _guarded(divisor)
         if self.counter is not None and self._counted(divisor, at):
             return True
         if isinstance(divisor, cst.Name):
@@ -120,6 +121,18 @@ class _Counts:
             b.stmt is not node and order[node][0] < order[b.stmt][0] <= order[at][0]
             for b in self.loop.scope.bindings.get(name, [])
         )
+
+
+def _guarded(divisor: cst.BaseExpression) -> cst.BaseExpression:
+    """``tok_total`` of ``max(1, tok_total)`` (or ``max(tok_total, 1)``): a count kept from zero, the same count."""
+    if isinstance(divisor, cst.Call) and dotted(divisor.func) == "max" and len(divisor.args) == 2 \
+            and not any(a.keyword or a.star for a in divisor.args):
+        first, second = divisor.args[0].value, divisor.args[1].value
+        if isinstance(first, (cst.Integer, cst.Float)):
+            return second
+        if isinstance(second, (cst.Integer, cst.Float)):
+            return first
+    return divisor
 
 
 def _enumerate_counter(loop: Loop) -> tuple[str, int] | None:

@@ -12,6 +12,7 @@ from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import expression
 from accelify.codemods.analysis.creation import Creation
+from accelify.codemods.analysis.device_entries import device_entries
 from accelify.codemods.analysis.facts import Binding
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.roles import is_module_scope
@@ -179,6 +180,27 @@ accelerator.end_training()
                 continue  # only handed to parameters whose every use went (F10's trainer): nothing places by it
             for binding in group:
                 self._tie(ctx, binding)
+        self._tie_entries(ctx)
+
+    def _tie_entries(self, ctx: Context) -> None:
+        """A device kept in a dict (``params.update({"device": torch.device("cuda:0" if CUDA else "cpu")})``, O2):
+        the value becomes the accelerator's device where it exists, else the runtime's process state's
+        (``analysis/device_entries.py``); left (and its uses reported) where neither can be written."""
+        for entry in device_entries(ctx.facts):
+            if entry.scope.kind == "function" and ctx.plan.never_run(entry.scope):
+                continue
+            accelerator = ctx.accelerator_in(entry.scope)
+            if accelerator is not None and ctx.after_accelerator(entry.scope, entry.stmt):
+                code, state = f"{accelerator}.device", False
+            else:
+                made = ctx.process_state(shared=False)
+                if made is None:
+                    continue
+                code, state = f"{made}.device", True
+            if ctx.replace(entry.value, entry.stmt, lambda _, e=code: expression(e)):  # type: ignore[misc]
+                if state:
+                    ctx.import_state(entry.scope.unit)
+                ctx.change("a device kept in a dict: the process's own")
 
     def _handed_to_unused(self, ctx: Context, ref: cst.BaseExpression, depth: int = 0) -> bool:
         """Whether ``ref`` is only an argument of a call of the program's own function whose parameter is never used

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accelify.codemods.analysis.device_entries import device_entries
+
 from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import code_of
@@ -240,6 +242,8 @@ if __name__ == "__main__":
                     continue  # a trainer's ``self.args.device``: the ``args.device`` now ``accelerator.device``
                 if ctx.accelerating and _model_state_device(ctx, site, value):
                     continue  # ``.to(net.device)`` of a model whose own ``self.device`` is ``PartialState().device``
+                if ctx.accelerating and isinstance(value, cst.Subscript) and _entry_tied(ctx):
+                    continue  # ``.to(params["device"])`` where the dict's device entry is now the process's
                 ctx.warn(codes.UNKNOWN_TO_DEVICE, site.node, device=code_of(value))
 
     @staticmethod
@@ -302,6 +306,12 @@ def _model_device(ctx: Context, scope: Scope, stmt: cst.BaseStatement, value: cs
     args = [ctx.plan.arg_for(call, scope, value.value) for call in calls]
     return bool(calls) and all(arg is not None and _model_device(ctx, call.scope, call.stmt, arg.value, depth - 1)
                                for call, arg in zip(calls, args))
+
+
+def _entry_tied(ctx: Context) -> bool:
+    """Whether the program's device kept in a dict (``"device": torch.device(...)``) was made the process's own."""
+    entries = device_entries(ctx.facts)
+    return bool(entries) and all(ctx.rewritten(e.value) for e in entries)
 
 
 def _looks_like_device(value: cst.BaseExpression) -> bool:

@@ -271,3 +271,55 @@ def test_training_run_from_a_file_through_exec_is_reported() -> None:
     result = convert_source(EXECUTED)
     assert [(w.code, w.line) for w in result.warnings] == [("ACC062", 17), ("ACC062", 19)]
     assert result.status == "unchanged"
+
+
+
+TOKEN_COUNTS = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def run_epoch(model, data_loader, optimiser=None):
+    total_loss = 0.0
+    tok_correct = tok_total = 0
+    for x, y in data_loader:
+        out = model(x)
+        loss = torch.nn.functional.cross_entropy(out, y)
+        if optimiser is not None:
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
+        total_loss += loss.item()
+        preds = out.argmax(-1)
+        valmask = y >= 0
+        tok_correct += ((preds == y) & valmask).sum().item()
+        tok_total += valmask.sum().item()
+    return tok_correct / max(1, tok_total), total_loss / len(data_loader)
+
+
+def main():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    opt = torch.optim.Adam(model.parameters())
+    train = DataLoader(TensorDataset(torch.randn(64, 4), torch.randint(0, 3, (64,))), batch_size=8)
+    dev = DataLoader(TensorDataset(torch.randn(32, 4), torch.randint(0, 3, (32,))), batch_size=8)
+    for ep in range(2):
+        tr_acc, tr_loss = run_epoch(model, train, opt)
+        with torch.no_grad():
+            dev_acc, dev_loss = run_epoch(model, dev)
+        print(ep, tr_acc, dev_acc, tr_loss, dev_loss)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_counts_divided_by_a_guarded_count_are_reduced() -> None:
+    """P2 (a seq2seq's ``run_epoch`` for training and evaluation: ``tok_correct / max(1, tok_total)``): the counts were
+    left per process (ACC028 x2, the dev accuracy picking the best checkpoint and the early stop being process 0's).
+    ``max(1, n)`` keeps a count from zero: the same count, so both sums are reduced (checked on 2 processes: the
+    same accuracies as on one)."""
+    new = converted(TOKEN_COUNTS)
+    assert "    tok_correct = type(tok_correct)(accelerator.reduce(" in new
+    assert "    tok_total = type(tok_total)(accelerator.reduce(" in new
+    assert codes(TOKEN_COUNTS) == []

@@ -484,3 +484,58 @@ def test_a_warning_in_a_function_the_program_calls_stays() -> None:
     assert _program_codes(unknown) == []
     called = unknown.replace("    return loss.item()\n", "    Predict(dataloader, model, device)\n    return loss.item()\n", 1)
     assert "engine.py:ACC002" in _program_codes(called)
+
+
+DICT_DEVICE = """import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+params = {"bsize": 8, "nz": 4}
+params.update({"device": torch.device("cuda:0" if torch.cuda.is_available() else "cpu")})
+
+
+def train(params):
+    ds = TensorDataset(torch.randn(64, 4))
+    loader = DataLoader(ds, batch_size=params["bsize"], shuffle=True)
+    net = nn.Linear(4, 1).to(params["device"])
+    optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
+    for epoch in range(2):
+        for (x,) in loader:
+            x = x.to(params["device"])
+            noise = torch.randn(x.shape[0], params["nz"], device=params["device"])
+            loss = (net(x) - net(noise)).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        print(epoch, loss.item())
+
+
+if __name__ == "__main__":
+    train(params)
+"""
+
+
+def test_a_device_kept_in_a_dict_is_the_processs_own() -> None:
+    """O2 (a DCGAN whose config dict holds ``"device": torch.device("cuda:0" if CUDA else "cpu")``, read as
+    ``params["device"]`` by the trainer): every process's batches and noise went to GPU 0 (ACC002 for the ``.to``
+    calls, nothing for the ``device=`` keywords). The entry is made where the accelerator does not exist yet: it
+    becomes the runtime's process state's device (checked on 2 processes)."""
+    new = converted(DICT_DEVICE)
+    assert 'params.update({"device": PartialState().device})\n' in new
+    assert "from accelify.runtime import PartialState\n" in new or "PartialState\n" in new
+    assert codes(DICT_DEVICE) == []
+
+
+def test_a_device_entry_made_after_the_accelerator_is_its_device() -> None:
+    source = DICT_DEVICE.replace('params.update({"device": torch.device("cuda:0" if torch.cuda.is_available() else "cpu")})\n', "").replace(
+        '    ds = TensorDataset(torch.randn(64, 4))\n',
+        '    params["device"] = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n    ds = TensorDataset(torch.randn(64, 4))\n')
+    new = converted(source)
+    assert '    params["device"] = accelerator.device\n' in new
+    assert codes(source) == []
+
+
+def test_a_dict_entry_that_is_no_device_choice_is_left() -> None:
+    """Near miss: a ``"device"`` entry holding a name (``"device": "cpu"`` chosen for a CPU helper) is not rewritten."""
+    source = DICT_DEVICE.replace('torch.device("cuda:0" if torch.cuda.is_available() else "cpu")', '"cpu"')
+    assert '"device": "cpu"' in converted(source)
