@@ -51,7 +51,8 @@ class AcceleratorHome(TrainerMethod):
                     break  # (one of several trainers makes its accelerator itself, not in the code they share)
                 scope, via = caller, sites  # ``train_model(model, device)``, and its retry after an OOM
         init = self._constructed(scope) if scope.class_scope is not None else None
-        if init is not None and any(a.stmt is None and a.key.startswith("self.") for a in self.aliases):
+        if init is not None and any((a.stmt is None and a.key.startswith("self.")) or self._handed_to_init(a, init, scope)
+                                    for a in self.aliases):
             # prepare goes first thing in ``train(self, loader)``; the accelerator first thing in ``__init__``, where
             # the other methods (``check_cuda``, a print) may already read it
             self.home, self.home_call, self.home_block = init, None, init.body
@@ -63,6 +64,15 @@ class AcceleratorHome(TrainerMethod):
         # several branches that train, each with its prepare: the accelerator before their ``if``
         own = self.accelerator_block if self.accelerator_block is not None else self.prepare_block
         self.home_block = own if not via else common_block(self.facts, scope, [s.stmt for s in via])
+
+    def _handed_to_init(self, alias: Alias, init: Scope, method: Scope) -> bool:
+        """minGPT's ``Trainer.run``: ``model, config = self.model, self.config`` names the model ``__init__`` stored
+        (built by the caller and handed in), and ``run`` builds the optimizer and loader itself; prepare goes in
+        ``run`` after them, the accelerator first thing in ``__init__``, where ``self.device`` is chosen."""
+        if alias.obj.role != "model" or alias.obj.where is method or alias.stmt is None:
+            return False
+        return any(self.holds(b) is alias.obj for bindings in init.class_scope.bindings.values()  # type: ignore[union-attr]
+                   for b in bindings if b.where is init and b.key.startswith("self."))
 
     def _feeds(self, caller: Scope, site: CallSite, callee: Scope) -> bool:
         """Whether ``caller`` builds one of the prepared objects or the device it passes to ``callee``."""

@@ -103,4 +103,17 @@ def follow_aliases(plan: Plan, scope: Scope, aliases: list[Alias],
             out.append(alias)
             prepared = alias.key
         rebinds.extend(Rebind(b.key, prepared) for b in seconds if trains_through(plan, scope, b.key, end))
+        rebinds.extend(Rebind(key, prepared) for key in _attributes_training(plan, scope, alias, end))
     return out, rebinds
+
+
+def _attributes_training(plan: Plan, scope: Scope, alias: Alias, end: int) -> list[str]:
+    """``self.model`` where a trainer's method prepares the model under a local name (minGPT's ``model, config =
+    self.model, self.config`` in ``Trainer.run``) but the loop after prepare runs ``self.model(x, y)``: that attribute
+    trains and still holds the bare model, so it is bound to the prepared one too."""
+    cls = scope.class_scope
+    if cls is None or alias.obj.role != "model" or alias.key.startswith("self.") or alias.many:
+        return []
+    return [key for key, bindings in cls.bindings.items()
+            if key.startswith("self.") and key.count(".") == 1
+            and any(plan.holds(b) is alias.obj for b in bindings) and trains_through(plan, scope, key, end)]

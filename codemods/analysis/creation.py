@@ -62,8 +62,10 @@ class Creation:
         self.late: str | None = None  # a value the arguments read, bound only after a launcher read needs the accelerator
         self.unseen: dict[str, str] | None = None  # an argument reading names the home does not have (ACC044's fields)
         self.bound_late: str | None = None  # a value an argument reads, bound after the accelerator's place (ACC046)
+        self.callbacks: list[tuple[Scope, str]] = []  # functions a trainer calls with itself, and that parameter
         if self.home is not None:
             self._decide(self.home)
+            self.callbacks = self._callbacks(self.home)
 
     @property
     def cpu_argument(self) -> str:
@@ -143,6 +145,46 @@ class Creation:
             arguments[0] = f"cpu={code_of(flag)}"
         self.late = self._late(home, block, self.index, depends)
         self.bound_late = self._bound_late(home, block, [flag, *depends[1:]] if flag is not None else depends)
+
+    def _callbacks(self, home: Scope) -> list[tuple[Scope, str]]:
+        """minGPT's ``batch_end_callback(trainer)``: a function of the program handed to a method of the trainer
+        class that makes ``self.accelerator`` (``trainer.set_callback('on_batch_end', batch_end_callback)``), where
+        that class calls what it was handed with itself (``callback(self)`` in ``trigger_callbacks``), and that
+        nothing else calls. Its first parameter is the trainer: it reads the accelerator as
+        ``trainer.accelerator``."""
+        cls = home.class_scope
+        plan = self.plan
+        if cls is None or self.name != "self.accelerator":
+            return []
+        methods = [s for s in plan.facts.scopes if s.class_scope is cls and s.parent is cls]
+        if not any(plan.callee(site) is None and isinstance(site.node.func, cst.Name) and site.node.args
+                   and m.matches(site.node.args[0].value, m.Name("self")) for method in methods for site in method.calls):
+            return []  # (the class never calls a callable it holds with itself)
+        found: dict[int, tuple[Scope, str]] = {}
+        for site in plan.facts.calls:
+            if plan.callee(site) not in methods:
+                continue
+            for arg in site.node.args:
+                name = arg.value.value if isinstance(arg.value, cst.Name) else None
+                owner = site.scope.resolve(name) if name is not None else None
+                function = plan.facts.function(name, owner) if name is not None and owner is not None else None
+                if function is not None and function.class_scope is None and function.param_names \
+                        and not plan.call_sites(function):
+                    found[id(function)] = (function, function.param_names[0])
+        pending = list(found.values())
+        while pending:  # adder's ``eval_split(trainer, 'train')``, called only by callbacks, each with its trainer
+            callback, trainer = pending.pop()
+            for site in callback.calls:
+                function = plan.callee(site)
+                if function is None or id(function) in found or function.class_scope is not None:
+                    continue
+                sites = plan.call_sites(function)
+                passed = [plan.arg_for(s, function, function.param_names[0]) if function.param_names else None for s in sites]
+                if all(id(s.scope) in found and a is not None and m.matches(a.value, m.Name(found[id(s.scope)][1]))
+                       for s, a in zip(sites, passed)):
+                    found[id(function)] = (function, function.param_names[0])
+                    pending.append(found[id(function)])
+        return list(found.values())
 
     def _seen_from(self, home: Scope, amp: "Amp") -> "Amp":
         """``amp`` with its on/off flag as ``home`` sees it (``analysis/seen_from.py``): a parameter of the function

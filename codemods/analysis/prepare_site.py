@@ -125,12 +125,45 @@ class PrepareSite(BranchSites, TrainingFunctions, AcceleratorHome):
             else:
                 self._problem(BUILT_ELSEWHERE, culprit.stmt, name=culprit.key)
             return
-        scope = self._shallowest(candidates)
+        scope = self._run_method(self._shallowest(candidates), candidates, by_scope)
+        if (why := self._not_run_once(scope, by_scope[scope])) is not None:
+            self._problem(HELD_BY_A_METHOD, scope.node, name=_scope_name(scope), why=why)
+            return
         aliases = list(by_scope[scope].values())
         aliases = [a for a in aliases if a.obj not in self.in_place]
         held = {id(a.obj) for a in aliases} | {id(o) for o in self.in_place}
         self.objects = [o for o in self.objects if id(o) in held]  # loaders no one iterates, out of reach: left alone
         self._place_prepare(scope, aliases)
+
+    def _run_method(self, scope: Scope, candidates: list[Scope], by_scope: dict[Scope, dict[int, Alias]]) -> Scope:
+        """``scope``, or, where it is a trainer's ``__init__`` that holds the model and optimizer, the one method of
+        that class, run once from outside it, that also builds the loader it trains on (minGPT's ``Trainer.run``
+        with the optimizer made in ``__init__``: an endless ``DataLoader`` no ``for`` walks, ``next(iter(loader))``,
+        which ``__init__`` never holds): prepared there, after the loader, the loader is sharded too."""
+        if scope.name != "__init__" or scope.class_scope is None:
+            return scope
+        # (an endless loader is walked through ``iter(train_loader)``; a spare one nothing walks stays out)
+        loaders = [o for o in self.objects if o.role == "loader" and id(o) in self._optional and any(
+            dotted(site.node.func) == "iter" and len(site.node.args) == 1 and dotted(site.node.args[0].value) == o.key
+            for site in o.where.calls)]
+        for method in candidates:
+            held = by_scope[method]
+            if method is not scope and method.class_scope is scope.class_scope and self._constructed(method) is scope \
+                    and any(o.where is method and id(o) in held and id(o) not in by_scope[scope] for o in loaders):
+                return method
+        return scope
+
+    def _not_run_once(self, scope: Scope, aliases: dict[int, Alias]) -> str | None:
+        """Why a trainer's method that builds the optimizer or loader itself, for a model it was not built in (handed
+        to ``__init__``), cannot prepare them (``why_not_once``: ``run_epoch()`` called once per epoch would prepare,
+        and wrap the model, again at every call); None where it can, or where ``scope`` is no such method."""
+        cls = scope.class_scope
+        init = self.facts.function("__init__", cls) if cls is not None and scope.name != "__init__" else None
+        if init is None or not self.own_objects(scope) or not self.trains(scope):
+            return None
+        if not any(a.obj.role == "model" and a.obj.where is not scope for a in aliases.values()):
+            return None  # (a method that builds its model too: as before)
+        return self.why_not_once(scope, init)
 
     def _alternatives(self, by_scope: dict[Scope, dict[int, Alias]]) -> None:
         """A name that holds an object built in another scope (``model, optimizer = build(version)``, ``build``

@@ -185,10 +185,11 @@ class RoleAssignment(Flow):
             value, index = binding.unpacked
         else:
             value = strip_placement(binding.value)  # type: ignore[arg-type]
-        if not isinstance(value, cst.Call) or not self._local_call(value):
+        if not isinstance(value, cst.Call):
             return
-        function = self.callee(self.facts.sites[value])
-        assert function is not None
+        function = self.callee(self.facts.sites[value]) if self._local_call(value) else self._model_method_called(binding, value)
+        if function is None:
+            return
         returns = _not_none(function.returns)
         returned = []
         for ret in returns:
@@ -204,6 +205,16 @@ class RoleAssignment(Flow):
             bound = [_bound_call(function, e) for e in returned]
             if all(isinstance(e, cst.Call) and classify(e, function.imports, self.facts.classes) == "loader" for e in bound):
                 returned = bound
+            elif self._model_method(function) and all(
+                    isinstance(e, cst.Call) and classify(e, function.imports, self.facts.classes) == "optimizer" for e in bound):
+                # minGPT's ``configure_optimizers``: ``optimizer = torch.optim.AdamW(optim_groups, ...)`` then ``return
+                # optimizer``, a method of the model: its ``self`` is the model the caller holds (``model`` of
+                # ``self.optimizer = model.configure_optimizers(config)``), so the optimizer is made where it is called,
+                # as a returned ``torch.optim.AdamW(...)`` is; the method's own name for it is no optimizer of its own
+                returned = bound
+                for e in returned:
+                    for b in function.bindings.get(_bound_name(function, e) or "", []):
+                        b.role = None
         if not returned or len(returned) != len(returns) or not all(isinstance(e, cst.Call) for e in returned):
             return
         roles = {classify(e, function.imports, self.facts.classes) for e in returned}
@@ -213,8 +224,34 @@ class RoleAssignment(Flow):
             binding.role = roles.pop()
             binding.made = (function, returned[0])
 
+    def _model_method_called(self, binding: Binding, value: cst.Call) -> Scope | None:
+        """``model.configure_optimizers(config)`` where ``model`` is no name the call graph can follow to a constructor
+        (minGPT's ``model, config = self.model, self.config`` in ``Trainer.run``, ``self.model`` the model handed to
+        ``__init__``) but holds a model built from a class of the program: that class's method, or None."""
+        if not isinstance(value.func, cst.Attribute) or dotted(value.func.value) is None:
+            return None
+        found = self.origin(binding.where, value.func.value)
+        made = strip_placement(found.value) if found is not None and found.role == "model" and found.value is not None else None
+        cls = self.classes.class_of(found.where, made.func) if isinstance(made, cst.Call) and found is not None else None
+        method = self.classes.method(cls, value.func.attr.value) if cls is not None else None
+        return method if method is not None and self._model_method(method) and method.returns else None
+
+    def _model_method(self, function: Scope) -> bool:
+        """Whether ``function`` is a method of a class of the program that subclasses a ``torch.nn`` class."""
+        cls = function.class_scope
+        if cls is None or function.parent is not cls:
+            return False
+        # (the program's classes are keyed by qualified name: ``mingpt.model.GPT`` in a local module)
+        return _module_class(cls.imports.qualname(cst.Name(cls.name)) or cls.name, self.facts.classes)
+
     def bindings_with_role(self, role: str) -> list[Binding]:
         return [b for b in self.facts.bindings() if b.role == role]
+
+
+def _module_class(name: str, classes: dict[str, list[str]], seen: frozenset[str] = frozenset()) -> bool:
+    """Whether the class ``name`` subclasses a ``torch.nn`` class (``nn.Module``), directly or through the program's."""
+    return any(base.startswith("torch.nn.") or (base not in seen and _module_class(base, classes, seen | {name}))
+               for base in classes.get(name, []))
 
 
 def _not_none(returns: list[cst.Return]) -> list[cst.Return]:
@@ -222,6 +259,12 @@ def _not_none(returns: list[cst.Return]) -> list[cst.Return]:
     ``return DataLoader(...)`` is a failure the caller tests for (``if loader is None: return``), not another kind."""
     given = [r for r in returns if not (r.value is None or (isinstance(r.value, cst.Name) and r.value.value == "None"))]
     return given if given else returns
+
+
+def _bound_name(function: Scope, call: cst.BaseExpression) -> str | None:
+    """The name ``function`` binds ``call`` to (what ``_bound_call`` followed), or None."""
+    return next((key for key, bindings in function.bindings.items()
+                 if len(bindings) == 1 and bindings[0].value is not None and strip_placement(bindings[0].value) is call), None)
 
 
 def _bound_call(function: Scope, expr: cst.BaseExpression) -> cst.BaseExpression:

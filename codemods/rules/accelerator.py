@@ -182,4 +182,6 @@ Agent({"cuda": True}).train()
         ctx.bind_accelerator(home, creation.name)
         if creation.name.startswith("self.") and home.class_scope is not None:
             ctx.bind_accelerator(home.class_scope, creation.name)
+        for callback, trainer in creation.callbacks:  # ``batch_end_callback(trainer)``, called by the trainer with itself
+            ctx.bind_accelerator(callback, f"{trainer}.accelerator")
         ctx.change(f"create the Accelerator in {home.name}")
