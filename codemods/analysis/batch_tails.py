@@ -34,7 +34,7 @@ from accelify.codemods.analysis.batch_chains import BatchChain
 from accelify.codemods.analysis.facts import Loop
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
-from accelify.codemods.analysis.shard_counts import original_batch_count, under_progress_bar
+from accelify.codemods.analysis.shard_counts import guarded, original_batch_count, under_progress_bar
 from accelify.codemods.analysis.shard_sums import Accumulator
 from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.analysis.statement_shapes import target_names
@@ -181,6 +181,7 @@ def _divisors(plan: Plan, loop: Loop, name: str, reads: list[cst.BaseStatement],
 
 def _count(plan: Plan, loop: Loop, divisor: cst.BaseExpression, loader: str, stmt: cst.BaseStatement | None = None
            ) -> tuple[cst.Call, cst.BaseStatement] | None:
+    divisor = guarded(divisor)  # ``max(num_batches, 1)``: the same count
     """``len(loader)`` itself (held by ``stmt``), or the ``len(loader)`` a name is bound to once in the loop's scope and
     read only as this divisor; None otherwise. ``len(bar)`` of ``bar = tqdm(loader)`` is ``len(loader)``."""
     def length(expr: cst.BaseExpression) -> bool:

@@ -67,11 +67,30 @@ class RoleAssignment(Flow):
         for binding in self.facts.bindings():  # whatever an optimizer trains is a model
             if binding.role == "optimizer":
                 for where, owner in self.trained_by(binding):
-                    found = self.origin(where, owner)
+                    found = self.origin(where, owner) or self._handed_built(where, owner)
                     if found is not None and found.role is None and found.value is not None:
                         found.role = "model"
         self._origins.clear()
         self._params.clear()
+
+    def _handed_built(self, where: Scope, owner: cst.BaseExpression) -> Binding | None:
+        """``self.model = model`` where every call hands ``model`` an object built in the call itself
+        (``Trainer(torch.nn.Linear(2, 1), loader).fit()``): bound nowhere else, the binding that keeps it is the model
+        (it was found nowhere, and left out of ``prepare``: every process trained its own copy, silently)."""
+        key = dotted(owner)
+        binding = self.binding_of(where, key) if key is not None else None
+        function = binding.where if binding is not None else None
+        if binding is None or function is None or function.kind != "function" or not isinstance(binding.value, cst.Name):
+            return None
+        param = binding.value.value
+        if param not in function.param_names or param in function.bindings:
+            return None
+        sites = self.run_sites(function)
+        args = [self.arg_for(site, function, param) for site in sites]
+        if not sites or any(a is None or not isinstance(a.value, cst.Call) or self.origin(s.scope, a.value) is not None
+                            for s, a in zip(sites, args)):
+            return None
+        return binding
 
     def trained_by(self, optimizer: Binding) -> list[tuple[Scope, cst.BaseExpression]]:
         """The models ``optimizer`` trains, as (scope, expression): the owners of the ``.parameters()``
@@ -136,7 +155,8 @@ class RoleAssignment(Flow):
 
     def _model_root(self, scope: Scope, owner: cst.BaseExpression) -> cst.BaseExpression:
         """``model.stem`` -> ``model`` when ``model.stem`` itself cannot be followed but ``model`` can."""
-        while isinstance(owner, cst.Attribute) and self.origin(scope, owner) is None and dotted(owner.value) is not None:
+        while isinstance(owner, cst.Attribute) and self.origin(scope, owner) is None and dotted(owner.value) is not None \
+                and self._handed_built(scope, owner) is None:
             owner = owner.value
         return owner
 

@@ -75,7 +75,7 @@ class _Counts:
     def per_process(self, divisor: cst.BaseExpression, at: cst.BaseStatement) -> bool | None:
         """True for a per-process count, False for a global one, None when unsure."""
         scope = self.loop.scope
-        divisor = _guarded(divisor)
+        divisor = guarded(divisor)
         if self.counter is not None and self._counted(divisor, at):
             return True
         if isinstance(divisor, cst.Name):
@@ -123,7 +123,7 @@ class _Counts:
         )
 
 
-def _guarded(divisor: cst.BaseExpression) -> cst.BaseExpression:
+def guarded(divisor: cst.BaseExpression) -> cst.BaseExpression:
     """``tok_total`` of ``max(1, tok_total)`` (or ``max(tok_total, 1)``): a count kept from zero, the same count."""
     if isinstance(divisor, cst.Call) and dotted(divisor.func) == "max" and len(divisor.args) == 2 \
             and not any(a.keyword or a.star for a in divisor.args):

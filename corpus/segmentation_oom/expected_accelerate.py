@@ -68,7 +68,7 @@ def dice_coeff(input, target, epsilon=1e-6):
 @torch.inference_mode()
 def evaluate(net, dataloader, accelerator):
     net.eval()
-    num_val_batches = len(dataloader)
+    num_val_batches = len(getattr(dataloader.batch_sampler, "batch_sampler", dataloader.batch_sampler))
     dice_score = 0
 
     # iterate over the validation set
@@ -80,10 +80,11 @@ def evaluate(net, dataloader, accelerator):
         # predict the mask
         mask_pred = net(image)
         mask_pred, mask_true = accelerator.gather_for_metrics((mask_pred, mask_true))
-        mask_pred = F.one_hot(mask_pred.argmax(dim=1), accelerator.unwrap_model(net).n_classes).permute(0, 3, 1, 2).float()
-        mask_true = F.one_hot(mask_true, accelerator.unwrap_model(net).n_classes).permute(0, 3, 1, 2).float()
-        # compute the Dice score, ignoring background
-        dice_score += dice_coeff(mask_pred[:, 1:], mask_true[:, 1:])
+        for mask_pred, mask_true in zip(mask_pred.split(dataloader.batch_sampler.batch_size), mask_true.split(dataloader.batch_sampler.batch_size)):
+            mask_pred = F.one_hot(mask_pred.argmax(dim=1), accelerator.unwrap_model(net).n_classes).permute(0, 3, 1, 2).float()
+            mask_true = F.one_hot(mask_true, accelerator.unwrap_model(net).n_classes).permute(0, 3, 1, 2).float()
+            # compute the Dice score, ignoring background
+            dice_score += dice_coeff(mask_pred[:, 1:], mask_true[:, 1:])
 
     net.train()
     return dice_score / max(num_val_batches, 1)

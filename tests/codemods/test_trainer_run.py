@@ -223,3 +223,46 @@ Trainer(model, loader).fit()
     assert "        self.model, self.optimizer, self.loader = self.accelerator.prepare(\n" in new
     assert "            self.accelerator.backward(loss)\n" in new and new.count(".prepare(") == 1
     assert "        opt = torch.optim.SGD(self.model.parameters(), lr=0.1)\n        return opt\n" in new
+
+
+
+BUILT_IN_THE_CALL = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Trainer:
+    def __init__(self, model, loader):
+        self.model = model
+        self.loader = loader
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+    def fit(self):
+        for epoch in range(2):
+            for x, y in self.loader:
+                self.optimizer.zero_grad()
+                loss = torch.nn.functional.mse_loss(self.model(x), y)
+                loss.backward()
+                self.optimizer.step()
+            print(epoch, loss.item())
+
+
+if __name__ == "__main__":
+    loader = DataLoader(TensorDataset(torch.randn(64, 2), torch.randn(64, 1)), batch_size=8)
+    Trainer(torch.nn.Linear(2, 1), loader).fit()
+"""
+
+
+def test_a_model_built_in_the_trainers_construction_call_is_prepared() -> None:
+    """``Trainer(torch.nn.Linear(2, 1), loader).fit()``: the model, built in the call and bound nowhere, was found
+    nowhere; only the optimizer and the loader were prepared, and every process trained its own copy, silently (found
+    by the helper of this stop's trainer work). The binding that keeps it (``self.model = model``) is the model."""
+    new = converted(BUILT_IN_THE_CALL)
+    assert "        self.model, self.optimizer, self.loader = self.accelerator.prepare(\n" in new, new
+
+
+def test_a_model_handed_by_name_is_followed_as_before() -> None:
+    """Near miss: built first and handed by name, the model is followed to where it is built, as before."""
+    source = BUILT_IN_THE_CALL.replace("    Trainer(torch.nn.Linear(2, 1), loader).fit()\n",
+                                       "    net = torch.nn.Linear(2, 1)\n    Trainer(net, loader).fit()\n")
+    new = converted(source)
+    assert "self.model" in new and "accelerator.prepare(" in new
