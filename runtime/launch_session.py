@@ -43,7 +43,10 @@ def launch_session(settings: LaunchSettings, env: Mapping[str, str] | None = Non
     """Within the block, processes started here get ``settings`` (and ``env``); yields the launch file's path.
 
     With ``processes`` > 1 per machine, ``OMP_NUM_THREADS`` defaults to 1 (as torchrun's own default):
-    N processes each using every core slow each other down.
+    N processes each using every core slow each other down. ``PYTHONHASHSEED`` defaults to 0 on every machine (one
+    value for all processes, unless the user set one): with Python's hash randomisation each process would order
+    the same ``set`` of strings its own way, and a program that numbers its classes by ``list(set(labels))`` trains
+    each process on a different numbering, silently (set P's P5).
 
     Afterwards the launch file is deleted, whether the block raised or not, and the parent is put back:
     with ``restore_all`` (launches through torch elastic) ``os.environ`` is exactly what it was (torch
@@ -56,6 +59,7 @@ def launch_session(settings: LaunchSettings, env: Mapping[str, str] | None = Non
     added = {**(env or {}), LAUNCH_CONFIG_VAR: path}
     if processes > 1:
         added.setdefault("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
+    added.setdefault("PYTHONHASHSEED", os.environ.get("PYTHONHASHSEED", "0"))
     saved_env = dict(os.environ) if restore_all else {k: os.environ.get(k) for k in added}
     saved_handlers = {name: signal.getsignal(getattr(signal, name))
                       for name in _ELASTIC_SIGNALS if hasattr(signal, name)} if restore_all else {}

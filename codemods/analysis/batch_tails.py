@@ -69,6 +69,10 @@ def per_batch_tail(plan: Plan, agreement: Agreement, loop: Loop, accs: Iterable[
     if end < start:
         return None
     region = body[start:end + 1]
+    names = {acc.name for acc in accs}
+    if any(u not in updates and _updated_name(u) not in (None, *names) for u in region):
+        return None  # another running value in between (the Udacity course's ``test_loss`` kept apart): its
+        # statement would run per batch too, its divisor not counted again
     own = _bound_in(loop)
     bound: set[str] = set()
     split: list[str] = []
@@ -100,6 +104,21 @@ def per_batch_tail(plan: Plan, agreement: Agreement, loop: Loop, accs: Iterable[
     sampler = f"{loader}.batch_sampler"
     batches = f'len(getattr({sampler}, "batch_sampler", {sampler}))' if accelerate else f"len({sampler}.batch_sampler)"
     return BatchChain(tuple(region), tuple(split), f"{sampler}.batch_size", tuple(divisors), batches)
+
+
+def _updated_name(stmt: cst.BaseStatement) -> str | None:
+    """The name ``total += ...`` or ``values.append(...)`` updates, or None for another statement."""
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):
+        return None
+    small = stmt.body[0]
+    if isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name):
+        return small.target.value
+    if isinstance(small, cst.Expr) and m.matches(small.value, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name()))):
+        call = small.value
+        assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name)
+        if call.func.attr.value in _LIST_METHODS:
+            return call.func.value.value
+    return None
 
 
 def _with_block(agreement: Agreement, body: list[cst.BaseStatement]
