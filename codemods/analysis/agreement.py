@@ -164,6 +164,22 @@ class Agreement(BatchStructure):
             parts.append(call.func.value)
         return any(self._local(scope, p, at, seen) for p in parts)
 
+    def _set_by_forward(self, scope: Scope, name: str, attr: str, at: cst.BaseStatement) -> bool:
+        """Whether ``name`` holds a prepared model whose class sets ``self.<attr>`` in a method other than
+        ``__init__`` (its forward keeping the loss of the batch it ran: a value of this process's batch)."""
+        model = self.plan.prepared(scope, cst.Name(name), at)
+        value = _unplaced(model)
+        cls = self.plan.classes.class_of(model.where, value.func) if model is not None and isinstance(value, cst.Call) else None
+        if cls is None:
+            return False
+        for method in m.findall(cls.node, m.FunctionDef()):
+            assert isinstance(method, cst.FunctionDef)
+            if method.name.value == "__init__":
+                continue
+            for target in m.findall(method, m.AssignTarget(target=m.Attribute(value=m.Name("self"), attr=m.Name(attr)))):
+                return True
+        return False
+
     def _draws_in_forward(self, model: Binding) -> bool:
         """Whether the model ``model`` holds may draw at random in its forward: a class of the program (or a
         ``torch.nn`` container built in place) that mentions dropout, in its body or in the program's classes it
@@ -174,9 +190,7 @@ class Agreement(BatchStructure):
         return memo
 
     def _mentions_dropout(self, model: Binding) -> bool:
-        value = model.unpacked[0] if model.unpacked is not None else model.value
-        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in ("to", "cuda", "cpu", "double", "float", "train"):
-            value = value.func.value
+        value = _unplaced(model)
         if not isinstance(value, cst.Call):
             return True  # made elsewhere (loaded, handed in): not known not to draw
         cls = self.plan.classes.class_of(model.where, value.func)
@@ -214,6 +228,8 @@ class Agreement(BatchStructure):
         if owner is None:
             return False
         kept = [b for b in self._kept.get((id(owner), key), []) if b.stmt not in self.edits.removed]
+        if key.count(".") == 1 and head != "self" and self._set_by_forward(scope, head, key.split(".")[1], at):
+            return True  # ``model.loss``, kept by the model's forward on the batch it ran (set P's P10, a VAE)
         if owner.kind == "function" and head in owner.param_names and head not in owner.bindings:
             return "." not in key and (self._param_local(owner, head, seen) or any(self._binding_local(b, seen) for b in kept))
         bindings = [b for b in owner.bindings.get(key, []) if b.stmt not in self.edits.removed] + kept
@@ -457,3 +473,14 @@ def _calls_itself(call: cst.Call, model: Binding) -> bool:
     (``model.init_hidden(n)``, which makes zeros)."""
     key = dotted(call.func)
     return key is not None and key.rsplit(".", 1)[-1] == model.key.rsplit(".", 1)[-1]
+
+
+def _unplaced(model: Binding | None) -> cst.BaseExpression | None:
+    """What ``model`` is bound to without its placement or mode calls (``VAE(...)`` of ``VAE(...).to(device)``)."""
+    if model is None:
+        return None
+    value = model.unpacked[0] if model.unpacked is not None else model.value
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+            and value.func.attr.value in ("to", "cuda", "cpu", "double", "float", "train"):
+        value = value.func.value
+    return value

@@ -366,6 +366,9 @@ accelerator.end_training()
                     break  # the loss runs on this process's batch; its sums are reduced after the loop (averages)
                 if named is not None:
                     ctx.insert_after(stmt, _gather(ctx, loop, named, inputs, names_used(rest), accelerator, (stmt, True)))
+                elif _discarded(stmt, call):
+                    break  # ``model(data)`` alone (P10's VAE keeps its loss on itself): no output to gather; what the
+                    # model keeps is this process's, summed and reduced after the loop (rules/averages.py)
                 elif extractable(stmt):
                     name = _fresh_name(loop, "output")
                     # names read after the forward: in the later statements, and in this one outside the call
@@ -466,3 +469,9 @@ def _names_texts(name: str) -> bool:
     """Whether a batch part's name says it holds text (``names``, ``img_paths``, ``file_name``): a list of strings."""
     last = name.lower().split("_")[-1]
     return last in _TEXT_WORDS
+
+
+def _discarded(stmt: cst.BaseStatement, call: cst.Call) -> bool:
+    """Whether ``stmt`` is the forward ``call`` alone, its result thrown away."""
+    return (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr)
+            and stmt.body[0].value is call)

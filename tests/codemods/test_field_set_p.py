@@ -323,3 +323,67 @@ def test_counts_divided_by_a_guarded_count_are_reduced() -> None:
     assert "    tok_correct = type(tok_correct)(accelerator.reduce(" in new
     assert "    tok_total = type(tok_total)(accelerator.reduce(" in new
     assert codes(TOKEN_COUNTS) == []
+
+
+MODEL_KEEPS_LOSS = """import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class VAE(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Linear(4, 2)
+        self.dec = nn.Linear(2, 4)
+
+    def forward(self, x):
+        recon = self.dec(self.enc(x))
+        self.loss = ((recon - x) ** 2).sum()
+        return recon
+
+
+def train(model, loader, optimizer):
+    model.train()
+    for (x,) in loader:
+        optimizer.zero_grad()
+        model(x)
+        model.loss.backward()
+        optimizer.step()
+
+
+def test(model, test_loader):
+    model.eval()
+    test_loss = 0
+    with torch.no_grad():
+        for (x,) in test_loader:
+            model(x)
+            test_loss += ((1 / len(test_loader.dataset)) * model.loss).item()
+    print("Test set: Average loss: {:.4f}".format(test_loss))
+
+
+def main():
+    torch.manual_seed(0)
+    model = VAE().to("cpu")
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    train_loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=8, shuffle=True)
+    test_loader = DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=8)
+    for epoch in range(2):
+        train(model, train_loader, optimizer)
+        test(model, test_loader)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_loss_the_model_keeps_on_itself_is_this_processs_and_reduced() -> None:
+    """P10 (a VAE whose forward keeps ``self.loss``; the test loop runs ``model(data)`` for it and sums
+    ``model.loss``): the sum was taken for the same on every process (an attribute of a prepared model, as its
+    parameters are) and printed as 1/N of the test loss; and ``model(data)``, its result unused, was 'gathered' into a
+    name nothing reads. An attribute the model's own methods set is this process's value: the sum is reduced, and
+    a forward whose result is thrown away gathers nothing."""
+    new = converted(MODEL_KEEPS_LOSS)
+    assert "gather" not in new
+    assert "        test_loss = type(test_loss)(accelerator.reduce(" in new, new
+    assert codes(MODEL_KEEPS_LOSS) == []
