@@ -36,10 +36,12 @@ What is drawn before training, from which generator, what is seeded and where th
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
 from accelify.codemods import codes
 from accelify.codemods.analysis.draws_before_training import DrawWalk, draws_while_training
 from accelify.codemods.analysis.facts import Scope
+from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
@@ -164,7 +166,7 @@ accelerator.end_training()
             return
         stmt, scope = walk.first
         draw = walk.draw.node
-        if not ctx.plan.feeds_training() and draws_while_training(ctx.facts, ctx.plan):
+        if not ctx.plan.feeds_training() and draws_while_training(ctx.facts, ctx.plan) and not _walks_drawn(ctx, stmt):
             ctx.warn(codes.UNSEEDED_DRAWS, draw, name=code_of(draw.func), why="the training loop also draws its data as it goes")
             return
         lines = []
@@ -236,3 +238,25 @@ def _own_streams(ctx: Context, walk: DrawWalk, lines: list[str]) -> tuple[cst.Ba
         code = [f"if {accelerator}.process_index > 0:\n{seeds}"]
         return stmt, code, after
     return None
+
+
+def _walks_drawn(ctx: Context, first: cst.BaseStatement) -> bool:
+    """Whether a training loop walks data the draws before training make (set P's P11: ``sample_data`` filled with
+    random episodes in the statement that first draws, then ``for episode_data in sample_data:`` trains): that is
+    the data set every process must hold alike (episodes of other lengths on each process would pair unrelated
+    steps, and hang), so it is seeded, and each process gets its own stream for what the training draws after."""
+    names = {n.value for n in m.findall(first, m.Name()) if isinstance(n, cst.Name)}
+    order = ctx.facts.order
+    for loop in ctx.facts.loops:
+        if not any(ctx.plan.reaches_backward(site) for site in loop.calls):
+            continue
+        key = dotted(ctx.plan.loop_source(loop) or loop.node.iter)
+        root = key.split(".")[0] if key is not None else None
+        if root is None:
+            continue
+        if root in names:
+            return True
+        bound = loop.scope.bindings.get(root, [])
+        if bound and all(b.stmt in order and first in order and order[b.stmt][0] > order[first][0] for b in bound):
+            return True
+    return False

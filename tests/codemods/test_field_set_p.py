@@ -387,3 +387,49 @@ def test_a_loss_the_model_keeps_on_itself_is_this_processs_and_reduced() -> None
     assert "gather" not in new
     assert "        test_loss = type(test_loss)(accelerator.reduce(" in new, new
     assert codes(MODEL_KEEPS_LOSS) == []
+
+
+DRAWN_EPISODES = """import random
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+sample_data = []
+for _ in range(10):
+    episode_data = []
+    for _ in range(50):
+        state, next_state = np.random.rand(4), np.random.rand(4)
+        done = random.random() < 0.1
+        episode_data.append((state, random.randint(0, 1), random.uniform(0, 1), next_state, done))
+        if done:
+            break
+    sample_data.append(episode_data)
+
+q_net = nn.Linear(4, 2)
+optimizer = torch.optim.Adam(q_net.parameters(), lr=1e-3)
+replay_buffer = []
+for episode_data in sample_data:
+    for transition in episode_data:
+        replay_buffer.append(transition)
+        if len(replay_buffer) >= 8:
+            batch = random.sample(replay_buffer, 8)
+            states = torch.tensor(np.array([b[0] for b in batch]), dtype=torch.float32)
+            loss = q_net(states).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    print("episode done")
+"""
+
+
+def test_random_episodes_the_training_walks_are_drawn_alike_on_every_process() -> None:
+    """P11 (a DQN over episodes drawn at random before training, each ending on a random ``done``, then replay
+    batches sampled as it trains): the draws were left unseeded (ACC032: 'the training loop also draws its data as it
+    goes'), so each process held episodes of other lengths, took another number of steps, and the run hung. The
+    data set the loop walks is drawn alike (seeded), and each process gets its own stream after it for the replay
+    samples."""
+    new = converted(DRAWN_EPISODES)
+    assert "np.random.seed(0)\nrandom.seed(0)\n" in new, new
+    assert "if accelerator.process_index > 0:\n" in new
+    assert not any(c.startswith("ACC032") for c in codes(DRAWN_EPISODES))
