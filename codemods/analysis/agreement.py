@@ -74,6 +74,7 @@ class Agreement(BatchStructure):
         self.gathered: dict[cst.BaseStatement, set[str]] = {}
         self.gathered_before: set[cst.BaseStatement] = set()
         self._stochastic: dict[int, bool] = {}
+        self._forward_sets: dict[tuple[int, str], bool] = {}
         self.gathered_nodes: set[cst.CSTNode] = set()
         self._read_gathers(edits)
         self._local_binding: dict[int, bool] = {}
@@ -168,17 +169,17 @@ class Agreement(BatchStructure):
         """Whether ``name`` holds a prepared model whose class sets ``self.<attr>`` in a method other than
         ``__init__`` (its forward keeping the loss of the batch it ran: a value of this process's batch)."""
         model = self.plan.prepared(scope, cst.Name(name), at)
-        value = _unplaced(model)
-        cls = self.plan.classes.class_of(model.where, value.func) if model is not None and isinstance(value, cst.Call) else None
-        if cls is None:
+        if model is None:
             return False
-        for method in m.findall(cls.node, m.FunctionDef()):
-            assert isinstance(method, cst.FunctionDef)
-            if method.name.value == "__init__":
-                continue
-            for target in m.findall(method, m.AssignTarget(target=m.Attribute(value=m.Name("self"), attr=m.Name(attr)))):
-                return True
-        return False
+        memo = (id(model), attr)
+        if memo not in self._forward_sets:
+            value = _unplaced(model)
+            cls = self.plan.classes.class_of(model.where, value.func) if isinstance(value, cst.Call) else None
+            self._forward_sets[memo] = cls is not None and any(
+                method.name.value != "__init__" and bool(m.findall(method, m.AssignTarget(
+                    target=m.Attribute(value=m.Name("self"), attr=m.Name(attr)))))
+                for method in m.findall(cls.node, m.FunctionDef()) if isinstance(method, cst.FunctionDef))
+        return self._forward_sets[memo]
 
     def _draws_in_forward(self, model: Binding) -> bool:
         """Whether the model ``model`` holds may draw at random in its forward: a class of the program (or a
