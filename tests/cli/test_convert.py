@@ -366,9 +366,11 @@ def test_sigint_exits_130_and_every_written_file_is_whole(project: Path) -> None
     names = [f"train_{i:03d}.py" for i in range(300)]
     for name in names:
         write(project / "src", name, data)
+    # Ctrl-C as a terminal sends it: with the default handler, whatever ran this test (a background job that
+    # ignores SIGINT, as `cmd &` in a script does, passes that on to its children)
+    start = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); from accelify.cli import main; main()"
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from accelify.cli import main; main()", "convert", "-o", "out/",
-         *[f"src/{n}" for n in names]],
+        [sys.executable, "-c", start, "convert", "-o", "out/", *[f"src/{n}" for n in names]],
         cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     out = project / "out"
