@@ -34,6 +34,7 @@ from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Loop, Sco
 from accelify.codemods.analysis.kept_values import kept_bindings
 from accelify.codemods.analysis.names import PROGRESS_BARS, dotted
 from accelify.codemods.analysis.plan import Plan
+from accelify.codemods.analysis.roles import same_module
 
 _RANDOM = ("torch.rand", "torch.randn", "torch.randint", "torch.randperm", "torch.bernoulli", "torch.multinomial",
            "torch.normal", "random.", "numpy.random.", "np.random.")
@@ -476,12 +477,7 @@ def _calls_itself(call: cst.Call, model: Binding) -> bool:
     return key is not None and key.rsplit(".", 1)[-1] == model.key.rsplit(".", 1)[-1]
 
 
-def _unplaced(model: Binding | None) -> cst.BaseExpression | None:
-    """What ``model`` is bound to without its placement or mode calls (``VAE(...)`` of ``VAE(...).to(device)``)."""
-    if model is None:
-        return None
+def _unplaced(model: Binding) -> cst.BaseExpression | None:
+    """What ``model`` is bound to without its placement or mode switch (``VAE(...)`` of ``VAE(...).to(device)``)."""
     value = model.unpacked[0] if model.unpacked is not None else model.value
-    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
-            and value.func.attr.value in ("to", "cuda", "cpu", "double", "float", "train"):
-        value = value.func.value
-    return value
+    return same_module(value) if value is not None else None

@@ -32,6 +32,7 @@ import libcst.matchers as m
 from accelify.codemods.analysis.agreement import Agreement
 from accelify.codemods.analysis.batch_chains import BatchChain
 from accelify.codemods.analysis.facts import Loop
+from accelify.codemods.analysis.kept_values import kept_value
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.shard_counts import guarded, original_batch_count, under_progress_bar
@@ -113,11 +114,9 @@ def _updated_name(stmt: cst.BaseStatement) -> str | None:
     small = stmt.body[0]
     if isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name):
         return small.target.value
-    if isinstance(small, cst.Expr) and m.matches(small.value, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name()))):
-        call = small.value
-        assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name)
-        if call.func.attr.value in _LIST_METHODS:
-            return call.func.value.value
+    kept = kept_value(stmt)
+    if kept is not None and not kept.keyed and "." not in kept.key and kept.call.func.attr.value in _LIST_METHODS:  # type: ignore[attr-defined]
+        return kept.key
     return None
 
 

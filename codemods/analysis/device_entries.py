@@ -15,6 +15,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods.analysis.facts import Facts, Scope
+from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.roles import is_device_expr
 
 
@@ -27,9 +28,10 @@ class DeviceEntry:
     scope: Scope
 
 
-def device_entries(facts: Facts) -> list[DeviceEntry]:
+def device_entries(plan: Plan) -> list[DeviceEntry]:
     """Every ``"device"`` entry of a dict display, or ``d["device"] = ...`` assignment, whose value is a device
-    choice, in every module of the program."""
+    choice, in every module of the program (``plan.analysis(device_entries)``: one walk, shared)."""
+    facts = plan.facts
     by_node = {id(s.node): s for s in facts.scopes}
     found: list[DeviceEntry] = []
     for unit in facts.units.values():

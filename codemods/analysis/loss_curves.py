@@ -16,6 +16,7 @@ import libcst as cst
 
 from accelify.codemods.analysis.agreement import Agreement
 from accelify.codemods.analysis.facts import Loop
+from accelify.codemods.analysis.kept_values import kept_value
 from accelify.codemods.analysis.loss_means import mean_loss
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.sum_kinds import known_kinds
@@ -24,18 +25,17 @@ from accelify.codemods.analysis.sum_kinds import known_kinds
 def curve_tensor(plan: Plan, agreement: Agreement, loop: Loop, stmt: cst.BaseStatement) -> tuple[cst.Call, str] | None:
     """The ``X.item()`` call ``stmt`` appends and the name ``X`` of the loss tensor, when ``stmt`` is a loss curve's
     append that can be reduced where it is (see the module docstring); else None."""
-    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr)):
+    kept = kept_value(stmt)
+    if kept is None or kept.keyed or "." in kept.key or kept.call.func.attr.value != "append" \
+            or len(kept.call.args) != 1 or kept.call.args[0].keyword is not None:  # type: ignore[attr-defined]
         return None
-    call = stmt.body[0].value
-    if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and call.func.attr.value == "append"
-            and isinstance(call.func.value, cst.Name) and len(call.args) == 1 and call.args[0].keyword is None):
-        return None
+    call = kept.call
     value = call.args[0].value
     if not (isinstance(value, cst.Call) and not value.args and isinstance(value.func, cst.Attribute)
             and value.func.attr.value == "item" and isinstance(value.func.value, cst.Name)):
         return None
     tensor = value.func.value.value
-    if sum(1 for s in loop.stmts if _appends_to(s, call.func.value.value)) != 1:
+    if sum(1 for s in loop.stmts if _appends_to(s, kept.key)) != 1:
         return None  # appended in two places of the pass: which is the step's is not clear
     if known_kinds(loop, plan).get(tensor) != "tensor" and not mean_loss(plan, loop, value.func.value):
         return None
@@ -45,8 +45,6 @@ def curve_tensor(plan: Plan, agreement: Agreement, loop: Loop, stmt: cst.BaseSta
 
 
 def _appends_to(stmt: cst.BaseStatement, name: str) -> bool:
-    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr)):
-        return False
-    call = stmt.body[0].value
-    return (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name)
-            and call.func.value.value == name and call.func.attr.value in ("append", "extend", "insert"))
+    kept = kept_value(stmt)
+    return kept is not None and kept.key == name and not kept.keyed \
+        and kept.call.func.attr.value in ("append", "extend", "insert")  # type: ignore[attr-defined]

@@ -42,7 +42,7 @@ def mean_loss(plan: Plan, loop: Loop, expr: cst.BaseExpression) -> bool:
     """Whether ``expr``, added at each pass of ``loop``, is a batch's mean loss (see the module docstring)."""
     expr = _unwrapped(expr)
     if isinstance(expr, cst.Name):
-        bound = _bound_in(loop, expr.value)
+        bound = bound_in(loop, expr.value)
         return len(bound) == 1 and _loss_call(plan, loop, _unwrapped(bound[0]))
     return _loss_call(plan, loop, expr)
 
@@ -54,7 +54,7 @@ def per_batch_sum(plan: Plan, loop: Loop, increment: cst.BaseExpression, gathere
     inner = _unwrapped(increment)
     expr = increment
     if isinstance(inner, cst.Name):
-        bound = _bound_in(loop, inner.value)
+        bound = bound_in(loop, inner.value)
         if len(bound) != 1:
             return None
         expr = increment.deep_replace(inner, bound[0]) if inner is not increment else bound[0]  # type: ignore[assignment]
@@ -127,14 +127,14 @@ def transformed_mean_loss(plan: Plan, loop: Loop, value: cst.BaseExpression, see
     values over each, so no division makes it the original's. A mean loss scaled by the batch's size is linear."""
     expr = _unwrapped(value)
     if isinstance(expr, cst.Name):
-        bound = _bound_in(loop, expr.value)
+        bound = bound_in(loop, expr.value)
         if len(bound) != 1 or expr.value in seen:
             return False
         seen, expr = seen | {expr.value}, bound[0]
     names = {n.value for n in m.findall(expr, m.Name())} - seen  # type: ignore[attr-defined]
-    if any(len(_bound_in(loop, n)) == 1 and transformed_mean_loss(plan, loop, cst.Name(n), seen) for n in names):
+    if any(len(bound_in(loop, n)) == 1 and transformed_mean_loss(plan, loop, cst.Name(n), seen) for n in names):
         return True  # a name bound to a function of a mean loss
-    losses = {n for n in names if any(_from_loss(plan, loop, v, seen | {n}) for v in _bound_in(loop, n))}
+    losses = {n for n in names if any(_from_loss(plan, loop, v, seen | {n}) for v in bound_in(loop, n))}
 
     def mean(node: cst.BaseExpression) -> bool:
         inner = _unwrapped(node)
@@ -157,7 +157,7 @@ def _from_loss(plan: Plan, loop: Loop, value: cst.BaseExpression, seen: frozense
     if isinstance(inner, cst.Call) and _loss_call(plan, loop, inner):
         return True
     names = {n.value for n in m.findall(value, m.Name())} - seen  # type: ignore[attr-defined]
-    return any(_from_loss(plan, loop, v, seen | {n}) for n in names for v in _bound_in(loop, n))
+    return any(_from_loss(plan, loop, v, seen | {n}) for n in names for v in bound_in(loop, n))
 
 
 _NONLINEAR = ("log", "log10", "log2", "log1p", "exp", "sqrt", "pow")
@@ -168,7 +168,7 @@ def _holds(expr: cst.BaseExpression, mean: "Callable[[cst.BaseExpression], bool]
     return mean(expr) or any(mean(n) for n in m.findall(expr, m.Call() | m.Name()))  # type: ignore[arg-type]
 
 
-def _bound_in(loop: Loop, name: str) -> list[cst.BaseExpression]:
+def bound_in(loop: Loop, name: str) -> list[cst.BaseExpression]:
     """The values ``loop``'s statements bind ``name`` to (``loss = criterion(out, y)``)."""
     return [s.body[0].value for s in loop.stmts  # type: ignore[attr-defined]
             if isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1 and isinstance(s.body[0], cst.Assign)
@@ -267,7 +267,7 @@ def batch_mean(plan: Plan, facts: Facts, loop: Loop, value: cst.BaseExpression, 
     inner = value.func.value if m.matches(value, m.Call(func=m.Attribute(attr=m.Name("item")), args=[])) else value  # type: ignore[attr-defined]
     imports = facts.unit_of(loop.scope).imports
     if isinstance(inner, cst.Name) and depth < 2:
-        bound = _bound_in(loop, inner.value)
+        bound = bound_in(loop, inner.value)
         return len(bound) == 1 and batch_mean(plan, facts, loop, bound[0], depth + 1)
     torch_mean = isinstance(inner, cst.Call) and len(inner.args) == 1 and imports.qualname(inner.func) == "torch.mean"
     score = isinstance(inner, cst.Call) and (imports.qualname(inner.func) or "").startswith("sklearn.metrics.") \

@@ -62,7 +62,7 @@ from accelify.codemods.analysis.loop_reads import (
     inner_stmts,
     reads_after,
 )
-from accelify.codemods.analysis.loss_means import mean_loss
+from accelify.codemods.analysis.loss_means import bound_in, mean_loss
 from accelify.codemods.analysis.meter_sums import MeterSums, attribute_meter_sums, meter_sums, meter_update, self_meter
 from accelify.codemods.analysis.metric_objects import metric_calls
 from accelify.codemods.analysis.sized_arrays import row_writes
@@ -235,10 +235,7 @@ def _kinds(plan: Plan, loop: Loop, values: list[cst.BaseExpression]) -> dict[int
 def _bound_under_no_grad(plan: Plan, loop: Loop, name: str) -> bool:
     """Whether every binding of ``name`` in ``loop`` is a call made under ``no_grad`` (a ``with torch.no_grad():``
     inside the loop)."""
-    values = [s.body[0].value for s in loop.stmts  # type: ignore[attr-defined]
-              if isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1 and isinstance(s.body[0], cst.Assign)
-              and any(m.matches(t.target, m.Name(name)) for t in s.body[0].targets)]
-    sites = [plan.facts.sites.get(v) if isinstance(v, cst.Call) else None for v in values]
+    sites = [plan.facts.sites.get(v) if isinstance(v, cst.Call) else None for v in bound_in(loop, name)]
     return bool(sites) and all(site is not None and site.no_grad for site in sites)
 
 

@@ -186,8 +186,8 @@ accelerator.end_training()
         """A device kept in a dict (``params.update({"device": torch.device("cuda:0" if CUDA else "cpu")})``, O2):
         the value becomes the accelerator's device where it exists, else the runtime's process state's
         (``analysis/device_entries.py``); left (and its uses reported) where neither can be written."""
-        for entry in device_entries(ctx.facts):
-            if entry.scope.kind == "function" and ctx.plan.never_run(entry.scope):
+        for entry in ctx.plan.analysis(device_entries):
+            if ctx.plan.never_run(entry.scope):
                 continue
             accelerator = ctx.accelerator_in(entry.scope)
             if accelerator is not None and ctx.after_accelerator(entry.scope, entry.stmt):

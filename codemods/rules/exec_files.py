@@ -57,7 +57,7 @@ exec("scale = 2")
     def run(self, ctx: Context) -> None:
         for site in ctx.facts.calls:
             if site.qualname in _RUNPY or (_is_exec(site.node) and _reads_a_file(site.node)):
-                if ctx.plan.never_run(site.scope) if site.scope.kind == "function" else False:
+                if ctx.plan.never_run(site.scope):
                     continue
                 ctx.warn(codes.EXECUTED_FILE, site.node, call=code_of(site.node))
 

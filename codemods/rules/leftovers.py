@@ -310,7 +310,7 @@ def _model_device(ctx: Context, scope: Scope, stmt: cst.BaseStatement, value: cs
 
 def _entry_tied(ctx: Context) -> bool:
     """Whether the program's device kept in a dict (``"device": torch.device(...)``) was made the process's own."""
-    entries = device_entries(ctx.facts)
+    entries = ctx.plan.analysis(device_entries)
     return bool(entries) and all(ctx.rewritten(e.value) for e in entries)
 
 
