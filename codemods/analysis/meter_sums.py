@@ -183,17 +183,30 @@ def _updated_elsewhere(plan: Plan, loop: Loop, name: str, updates: list[cst.Base
     if any(not b.aug and any(n is loop.node for n in plan.facts.chain(b.stmt)) for b in loop.scope.bindings.get(name, [])):
         return True
     ours = {id(u) for u in updates}
+    limit = _made_again(plan, loop, name)
     for site in loop.scope.calls:
-        if site.method == "update" and id(site.stmt) not in ours and name in (_root(site.node.func), _code(site.node.func.value)):  # type: ignore[attr-defined]
-            return True
+        if site.method == "update" and id(site.stmt) not in ours and name in (_root(site.node.func), _code(site.node.func.value)) \
+                and plan.facts.order[site.stmt][0] < limit:  # type: ignore[attr-defined]
+            return True  # (the updates of a new meter made under the name after the loop are that meter's)
     return False
+
+
+def _made_again(plan: Plan, loop: Loop, name: str) -> float:
+    """Where ``name`` is next bound to something new after ``loop``, in the block the loop is in (L9's
+    ``avg_prob = AverageMeter()`` again before the validation pass), as a position in source order; what comes after
+    reads and updates that new value. Infinity when it is not."""
+    block = plan.facts.parent_stmt.get(loop.node)
+    after = [plan.facts.order[b.stmt][0] for b in loop.scope.bindings.get(name, [])
+             if not b.aug and plan.facts.after(b.stmt, loop.node) and plan.facts.parent_stmt.get(b.stmt) is block]
+    return min(after, default=float("inf"))
 
 
 def _reads_global(plan: Plan, loop: Loop, end: cst.For | cst.While, name: str,
                   made: list[tuple[str, str, MeterClass]]) -> bool:
     """Whether every read of ``name`` after ``end`` reads a member the reduction makes global."""
     readable = frozenset.intersection(*(meter.readable for _, _, meter in made))
-    reads = reads_after(plan, end, loop.scope, name)
+    limit = _made_again(plan, loop, name) if end is loop.node else float("inf")
+    reads = [r for r in reads_after(plan, end, loop.scope, name) if plan.facts.order[r][0] < limit]
     if end is not loop.node and any(not plan.facts.after(r, end) for r in reads_after(plan, loop.node, loop.scope, name)):
         return False  # read between the passes and summed on
     codes = {code for code, _, _ in made}

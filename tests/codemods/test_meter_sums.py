@@ -284,3 +284,61 @@ def test_a_metric_logger_that_makes_its_meters_by_key_is_reported() -> None:
     # DeiT's MetricLogger: ``update(**kwargs)`` makes a meter per keyword as it goes; not proven, reported
     assert [c.split(":")[0] for c in codes(METRIC_LOGGER)] == ["ACC028"]
     assert "accelerator.reduce" not in converted(METRIC_LOGGER)
+
+
+MADE_AGAIN_FOR_VALIDATION = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class AverageMeter:
+    def __init__(self):
+        self.sum = 0.0
+        self.count = 0
+        self.avg = 0.0
+
+    def update(self, val, n=1):
+        self.sum += val * n
+        self.count += n
+        self.avg = self.sum / self.count
+
+
+data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+train_loader = DataLoader(data, batch_size=8, shuffle=True)
+val_loader = DataLoader(data, batch_size=8)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    avg_loss = AverageMeter()
+    avg_prob = AverageMeter()
+    for x, y in train_loader:
+        out = model(x)
+        loss = torch.nn.functional.mse_loss(out, y)
+        avg_loss.update(loss.item(), x.shape[0])
+        avg_prob.update(out.mean().item(), x.shape[0])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    print(epoch, avg_loss.avg, avg_prob.avg)
+    avg_prob = AverageMeter()
+    for x, y in val_loader:
+        with torch.no_grad():
+            out = model(x)
+        avg_prob.update(out.mean().item())
+    print("val", avg_prob.avg)
+"""
+
+
+def test_a_meter_made_again_under_its_name_for_the_validation_is_reduced_for_the_training() -> None:
+    """L9 (SRGAN): ``avg_prob = AverageMeter()`` before the training pass and again before the validation pass of the
+    same epoch. The validation's updates and reads are the new meter's; the training meter was reported (ACC028) as
+    if updated elsewhere. Its sums are reduced after the training pass."""
+    new = converted(MADE_AGAIN_FOR_VALIDATION)
+    assert "    avg_prob.avg = avg_prob.sum / avg_prob.count\n    accelerator.print(epoch, avg_loss.avg, avg_prob.avg)" in new
+    assert not any(c.startswith("ACC028") for c in codes(MADE_AGAIN_FOR_VALIDATION))
+
+
+def test_a_meter_updated_again_after_the_loop_without_being_made_again_is_still_reported() -> None:
+    """Near miss: without the new meter, the validation's updates add to the training's: not one pass's sums."""
+    source = MADE_AGAIN_FOR_VALIDATION.replace("    avg_prob = AverageMeter()\n    for x, y in val_loader:", "    for x, y in val_loader:")
+    assert source != MADE_AGAIN_FOR_VALIDATION
+    assert "ACC028:29" in codes(source)
