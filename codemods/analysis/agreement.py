@@ -34,7 +34,7 @@ from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Loop, Sco
 from accelify.codemods.analysis.kept_values import kept_bindings
 from accelify.codemods.analysis.names import PROGRESS_BARS, dotted
 from accelify.codemods.analysis.plan import Plan
-from accelify.codemods.analysis.roles import same_module
+from accelify.codemods.analysis.roles import classify, same_module
 
 _RANDOM = ("torch.rand", "torch.randn", "torch.randint", "torch.randperm", "torch.bernoulli", "torch.multinomial",
            "torch.normal", "random.", "numpy.random.", "np.random.")
@@ -151,6 +151,8 @@ class Agreement(BatchStructure):
             return generator is None or self._local(scope, generator, at, seen)
         if qualname in ("len", "builtins.len") and call.args:
             return self._len_local(scope, call.args[0].value, at, seen)
+        if qualname in ("next", "builtins.next") and call.args and self._draws_shard(scope, call.args[0].value, at):
+            return True  # ``x, y = next(it)`` of ``it = iter(loader)``, a prepared loader: this process's batch
         if (model := self.plan.prepared(scope, call.func, at)) is not None:
             # a forward pass: the parameters agree (DDP keeps them equal), so it is local when its input is, or
             # when the model draws as it runs (dropout in training: each process its own masks; set P's P5, a GCN
@@ -216,11 +218,24 @@ class Agreement(BatchStructure):
                     todo.append(inner)
         return False
 
+    def _draws_shard(self, scope: Scope, source: cst.BaseExpression, at: cst.BaseStatement) -> bool:
+        """Whether ``next(source)`` draws a batch of a prepared loader: ``source`` is ``iter(loader)`` or a name bound
+        only to one."""
+        if isinstance(source, cst.Call) and m.matches(source.func, m.Name("iter")) and len(source.args) == 1:
+            loader: cst.BaseExpression | None = source.args[0].value
+        else:
+            loader = _iterated(scope, source)
+        if loader is None:
+            return False
+        found = self.plan.prepared(scope, loader, at)
+        return (found is not None and found.role == "loader") or any(w.call is loader for w in self.plan.wrapped)
+
     def _len_local(self, scope: Scope, arg: cst.BaseExpression, at: cst.BaseStatement, seen: frozenset) -> bool:
         """``len(loader)`` of a prepared loader is the same everywhere (even batches), as is ``len(ds)``."""
         base = arg.value if isinstance(arg, cst.Attribute) and arg.attr.value == "dataset" else arg
+        base = _iterated(scope, base) or base  # ``len(it)`` of ``it = iter(DataLoader(...))``: the loader's length
         found = self.plan.origin(scope, base)
-        if found is not None and found.role == "loader":
+        if (found is not None and found.role == "loader") or classify(base, scope.imports, self.facts.classes) == "loader":
             return False
         return self._local(scope, arg, at, seen)
 
@@ -481,3 +496,12 @@ def _unplaced(model: Binding) -> cst.BaseExpression | None:
     """What ``model`` is bound to without its placement or mode switch (``VAE(...)`` of ``VAE(...).to(device)``)."""
     value = model.unpacked[0] if model.unpacked is not None else model.value
     return same_module(value) if value is not None else None
+
+
+def _iterated(scope: Scope, expr: cst.BaseExpression) -> cst.BaseExpression | None:
+    """``X`` when ``expr`` is a name the scope binds only to ``iter(X)`` (P4's ``dataloader = iter(DataLoader(...))``)."""
+    if not isinstance(expr, cst.Name):
+        return None
+    values = [b.value for b in scope.bindings.get(expr.value, [])]
+    calls = [v for v in values if isinstance(v, cst.Call) and m.matches(v.func, m.Name("iter")) and len(v.args) == 1]
+    return calls[0].args[0].value if values and len(calls) == len(values) else None

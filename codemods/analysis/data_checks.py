@@ -121,8 +121,8 @@ class TrainingDataChecks(LoaderHolders):
         out of prepare's reach: prepared without it, the processes would train their own copies (no gradient is
         averaged). Refused, as a named one built there would be. Without a prepared loader every process trains on
         the same data, so the copies stay equal (ACC022 says it is no faster): left as it is."""
-        if not any(o.role == "loader" for o in self.objects):
-            return
+        if not any(o.role == "loader" for o in self.objects) and not self.feeds_training():  # type: ignore[attr-defined]
+            return  # (a loader prepared where it is built, ``iter(DataLoader(...))`` drawn from with ``next``, feeds it too)
         for optimizer in self.objects:
             if optimizer.role != "optimizer":
                 continue

@@ -18,7 +18,8 @@ one or several held in a dict, a list, a ``SimpleNamespace`` or a trainer's attr
 at every step, read after training) keeps each step's loss reduced where it is appended (``analysis/loss_curves.py``).
 What cannot be reduced (a meter not proven
 so, a list read in order, a sum divided by a count it cannot place, a loop some processes may not run) is reported
-(ACC028).
+(ACC028), as are sums over batches a loop draws itself with ``next`` (``analysis/drawn_sums.py``) and sums a model
+keeps on itself across its forwards (``analysis/model_sums.py``), read after the loop.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods import codes
+from accelify.codemods.analysis.drawn_sums import drawn_sums
+from accelify.codemods.analysis.model_sums import model_sums
 from accelify.codemods.analysis.placed import split_batches
 from accelify.codemods.analysis.facts import Loop
 from accelify.codemods.analysis.gathered_values import gathered_in, global_sum, is_global, local_meters
@@ -268,6 +271,7 @@ accelerator.end_training()
     )
 
     def run(self, ctx: Context) -> None:
+        self._report_own_counts(ctx)
         found = ctx.plan.analysis(find_averages)
         if not found.accumulators and not found.kept and not found.meters:
             return
@@ -319,6 +323,16 @@ accelerator.end_training()
             else:
                 ctx.insert_after(loop, code)
             ctx.change("reduce running sums over a sharded loader across processes")
+
+
+    def _report_own_counts(self, ctx: Context) -> None:
+        """Sums over batches a loop draws itself with ``next`` (``analysis/drawn_sums.py``) and sums a model keeps
+        on itself (``analysis/model_sums.py``), read after the loop: one process's share, reported."""
+        for drawn in ctx.plan.analysis(drawn_sums):
+            if not ctx.agreement.uniform(drawn.scope, drawn.value, drawn.update):
+                ctx.warn(codes.SHARD_AVERAGE, drawn.update, name=drawn.name)
+        for kept in ctx.plan.analysis(model_sums):
+            ctx.warn(codes.SHARD_AVERAGE, kept.read, name=kept.name)
 
 
 def _reduce_curve(ctx: Context, loop: Loop, stmt: cst.BaseStatement) -> bool:
