@@ -233,21 +233,3 @@ def _none(value: cst.BaseExpression | None) -> bool:
 def _false(value: cst.BaseExpression | None) -> bool:
     """No argument, or ``False`` (``KFold(shuffle=False)``: the folds are not drawn)."""
     return value is None or (isinstance(value, cst.Name) and value.value == "False")
-
-
-def draws_while_training(facts: Facts, plan: Plan) -> bool:
-    """Whether a training loop draws from a global generator as it goes (through the functions it calls)."""
-    seen: set[int] = set()
-
-    def draws(sites: list[CallSite]) -> bool:
-        for site in sites:
-            if _library(site) is not None or site.method in ("sample", "rsample"):
-                return True
-            function = plan.callee(site)
-            if function is not None and id(function) not in seen:
-                seen.add(id(function))
-                if draws(function.calls):
-                    return True
-        return False
-
-    return any(draws(loop.calls) for loop in facts.loops if any(plan.reaches_backward(s) for s in loop.calls))

@@ -26,8 +26,9 @@ after the last shared draw (drawn at import time, the accelerator made in ``main
 statement that trains in a block walked after it; where no such place is found, the draws are left and reported.
 
 Where no prepared loader feeds training and the training loop draws its data as it goes (batches sampled at
-random, episodes), one seed would make every process draw the same batches: the draws are left as they are,
-with ACC032, as they are where the library that draws is not imported under a name the seed can use.
+random, episodes), the seed again per process after the shared draws gives each process its own batches, as each
+process's own shard would. The draws are left, with ACC032, where the library that draws is not imported under a
+name the seed can use.
 
 What is drawn before training, from which generator, what is seeded and where the random state is first used is
 ``analysis/draws_before_training.py``'s; this rule writes the seeds or reports why it cannot.
@@ -39,7 +40,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods import codes
-from accelify.codemods.analysis.draws_before_training import DrawWalk, draws_while_training
+from accelify.codemods.analysis.draws_before_training import DrawWalk
 from accelify.codemods.analysis.facts import Scope
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.snippets import code_of
@@ -119,8 +120,41 @@ accelerator.end_training()
             fires=False,
         ),
         Example(
-            # a target drawn before training, batches drawn in the loop: one seed would give every process the
-            # same batches, so it is reported
+            # NumPy's generator drawn through ``from numpy.random import rand`` in a module that binds ``numpy`` to
+            # something else: no name to seed it by, so it is reported
+            before='''\
+import torch
+from numpy.random import rand
+numpy = None
+w_true = torch.from_numpy(rand(4, 1)).float()
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(8):
+    x = torch.randn(16, 4)
+    torch.nn.functional.mse_loss(model(x), x @ w_true).backward()
+    optimizer.step()
+''',
+            after='''\
+import torch
+from numpy.random import rand
+from accelify.runtime import Accelerator
+accelerator = Accelerator(cpu=True)
+numpy = None
+w_true = torch.from_numpy(rand(4, 1)).float()
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+for step in range(8):
+    x = torch.randn(16, 4)
+    accelerator.backward(torch.nn.functional.mse_loss(model(x), x @ w_true))
+    optimizer.step()
+accelerator.end_training()
+''',
+            warnings=("ACC032:4",),
+        ),
+        Example(
+            # a target drawn before training, batches drawn in the loop: the target is seeded alike, and each process
+            # draws its own batches again after it (the regression of issue 23's class 8 hung on 2 processes)
             before='''\
 import torch
 w_true = torch.randn(4, 1)
@@ -135,7 +169,10 @@ for step in range(8):
 import torch
 from accelify.runtime import Accelerator
 accelerator = Accelerator(cpu=True)
+torch.manual_seed(0)
 w_true = torch.randn(4, 1)
+if accelerator.process_index > 0:
+    torch.manual_seed(accelerator.process_index)
 model = torch.nn.Linear(4, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 model, optimizer = accelerator.prepare(model, optimizer)
@@ -145,7 +182,6 @@ for step in range(8):
     optimizer.step()
 accelerator.end_training()
 ''',
-            warnings=("ACC032:2",),
         ),
     )
 
@@ -166,9 +202,6 @@ accelerator.end_training()
             return
         stmt, scope = walk.first
         draw = walk.draw.node
-        if not ctx.plan.feeds_training() and draws_while_training(ctx.facts, ctx.plan) and not _walks_drawn(ctx, stmt):
-            ctx.warn(codes.UNSEEDED_DRAWS, draw, name=code_of(draw.func), why="the training loop also draws its data as it goes")
-            return
         lines = []
         imports: list[str] = []  # libraries drawn from elsewhere that this module does not import whole: imported
         for library in sorted(walk.unseeded):
@@ -238,25 +271,3 @@ def _own_streams(ctx: Context, walk: DrawWalk, lines: list[str]) -> tuple[cst.Ba
         code = [f"if {accelerator}.process_index > 0:\n{seeds}"]
         return stmt, code, after
     return None
-
-
-def _walks_drawn(ctx: Context, first: cst.BaseStatement) -> bool:
-    """Whether a training loop walks data the draws before training make (set P's P11: ``sample_data`` filled with
-    random episodes in the statement that first draws, then ``for episode_data in sample_data:`` trains): that is
-    the data set every process must hold alike (episodes of other lengths on each process would pair unrelated
-    steps, and hang), so it is seeded, and each process gets its own stream for what the training draws after."""
-    names = {n.value for n in m.findall(first, m.Name()) if isinstance(n, cst.Name)}
-    order = ctx.facts.order
-    for loop in ctx.facts.loops:
-        if not any(ctx.plan.reaches_backward(site) for site in loop.calls):
-            continue
-        key = dotted(ctx.plan.loop_source(loop) or loop.node.iter)
-        root = key.split(".")[0] if key is not None else None
-        if root is None:
-            continue
-        if root in names:
-            return True
-        bound = loop.scope.bindings.get(root, [])
-        if bound and all(b.stmt in order and first in order and order[b.stmt][0] > order[first][0] for b in bound):
-            return True
-    return False

@@ -322,3 +322,53 @@ def test_folds_a_training_loop_draws_in_its_header_get_each_process_stream_in_it
     assert "np.random.seed(0)\n" in built_there and ("            if self.accelerator.process_index > 0:\n"
                                                      "                np.random.seed(self.accelerator.process_index)\n"
                                                      ) in built_there, built_there
+
+
+SPLIT_BY_A_DATA_CLASS = """\
+import numpy as np
+import torch
+
+
+class DataGenerator:
+    def __init__(self, pairs, ratio=0.8):
+        indices = list(range(len(pairs)))
+        np.random.shuffle(indices)
+        cut = int(len(pairs) * ratio)
+        self.train = [pairs[i] for i in indices[:cut]]
+        self.test = [pairs[i] for i in indices[cut:]]
+
+    def train_generator(self, batch_size):
+        order = np.random.permutation(len(self.train))
+        for start in range(0, len(order), batch_size):
+            yield [self.train[i] for i in order[start:start + batch_size]]
+
+
+def main():
+    pairs = [(torch.randn(4), torch.randn(1)) for _ in range(100)]
+    data_generator = DataGenerator(pairs)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for batch in data_generator.train_generator(8):
+            x = torch.stack([p[0] for p in batch])
+            y = torch.stack([p[1] for p in batch])
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_split_drawn_before_training_is_seeded_even_where_the_training_draws_its_batches_as_it_goes() -> None:
+    """L4 (seq2seq): a data class splits train/test with an unseeded ``np.random.shuffle`` and its generator shuffles
+    again each epoch. The split was reported (ACC032, "the training draws as it goes") and left to differ per process:
+    one process's test sentences were another's training sentences. The split is now seeded alike, and each process
+    gets its own stream back right after it, so the batches it draws as it goes are still its own."""
+    new = converted(SPLIT_BY_A_DATA_CLASS)
+    assert "    np.random.seed(0)\n    torch.manual_seed(0)\n    pairs = " in new, new
+    assert ("    data_generator = DataGenerator(pairs)\n    if accelerator.process_index > 0:\n"
+            "        np.random.seed(accelerator.process_index)\n        torch.manual_seed(accelerator.process_index)\n") in new, new
+    assert not any(c.startswith("ACC032") for c in codes(SPLIT_BY_A_DATA_CLASS))
