@@ -19,6 +19,7 @@ import libcst as cst
 
 from accelify.codemods.analysis.tree_walk import descendants
 from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.statement_shapes import is_import
 from accelify.codemods.engine.guards import join_main_guards
 
 Replacement = Callable[[cst.CSTNode], cst.CSTNode]
@@ -223,6 +224,8 @@ class _Applier(cst.CSTTransformer):
             if inserted and isinstance(new, (cst.FunctionDef, cst.ClassDef)):
                 # a definition keeps its blank lines and comments (PEP 8); the inserted code gets the blank lines too
                 blank = [line for line in new.leading_lines if line.comment is None][:2]
+                if out and is_import(out[-1]) and all(is_import(s) for s in inserted):
+                    blank = []  # an import after the imports: no blank lines between them
                 out.extend(_lead(inserted, _merge(carried, blank)))
             elif inserted:
                 out.extend(_lead(inserted, _merge(carried, new.leading_lines)))

@@ -1,6 +1,9 @@
 """ReplaceDevice: the device variable becomes ``accelerator.device``, or goes away when nothing uses it.
 
-``args.device = ...`` and ``self.device = ...`` are handled the same way.
+``args.device = ...`` and ``self.device = ...`` are handled the same way. Where the accelerator is not at hand (a
+device chosen in the ``__main__`` block or at a module's top level and handed to a trainer class or a ``main()`` that
+makes the accelerator, a model's own ``self.device``), it becomes the runtime's process state's device
+(``PartialState().device``), which is the accelerator's.
 """
 
 from __future__ import annotations
@@ -106,7 +109,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 from accelify.runtime import Accelerator, PartialState
 
-device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+device = PartialState().device
 PartialState().print(f"training on {device}")
 
 
@@ -127,7 +130,64 @@ def main():
 if __name__ == "__main__":
     main()
 ''',
-            warnings=("ACC011:4",),
+        ),
+        Example(
+            # the device of the module's top level, assigned in two places where the accelerator is not at hand: one
+            # assignment cannot be the process state's for both, so it is reported
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+device = "cpu"
+if torch.cuda.is_available():
+    device = "cuda"
+print(f"training on {device}")
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(64, 16), torch.randn(64, 1)), batch_size=8)
+    model = torch.nn.Linear(16, 1).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator, PartialState
+
+device = "cpu"
+if torch.cuda.is_available():
+    device = "cuda"
+PartialState().print(f"training on {device}")
+
+
+def main():
+    accelerator = Accelerator()
+    loader = DataLoader(TensorDataset(torch.randn(64, 16), torch.randn(64, 1)), batch_size=8)
+    model = torch.nn.Linear(16, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        accelerator.backward(loss)
+        optimizer.step()
+    accelerator.end_training()
+
+
+if __name__ == "__main__":
+    main()
+''',
+            warnings=("ACC011:4", "ACC011:6"),
         ),
         Example(  # a string device compared with a type keeps its meaning: accelerator.device is a torch.device
             before='''\
@@ -232,7 +292,7 @@ accelerator.end_training()
         if accelerator is not None and _single_assign(stmt) and not ctx.after_accelerator(binding.where, stmt) \
                 and self._bound_again(ctx, binding, accelerator):
             return
-        if accelerator is None and self._model_state(ctx, binding):
+        if accelerator is None and (self._model_state(ctx, binding) or self._process_device(ctx, binding)):
             return
         if accelerator is None or not ctx.after_accelerator(binding.where, stmt) or not _single_assign(stmt):
             ctx.warn(codes.DEVICE_NOT_REPLACED, stmt, name=binding.key)
@@ -241,6 +301,24 @@ accelerator.end_training()
         if ctx.replace(binding.value, stmt, lambda _, a=accelerator: expression(f"{a}.device")):  # type: ignore[misc]
             ctx.change("use accelerator.device")
             self._type_tests(ctx, binding)
+
+    def _process_device(self, ctx: Context, binding: Binding) -> bool:
+        """A device variable where the accelerator is not at hand (F10's ``device = CudaUtils.get_device()`` in the
+        ``__main__`` block, handed to a trainer class that makes the accelerator and to the methods that place its
+        batches): ``device = PartialState().device``, the runtime's process state, whose device is the
+        accelerator's. True when done; not in code nothing runs, for a name assigned more than once, or where the
+        state cannot be made as the accelerator is (its ``cpu`` an expression)."""
+        stmt = binding.stmt
+        if not _single_assign(stmt) or binding.value is None or ctx.plan.never_run(binding.where) \
+                or len(binding.where.bindings.get(binding.key, [])) != 1:
+            return False
+        state = ctx.process_state(shared=False)
+        if state is None or not ctx.replace(binding.value, stmt, lambda _, e=f"{state}.device": expression(e)):  # type: ignore[misc]
+            return False
+        ctx.import_state(binding.where.unit)
+        ctx.change("a device where the accelerator is not at hand: the process's own")
+        self._type_tests(ctx, binding)
+        return True
 
     def _model_state(self, ctx: Context, binding: Binding) -> bool:
         """A model's own device choice in its ``__init__``, which the accelerator does not reach (N4's

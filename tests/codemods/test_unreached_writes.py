@@ -272,3 +272,60 @@ def test_an_accelerator_whose_cpu_the_model_cannot_read_leaves_the_save_reported
     model = _companion(result, "model.py")
     assert "        self.device = PartialState().device\n" in model
     assert "    def save(self, path):\n        torch.save(self, path)" in model
+
+
+# F10's shape: the device comes from a helper in the ``__main__`` block and is handed to a trainer class that makes the
+# accelerator in its ``__init__``, and to the methods that use it (here to draw noise on it)
+DEVICE_HANDED_TO_A_TRAINER = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def get_device():
+    return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+
+
+class Trainer:
+    def __init__(self, lr, device):
+        self.model = torch.nn.Linear(4, 1).to(device)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=lr)
+
+    def train_all_batches(self, loader, device):
+        total = 0.0
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            self.optimizer.zero_grad()
+            noise = 0.01 * torch.randn(y.shape, device=device)
+            loss = torch.nn.functional.mse_loss(self.model(x), y + noise)
+            loss.backward()
+            self.optimizer.step()
+            total += loss.item()
+        return total / len(loader)
+
+    def fit(self, dataset, epochs, device):
+        loader = DataLoader(dataset, batch_size=8, shuffle=True)
+        for epoch in range(epochs):
+            print(epoch, self.train_all_batches(loader, device))
+
+
+if __name__ == "__main__":
+    device = get_device()
+    trainer = Trainer(lr=0.1, device=device)
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    trainer.fit(data, 2, device)
+"""
+
+
+def test_a_device_where_the_accelerator_is_not_at_hand_is_the_process_states() -> None:
+    """F10 (a recommender's ``Trainer``): ``device = get_device()`` in the ``__main__`` block, ``cuda:0`` on every
+    process on a GPU machine, reported (ACC011). It is the process state's device now, the accelerator's; the import
+    goes beside the accelerator's, with no blank lines between them."""
+    result = convert_source(DEVICE_HANDED_TO_A_TRAINER)
+    assert [w.code for w in result.warnings] == []
+    assert '    device = PartialState().device\n    trainer = Trainer(lr=0.1, device=device)' in result.new
+    assert "from accelify.runtime import Accelerator\nfrom accelify.runtime import PartialState\n\n\ndef get_device" in result.new
+
+
+def test_a_device_assigned_twice_where_the_accelerator_is_not_at_hand_is_still_reported() -> None:
+    """Near miss: a name the block assigns again cannot be tied at one assignment."""
+    source = DEVICE_HANDED_TO_A_TRAINER.replace("    device = get_device()\n", "    device = get_device()\n    device = get_device()\n")
+    assert [w.code for w in convert_source(source).warnings] == ["ACC011", "ACC011"]
