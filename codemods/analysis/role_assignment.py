@@ -17,6 +17,7 @@ from accelify.codemods.analysis.roles import (
     classify,
     element_call,
     factory_role,
+    is_cpu_device,
     names_a_device,
     parameter_owners,
     parameter_owners_in,
@@ -43,6 +44,7 @@ class RoleAssignment(Flow):
                     for b in bindings:
                         if b.role is None and b.value is not None and names_a_device(b.value, b.where.imports):
                             b.role = "device"
+        self._cpu_training_devices()
         for filled in filled_dicts(self.facts):  # ``loaders = {}`` then ``loaders["train"] = DataLoader(...)``
             filled.binding.role = "loader"
             self.filled[id(filled.binding)] = filled
@@ -195,6 +197,31 @@ class RoleAssignment(Flow):
         # ``model=BaseModule`` both classes handed to ``__init__``: the model has no role yet (it gets one from the
         # optimizer that trains it); stepped, zeroed and handed parameters, the call makes the optimizer
         return bool(owners) and isinstance(value.func, cst.Name) and value.func.value in binding.where.param_names
+
+    def _cpu_training_devices(self) -> None:
+        """``DEV = torch.device("cpu")`` (or ``"cpu"``), the name's only value, that a model is placed on
+        (``Net().to(DEV)``, ``model.to(DEV)``): the device the program trains on, written out because the author's
+        machine has no GPU. It is a device variable like any (``accelerator.device``, its model and batch placements
+        going): left as it was, it kept the batches of prepared loaders on the CPU while ``prepare`` put the model on
+        the GPU (set N's N13, a seq2seq notebook: no warning, as it is not named ``device``). A CPU device nothing
+        places a model on (``cpu = torch.device("cpu")`` for ``.to(cpu).numpy()``) is left alone."""
+        placed_models: set[str] = set()
+        for site in self.facts.calls:
+            if site.method != "to" or not site.node.args or not isinstance(site.node.args[0].value, cst.Name):
+                continue
+            receiver = site.node.func.value  # type: ignore[attr-defined]
+            model = classify(receiver, site.scope.imports, self.facts.classes) == "model" or (
+                isinstance(receiver, cst.Name) and any(
+                    classify(b.value, b.where.imports, self.facts.classes) == "model"
+                    for b in site.scope.bindings.get(receiver.value, []) if b.value is not None))
+            if model:
+                placed_models.add(site.node.args[0].value.value)
+        for scope in self.facts.scopes:
+            for key, bindings in scope.bindings.items():
+                if key in placed_models and all(
+                        b.role is None and b.value is not None and is_cpu_device(b.value, b.where.imports) for b in bindings):
+                    for b in bindings:
+                        b.role = "device"
 
     def _made_by_helper(self, binding: Binding) -> None:
         """``opt = make_optimizer(model, **cfg)`` where the helper returns ``torch.optim.AdamW(...)``

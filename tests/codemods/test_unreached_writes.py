@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from accelify.pipeline import Result, convert_source
 from accelify.program import ModuleText
-from _convert import dedent
+from _convert import converted, dedent
 
 # O18's train.py + utils.py shape: the helper runs the prepared model over the unprepared validation loader and
 # writes two images per batch, so its calls reach the other processes and cannot be kept to the main process
@@ -329,3 +329,36 @@ def test_a_device_assigned_twice_where_the_accelerator_is_not_at_hand_is_still_r
     """Near miss: a name the block assigns again cannot be tied at one assignment."""
     source = DEVICE_HANDED_TO_A_TRAINER.replace("    device = get_device()\n", "    device = get_device()\n    device = get_device()\n")
     assert [w.code for w in convert_source(source).warnings] == ["ACC011", "ACC011"]
+
+
+CPU_DEVICE_NAMED_DEV = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+DEV = torch.device("cpu")
+loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)
+model = torch.nn.Linear(4, 1).to(DEV)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    x, y = x.to(DEV), y.to(DEV)
+    optimizer.zero_grad()
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    optimizer.step()
+"""
+
+
+def test_a_cpu_device_the_model_is_placed_on_is_the_training_device() -> None:
+    """N13 (a seq2seq notebook): ``DEV = torch.device("cpu")``, the model placed on it. Left as it was under
+    ``Accelerator()``, the prepared loader's batches went back to the CPU while ``prepare`` put the model on the GPU,
+    with no warning (the name is not ``device``). It is the training device: ``accelerator.device``, its placements
+    gone."""
+    new = converted(CPU_DEVICE_NAMED_DEV)
+    assert "DEV" not in new and "accelerator = Accelerator()\n" in new, new
+    assert convert_source(CPU_DEVICE_NAMED_DEV).warnings == ()
+
+
+def test_a_cpu_device_that_places_no_model_is_left() -> None:
+    """Near miss: ``cpu = torch.device("cpu")`` for ``.to(cpu).numpy()`` is where values must go, not a device choice."""
+    source = CPU_DEVICE_NAMED_DEV.replace('DEV = torch.device("cpu")', 'cpu = torch.device("cpu")').replace(
+        "model = torch.nn.Linear(4, 1).to(DEV)", "model = torch.nn.Linear(4, 1)").replace(
+        "    optimizer.step()\n", "    optimizer.step()\n    print(model(x).to(cpu).detach().numpy().sum())\n")
+    assert ".to(cpu)" in converted(source)
