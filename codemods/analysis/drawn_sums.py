@@ -60,17 +60,22 @@ def drawn_sums(plan: Plan) -> list[DrawnSum]:
 
 
 def _draws_prepared(plan: Plan, site: CallSite) -> bool:
-    """``next(it)`` (``it = iter(loader)``) or ``next(iter(loader))`` of a loader the plan prepares."""
-    if not (m.matches(site.node.func, m.Name("next")) and site.node.args):
+    return draws_prepared(plan, site.scope, site.node, site.stmt)
+
+
+def draws_prepared(plan: Plan, scope: Scope, call: cst.Call, at: cst.BaseStatement) -> bool:
+    """Whether ``call`` is ``next(it)`` (``it = iter(loader)``) or ``next(iter(loader))`` of a loader the plan
+    prepares: a batch of this process's shard, on the accelerator's device."""
+    if not (m.matches(call.func, m.Name("next")) and call.args):
         return False
-    source = site.node.args[0].value
+    source = call.args[0].value
     values = [source]
     if isinstance(source, cst.Name):
-        values = [b.value for b in site.scope.bindings.get(source.value, []) if b.value is not None]
+        values = [b.value for b in scope.bindings.get(source.value, []) if b.value is not None]
     for value in values:
         if isinstance(value, cst.Call) and m.matches(value.func, m.Name("iter")) and len(value.args) == 1:
             loader = value.args[0].value
-            prepared = plan.prepared(site.scope, loader, site.stmt)
+            prepared = plan.prepared(scope, loader, at)
             if (prepared is not None and prepared.role == "loader") or any(w.call is loader for w in plan.wrapped):
                 return True  # (a loader built where it is drawn from is prepared there: ``iter(DataLoader(...))``)
     return False

@@ -23,6 +23,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods.analysis.distributed import data_parallel_sites
+from accelify.codemods.analysis.drawn_sums import draws_prepared
 from accelify.codemods.analysis.statement_shapes import target_names
 from accelify.codemods.analysis.facts import Binding, CallSite, Loop, Scope
 from accelify.codemods.analysis.plan import Plan
@@ -51,7 +52,7 @@ def placed_by_runtime(plan: Plan) -> bool:
              if not plan.in_other_trainer(site.scope) and not plan.in_other_trainer(plan.callee(site))]
     for site in calls:
         runs_model = site.method == "backward" or plan.prepared_model(site.scope, site.node.func, site.stmt) is not None
-        if runs_model and not in_loader_loop(plan, site):
+        if runs_model and not in_loader_loop(plan, site) and not _fed_a_drawn_batch(plan, site):
             return False
         if _runs_unprepared_model(plan, site):
             return False
@@ -117,6 +118,21 @@ def split_batches(plan: Plan) -> bool:
     facts = plan.facts
     wraps = [s for s in data_parallel_sites(facts) if not wraps_unprepared_model(plan, s)]
     return bool(plan.distributed.global_batch(facts, bool(wraps)))
+
+
+def _fed_a_drawn_batch(plan: Plan, site: CallSite) -> bool:
+    """A forward whose every input is (part of) a batch drawn from a prepared loader with ``next`` (S1's
+    ``X, y = next(iter(test_loader))`` then ``model(X)``): the runtime placed it."""
+    names = [a.value for a in site.node.args]
+    if not names or not all(isinstance(n, cst.Name) for n in names):
+        return False
+    for name in names:
+        bindings = site.scope.bindings.get(name.value, [])  # type: ignore[attr-defined]
+        values = [b.unpacked[0] if b.unpacked is not None else b.value for b in bindings]
+        if not values or not all(isinstance(v, cst.Call) and draws_prepared(plan, site.scope, v, b.stmt)
+                                 for v, b in zip(values, bindings)):
+            return False
+    return True
 
 
 def in_loader_loop(plan: Plan, site: CallSite) -> bool:

@@ -1,6 +1,9 @@
 """SwapPrint: ``print(...)`` once the accelerator exists -> ``accelerator.print(...)`` (once per machine).
 
-Prints before the accelerator is created, and in functions that do not have it, stay as they are, but for what a
+A plain function the accelerator is not threaded into that runs only once it exists (every call of it after the
+accelerator, in a scope that has it, or in another such function) prints through ``PartialState().print``, the
+accelerator's state (a helper printing a sample's label, a data helper printing ``df.head()``: each line came N
+times). Prints before the accelerator is created, and in functions called before it exists, stay as they are, but for what a
 local module prints while it is imported (a data module that reports as it loads: ``print("Number of samples:", n)``
 at its top level, or in a function its top level calls). That import runs on every process before the accelerator
 exists, so each line came N times: it goes through the runtime's ``PartialState``, the process facts the accelerator
@@ -20,7 +23,7 @@ import libcst as cst
 
 from accelify.codemods import codes
 from accelify.codemods.analysis.creation import Creation
-from accelify.codemods.analysis.facts import CallSite
+from accelify.codemods.analysis.facts import CallSite, Scope
 from accelify.codemods.analysis.import_time import LITERAL_CPU, EntryLevel, before_exit, import_time_prints
 from accelify.codemods.analysis.snippets import code_of, expression
 from accelify.codemods.engine.context import Context
@@ -67,6 +70,48 @@ accelerator.end_training()
 ''',
         ),
         Example(
+            # a helper called before the accelerator exists (from the entry block, before ``main()``) keeps its print
+            before='''\
+import torch
+
+def log(message):
+    print(message)
+
+def main():
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x in torch.ones(4, 2):
+        model(x).sum().backward()
+        optimizer.step()
+
+if __name__ == "__main__":
+    log("starting")
+    main()
+''',
+            after='''\
+import torch
+from accelify.runtime import Accelerator
+
+def log(message):
+    print(message)
+
+def main():
+    accelerator = Accelerator(cpu=True)
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    for x in torch.ones(4, 2):
+        accelerator.backward(model(x).sum())
+        optimizer.step()
+    accelerator.end_training()
+
+if __name__ == "__main__":
+    log("starting")
+    main()
+''',
+            fires=False,
+        ),
+        Example(
             before='''\
 import torch
 
@@ -81,12 +126,14 @@ def main():
         model(x).sum().backward()
         optimizer.step()
 ''',
+            # a helper the accelerator is not threaded into, called once it exists: its print goes through the state
             after='''\
 import torch
 from accelify.runtime import Accelerator
+from accelify.runtime import PartialState
 
 def log(message):
-    print(message)
+    PartialState().print(message)
 
 def main():
     accelerator = Accelerator(cpu=True)
@@ -99,7 +146,6 @@ def main():
         optimizer.step()
     accelerator.end_training()
 ''',
-            fires=False,
         ),
         Example(
             before='''\
@@ -290,6 +336,7 @@ if __name__ == "__main__":
         if not ctx.notebook:
             _import_time(ctx)
             _entry_level(ctx)
+            _helpers(ctx)
 
 
 def _import_time(ctx: Context) -> None:
@@ -331,6 +378,44 @@ def _entry_level(ctx: Context) -> None:
         if entry.home.unit != "__main__":
             _import_state(ctx, "__main__")
         ctx.change("print at the script's top level -> PartialState().print")
+
+
+def _helpers(ctx: Context) -> None:
+    """The prints of a plain function the accelerator is not threaded into, which runs only after the accelerator
+    exists (every call of it is in a scope that has it, after it, or in another such function: S1's
+    ``test_single_example(model, test_loader)`` printing a sample's label, a data helper printing ``df.head()``).
+    Each process printed its line: they go through ``PartialState().print``, the accelerator's state (once per
+    machine, as ``accelerator.print``)."""
+    if not ctx.accelerating:
+        return
+    memo: dict[int, bool] = {}
+    done: set[str] = set()
+    for site in ctx.facts.calls:
+        scope = site.scope
+        if site.qualname != "print" or not isinstance(site.node.func, cst.Name) or scope.resolve("print") is not None \
+                or ctx.edits.replaced(site.node.func) or ctx.accelerator_in(scope) is not None \
+                or before_exit(ctx.facts, site.stmt) or not _runs_after_accelerator(ctx, scope, memo, frozenset()):
+            continue
+        if ctx.replace(site.node.func, site.stmt, lambda _: expression("PartialState().print")):
+            if scope.unit not in done:
+                done.add(scope.unit)
+                _import_state(ctx, scope.unit)
+            ctx.change("print in a helper called once the accelerator exists -> PartialState().print")
+
+
+def _runs_after_accelerator(ctx: Context, scope: Scope, memo: dict[int, bool], seen: frozenset[int]) -> bool:
+    """Whether the plain function ``scope`` is only called once the accelerator exists (see ``_helpers``)."""
+    if id(scope) in memo:
+        return memo[id(scope)]
+    if scope.kind != "function" or scope.class_scope is not None or id(scope) in seen or ctx.plan.never_run(scope):
+        return False
+    sites = ctx.plan.run_sites(scope)
+    result = bool(sites) and all(
+        (ctx.accelerator_in(s.scope) is not None and ctx.after_accelerator(s.scope, s.stmt))
+        or (ctx.accelerator_in(s.scope) is None and _runs_after_accelerator(ctx, s.scope, memo, seen | {id(scope)}))
+        for s in sites)
+    memo[id(scope)] = result
+    return result
 
 
 def _import_state(ctx: Context, unit: str) -> None:

@@ -645,14 +645,15 @@ def test_what_a_data_module_prints_while_it_is_imported_is_printed_once() -> Non
     """L2 (speech commands): ``loader.py`` printed "Preparing file names ..." and the set sizes while the training
     script imported it, on every process (each line N times), and nothing said so. Those prints (at the module's
     top level or in a function it calls there) go through ``PartialState`` with the accelerator's own ``cpu``; a
-    print into a file, the module's own ``__main__`` block and a helper the script calls later are not import-time
-    prints; where the accelerator's ``cpu`` is an expression the module cannot read, ACC056 says so."""
+    print into a file and the module's own ``__main__`` block are not import-time prints (a helper the script calls
+    once the accelerator exists prints through ``PartialState()`` as well); where the accelerator's ``cpu`` is an expression the module cannot read, ACC056 says so."""
     result = convert_source(DATA_SCRIPT, modules=[ModuleText("data", "data.py", DATA_MODULE)])
     assert result.status == "converted" and _found(result) == [], _found(result)
     data = result.companions[0].new
     assert "from torch.utils.data import TensorDataset\nfrom accelify.runtime import PartialState\n" in data, data
-    assert data.count("    PartialState(cpu=True).print(") == 2 and data.count("PartialState") == 3, data
-    assert "    print('samples:', len(data))\n" in data and "print('Number of samples:', len(train_data), file=" in data
+    assert data.count("    PartialState(cpu=True).print(") == 2 and data.count("PartialState") == 4, data
+    # the helper the script calls once the accelerator exists prints once too (S1's class, thirteenth stop)
+    assert "    PartialState().print('samples:', len(data))\n" in data and "print('Number of samples:', len(train_data), file=" in data
     assert "    print('a self-test: never runs on import')\n" in data, data
     again = convert_source(result.new, modules=[ModuleText("data", "data.py", data)])
     assert again.new == result.new and all(c.new == c.old for c in again.companions), again.companions
@@ -663,7 +664,9 @@ def test_what_a_data_module_prints_while_it_is_imported_is_printed_once() -> Non
                               "model = nn.Linear(4, 2).to(device)\n")
     reported = convert_source(flagged, modules=[ModuleText("data", "data.py", DATA_MODULE)])
     assert _found(reported) == ["data.py:ACC056"], (_found(reported), reported.new)
-    assert "PartialState" not in "".join(c.new for c in reported.companions)
+    joined = "".join(c.new for c in reported.companions)
+    assert "PartialState(cpu" not in joined and "    print('Preparing file names" in joined, joined
+    assert "    PartialState().print('samples:', len(data))\n" in joined, joined  # made after the accelerator: its state
 
 
 def test_only_the_modules_own_mode_switch_hands_back_the_same_model() -> None:

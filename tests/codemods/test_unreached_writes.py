@@ -362,3 +362,53 @@ def test_a_cpu_device_that_places_no_model_is_left() -> None:
         "model = torch.nn.Linear(4, 1).to(DEV)", "model = torch.nn.Linear(4, 1)").replace(
         "    optimizer.step()\n", "    optimizer.step()\n    print(model(x).to(cpu).detach().numpy().sum())\n")
     assert ".to(cpu)" in converted(source)
+
+
+HELPER_PRINTS_A_DRAWN_SAMPLE = """import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def load_dataloaders(n):
+    x = torch.randn(n, 4)
+    y = (x.sum(1) > 0).long()
+    print("samples:", n)
+    return DataLoader(TensorDataset(x, y), batch_size=8, shuffle=True), DataLoader(TensorDataset(x, y), batch_size=8)
+
+
+def test_single_example(model, test_loader):
+    model.eval()
+    X, y = next(iter(test_loader))
+    with torch.no_grad():
+        preds = model(X).argmax(dim=1)
+    print("True label:", y[0].item())
+    print("Pred label:", preds[0].item())
+
+
+def main():
+    train_loader, test_loader = load_dataloaders(64)
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for epoch in range(2):
+        model.train()
+        for X, y in train_loader:
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(X), y).backward()
+            optimizer.step()
+        test_single_example(model, test_loader)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_helper_called_once_the_accelerator_exists_prints_once_and_a_drawn_batch_needs_no_cpu_pin() -> None:
+    """S1 (a sign-language CNN, thirteenth stop): ``test_single_example(model, test_loader)`` draws
+    ``X, y = next(iter(test_loader))`` and prints a label; ``load_dataloaders`` prints a count. Neither helper gets
+    the accelerator, so each process printed every line; and the forward on the drawn batch, outside a loop over the
+    loader, pinned the accelerator to the CPU (``Accelerator(cpu=True)``) though the runtime places that batch. The
+    prints go through ``PartialState().print``, and the accelerator is ``Accelerator()``."""
+    new = converted(HELPER_PRINTS_A_DRAWN_SAMPLE)
+    assert "accelerator = Accelerator()\n" in new, new
+    assert new.count("PartialState().print(") == 3 and "    print(" not in new, new
