@@ -45,6 +45,7 @@ class RoleAssignment(Flow):
                         if b.role is None and b.value is not None and names_a_device(b.value, b.where.imports):
                             b.role = "device"
         self._cpu_training_devices()
+        self._chosen_optimizer_classes()
         for filled in filled_dicts(self.facts):  # ``loaders = {}`` then ``loaders["train"] = DataLoader(...)``
             filled.binding.role = "loader"
             self.filled[id(filled.binding)] = filled
@@ -197,6 +198,18 @@ class RoleAssignment(Flow):
         # ``model=BaseModule`` both classes handed to ``__init__``: the model has no role yet (it gets one from the
         # optimizer that trains it); stepped, zeroed and handed parameters, the call makes the optimizer
         return bool(owners) and isinstance(value.func, cst.Name) and value.func.value in binding.where.param_names
+
+    def _chosen_optimizer_classes(self) -> None:
+        """``optimizer_class = optim.Adam`` (or ``optim.SGD``, in the branches of an ``if`` on a flag), then
+        ``self._g_opt = optimizer_class(self._g_net.parameters(), lr=...)``: the call builds an optimizer (S5, a
+        pix2pix trainer, was refused with ACC012, "no optimizer was found")."""
+        for binding in self.facts.bindings():
+            value = binding.value
+            if binding.role is not None or not isinstance(value, cst.Call) or not isinstance(value.func, cst.Name):
+                continue
+            classes = [b.value for b in binding.where.bindings.get(value.func.value, [])]
+            if classes and all(c is not None and _optimizer_class(binding.where, c) for c in classes):
+                binding.role = "optimizer"
 
     def _cpu_training_devices(self) -> None:
         """``DEV = torch.device("cpu")`` (or ``"cpu"``), the name's only value, that a model is placed on
@@ -358,3 +371,10 @@ def _from_torch_optim(binding: Binding) -> bool:
     q = where.imports.qualname(core.func) or ""
     return q.startswith("torch.optim.") or q in LIBRARY_OPTIMIZERS or \
         factory_role(core, where.imports, {}) == "optimizer"  # ``config.init_obj('optimizer', torch.optim, params)``
+
+
+def _optimizer_class(scope: Scope, value: cst.BaseExpression) -> bool:
+    """``optim.Adam``, ``torch.optim.SGD``: a class of ``torch.optim`` named, not called."""
+    name = scope.imports.qualname(value) or ""
+    last = name.rsplit(".", 1)[-1]
+    return name.startswith("torch.optim.") and name.count(".") == 2 and last[:1].isupper() and last != "Optimizer"
