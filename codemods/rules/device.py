@@ -309,6 +309,8 @@ accelerator.end_training()
         accelerator's. True when done; not in code nothing runs, for a name assigned more than once, or where the
         state cannot be made as the accelerator is (its ``cpu`` an expression)."""
         stmt = binding.stmt
+        if ctx.notebook:
+            return False  # the notebook's own process must not make the state before ``notebook_launcher`` starts the others
         if not _single_assign(stmt) or binding.value is None or ctx.plan.never_run(binding.where) \
                 or len(binding.where.bindings.get(binding.key, [])) != 1:
             return False
