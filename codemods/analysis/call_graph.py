@@ -75,12 +75,19 @@ class CallGraph:
 
     def never_run(self, scope: Scope) -> bool:
         """Whether ``scope`` is a module-level function of the program that nothing calls, and whose name nothing reads
-        (N15's ``experiment_embedding_dims``, its call commented out): what its calls pass says nothing of a run."""
-        if scope.kind != "function" or scope.parent is None or scope.parent.kind != "module" or self.call_sites(scope):
+        (N15's ``experiment_embedding_dims``, its call commented out), or a method of a module-level class whose name
+        nothing reads (set Q's Q2: ``SimCLR.tune``, in a module the entry script imports another class from): what
+        its calls pass says nothing of a run."""
+        if scope.kind != "function" or scope.parent is None:
             return False
         if self._names_read is None:
             self._names_read = {name for s in self.facts.scopes for name in s.refs}
             self._names_read |= {attribute.attr.value for s in self.facts.scopes for attribute, _ in s.attributes}
+        owner = scope.parent
+        if owner.kind == "class" and owner.parent is not None and owner.parent.kind == "module":
+            return owner.name not in self._names_read
+        if owner.kind != "module" or self.call_sites(scope):
+            return False
         return scope.name not in self._names_read
 
     def _resolve_callee(self, site: CallSite) -> Scope | None:
@@ -223,7 +230,9 @@ class CallGraph:
         return None
 
     def _init(self, cls: Scope | None) -> Scope | None:
-        return self.facts.function("__init__", cls) if cls is not None else None
+        """The ``__init__`` building ``cls`` runs: its own, else the one it inherits from a base class of the program
+        (set Q's Q2: ``FineTune(model)`` runs ``BaseModel.__init__``, which keeps the model)."""
+        return self.classes.method(cls, "__init__") if cls is not None else None
 
     def arg_for(self, site: CallSite, function: Scope, param: str) -> cst.Arg | None:
         """The argument ``site`` passes for ``function``'s parameter ``param``."""

@@ -49,12 +49,28 @@ class Flow(CallGraph):
         if owner is None:
             return None
         bindings = owner.bindings.get(key)
+        if not bindings and head == "self" and owner.kind == "class":
+            bindings = self._inherited(owner, key)  # ``self.model`` set by the base class's ``__init__`` (set Q's Q2)
         if not bindings:
             return None
         # ``loader = None`` then ``if ...: loader = get_loader(...)``: the placeholder holds no object
         placeholder = [b for b in bindings if isinstance(b.value, cst.Name) and b.value.value == "None"]
         return next((b for b in bindings if b.role is not None),
                     next((b for b in bindings if b not in placeholder), bindings[0]))
+
+    def _inherited(self, cls: Scope, key: str) -> list[Binding]:
+        """The bindings of ``self.<attr>`` (``key``) the program's base classes of ``cls`` make, nearest first."""
+        seen: set[int] = set()
+        todo = list(self.classes.bases(cls))  # type: ignore[attr-defined]
+        while todo:
+            base = todo.pop(0)
+            if id(base) in seen:
+                continue
+            seen.add(id(base))
+            if base.bindings.get(key):
+                return base.bindings[key]
+            todo += self.classes.bases(base)  # type: ignore[attr-defined]
+        return []
 
     def origin(self, scope: Scope, expr: cst.BaseExpression) -> Binding | None:
         """Where the object ``expr`` (a name, ``self.x``, ``args.x``, or a call of a local function)

@@ -83,9 +83,10 @@ class RoleAssignment(Flow):
         key = dotted(owner)
         binding = self.binding_of(where, key) if key is not None else None
         function = binding.where if binding is not None else None
-        if binding is None or function is None or function.kind != "function" or not isinstance(binding.value, cst.Name):
-            return None
-        param = binding.value.value
+        value = strip_placement(binding.value) if binding is not None and binding.value is not None else None
+        if binding is None or function is None or function.kind != "function" or not isinstance(value, cst.Name):
+            return None  # (``self.model = model.to(self.device)`` keeps the model all the same: set Q's Q2)
+        param = value.value
         if param not in function.param_names or param in function.bindings:
             return None
         sites = self.run_sites(function)

@@ -1,8 +1,11 @@
-"""Shapes of the programs the lead tried this stop (set S, thirteenth stop; docs/FIELD_TESTS.md names them)."""
+"""Shapes of the programs tried this stop (sets S and Q, thirteenth stop; docs/FIELD_TESTS.md names them)."""
 
 from __future__ import annotations
 
 from _convert import codes, converted
+
+from accelify.pipeline import convert_source
+from accelify.program import ModuleText
 
 CHOSEN_OPTIMIZER_CLASS = """\
 import torch
@@ -49,3 +52,95 @@ def test_an_optimizer_built_through_a_chosen_class_is_an_optimizer() -> None:
     assert "self.opt = optimizer_class(self.model.parameters(), lr=0.01)\n" in new
     assert "self.accelerator.prepare(" in new or "accelerator.prepare(" in new, new
 
+
+
+# set Q's Q2 (a SimCLR pre-train/fine-tune cycle): a trainer whose base class's ``__init__`` keeps the model it is
+# handed (``self.model = model.to(self.device)``), a subclass method building the optimizer and training on the loader
+# a base method returns, and another class of the module (``SimCLR``) that the entry script never builds
+TUNER_MODULE = """import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+
+
+class BaseModel:
+    def __init__(self, model, batch_size=8):
+        self.model = model.to(self.device)
+        self.batch_size = batch_size
+
+    @property
+    def device(self):
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+
+    def load_data(self, dataset):
+        return DataLoader(dataset, batch_size=self.batch_size, shuffle=True)
+
+
+class FineTune(BaseModel):
+    def fine_tune(self, dataloader, n_epochs=2):
+        criterion = nn.CrossEntropyLoss()
+        optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-3)
+        for epoch in range(n_epochs):
+            for x, y in dataloader:
+                optimizer.zero_grad()
+                loss = criterion(self.model(x.to(self.device)), y.to(self.device))
+                loss.backward()
+                optimizer.step()
+            print(epoch, loss.item())
+        return self.model
+
+
+class SimCLR:
+    def __init__(self, model):
+        self.model = model
+
+    def make_tuner(self, model):
+        self.tuner = FineTune(model)
+
+    def tune(self, data, epochs):
+        dataloader = self.tuner.load_data(data)
+        return self.tuner.fine_tune(dataloader, epochs)
+
+    def full(self, data, n_cycles=2):
+        for i in range(n_cycles):
+            self.make_tuner(self.model)
+            self.tune(data, 1)
+"""
+
+TUNER_SCRIPT = """import torch
+from torch.utils.data import TensorDataset
+from makers import FineTune
+
+
+def main():
+    data = TensorDataset(torch.randn(64, 4), torch.randint(0, 3, (64,)))
+    tuner = FineTune(torch.nn.Linear(4, 3))
+    loader = tuner.load_data(data)
+    tuner.fine_tune(loader)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_model_kept_by_an_inherited_init_is_not_left_out_of_prepare() -> None:
+    """The file was refused (ACC021) because ``fine_tune``'s loader parameter had a second caller in ``SimCLR.tune``,
+    a method of a class nothing builds; that caller no longer decides (methods of a class nothing names never run).
+    Behind it, ``FineTune(torch.nn.Linear(4, 3))`` runs the inherited ``BaseModel.__init__`` that keeps the model: not
+    seen, the conversion prepared the optimizer and the loader only, each process training its own copy, silently.
+    The model is followed through the inherited ``__init__`` now; no place holds it with the optimizer, so the file is
+    refused, naming it (ACC014)."""
+    result = convert_source(TUNER_SCRIPT, modules=[ModuleText("makers", "makers.py", TUNER_MODULE)])
+    found = [(w.code, w.line) for r in (result, *result.companions) for w in r.warnings]
+    assert result.status == "attention" and found == [("ACC014", 8)], (result.status, found)
+    assert "`self.model`" in result.reason
+
+
+def test_a_method_of_a_class_the_program_builds_still_decides() -> None:
+    """Near miss: where the entry script builds ``SimCLR`` too, its ``tune`` runs, and its call still counts."""
+    script = TUNER_SCRIPT.replace("from makers import FineTune", "from makers import FineTune, SimCLR").replace(
+        "    tuner.fine_tune(loader)\n", "    tuner.fine_tune(loader)\n    SimCLR(torch.nn.Linear(4, 3)).full(data)\n")
+    assert script != TUNER_SCRIPT
+    result = convert_source(script, modules=[ModuleText("makers", "makers.py", TUNER_MODULE)])
+    found = [(w.code, w.line) for r in (result, *result.companions) for w in r.warnings]
+    assert result.status == "attention" and found == [("ACC021", 24)], (result.status, found)
