@@ -15,6 +15,7 @@ from accelify.codemods.rules.accumulation import AccumulateGradients
 from accelify.codemods.rules.amp import ConvertAmp
 from accelify.codemods.rules.apex import RemoveApex
 from accelify.codemods.rules.averages import ReduceAverages
+from accelify.codemods.rules.plateau_metrics import ReducePlateauMetric
 from accelify.codemods.rules.attributes import UnwrapAttributes
 from accelify.codemods.rules.backward import SwapBackward
 from accelify.codemods.rules.batch_index import WarnBatchIndex
@@ -104,6 +105,7 @@ RULES: tuple[type[Rule], ...] = (
     GatherForMetrics,
     SumPerOriginalBatch,
     ReduceAverages,
+    ReducePlateauMetric,
     WarnComprehendedShares,
     ShapeFromGather,
     StopTogether,

@@ -144,3 +144,57 @@ def test_a_method_of_a_class_the_program_builds_still_decides() -> None:
     result = convert_source(script, modules=[ModuleText("makers", "makers.py", TUNER_MODULE)])
     found = [(w.code, w.line) for r in (result, *result.companions) for w in r.warnings]
     assert result.status == "attention" and found == [("ACC021", 24)], (result.status, found)
+
+
+# set Q's Q4 (a character-level LSTM): a helper module draws a random batch per step, keeps the losses and steps the
+# script's ReduceLROnPlateau with their mean every ten steps
+PLATEAU_SCRIPT = """import torch
+import torch.nn as nn
+from utils import train
+
+
+def main():
+    torch.manual_seed(0)
+    data = (torch.randn(256, 4), torch.randn(256, 1))
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, patience=0, factor=0.5)
+    train(model, optimizer, nn.MSELoss(), data, scheduler)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+PLATEAU_HELPER = """import logging
+import numpy as np
+import torch
+
+
+def train(model, optimizer, criterion, data, scheduler, epochs=60, batch_size=8):
+    history = []
+    for epoch in range(epochs):
+        idx = np.random.randint(0, len(data[0]), batch_size)  # a random batch per step
+        x, y = data[0][idx], data[1][idx]
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        history.append(loss.item())
+        if len(history) >= 10:
+            avg_loss = np.mean(history)
+            scheduler.step(avg_loss)
+            history = []
+    w = sum(p.detach().sum().item() for p in model.parameters())
+    logging.warning("lr %s weights %.6f", optimizer.param_groups[0]["lr"], w)
+"""
+
+
+def test_a_plateau_scheduler_stepped_with_a_per_process_average_reads_the_mean_over_processes() -> None:
+    """Each process stepped the scheduler with its own average, so each lowered its learning rate at its own time;
+    launched, the runtime's sentinel stopped it (``ParametersDifferError``), and without it the models drift apart,
+    with no warning. The value is reduced where the scheduler reads it."""
+    result = convert_source(PLATEAU_SCRIPT, modules=[ModuleText("utils", "utils.py", PLATEAU_HELPER)])
+    helper = result.companions[0].new
+    assert ('scheduler.step(accelerator.reduce(torch.tensor(avg_loss, dtype=torch.float64, device=accelerator.device), '
+            '"mean").item())') in helper, helper

@@ -37,6 +37,9 @@ MUST_FOLLOW: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
                                                           "refusals", "plan_warnings", "accelerator")),
      "they convert only once an edit creates the accelerator, and read its name where it is (ctx.accelerating, "
      "ctx.accelerator_in)"),
+    (("evaluation", "averages", "gathered_sums"), ("plateau_metrics",),
+     "the value a plateau scheduler is stepped with agrees once the evaluation's gathers and the averages' reductions "
+     "are in (ctx.agreement reads them from the edits)"),
     (("threading",), ("named_parameters",),
      "a helper the accelerator is threaded into unwraps what it saves itself; one without it is handed the unwrapped "
      "model (ctx.accelerator_in)"),
@@ -53,7 +56,7 @@ MUST_FOLLOW: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
     (("micro_steps",), ("threading",),
      "micro_steps converts a micro-step loop only where the accelerator already is when it runs (the home)"),
     (("threading",), ("device", "tensors", "prepare", "backward", "clipping", "accumulation", "closure", "evaluation",
-                      "averages", "trigger", "print", "progress", "save", "writes", "gathered_shapes", "startup", "seeds", "unwrap_module", "load",
+                      "averages", "plateau_metrics", "trigger", "print", "progress", "save", "writes", "gathered_shapes", "startup", "seeds", "unwrap_module", "load",
                       "attributes"),
      "they write the accelerator's name in helpers as they go (ctx.accelerator_in), so the helpers must have it; the "
      "device rule also reads which uses of the device threading dropped"),
