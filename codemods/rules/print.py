@@ -3,7 +3,9 @@
 A plain function the accelerator is not threaded into that runs only once it exists (every call of it after the
 accelerator, in a scope that has it, or in another such function) prints through ``PartialState().print``, the
 accelerator's state (a helper printing a sample's label, a data helper printing ``df.head()``: each line came N
-times). Prints before the accelerator is created, and in functions called before it exists, stay as they are, but for what a
+times). The prints of the scope that makes the accelerator, above the statement it is made at (a script's data
+preparation, when the accelerator is made where its torch model is built), go through ``PartialState(<the
+accelerator's cpu>).print``. Prints in functions called before it exists stay as they are, but for what a
 local module prints while it is imported (a data module that reports as it loads: ``print("Number of samples:", n)``
 at its top level, or in a function its top level calls). That import runs on every process before the accelerator
 exists, so each line came N times: it goes through the runtime's ``PartialState``, the process facts the accelerator
@@ -337,6 +339,7 @@ if __name__ == "__main__":
             _import_time(ctx)
             _entry_level(ctx)
             _helpers(ctx)
+            _before_creation(ctx)
 
 
 def _import_time(ctx: Context) -> None:
@@ -401,6 +404,32 @@ def _helpers(ctx: Context) -> None:
                 done.add(scope.unit)
                 _import_state(ctx, scope.unit)
             ctx.change("print in a helper called once the accelerator exists -> PartialState().print")
+
+
+def _before_creation(ctx: Context) -> None:
+    """The prints of the scope that makes the accelerator, run before it is made (set Q's Q5: a tabular script's data
+    preparation and NumPy baseline print at its top level, the accelerator made where its torch model is built,
+    further down): through ``PartialState(<the accelerator's cpu>).print``, the state the accelerator is then made on;
+    left where that ``cpu`` is an expression (as the top-level prints of a script whose ``main()`` makes it)."""
+    home = ctx.plan.home
+    if not ctx.accelerating or home is None or ctx.notebook:
+        return
+    cpu = ctx.plan.analysis(Creation).cpu_argument
+    if cpu not in LITERAL_CPU:
+        return
+    anchor = ctx.plan.analysis(Creation).anchor
+    if anchor is None:
+        return
+    start = ctx.facts.order[anchor[0]][0]  # (prints in code after it that does not reach it, another branch: left)
+    state = expression(f"PartialState({cpu}).print")
+    sites = [s for s in ctx.facts.calls if s.scope is home and s.qualname == "print" and isinstance(s.node.func, cst.Name)
+             and ctx.facts.order[s.stmt][1] < start
+             and home.resolve("print") is None and not ctx.edits.replaced(s.node.func)
+             and not ctx.after_accelerator(s.scope, s.stmt) and not before_exit(ctx.facts, s.stmt)
+             and not any(c in ctx.facts.skipped for c in ctx.facts.chain(s.stmt))]
+    if any([ctx.replace(site.node.func, site.stmt, lambda _, f=state: f) for site in sites]):  # type: ignore[misc]
+        _import_state(ctx, home.unit)
+        ctx.change("print before the accelerator is made -> PartialState().print")
 
 
 def _runs_after_accelerator(ctx: Context, scope: Scope, memo: dict[int, bool], seen: frozenset[int]) -> bool:

@@ -198,3 +198,50 @@ def test_a_plateau_scheduler_stepped_with_a_per_process_average_reads_the_mean_o
     helper = result.companions[0].new
     assert ('scheduler.step(accelerator.reduce(torch.tensor(avg_loss, dtype=torch.float64, device=accelerator.device), '
             '"mean").item())') in helper, helper
+
+
+# set Q's Q5 (tabular regression): the data preparation and a NumPy baseline print at the top level; the accelerator
+# is made further down, where the torch model is built (inside a ``try:``)
+LATE_ACCELERATOR = """import numpy as np
+import torch
+import torch.nn as nn
+from helper import NumpyNet
+
+print("PART 1: data")
+x = np.random.default_rng(0).normal(size=(64, 3)).astype("float32")
+y = x.sum(1, keepdims=True)
+print("PART 2: numpy baseline", NumpyNet().fit(x, y).w.ravel().round(3))
+
+try:
+    import torch.optim as optim
+    net = nn.Linear(3, 1)
+    optimizer = optim.Adam(net.parameters(), lr=0.01)
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    for epoch in range(20):
+        optimizer.zero_grad()
+        loss = nn.functional.mse_loss(net(xt), yt)
+        loss.backward()
+        optimizer.step()
+    print("PART 3: torch loss", round(loss.item(), 4))
+except ImportError:
+    print("no torch")
+print("done")
+"""
+
+NUMPY_HELPER = """import numpy as np
+
+
+class NumpyNet:  # a model of the program's own, no torch
+    def fit(self, x, y):
+        self.w = np.linalg.lstsq(x, y, rcond=None)[0]
+        return self
+"""
+
+
+def test_prints_before_a_late_accelerator_are_printed_once() -> None:
+    """Every print before the accelerator (about 120 lines in Q5) came out once per process. They go through
+    ``PartialState(cpu=True).print``, the state the accelerator is then made on; those after it through the
+    accelerator."""
+    new = convert_source(LATE_ACCELERATOR, modules=[ModuleText("helper", "helper.py", NUMPY_HELPER)]).new
+    assert 'PartialState(cpu=True).print("PART 1: data")' in new and "PartialState(cpu=True).print(\"PART 2:" in new, new
+    assert '    accelerator.print("PART 3: torch loss", round(loss.item(), 4))' in new, new
