@@ -430,6 +430,38 @@ def _before_creation(ctx: Context) -> None:
     if any([ctx.replace(site.node.func, site.stmt, lambda _, f=state: f) for site in sites]):  # type: ignore[misc]
         _import_state(ctx, home.unit)
         ctx.change("print before the accelerator is made -> PartialState().print")
+    # the functions and methods only that part of the scope calls (Q5's NumPy model's ``fit`` printing its epochs)
+    memo: dict[int, bool] = {}
+    for site in ctx.facts.calls:
+        scope = site.scope
+        if site.qualname != "print" or not isinstance(site.node.func, cst.Name) or scope.resolve("print") is not None \
+                or ctx.edits.replaced(site.node.func) or ctx.accelerator_in(scope) is not None \
+                or before_exit(ctx.facts, site.stmt) or not _runs_before_creation(ctx, scope, home, start, memo, frozenset()):
+            continue
+        if ctx.replace(site.node.func, site.stmt, lambda _, f=state: f):  # type: ignore[misc]
+            _import_state(ctx, scope.unit)
+            ctx.change("print in a helper called before the accelerator is made -> PartialState().print")
+
+
+def _runs_before_creation(ctx: Context, scope: Scope, home: Scope, start: int, memo: dict[int, bool],
+                          seen: frozenset[int]) -> bool:
+    """Whether the function or method ``scope`` is only called by ``home`` above the statement that makes the
+    accelerator (``start``), or by other such functions. Not a dunder method other than ``__init__`` (a data set's
+    ``__getitem__`` runs in the loader's worker processes)."""
+    if id(scope) in memo:
+        return memo[id(scope)]
+    name = scope.name or ""
+    if scope.kind != "function" or id(scope) in seen or ctx.plan.never_run(scope) \
+            or (name.startswith("__") and name != "__init__"):
+        return False
+    sites = ctx.plan.run_sites(scope)
+    result = bool(sites) and all(
+        (s.scope is home and ctx.facts.order[s.stmt][1] < start)
+        or (s.scope is not home and ctx.accelerator_in(s.scope) is None
+            and _runs_before_creation(ctx, s.scope, home, start, memo, seen | {id(scope)}))
+        for s in sites)
+    memo[id(scope)] = result
+    return result
 
 
 def _runs_after_accelerator(ctx: Context, scope: Scope, memo: dict[int, bool], seen: frozenset[int]) -> bool:

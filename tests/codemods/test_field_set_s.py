@@ -245,3 +245,13 @@ def test_prints_before_a_late_accelerator_are_printed_once() -> None:
     new = convert_source(LATE_ACCELERATOR, modules=[ModuleText("helper", "helper.py", NUMPY_HELPER)]).new
     assert 'PartialState(cpu=True).print("PART 1: data")' in new and "PartialState(cpu=True).print(\"PART 2:" in new, new
     assert '    accelerator.print("PART 3: torch loss", round(loss.item(), 4))' in new, new
+
+
+def test_a_method_the_script_calls_before_a_late_accelerator_prints_once() -> None:
+    """Q5's NumPy network prints its epochs from its own ``fit``, called at the top level above the statement that
+    makes the accelerator: its prints go through ``PartialState(cpu=True).print`` too."""
+    helper = NUMPY_HELPER.replace("        return self\n", "        print('fitted', self.w.shape)\n        return self\n")
+    result = convert_source(LATE_ACCELERATOR, modules=[ModuleText("helper", "helper.py", helper)])
+    module = result.companions[0].new
+    assert "        PartialState(cpu=True).print('fitted', self.w.shape)\n" in module, module
+    assert "from accelify.runtime import PartialState\n" in module, module
