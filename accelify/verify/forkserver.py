@@ -29,6 +29,7 @@ it saves torchrun's agent and each worker's torch import; users' runs go through
 from __future__ import annotations
 
 import atexit
+import gc
 import importlib
 import json
 import os
@@ -205,6 +206,10 @@ def main() -> None:
             importlib.import_module(module)
         except ImportError:
             pass
+    # What the server imported lives as long as it does: move it out of the collector's view, so that a child's
+    # collections (automatic ones, and the runtime's gc.collect() at exit) do not walk, and copy on write, the
+    # ~280k objects of torch's import (0.5 s a collection in each forked rank).
+    gc.freeze()
     print(json.dumps({"ready": os.getpid()}), flush=True)
     for line in sys.stdin:
         if line.strip():
