@@ -255,3 +255,14 @@ def test_a_method_the_script_calls_before_a_late_accelerator_prints_once() -> No
     module = result.companions[0].new
     assert "        PartialState(cpu=True).print('fitted', self.w.shape)\n" in module, module
     assert "from accelify.runtime import PartialState\n" in module, module
+
+
+def test_a_method_called_on_a_name_bound_twice_to_an_imported_class_is_followed() -> None:
+    """Q5 binds its NumPy network to ``nn`` (``nn = NeuralNet(...)``), the name ``import torch.nn as nn`` also binds;
+    the class is imported from the program's own module. ``nn.fit(...)`` is ``NeuralNet.fit``: its prints go once."""
+    helper = NUMPY_HELPER.replace("        return self\n", "        print('fitted', self.w.shape)\n        return self\n")
+    script = LATE_ACCELERATOR.replace('print("PART 2: numpy baseline", NumpyNet().fit(x, y).w.ravel().round(3))',
+                                      'nn = NumpyNet()\nnn.fit(x, y)\nimport torch.nn as nn')
+    assert script != LATE_ACCELERATOR
+    result = convert_source(script, modules=[ModuleText("helper", "helper.py", helper)])
+    assert "        PartialState(cpu=True).print('fitted', self.w.shape)\n" in result.companions[0].new
