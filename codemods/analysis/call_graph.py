@@ -85,10 +85,23 @@ class CallGraph:
             self._names_read |= {attribute.attr.value for s in self.facts.scopes for attribute, _ in s.attributes}
         owner = scope.parent
         if owner.kind == "class" and owner.parent is not None and owner.parent.kind == "module":
-            return owner.name not in self._names_read
+            return owner.name not in self._names_read or not self._read_outside(owner)
         if owner.kind != "module" or self.call_sites(scope):
             return False
         return scope.name not in self._names_read
+
+    def _read_outside(self, cls: Scope) -> bool:
+        """Whether the class ``cls``'s name is read outside the class itself (``super(Yelp, self).__init__()`` in its
+        own ``__init__`` builds nothing: set Q's Q1)."""
+        for s in self.facts.scopes:
+            inner: Scope | None = s
+            while inner is not None and inner is not cls:
+                inner = inner.parent
+            if inner is cls:
+                continue
+            if cls.name in s.refs or any(attribute.attr.value == cls.name for attribute, _ in s.attributes):
+                return True
+        return False
 
     def _resolve_callee(self, site: CallSite) -> Scope | None:
         func = site.node.func

@@ -266,3 +266,23 @@ def test_a_method_called_on_a_name_bound_twice_to_an_imported_class_is_followed(
     assert script != LATE_ACCELERATOR
     result = convert_source(script, modules=[ModuleText("helper", "helper.py", helper)])
     assert "        PartialState(cpu=True).print('fitted', self.w.shape)\n" in result.companions[0].new
+
+
+def test_a_class_whose_name_only_its_own_methods_read_never_runs() -> None:
+    """Q1's ``dataset.py`` holds a ``Yelp`` data set nothing builds; its ``__init__`` reads its own name
+    (``super(Yelp, self).__init__()``) and makes a folder with ``os.mkdir`` (ACC018). That read builds nothing: the
+    method never runs, and its warning is not given; the same class built by the script is still reported."""
+    module = TUNER_MODULE + '''
+
+class Yelp(BaseModel):
+    def __init__(self, model, cache_dir):
+        super(Yelp, self).__init__(model)
+        import os
+        os.mkdir(cache_dir)
+'''
+    result = convert_source(TUNER_SCRIPT, modules=[ModuleText("makers", "makers.py", module)])
+    assert not any(w.code == "ACC018" for r in (result, *result.companions) for w in r.warnings)
+    built = TUNER_SCRIPT.replace("from makers import FineTune", "from makers import FineTune, Yelp").replace(
+        "    tuner.fine_tune(loader)\n", "    tuner.fine_tune(loader)\n    Yelp(torch.nn.Linear(4, 3), 'cache')\n")
+    result = convert_source(built, modules=[ModuleText("makers", "makers.py", module)])
+    assert any(w.code == "ACC018" for r in (result, *result.companions) for w in r.warnings)
