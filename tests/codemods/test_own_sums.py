@@ -109,34 +109,8 @@ if __name__ == "__main__":
     main()
 """
 
-MODEL_BUILT_IN_THE_CALL = """import torch
-from torch.utils.data import DataLoader, TensorDataset
-
-
-def train(model, dataset, epochs, iters):
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    for epoch in range(epochs):
-        totals = [0.0, 0.0]
-        loader = iter(DataLoader(dataset, batch_size=8, shuffle=True, drop_last=True))
-        i = 0
-        while i * iters < len(loader) - iters:
-            i += 1
-            step = 0
-            while step < iters:
-                step += 1
-                x, y = next(loader)
-                optimizer.zero_grad()
-                loss = torch.nn.functional.mse_loss(model(x), y)
-                totals[0] += loss.item()
-                loss.backward()
-                optimizer.step()
-        print(epoch, totals[0] / (i * iters))
-
-
-if __name__ == "__main__":
-    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
-    train(torch.nn.Linear(4, 1), data, 2, 2)
-"""
+MODEL_BUILT_IN_THE_CALL = DRAWN_IN_WHILE.replace("    net = torch.nn.Linear(4, 1)\n    train(net, data, 2, 2)\n",
+                                                "    train(torch.nn.Linear(4, 1), data, 2, 2)\n")
 
 
 def test_sums_in_list_elements_over_batches_a_while_loop_draws_are_reported() -> None:
