@@ -25,11 +25,12 @@ import libcst as cst
 
 from accelify.codemods import codes
 from accelify.codemods.analysis.creation import Creation
-from accelify.codemods.analysis.facts import CallSite, Scope
+from accelify.codemods.analysis.facts import CallSite
 from accelify.codemods.analysis.import_time import LITERAL_CPU, EntryLevel, before_exit, import_time_prints
 from accelify.codemods.analysis.snippets import code_of, expression
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
+from accelify.codemods.engine.print_state import helper_prints, prints_before_creation
 
 
 # a data module that reports its size while the script imports it (the examples of several files)
@@ -338,8 +339,8 @@ if __name__ == "__main__":
         if not ctx.notebook:
             _import_time(ctx)
             _entry_level(ctx)
-            _helpers(ctx)
-            _before_creation(ctx)
+            helper_prints(ctx)
+            prints_before_creation(ctx)
 
 
 def _import_time(ctx: Context) -> None:
@@ -381,102 +382,6 @@ def _entry_level(ctx: Context) -> None:
         if entry.home.unit != "__main__":
             _import_state(ctx, "__main__")
         ctx.change("print at the script's top level -> PartialState().print")
-
-
-def _helpers(ctx: Context) -> None:
-    """The prints of a plain function the accelerator is not threaded into, which runs only after the accelerator
-    exists (every call of it is in a scope that has it, after it, or in another such function: S1's
-    ``test_single_example(model, test_loader)`` printing a sample's label, a data helper printing ``df.head()``).
-    Each process printed its line: they go through ``PartialState().print``, the accelerator's state (once per
-    machine, as ``accelerator.print``)."""
-    if not ctx.accelerating:
-        return
-    memo: dict[int, bool] = {}
-    done: set[str] = set()
-    for site in ctx.facts.calls:
-        scope = site.scope
-        if site.qualname != "print" or not isinstance(site.node.func, cst.Name) or scope.resolve("print") is not None \
-                or ctx.edits.replaced(site.node.func) or ctx.accelerator_in(scope) is not None \
-                or before_exit(ctx.facts, site.stmt) or not _runs_after_accelerator(ctx, scope, memo, frozenset()):
-            continue
-        if ctx.replace(site.node.func, site.stmt, lambda _: expression("PartialState().print")):
-            if scope.unit not in done:
-                done.add(scope.unit)
-                _import_state(ctx, scope.unit)
-            ctx.change("print in a helper called once the accelerator exists -> PartialState().print")
-
-
-def _before_creation(ctx: Context) -> None:
-    """The prints of the scope that makes the accelerator, run before it is made (set Q's Q5: a tabular script's data
-    preparation and NumPy baseline print at its top level, the accelerator made where its torch model is built,
-    further down): through ``PartialState(<the accelerator's cpu>).print``, the state the accelerator is then made on;
-    left where that ``cpu`` is an expression (as the top-level prints of a script whose ``main()`` makes it)."""
-    home = ctx.plan.home
-    if not ctx.accelerating or home is None or ctx.notebook:
-        return
-    cpu = ctx.plan.analysis(Creation).cpu_argument
-    if cpu not in LITERAL_CPU:
-        return
-    anchor = ctx.plan.analysis(Creation).anchor
-    if anchor is None:
-        return
-    start = ctx.facts.order[anchor[0]][0]  # (prints in code after it that does not reach it, another branch: left)
-    state = expression(f"PartialState({cpu}).print")
-    sites = [s for s in ctx.facts.calls if s.scope is home and s.qualname == "print" and isinstance(s.node.func, cst.Name)
-             and ctx.facts.order[s.stmt][1] < start
-             and home.resolve("print") is None and not ctx.edits.replaced(s.node.func)
-             and not ctx.after_accelerator(s.scope, s.stmt) and not before_exit(ctx.facts, s.stmt)
-             and not any(c in ctx.facts.skipped for c in ctx.facts.chain(s.stmt))]
-    if any([ctx.replace(site.node.func, site.stmt, lambda _, f=state: f) for site in sites]):  # type: ignore[misc]
-        _import_state(ctx, home.unit)
-        ctx.change("print before the accelerator is made -> PartialState().print")
-    # the functions and methods only that part of the scope calls (Q5's NumPy model's ``fit`` printing its epochs)
-    memo: dict[int, bool] = {}
-    for site in ctx.facts.calls:
-        scope = site.scope
-        if site.qualname != "print" or not isinstance(site.node.func, cst.Name) or scope.resolve("print") is not None \
-                or ctx.edits.replaced(site.node.func) or ctx.accelerator_in(scope) is not None \
-                or before_exit(ctx.facts, site.stmt) or not _runs_before_creation(ctx, scope, home, start, memo, frozenset()):
-            continue
-        if ctx.replace(site.node.func, site.stmt, lambda _, f=state: f):  # type: ignore[misc]
-            _import_state(ctx, scope.unit)
-            ctx.change("print in a helper called before the accelerator is made -> PartialState().print")
-
-
-def _runs_before_creation(ctx: Context, scope: Scope, home: Scope, start: int, memo: dict[int, bool],
-                          seen: frozenset[int]) -> bool:
-    """Whether the function or method ``scope`` is only called by ``home`` above the statement that makes the
-    accelerator (``start``), or by other such functions. Not a dunder method other than ``__init__`` (a data set's
-    ``__getitem__`` runs in the loader's worker processes)."""
-    if id(scope) in memo:
-        return memo[id(scope)]
-    name = scope.name or ""
-    if scope.kind != "function" or id(scope) in seen or ctx.plan.never_run(scope) \
-            or (name.startswith("__") and name != "__init__"):
-        return False
-    sites = ctx.plan.run_sites(scope)
-    result = bool(sites) and all(
-        (s.scope is home and ctx.facts.order[s.stmt][1] < start)
-        or (s.scope is not home and ctx.accelerator_in(s.scope) is None
-            and _runs_before_creation(ctx, s.scope, home, start, memo, seen | {id(scope)}))
-        for s in sites)
-    memo[id(scope)] = result
-    return result
-
-
-def _runs_after_accelerator(ctx: Context, scope: Scope, memo: dict[int, bool], seen: frozenset[int]) -> bool:
-    """Whether the plain function ``scope`` is only called once the accelerator exists (see ``_helpers``)."""
-    if id(scope) in memo:
-        return memo[id(scope)]
-    if scope.kind != "function" or scope.class_scope is not None or id(scope) in seen or ctx.plan.never_run(scope):
-        return False
-    sites = ctx.plan.run_sites(scope)
-    result = bool(sites) and all(
-        (ctx.accelerator_in(s.scope) is not None and ctx.after_accelerator(s.scope, s.stmt))
-        or (ctx.accelerator_in(s.scope) is None and _runs_after_accelerator(ctx, s.scope, memo, seen | {id(scope)}))
-        for s in sites)
-    memo[id(scope)] = result
-    return result
 
 
 def _import_state(ctx: Context, unit: str) -> None:
