@@ -1,7 +1,7 @@
 """The prints the accelerator does not reach that still run once it will exist, through the runtime's process state
 (``PartialState``): in a plain function called only once the accelerator exists (``PartialState().print``), and in
 the scope that makes the accelerator above the statement it is made at, with the functions only that part calls
-(``PartialState(<the accelerator's cpu>).print``). the print rule (``rules/print.py``) calls these after its own edits."""
+(``PartialState(<the accelerator's cpu>).print``). The print rule (``rules/print.py``) calls these after its own edits."""
 
 from __future__ import annotations
 
