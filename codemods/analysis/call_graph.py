@@ -28,6 +28,7 @@ class CallGraph:
         self._callees: dict[CallSite, Scope | None] = {}
         self._sites: dict[Scope, list[CallSite]] = {}
         self._names_read: set[str] | None = None  # every name and attribute name the program reads (``never_run``)
+        self._read_outside_memo: dict[int, bool] = {}  # class -> its name read outside it (``never_run``)
         self.classes = Classes(facts, self.defined)
         for site in facts.calls:
             function = self._resolve_callee(site)
@@ -93,6 +94,11 @@ class CallGraph:
     def _read_outside(self, cls: Scope) -> bool:
         """Whether the class ``cls``'s name is read outside the class itself (``super(Yelp, self).__init__()`` in its
         own ``__init__`` builds nothing: set Q's Q1)."""
+        if id(cls) not in self._read_outside_memo:
+            self._read_outside_memo[id(cls)] = self._reads_outside(cls)
+        return self._read_outside_memo[id(cls)]
+
+    def _reads_outside(self, cls: Scope) -> bool:
         for s in self.facts.scopes:
             inner: Scope | None = s
             while inner is not None and inner is not cls:

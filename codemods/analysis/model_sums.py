@@ -11,6 +11,7 @@ how the method turns them into what it returns are the model's own.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import libcst as cst
 import libcst.matchers as m
@@ -43,34 +44,34 @@ def model_sums(plan: Plan) -> list[ModelSum]:
             if key is None or key in done or plan.prepared_model(loop.scope, site.node.func, site.stmt) is None:
                 continue
             done.add(key)
-            methods = _methods(plan, loop.scope, site.node.func)
-            summed = _summed(methods)
+            cls = _model_class(plan, loop.scope, site.node.func)
+            if cls is None:
+                continue
+
+            def method(name: str, cls: Scope = cls) -> cst.FunctionDef | None:
+                found = plan.classes.method(cls, name)
+                return found.node if found is not None and isinstance(found.node, cst.FunctionDef) else None
+
+            summed = _summed(method)
             for stmt in reads_after(plan, loop.node, loop.scope, key.split(".")[0]):
-                read = next((a for a in summed if _reads(stmt, key, a, methods)), None)
+                read = next((a for a in summed if _reads(stmt, key, a, method)), None)
                 if read is not None:
                     found.append(ModelSum(f"{key}.{read}", loop, stmt))
                     break
     return found
 
 
-def _methods(plan: Plan, scope: Scope, func: cst.BaseExpression) -> dict[str, cst.FunctionDef]:
-    """The methods of the program's class whose instance ``func`` holds (its bases' too), by name."""
+def _model_class(plan: Plan, scope: Scope, func: cst.BaseExpression) -> Scope | None:
+    """The program's class whose instance ``func`` holds (``VAE`` of ``model = VAE(...).to(device)``), or None."""
     model = plan.model_object(scope, func)
-    value = model.unpacked[0] if model is not None and model.unpacked is not None else model.value if model else None
+    if model is None:
+        return None
+    value = model.unpacked[0] if model.unpacked is not None else model.value
     value = same_module(value) if value is not None else None
-    cls = plan.classes.class_of(model.where, value.func) if model is not None and isinstance(value, cst.Call) else None
-    methods: dict[str, cst.FunctionDef] = {}
-    todo = [cls] if cls is not None else []
-    while todo:
-        current = todo.pop(0)
-        for stmt in current.node.body.body if isinstance(current.node.body, cst.IndentedBlock) else ():
-            if isinstance(stmt, cst.FunctionDef):
-                methods.setdefault(stmt.name.value, stmt)
-        todo += plan.classes.bases(current)
-    return methods
+    return plan.classes.class_of(model.where, value.func) if isinstance(value, cst.Call) else None
 
 
-def _summed(methods: dict[str, cst.FunctionDef]) -> list[str]:
+def _summed(method: Callable[[str], cst.FunctionDef | None]) -> list[str]:
     """The attributes ``forward`` (or a method it calls through ``self``) adds to: ``self.a += v``, ``self.a[k] += v``
     (not a constant count)."""
     seen: set[str] = set()
@@ -78,21 +79,22 @@ def _summed(methods: dict[str, cst.FunctionDef]) -> list[str]:
     out: list[str] = []
     while todo:
         name = todo.pop()
-        if name in seen or name not in methods:
-            continue
+        body = method(name) if name not in seen else None
         seen.add(name)
-        for aug in m.findall(methods[name], m.AugAssign(operator=m.AddAssign())):
+        if body is None:
+            continue
+        for aug in m.findall(body, m.AugAssign(operator=m.AddAssign())):
             assert isinstance(aug, cst.AugAssign)
             target = aug.target.value if isinstance(aug.target, cst.Subscript) else aug.target
             if m.matches(target, m.Attribute(value=m.Name("self"))) and not isinstance(aug.value, (cst.Integer, cst.Float)):
                 attr = target.attr.value  # type: ignore[attr-defined]
                 if attr not in out:
                     out.append(attr)
-        todo += [c.func.attr.value for c in m.findall(methods[name], m.Call(func=m.Attribute(value=m.Name("self"))))]  # type: ignore[attr-defined]
+        todo += [c.func.attr.value for c in m.findall(body, m.Call(func=m.Attribute(value=m.Name("self"))))]  # type: ignore[attr-defined]
     return out
 
 
-def _reads(stmt: cst.BaseStatement, key: str, attr: str, methods: dict[str, cst.FunctionDef]) -> bool:
+def _reads(stmt: cst.BaseStatement, key: str, attr: str, method: Callable[[str], cst.FunctionDef | None]) -> bool:
     """Whether ``stmt`` reads ``key.attr``, or calls a method of ``key`` (not its forward) that reads ``self.attr``."""
     for node in m.findall(stmt, m.Attribute()):
         assert isinstance(node, cst.Attribute)
@@ -100,8 +102,7 @@ def _reads(stmt: cst.BaseStatement, key: str, attr: str, methods: dict[str, cst.
             continue
         if node.attr.value == attr:
             return True
-        method = methods.get(node.attr.value)
-        if method is not None and node.attr.value not in ("forward", "__call__") and m.findall(
-                method, m.Attribute(value=m.Name("self"), attr=m.Name(attr))):
+        body = method(node.attr.value) if node.attr.value not in ("forward", "__call__") else None
+        if body is not None and m.findall(body, m.Attribute(value=m.Name("self"), attr=m.Name(attr))):
             return True
     return False

@@ -143,6 +143,10 @@ class ImportMap:
             name = f"{self.unit}.{name}"
         return _CANONICAL.get(name, name)
 
+    def alias_of(self, module: str) -> str | None:
+        """The local name a whole module is imported as (``torch`` of ``import torch``), or None."""
+        return next((local for local, full in self.aliases.items() if full == module), None)
+
     def imports_any(self, *prefixes: str) -> bool:
         """Whether some import statement names a module under one of ``prefixes``."""
         return any(m == p or m.startswith(p + ".") for m in self.modules for p in prefixes)

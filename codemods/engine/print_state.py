@@ -5,10 +5,12 @@ the scope that makes the accelerator above the statement it is made at, with the
 
 from __future__ import annotations
 
+from typing import Iterator
+
 import libcst as cst
 
 from accelify.codemods.analysis.creation import Creation
-from accelify.codemods.analysis.facts import Scope
+from accelify.codemods.analysis.facts import CallSite, Scope
 from accelify.codemods.analysis.import_time import LITERAL_CPU, before_exit
 from accelify.codemods.analysis.snippets import expression
 from accelify.codemods.engine.context import Context
@@ -24,11 +26,9 @@ def helper_prints(ctx: Context) -> None:
         return
     memo: dict[int, bool] = {}
     done: set[str] = set()
-    for site in ctx.facts.calls:
+    for site in _open_prints(ctx):
         scope = site.scope
-        if site.qualname != "print" or not isinstance(site.node.func, cst.Name) or scope.resolve("print") is not None \
-                or ctx.edits.replaced(site.node.func) or ctx.accelerator_in(scope) is not None \
-                or before_exit(ctx.facts, site.stmt) or not _runs_after_accelerator(ctx, scope, memo, frozenset()):
+        if ctx.accelerator_in(scope) is not None or not _runs_after_accelerator(ctx, scope, memo, frozenset()):
             continue
         if ctx.replace(site.node.func, site.stmt, lambda _: expression("PartialState().print")):
             if scope.unit not in done:
@@ -53,25 +53,29 @@ def prints_before_creation(ctx: Context) -> None:
         return
     start = ctx.facts.order[anchor[0]][0]  # (prints in code after it that does not reach it, another branch: left)
     state = expression(f"PartialState({cpu}).print")
-    sites = [s for s in ctx.facts.calls if s.scope is home and s.qualname == "print" and isinstance(s.node.func, cst.Name)
-             and ctx.facts.order[s.stmt][1] < start
-             and home.resolve("print") is None and not ctx.edits.replaced(s.node.func)
-             and not ctx.after_accelerator(s.scope, s.stmt) and not before_exit(ctx.facts, s.stmt)
-             and not any(c in ctx.facts.skipped for c in ctx.facts.chain(s.stmt))]
+    sites = [s for s in _open_prints(ctx) if s.scope is home and ctx.facts.order[s.stmt][1] < start
+             and not ctx.after_accelerator(s.scope, s.stmt) and not any(c in ctx.facts.skipped for c in ctx.facts.chain(s.stmt))]
     if any([ctx.replace(site.node.func, site.stmt, lambda _, f=state: f) for site in sites]):  # type: ignore[misc]
         ctx.import_state(home.unit)
         ctx.change("print before the accelerator is made -> PartialState().print")
     # the functions and methods only that part of the scope calls (Q5's NumPy model's ``fit`` printing its epochs)
     memo: dict[int, bool] = {}
-    for site in ctx.facts.calls:
+    for site in _open_prints(ctx):
         scope = site.scope
-        if site.qualname != "print" or not isinstance(site.node.func, cst.Name) or scope.resolve("print") is not None \
-                or ctx.edits.replaced(site.node.func) or ctx.accelerator_in(scope) is not None \
-                or before_exit(ctx.facts, site.stmt) or not _runs_before_creation(ctx, scope, home, start, memo, frozenset()):
+        if ctx.accelerator_in(scope) is not None or not _runs_before_creation(ctx, scope, home, start, memo, frozenset()):
             continue
         if ctx.replace(site.node.func, site.stmt, lambda _, f=state: f):  # type: ignore[misc]
             ctx.import_state(scope.unit)
             ctx.change("print in a helper called before the accelerator is made -> PartialState().print")
+
+
+def _open_prints(ctx: Context) -> Iterator[CallSite]:
+    """The program's ``print(...)`` calls not yet rewritten, of the builtin (not shadowed), not the last words of a
+    process that stops (``sys.exit`` after them)."""
+    for site in ctx.facts.calls:
+        if site.qualname == "print" and isinstance(site.node.func, cst.Name) and site.scope.resolve("print") is None \
+                and not ctx.edits.replaced(site.node.func) and not before_exit(ctx.facts, site.stmt):
+            yield site
 
 
 def _runs_before_creation(ctx: Context, scope: Scope, home: Scope, start: int, memo: dict[int, bool],
@@ -96,7 +100,7 @@ def _runs_before_creation(ctx: Context, scope: Scope, home: Scope, start: int, m
 
 
 def _runs_after_accelerator(ctx: Context, scope: Scope, memo: dict[int, bool], seen: frozenset[int]) -> bool:
-    """Whether the plain function ``scope`` is only called once the accelerator exists (see ``_helpers``)."""
+    """Whether the plain function ``scope`` is only called once the accelerator exists (see ``helper_prints``)."""
     if id(scope) in memo:
         return memo[id(scope)]
     if scope.kind != "function" or scope.class_scope is not None or id(scope) in seen or ctx.plan.never_run(scope):

@@ -357,4 +357,4 @@ def _code(stmt: cst.BaseStatement) -> str:
 def _torch_name(ctx: Context, loop: Loop) -> str | None:
     """How the loop's module spells ``torch`` (``import torch``), or None when it does not import it whole."""
     imports = ctx.facts.unit_of(loop.scope).imports
-    return next((local for local, full in imports.aliases.items() if full == "torch"), None)
+    return imports.alias_of("torch")

@@ -188,7 +188,7 @@ accelerator.end_training()
     def _reduce(self, ctx: Context, scope, stmt: cst.BaseStatement, call: cst.Call, metric: cst.BaseExpression) -> None:  # type: ignore[no-untyped-def]
         name = code_of(call.func.value)  # type: ignore[attr-defined]
         accelerator = ctx.accelerator_in(scope)
-        torch = next((local for local, full in ctx.facts.unit_of(scope).imports.aliases.items() if full == "torch"), None)
+        torch = ctx.facts.unit_of(scope).imports.alias_of("torch")
         why = ("the accelerator is not at hand there" if accelerator is None or not ctx.after_accelerator(scope, stmt)
                else "the module does not import `torch` whole" if torch is None
                else "the statement is skipped" if ctx.is_skipped(stmt) else None)

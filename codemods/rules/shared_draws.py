@@ -206,7 +206,7 @@ accelerator.end_training()
         imports: list[str] = []  # libraries drawn from elsewhere that this module does not import whole: imported
         for library in sorted(walk.unseeded):
             module, line = _SEED_LINES[library]
-            alias = next((local for local, full in scope.imports.aliases.items() if full == module), None)
+            alias = scope.imports.alias_of(module)
             if alias is None:
                 if module in _bound_names(ctx, scope):
                     ctx.warn(codes.UNSEEDED_DRAWS, draw, name=code_of(draw.func), why=f"`{module}` is not imported as a module here")
