@@ -162,6 +162,23 @@ def zero_tensor(scope: Scope, value: cst.BaseExpression) -> bool:
     return True
 
 
+# torch functions of tensors that return a tensor of the same kind (elementwise, or a reduction to a 0-d tensor)
+_TORCH_TENSOR_FUNCTIONS = frozenset(("sqrt", "rsqrt", "exp", "log", "log2", "log10", "log1p", "abs", "square", "pow",
+                                     "mean", "sum", "clamp", "sigmoid", "tanh", "norm", "dist"))
+_LOSS_FUNCTIONS = ("_loss", "cross_entropy", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div")
+
+
+def _torch_tensor_call(name: str | None) -> bool:
+    """Whether ``name`` (dotted) is a torch function that returns a tensor: ``torch.sqrt``, ``torch.mean``, or a
+    loss of ``torch.nn.functional`` (``F.mse_loss``, ``nn.functional.cross_entropy``)."""
+    if not name or "." not in name:
+        return False
+    module, function = name.rsplit(".", 1)
+    if module == "torch":
+        return function in _TORCH_TENSOR_FUNCTIONS
+    return module in ("F", "functional", "nn.functional", "torch.nn.functional") and function.endswith(_LOSS_FUNCTIONS)
+
+
 def increment_kind(expr: cst.BaseExpression, known: dict[str, str], helpers: dict[int, str] | None = None) -> str | None:
     """``int`` for a count (``y.size(0)``, ``len(x)``, ``(pred == y).sum().item()``), ``float`` for a loss's
     ``.item()`` or a mean's (``loss.item() * x.size(0)``), ``number`` for another ``.item()`` (an int or a float:
@@ -186,6 +203,8 @@ def increment_kind(expr: cst.BaseExpression, known: dict[str, str], helpers: dic
             return "number"  # ``np.sum(gold == pred)``: a NumPy number
         if name == "float":
             return "float"
+        if _torch_tensor_call(name):
+            return "tensor"  # ``torch.sqrt(mse)``, ``F.mse_loss(out, y)``: a tensor
         if isinstance(func, cst.Attribute):
             method = func.attr.value
             if method in _INT_CALLS:

@@ -9,6 +9,8 @@ Four programs, converted by the tool and run together by one driver (one launch 
   processes. ``accelify verify``'s exact mode cannot see these (it feeds the gathered loop the original's batches):
   the learning rate is 0, so every run evaluates the same weights, and the printed values must equal the original's
   on one process.
+- ``rmse`` (field set Q, Q1's trainer class): a list of ``torch.sqrt(F.nll_loss(out, y))`` per test batch, averaged
+  after the loop: its values are not known as tensors from a ``backward()``; run per original batch like ``early``.
 - ``sched``: a per-epoch ``MultiStepLR`` bound in the branches of an ``if``/``else``: the learning rate printed per
   epoch is the original's (prepared, it reached its milestones N times too early).
 - ``gan``: noise for the generator drawn at every step after a shared ``test_noise``: every process draws the same
@@ -83,6 +85,28 @@ for data, target in test_loader:
     loss = criterion(output, target)
     valid_losses.append(loss.item())
 print(f"early {np.average(valid_losses):.6f} {len(valid_losses)}")
+""",
+    "rmse": DATA + """\
+class Tester:
+    def __init__(self, model, test_loader):
+        self.model = model
+        self.test_loader = test_loader
+        self.test_loss_list = []
+
+    def test_epoch(self):
+        self.model.eval()
+        cur_losses = []
+        for x, y in self.test_loader:
+            out = self.model(x)
+            mse = torch.nn.functional.nll_loss(out, y)
+            rmse = torch.sqrt(mse)
+            cur_losses.append(rmse)
+        self.test_loss_list.append(float(sum(cur_losses) / len(cur_losses)))
+
+
+tester = Tester(model, test_loader)
+tester.test_epoch()
+print(f"rmse {tester.test_loss_list[-1]:.6f}")
 """,
     "quick": DATA + """\
 def test(dataloader, model, loss_fn):
@@ -319,7 +343,7 @@ def test_gathered_values_schedulers_draws_and_trainer_kwargs_on_2_and_3_processe
     assert original.returncode == 0, original.stderr
     expected = original.stdout.splitlines()
     assert len(_gan_lines(tmp_path / "original")) == 1
-    assert len(expected) == 3 + 4 + 4 + 1 + 2 + 3, original.stdout
+    assert len(expected) == 3 + 4 + 4 + 1 + 2 + 3 + 1, original.stdout
     assert "kwargs 1 0.05" in expected and "kwargs keys ['0.bias', '0.weight']" in expected, original.stdout
     for n in (2, 3):
         run = subprocess.run([*ACCELIFY, "launch", "--cpu", "-n", str(n), "-q", "driver.py", *scripts],
