@@ -83,20 +83,36 @@ def batch_chain(plan: Plan, loop: Loop, name: str, update: cst.BaseStatement, ga
     loader = code_of(source)
     divisors = []
     for stmt in reads:
+        rebound = rebinding_division(stmt, name)  # ``loss = loss / len(loader)``: the later reads read the mean
         found = [d for d in m.findall(stmt, m.BinaryOperation(operator=m.Divide())) if m.matches(d.left, m.Name(name))]  # type: ignore[attr-defined]
-        if len(found) != len(m.findall(stmt, m.Name(name))):
+        if rebound is None and len(found) != len(m.findall(stmt, m.Name(name))):
             return None
-        for division in found:
-            right = division.right  # type: ignore[attr-defined]
+        for right in [rebound] if rebound is not None else [d.right for d in found]:  # type: ignore[attr-defined]
             if not (m.matches(right, m.Call(func=m.Name("len"))) and len(right.args) == 1
-                    and code_of(under_progress_bar(plan, loop.scope, right.args[0].value)) == loader):
+                    and code_of(under_progress_bar(plan, loop.scope, right.args[0].value)) == loader):  # type: ignore[attr-defined]
                 return None
             divisors.append((right, stmt))
+        if rebound is not None:
+            break
     if not divisors:
         return None
     sampler = f"{loader}.batch_sampler"
     batches = f'len(getattr({sampler}, "batch_sampler", {sampler}))' if accelerate else f"len({sampler}.batch_sampler)"
     return BatchChain(tuple(chain), tuple(split), f"{sampler}.batch_size", tuple(divisors), batches)
+
+
+def rebinding_division(stmt: cst.BaseStatement, name: str) -> cst.BaseExpression | None:
+    """The divisor ``d`` of ``name /= d`` or ``name = name / d`` (``d`` not reading ``name``): the statement that makes
+    the sum its mean, so that what reads ``name`` after it reads the mean. None for any other statement."""
+    small = _stmt(stmt)
+    if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.DivideAssign) and m.matches(small.target, m.Name(name)):
+        divisor = small.value
+    elif isinstance(small, cst.Assign) and len(small.targets) == 1 and m.matches(small.targets[0].target, m.Name(name)) \
+            and m.matches(small.value, m.BinaryOperation(left=m.Name(name), operator=m.Divide())):
+        divisor = small.value.right  # type: ignore[attr-defined]
+    else:
+        return None
+    return None if m.findall(divisor, m.Name(name)) else divisor
 
 
 def per_batch_loop(chain: BatchChain, group: list[cst.BaseStatement]) -> list[cst.BaseStatement]:

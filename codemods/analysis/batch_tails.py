@@ -30,7 +30,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods.analysis.agreement import Agreement
-from accelify.codemods.analysis.batch_chains import BatchChain
+from accelify.codemods.analysis.batch_chains import BatchChain, rebinding_division
 from accelify.codemods.analysis.facts import Loop
 from accelify.codemods.analysis.kept_values import kept_value
 from accelify.codemods.analysis.names import dotted
@@ -176,13 +176,11 @@ def _divisors(plan: Plan, loop: Loop, name: str, reads: list[cst.BaseStatement],
     (``num_batches = len(dataloader)``, PyTorch's quickstart): its ``len(loader)`` is the one to change. Else None."""
     out = []
     for stmt in reads:
-        small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
-        if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.DivideAssign) and m.matches(small.target, m.Name(name)):
-            if m.findall(small.value, m.Name(name)):
-                return None
-            if original_batch_count(plan, loop.scope, small.value):
+        rebound = rebinding_division(stmt, name)  # ``val_loss /= d``, ``val_loss = val_loss / d``
+        if rebound is not None:
+            if original_batch_count(plan, loop.scope, rebound):
                 return out  # ``val_loss /= int(len(dataset) / batch_size)``: the original's count already
-            found = _count(plan, loop, small.value, loader, stmt)
+            found = _count(plan, loop, rebound, loader, stmt)
             return None if found is None else out + [found]
         divisions = [d for d in m.findall(stmt, m.BinaryOperation(operator=m.Divide())) if m.matches(d.left, m.Name(name))]  # type: ignore[attr-defined]
         if len(divisions) != len(m.findall(stmt, m.Name(name))):

@@ -236,9 +236,10 @@ class Context:
         """Insert ``code`` after ``stmt``; ``ungrouped``: never inside a group (a guard) that ends at ``stmt``."""
         self.edits.insert_after(stmt, [statement(line) for line in code], ungrouped=ungrouped)
 
-    def add_import(self, module: cst.Module, new: cst.BaseStatement) -> None:
+    def add_import(self, module: cst.Module, new: cst.BaseStatement, *, first: bool = False) -> None:
         """``new`` (an import) after the import block at the top of ``module`` (after its docstring when it has no
-        imports): the one place rules add imports."""
+        imports): the one place rules add imports; ``first``: ahead of the others rules add (the accelerator's own,
+        whichever rule runs first)."""
         body = module.body
         anchor = None
         for stmt in body:
@@ -247,9 +248,9 @@ class Context:
             elif anchor is not None or not is_docstring(stmt):
                 break
         if anchor is not None:
-            self.edits.insert_after(anchor, [new])
+            self.edits.insert_after(anchor, [new], first=first)
         elif body:
-            self.edits.insert_before(body[1] if is_docstring(body[0]) and len(body) > 1 else body[0], [new])
+            self.edits.insert_before(body[1] if is_docstring(body[0]) and len(body) > 1 else body[0], [new], first=first)
 
     def remove(self, stmt: cst.BaseStatement) -> bool:
         if self.is_skipped(stmt):

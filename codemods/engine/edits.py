@@ -67,17 +67,25 @@ class Edits:
             self.readers.setdefault(reader, []).append(node)
         self._touch(stmt)
 
-    def insert_before(self, stmt: cst.BaseStatement, new: Sequence[cst.BaseStatement], *, ungrouped: bool = False) -> None:
+    def insert_before(self, stmt: cst.BaseStatement, new: Sequence[cst.BaseStatement], *, ungrouped: bool = False,
+                      first: bool = False) -> None:
         """Insert ``new`` right before ``stmt``; ``ungrouped``: a group that starts at ``stmt`` (a main-process
-        guard around it) does not take ``new`` in when ``new`` comes first (the accelerator it reads)."""
-        self.before.setdefault(stmt, []).extend(new)
+        guard around it) does not take ``new`` in when ``new`` comes first (the accelerator it reads); ``first``:
+        ahead of what other edits insert there, whichever came first."""
+        inserted = self.before.setdefault(stmt, [])
+        at = 0 if first else len(inserted)
+        inserted[at:at] = new
         if ungrouped:
             self.ungrouped.update(id(n) for n in new)
         self._touch(self._parent.get(stmt))
 
-    def insert_after(self, stmt: cst.BaseStatement, new: Sequence[cst.BaseStatement], *, ungrouped: bool = False) -> None:
-        """Insert ``new`` right after ``stmt``; ``ungrouped``: as for ``insert_before``, for a group that ends at ``stmt``."""
-        self.after.setdefault(stmt, []).extend(new)
+    def insert_after(self, stmt: cst.BaseStatement, new: Sequence[cst.BaseStatement], *, ungrouped: bool = False,
+                     first: bool = False) -> None:
+        """Insert ``new`` right after ``stmt``; ``ungrouped``, ``first``: as for ``insert_before``, for a group that
+        ends at ``stmt``."""
+        inserted = self.after.setdefault(stmt, [])
+        at = 0 if first else len(inserted)
+        inserted[at:at] = new
         if ungrouped:
             self.ungrouped.update(id(n) for n in new)
         self._touch(self._parent.get(stmt))

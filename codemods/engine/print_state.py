@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Iterator
 
 import libcst as cst
+import libcst.matchers as m
 
 from accelify.codemods.analysis.creation import Creation
 from accelify.codemods.analysis.facts import CallSite, Scope
@@ -112,3 +113,44 @@ def _runs_after_accelerator(ctx: Context, scope: Scope, memo: dict[int, bool], s
         for s in sites)
     memo[id(scope)] = result
     return result
+
+
+def print_parameters(ctx: Context) -> None:
+    """A parameter whose default is ``print`` (``trace_func=print`` of the much-copied ``EarlyStopping``,
+    ``log=print``) in a function that has the accelerator: where it is kept (``self.trace_func = trace_func``) or
+    called, it reads ``accelerator.print`` when it is ``print`` itself (``accelerator.print if trace_func is print else
+    trace_func``), so its lines come once; a function handed in stays the caller's."""
+    for scope in ctx.facts.scopes:
+        node = scope.node
+        if scope.kind != "function" or not isinstance(node, cst.FunctionDef) or scope.resolve("print") is not None \
+                or ctx.accelerator_in(scope) is None or ctx.plan.never_run(scope):
+            continue
+        params = [*node.params.params, *node.params.kwonly_params]
+        for param in params:
+            if not (isinstance(param.default, cst.Name) and param.default.value == "print"):
+                continue
+            name = param.name.value
+            for ref in scope.refs.get(name, []):
+                stmt = scope.holders.get(id(ref))
+                if stmt is None or not ctx.after_accelerator(scope, stmt) or not _kept_or_called(stmt, ref):
+                    continue
+                called = not isinstance(stmt.body[0], cst.Assign)  # type: ignore[attr-defined]
+                if ctx.replace_through(scope, ref, stmt, lambda n, a, p=name, c=called: _printer(a, p, c)):
+                    ctx.change("a print function handed in by default -> accelerator.print")
+
+
+def _kept_or_called(stmt: cst.BaseStatement, ref: cst.BaseExpression) -> bool:
+    """Whether ``ref`` is the whole value of an assignment (``self.trace_func = trace_func``) or the function a call
+    calls (``trace_func(msg)``) in ``stmt``."""
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):
+        return False
+    small = stmt.body[0]
+    if isinstance(small, cst.Assign) and small.value is ref:
+        return True
+    return any(call.func is ref for call in m.findall(small, m.Call()))  # type: ignore[attr-defined]
+
+
+def _printer(accelerator: str, name: str, called: bool) -> cst.BaseExpression:
+    """``accelerator.print if name is print else name`` (in parentheses where it is called)."""
+    choice = f"{accelerator}.print if {name} is print else {name}"
+    return expression(f"({choice})" if called else choice)

@@ -39,6 +39,7 @@ from accelify.codemods.rules.lightning import RefuseLightning
 from accelify.codemods.rules.model_parallel import RefuseModelParallel
 from accelify.codemods.rules.load import LoadUnwrapped
 from accelify.codemods.rules.logging import MainProcessLogging
+from accelify.codemods.rules.loguru import MainProcessLoguru
 from accelify.codemods.rules.micro_steps import AccumulateMicroSteps
 from accelify.codemods.rules.placement import RemovePlacement
 from accelify.codemods.rules.prepare import InsertPrepare
@@ -114,6 +115,7 @@ RULES: tuple[type[Rule], ...] = (
     DisableProgress,
     UnwrapNames,
     SaveOnMain,
+    MainProcessLoguru,
     MainProcessWrites,
     SafeStartup,
     SeedPerProcess,

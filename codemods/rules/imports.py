@@ -20,7 +20,7 @@ def schedule_import(ctx: Context, module: str, name: str, *more: str) -> None:
     new = cst.SimpleStatementLine(
         [cst.ImportFrom(module=cst.parse_expression(module), names=names)]  # type: ignore[arg-type]
     )
-    ctx.add_import((ctx.facts.unit_of(home) if home is not None else ctx.facts).module, new)
+    ctx.add_import((ctx.facts.unit_of(home) if home is not None else ctx.facts).module, new, first=True)
 
 
 class AddAcceleratorImport(Rule):

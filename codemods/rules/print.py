@@ -30,7 +30,7 @@ from accelify.codemods.analysis.import_time import LITERAL_CPU, EntryLevel, befo
 from accelify.codemods.analysis.snippets import code_of, expression
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
-from accelify.codemods.engine.print_state import helper_prints, prints_before_creation
+from accelify.codemods.engine.print_state import helper_prints, print_parameters, prints_before_creation
 
 
 # a data module that reports its size while the script imports it (the examples of several files)
@@ -341,6 +341,7 @@ if __name__ == "__main__":
             _entry_level(ctx)
             helper_prints(ctx)
             prints_before_creation(ctx)
+        print_parameters(ctx)
 
 
 def _import_time(ctx: Context) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods.analysis.facts import CallSite
-from accelify.codemods.analysis.snippets import on_main_process, unwrap
+from accelify.codemods.analysis.snippets import expression, on_main_process, unwrap
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
 
@@ -100,7 +100,12 @@ accelerator.end_training()
             if not _traces(site):
                 continue
             model = _model_argument(site)
-            if model is None or plan.prepared_model(site.scope, model, site.stmt) is None or ctx.rewritten(model):
+            if model is None:
+                continue
+            if plan.prepared_model(site.scope, model, site.stmt) is None:
+                self._before_prepare(ctx, site)  # (``summary(model.cuda(), ...)``: the placement rule drops ``.cuda()``)
+                continue
+            if ctx.rewritten(model):
                 continue
             if not ctx.replace_through(site.scope, model, site.stmt, lambda n, a: unwrap(n, a)):
                 continue
@@ -116,6 +121,34 @@ accelerator.end_training()
             for save in _saves_of(ctx, site):  # ``traced.save(path)``: written once
                 if not ctx.rewritten(save):
                     ctx.replace_through(site.scope, save, save, on_main_process)
+
+
+    def _before_prepare(self, ctx: Context, site: CallSite) -> None:
+        """``summary(model, (3, 32, 32))`` of the model before ``prepare`` wraps it, a statement of its own once the
+        accelerator exists: nothing to unwrap, but its table (or file) comes once, from the main process."""
+        stmt = site.stmt
+        accelerator = ctx.accelerator_in(site.scope)
+        if not _alone(stmt, site.node) or accelerator is None or not ctx.after_accelerator(site.scope, stmt) \
+                or ctx.rewritten(stmt) or ctx.plan.distributed.main_only(ctx.facts, stmt, site.scope) is not None:
+            return
+        if not any(o.role == "model" for o in ctx.plan.objects):
+            return
+        model = _model_argument(site)
+        placed = isinstance(model, cst.Call) and isinstance(model.func, cst.Attribute) and model.func.attr.value in ("cuda", "to")
+        if site.qualname == "torchsummary.summary" and model is not None and (not placed or ctx.rewritten(model)):
+            # ``summary(model.cuda(), ...)`` (or of a model whose ``.to(device)`` went): prepare places the model, but
+            # this runs before it, with inputs on the GPU where there is one (torchsummary's default): the model goes
+            # to the process's device here
+            ctx.replace(model, stmt, lambda n, a=accelerator: cst.Call(  # type: ignore[misc]
+                func=cst.Attribute(value=n, attr=cst.Name("to")), args=[cst.Arg(expression(f"{a}.device"))]))
+        if ctx.replace(stmt, stmt, lambda s, a=accelerator: on_main_process(s, a)):  # type: ignore[misc]
+            ctx.change("trace on the main process only")
+
+
+def _alone(stmt: cst.BaseStatement, call: cst.Call) -> bool:
+    """Whether ``call`` is the whole of ``stmt`` (its result not kept)."""
+    return isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr) \
+        and stmt.body[0].value is call
 
 
 def _saves_of(ctx: Context, site: CallSite) -> list[cst.BaseStatement]:

@@ -26,7 +26,8 @@ import libcst as cst
 from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.blocks import under_main_process
-from accelify.codemods.analysis.snippets import code_of, made_on_main_process, on_main_process
+from accelify.codemods.analysis.null_sinks import null_sink_for_others
+from accelify.codemods.analysis.snippets import code_of, expression, made_on_main_process, on_main_process
 from accelify.codemods.analysis.facts import CallSite, Scope
 from accelify.codemods.analysis.file_writes import (helper_after_accelerator, kept_open, main_only, outermost_write,
                                                     per_item_write, saves_file_object, tracker_uses, writer_class,
@@ -331,6 +332,8 @@ accelerator.end_training()
             if isinstance(stmt, cst.With) and reaches_others(ctx.facts, ctx.plan, ctx.edits, stmt):
                 # ``with open(log, "a") as f:`` around the training: kept to the main process whole, it would train
                 # alone and wait at its first backward forever
+                if _null_sink_for_others(ctx, site, stmt):
+                    continue
                 item = next(i for i in stmt.items if i.item is site.node)
                 target = code_of(item.asname.name) if item.asname is not None else "f"
                 ctx.warn(codes.SHARED_WRITER, site.node, name=code_of(site.node.func), target=target,
@@ -345,6 +348,25 @@ accelerator.end_training()
                 loader = per_item_write(ctx.plan, site)
                 if loader is not None:
                     ctx.warn(codes.SHARD_WRITES, site.node, name=code_of(site.node.func), loader=loader)
+
+
+def _null_sink_for_others(ctx: Context, site: CallSite, block: cst.With) -> bool:
+    """``with open(log, "a") as f:`` around the training, written to only: the other processes open ``os.devnull``
+    instead (``analysis/null_sinks.py``). True when done."""
+    accelerator = ctx.accelerator_in(site.scope)
+    mode = null_sink_for_others(site, block)
+    if accelerator is None or mode is None or ctx.rewritten(site.node):
+        return False
+    imports = site.scope.imports
+    os_name = imports.alias_of("os")
+    if os_name is None:
+        ctx.add_import(ctx.facts.units[site.scope.unit].module, cst.parse_statement("import os"))
+        os_name = "os"
+    other = f'open({os_name}.devnull, "{mode}")'
+    ctx.replace(site.node, block, lambda node, a=accelerator, o=other: cst.IfExp(  # type: ignore[misc]
+        test=expression(f"{a}.is_main_process"), body=node, orelse=expression(o)))
+    ctx.change("write the log a training block opens on the main process only (os.devnull on the others)")
+    return True
 
 
 def _handled(ctx: Context, stmt: cst.BaseStatement, wrapped: set[cst.BaseStatement]) -> bool:
