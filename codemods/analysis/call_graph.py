@@ -29,6 +29,7 @@ class CallGraph:
         self._sites: dict[Scope, list[CallSite]] = {}
         self._names_read: set[str] | None = None  # every name and attribute name the program reads (``never_run``)
         self._read_outside_memo: dict[int, bool] = {}  # class -> its name read outside it (``never_run``)
+        self._unrun_memo: dict[int, bool] = {}  # function -> called only from functions that never run
         self.classes = Classes(facts, self.defined)
         for site in facts.calls:
             function = self._resolve_callee(site)
@@ -87,9 +88,48 @@ class CallGraph:
         owner = scope.parent
         if owner.kind == "class" and owner.parent is not None and owner.parent.kind == "module":
             return owner.name not in self._names_read or not self._read_outside(owner)
-        if owner.kind != "module" or self.call_sites(scope):
+        if owner.kind != "module":
             return False
-        return scope.name not in self._names_read
+        sites = self.call_sites(scope)
+        if not sites:
+            return self._reads(scope) == 0
+        return self._called_only_from_unrun(scope, sites, frozenset())
+
+    def _reads(self, function: Scope) -> int:
+        """How many times the program reads the module-level ``function``'s name: as a name, or as an attribute of
+        its module (``train_utils.train``; ``model.train()`` reads another ``train``)."""
+        qualified = f"{function.unit}.{function.name}"
+        return sum(len(s.refs.get(function.name, [])) for s in self.facts.scopes) + sum(
+            1 for s in self.facts.scopes for attribute, _ in s.attributes
+            if attribute.attr.value == function.name and s.imports.qualname(attribute) == qualified)
+
+    def _called_only_from_unrun(self, scope: Scope, sites: list[CallSite], seen: frozenset[int]) -> bool:
+        """Whether every call of the module-level function ``scope`` is in a function that never runs (set U's U8:
+        a template ``train`` nothing calls, calling ``train_step``, which walks a loader nothing builds), and its name
+        is read nowhere else (handed on as a callback, it may run)."""
+        if not seen and id(scope) in self._unrun_memo:
+            return self._unrun_memo[id(scope)]
+        found = self._reads(scope) == len(sites) and all(self._unrun(site.scope, seen | {id(scope)}) for site in sites)
+        if not seen:  # (an answer that assumed a function being asked never runs holds for that question only)
+            self._unrun_memo[id(scope)] = found
+        return found
+
+    def _unrun(self, scope: Scope, seen: frozenset[int]) -> bool:
+        """``never_run`` of ``scope`` (or of the function it is nested in), following calls only through module-level
+        functions not already being asked (a cycle of calls among themselves runs only if something outside calls in)."""
+        while scope.kind == "function" and scope.parent is not None and scope.parent.kind == "function":
+            scope = scope.parent
+        if scope.kind != "function" or scope.parent is None:
+            return False
+        if id(scope) in seen:
+            return True
+        owner = scope.parent
+        if owner.kind == "module":
+            sites = self.call_sites(scope)
+            if not sites:  # a function of a module the script imports that nothing calls (the script's own may be
+                return self._reads(scope) == 0 and scope.unit != "__main__"  # what the conversion takes as its entry)
+            return self._called_only_from_unrun(scope, sites, seen)
+        return self.never_run(scope)
 
     def _read_outside(self, cls: Scope) -> bool:
         """Whether the class ``cls``'s name is read outside the class itself (``super(Yelp, self).__init__()`` in its

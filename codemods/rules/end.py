@@ -83,7 +83,10 @@ print(model(torch.ones(2)))
                     break
                 body = body[:-1]
                 last = body[-1]
-        if isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], (cst.Return, cst.Raise)):
+        if isinstance(last, cst.SimpleStatementLine) and (isinstance(last.body[-1], (cst.Return, cst.Raise)) or (
+                ctx.notebook and scope.kind == "module" and _shown_value(last))):
+            # (a notebook cell that ends with an expression shows its value: set U's U7, ``min(losses)``; after it,
+            # ``end_training()`` would be the cell's last statement, and the value shown no more)
             ctx.insert_before(last, code)
         else:
             ctx.insert_after(last, code)
@@ -97,6 +100,20 @@ print(model(torch.ones(2)))
         drivers = [m for m in methods if m not in called and _loops_over_training(ctx, m, set())
                    and not any(site.loop is not None for site in ctx.plan.call_sites(m))]  # PPO's update per episode
         return drivers[0] if len(drivers) == 1 else None
+
+
+_SHOWN_CALLS = ("min", "max", "len", "sum", "round", "abs", "sorted", "list", "tuple", "str", "repr", "float", "int")
+
+
+def _shown_value(stmt: cst.SimpleStatementLine) -> bool:
+    """Whether ``stmt`` is an expression a notebook cell ends with to show its value (``min(losses)``,
+    ``elapsed.total_seconds() / 60``): a value read, not a call made for what it does (``accelerator.save(...)``)."""
+    if len(stmt.body) != 1 or not isinstance(stmt.body[0], cst.Expr):
+        return False
+    value = stmt.body[0].value
+    if isinstance(value, cst.Call):
+        return isinstance(value.func, cst.Name) and value.func.value in _SHOWN_CALLS
+    return not isinstance(value, (cst.Await, cst.Yield))
 
 
 def _loops_over_training(ctx: Context, scope: Scope, seen: set[int]) -> bool:

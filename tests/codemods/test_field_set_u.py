@@ -3,9 +3,11 @@ docs/FIELD_TESTS.md names them)."""
 
 from __future__ import annotations
 
+import json
+
 from _convert import codes, converted
 
-from accelify.pipeline import convert_source
+from accelify.pipeline import convert_notebook_text, convert_source
 from accelify.program import ModuleText
 
 # N14 (a U-Net segmentation script): a runs log opened around the epochs, a torchsummary table of the model before
@@ -144,3 +146,82 @@ def test_a_list_of_per_batch_rmses_over_a_gathered_loop_is_computed_per_original
     assert codes(RMSE_TRAINER) == []
     new = converted(RMSE_TRAINER)
     assert "for rating, estimate in zip(" in new or "for estimate, rating in zip(" in new, new
+
+
+# U8 (ShotaDeguchi/GCN_Cora): the script trains full-batch in ``main()`` and imports a helper module whose template
+# ``train`` (called by nothing) calls ``train_step``, which walks a loader nothing builds
+GCN_SCRIPT = """\
+import torch
+from train_utils import *
+
+
+def main():
+    features = torch.randn(20, 4)
+    labels = torch.randn(20, 1)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    for epoch in range(5):
+        model.train()
+        loss = torch.nn.functional.mse_loss(model(features), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    save_model(model, "gcn.pth")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+GCN_UTILS = """\
+import torch
+
+
+def train_step(model, dataloader, optimizer, loss_fn):
+    for X, y in dataloader:
+        loss = loss_fn(model(X), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+def save_model(model, path):
+    torch.save(model.state_dict(), path)
+
+
+def train(model, train_dataloader, optimizer, loss_fn, epochs=5):
+    for epoch in range(epochs):
+        train_step(model, train_dataloader, optimizer, loss_fn)
+"""
+
+
+def test_a_helper_only_an_uncalled_helper_calls_never_runs() -> None:
+    """U8: refused (ACC021, "the training loop walks `dataloader`, which could not be followed") for a loop in a
+    function that only a function nothing calls calls; ``model.train()`` reads another ``train``."""
+    result = convert_source(GCN_SCRIPT, path="train.py", modules=[ModuleText("train_utils", "train_utils.py", GCN_UTILS)])
+    assert result.status == "converted", result.reason
+    assert "model, optimizer = accelerator.prepare(model, optimizer)" in result.new
+    called = GCN_SCRIPT.replace('    save_model(model, "gcn.pth")\n', '    save_model(model, "gcn.pth")\n    train(model, None, optimizer, None)\n')
+    again = convert_source(called, path="train.py", modules=[ModuleText("train_utils", "train_utils.py", GCN_UTILS)])
+    assert again.status != "converted" or any(w.code == "ACC021" for part in (again, *again.companions) for w in part.warnings)
+
+
+def test_a_notebook_that_ends_with_a_value_shows_it_after_the_conversion() -> None:
+    """U7: ``accelerator.end_training()`` went after the last cell's ``min(losses)``, whose value Jupyter then no
+    longer showed; it goes before such a value (a call made for what it does keeps it before)."""
+    def notebook(*cells: str) -> str:
+        return json.dumps({"cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+                                      "source": cell.splitlines(True)} for cell in cells],
+                           "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+
+    train = ("losses = []\nfor epoch in range(3):\n    optimizer.zero_grad()\n"
+             "    loss = torch.nn.functional.mse_loss(model(x), y)\n    loss.backward()\n    optimizer.step()\n"
+             "    losses.append(loss.item())")
+    setup = ("import torch\nx = torch.randn(16, 4)\ny = torch.randn(16, 1)\nmodel = torch.nn.Linear(4, 1)\n"
+             "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)")
+    for last, ends_with in (("# the lowest loss\nmin(losses)", "min(losses)"),
+                            ('torch.save(model.state_dict(), "m.pt")', "accelerator.end_training()")):
+        result = convert_notebook_text(notebook(setup, train, last), path="train.ipynb")
+        assert result.status == "converted", result.reason
+        cells = json.loads(result.new)["cells"]
+        assert "".join(cells[-1]["source"]).splitlines()[-1] == ends_with, cells[-1]["source"]
