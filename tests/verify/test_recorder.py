@@ -213,3 +213,19 @@ def test_an_n_process_run_whose_port_was_taken_is_started_again(tmp_path: Path, 
         outcome = forked.run(spec)
     assert outcome.ok and outcome.stdout == ("rank 0\n", "rank 1\n"), outcome.stderr
     assert next(ports, None) is None  # the taken port was tried first
+
+
+def test_the_sampled_indices_of_a_large_parameter_stay_inside_it() -> None:
+    """Set U's U1 (a VGG head of 102,760,448 values): a float32 ``linspace`` rounded the last sampled index up to the
+    parameter's size past 2**24 values, and the hook's ``index_select`` failed every run ("the original failed")."""
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "accelify" / "verify" / "hook"))
+    try:
+        import accelify_verify_fingerprint as hook
+    finally:
+        sys.path.pop(0)
+    for count, size in ((10, 10), (2**24 + 4, 1000), (102_760_448, 4096)):
+        index = hook._indices(torch, count, size, "cpu")
+        assert len(index) == size and int(index[0]) == 0 and int(index[-1]) == count - 1
+        assert bool((index[1:] > index[:-1]).all())

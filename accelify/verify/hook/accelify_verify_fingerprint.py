@@ -24,7 +24,10 @@ def _indices(torch: ModuleType, count: int, size: int, device: Any) -> Any:
     key = (count, size, device)
     index = _INDICES.get(key)
     if index is None:
-        index = _INDICES[key] = torch.linspace(0, count - 1, size, device=device).round().long()
+        # integers, rounded to the nearest (a float32 ``linspace`` rounds the last index to ``count`` past 2**24
+        # values: set U's U1, a 102,760,448-value layer, failed in this hook)
+        steps = max(size - 1, 1)
+        index = _INDICES[key] = (torch.arange(size, device=device, dtype=torch.int64) * (count - 1) + steps // 2) // steps
     return index
 
 
