@@ -98,7 +98,7 @@ def per_batch_tail(plan: Plan, agreement: Agreement, loop: Loop, accs: Iterable[
             continue
         if acc.end is not loop.node:
             return None
-        found_divisors = _divisors(plan, loop, acc.name, reads.get(acc.name, []), loader)
+        found_divisors = batch_divisors(plan, loop, acc.name, reads.get(acc.name, []), loader)
         if not found_divisors:
             return None
         divisors += found_divisors
@@ -168,7 +168,7 @@ def _draws(stmt: cst.BaseStatement) -> bool:
     return any((dotted(c.func) or "").rsplit(".", 1)[-1] in _RANDOM for c in m.findall(stmt, m.Call()))  # type: ignore[attr-defined]
 
 
-def _divisors(plan: Plan, loop: Loop, name: str, reads: list[cst.BaseStatement], loader: str
+def batch_divisors(plan: Plan, loop: Loop, name: str, reads: list[cst.BaseStatement], loader: str
               ) -> list[tuple[cst.Call, cst.BaseStatement]] | None:
     """Every ``len(loader)`` that divides the sum ``name`` in ``reads`` (the statements after the loop that read it), with
     the statement holding it, when every read of the sum is such a division, or the first one is ``name /= d`` (the

@@ -90,6 +90,9 @@ def known_kinds(loop: Loop, plan: Plan | None = None) -> dict[str, str]:
     ``plan``) a NumPy array."""
     known = {dotted(s.node.func.value): "tensor" for s in loop.calls  # type: ignore[attr-defined]
              if s.method == "backward" and isinstance(s.node.func, cst.Attribute) and isinstance(s.node.func.value, cst.Name)}
+    for name, bindings in loop.scope.bindings.items():  # ``length_images = 101 * 101`` once in the function: a number
+        if len(bindings) == 1 and bindings[0].value is not None and _literal_number(bindings[0].value):
+            known[name] = "float" if m.findall(bindings[0].value, m.Float()) else "int"
     for stmt in loop.stmts:
         if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign):
             assign = stmt.body[0]
@@ -225,6 +228,11 @@ def increment_kind(expr: cst.BaseExpression, known: dict[str, str], helpers: dic
         return "int"  # ``pred.size`` of a NumPy array: its element count
     if isinstance(expr, cst.Attribute) and expr.attr.value == "data":
         return "tensor" if increment_kind(expr.value, known) == "tensor" else None  # ``loss.data``: the loss, detached
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Divide):
+        kinds = {increment_kind(expr.left, known, helpers), increment_kind(expr.right, known, helpers)}
+        if None in kinds or ARRAY in kinds:
+            return None
+        return "tensor" if "tensor" in kinds else "float"  # ``np.sum(pred & mask) / length_images``
     if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Multiply, cst.Add, cst.Subtract)):
         kinds = {increment_kind(expr.left, known, helpers), increment_kind(expr.right, known, helpers)}
         if None in kinds:
@@ -234,6 +242,13 @@ def increment_kind(expr: cst.BaseExpression, known: dict[str, str], helpers: dic
                 return kind
         return "int"
     return None
+
+
+def _literal_number(expr: cst.BaseExpression) -> bool:
+    """``101``, ``2.5``, ``101 * 101``: a number written out."""
+    if isinstance(expr, (cst.Integer, cst.Float)):
+        return True
+    return isinstance(expr, cst.BinaryOperation) and _literal_number(expr.left) and _literal_number(expr.right)
 
 
 ARRAY = "array"  # a name bound to a NumPy array (``gold = heads[0].numpy()``): known to ``known_kinds`` only

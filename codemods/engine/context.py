@@ -161,9 +161,9 @@ class Context:
         order = self.facts.order
         if not (order[stmt][0] > order[at][1] if after else order[stmt][0] >= order[at][0]):
             return False
-        return not self._other_branch(stmt, at)
+        return not self.other_branch(stmt, at)
 
-    def _other_branch(self, stmt: cst.BaseStatement, at: cst.BaseStatement) -> bool:
+    def other_branch(self, stmt: cst.BaseStatement, at: cst.BaseStatement) -> bool:
         """Whether ``stmt`` is in another branch of an ``if`` whose one branch holds ``at`` (the accelerator made in
         the ``if`` branch that trains: set P's P5 printed through it in the ``else`` branch, a NameError there)."""
         around = set(self.facts.chain(stmt)[1:])

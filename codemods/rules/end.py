@@ -72,6 +72,13 @@ print(model(torch.ones(2)))
         scope = self._driver(ctx, home) if home.class_scope is not None and accelerator.startswith("self.") else home
         if scope is None or not scope.body:
             return
+        if scope is not home and accelerator.startswith("self."):
+            later = _used_after(ctx, scope)
+            if later is not None:  # (set U's U11: ``model.train()`` then ``model.compute_roc()``, which gathers)
+                stmt, receiver = later
+                ctx.insert_after(stmt, [f"{receiver}.{accelerator[len('self.'):]}.end_training()"])
+                ctx.change("end training with accelerator.end_training()")
+                return
         body = ctx.plan.home_block if scope is home and home.kind == "module" else scope.body
         last = body[-1]
         code = [f"{accelerator}.end_training()"]
@@ -100,6 +107,27 @@ print(model(torch.ones(2)))
         drivers = [m for m in methods if m not in called and _loops_over_training(ctx, m, set())
                    and not any(site.loop is not None for site in ctx.plan.call_sites(m))]  # PPO's update per episode
         return drivers[0] if len(drivers) == 1 else None
+
+
+def _used_after(ctx: Context, driver: Scope) -> tuple[cst.BaseStatement, str] | None:
+    """Where the trainer whose ``driver`` method runs the training is used after that call (``model.train()`` then
+    ``model.compute_roc()``, which gathers through the accelerator): the last statement of the caller that calls a
+    method of the same instance, and the instance as code. Ended in the driver, the accelerator would be used after
+    ``end_training()`` (Hugging Face Accelerate's destroys the process group). None where nothing uses it after."""
+    last: tuple[cst.BaseStatement, str] | None = None
+    for site in ctx.plan.call_sites(driver):
+        func = site.node.func
+        if not isinstance(func, cst.Attribute):
+            continue
+        receiver = code_of(func.value)
+        for other in site.scope.calls:
+            if other is site or not isinstance(other.node.func, cst.Attribute) \
+                    or code_of(other.node.func.value) != receiver or not ctx.facts.after(other.stmt, site.stmt) \
+                    or ctx.other_branch(other.stmt, site.stmt):
+                continue
+            if last is None or ctx.facts.after(other.stmt, last[0]):
+                last = (other.stmt, receiver)
+    return last
 
 
 _SHOWN_CALLS = ("min", "max", "len", "sum", "round", "abs", "sorted", "list", "tuple", "str", "repr", "float", "int")

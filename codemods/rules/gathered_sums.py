@@ -39,6 +39,7 @@ from accelify.codemods.analysis.gathered_values import (
 )
 from accelify.codemods.analysis.loop_reads import reads_after
 from accelify.codemods.analysis.reduced_outputs import read_names
+from accelify.codemods.analysis.row_sums import row_sum_divisors
 from accelify.codemods.analysis.shard_counts import divided_by_pass_index
 from accelify.codemods.analysis.loss_means import batch_mean, mean_loss, per_batch_sum, rowwise_names, transformed_mean_loss
 from accelify.codemods.analysis.snippets import expression
@@ -244,6 +245,8 @@ accelerator.end_training()
                 ctx.warn(codes.GATHERED_SUM, acc.updates[0], name=acc.name, why=PER_PASS_LIST)
                 continue
             if why is None and (acc.mean or _means(ctx, acc)):
+                if _row_sums(ctx, acc):
+                    continue  # summed over the rows of each pass: only the number of batches is the original's
                 if not (acc.mean and one and _per_batch_chain(ctx, acc.name, acc.loop, acc.updates[0])):
                     ctx.warn(codes.GATHERED_SUM, acc.updates[0], name=acc.name, why=BATCH_MEANS)
                 continue  # a mean loss over ``len(loader)``: computed per original batch
@@ -251,6 +254,20 @@ accelerator.end_training()
                     and not (why is TRANSFORMED and len(acc.updates) == 1 and acc.end is acc.loop.node
                              and _per_batch_chain(ctx, acc.name, acc.loop, acc.updates[0])):  # over 1/N as many
                 ctx.warn(codes.GATHERED_SUM, acc.updates[0], name=acc.name, why=why)  # passes, each of N batches
+
+
+def _row_sums(ctx: Context, acc: Accumulator) -> bool:
+    """``TP += np.sum(pred & mask) / n`` over a gathered loop, then ``TP / len(loader)`` (``analysis/row_sums.py``):
+    the divisor becomes the original's number of batches; the edits are proposed and True returned."""
+    found = row_sum_divisors(ctx.plan, acc.loop, acc, reads_after(ctx.plan, acc.loop.node, acc.loop.scope, acc.name),
+                             ctx.target == "accelerate")
+    if found is None:
+        return False
+    divisors, batches = found
+    for divisor, stmt in divisors:
+        ctx.replace(divisor, stmt, lambda _, c=batches: expression(c))  # type: ignore[misc]
+    ctx.change("divide a sum over the rows of a gathered loop by the original's number of batches")
+    return True
 
 
 def _unread(ctx: Context, loop: Loop, name: str) -> bool:

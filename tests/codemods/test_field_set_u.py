@@ -225,3 +225,18 @@ def test_a_notebook_that_ends_with_a_value_shows_it_after_the_conversion() -> No
         assert result.status == "converted", result.reason
         cells = json.loads(result.new)["cells"]
         assert "".join(cells[-1]["source"]).splitlines()[-1] == ends_with, cells[-1]["source"]
+
+
+def test_a_sum_over_the_rows_of_a_gathered_loop_is_divided_by_the_original_number_of_batches() -> None:
+    """U11 (a U-Net's ``--roc``): ``TP += np.sum(pred & mask) / length_images`` per sample of a gathered test loader,
+    then ``TP / len(self.test_dataloader)``: the sum was the whole set's, the divisor this process's count (rates 2x,
+    unwarned). The e2e test ``roc`` (tests/e2e/test_gathered_batches.py) runs it on 2 and 3 processes."""
+    import pathlib
+
+    source = (pathlib.Path(__file__).resolve().parents[1] / "e2e" / "test_gathered_batches.py").read_text(encoding="utf-8")
+    program = source.split('    "roc": """\\\n', 1)[1].split('""",\n', 1)[0]
+    assert codes(program) == []
+    new = converted(program)
+    assert "tpr.append(TP / len(self.test_dataloader.batch_sampler.batch_sampler))" in new
+    # the accelerator ends after the evaluation that follows the training, not at the end of ``train``
+    assert new.rstrip().endswith("model.compute_roc()\n    model.accelerator.end_training()")

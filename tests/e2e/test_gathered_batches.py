@@ -11,6 +11,9 @@ Four programs, converted by the tool and run together by one driver (one launch 
   on one process.
 - ``rmse`` (field set Q, Q1's trainer class): a list of ``torch.sqrt(F.nll_loss(out, y))`` per test batch, averaged
   after the loop: its values are not known as tensors from a ``backward()``; run per original batch like ``early``.
+- ``roc`` (field set U, U11's trainer class): a sum of ``np.sum(pred & mask) / n`` per sample over a gathered test
+  loader, divided by ``len(loader)``: the sum is the whole set's, the divisor the original's number of batches; the
+  accelerator is ended after the evaluation method, not in the training one it follows.
 - ``sched``: a per-epoch ``MultiStepLR`` bound in the branches of an ``if``/``else``: the learning rate printed per
   epoch is the original's (prepared, it reached its milestones N times too early).
 - ``gan``: noise for the generator drawn at every step after a shared ``test_noise``: every process draws the same
@@ -107,6 +110,51 @@ class Tester:
 tester = Tester(model, test_loader)
 tester.test_epoch()
 print(f"rmse {tester.test_loss_list[-1]:.6f}")
+""",
+    "roc": """\
+import numpy as np
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Model:
+    def __init__(self):
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Linear(16, 16), nn.Sigmoid())
+        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=0.0)
+        self.loss = nn.BCELoss()
+        x = torch.rand(48, 16)
+        y = (x > 0.5).float()
+        self.train_dataloader = DataLoader(TensorDataset(x[:36], y[:36]), batch_size=8, shuffle=True)
+        self.test_dataloader = DataLoader(TensorDataset(x[36:], y[36:]), batch_size=1)
+
+    def train(self):
+        for epoch in range(2):
+            for img, mask in self.train_dataloader:
+                self.optimizer.zero_grad()
+                loss = self.loss(self.net(img), mask)
+                loss.backward()
+                self.optimizer.step()
+
+    def compute_roc(self):
+        tpr = []
+        length_images = 16
+        with torch.no_grad():
+            for threshold in np.arange(0.0, 1.1, 0.5):
+                TP = 0
+                for _, (img, mask) in enumerate(self.test_dataloader):
+                    pred = self.net(img).numpy().ravel() > threshold
+                    mask = mask.numpy().ravel() > 0.5
+                    TP += np.sum(pred & mask) / length_images
+                tpr.append(TP / len(self.test_dataloader))
+        print("roc", [round(float(t), 6) for t in tpr])
+
+
+if __name__ == "__main__":
+    model = Model()
+    model.train()
+    model.compute_roc()
 """,
     "quick": DATA + """\
 def test(dataloader, model, loss_fn):
@@ -343,7 +391,7 @@ def test_gathered_values_schedulers_draws_and_trainer_kwargs_on_2_and_3_processe
     assert original.returncode == 0, original.stderr
     expected = original.stdout.splitlines()
     assert len(_gan_lines(tmp_path / "original")) == 1
-    assert len(expected) == 3 + 4 + 4 + 1 + 2 + 3 + 1, original.stdout
+    assert len(expected) == 3 + 4 + 4 + 1 + 2 + 3 + 1 + 1, original.stdout
     assert "kwargs 1 0.05" in expected and "kwargs keys ['0.bias', '0.weight']" in expected, original.stdout
     for n in (2, 3):
         run = subprocess.run([*ACCELIFY, "launch", "--cpu", "-n", str(n), "-q", "driver.py", *scripts],
