@@ -26,6 +26,7 @@ from accelify.codemods.rules.collectives import ReplaceCollectives
 from accelify.codemods.rules.comprehended_shares import WarnComprehendedShares
 from accelify.codemods.rules.data_parallel import RemoveDataParallel
 from accelify.codemods.rules.ddp import RemoveDistributedWrapper
+from accelify.codemods.rules.detached_fakes import DetachSharedForward
 from accelify.codemods.rules.device import ReplaceDevice
 from accelify.codemods.rules.end import EndTraining
 from accelify.codemods.rules.evaluation import GatherForMetrics
@@ -33,6 +34,7 @@ from accelify.codemods.rules.forward_methods import RefuseForwardMethods
 from accelify.codemods.rules.full_batches import KeepFullBatches
 from accelify.codemods.rules.gathered_sums import SumPerOriginalBatch
 from accelify.codemods.rules.gathered_shapes import ShapeFromGather
+from accelify.codemods.rules.host_copies import HostCopies
 from accelify.codemods.rules.imports import AddAcceleratorImport
 from accelify.codemods.rules.leftovers import ReportLeftovers
 from accelify.codemods.rules.lightning import RefuseLightning
@@ -99,11 +101,13 @@ RULES: tuple[type[Rule], ...] = (
     KeepFullBatches,
     WarnBatchIndex,
     WarnExecutedFiles,
+    DetachSharedForward,
     SwapBackward,
     SwapClipping,
     AccumulateGradients,
     ReduceClosureLoss,
     GatherForMetrics,
+    HostCopies,
     SumPerOriginalBatch,
     ReduceAverages,
     ReducePlateauMetric,

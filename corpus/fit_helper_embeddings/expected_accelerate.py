@@ -40,7 +40,7 @@ def extract_embeddings(dataloader, model):
             output = accelerator.unwrap_model(model).get_embedding(images)
             output, target, images = accelerator.gather_for_metrics((output, target, images))
             embeddings[k:k + len(images)] = output.numpy()
-            labels[k:k + len(images)] = target.numpy()
+            labels[k:k + len(images)] = target.cpu().numpy()
             k += len(images)
     return embeddings, labels
 

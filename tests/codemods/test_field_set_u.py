@@ -240,3 +240,68 @@ def test_a_sum_over_the_rows_of_a_gathered_loop_is_divided_by_the_original_numbe
     assert "tpr.append(TP / len(self.test_dataloader.batch_sampler.batch_sampler))" in new
     # the accelerator ends after the evaluation that follows the training, not at the end of ``train``
     assert new.rstrip().endswith("model.compute_roc()\n    model.accelerator.end_training()")
+
+
+def test_the_generator_output_of_a_retained_discriminator_loss_is_detached_there() -> None:
+    """U12 (a WGAN many copy): the critic's loss read the generator's output undetached and was backpropagated with
+    ``retain_graph=True``; the generator step then went through the same forward a second time, which DDP does not
+    average: the generators parted (the runtime's sentinel stopped it). The rule's own examples show the shape and
+    its near miss; this is the DCGAN layout of the same author's, the discriminator's output reshaped first."""
+    code = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+loader = DataLoader(TensorDataset(torch.randn(64, 8)), batch_size=8, shuffle=True)
+disc = torch.nn.Sequential(torch.nn.Linear(8, 1), torch.nn.Sigmoid())
+gen = torch.nn.Linear(4, 8)
+opt_gen = torch.optim.Adam(gen.parameters(), lr=2e-4)
+opt_disc = torch.optim.Adam(disc.parameters(), lr=2e-4)
+criterion = torch.nn.BCELoss()
+for (real,) in loader:
+    fake = gen(torch.randn(real.shape[0], 4))
+    disc_real = disc(real).reshape(-1)
+    loss_disc_real = criterion(disc_real, torch.ones_like(disc_real))
+    disc_fake = disc(fake).reshape(-1)
+    loss_disc_fake = criterion(disc_fake, torch.zeros_like(disc_fake))
+    loss_disc = (loss_disc_real + loss_disc_fake) / 2
+    disc.zero_grad()
+    loss_disc.backward(retain_graph=True)
+    opt_disc.step()
+    output = disc(fake).reshape(-1)
+    loss_gen = criterion(output, torch.ones_like(output))
+    gen.zero_grad()
+    loss_gen.backward()
+    opt_gen.step()
+"""
+    new = converted(code)
+    assert "    disc_fake = disc(fake.detach()).reshape(-1)\n" in new, new
+    assert "    output = disc(fake).reshape(-1)\n" in new
+
+
+def test_labels_a_prepared_loader_puts_on_the_device_are_copied_to_the_host_for_numpy() -> None:
+    """U9: ``trues.extend(yb.numpy().tolist())`` of labels the original never moved: a prepared loader puts them on
+    the GPU, where ``.numpy()`` raises; it reads ``yb.cpu().numpy()``."""
+    code = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+device = "cuda" if torch.cuda.is_available() else "cpu"
+train_loader = DataLoader(TensorDataset(torch.randn(32, 3), torch.randint(0, 2, (32,))), batch_size=8)
+val_loader = DataLoader(TensorDataset(torch.randn(16, 3), torch.randint(0, 2, (16,))), batch_size=8)
+model = torch.nn.Linear(3, 2).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for xb, yb in train_loader:
+    xb, yb = xb.to(device), yb.to(device)
+    loss = torch.nn.functional.cross_entropy(model(xb), yb)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+model.eval()
+preds, trues = [], []
+with torch.no_grad():
+    for xb, yb in val_loader:
+        xb = xb.to(device)
+        preds.extend(model(xb).argmax(dim=1).cpu().numpy().tolist())
+        trues.extend(yb.numpy().tolist())
+print(sum(p == t for p, t in zip(preds, trues)) / len(trues))
+"""
+    new = converted(code)
+    assert "trues.extend(yb.cpu().numpy().tolist())" in new, new

@@ -66,7 +66,7 @@ MUST_FOLLOW: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
      "a rank test inside code those rules removed or replaced is left alone"),
     (("apex",), ("amp",), "amp reports the apex calls the apex rule did not replace (ACC005)"),
     (("evaluation",), ("gathered_shapes",), "it reshapes what the evaluation rule gathered (the agreement's gathers)"),
-    (("evaluation",), ("gathered_sums", "averages", "trigger", "startup", "seeds", "save", "load", "writes"),
+    (("evaluation",), ("gathered_sums", "averages", "trigger", "startup", "seeds", "save", "load", "writes", "host_copies"),
      "the agreement they ask is built when first asked, from the gathers the evaluation rule inserted"),
     (("placement", "data_parallel", "ddp", "sampler", "collectives", "process_group", "spawn", "device", "apex", "amp"),
      ("shared_draws",), "the seed goes before a statement that stays: it reads which statements their edits removed"),
