@@ -412,6 +412,11 @@ class Agreement(BatchStructure):
             return True  # prepared loaders hand every process the same number of batches
         return self.uniform(scope, loop.iter, loop)
 
+    def function_agreed(self, scope: Scope) -> bool:
+        """Whether every call of the function ``scope`` (and of those calling it) runs on every process alike: none
+        is under a test, a loop or a loop exit that may differ between processes."""
+        return self._function_agreed(scope)
+
     def _function_agreed(self, scope: Scope) -> bool:
         if scope.kind != "function":
             return True

@@ -16,6 +16,9 @@ from accelify.codemods.analysis.roles import is_module_scope
 from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.analysis.tree_walk import descendants
 
+# what the shared-draws rule says it changed (``Context.changes``): the gated-backward rule reads it
+SHARED_DRAWS = "seed the values drawn before training alike on every process, then each process its own stream"
+
 _DRAWS = {
     "torch": ("torch.rand", "torch.randn", "torch.randint", "torch.randperm", "torch.multinomial", "torch.normal",
               "torch.bernoulli", "torch.poisson", "torch.nn.init.", "torch.utils.data.random_split"),

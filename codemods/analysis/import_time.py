@@ -50,8 +50,8 @@ class EntryLevel:
     """What the training script's own top level runs on every process out of the reach of the accelerator a function
     makes (its ``if __name__ == "__main__":`` block included), found once for the rules that ask
     (``plan.analysis(EntryLevel)``): ``prints``, the ``print(...)`` statements there (``print(VERSION)`` before
-    ``main(args)``, the elapsed time after it), and ``figures``, those a function of the script saves where every call
-    of it is at the top level (``plt.savefig(f"images/{i}.png")`` in ``plot_weights``), each a statement of its own; in
+    ``main(args)``, the elapsed time after it) and in a function of the script every call of which is at the top
+    level, and ``figures``, those such a function saves (``plt.savefig(f"images/{i}.png")`` in ``plot_weights``), each a statement of its own; in
     order. Not those before the process stops (``sys.exit``), marked ``# accelify: skip``, or under the script's own
     main-process test. ``cpu`` is the accelerator's ``cpu`` argument for their ``PartialState``; ``literal`` whether
     the top level can read it (else the prints are reported, ACC057)."""
@@ -80,10 +80,12 @@ class EntryLevel:
             if scope.unit != "__main__" or scope.kind != "function" or scope.class_scope is not None \
                     or scope is self.home:  # (``main(args)`` makes the accelerator: its figures are the writes rule's)
                 continue
-            if (site.qualname in _FIGURES or site.method == "savefig") and alone(site) and kept(site):
+            figure = (site.qualname in _FIGURES or site.method == "savefig") and alone(site)
+            printed = _prints(site) and not before_exit(facts, site.stmt)  # (set U's U15: ``print("done")`` in
+            if (figure or printed) and kept(site):  # ``main()``, after a trainer of another module trained)
                 calls = plan.call_sites(scope)
                 if calls and all(c.scope is top for c in calls):
-                    self.figures.append(site)
+                    (self.figures if figure else self.prints).append(site)
         order = facts.order
         self.prints.sort(key=lambda s: order.get(s.stmt, (0, 0)))
         self.figures.sort(key=lambda s: order.get(s.stmt, (0, 0)))
@@ -100,10 +102,10 @@ _EXITS = ("sys.exit", "exit", "quit", "os._exit")
 def before_exit(facts: Facts, stmt: cst.BaseStatement) -> bool:
     """Whether a later statement of ``stmt``'s block ends the process (``sys.exit(1)``, ``raise``)."""
     parent = facts.parent_stmt.get(stmt)
-    body = getattr(getattr(parent, "body", None), "body", None)
-    if not body or stmt not in body:
+    body = next((b for b in _blocks(parent) if stmt in b), None)  # (the ``else:`` of an ``if`` too: set Q's wgan zoo)
+    if not body:
         return False
-    for later in body[list(body).index(stmt) + 1 :]:
+    for later in body[body.index(stmt) + 1 :]:
         if not isinstance(later, cst.SimpleStatementLine):
             continue
         for small in later.body:
@@ -114,6 +116,14 @@ def before_exit(facts: Facts, stmt: cst.BaseStatement) -> bool:
                 if site is not None and site.qualname in _EXITS:
                     return True
     return False
+
+
+def _blocks(parent: cst.CSTNode | None) -> list[list[cst.BaseStatement]]:
+    """The statement lists directly in ``parent``: its body, an ``else:``'s, an ``except``'s, a ``finally:``'s."""
+    suites = [getattr(parent, "body", None), getattr(getattr(parent, "orelse", None), "body", None),
+              getattr(getattr(parent, "finalbody", None), "body", None)]
+    suites += [h.body for h in getattr(parent, "handlers", ())]
+    return [list(s.body) for s in suites if isinstance(s, cst.BaseSuite) and isinstance(getattr(s, "body", None), (list, tuple))]
 
 
 def _prints(site: CallSite) -> bool:

@@ -34,6 +34,7 @@ from accelify.codemods.rules.forward_methods import RefuseForwardMethods
 from accelify.codemods.rules.full_batches import KeepFullBatches
 from accelify.codemods.rules.gathered_sums import SumPerOriginalBatch
 from accelify.codemods.rules.gathered_shapes import ShapeFromGather
+from accelify.codemods.rules.gated_backward import WarnGatedBackward
 from accelify.codemods.rules.host_copies import HostCopies
 from accelify.codemods.rules.imports import AddAcceleratorImport
 from accelify.codemods.rules.leftovers import ReportLeftovers
@@ -124,6 +125,7 @@ RULES: tuple[type[Rule], ...] = (
     SafeStartup,
     SeedPerProcess,
     SeedSharedDraws,
+    WarnGatedBackward,
     UnwrapModule,
     LoadUnwrapped,
     UnwrapAttributes,

@@ -73,7 +73,43 @@ accelerator.end_training()
 ''',
         ),
         Example(
-            # a helper called before the accelerator exists (from the entry block, before ``main()``) keeps its print
+            # the message of a process that stops right after it (``sys.exit``): accelerator.print would hide it when
+            # that process is not the main one
+            before='''\
+import sys
+import torch
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in torch.ones(4, 2):
+    loss = model(x).sum()
+    if torch.isnan(loss):
+        print("the loss is nan")
+        sys.exit(1)
+    loss.backward()
+    optimizer.step()
+''',
+            after='''\
+import sys
+import torch
+from accelify.runtime import Accelerator
+accelerator = Accelerator(cpu=True)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+for x in torch.ones(4, 2):
+    loss = model(x).sum()
+    if torch.isnan(loss):
+        print("the loss is nan")
+        sys.exit(1)
+    accelerator.backward(loss)
+    optimizer.step()
+accelerator.end_training()
+''',
+            fires=False,
+        ),
+        Example(
+            # a helper the entry block calls before ``main()`` makes the accelerator: its print goes through the process
+            # state made with the accelerator's own ``cpu`` (``PartialState(cpu=True).print``: once, not once per process)
             before='''\
 import torch
 
@@ -93,10 +129,10 @@ if __name__ == "__main__":
 ''',
             after='''\
 import torch
-from accelify.runtime import Accelerator
+from accelify.runtime import Accelerator, PartialState
 
 def log(message):
-    print(message)
+    PartialState(cpu=True).print(message)
 
 def main():
     accelerator = Accelerator(cpu=True)
@@ -112,7 +148,6 @@ if __name__ == "__main__":
     log("starting")
     main()
 ''',
-            fires=False,
         ),
         Example(
             before='''\

@@ -40,7 +40,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods import codes
-from accelify.codemods.analysis.draws_before_training import DrawWalk
+from accelify.codemods.analysis.draws_before_training import SHARED_DRAWS, DrawWalk
 from accelify.codemods.analysis.facts import Scope
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.snippets import code_of
@@ -231,7 +231,7 @@ accelerator.end_training()
             _import_module(ctx, scope, module)
         place, code, after = own
         (ctx.insert_after if after else ctx.insert_before)(place, code)
-        ctx.change("seed the values drawn before training alike on every process, then each process its own stream")
+        ctx.change(SHARED_DRAWS)
 
 
 def _bound_names(ctx: Context, scope: Scope) -> set[str]:

@@ -320,6 +320,7 @@ accelerator.end_training()
                     _warn_in_helper(ctx, site, wrapped)  # ``test(..., save=path)`` of a module with no accelerator
                 elif site in figures and ctx.replace(  # ``plot(w, i)`` at the script's top level
                         site.stmt, site.stmt, lambda s: on_main_process(s, f"PartialState({entry.cpu})")):  # type: ignore[misc]
+                    ctx.import_state(site.scope.unit)  # (set U's U15: the accelerator made in another module's class)
                     ctx.change("draw figures on the main process only (PartialState)")
                 continue
             if removal and (not alone(site) or main_only(ctx.plan, ctx.facts, ctx.edits, site.scope, site.stmt)

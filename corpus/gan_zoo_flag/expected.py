@@ -7,6 +7,7 @@ import torch
 
 from gan import GAN
 from lsgan import LSGAN
+from accelify.runtime import PartialState
 
 
 def parse_args():
@@ -32,7 +33,7 @@ def main():
         raise Exception("[!] There is no option for " + args.gan_type)
 
     gan.train()
-    print(" [*] Training finished!")
+    PartialState(cpu=True).print(" [*] Training finished!")
 
 
 if __name__ == '__main__':

@@ -305,3 +305,91 @@ print(sum(p == t for p, t in zip(preds, trues)) / len(trues))
 """
     new = converted(code)
     assert "trues.extend(yb.cpu().numpy().tolist())" in new, new
+
+
+def test_a_backward_a_replay_buffer_length_gates_is_reported() -> None:
+    """U10 (a double DQN): ``if len(buffer) > THRESHOLD: train_step(...)``, each process's buffer filled by its own
+    episodes; the processes start training at different episodes and wait for each other (a hang with a larger
+    threshold). Reported where the backward is, naming the test at the call (ACC064)."""
+    code = """\
+import random
+import torch
+
+
+def train_step(q_net, optimizer, buffer):
+    batch = torch.stack(random.sample(buffer, 8))
+    loss = q_net(batch).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+
+def main():
+    q_net = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.Adam(q_net.parameters(), lr=1e-3)
+    buffer = []
+    for episode in range(30):
+        done = False
+        while not done:
+            buffer.append(torch.randn(4))
+            done = random.random() < 0.2
+        if len(buffer) > 32:
+            train_step(q_net, optimizer, buffer)
+
+
+if __name__ == "__main__":
+    main()
+"""
+    result = convert_source(code)
+    found = [w for w in result.warnings if w.code == "ACC064"]
+    assert [w.line for w in found] == [9] and "called under `if len(buffer) > 32`" in found[0].message, result.warnings
+
+
+def test_the_entry_script_of_a_trainer_in_another_module_writes_and_prints_once() -> None:
+    """U15: the trainer class of ``trainer.py`` makes the accelerator; ``main()`` of the script then saved its figure
+    under ``if PartialState().is_main_process:`` without importing ``PartialState`` (a NameError after training), and
+    printed ``done`` on every process."""
+    script = """\
+import matplotlib.pyplot as plt
+import torch
+from trainer import Trainer
+
+
+def main():
+    trainer = Trainer(torch.nn.Linear(4, 1))
+    losses = trainer.train(torch.randn(64, 4), torch.randn(64, 1))
+    plt.plot(losses)
+    plt.savefig("training_metrics.png")
+    print("done")
+
+
+if __name__ == "__main__":
+    main()
+"""
+    trainer = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Trainer:
+    def __init__(self, model):
+        self.model = model
+
+    def train(self, X, y, epochs=2):
+        loader = DataLoader(TensorDataset(X, y), batch_size=16, shuffle=True)
+        optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01)
+        losses = []
+        for epoch in range(epochs):
+            for xb, yb in loader:
+                optimizer.zero_grad()
+                loss = torch.nn.functional.mse_loss(self.model(xb), yb)
+                loss.backward()
+                optimizer.step()
+            losses.append(loss.item())
+        return losses
+"""
+    result = convert_source(script, path="main.py", modules=[ModuleText("trainer", "trainer.py", trainer)])
+    assert result.status == "converted", result.reason
+    assert "from accelify.runtime import PartialState\n" in result.new
+    assert "    if PartialState(" in result.new and ".is_main_process:\n        plt.savefig(\"training_metrics.png\")\n" in result.new
+    assert '    PartialState(' in result.new and '.print("done")' in result.new
