@@ -89,8 +89,9 @@ def per_batch_tail(plan: Plan, agreement: Agreement, loop: Loop, accs: Iterable[
             elif name in own:
                 return None  # a value of the pass that is this process's (the inputs), not split into batches
         bound |= targets
-    if not split or any(set(_reads(s)) & (bound | set(split)) for s in body[end + 1:] + after):
-        return None  # a later statement reads a name the per-batch loop leaves as its last batch's
+    if not split or any(set(_reads(s)) & (bound | set(split) | names) for s in body[end + 1:] + after):
+        return None  # a later statement reads a name the per-batch loop leaves as its last batch's, or a running
+        # value mid-pass (``print(test_loss)`` after each batch: after each pass it would be N batches on)
     loader = code_of(source)
     divisors: list[tuple[cst.Call, cst.BaseStatement]] = []
     for acc in accs:

@@ -35,9 +35,10 @@ _CANONICAL: dict[str, str] = {
     "rich.progress.Progress.track": "rich.progress.track",
 }
 # Progress bars that walk an iterable once and yield its items (the loop walks the loader they are handed): tqdm,
-# rich's ``track``, alive-progress's ``alive_it``, fastprogress's ``progress_bar``, progressbar2's ``progressbar``.
+# rich's ``track``, alive-progress's ``alive_it``, fastprogress's ``progress_bar``, progressbar2's ``progressbar``,
+# barbar's ``Bar`` (set U's U13: ``enumerate(Bar(train_loader))``).
 PROGRESS_BARS = frozenset({"tqdm.tqdm", "rich.progress.track", "alive_progress.alive_it", "fastprogress.progress_bar",
-                           "progressbar.progressbar"})
+                           "progressbar.progressbar", "barbar.Bar"})
 
 
 def dotted(expr: cst.BaseExpression) -> str | None:

@@ -70,6 +70,8 @@ class PrepareSite(BranchSites, TrainingFunctions, AcceleratorHome):
                 later = previous is not None and previous.stmt is not None and self.facts.order[previous.stmt] < self.facts.order[binding.stmt]
                 if later and self.drives_training(binding.where, binding.stmt):
                     continue  # ``model = train_model(model, ...)``: what the training returns, not a place to prepare
+                if later and self._after_training(binding.where, binding.stmt):
+                    continue  # ``model = load_best_model()`` once the training is over (set U's U13): not trained
                 if previous is None or previous.stmt is None or (later and previous.key == binding.key):
                     aliases[id(held)] = Alias(binding.key, held, self._completed(binding), binding.many)
         self._held_by_objects(by_scope)
@@ -177,6 +179,17 @@ class PrepareSite(BranchSites, TrainingFunctions, AcceleratorHome):
                 for other in self.objects:
                     if other.where is held.where and other.key == held.key and other.role == held.role:
                         aliases.setdefault(id(other), Alias(alias.key, other, alias.stmt, alias.many))
+
+    def _after_training(self, scope: Scope, stmt: cst.BaseStatement) -> bool:
+        """Whether ``stmt`` comes after a statement of its block that trains, and nothing after it in that block does."""
+        parent = self.facts.parent_stmt.get(stmt)
+        suite = getattr(parent, "body", None) if parent is not None else None
+        block = list(suite.body) if isinstance(suite, cst.IndentedBlock) else list(scope.body) if parent is None else []
+        if stmt not in block:
+            return False
+        at = block.index(stmt)
+        return any(self.drives_training(scope, s) for s in block[:at]) \
+            and not any(self.drives_training(scope, s) for s in block[at + 1:])
 
     def _held_by_objects(self, by_scope: dict[Scope, dict[int, Alias]]) -> None:
         """``self.data_loader = MnistDataLoader(config)`` whose ``__init__`` sets ``self.train_loader = DataLoader(...)``:

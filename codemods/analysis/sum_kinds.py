@@ -11,6 +11,8 @@ from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
 
 _INT_CALLS = ("size", "numel", "nelement", "dim")
+_NUMPY_REDUCTIONS = ("mean", "average", "median", "max", "min", "amax", "amin", "std", "var", "sqrt", "exp", "log",
+                     "log10", "fsum", "prod", "nanmean", "nansum")
 
 
 def helper_kinds(plan: Plan, values: list[cst.BaseExpression]) -> dict[int, str]:
@@ -204,6 +206,9 @@ def increment_kind(expr: cst.BaseExpression, known: dict[str, str], helpers: dic
             return "int"
         if name in ("np.sum", "numpy.sum", "np.count_nonzero", "numpy.count_nonzero"):
             return "number"  # ``np.sum(gold == pred)``: a NumPy number
+        if name is not None and name.split(".", 1)[0] in ("np", "numpy", "math", "statistics"):
+            # ``np.mean(np.exp(d) / norm)`` (set U's U13): a function of the module, not a tensor's ``.mean()``
+            return "number" if name.rsplit(".", 1)[-1] in _NUMPY_REDUCTIONS else None
         if name == "float":
             return "float"
         if _torch_tensor_call(name):

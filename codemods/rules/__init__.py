@@ -24,6 +24,7 @@ from accelify.codemods.rules.clipping import SwapClipping
 from accelify.codemods.rules.closure import ReduceClosureLoss
 from accelify.codemods.rules.collectives import ReplaceCollectives
 from accelify.codemods.rules.comprehended_shares import WarnComprehendedShares
+from accelify.codemods.rules.cuda_types import PlaceCudaTypes
 from accelify.codemods.rules.data_parallel import RemoveDataParallel
 from accelify.codemods.rules.ddp import RemoveDistributedWrapper
 from accelify.codemods.rules.detached_fakes import DetachSharedForward
@@ -109,6 +110,7 @@ RULES: tuple[type[Rule], ...] = (
     ReduceClosureLoss,
     GatherForMetrics,
     HostCopies,
+    PlaceCudaTypes,
     SumPerOriginalBatch,
     ReduceAverages,
     ReducePlateauMetric,

@@ -5,7 +5,9 @@ and the second ``os.makedirs`` raises ``FileExistsError``. So:
 
 - ``os.makedirs(d)`` (and ``Path(d).mkdir()``) gains ``exist_ok=True``: behind an existence check
   that is exactly what one process did; a bare one no longer fails when the folder already exists
-  (the only difference, and only where the original would have stopped with an error);
+  (the only difference, and only where the original would have stopped with an error); behind an existence check
+  whose block also writes a file there (a data cache built once, then read by every run), the block goes under
+  ``with accelerator.main_process_first():`` (the main process builds it, the others find the folder and read);
 - ``os.mkdir(d)`` behind an existence check goes under ``with accelerator.main_process_first():``,
   so the main process creates it and the others then find it; a bare one runs on the main process
   only, followed by ``accelerator.wait_for_everyone()``;
@@ -30,6 +32,7 @@ from accelify.codemods.analysis.snippets import code_of, expression, statement
 from accelify.codemods.analysis.facts import CallSite
 from accelify.codemods.analysis.handle_uses import Collectives
 from accelify.codemods.analysis.helper_calls import already_first, first_ready, helper_calls, holding_statement
+from accelify.codemods.analysis.write_calls import writes_file
 from accelify.codemods.engine.rule import Example, Rule
 
 _CHECKS = ("os.path.exists", "os.path.isdir", "os.path.lexists")
@@ -165,6 +168,13 @@ if __name__ == "__main__":
             if ctx.plan.distributed.main_only(ctx.facts, site.stmt, site.scope):
                 continue  # under the script's own main-process test: one process creates it
             if q == "os.makedirs" or (site.method == "mkdir" and q != "os.mkdir" and _is_path_mkdir(site)):
+                guard = _guard(ctx, site)
+                if guard is not None and _writes_in(ctx, guard):
+                    # ``if not os.path.exists(DATA): os.makedirs(DATA); ...; np.save(DATA/"data.npy", data)``, then
+                    # every process loads it (set U's U2): the main process builds the cache, the others then find
+                    # the folder and only read
+                    self._first(ctx, site, guard, wrapped)
+                    continue
                 if not _has_keyword(site.node, "exist_ok") and ctx.replace(site.node, site.stmt, _exist_ok):
                     ctx.change("create folders with exist_ok=True")
                 elif not _exist_ok_true(site.node):
@@ -231,6 +241,11 @@ def _download_in_helper(ctx: Context, site: CallSite, wrapped: set[cst.BaseState
             wrapped.add(holder)
     ctx.change("download data on the main process first")
     return True
+
+
+def _writes_in(ctx: Context, block: cst.BaseStatement) -> bool:
+    """Whether a statement inside ``block`` writes a file (a cache made there, read after it)."""
+    return any(block in ctx.facts.chain(s.stmt)[1:] and writes_file(s) for s in ctx.facts.calls)
 
 
 def _race_handled(ctx: Context, site: CallSite) -> bool:

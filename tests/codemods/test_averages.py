@@ -709,7 +709,6 @@ def test_a_count_is_not_reduced_alone_when_the_sum_it_divides_stays_per_process(
 
 
 @pytest.mark.parametrize("bound, added, divisor", [
-    ("mse = criterion(out, y)", "10 * math.log10(1 / mse.item())", "len(test_loader.dataset)"),  # not the batch count
     ("mse = criterion(out, y)", "10 * math.log10(1 / mse.item())", "(len(test_loader) + 1)"),
     ("mse = criterion(out + torch.randn(1), y)", "10 * math.log10(1 / mse.item())", "len(test_loader)"),  # not gathered
 ])
@@ -723,15 +722,22 @@ def test_a_function_of_a_mean_loss_summed_over_a_gathered_loop_is_reported(bound
     assert [c.split(":")[0] for c in codes(code)] == ["ACC042"]
 
 
-def test_a_function_of_a_mean_loss_added_as_it_is_runs_per_original_batch() -> None:
-    """``test_loss += 1 / criterion(out, y).item()`` (no statement of the mean loss of its own) was reported (ACC042)
-    while its value's kind was unknown; known as a float since the fourteenth stop (a division), the loop's statement
-    from the gather on runs per original batch, which makes the sum the original's."""
-    body = GATHERED_EVAL.format(made="", added="1 / criterion(out, y).item()", divisor="len(test_loader.dataset)")
+@pytest.mark.parametrize("bound, added", [
+    ("", "1 / criterion(out, y).item()"),
+    ("mse = criterion(out, y)", "10 * math.log10(1 / mse.item())"),
+])
+def test_a_function_of_a_mean_loss_over_the_data_set_size_runs_per_original_batch(bound: str, added: str) -> None:
+    """``test_loss += 1 / criterion(out, y).item()``, or a PSNR of a mean loss, divided by the data set's size, were
+    reported (ACC042) while the kind of what is added was unknown; known as a number since the fourteenth stop (a
+    division, ``math.log10``), the loop's statements from the gather on run per original batch, which makes the sum
+    the original's (its divisor is the original's already)."""
+    body = GATHERED_EVAL.format(made="", added=added, divisor="len(test_loader.dataset)").replace(
+        "            out = model(x)\n", f"            out = model(x)\n            {bound}\n" if bound else "            out = model(x)\n")
     code = _script("import math\n" + textwrap.dedent(body).lstrip("\n"))
     assert codes(code) == []
+    new = converted(code)
     assert "        for out, y in zip(out.split(test_loader.batch_sampler.batch_size), y.split(" \
-        "test_loader.batch_sampler.batch_size)):\n            test_loss += 1 / criterion(out, y).item()\n" in converted(code)
+        "test_loader.batch_sampler.batch_size)):\n" in new and f"test_loss += {added}\n" in new, new
 
 
 PSNR = """

@@ -393,3 +393,92 @@ class Trainer:
     assert "from accelify.runtime import PartialState\n" in result.new
     assert "    if PartialState(" in result.new and ".is_main_process:\n        plt.savefig(\"training_metrics.png\")\n" in result.new
     assert '    PartialState(' in result.new and '.print("done")' in result.new
+
+
+def test_a_data_cache_built_behind_an_existence_check_is_built_by_the_main_process_first() -> None:
+    """U2 (an NCF recommender): ``if not os.path.exists(DATA): os.makedirs(DATA); ...; np.save(...)`` then every run
+    ``np.load(...)``: the save on the main process alone, with no wait, and a folder another process made first
+    (FileNotFoundError on 3 launches of 3). The block goes under ``main_process_first``."""
+    code = """\
+import os
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+if not os.path.exists("Data"):
+    os.makedirs("Data")
+    np.save(os.path.join("Data", "data.npy"), np.random.rand(64, 4).astype(np.float32))
+data = np.load(os.path.join("Data", "data.npy"))
+loader = DataLoader(TensorDataset(torch.from_numpy(data)), batch_size=8)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for (x,) in loader:
+    opt.zero_grad()
+    model(x).pow(2).mean().backward()
+    opt.step()
+"""
+    new = converted(code)
+    assert 'with accelerator.main_process_first():\n    if not os.path.exists("Data"):\n        os.makedirs("Data")\n' in new, new
+
+
+def test_a_legacy_cuda_tensor_type_in_a_model_is_made_on_the_process_device() -> None:
+    """U2: ``torch.cuda.FloatTensor(batch_size, size)`` in the model's forward was left (a crash on the CPU, the
+    current CUDA device on GPUs) and unreported."""
+    code = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class OneHot(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 1)
+
+    def forward(self, idx):
+        onehot = torch.cuda.FloatTensor(idx.size(0), 8)
+        onehot.zero_()
+        onehot.scatter_(1, idx.view(-1, 1), 1)
+        return self.fc(onehot)
+
+
+loader = DataLoader(TensorDataset(torch.randint(0, 8, (32,)), torch.randn(32, 1)), batch_size=8)
+model = OneHot().cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for idx, y in loader:
+    opt.zero_grad()
+    torch.nn.functional.mse_loss(model(idx.cuda()), y.cuda()).backward()
+    opt.step()
+"""
+    new = converted(code)
+    assert "onehot = torch.empty(idx.size(0), 8, dtype=torch.float32, device=PartialState().device)\n" in new, new
+    assert "PartialState" in new.split("class OneHot")[0]
+
+
+def test_a_model_rebound_for_inference_after_the_training_is_not_its_creation() -> None:
+    """U13 (a triplet network): ``model = LoadBestModel(load_model)`` after the last epoch, through the factory that
+    made the trained model, was taken for the model created after the training started (ACC008, refused)."""
+    code = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def make_model():
+    net = torch.nn.Linear(4, 1)
+    placed = net.to("cpu")
+    return placed
+
+
+if __name__ == "__main__":
+    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8)
+    model = make_model()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+    # Load best model
+    model = make_model()
+"""
+    result = convert_source(code)
+    assert result.status == "converted", result.reason
+    assert "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)" in result.new

@@ -56,7 +56,7 @@ MUST_FOLLOW: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
     (("micro_steps",), ("threading",),
      "micro_steps converts a micro-step loop only where the accelerator already is when it runs (the home)"),
     (("threading",), ("device", "tensors", "prepare", "backward", "clipping", "accumulation", "closure", "evaluation",
-                      "averages", "plateau_metrics", "trigger", "print", "loguru", "progress", "save", "writes", "gathered_shapes", "startup", "seeds", "unwrap_module", "load",
+                      "averages", "plateau_metrics", "trigger", "print", "loguru", "cuda_types", "progress", "save", "writes", "gathered_shapes", "startup", "seeds", "unwrap_module", "load",
                       "attributes"),
      "they write the accelerator's name in helpers as they go (ctx.accelerator_in), so the helpers must have it; the "
      "device rule also reads which uses of the device threading dropped"),
