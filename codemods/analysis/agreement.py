@@ -365,8 +365,20 @@ class Agreement(BatchStructure):
             if ret.value is not None and stmt is not None and self._local(function, ret.value, stmt, seen | {id(function)}):
                 result = True
                 break
+            if stmt is not None and self._returned_under_local_test(function, stmt, seen | {id(function)}):
+                result = True  # ``if gt_item in pred_items: return 1`` then ``return 0`` (set U's U2's ``hit``): which
+                break  # value comes back is decided on the caller's values
         self._returns[id(function)] = result
         return result
+
+    def _returned_under_local_test(self, function: Scope, stmt: cst.BaseStatement, seen: frozenset) -> bool:
+        """Whether ``stmt`` (a ``return``) sits under an ``if``/``while`` of ``function`` whose test may differ."""
+        for outer in self.facts.chain(stmt)[1:]:
+            if outer is function.node:
+                return False
+            if isinstance(outer, (cst.If, cst.While)) and self._local(function, outer.test, outer, seen):
+                return True
+        return False
 
     # places -------------------------------------------------------------------------------------
     def agreed(self, stmt: cst.BaseStatement, scope: Scope) -> bool:

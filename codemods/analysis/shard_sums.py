@@ -296,7 +296,8 @@ def _listed(plan: Plan, loop: Loop, stmt: cst.BaseStatement, call: cst.Call, nam
         return None
     if any(m.findall(s, m.Name(name)) for s in loop.stmts if s is not stmt and not any(n is stmt for n in plan.facts.chain(s))):
         return None
-    kind = increment_kind(call.args[0].value, known_kinds(loop))
+    value = call.args[0].value  # (``HR.append(hit(item, recommends))``: what the program's function returns)
+    kind = increment_kind(value, known_kinds(loop), helper_kinds(plan, [value]))
     first = _init(plan, loop, name, made=_empty_list)
     if kind == "tensor" and _off_device(call.args[0].value):
         return None  # ``loss.detach().cpu()``: a gather needs the tensors on the process's device

@@ -42,7 +42,6 @@ import libcst.matchers as m
 from accelify.codemods import codes
 from accelify.codemods.analysis.draws_before_training import SHARED_DRAWS, DrawWalk
 from accelify.codemods.analysis.facts import Scope
-from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule

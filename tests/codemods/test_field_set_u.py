@@ -482,3 +482,43 @@ if __name__ == "__main__":
     result = convert_source(code)
     assert result.status == "converted", result.reason
     assert "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)" in result.new
+
+
+def test_a_hit_ratio_listed_from_a_helper_that_returns_ints_is_gathered() -> None:
+    """U2 (an NCF recommender): ``HR.append(hit(item, recommends))``, ``hit`` returning ``1`` under ``if gt_item in
+    pred_items:`` and ``0`` after it, was taken for a value every process computes alike (constants returned) and left
+    per process, unwarned: the printed hit ratio was one process's users'. What a function returns is decided on its
+    caller's values when a ``return`` sits under a test on them; the list, of ints, is gathered."""
+    code = """\
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def hit(gt_item, pred_items):
+    if gt_item in pred_items:
+        return 1
+    return 0
+
+
+def metrics(model, loader, top_k):
+    HR = []
+    for user, item in loader:
+        prediction = model(item.float().unsqueeze(1)).view(-1)
+        _, indices = torch.topk(prediction, top_k)
+        HR.append(hit(item[0], torch.take(item, indices)))
+    return np.mean(HR)
+
+
+loader = DataLoader(TensorDataset(torch.arange(40), torch.randint(0, 50, (40, 10))), batch_size=1)
+model = torch.nn.Linear(1, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for user, item in loader:
+    optimizer.zero_grad()
+    model(item.float().unsqueeze(-1)).mean().backward()
+    optimizer.step()
+print(metrics(model, loader, 3))
+"""
+    new = converted(code)
+    assert "    HR = accelerator.gather(torch.tensor(HR, device=accelerator.device)).tolist()\n" in new, new
+    assert codes(code) == []
