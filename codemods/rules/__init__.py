@@ -45,6 +45,7 @@ from accelify.codemods.rules.load import LoadUnwrapped
 from accelify.codemods.rules.logging import MainProcessLogging
 from accelify.codemods.rules.loguru import MainProcessLoguru
 from accelify.codemods.rules.micro_steps import AccumulateMicroSteps
+from accelify.codemods.rules.pass_indexed import WarnPassIndexed
 from accelify.codemods.rules.placement import RemovePlacement
 from accelify.codemods.rules.prepare import InsertPrepare
 from accelify.codemods.rules.prepared_parts import WarnPreparedParts
@@ -128,6 +129,7 @@ RULES: tuple[type[Rule], ...] = (
     SeedPerProcess,
     SeedSharedDraws,
     WarnGatedBackward,
+    WarnPassIndexed,
     UnwrapModule,
     LoadUnwrapped,
     UnwrapAttributes,

@@ -522,3 +522,40 @@ print(metrics(model, loader, 3))
     new = converted(code)
     assert "    HR = accelerator.gather(torch.tensor(HR, device=accelerator.device)).tolist()\n" in new, new
     assert codes(code) == []
+
+
+def test_a_list_paired_with_a_sharded_test_loader_by_the_loop_index_is_reported() -> None:
+    """U1 (speech commands): ``test_file = path_leaf(dataset_test.spects[index][0])`` beside each prediction of a
+    batch-size-1 test loader: prepared, each process counts its own batches from 0, so the names and the predictions
+    no longer pair (and the gathered pass crashed ``classes[prediction]``). Reported (ACC065); a training loop's
+    index (it counts steps) is not."""
+    code = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Spects(TensorDataset):
+    def __init__(self, n):
+        super().__init__(torch.randn(n, 4))
+        self.spects = [(f"{i}.wav", 0) for i in range(n)]
+
+
+dataset_test = Spects(6)
+test_loader = DataLoader(dataset_test)
+train_loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randint(0, 3, (32,))), batch_size=8)
+model = torch.nn.Linear(4, 3)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for index, (x, y) in enumerate(train_loader):
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+    if index == 0:
+        print(dataset_test.spects[index])
+predictions = []
+for index, (x,) in enumerate(test_loader):
+    _, prediction = model(x).max(1)
+    predictions.append(dataset_test.spects[index][0] + "," + str(prediction.item()))
+print(predictions)
+"""
+    found = [c for c in codes(code) if c.startswith("ACC065")]
+    assert found == ["ACC065:25"], codes(code)
