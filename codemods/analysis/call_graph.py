@@ -30,6 +30,7 @@ class CallGraph:
         self._names_read: set[str] | None = None  # every name and attribute name the program reads (``never_run``)
         self._read_outside_memo: dict[int, bool] = {}  # class -> its name read outside it (``never_run``)
         self._unrun_memo: dict[int, bool] = {}  # function -> called only from functions that never run
+        self._reads_memo: dict[int, int] = {}  # function -> how many times its name is read (``never_run``)
         self.classes = Classes(facts, self.defined)
         for site in facts.calls:
             function = self._resolve_callee(site)
@@ -98,10 +99,12 @@ class CallGraph:
     def _reads(self, function: Scope) -> int:
         """How many times the program reads the module-level ``function``'s name: as a name, or as an attribute of
         its module (``train_utils.train``; ``model.train()`` reads another ``train``)."""
-        qualified = f"{function.unit}.{function.name}"
-        return sum(len(s.refs.get(function.name, [])) for s in self.facts.scopes) + sum(
-            1 for s in self.facts.scopes for attribute, _ in s.attributes
-            if attribute.attr.value == function.name and s.imports.qualname(attribute) == qualified)
+        if id(function) not in self._reads_memo:  # (``never_run`` is asked for every call site)
+            qualified = f"{function.unit}.{function.name}"
+            self._reads_memo[id(function)] = sum(len(s.refs.get(function.name, [])) for s in self.facts.scopes) + sum(
+                1 for s in self.facts.scopes for attribute, _ in s.attributes
+                if attribute.attr.value == function.name and s.imports.qualname(attribute) == qualified)
+        return self._reads_memo[id(function)]
 
     def _called_only_from_unrun(self, scope: Scope, sites: list[CallSite], seen: frozenset[int]) -> bool:
         """Whether every call of the module-level function ``scope`` is in a function that never runs (set U's U8:

@@ -14,6 +14,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods.analysis.facts import CallSite
+from accelify.codemods.analysis.write_calls import mode_argument
 
 _WRITE_MODES = frozenset(("w", "a", "wt", "at", "tw", "ta", "wb", "ab", "bw", "ba"))
 _WRITE_METHODS = frozenset(("write", "writelines", "flush"))
@@ -21,10 +22,7 @@ _WRITE_METHODS = frozenset(("write", "writelines", "flush"))
 
 def write_mode(call: cst.Call) -> str | None:
     """The literal mode of ``open(path, mode)`` when it writes or appends and never reads; else None."""
-    mode = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "mode"), None)
-    positional = [a for a in call.args if a.keyword is None]
-    if mode is None and len(positional) >= 2:
-        mode = positional[1].value
+    mode = mode_argument(call, 1)
     if not isinstance(mode, cst.SimpleString) or mode.prefix.lower() not in ("", "u"):
         return None
     value = mode.evaluated_value

@@ -61,8 +61,12 @@ def writes_file(site: CallSite) -> bool:
         mode_position = 0  # pathlib: Path.open(mode)
     else:
         return False
-    mode = next((a.value for a in site.node.args if a.keyword is not None and a.keyword.value == "mode"), None)
-    positional = [a for a in site.node.args if a.keyword is None]
-    if mode is None and len(positional) > mode_position:
-        mode = positional[mode_position].value
+    mode = mode_argument(site.node, mode_position)
     return isinstance(mode, cst.SimpleString) and any(c in str(mode.evaluated_value) for c in WRITE_MODES)
+
+
+def mode_argument(call: cst.Call, position: int) -> cst.BaseExpression | None:
+    """The mode an ``open`` call is given: ``mode=``, or its positional argument at ``position``; None if none."""
+    mode = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "mode"), None)
+    positional = [a for a in call.args if a.keyword is None]
+    return mode if mode is not None or len(positional) <= position else positional[position].value

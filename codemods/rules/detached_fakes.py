@@ -194,7 +194,7 @@ def _zeroed_before_step(ctx: Context, scope: Scope, generator: Binding, backward
     optimizer over its parameters) before any step of such an optimizer."""
     facts = ctx.facts
     optimizers = {o.key for o in ctx.plan.objects if o.role == "optimizer" and o.value is not None
-                  and any(isinstance(n, cst.Name) and n.value == generator.key for n in _names(o.value))}
+                  and m.findall(o.value, m.Name(generator.key))}
     later = sorted((s for s in scope.calls if facts.after(s.stmt, backward) and isinstance(s.node.func, cst.Attribute)),
                    key=lambda s: facts.order[s.stmt][0])
     for site in later:
@@ -205,7 +205,3 @@ def _zeroed_before_step(ctx: Context, scope: Scope, generator: Binding, backward
         if site.method == "step" and name in optimizers:
             return False
     return False
-
-
-def _names(node: cst.CSTNode) -> list[cst.Name]:
-    return [n for n in m.findall(node, m.Name()) if isinstance(n, cst.Name)]

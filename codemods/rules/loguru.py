@@ -17,11 +17,10 @@ reported (ACC031). The logging calls stay as they are. The same code runs under 
 
 from __future__ import annotations
 
-import libcst as cst
-
 from accelify.codemods import codes
 from accelify.codemods.analysis.creation import Creation
 from accelify.codemods.analysis.facts import CallSite
+from accelify.codemods.analysis.handle_uses import alone
 from accelify.codemods.analysis.snippets import code_of, on_main_process, statement
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
@@ -133,15 +132,13 @@ accelerator.end_training()
     def run(self, ctx: Context) -> None:
         sites = [s for s in ctx.facts.calls if (s.qualname or "").startswith(_LOGGER + ".") and not ctx.plan.never_run(s.scope)]
         home = ctx.plan.home
-        anchor = (ctx.created[1], True) if ctx.created is not None else ctx.plan.analysis(Creation).anchor
+        anchor = ctx.plan.analysis(Creation).anchor
         accelerator = ctx.accelerator_in(home) if home is not None else None
         if not sites or not ctx.accelerating or home is None or anchor is None or accelerator is None:
             return
-        if ctx.created is not None and _quiet_already(ctx, home):
-            return  # converted code: the other processes' handlers are taken off already
         imports = ctx.facts.unit_of(home).imports
         module = ctx.facts.unit_of(home).module
-        logger = next((local for local, full in imports.aliases.items() if full == _LOGGER), None)
+        logger = imports.alias_of(_LOGGER)
         if logger is None:
             loguru = imports.alias_of("loguru")
             if loguru is None:
@@ -169,8 +166,7 @@ accelerator.end_training()
                 ctx.warn(codes.LOG_EVERY_PROCESS, site.node, name=code_of(site.node.func))
             return
         stmt = site.stmt
-        if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr)
-                and stmt.body[0].value is site.node):
+        if not alone(site):
             ctx.warn(codes.LOG_EVERY_PROCESS, site.node, name=code_of(site.node.func))
             return
         if ctx.replace(stmt, stmt, lambda s, a=accelerator: on_main_process(s, a)):  # type: ignore[misc]
@@ -182,8 +178,3 @@ def _called_after(ctx: Context, site: CallSite) -> bool:
     return any(ctx.accelerator_in(s.scope) is not None and ctx.after_accelerator(s.scope, s.stmt)
                for s in ctx.plan.call_sites(site.scope))
 
-
-def _quiet_already(ctx: Context, home) -> bool:  # type: ignore[no-untyped-def]
-    """Whether the home scope already takes loguru's handlers off on the other processes (``logger.remove()``)."""
-    return any(s.scope is home and s.method == "remove" and (s.qualname or "").startswith(_LOGGER + ".")
-               for s in ctx.facts.calls)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accelify.codemods.analysis.facts import CallSite
+from accelify.codemods.analysis.handle_uses import alone
 from accelify.codemods.analysis.snippets import expression, on_main_process, unwrap
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
@@ -111,11 +112,9 @@ accelerator.end_training()
                 continue
             ctx.change("trace the unwrapped model")
             stmt = site.stmt
-            alone = isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr) \
-                and stmt.body[0].value is site.node
             if plan.distributed.main_only(ctx.facts, stmt, site.scope) is not None:
                 continue
-            if alone and not ctx.rewritten(stmt):
+            if alone(site) and not ctx.rewritten(stmt):
                 ctx.replace_through(site.scope, stmt, stmt, on_main_process)
                 ctx.change("trace on the main process only")
             for save in _saves_of(ctx, site):  # ``traced.save(path)``: written once
@@ -128,7 +127,7 @@ accelerator.end_training()
         accelerator exists: nothing to unwrap, but its table (or file) comes once, from the main process."""
         stmt = site.stmt
         accelerator = ctx.accelerator_in(site.scope)
-        if not _alone(stmt, site.node) or accelerator is None or not ctx.after_accelerator(site.scope, stmt) \
+        if not alone(site) or accelerator is None or not ctx.after_accelerator(site.scope, stmt) \
                 or ctx.rewritten(stmt) or ctx.plan.distributed.main_only(ctx.facts, stmt, site.scope) is not None:
             return
         if not any(o.role == "model" for o in ctx.plan.objects):
@@ -143,12 +142,6 @@ accelerator.end_training()
                 func=cst.Attribute(value=n, attr=cst.Name("to")), args=[cst.Arg(expression(f"{a}.device"))]))
         if ctx.replace(stmt, stmt, lambda s, a=accelerator: on_main_process(s, a)):  # type: ignore[misc]
             ctx.change("trace on the main process only")
-
-
-def _alone(stmt: cst.BaseStatement, call: cst.Call) -> bool:
-    """Whether ``call`` is the whole of ``stmt`` (its result not kept)."""
-    return isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr) \
-        and stmt.body[0].value is call
 
 
 def _saves_of(ctx: Context, site: CallSite) -> list[cst.BaseStatement]:
