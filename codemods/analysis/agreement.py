@@ -77,6 +77,7 @@ class Agreement(BatchStructure):
         self._stochastic: dict[int, bool] = {}
         self._forward_sets: dict[tuple[int, str], bool] = {}
         self.gathered_nodes: set[cst.CSTNode] = set()
+        self.forward_names: dict[cst.CSTNode, str] = {}  # each of those nodes: the gathered name it is replaced by
         self._read_gathers(edits)
         self._local_binding: dict[int, bool] = {}
         self._params: dict[tuple[int, str], bool] = {}
@@ -100,6 +101,7 @@ class Agreement(BatchStructure):
                 new = edits.replacement_of(node)
                 if isinstance(new, cst.Name) and new.value in self.gathered[stmt]:
                     self.gathered_nodes.add(node)
+                    self.forward_names[node] = new.value
 
     def gathers(self, stmt: cst.BaseStatement) -> bool:
         """Whether values are gathered for metrics right before or after ``stmt``."""

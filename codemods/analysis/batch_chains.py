@@ -44,17 +44,21 @@ class BatchChain:
 
 
 def batch_chain(plan: Plan, loop: Loop, name: str, update: cst.BaseStatement, gathered: set[str],
-                reads: list[cst.BaseStatement], accelerate: bool = False) -> BatchChain | None:
+                reads: list[cst.BaseStatement], accelerate: bool = False,
+                forwards: dict[cst.CSTNode, str] | None = None) -> BatchChain | None:
     """The chain of statements in ``loop``'s body ending at ``update`` (``name += value``) that starts at a batch's
     mean loss of ``gathered`` tensors, when every read of ``name`` in ``reads`` divides it by ``len(loader)`` of the
     loop's loader; else None (see the module docstring). For Hugging Face Accelerate (``accelerate``), whose loader on
-    one process keeps the original batch sampler, the count reads it where the sharding one is missing."""
+    one process keeps the original batch sampler, the count reads it where the sharding one is missing. ``forwards``:
+    the forward calls the evaluation rule takes out and gathers, each read as the gathered name that replaces it
+    (``test_loss += criterion(model(x), y).item()`` reads ``output`` and ``y``)."""
+    forwards = forwards or {}
     body = _body(loop)
     source = plan.loop_source(loop)
     if body is None or update not in body or source is None or dotted(source) is None:
         return None
     end = body.index(update)
-    needed = _reads(_stmt(update).value)  # type: ignore[union-attr]
+    needed = _reads(_stmt(update).value, forwards)  # type: ignore[union-attr]
     start = end
     for i in range(end - 1 if not _loss_here(plan, loop, _stmt(update).value) else -1, -1, -1):  # type: ignore[union-attr]
         assign = _stmt(body[i])
@@ -63,7 +67,7 @@ def batch_chain(plan: Plan, loop: Loop, name: str, update: cst.BaseStatement, ga
         bound = assign.targets[0].target.value
         if bound not in needed:
             break
-        needed = (needed - {bound}) | _reads(assign.value)
+        needed = (needed - {bound}) | _reads(assign.value, forwards)
         start = i
         if _loss_here(plan, loop, assign.value):
             break
@@ -72,9 +76,9 @@ def batch_chain(plan: Plan, loop: Loop, name: str, update: cst.BaseStatement, ga
     if not isinstance(first, (cst.Assign, cst.AugAssign)) or not _loss_here(plan, loop, first.value) \
             or (start != end and not isinstance(first, cst.Assign)):
         return None  # ``test_loss += criterion(out, y).item()`` alone is a chain of one statement
-    if not all(n in gathered for a in _stripped(first.value).args for n in _reads(a.value)):  # type: ignore[attr-defined]
+    if not all(n in gathered for a in _stripped(first.value).args for n in _reads(a.value, forwards) - _called(a.value)):  # type: ignore[attr-defined]
         return None  # a mean loss of values the loop does not gather: its batches cannot be told apart
-    split = [n for n in _ordered_reads(chain) if n in gathered]
+    split = [n for n in _ordered_reads(chain, forwards) if n in gathered]
     bound = {_stmt(s).targets[0].target.value for s in chain[:-1]}  # type: ignore[union-attr]
     if not split or any((_reads_stmt(s) & (bound | set(split))) for s in body[end + 1:]):
         return None  # a later statement of the pass reads a name the per-batch loop leaves as its last batch's
@@ -154,19 +158,38 @@ def _stmt(stmt: cst.BaseStatement) -> cst.BaseSmallStatement | None:
     return None
 
 
-def _reads(expr: cst.CSTNode) -> set[str]:
+def _reads(expr: cst.CSTNode, forwards: dict[cst.CSTNode, str] | None = None) -> set[str]:
     skip = {id(a.attr) for a in m.findall(expr, m.Attribute())} | {id(a.keyword) for a in m.findall(expr, m.Arg()) if a.keyword}
-    return {n.value for n in m.findall(expr, m.Name()) if id(n) not in skip}  # type: ignore[attr-defined]
+    taken = _taken_out(expr, forwards or {})
+    skip |= {id(n) for node in taken for n in m.findall(node, m.Name())}
+    return {n.value for n in m.findall(expr, m.Name()) if id(n) not in skip} | {taken[node] for node in taken}  # type: ignore[attr-defined]
+
+
+def _called(expr: cst.CSTNode) -> set[str]:
+    """The names ``expr`` calls (``model`` of ``criterion(model(x), y)`` after ``x`` is gathered): a function or a
+    module, the same on every process, not data of a batch."""
+    return {c.func.value for c in m.findall(expr, m.Call()) if isinstance(c.func, cst.Name)}  # type: ignore[attr-defined]
+
+
+def _taken_out(expr: cst.CSTNode, forwards: dict[cst.CSTNode, str]) -> dict[cst.CSTNode, str]:
+    """The forward calls in ``expr`` that the conversion replaces by a gathered name, with that name."""
+    return {node: forwards[node] for node in m.findall(expr, m.Call()) if node in forwards} if forwards else {}
 
 
 def _reads_stmt(stmt: cst.BaseStatement) -> set[str]:
     return _reads(stmt)
 
 
-def _ordered_reads(chain: list[cst.BaseStatement]) -> list[str]:
+def _ordered_reads(chain: list[cst.BaseStatement], forwards: dict[cst.CSTNode, str] | None = None) -> list[str]:
     out: list[str] = []
     for stmt in chain:
         skip = {id(a.attr) for a in m.findall(stmt, m.Attribute())}
+        taken = _taken_out(stmt, forwards or {})
+        for node, name in taken.items():  # (the taken-out forward is read before the statement's other names)
+            inner = {id(n) for n in m.findall(node, m.Name())}
+            skip |= inner
+            if name not in out:
+                out.append(name)
         for n in m.findall(stmt, m.Name()):
             if id(n) not in skip and n.value not in out:  # type: ignore[attr-defined]
                 out.append(n.value)  # type: ignore[attr-defined]

@@ -68,3 +68,13 @@ def model_call(plan: Plan, facts: Facts, loop: Loop, stmt: cst.BaseStatement) ->
             if is_forward(plan, loop, site.node, site.stmt):
                 return site.node
     return None
+
+
+def model_calls(plan: Plan, facts: Facts, loop: Loop, stmt: cst.BaseStatement) -> list[cst.Call]:
+    """Every call of a prepared model in ``stmt`` but those inside another one, in order (``triplet_loss(model(a),
+    model(p), model(n))``: three forward passes)."""
+    first, last = facts.order[stmt]
+    found = [site.node for site in loop.calls
+             if site.stmt in facts.order and first <= facts.order[site.stmt][0] <= last
+             and is_forward(plan, loop, site.node, site.stmt)]
+    return [c for c in found if not any(o is not c and any(n is c for n in m.findall(o, m.Call())) for o in found)]

@@ -32,9 +32,14 @@ def gathered_in(agreement: Agreement, loop: Loop) -> set[str]:
     return names
 
 
-def _reads(expr: cst.BaseExpression) -> set[str]:
-    """The variables ``expr`` reads (not attribute names, not keywords)."""
+def _reads(expr: cst.BaseExpression, gathered_nodes: set[cst.CSTNode] | frozenset = frozenset()) -> set[str]:
+    """The variables ``expr`` reads (not attribute names, not keywords), but those inside a forward call the
+    evaluation rule takes out and gathers (``gathered_nodes``: ``total += F.mse_loss(model(x), y).item()`` reads the
+    gathered ``output`` in place of ``model(x)``, whose ``x`` is this process's)."""
     skip = {id(a.attr) for a in m.findall(expr, m.Attribute())} | {id(a.keyword) for a in m.findall(expr, m.Arg()) if a.keyword}
+    for node in gathered_nodes:
+        if any(n is node for n in m.findall(expr, m.Call())):
+            skip |= {id(n) for n in m.findall(node, m.Name())}
     return {n.value for n in m.findall(expr, m.Name()) if id(n) not in skip}
 
 
@@ -43,7 +48,7 @@ def is_global(agreement: Agreement, scope: Scope, value: cst.BaseExpression, at:
     agreement cannot prove global is one the loop gathers (module-level code, which it does not follow in order)."""
     if agreement.uniform(scope, value, at):
         return True
-    names = _reads(value)
+    names = _reads(value, agreement.gathered_nodes)
     return bool(gathered) and all(n in gathered or agreement.uniform(scope, cst.Name(n), at) for n in names)
 
 

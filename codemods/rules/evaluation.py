@@ -11,7 +11,7 @@ import libcst as cst
 from accelify.codemods import codes
 from accelify.codemods.analysis.agreement import Agreement
 from accelify.codemods.engine.context import Context
-from accelify.codemods.analysis.evaluation_loops import is_evaluation, is_model, model_call
+from accelify.codemods.analysis.evaluation_loops import is_evaluation, is_model, model_call, model_calls
 from accelify.codemods.analysis.model_outputs import (
     call_inputs,
     comprehension_output,
@@ -370,12 +370,20 @@ accelerator.end_training()
                     break  # ``model(data)`` alone (P10's VAE keeps its loss on itself): no output to gather; what the
                     # model keeps is this process's, summed and reduced after the loop (rules/averages.py)
                 elif extractable(stmt):
-                    name = _fresh_name(loop, "output")
-                    # names read after the forward: in the later statements, and in this one outside the call
-                    later = names_used(rest) | (names_used([stmt]) - (call_inputs(call) - names_outside(stmt, call)))
-                    gather = _gather(ctx, loop, [name], call_inputs(call), later, accelerator, (stmt, False))
-                    ctx.insert_before(stmt, [f"{name} = {code_of(_reachable(ctx, loop, call, stmt, accelerator))}", *gather])
-                    ctx.replace(call, stmt, lambda _, n=name: cst.Name(n))  # type: ignore[misc]
+                    # every forward of the statement (``triplet_loss(model(a), model(p), model(n))``) taken out
+                    calls = model_calls(ctx.plan, ctx.facts, loop, stmt) or [call]
+                    names = _fresh_names(loop, "output", len(calls))
+                    inputs = set().union(*(call_inputs(c) for c in calls))
+                    outside = set.intersection(*(names_outside(stmt, c) for c in calls))
+                    # names read after the forward: in the later statements, and in this one outside the calls
+                    later = names_used(rest) | (names_used([stmt]) - (inputs - outside))
+                    gather = _gather(ctx, loop, names, inputs, later, accelerator, (stmt, False))
+                    taken = [f"{n} = {code_of(_reachable(ctx, loop, c, stmt, accelerator))}" for n, c in zip(names, calls)]
+                    # (ungrouped: a group made of the statement, a loop per original batch the pass holds, starts after
+                    # the gather)
+                    ctx.insert_before(stmt, [*taken, *gather], ungrouped=True)
+                    for n, c in zip(names, calls):
+                        ctx.replace(c, stmt, lambda _, n=n: cst.Name(n))  # type: ignore[misc]
                 elif not feeds_reduced_sums_only(ctx.plan, loop, stmt, rest):
                     ctx.warn(codes.LOCAL_METRIC, call)
                     break
@@ -417,11 +425,20 @@ def _reachable(ctx: Context, loop: Loop, call: cst.Call, stmt: cst.BaseStatement
 
 def _fresh_name(loop: Loop, base: str) -> str:
     """``output``, or ``output_`` ... when the function already uses that name."""
+    return _fresh_names(loop, base, 1)[0]
+
+
+def _fresh_names(loop: Loop, base: str, count: int) -> list[str]:
+    """``count`` names the function does not use: ``output``, then ``output_2``, ``output_3`` ... (each with ``_``
+    added while the function uses it)."""
     used = set(loop.scope.refs) | set(loop.scope.bindings) | set(loop.scope.param_names)
-    name = base
-    while name in used:
-        name += "_"
-    return name
+    names: list[str] = []
+    for i in range(count):
+        name = base if i == 0 else f"{base}_{i + 1}"
+        while name in used or name in names:
+            name += "_"
+        names.append(name)
+    return names
 
 
 def _gather(ctx: Context, loop: Loop, outputs: list[str], inputs: set[str], later: set[str], accelerator: str,

@@ -386,5 +386,5 @@ def _chain(ctx: Context, name: str, loop: Loop, update: cst.BaseStatement) -> Ba
     direct = set().union(*(agreement.gathered[s] for s in loop.stmts if agreement.gathers(s)))
     gathered = rowwise_names(loop, direct, agreement.gathered_nodes)
     chain = batch_chain(ctx.plan, loop, name, update, gathered, reads_after(ctx.plan, loop.node, loop.scope, name),
-                        ctx.target == "accelerate")
+                        ctx.target == "accelerate", agreement.forward_names)
     return None if chain is None or any(ctx.is_skipped(s) for s in chain.stmts) else chain

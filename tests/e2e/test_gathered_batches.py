@@ -11,6 +11,10 @@ Four programs, converted by the tool and run together by one driver (one launch 
   on one process.
 - ``rmse`` (field set Q, Q1's trainer class): a list of ``torch.sqrt(F.nll_loss(out, y))`` per test batch, averaged
   after the loop: its values are not known as tensors from a ``backward()``; run per original batch like ``early``.
+- ``triplet`` (set U, U13's test loop): a triplet loss of three forward passes in one statement
+  (``triplet_margin_loss(model(x), model(x.flip(0)), model(-x))``) and ``criterion(model(x), y).item()``, each summed
+  and divided by ``len(test_loader)``: every forward is taken out and gathered, the sums run per original batch (one
+  forward taken out and the sum reduced as a tensor was a crash: ``reduce`` of a float).
 - ``roc`` (field set U, U11's trainer class): a sum of ``np.sum(pred & mask) / n`` per sample over a gathered test
   loader, divided by ``len(loader)``: the sum is the whole set's, the divisor the original's number of batches; the
   accelerator is ended after the evaluation method, not in the training one it follows.
@@ -110,6 +114,15 @@ class Tester:
 tester = Tester(model, test_loader)
 tester.test_epoch()
 print(f"rmse {tester.test_loss_list[-1]:.6f}")
+""",
+    "triplet": DATA + """\
+total = 0.0
+nll = 0.0
+with torch.no_grad():
+    for x, y in test_loader:
+        total += torch.nn.functional.triplet_margin_loss(model(x), model(x * 0.5), model(-x), margin=2.0).item()
+        nll += criterion(model(x), y).item()
+print(f"triplet {total / len(test_loader):.6f} {nll / len(test_loader):.6f}")
 """,
     "roc": """\
 import numpy as np
@@ -391,7 +404,7 @@ def test_gathered_values_schedulers_draws_and_trainer_kwargs_on_2_and_3_processe
     assert original.returncode == 0, original.stderr
     expected = original.stdout.splitlines()
     assert len(_gan_lines(tmp_path / "original")) == 1
-    assert len(expected) == 3 + 4 + 4 + 1 + 2 + 3 + 1 + 1, original.stdout
+    assert len(expected) == 3 + 4 + 4 + 1 + 2 + 3 + 1 + 1 + 1, original.stdout
     assert "kwargs 1 0.05" in expected and "kwargs keys ['0.bias', '0.weight']" in expected, original.stdout
     for n in (2, 3):
         run = subprocess.run([*ACCELIFY, "launch", "--cpu", "-n", str(n), "-q", "driver.py", *scripts],
