@@ -40,7 +40,7 @@ LOCAL_METRIC = Code("ACC016", "the evaluation output here could not be gathered,
 
 LOCAL_EXIT = Code("ACC017", "a `{what}` out of a training loop on a value each process computes alone would leave the other processes waiting, and it cannot be moved, so the file was left unchanged", "decide on a value every process shares (`accelerator.reduce(...)`, gathered metrics), or use `accelerator.set_trigger()` where it stops and `if accelerator.check_trigger(): break` at the end of the loop body; then convert again", ("trigger",))
 
-STARTUP_RACE = Code("ACC018", "`{name}` runs on every process, which may race to create the same files, and it was left as is", "create the folder with `os.makedirs(path, exist_ok=True)`, or run this under `with accelerator.main_process_first():` once the accelerator exists (files the others read back: under `if accelerator.is_main_process:`, then `accelerator.wait_for_everyone()` before they are read)", ("startup", "shared_files"))
+STARTUP_RACE = Code("ACC018", "`{name}` runs on every process, which may race to create the same files, and it was left as is", "create the folder with `os.makedirs(path, exist_ok=True)`, or run this under `with accelerator.main_process_first():` once the accelerator exists (files the others read back: under `if accelerator.is_main_process:`, then `accelerator.wait_for_everyone()` before they are read)", ("startup", "shared_files", "dataset_files"))
 
 RETRY = Code("ACC019", "this handler trains again after an error; on N processes an error one process raises alone (out of memory) leaves the others waiting in the first attempt", "make the retry decision shared (catch the error, then `accelerator.reduce` a flag every process contributes to), or remove the retry", ("retry",))
 

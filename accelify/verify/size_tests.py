@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.short_batches import sized_batch
 from accelify.codemods.analysis.statement_shapes import target_names
 
@@ -67,6 +68,9 @@ class _Finder(LineFinder):
         self.loops: list[set[str]] = []  # the names each enclosing ``for`` binds (its target, what its body assigns)
 
     def visit_For(self, node: cst.For) -> None:
+        if _no_loader(node.iter):
+            self.loops.append(set())  # ``for line in open(path):``: a line's length, no batch's size
+            return
         names = set(target_names(node.target))
         body = node.body.body if isinstance(node.body, cst.IndentedBlock) else ()
         for stmt in body:
@@ -87,3 +91,24 @@ class _Finder(LineFinder):
         sides = [test.left, *(c.comparator for c in test.comparisons)]
         if any(sized_batch(side) in self.loops[-1] for side in sides):
             self.found(node)
+
+
+_NOT_LOADERS = ("open", "range", "os.listdir", "glob.glob", "sorted", "reversed", "os.walk")
+_NOT_LOADER_METHODS = ("readlines", "split", "splitlines", "items", "keys", "values", "iterdir", "glob", "rglob")
+
+
+def _no_loader(iterable: cst.BaseExpression) -> bool:
+    """Whether a loop walks what is plainly no data loader: a file's lines (``open(p)``, ``f.readlines()``), a
+    ``range``, a folder's names, a string's parts, a dict's items, a literal (through ``enumerate``/``zip``)."""
+    if isinstance(iterable, (cst.List, cst.Tuple, cst.Set, cst.Dict, cst.SimpleString)):
+        return True
+    if not isinstance(iterable, cst.Call):
+        return False
+    func = iterable.func
+    name = dotted(func)
+    if name in ("enumerate", "zip"):
+        return bool(iterable.args) and all(_no_loader(a.value) for a in iterable.args if a.keyword is None)
+    if name in _NOT_LOADERS:
+        return True
+    return isinstance(func, cst.Attribute) and func.attr.value in _NOT_LOADER_METHODS
+

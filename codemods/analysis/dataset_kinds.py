@@ -39,7 +39,22 @@ def map_style(facts: Facts, plan: Plan, scope: Scope, dataset: cst.BaseExpressio
     qualname = scope.imports.qualname(dataset.func) or ""
     if qualname in _MAP_STYLE or qualname.startswith("torchvision.datasets."):
         return True
-    bases, seen, pending = set(), set(), [qualname]
+    bases = _bases(facts, qualname)
+    return bool(bases & set(_DATASET)) and not bases & set(_ITERABLE)
+
+
+def dataset_class(facts: Facts, cls: Scope) -> bool:
+    """Whether the class ``cls`` of the program derives, directly or not, from torch's ``Dataset`` or
+    ``IterableDataset``: its methods build or serve data, they do not train."""
+    qualname = cls.name if cls.unit == "__main__" else f"{cls.unit}.{cls.name}"
+    return bool(_bases(facts, qualname) & {*_DATASET, *_ITERABLE})
+
+
+def _bases(facts: Facts, qualname: str) -> set[str]:
+    """Every base of the class ``qualname`` of the program, through the program's own classes."""
+    bases: set[str] = set()
+    seen: set[str] = set()
+    pending = [qualname]
     while pending:
         name = pending.pop()
         if name in seen:
@@ -48,4 +63,4 @@ def map_style(facts: Facts, plan: Plan, scope: Scope, dataset: cst.BaseExpressio
         for base in facts.classes.get(name, []):
             bases.add(base)
             pending.append(base)
-    return bool(bases & set(_DATASET)) and not bases & set(_ITERABLE)
+    return bases

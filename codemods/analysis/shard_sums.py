@@ -304,7 +304,7 @@ def _listed(plan: Plan, loop: Loop, stmt: cst.BaseStatement, call: cst.Call, nam
     if kind not in ("int", "float", "number", "tensor") or first is None:
         return None
     init, end = first
-    reads = reads_after(plan, loop.node, loop.scope, name)
+    reads = _until_summarised(plan, loop, name, reads_after(plan, loop.node, loop.scope, name))
     if any(not plan.facts.after(r, end) for r in reads if end is not loop.node) or not all(
             _summarised(loop.scope, r, name) for r in reads):
         return None
@@ -336,11 +336,24 @@ def _empty_list(value: cst.BaseExpression | None, binding: Binding) -> bool:
     return isinstance(value, cst.List) and not value.elements
 
 
+def _until_summarised(plan: Plan, loop: Loop, name: str, reads: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    """``reads`` up to ``losses = np.mean(losses)`` in the block the loop is in (always run after it): what reads
+    ``losses`` after that reads the summary, not the list (set U's U13: ``return losses``)."""
+    block = plan.facts.parent_stmt.get(loop.node)
+    for read in sorted(reads, key=lambda r: plan.facts.order[r][0]):
+        small = read.body[0] if isinstance(read, cst.SimpleStatementLine) and len(read.body) == 1 else None
+        if isinstance(small, cst.Assign) and len(small.targets) == 1 and m.matches(small.targets[0].target, m.Name(name)) \
+                and plan.facts.parent_stmt.get(read) is block and _summarised(loop.scope, read, name):
+            return [r for r in reads if not plan.facts.after(r, read)]
+    return reads
+
+
 def _summarised(scope: Scope, stmt: cst.BaseStatement, name: str) -> bool:
     """Every load of ``name`` in ``stmt`` is the whole argument of an order-free summary (``np.mean(name)``), or of a
     ``torch.stack(name)`` / ``torch.tensor(name)`` summarised as a whole (``torch.stack(losses).mean()``)."""
     uses = m.findall(stmt, m.Name(name))
-    allowed: set[int] = set()
+    allowed: set[int] = {id(t.target) for a in m.findall(stmt, m.Assign()) for t in a.targets}  # type: ignore[attr-defined]
+    # (``losses = np.mean(losses)``: the name bound to the summary is no read of the list)
     for call in m.findall(stmt, m.Call()):
         assert isinstance(call, cst.Call)
         qualname = scope.imports.qualname(call.func) or dotted(call.func)

@@ -25,6 +25,7 @@ from accelify.codemods.rules.closure import ReduceClosureLoss
 from accelify.codemods.rules.collectives import ReplaceCollectives
 from accelify.codemods.rules.comprehended_shares import WarnComprehendedShares
 from accelify.codemods.rules.cuda_types import PlaceCudaTypes
+from accelify.codemods.rules.dataset_files import DatasetFilesFirst
 from accelify.codemods.rules.data_parallel import RemoveDataParallel
 from accelify.codemods.rules.ddp import RemoveDistributedWrapper
 from accelify.codemods.rules.detached_fakes import DetachSharedForward
@@ -125,6 +126,7 @@ RULES: tuple[type[Rule], ...] = (
     SaveOnMain,
     MainProcessLoguru,
     MainProcessWrites,
+    DatasetFilesFirst,
     SafeStartup,
     SeedPerProcess,
     SeedSharedDraws,

@@ -13,6 +13,7 @@ from accelify.codemods.analysis.blocks import outside_open, previous
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import expression, on_main_process, unwrap
 from accelify.codemods.analysis.facts import CallSite, Scope
+from accelify.codemods.analysis.dataset_kinds import dataset_class
 from accelify.codemods.analysis.file_writes import barrier_places, later_reads, logger_class, main_only
 from accelify.codemods.analysis.handle_uses import alone
 from accelify.codemods.analysis.roles import module_method
@@ -170,6 +171,9 @@ accelerator.end_training()
             cls = site.scope.class_scope
             if cls is not None and logger_class(ctx.plan, cls):
                 _wait_at_calls(ctx, site.scope, waited)  # its calls run on the main process only: no barrier in it
+            elif cls is not None and dataset_class(ctx.facts, cls):
+                pass  # a data set's cache: no training step to wait for, and its construction runs under
+                # main_process_first (rules/dataset_files.py), where a barrier would leave the processes apart
             elif before is None or before not in waited:
                 _wait_before(ctx, anchor, site.scope, accelerator, waited)
             waited.add(site.stmt)

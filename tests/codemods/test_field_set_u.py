@@ -559,3 +559,114 @@ print(predictions)
 """
     found = [c for c in codes(code) if c.startswith("ACC065")]
     assert found == ["ACC065:25"], codes(code)
+
+
+# U13 (a triplet network): a data set of the program that downloads its tensors with ``torch.save`` in a ``download()``
+# and writes its triplet list with ``open(p, "w")`` while it is built, then reads both back
+TRIPLET_DATA = """\
+import csv
+import os
+
+import numpy as np
+import torch
+import torch.utils.data as data
+
+
+class Triplets(data.Dataset):
+    def __init__(self, root, n, train=True, download=False):
+        self.root = root
+        self.train = train
+        if download:
+            self.download()
+        self.data = torch.load(os.path.join(root, "data.pt"))
+        self.make_list(n)
+        self.triplets = [[int(v) for v in line.split()] for line in open(os.path.join(root, self.list_file()))]
+
+    def list_file(self):
+        return "train.txt" if self.train else "test.txt"
+
+    def download(self):
+        if os.path.exists(os.path.join(self.root, "data.pt")):
+            return
+        os.makedirs(self.root, exist_ok=True)
+        with open(os.path.join(self.root, "data.pt"), "wb") as f:
+            torch.save(torch.randn(100, 4), f)
+
+    def make_list(self, n):
+        if os.path.exists(os.path.join(self.root, self.list_file())):
+            return
+        rows = np.random.randint(0, 100, size=(n, 3))
+        with open(os.path.join(self.root, self.list_file()), "w") as f:
+            csv.writer(f, delimiter=" ").writerows(rows.tolist())
+
+    def __len__(self):
+        return len(self.triplets)
+
+    def __getitem__(self, i):
+        a, b, c = self.triplets[i]
+        return self.data[a], self.data[b], self.data[c]
+"""
+
+TRIPLET_TRAIN = """\
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+
+from data import Triplets
+
+
+def load(batch_size):
+    trainset = Triplets("cache", 64, train=True, download=True)
+    testset = Triplets("cache", 32, train=False)
+    return DataLoader(trainset, batch_size, shuffle=True), DataLoader(testset, batch_size)
+
+
+def evaluate(test_loader):
+    losses = []
+    for a, p, n in test_loader:
+        losses.append(F.triplet_margin_loss(model(a), model(p), model(n)).item())
+    losses = np.mean(losses)
+    return losses
+
+
+if __name__ == "__main__":
+    train_loader, test_loader = load(8)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for a, p, n in train_loader:
+        loss = F.triplet_margin_loss(model(a), model(p), model(n))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    print(evaluate(test_loader))
+"""
+
+
+def test_a_data_set_that_writes_files_while_it_is_built_is_built_on_the_main_process_first() -> None:
+    """U13: the triplet list was written on the main process and read at once by every process (FileNotFoundError on
+    process 1); the ``download=True`` set was under ``main_process_first`` with the save rule's barriers in its
+    ``download()`` (a hang the first time it really downloads). Each construction goes under ``main_process_first``,
+    and a save in a data set's methods has no barrier."""
+    result = convert_source(TRIPLET_TRAIN, path="train.py", modules=[ModuleText("data", "data.py", TRIPLET_DATA)])
+    assert result.status == "converted", result.reason
+    new, data_py = result.new, result.companions[0].new
+    assert "    with accelerator.main_process_first():\n        trainset = Triplets(" in new, new
+    assert "    with accelerator.main_process_first():\n        testset = Triplets(" in new, new
+    assert "wait_for_everyone" not in data_py, data_py
+    assert "        if self.accelerator.is_main_process:\n            with open(os.path.join(self.root, self.list_file()), \"w\")" in data_py
+    assert [w.code for w in result.warnings] == [], [w.format() for w in result.warnings]
+
+
+def test_a_list_rebound_to_its_mean_is_summarised() -> None:
+    """U13's ``evaluate_test``: ``losses = np.mean(losses)`` then ``return losses`` was not taken for a summary of the
+    list (the return read it too), so the list was not gathered. Here every process's per-batch losses are gathered
+    into one list before the mean (the forwards taken out of one statement: ``tests/e2e/test_gathered_batches.py``'s
+    ``triplet``)."""
+    result = convert_source(TRIPLET_TRAIN, path="train.py", modules=[ModuleText("data", "data.py", TRIPLET_DATA)])
+    new = result.new
+    assert ("    losses = accelerator.gather(torch.tensor(losses, dtype=torch.float64, device=accelerator.device)).tolist()\n"
+            "    losses = np.mean(losses)\n    return losses\n") in new, new
+    kept = convert_source(TRIPLET_TRAIN.replace("    losses = np.mean(losses)\n    return losses", "    return losses, np.mean(losses)"),
+                          path="train.py", modules=[ModuleText("data", "data.py", TRIPLET_DATA)])
+    assert "accelerator.gather(" not in kept.new and "ACC028" in [w.code for w in kept.warnings], [w.format() for w in kept.warnings]
