@@ -150,6 +150,21 @@ def helper_after_accelerator(place: Place, plan: Plan, site: CallSite) -> bool:
                                for s in sites)
 
 
+_DEPTH = 3  # helpers of helpers followed to where the accelerator is (as ``helper_calls`` does)
+
+
+def called_after_accelerator(place: Place, plan: Plan, function: Scope, depth: int = _DEPTH) -> bool:
+    """Whether every call of ``function`` runs after the accelerator exists: in a scope that has it, or in a plain
+    helper every call of which does, a few levels up (set V's V8: ``save_plot`` called by ``plot_loss_curves``,
+    called by the script after the accelerator is made)."""
+    sites = plan.call_sites(function)
+    return bool(sites) and all(
+        (place.accelerator_in(s.scope) is not None and place.after_accelerator(s.scope, s.stmt))
+        or (depth > 1 and place.accelerator_in(s.scope) is None and s.scope.kind == "function"
+            and s.scope.class_scope is None and called_after_accelerator(place, plan, s.scope, depth - 1))
+        for s in sites)
+
+
 def tracker_uses(place: Place, facts: Facts, plan: Plan, site: CallSite) -> list[CallSite] | None:
     """``wandb.init(project=..., sync_tensorboard=True)`` as a statement of its own: every use of the package, when
     each is a statement calling one of its functions (``wandb.log({...})``, ``wandb.finish()``) after the accelerator

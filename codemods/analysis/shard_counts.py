@@ -181,11 +181,18 @@ def original_batch_count(plan: Plan, scope: Scope, expr: cst.BaseExpression) -> 
 
 
 def _simple_len(expr: cst.BaseExpression) -> bool:
-    return isinstance(expr, cst.Call) and dotted(expr.func) == "len" and len(expr.args) == 1
+    """``len(x)``, or ``x.__len__()`` (set V's V4: ``train_set.__len__()``)."""
+    return (isinstance(expr, cst.Call) and dotted(expr.func) == "len" and len(expr.args) == 1) or _dunder_len(expr)
+
+
+def _dunder_len(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Call) and not expr.args and isinstance(expr.func, cst.Attribute) \
+        and expr.func.attr.value == "__len__"
 
 
 def _per_process_len(plan: Plan, scope: Scope, call: cst.BaseExpression, at: cst.BaseStatement | None) -> bool | None:
-    arg = under_progress_bar(plan, scope, call.args[0].value)  # type: ignore[attr-defined]
+    measured = call.func.value if _dunder_len(call) else call.args[0].value  # type: ignore[attr-defined]
+    arg = under_progress_bar(plan, scope, measured)
     if isinstance(arg, cst.Attribute) and arg.attr.value == "dataset":
         return False  # the whole data set, whatever the loader
     if isinstance(arg, cst.Attribute) and arg.attr.value == "sampler" and (

@@ -44,7 +44,8 @@ TRACKERS = {"wandb.init", "mlflow.start_run", "neptune.init_run", "neptune.init"
             "clearml.Task.init"}
 TF_WRITERS = {"tensorflow.summary.FileWriter", "tensorflow.summary.create_file_writer",
               "tensorflow.compat.v1.summary.FileWriter"}
-LOG_WRITERS = {"torch.utils.tensorboard.SummaryWriter", "tensorboardX.SummaryWriter", "torch.utils.tensorboard.writer.SummaryWriter"}
+LOG_WRITERS = {"torch.utils.tensorboard.SummaryWriter", "tensorboardX.SummaryWriter", "torch.utils.tensorboard.writer.SummaryWriter",
+               "visdom.Visdom"}  # (visdom: a plot server every process would append its own points to)
 
 
 def writes_file(site: CallSite) -> bool:

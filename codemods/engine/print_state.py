@@ -104,8 +104,8 @@ def _runs_after_accelerator(ctx: Context, scope: Scope, memo: dict[int, bool], s
     """Whether the plain function ``scope`` is only called once the accelerator exists (see ``helper_prints``)."""
     if id(scope) in memo:
         return memo[id(scope)]
-    if scope.kind != "function" or scope.class_scope is not None or id(scope) in seen or ctx.plan.never_run(scope):
-        return False
+    if scope.kind != "function" or id(scope) in seen or ctx.plan.never_run(scope):
+        return False  # (a method too: set V's V4, a data set's ``__init__`` and a model's method printing)
     sites = ctx.plan.run_sites(scope)
     result = bool(sites) and all(
         (ctx.accelerator_in(s.scope) is not None and ctx.after_accelerator(s.scope, s.stmt))

@@ -148,27 +148,41 @@ accelerator.end_training()
                     for load in self._loads_feeding(ctx, site):
                         ctx.replace(load.node, load.stmt, _map_to_cpu)
                         ctx.change('torch.load(..., map_location="cpu")')
+                elif ctx.after_accelerator(site.scope, site.stmt):
+                    # a model of its own (``new_model = Net()`` after the training, set V's V5) loaded from the file
+                    # the script saved: every process reads it, after the main process wrote it
+                    for load in self._loads_feeding(ctx, site, mapped=True):
+                        if _reads_unwaited_save(ctx, load, written, order) or _saved_by_earlier_call(ctx, load, order):
+                            self._read_after_write(ctx, load, accelerator, order, waited)
                 continue
             if found.role == "model":
                 ctx.replace(func.value, site.stmt, lambda n, a=accelerator: unwrap(n, a))  # type: ignore[misc]
                 ctx.change("load into accelerator.unwrap_model(model)")
             for load in self._loads_feeding(ctx, site, mapped=True):
-                if _without_location(load):
-                    ctx.replace(load.node, load.stmt, _map_to_cpu)
-                    ctx.change('torch.load(..., map_location="cpu")')
-                # only the main process writes: the others must not read the file before it is there
-                anchor = _read_anchor(ctx, load)
-                unwaited = _reads_unwaited_save(ctx, load, written, order) or _saved_by_earlier_call(ctx, load, order)
-                place = _barrier_place(ctx, load, anchor, order) if unwaited else None
-                if unwaited and place is None and not ctx.is_skipped(anchor):
-                    ctx.warn(codes.LOAD_UNORDERED, load.node, name=code_of(load.node.func))
-                elif place is not None and place not in waited and not ctx.is_skipped(place):
-                    ctx.insert_before(place, [f"{accelerator}.wait_for_everyone()"])
-                    waited.add(place)
+                self._read_after_write(ctx, load, accelerator, order, waited, written)
         self._whole_models(ctx, saves, order, waited)
         self._paths_handed_on(ctx, saves, order, waited)
         self._loaders_after_savers(ctx, order, waited)
         self._state_dicts(ctx)
+
+    @staticmethod
+    def _read_after_write(ctx: Context, load: CallSite, accelerator: str, order: dict[cst.Call, int], waited: set,
+                          written: list[CallSite] | None = None) -> None:
+        """``torch.load`` onto the CPU, after a barrier where it reads a file its function saved (or a call before
+        it saves) with none since: only the main process writes, so the others must not read before it is there.
+        ``written``: the saves to look for (None: the caller found one already)."""
+        if _without_location(load):
+            ctx.replace(load.node, load.stmt, _map_to_cpu)
+            ctx.change('torch.load(..., map_location="cpu")')
+        anchor = _read_anchor(ctx, load)
+        unwaited = written is None or _reads_unwaited_save(ctx, load, written, order) \
+            or _saved_by_earlier_call(ctx, load, order)
+        place = _barrier_place(ctx, load, anchor, order) if unwaited else None
+        if unwaited and place is None and not ctx.is_skipped(anchor):
+            ctx.warn(codes.LOAD_UNORDERED, load.node, name=code_of(load.node.func))
+        elif place is not None and place not in waited and not ctx.is_skipped(place):
+            ctx.insert_before(place, [f"{accelerator}.wait_for_everyone()"])
+            waited.add(place)
 
     @staticmethod
     def _paths_handed_on(ctx: Context, saves: list[CallSite], order: dict[cst.Call, int], waited: set) -> None:

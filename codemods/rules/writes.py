@@ -29,7 +29,7 @@ from accelify.codemods.analysis.blocks import under_main_process
 from accelify.codemods.analysis.null_sinks import null_sink_for_others
 from accelify.codemods.analysis.snippets import code_of, expression, made_on_main_process, on_main_process
 from accelify.codemods.analysis.facts import CallSite, Scope
-from accelify.codemods.analysis.file_writes import (helper_after_accelerator, kept_open, main_only, outermost_write,
+from accelify.codemods.analysis.file_writes import (called_after_accelerator, helper_after_accelerator, kept_open, main_only, outermost_write,
                                                     per_item_write, saves_file_object, tracker_uses, writer_class,
                                                     barrier_places, later_reads)
 from accelify.codemods.analysis.handle_uses import Collectives, alone, handle_uses, reaches_others
@@ -318,6 +318,8 @@ accelerator.end_training()
             if not ctx.after_accelerator(site.scope, site.stmt):
                 if not removal and helper_after_accelerator(ctx, ctx.plan, site):
                     _warn_in_helper(ctx, site, wrapped)  # ``test(..., save=path)`` of a module with no accelerator
+                elif not removal and _deeper_helper(ctx, site, wrapped):
+                    pass  # ``save_plot`` called by ``plot_loss_curves``, called by the script: at the script's call
                 elif site in figures and ctx.replace(  # ``plot(w, i)`` at the script's top level
                         site.stmt, site.stmt, lambda s: on_main_process(s, f"PartialState({entry.cpu})")):  # type: ignore[misc]
                     ctx.import_state(site.scope.unit)  # (set U's U15: the accelerator made in another module's class)
@@ -395,28 +397,58 @@ def _warn_in_helper(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement
         _write_at_calls(ctx, site, stmt, wrapped)  # ``with open(path, "w") as f:`` too: its file is written at the calls
 
 
+def _deeper_helper(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) -> bool:
+    """A write that is a statement of its own in a plain helper called only by other plain helpers, every call of
+    which runs after the accelerator exists (set V's V8: ``plt.savefig`` in ``save_plot``, called by
+    ``plot_loss_curves``, called by the script): each statement that calls it where the accelerator is, a statement of
+    its own, runs on the main process (``_write_at_calls``'s walk); True when done, else nothing is changed (nor
+    reported: as before, such a helper is not followed)."""
+    stmt = outermost_write(site)
+    scope = site.scope
+    if stmt is None or scope.kind != "function" or scope.class_scope is not None or ctx.accelerator_in(scope) is not None \
+            or main_only(ctx.plan, ctx.facts, ctx.edits, scope, stmt) or not called_after_accelerator(ctx, ctx.plan, scope):
+        return False
+
+    calls = helper_calls(ctx.facts, ctx.plan, site, _statement_ready(ctx), Collectives(ctx.facts, ctx.plan, ctx.edits))
+    if calls is None:
+        return False
+    wrapped.add(stmt)
+    _on_main_at(ctx, calls, wrapped)
+    return True
+
+
+def _statement_ready(ctx: Context):  # noqa: ANN202 - helper_calls' Ready
+    """A call of a helper that can run on the main process alone: a statement of its own (its value not kept),
+    where the accelerator exists."""
+    def ready(where: Scope, holder: cst.BaseStatement) -> bool:
+        return (isinstance(holder, cst.SimpleStatementLine) and isinstance(holder.body[0], cst.Expr)
+                and ctx.accelerator_in(where) is not None and ctx.after_accelerator(where, holder))
+    return ready
+
+
+def _on_main_at(ctx: Context, calls: list[tuple[Scope, cst.BaseStatement]], wrapped: set[cst.BaseStatement]) -> None:
+    """Each of ``calls`` (statements calling a helper that writes) under ``if accelerator.is_main_process:``."""
+    for where, holder in calls:
+        if _handled(ctx, holder, wrapped) or main_only(ctx.plan, ctx.facts, ctx.edits, where, holder):
+            continue
+        accelerator = ctx.accelerator_in(where)
+        if ctx.replace(holder, holder, lambda s, a=accelerator: on_main_process(s, a)):  # type: ignore[misc]
+            wrapped.add(holder)
+            ctx.change("write files on the main process only")
+
+
 def _write_at_calls(ctx: Context, site: CallSite, stmt: cst.BaseStatement, wrapped: set[cst.BaseStatement]) -> None:
     """``imageio.mimsave(path, frames)`` in ``save_gif(frames, path)`` of a module the accelerator is not passed to:
     each call of the helper, a statement of its own whose value is not kept, where the accelerator exists and with
     nothing in it that reaches the other processes, runs on the main process; where one is not (the helper runs the
     prepared model too: O18's ``save_predictions_as_images(val_loader, model)``), the write itself does, through the
     runtime's process state (``_write_on_main_state``), or it is reported (ACC048)."""
-    def ready(scope: Scope, stmt: cst.BaseStatement) -> bool:
-        return (isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], cst.Expr)
-                and ctx.accelerator_in(scope) is not None and ctx.after_accelerator(scope, stmt))
-
-    calls = helper_calls(ctx.facts, ctx.plan, site, ready, Collectives(ctx.facts, ctx.plan, ctx.edits))
+    calls = helper_calls(ctx.facts, ctx.plan, site, _statement_ready(ctx), Collectives(ctx.facts, ctx.plan, ctx.edits))
     if calls is None:
         if not _write_on_main_state(ctx, site, stmt):
             ctx.warn(codes.HELPER_WRITE, site.node, name=code_of(site.node.func), helper=site.scope.name)
         return
-    for scope, stmt in calls:
-        if _handled(ctx, stmt, wrapped) or main_only(ctx.plan, ctx.facts, ctx.edits, scope, stmt):
-            continue
-        accelerator = ctx.accelerator_in(scope)
-        if ctx.replace(stmt, stmt, lambda s, a=accelerator: on_main_process(s, a)):  # type: ignore[misc]
-            wrapped.add(stmt)
-            ctx.change("write files on the main process only")
+    _on_main_at(ctx, calls, wrapped)
 
 
 def _write_on_main_state(ctx: Context, site: CallSite, stmt: cst.BaseStatement) -> bool:
@@ -458,6 +490,8 @@ def _keep_log_to_main(ctx: Context, site: CallSite, wrapped: set[cst.BaseStateme
     process only; where a use cannot be (``handle_uses`` says why), reported (ACC024) with the reason."""
     target = kept_open(ctx.facts, ctx.plan, ctx.agreement, site, wrapped)
     if target is None:
+        for call in _factory_calls(ctx, site):  # ``return SummaryWriter(log_dir)`` in ``create_writer(name)``
+            _keep_log_to_main(ctx, call, wrapped)
         return
     found = handle_uses(ctx.facts, site.scope, site.stmt, target, Collectives(ctx.facts, ctx.plan, ctx.edits))
     problem = found.problem
@@ -480,6 +514,21 @@ def _keep_log_to_main(ctx: Context, site: CallSite, wrapped: set[cst.BaseStateme
         ctx.replace_through(reader, stmt, stmt, on_main_process)
         wrapped.add(stmt)
     ctx.change("open the log on the main process only, and write to it there")
+
+
+def _factory_calls(ctx: Context, site: CallSite) -> list[CallSite]:
+    """``return SummaryWriter(log_dir=log_dir)`` as the body's end of a function of the program (set V's V8:
+    ``create_writer(name)``): its calls, each the value of an assignment of its own (``writer =
+    create_writer("exp")``), which make the log as the writer's own creation would; else none."""
+    stmt = site.stmt
+    if site.scope.kind != "function" or not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+                                             and isinstance(stmt.body[0], cst.Return) and stmt.body[0].value is site.node):
+        return []
+    calls = ctx.plan.call_sites(site.scope)
+    if not all(isinstance(c.stmt, cst.SimpleStatementLine) and len(c.stmt.body) == 1
+               and isinstance(c.stmt.body[0], cst.Assign) and c.stmt.body[0].value is c.node for c in calls):
+        return []
+    return calls
 
 
 def _keep_tracker_to_main(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) -> bool:
