@@ -30,6 +30,7 @@ import libcst.matchers as m
 from accelify.codemods.analysis.batch_structure import BatchStructure
 from accelify.codemods.analysis.statement_shapes import comprehension_fors, target_names
 from accelify.codemods.analysis.tree_walk import children
+from accelify.codemods.analysis.mixed_calls import mixed_loader
 from accelify.codemods.analysis.facts import Binding, CallSite, Facts, Loop, Scope
 from accelify.codemods.analysis.kept_values import kept_bindings
 from accelify.codemods.analysis.names import PROGRESS_BARS, dotted
@@ -307,6 +308,9 @@ class Agreement(BatchStructure):
             # an item of what it walks otherwise (``for p in preds`` over a process's own predictions)
             found = next((lp for lp in binding.where.loops if lp.node is binding.stmt), None)
             result = found is not None and self._over_prepared(found) and binding.key in self.plan.batch_names(found)
+            if not result and found is not None and not self._over_prepared(found) \
+                    and mixed_loader(self.plan, found) is not None:
+                result = True  # a loader prepared at one call of the function: this process's shard there
             if not result and (found is None or not self._over_prepared(found)):
                 result = self._local(binding.where, binding.stmt.iter, binding.stmt, seen | {id(binding)})
         elif binding.value is None:

@@ -46,6 +46,7 @@ from accelify.codemods.rules.load import LoadUnwrapped
 from accelify.codemods.rules.logging import MainProcessLogging
 from accelify.codemods.rules.loguru import MainProcessLoguru
 from accelify.codemods.rules.micro_steps import AccumulateMicroSteps
+from accelify.codemods.rules.mixed_loaders import WarnMixedLoaders
 from accelify.codemods.rules.pass_indexed import WarnPassIndexed
 from accelify.codemods.rules.placement import RemovePlacement
 from accelify.codemods.rules.prepare import InsertPrepare
@@ -132,6 +133,7 @@ RULES: tuple[type[Rule], ...] = (
     SeedSharedDraws,
     WarnGatedBackward,
     WarnPassIndexed,
+    WarnMixedLoaders,
     UnwrapModule,
     LoadUnwrapped,
     UnwrapAttributes,

@@ -186,3 +186,56 @@ if __name__ == "__main__":
     assert "        PartialState().print(self.fc.weight.flatten().topk(2))\n" in companions["model.py"], companions["model.py"]
     assert 'total_loss = accelerator.reduce(torch.tensor(total_loss, dtype=torch.float64, device=accelerator.device), "sum").item()' in result.new
     assert [w.code for w in result.warnings] == [], [w.format() for w in result.warnings]
+
+
+def test_an_evaluation_handed_a_prepared_loader_and_an_unprepared_one_is_reported() -> None:
+    """V6 (an LSTM forecaster's trainer): ``evaluate(val_loader)`` called in ``train()`` after ``prepare`` and by the
+    script after training with its own loader was neither gathered nor reported: the printed validation loss was
+    process 0's share, and the barrier the save rule put under ``if val_loss < best:`` was decided per process (a
+    latent deadlock). Now ACC066, and the barrier goes before that test (the agreement counts the batches as local)."""
+    trainer = """\
+import torch
+
+
+class Trainer:
+    def __init__(self, model):
+        self.model = model
+        self.optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+
+    def evaluate(self, val_loader):
+        total = 0.0
+        with torch.no_grad():
+            for x, y in val_loader:
+                total += torch.nn.functional.mse_loss(self.model(x), y).item()
+        return total / len(val_loader)
+
+    def train(self, train_loader, val_loader, n_epochs):
+        best = float("inf")
+        for epoch in range(n_epochs):
+            for x, y in train_loader:
+                self.optimizer.zero_grad()
+                torch.nn.functional.mse_loss(self.model(x), y).backward()
+                self.optimizer.step()
+            val_loss = self.evaluate(val_loader)
+            if val_loss < best:
+                best = val_loss
+                torch.save(self.model.state_dict(), "best.pth")
+"""
+    main = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from trainer import Trainer
+
+train_loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4)
+val_loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=4)
+model = torch.nn.Linear(4, 1)
+trainer = Trainer(model)
+trainer.train(train_loader, val_loader, n_epochs=2)
+print("final", trainer.evaluate(val_loader))
+"""
+    result = convert_source(main, path="main.py", modules=[ModuleText("trainer", "trainer.py", trainer)])
+    new = result.companions[0].new
+    warnings = [w for part in (result, *result.companions) for w in part.warnings]
+    assert [(w.code, w.line) for w in warnings] == [("ACC066", 12)], [w.format() for w in warnings]
+    assert "gather" not in new, new
+    assert ("            self.accelerator.wait_for_everyone()\n            if val_loss < best:\n") in new, new
