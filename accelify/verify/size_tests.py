@@ -66,10 +66,19 @@ class _Finder(LineFinder):
     def __init__(self) -> None:
         super().__init__()
         self.loops: list[set[str]] = []  # the names each enclosing ``for`` binds (its target, what its body assigns)
+        self.data_sets: list[bool] = []  # for each enclosing class, whether it is a data set (``...Dataset`` base)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.data_sets.append(any((dotted(b.value) or "").endswith("Dataset") for b in node.bases))
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self.data_sets.pop()
 
     def visit_For(self, node: cst.For) -> None:
-        if _no_loader(node.iter):
-            self.loops.append(set())  # ``for line in open(path):``: a line's length, no batch's size
+        if _no_loader(node.iter) or any(self.data_sets):
+            # ``for line in open(path):``: a line's length; a data set's own methods (set V's V4: ``if len(sentence) <
+            # 2: continue`` while it builds its windows) walk its raw data, never a prepared loader's batches
+            self.loops.append(set())
             return
         names = set(target_names(node.target))
         body = node.body.body if isinstance(node.body, cst.IndentedBlock) else ()

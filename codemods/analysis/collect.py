@@ -49,6 +49,12 @@ def _has_skip(comment: cst.Comment | None) -> bool:
     return comment is not None and SKIP_MARK in comment.value and "skip-file" not in comment.value
 
 
+def _ends_block(node: object) -> bool:
+    """A statement line whose last statement leaves its block (``return``, ``raise``, ``continue``, ``break``)."""
+    return isinstance(node, cst.SimpleStatementLine) and bool(node.body) \
+        and isinstance(node.body[-1], (cst.Return, cst.Raise, cst.Continue, cst.Break))
+
+
 def _statement_skipped(node: cst.BaseStatement) -> bool:
     if any(_has_skip(line.comment) for line in node.leading_lines[-1:]):
         return True
@@ -78,6 +84,7 @@ class _Collector:
         self.not_loads: set[cst.CSTNode] = set()
         self.classes: dict[str, list[str]] = {}
         self.skipped: set[cst.BaseStatement] = set()
+        self.dead: set[cst.BaseStatement] = set()  # statements no path reaches (after a return in their block)
         self.order: dict[cst.BaseStatement, tuple[int, int]] = {}  # pre-order index, index of the last statement inside
         self.definitions: list[str] = []  # functions and classes defined at module level
         self.count = 0
@@ -110,9 +117,13 @@ class _Collector:
                 if isinstance(child, cst.CSTNode):
                     self.walk(child)
                 elif isinstance(child, (list, tuple)):
+                    ended = False
                     for item in child:
+                        if ended and isinstance(item, cst.BaseStatement):
+                            self.dead.add(item)  # after a ``return``/``raise``/``continue``/``break`` of its block
                         if isinstance(item, cst.CSTNode):
                             self.walk(item)
+                        ended = ended or _ends_block(item)
         if leave is not None:
             leave(self, node)
         if is_statement:
@@ -343,6 +354,7 @@ def collect(module: cst.Module, unit: str = "__main__", package: str | None = No
         parent_stmt=collector.parent_stmt,
         classes=classes,
         skipped=collector.skipped,
+        dead=collector.dead,
         order=collector.order,
         unit=unit,
     )

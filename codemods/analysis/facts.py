@@ -138,6 +138,7 @@ class Facts:
     parent_stmt: dict[cst.BaseStatement, cst.BaseStatement | None]
     classes: dict[str, list[str]]  # class qualname -> base qualnames
     skipped: set[cst.BaseStatement]
+    dead: set[cst.BaseStatement] = field(default_factory=set)  # statements after a return/raise in their block
     order: dict[cst.BaseStatement, tuple[int, int]] = field(default_factory=dict)  # (first, last) pre-order index
     unit: str = "__main__"
     units: dict[str, "Facts"] = field(default_factory=dict)  # every module of the program, by unit name
@@ -167,6 +168,7 @@ class Facts:
             parent_stmt={k: v for f in every for k, v in f.parent_stmt.items()},
             classes={k: v for f in reversed(every) for k, v in f.classes.items()},
             skipped={s for f in every for s in f.skipped},
+            dead={s for f in every for s in f.dead},
             # positions count per module: each module gets its own range, so that no statement of one module falls
             # in the span of a statement of another (a handler in a helper taken to hold the script's backward)
             order={k: (a + i * _UNIT_SPAN, b + i * _UNIT_SPAN) for i, f in enumerate(every) for k, (a, b) in f.order.items()},

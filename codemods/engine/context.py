@@ -303,9 +303,17 @@ class Context:
         return node, ConversionWarning(code.code, code.message.format(**fields), code.fix.format(**fields))
 
     def warn(self, code: Code, node: cst.CSTNode, **fields: str) -> None:
+        if self._unreachable(node):
+            return  # (set V's V6: a ``df.to_csv`` after a ``return``, a method whose ``def`` line went missing)
         located = self.warning(code, node, **fields)
         if all(n is not node or w.code != code.code for n, w in self.warnings):
             self.warnings.append(located)
+
+    def _unreachable(self, node: cst.CSTNode) -> bool:
+        """Whether ``node`` (a call or a statement) is in code no path reaches: nothing there runs to report on."""
+        site = self.facts.sites.get(node) if isinstance(node, cst.Call) else None  # type: ignore[arg-type]
+        stmt = site.stmt if site is not None else node if isinstance(node, cst.BaseStatement) else None
+        return stmt is not None and stmt in self.facts.order and any(s in self.facts.dead for s in self.facts.chain(stmt))
 
     def abort(self, code: Code, node: cst.CSTNode, **fields: str) -> None:
         """Stop converting this file: it is refused (left unchanged, needing attention), with this warning."""

@@ -239,3 +239,33 @@ print("final", trainer.evaluate(val_loader))
     assert [(w.code, w.line) for w in warnings] == [("ACC066", 12)], [w.format() for w in warnings]
     assert "gather" not in new, new
     assert ("            self.accelerator.wait_for_everyone()\n            if val_loss < best:\n") in new, new
+
+
+def test_nothing_is_reported_in_code_after_a_return() -> None:
+    """V6: a generator method returns its frame, and a ``df.to_csv(...)`` follows in the same block (the author's
+    ``def`` line of another method went missing): ACC018 on a statement that never runs."""
+    code = """\
+import numpy as np
+import pandas as pd
+import torch
+
+
+def make_series(n):
+    x = np.random.randn(n, 4)
+    return pd.DataFrame(x)
+    df.to_csv("series.csv", index=False)
+
+
+df = make_series(16)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for row in torch.tensor(df.values, dtype=torch.float32):
+    opt.zero_grad()
+    model(row).sum().backward()
+    opt.step()
+"""
+    result = convert_source(code, path="train.py")
+    assert "ACC018" not in [w.code for w in result.warnings], [w.format() for w in result.warnings]
+    live = convert_source(code.replace("    return pd.DataFrame(x)\n    df.to_csv", "    df = pd.DataFrame(x)\n    df.to_csv")
+                          .replace('index=False)\n', 'index=False)\n    return df\n', 1), path="train.py")
+    assert "ACC018" in [w.code for w in live.warnings] or "is_main_process" in live.new, live.new

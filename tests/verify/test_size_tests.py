@@ -39,3 +39,14 @@ def test_a_loop_over_a_files_lines_a_range_or_a_dicts_items_tests_no_batch() -> 
         "for i, (x, y) in enumerate(loader):\n    if len(x) != bs:\n        break\n"
     )
     assert size_tests(ScriptFiles("train.py", script, ())) == ["train.py:14"]
+
+
+def test_a_data_sets_own_methods_test_no_batch_size() -> None:
+    """Set V's V4: ``PTBDataSet.get_centers_contexts`` skips sentences shorter than 2 (``for sentence in dataset: if
+    len(sentence) < 2: continue``) while it builds its windows: verify named it a batch-size test."""
+    script = (
+        "class Windows(torch.utils.data.Dataset):\n"
+        "    def build(self, dataset):\n        for sentence in dataset:\n            if len(sentence) < 2:\n                continue\n"
+        "for x, y in loader:\n    if len(x) != bs:\n        break\n"
+    )
+    assert size_tests(ScriptFiles("train.py", script, ())) == ["train.py:7"]
