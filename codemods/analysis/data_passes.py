@@ -9,6 +9,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from accelify.codemods.analysis.pass_index import indexed_subscript
 from accelify.codemods.analysis.facts import Binding, CallSite, Loop, Scope
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.prepared_uses import PreparedUses
@@ -104,6 +105,17 @@ class DataPasses(PreparedUses):
             return False
         one = _batch_of_one(loader.value)  # a batch size read from elsewhere: only an assert says it is one
         return any(_asserts_one(lp.node.body) or (one and _squeezes(lp.node.body)) for lp in loops)
+
+    def _pass_indexed(self, loader: Binding, loops: list[Loop]) -> bool:
+        """An evaluation loader whose loop pairs a list of its own with each batch by the loop's index
+        (``names[index]`` beside each prediction: set U's U1, ``analysis/pass_index.py``). Prepared, each process
+        would count its own batches from 0 and pair them with other items; left unprepared, every process walks all
+        of it, as the original did, and its writes and prints run on the main process."""
+        if not loops or any(any(self.reaches_backward(s) for s in lp.calls) or self._feeds_training(lp) for lp in loops):
+            return False
+        if any(self._shared_walk(lp, loader) for lp in self.facts.loops):
+            return False
+        return any(indexed_subscript(lp) is not None for lp in loops)
 
     def _shared_walk(self, loop: Loop, loader: Binding) -> bool:
         """Whether ``loop`` walks a parameter that some call hands ``loader`` and another call another object."""

@@ -13,10 +13,9 @@ loops (nothing in them reaches a backward); the list indexed is one the loop doe
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
 
 from accelify.codemods import codes
-from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.pass_index import indexed_subscript
 from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
@@ -27,21 +26,30 @@ class WarnPassIndexed(Rule):
     description = "Report a list paired with a sharded evaluation loader's batches by the loop's index."
     examples = (
         Example(
+            # a function walking two loaders (validation and test), each prepared: reported
             before='''\
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 names = [f"{i}.wav" for i in range(6)]
 train_loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randint(0, 3, (32,))), batch_size=8)
+val_loader = DataLoader(TensorDataset(torch.randn(6, 4)))
 test_loader = DataLoader(TensorDataset(torch.randn(6, 4)))
 model = torch.nn.Linear(4, 3)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def predict(loader):
+    with torch.no_grad():
+        for index, (x,) in enumerate(loader):
+            print(names[index], model(x).argmax(1).item())
+
+
 for x, y in train_loader:
     opt.zero_grad()
     torch.nn.functional.cross_entropy(model(x), y).backward()
     opt.step()
-with torch.no_grad():
-    for index, (x,) in enumerate(test_loader):
-        print(names[index], model(x).argmax(1).item())
+predict(val_loader)
+predict(test_loader)
 ''',
             after='''\
 import torch
@@ -50,24 +58,76 @@ from accelify.runtime import Accelerator
 accelerator = Accelerator()
 names = [f"{i}.wav" for i in range(6)]
 train_loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randint(0, 3, (32,))), batch_size=8)
+val_loader = DataLoader(TensorDataset(torch.randn(6, 4)))
 test_loader = DataLoader(TensorDataset(torch.randn(6, 4)))
 model = torch.nn.Linear(4, 3)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
-model, opt, train_loader, test_loader = accelerator.prepare(
-    model, opt, train_loader, test_loader
+model, opt, train_loader, val_loader, test_loader = accelerator.prepare(
+    model, opt, train_loader, val_loader, test_loader
 )
+
+
+def predict(loader):
+    with torch.no_grad():
+        for index, (x,) in enumerate(loader):
+            output = model(x)
+            output = accelerator.gather_for_metrics(output)
+            accelerator.print(names[index], output.argmax(1).item())
+
+
+for x, y in train_loader:
+    opt.zero_grad()
+    accelerator.backward(torch.nn.functional.cross_entropy(model(x), y))
+    opt.step()
+predict(val_loader)
+predict(test_loader)
+accelerator.end_training()
+''',
+            warnings=("ACC065:14",),
+        ),
+        Example(
+            # an evaluation loader walked by such a loop alone is left out of prepare (analysis/data_passes.py):
+            # every process walks it whole, as the original did, and prints each line once
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+names = [f"{i}.wav" for i in range(6)]
+train_loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randint(0, 3, (32,))), batch_size=8)
+test_loader = DataLoader(TensorDataset(torch.randn(6, 4)))
+model = torch.nn.Linear(4, 3).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in train_loader:
+    x, y = x.to(device), y.to(device)
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+with torch.no_grad():
+    for index, (x,) in enumerate(test_loader):
+        print(names[index], model(x.to(device)).argmax(1).item())
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+accelerator = Accelerator()
+device = accelerator.device
+names = [f"{i}.wav" for i in range(6)]
+train_loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randint(0, 3, (32,))), batch_size=8)
+test_loader = DataLoader(TensorDataset(torch.randn(6, 4)))
+model = torch.nn.Linear(4, 3)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+model, opt, train_loader = accelerator.prepare(model, opt, train_loader)
 for x, y in train_loader:
     opt.zero_grad()
     accelerator.backward(torch.nn.functional.cross_entropy(model(x), y))
     opt.step()
 with torch.no_grad():
     for index, (x,) in enumerate(test_loader):
-        output = model(x)
-        output = accelerator.gather_for_metrics(output)
-        accelerator.print(names[index], output.argmax(1).item())
+        accelerator.print(names[index], model(x.to(device)).argmax(1).item())
 accelerator.end_training()
 ''',
-            warnings=("ACC065:14",),
+            fires=False,
         ),
         Example(
             # the index of the batch's own rows (``probs[index]`` of a tensor the loop computes) is the batch's
@@ -112,24 +172,12 @@ accelerator.end_training()
             return
         plan = ctx.plan
         for loop in ctx.facts.loops:
-            node = loop.node
-            if not isinstance(node, cst.For) or plan.loader_of(loop) is None or plan.never_run(loop.scope):
-                continue
-            if not (isinstance(node.iter, cst.Call) and m.matches(node.iter.func, m.Name("enumerate"))
-                    and isinstance(node.target, cst.Tuple) and node.target.elements
-                    and isinstance(node.target.elements[0].value, cst.Name)):
+            if not isinstance(loop.node, cst.For) or plan.loader_of(loop) is None or plan.never_run(loop.scope):
                 continue
             if any(plan.reaches_backward(site) for site in loop.calls):
                 continue  # a training loop: its index counts steps
-            index = node.target.elements[0].value.value
-            bound = set(loop.targets) | {n.value for t in m.findall(node.body, m.AssignTarget()) for n in m.findall(t, m.Name())}  # type: ignore[attr-defined]
-            for sub in m.findall(node.body, m.Subscript()):
-                assert isinstance(sub, cst.Subscript)
-                if len(sub.slice) != 1 or not m.matches(sub.slice[0].slice, m.Index(value=m.Name(index))):
-                    continue
-                held = dotted(sub.value)  # ``names[index]``, ``dataset_test.spects[index]`` (U1)
-                if held is None or held.split(".", 1)[0] in bound:
-                    continue
+            found = indexed_subscript(loop)
+            if found is not None:
+                sub, held, index = found
                 ctx.warn(codes.PASS_INDEXED, sub, expr=code_of(sub), name=held, index=index,
-                         loader=code_of(node.iter.args[0].value))
-                break
+                         loader=code_of(loop.node.iter.args[0].value))  # type: ignore[attr-defined]
