@@ -60,13 +60,16 @@ def per_batch_tail(plan: Plan, agreement: Agreement, loop: Loop, accs: Iterable[
         body, after = _with_block(agreement, body)  # ``with torch.no_grad():`` around the forward and the sums
     if body is None:
         return None
-    anchors = [i for i, s in enumerate(body) if agreement.gathers(s) and s not in agreement.gathered_before]
+    anchors = [i for i, s in enumerate(body) if agreement.gathers(s)]
     if len(anchors) != 1 or sum(1 for s in loop.stmts if agreement.gathers(s)) != 1:
-        return None  # gathered in a nested block, before a statement, or twice
+        return None  # gathered in a nested block, or twice
     updates = [u for acc in accs for u in acc.updates]
     if any(acc.keys or acc.local for acc in accs) or any(u not in body for u in updates):
         return None  # a dict of sums, a helper's sum, an update under a condition or in an inner loop
-    start, end = anchors[0] + 1, max(body.index(u) for u in updates)
+    # after the gather; or from the statement the forward was taken out of, the gather put before it (set U's U1:
+    # ``target = model(x).to(device)`` reads the gathered ``output``)
+    before = body[anchors[0]] in agreement.gathered_before
+    start, end = anchors[0] + (0 if before else 1), max(body.index(u) for u in updates)
     if end < start:
         return None
     region = body[start:end + 1]
@@ -78,7 +81,7 @@ def per_batch_tail(plan: Plan, agreement: Agreement, loop: Loop, accs: Iterable[
     bound: set[str] = set()
     split: list[str] = []
     for stmt in region:
-        found = _shape(stmt)
+        found = _shape(stmt, agreement.forward_names)
         if found is None:
             return None
         targets, reads_here = found
@@ -134,9 +137,10 @@ def _with_block(agreement: Agreement, body: list[cst.BaseStatement]
     return list(block.body.body), body[blocks[0] + 1:]
 
 
-def _shape(stmt: cst.BaseStatement) -> tuple[set[str], list[str]] | None:
+def _shape(stmt: cst.BaseStatement, forwards: dict[cst.CSTNode, str] | None = None) -> tuple[set[str], list[str]] | None:
     """(names bound, names read) of a statement that may run per batch: ``a = ...`` (names or tuples of names),
-    ``total += ...``, ``values.append(...)``; None for any other statement."""
+    ``total += ...``, ``values.append(...)``; None for any other statement. A forward the evaluation rule took out
+    (``forwards``) reads as the gathered name that replaces it."""
     if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1) or _draws(stmt):
         return None
     small = stmt.body[0]
@@ -148,14 +152,14 @@ def _shape(stmt: cst.BaseStatement) -> tuple[set[str], list[str]] | None:
             if not all(isinstance(n, cst.Name) for n in names):
                 return None  # ``self.x = ...``, ``out[i] = ...``, a starred or nested target
             targets |= set(target_names(target.target))
-        return targets, _reads(small.value)
+        return targets, _reads(small.value, forwards)
     if isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name):
-        return set(), _reads(small.value)
+        return set(), _reads(small.value, forwards)
     if isinstance(small, cst.Expr) and m.matches(small.value, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name()))):
         call = small.value
         assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
         if call.func.attr.value in _LIST_METHODS:
-            return set(), _reads(call)
+            return set(), _reads(call, forwards)
     return None
 
 
@@ -228,7 +232,11 @@ def _bound_in(loop: Loop) -> set[str]:
     return names
 
 
-def _reads(node: cst.CSTNode) -> list[str]:
-    """The variables ``node`` reads (not attribute names, not keywords), in the order they come, once each."""
+def _reads(node: cst.CSTNode, forwards: dict[cst.CSTNode, str] | None = None) -> list[str]:
+    """The variables ``node`` reads (not attribute names, not keywords), in the order they come, once each; a forward
+    in ``forwards`` reads as its gathered name, first."""
     skip = {id(a.attr) for a in m.findall(node, m.Attribute())} | {id(a.keyword) for a in m.findall(node, m.Arg()) if a.keyword}
-    return list(dict.fromkeys(n.value for n in m.findall(node, m.Name()) if id(n) not in skip))  # type: ignore[attr-defined]
+    taken = [c for c in m.findall(node, m.Call()) if forwards and c in forwards]
+    skip |= {id(n) for c in taken for n in m.findall(c, m.Name())}
+    names = [forwards[c] for c in taken] if forwards else []  # type: ignore[index]
+    return list(dict.fromkeys([*names, *(n.value for n in m.findall(node, m.Name()) if id(n) not in skip)]))  # type: ignore[attr-defined]

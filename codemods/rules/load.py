@@ -176,7 +176,7 @@ accelerator.end_training()
             ctx.change('torch.load(..., map_location="cpu")')
         anchor = _read_anchor(ctx, load)
         unwaited = written is None or _reads_unwaited_save(ctx, load, written, order) \
-            or _saved_by_earlier_call(ctx, load, order)
+            or _saved_by_earlier_call(ctx, load, order) or _saved_elsewhere(ctx, load, written)
         place = _barrier_place(ctx, load, anchor, order) if unwaited else None
         if unwaited and place is None and not ctx.is_skipped(anchor):
             ctx.warn(codes.LOAD_UNORDERED, load.node, name=code_of(load.node.func))
@@ -342,6 +342,18 @@ def _reads_unwaited_save(ctx: Context, load: CallSite, saves: list[CallSite], or
     statements = {s.stmt for s in saves}
     module = ctx.facts.unit_of(load.scope).module
     return not any(previous(ctx.facts, s.stmt, module) not in statements for s in before[matching[-1] + 1 :])
+
+
+def _saved_elsewhere(ctx: Context, load: CallSite, saves: list[CallSite]) -> bool:
+    """Whether a save in another function of the program writes the file ``load`` reads, named by the same string
+    (set U's U1: ``train()`` saves the best weights to ``'best/model.pt'`` when the validation improves, and ``test()``,
+    called after it, loads them back): only the main process writes, so the others must wait for the last write
+    before they read it (without, process 1 read the previous epoch's file and the processes parted)."""
+    if not load.node.args or not isinstance(load.node.args[0].value, (cst.SimpleString, cst.ConcatenatedString)):
+        return False
+    source = code_of(load.node.args[0].value)
+    return any(s.scope is not load.scope and (p := _path_arg(s.node, "f", 1)) is not None
+               and isinstance(p, (cst.SimpleString, cst.ConcatenatedString)) and code_of(p) == source for s in saves)
 
 
 def _saved_by_earlier_call(ctx: Context, load: CallSite, order: dict[cst.Call, int]) -> bool:

@@ -140,7 +140,8 @@ accelerator.end_training()
 ''',
         ),
         Example(
-            # a handle kept open and written through later: not one statement to guard, so it is reported
+            # a handle kept open and written through later by statements of its own: opened on the main process
+            # only (None on the others), and each of those statements runs there (set U's U1)
             before='''\
 import torch
 model = torch.nn.Linear(2, 1)
@@ -160,16 +161,52 @@ accelerator = Accelerator(cpu=True)
 model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 model, optimizer = accelerator.prepare(model, optimizer)
-log = open("loss.txt", "w")
+log = open("loss.txt", "w") if accelerator.is_main_process else None
 for x in torch.ones(4, 2):
     loss = model(x).sum()
     accelerator.backward(loss)
     optimizer.step()
-    log.write(str(loss.item()))
+    if accelerator.is_main_process:
+        log.write(str(loss.item()))
+if accelerator.is_main_process:
+    log.close()
+accelerator.end_training()
+''',
+        ),
+        Example(
+            # handed to a function (``json.dump(d, log)``): not one statement to guard, so it is reported
+            before='''\
+import json
+import torch
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+log = open("loss.jsonl", "w")
+for x in torch.ones(4, 2):
+    loss = model(x).sum()
+    loss.backward()
+    optimizer.step()
+    json.dump({"loss": loss.item()}, log)
+log.close()
+''',
+            after='''\
+import json
+import torch
+from accelify.runtime import Accelerator
+accelerator = Accelerator(cpu=True)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+log = open("loss.jsonl", "w")
+for x in torch.ones(4, 2):
+    loss = model(x).sum()
+    accelerator.backward(loss)
+    optimizer.step()
+    if accelerator.is_main_process:
+        json.dump({"loss": loss.item()}, log)
 log.close()
 accelerator.end_training()
 ''',
-            warnings=("ACC024:4",),
+            warnings=("ACC024:5",),
         ),
         Example(
             # a write in a helper the accelerator is not passed to: its calls run on the main process when each can
@@ -330,7 +367,10 @@ accelerator.end_training()
                 continue
             stmt = outermost_write(site)
             if stmt is None:
-                _warn_kept_open(ctx, site, wrapped)
+                # ``output_file = open("test_y", "w")``, then ``output_file.write(y)`` in a loop and ``.close()``:
+                # opened and written on the main process, as a log (set U's U1); else reported
+                if not (site.qualname == "open" and _keep_log_to_main(ctx, site, wrapped)):
+                    _warn_kept_open(ctx, site, wrapped)
                 continue
             if isinstance(stmt, cst.With) and reaches_others(ctx.facts, ctx.plan, ctx.edits, stmt):
                 # ``with open(log, "a") as f:`` around the training: kept to the main process whole, it would train
@@ -484,15 +524,14 @@ def _warn_kept_open(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement
                  why=f" ({why})" if why else "")
 
 
-def _keep_log_to_main(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) -> None:
+def _keep_log_to_main(ctx: Context, site: CallSite, wrapped: set[cst.BaseStatement]) -> bool:
     """``writer = SummaryWriter(dir)`` (or a ``Logger`` of the program that makes one) on every process: made on
     the main process only, ``None`` elsewhere, and each statement that calls one of its methods run on the main
     process only; where a use cannot be (``handle_uses`` says why), reported (ACC024) with the reason."""
     target = kept_open(ctx.facts, ctx.plan, ctx.agreement, site, wrapped)
     if target is None:
-        for call in _factory_calls(ctx, site):  # ``return SummaryWriter(log_dir)`` in ``create_writer(name)``
-            _keep_log_to_main(ctx, call, wrapped)
-        return
+        calls = _factory_calls(ctx, site)  # ``return SummaryWriter(log_dir)`` in ``create_writer(name)``
+        return bool([_keep_log_to_main(ctx, call, wrapped) for call in calls]) and bool(calls)
     found = handle_uses(ctx.facts, site.scope, site.stmt, target, Collectives(ctx.facts, ctx.plan, ctx.edits))
     problem = found.problem
     pending: list[tuple[Scope, cst.SimpleStatementLine]] = []
@@ -507,13 +546,14 @@ def _keep_log_to_main(ctx: Context, site: CallSite, wrapped: set[cst.BaseStateme
             pending.append((reader, stmt))
     if problem is not None:
         _warn_kept_open(ctx, site, wrapped, f"it could not be kept to the main process: {problem}")
-        return
+        return True
     value = site.stmt.body[0].value  # type: ignore[attr-defined]
     ctx.replace_through(site.scope, value, site.stmt, made_on_main_process)
     for reader, stmt in pending:
         ctx.replace_through(reader, stmt, stmt, on_main_process)
         wrapped.add(stmt)
     ctx.change("open the log on the main process only, and write to it there")
+    return True
 
 
 def _factory_calls(ctx: Context, site: CallSite) -> list[CallSite]:

@@ -673,3 +673,71 @@ def test_a_list_rebound_to_its_mean_is_summarised() -> None:
     kept = convert_source(TRIPLET_TRAIN.replace("    losses = np.mean(losses)\n    return losses", "    return losses, np.mean(losses)"),
                           path="train.py", modules=[ModuleText("data", "data.py", TRIPLET_DATA)])
     assert "accelerator.gather(" not in kept.new and "ACC028" in [w.code for w in kept.warnings], [w.format() for w in kept.warnings]
+
+
+def test_u1_validation_test_file_and_best_weights_reload_convert() -> None:
+    """U1 after stop 40: the validation's ``target = model(x).to(device)`` (the forward taken out, gathered before the
+    statement) and its two sums run per original batch (ACC042 before); ``output_file = open("test_y", "w")`` written
+    in a loop and closed is opened and written on the main process (ACC024 before); ``test()`` loads the best weights
+    ``train()`` saved under the same name after a barrier (process 1 read the previous epoch's file: the processes'
+    parameters parted, caught by the runtime's sentinel at ``end_training``)."""
+    code = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def validate(model, e):
+    loss_func = nn.CrossEntropyLoss()
+    validation_loss = 0.0
+    correct_predictions = 0
+    model.eval()
+    for data, labels in validation_loader:
+        target = model(data.to(device)).to(device)
+        loss = loss_func(target, labels.to(device))
+        validation_loss += loss.item()
+        _, prediction = target.max(1)
+        correct_predictions += (prediction.to(device) == labels.to(device)).sum()
+    print(
+        '\\nValidation set: Accuracy: {:.0f}%\\n'.format(100. * correct_predictions / len(validation_loader.dataset)))
+    print(f'Validation Epoch {e + 1} \\t\\t Validation Loss: {validation_loss / len(validation_loader)}')
+    return validation_loss / len(validation_loader)
+
+
+def test(model):
+    model.load_state_dict(torch.load("best/model.pt"))
+    lines = [str(model(torch.ones(1, 4).to(device)).argmax().item())]
+    output_file = open("test_y", "w")
+    for y in lines:
+        output_file.write(y + "\\n")
+    output_file.close()
+
+
+def train(model, optimizer):
+    best = float("inf")
+    for data, target in train_loader:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(data.to(device)), target.to(device)).backward()
+        optimizer.step()
+    loss = validate(model, 0)
+    if loss <= best:
+        torch.save(model.state_dict(), "best/model.pt")
+    test(model)
+
+
+if __name__ == "__main__":
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    train_loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randint(0, 3, (16,))), batch_size=4)
+    validation_loader = DataLoader(TensorDataset(torch.randn(6, 4), torch.randint(0, 3, (6,))))
+    model = nn.Linear(4, 3).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    train(model, optimizer)
+"""
+    result = convert_source(code, path="ex5.py")
+    new = result.new
+    assert [w.code for w in result.warnings] == [], [w.format() for w in result.warnings]
+    assert "        for output, labels in zip(output.split(validation_loader.batch_sampler.batch_size), " in new, new
+    assert "            target = output.to(device)\n" in new, new
+    assert "    return validation_loss / len(validation_loader.batch_sampler.batch_sampler)\n" in new, new
+    assert '    accelerator.wait_for_everyone()\n    accelerator.unwrap_model(model).load_state_dict(torch.load("best/model.pt"' in new, new
+    assert '    output_file = open("test_y", "w") if accelerator.is_main_process else None\n' in new, new
