@@ -22,10 +22,11 @@ from accelify.codemods import codes
 from accelify.codemods.analysis.dataset_kinds import dataset_class
 from accelify.codemods.analysis.facts import CallSite, Scope
 from accelify.codemods.analysis.handle_uses import Collectives
-from accelify.codemods.analysis.helper_calls import already_first, first_ready, helper_calls
-from accelify.codemods.analysis.snippets import code_of, with_block
+from accelify.codemods.analysis.helper_calls import first_ready, helper_calls
+from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.analysis.write_calls import writes_file
 from accelify.codemods.engine.context import Context
+from accelify.codemods.engine.main_first import first_at
 from accelify.codemods.engine.rule import Example, Rule
 
 _SAVES = ("torch.save", "numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.savetxt", "pickle.dump")
@@ -216,10 +217,6 @@ def _first_at_constructions(ctx: Context, site: CallSite, cls: Scope) -> bool:
     found = helper_calls(ctx.facts, ctx.plan, site, ready, Collectives(ctx.facts, ctx.plan, ctx.edits), depth=4)
     if found is None:
         return False
-    for scope, holder in found:
-        if not already_first(ctx, holder):
-            accelerator = ctx.accelerator_in(scope)
-            ctx.replace(holder, holder, lambda s, a=accelerator: with_block(  # type: ignore[misc]
-                f"{a}.main_process_first()", [s]))  # type: ignore[list-item]
+    first_at(ctx, found)
     ctx.change("build a data set that writes files on the main process first")
     return True

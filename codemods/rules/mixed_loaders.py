@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from accelify.codemods import codes
 from accelify.codemods.analysis.mixed_calls import mixed_loader
-from accelify.codemods.analysis.snippets import code_of
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
 

@@ -36,9 +36,10 @@ import libcst.matchers as m
 from accelify.codemods import codes
 from accelify.codemods.analysis.facts import CallSite, Scope
 from accelify.codemods.analysis.handle_uses import Collectives
-from accelify.codemods.analysis.helper_calls import already_first, first_ready, helper_calls
-from accelify.codemods.analysis.snippets import code_of, statement, with_block
+from accelify.codemods.analysis.helper_calls import first_ready, helper_calls
+from accelify.codemods.analysis.snippets import code_of, statement
 from accelify.codemods.engine.context import Context
+from accelify.codemods.engine.main_first import first_at
 from accelify.codemods.engine.rule import Example, Rule
 
 _MAKERS = {"shutil.unpack_archive", "urllib.request.urlretrieve", "torch.hub.download_url_to_file",
@@ -247,12 +248,10 @@ def _first_at_calls(ctx: Context, site: CallSite) -> bool:
                          Collectives(ctx.facts, ctx.plan, ctx.edits))
     if found is None:
         return False
-    for scope, holder in found:
-        if not already_first(ctx, holder):
-            ctx.replace(holder, holder, lambda s, a=ctx.accelerator_in(scope): with_block(  # type: ignore[misc]
-                f"{a}.main_process_first()", [s]))  # type: ignore[list-item]
+    first_at(ctx, found)
     ctx.change("make start-up files in a helper on the main process first, at its calls")
     return True
+
 
 
 def _fetched(ctx: Context, site: CallSite) -> bool:
