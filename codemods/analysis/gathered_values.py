@@ -37,9 +37,8 @@ def _reads(expr: cst.BaseExpression, gathered_nodes: set[cst.CSTNode] | frozense
     evaluation rule takes out and gathers (``gathered_nodes``: ``total += F.mse_loss(model(x), y).item()`` reads the
     gathered ``output`` in place of ``model(x)``, whose ``x`` is this process's)."""
     skip = {id(a.attr) for a in m.findall(expr, m.Attribute())} | {id(a.keyword) for a in m.findall(expr, m.Arg()) if a.keyword}
-    for node in gathered_nodes:
-        if any(n is node for n in m.findall(expr, m.Call())):
-            skip |= {id(n) for n in m.findall(node, m.Name())}
+    for node in [c for c in m.findall(expr, m.Call()) if c in gathered_nodes] if gathered_nodes else []:
+        skip |= {id(n) for n in m.findall(node, m.Name())}
     return {n.value for n in m.findall(expr, m.Name()) if id(n) not in skip}
 
 

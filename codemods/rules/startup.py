@@ -30,7 +30,7 @@ from accelify.codemods import codes
 from accelify.codemods.engine.context import Context
 from accelify.codemods.analysis.snippets import code_of, expression, statement
 from accelify.codemods.analysis.facts import CallSite
-from accelify.codemods.analysis.handle_uses import Collectives
+from accelify.codemods.analysis.handle_uses import Collectives, reaches_others
 from accelify.codemods.analysis.helper_calls import already_first, first_ready, helper_calls, holding_statement
 from accelify.codemods.analysis.write_calls import writes_file
 from accelify.codemods.engine.rule import Example, Rule
@@ -211,22 +211,15 @@ if __name__ == "__main__":
             return
         if stmt in wrapped or already_first(ctx, stmt):
             return
-        if ctx.agreement.collective_place(stmt, site.scope) is None or _reaches_others(ctx, stmt):
-            # main_process_first waits: not in a local branch, nor around a barrier (the main process would wait there
-            # for the others, which wait for it to leave)
+        if ctx.agreement.collective_place(stmt, site.scope) is None \
+                or reaches_others(ctx.facts, ctx.plan, ctx.edits, stmt):
+            # main_process_first waits: not in a local branch, nor around a barrier (a save rule's in a ``download()``:
+            # the main process would wait there for the others, which wait for it to leave)
             ctx.warn(codes.STARTUP_RACE, site.node, name=code_of(site.node.func))
             return
         if ctx.replace(stmt, stmt, lambda s, a=accelerator: _under(s, f"with {a}.main_process_first():")):  # type: ignore[misc]
             wrapped.add(stmt)
             ctx.change("create folders and download data on the main process first")
-
-
-def _reaches_others(ctx: Context, stmt: cst.BaseStatement) -> bool:
-    """Whether a call in ``stmt`` reaches the other processes once converted (a barrier the save rule puts in the
-    ``download()`` a data set calls)."""
-    collectives = Collectives(ctx.facts, ctx.plan, ctx.edits)
-    inner = [ctx.facts.sites.get(c) for c in m.findall(stmt, m.Call())]  # type: ignore[call-overload]
-    return any(c is not None and collectives.reaches(c) for c in inner)
 
 
 def _holding(ctx: Context, site: CallSite) -> cst.BaseStatement | None:
