@@ -25,6 +25,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from accelify.codemods.analysis.facts import Loop
+from accelify.codemods.analysis.forward_reads import names_read
 from accelify.codemods.analysis.loss_means import mean_loss, split_rows, starred_reads
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
@@ -80,7 +81,7 @@ def batch_chain(plan: Plan, loop: Loop, name: str, update: cst.BaseStatement, ga
         return None  # a mean loss of values the loop does not gather: its batches cannot be told apart
     split = [n for n in _ordered_reads(chain, forwards) if n in gathered]
     bound = {_stmt(s).targets[0].target.value for s in chain[:-1]}  # type: ignore[union-attr]
-    if not split or any((_reads_stmt(s) & (bound | set(split))) for s in body[end + 1:]):
+    if not split or any((_reads(s) & (bound | set(split))) for s in body[end + 1:]):
         return None  # a later statement of the pass reads a name the per-batch loop leaves as its last batch's
     if any(name in _reads(s) for s in loop.stmts if s is not update):
         return None  # read in the pass (a running value printed every k batches): the passes are not the batches
@@ -159,10 +160,7 @@ def _stmt(stmt: cst.BaseStatement) -> cst.BaseSmallStatement | None:
 
 
 def _reads(expr: cst.CSTNode, forwards: dict[cst.CSTNode, str] | None = None) -> set[str]:
-    skip = {id(a.attr) for a in m.findall(expr, m.Attribute())} | {id(a.keyword) for a in m.findall(expr, m.Arg()) if a.keyword}
-    taken = _taken_out(expr, forwards or {})
-    skip |= {id(n) for node in taken for n in m.findall(node, m.Name())}
-    return {n.value for n in m.findall(expr, m.Name()) if id(n) not in skip} | {taken[node] for node in taken}  # type: ignore[attr-defined]
+    return set(names_read(expr, forwards))
 
 
 def _called(expr: cst.CSTNode) -> set[str]:
@@ -171,26 +169,5 @@ def _called(expr: cst.CSTNode) -> set[str]:
     return {c.func.value for c in m.findall(expr, m.Call()) if isinstance(c.func, cst.Name)}  # type: ignore[attr-defined]
 
 
-def _taken_out(expr: cst.CSTNode, forwards: dict[cst.CSTNode, str]) -> dict[cst.CSTNode, str]:
-    """The forward calls in ``expr`` that the conversion replaces by a gathered name, with that name."""
-    return {node: forwards[node] for node in m.findall(expr, m.Call()) if node in forwards} if forwards else {}
-
-
-def _reads_stmt(stmt: cst.BaseStatement) -> set[str]:
-    return _reads(stmt)
-
-
 def _ordered_reads(chain: list[cst.BaseStatement], forwards: dict[cst.CSTNode, str] | None = None) -> list[str]:
-    out: list[str] = []
-    for stmt in chain:
-        skip = {id(a.attr) for a in m.findall(stmt, m.Attribute())}
-        taken = _taken_out(stmt, forwards or {})
-        for node, name in taken.items():  # (the taken-out forward is read before the statement's other names)
-            inner = {id(n) for n in m.findall(node, m.Name())}
-            skip |= inner
-            if name not in out:
-                out.append(name)
-        for n in m.findall(stmt, m.Name()):
-            if id(n) not in skip and n.value not in out:  # type: ignore[attr-defined]
-                out.append(n.value)  # type: ignore[attr-defined]
-    return out
+    return list(dict.fromkeys(n for stmt in chain for n in names_read(stmt, forwards)))

@@ -32,6 +32,7 @@ import libcst.matchers as m
 from accelify.codemods.analysis.agreement import Agreement
 from accelify.codemods.analysis.batch_chains import BatchChain, rebinding_division
 from accelify.codemods.analysis.facts import Loop
+from accelify.codemods.analysis.forward_reads import names_read
 from accelify.codemods.analysis.kept_values import kept_value
 from accelify.codemods.analysis.names import dotted
 from accelify.codemods.analysis.plan import Plan
@@ -92,7 +93,7 @@ def per_batch_tail(plan: Plan, agreement: Agreement, loop: Loop, accs: Iterable[
             elif name in own:
                 return None  # a value of the pass that is this process's (the inputs), not split into batches
         bound |= targets
-    if not split or any(set(_reads(s)) & (bound | set(split) | names) for s in body[end + 1:] + after):
+    if not split or any(set(names_read(s)) & (bound | set(split) | names) for s in body[end + 1:] + after):
         return None  # a later statement reads a name the per-batch loop leaves as its last batch's, or a running
         # value mid-pass (``print(test_loss)`` after each batch: after each pass it would be N batches on)
     loader = code_of(source)
@@ -152,14 +153,14 @@ def _shape(stmt: cst.BaseStatement, forwards: dict[cst.CSTNode, str] | None = No
             if not all(isinstance(n, cst.Name) for n in names):
                 return None  # ``self.x = ...``, ``out[i] = ...``, a starred or nested target
             targets |= set(target_names(target.target))
-        return targets, _reads(small.value, forwards)
+        return targets, names_read(small.value, forwards)
     if isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name):
-        return set(), _reads(small.value, forwards)
+        return set(), names_read(small.value, forwards)
     if isinstance(small, cst.Expr) and m.matches(small.value, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name()))):
         call = small.value
         assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
         if call.func.attr.value in _LIST_METHODS:
-            return set(), _reads(call, forwards)
+            return set(), names_read(call, forwards)
     return None
 
 
@@ -230,13 +231,3 @@ def _bound_in(loop: Loop) -> set[str]:
         if target is not None:
             names |= {n.value for n in m.findall(target, m.Name())}  # type: ignore[attr-defined]
     return names
-
-
-def _reads(node: cst.CSTNode, forwards: dict[cst.CSTNode, str] | None = None) -> list[str]:
-    """The variables ``node`` reads (not attribute names, not keywords), in the order they come, once each; a forward
-    in ``forwards`` reads as its gathered name, first."""
-    skip = {id(a.attr) for a in m.findall(node, m.Attribute())} | {id(a.keyword) for a in m.findall(node, m.Arg()) if a.keyword}
-    taken = [c for c in m.findall(node, m.Call()) if forwards and c in forwards]
-    skip |= {id(n) for c in taken for n in m.findall(c, m.Name())}
-    names = [forwards[c] for c in taken] if forwards else []  # type: ignore[index]
-    return list(dict.fromkeys([*names, *(n.value for n in m.findall(node, m.Name()) if id(n) not in skip)]))  # type: ignore[attr-defined]

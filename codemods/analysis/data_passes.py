@@ -85,11 +85,7 @@ class DataPasses(PreparedUses):
         would write different items under the same names). Left unprepared, every process walks all of it, as the
         original did, and the main process writes every item (what the loop computes besides is then whole on
         every process too)."""
-        if not loops or any(any(self.reaches_backward(s) for s in lp.calls) or self._feeds_training(lp) for lp in loops):
-            return False
-        if any(self._shared_walk(lp, loader) for lp in self.facts.loops):
-            return False  # ``evaluate(model, loader)`` also handed a prepared loader: it would gather one and not the other
-        return any(self._writes(site, 2) for lp in loops for site in lp.calls)
+        return self._evaluated_alone(loader, loops) and any(self._writes(site, 2) for lp in loops for site in lp.calls)
 
     def _per_sample(self, loader: Binding, loops: list[Loop]) -> bool:
         """An evaluation loader whose loop handles each batch as the one sample it holds: it asserts so (``assert
@@ -99,9 +95,7 @@ class DataPasses(PreparedUses):
         sample in general (an image saved for ``image_id == 0``, values of the pass that are this process's). Left
         unprepared, every process walks all of it, as the original did, and what the loop computes is the
         original's on every process."""
-        if not loops or any(any(self.reaches_backward(s) for s in lp.calls) or self._feeds_training(lp) for lp in loops):
-            return False
-        if any(self._shared_walk(lp, loader) for lp in self.facts.loops):
+        if not self._evaluated_alone(loader, loops):
             return False
         one = _batch_of_one(loader.value)  # a batch size read from elsewhere: only an assert says it is one
         return any(_asserts_one(lp.node.body) or (one and _squeezes(lp.node.body)) for lp in loops)
@@ -111,11 +105,15 @@ class DataPasses(PreparedUses):
         (``names[index]`` beside each prediction: set U's U1, ``analysis/pass_index.py``). Prepared, each process
         would count its own batches from 0 and pair them with other items; left unprepared, every process walks all
         of it, as the original did, and its writes and prints run on the main process."""
+        return self._evaluated_alone(loader, loops) and any(indexed_subscript(lp) is not None for lp in loops)
+
+    def _evaluated_alone(self, loader: Binding, loops: list[Loop]) -> bool:
+        """Whether ``loops`` (those that walk ``loader``) evaluate only (nothing in them trains), and no function that
+        walks it is handed another loader too (``evaluate(model, loader)`` also handed a prepared one: it would gather
+        one and not the other): such a loader may be left out of ``prepare``."""
         if not loops or any(any(self.reaches_backward(s) for s in lp.calls) or self._feeds_training(lp) for lp in loops):
             return False
-        if any(self._shared_walk(lp, loader) for lp in self.facts.loops):
-            return False
-        return any(indexed_subscript(lp) is not None for lp in loops)
+        return not any(self._shared_walk(lp, loader) for lp in self.facts.loops)
 
     def _shared_walk(self, loop: Loop, loader: Binding) -> bool:
         """Whether ``loop`` walks a parameter that some call hands ``loader`` and another call another object."""

@@ -62,17 +62,14 @@ def is_model(plan: Plan, scope: Scope, node: cst.BaseExpression, stmt: cst.BaseS
 
 def model_call(plan: Plan, facts: Facts, loop: Loop, stmt: cst.BaseStatement) -> cst.Call | None:
     """The first call of a prepared model in ``stmt`` (the forward pass), or None."""
-    first, last = facts.order[stmt]
-    for site in loop.calls:
-        if site.stmt in facts.order and first <= facts.order[site.stmt][0] <= last:
-            if is_forward(plan, loop, site.node, site.stmt):
-                return site.node
-    return None
+    found = model_calls(plan, facts, loop, stmt)
+    return found[0] if found else None
 
 
 def model_calls(plan: Plan, facts: Facts, loop: Loop, stmt: cst.BaseStatement) -> list[cst.Call]:
     """Every call of a prepared model in ``stmt`` but those inside another one, in order (``triplet_loss(model(a),
-    model(p), model(n))``: three forward passes)."""
+    model(p), model(n))``: three forward passes). The calls come in the order they are written, outer ones first, so
+    the first is never inside another."""
     first, last = facts.order[stmt]
     found = [site.node for site in loop.calls
              if site.stmt in facts.order and first <= facts.order[site.stmt][0] <= last

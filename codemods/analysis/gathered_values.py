@@ -10,6 +10,7 @@ import libcst.matchers as m
 
 from accelify.codemods.analysis.agreement import Agreement
 from accelify.codemods.analysis.statement_shapes import target_names
+from accelify.codemods.analysis.forward_reads import names_read
 from accelify.codemods.analysis.facts import Facts, Loop, Scope
 from accelify.codemods.analysis.loss_means import mean_loss, transformed_mean_loss
 from accelify.codemods.analysis.meter_sums import MeterSums
@@ -32,14 +33,10 @@ def gathered_in(agreement: Agreement, loop: Loop) -> set[str]:
     return names
 
 
-def _reads(expr: cst.BaseExpression, gathered_nodes: set[cst.CSTNode] | frozenset = frozenset()) -> set[str]:
-    """The variables ``expr`` reads (not attribute names, not keywords), but those inside a forward call the
-    evaluation rule takes out and gathers (``gathered_nodes``: ``total += F.mse_loss(model(x), y).item()`` reads the
-    gathered ``output`` in place of ``model(x)``, whose ``x`` is this process's)."""
-    skip = {id(a.attr) for a in m.findall(expr, m.Attribute())} | {id(a.keyword) for a in m.findall(expr, m.Arg()) if a.keyword}
-    for node in [c for c in m.findall(expr, m.Call()) if c in gathered_nodes] if gathered_nodes else []:
-        skip |= {id(n) for n in m.findall(node, m.Name())}
-    return {n.value for n in m.findall(expr, m.Name()) if id(n) not in skip}
+def _reads(expr: cst.BaseExpression, forwards: dict[cst.CSTNode, str] | None = None) -> set[str]:
+    """The variables ``expr`` reads (not attribute names, not keywords); a forward the evaluation rule takes out reads
+    as its gathered name (``total += F.mse_loss(model(x), y).item()`` reads ``output``, not this process's ``x``)."""
+    return set(names_read(expr, forwards))
 
 
 def is_global(agreement: Agreement, scope: Scope, value: cst.BaseExpression, at: cst.BaseStatement, gathered: set[str]) -> bool:
@@ -47,7 +44,7 @@ def is_global(agreement: Agreement, scope: Scope, value: cst.BaseExpression, at:
     agreement cannot prove global is one the loop gathers (module-level code, which it does not follow in order)."""
     if agreement.uniform(scope, value, at):
         return True
-    names = _reads(value, agreement.gathered_nodes)
+    names = _reads(value, agreement.forward_names)
     return bool(gathered) and all(n in gathered or agreement.uniform(scope, cst.Name(n), at) for n in names)
 
 
