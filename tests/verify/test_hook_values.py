@@ -4,6 +4,8 @@ this process with a stand-in recorder: what becomes a line, and what is left out
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
 import sys
 import types
 from typing import Any
@@ -139,3 +141,27 @@ def test_a_function_called_while_tracing_was_off_is_traced_from_its_loops_end(mo
     finally:
         sys.settrace(before)
     assert recorder.lines == [("train() -> 0.5", "return", False, "train.py:1")]
+
+
+@pytest.mark.multiprocess
+def test_exact_mode_marks_a_feature_dropout_inexact_only_where_it_draws() -> None:
+    """``dropout2d`` draws its mask per process in exact mode (the step is marked inexact); ``Dropout2d(p=0.0)``
+    draws nothing and was marked all the same (set W's W5: "same as original" skipped for a dropout that is off).
+    In a process of its own: the patches stay for the life of the process, as in a verified run."""
+    code = """
+import types, torch
+import torch.nn.functional as F
+import accelify_verify_draws as draws
+exact = types.SimpleNamespace(share=(4, 0, 2), inexact=set(), local=types.SimpleNamespace())
+draws.patch_torch(torch, exact)
+x = torch.ones(2, 3, 4, 4)
+F.dropout2d(x, p=0.0)
+torch.nn.Dropout2d(0.0)(x)
+print(sorted(exact.inexact))
+F.dropout2d(x, 0.5)
+print(sorted(exact.inexact))
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HOOK_DIR), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["[]", "['dropout2d draws its mask per process']"], done.stdout

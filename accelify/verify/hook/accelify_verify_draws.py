@@ -53,7 +53,8 @@ def patch_torch(torch: ModuleType, exact: ExactMode) -> None:
         @functools.wraps(original)
         def feature_dropout(input: Any, *args: Any, **kwargs: Any) -> Any:
             training = kwargs.get("training", args[1] if len(args) > 1 else True)
-            if exact.share is not None and training:
+            p = kwargs.get("p", args[0] if args else 0.5)
+            if exact.share is not None and training and p:  # (``Dropout2d(p=0.0)`` draws nothing: set W's W5)
                 exact.inexact.add(f"{name} draws its mask per process")
             return original(input, *args, **kwargs)
 
