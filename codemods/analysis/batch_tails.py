@@ -73,9 +73,10 @@ def per_batch_tail(plan: Plan, agreement: Agreement, loop: Loop, accs: Iterable[
     start, end = anchors[0] + (0 if before else 1), max(body.index(u) for u in updates)
     if end < start:
         return None
+    end += _row_extends(body[end + 1:], after, gathered)
     region = body[start:end + 1]
     names = {acc.name for acc in accs}
-    if any(u not in updates and _updated_name(u) not in (None, *names) for u in region):
+    if any(u not in updates and _updated_name(u) not in (None, *names) and not _extends(u) for u in region):
         return None  # another running value in between (the Udacity course's ``test_loss`` kept apart): its
         # statement would run per batch too, its divisor not counted again
     own = _bound_in(loop)
@@ -123,6 +124,26 @@ def _updated_name(stmt: cst.BaseStatement) -> str | None:
     if kept is not None and not kept.keyed and "." not in kept.key and kept.call.func.attr.value in _LIST_METHODS:  # type: ignore[attr-defined]
         return kept.key
     return None
+
+
+def _extends(stmt: cst.BaseStatement) -> bool:
+    """``all_preds.extend(...)``: a list given the rows of what it is handed, the same list whether it is handed a
+    pass at once or each original batch of it in turn."""
+    return isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and m.matches(
+        stmt.body[0], m.Expr(m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("extend")))))
+
+
+def _row_extends(later: list[cst.BaseStatement], after: list[cst.BaseStatement], gathered: set[str]) -> int:
+    """How many of the statements right after the last update (``later``) to run per batch too: the lists extended
+    by the rows of the pass (``all_preds.extend(y_pred.cpu().numpy())``, U15's evaluation) that read a gathered name
+    the per-batch loop rebinds to its last batch, when no statement after them reads one."""
+    count = 0
+    while count < len(later) and _extends(later[count]):
+        count += 1
+    if not any(set(names_read(s)) & gathered for s in later[:count]) or any(
+            set(names_read(s)) & gathered for s in later[count:] + after):
+        return 0
+    return count
 
 
 def _with_block(agreement: Agreement, body: list[cst.BaseStatement]

@@ -303,8 +303,8 @@ class Creation:
         if home.kind == "module":
             # after the imports at the top (a notebook imports again in later cells: the accelerator comes before
             # those, so that what runs first, a download at the top, runs after it and under its guard)
-            while start < first_use and is_import(block[start]):
-                start += 1
+            while start < first_use and (is_import(block[start]) or is_docstring(block[start])):
+                start += 1  # (a second string before the imports, a header copied from another file: set W's W6)
         after = False
         keys: set[str] = set()
         for flag in depends:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from accelify.codemods.analysis.batch_groups import first_row
 from accelify.codemods.analysis.pass_index import indexed_subscript
 from accelify.codemods.analysis.facts import Binding, CallSite, Loop, Scope
 from accelify.codemods.analysis.names import dotted
@@ -89,16 +90,19 @@ class DataPasses(PreparedUses):
 
     def _per_sample(self, loader: Binding, loops: list[Loop]) -> bool:
         """An evaluation loader whose loop handles each batch as the one sample it holds: it asserts so (``assert
-        lr.shape[0] == 1``), or drops the batch dimension of a loader of batch size 1 (``ToPILImage()(sr.squeeze())``,
-        a PSNR per image: SRGAN's validation). Prepared, the loop's outputs would be gathered and hold N samples
+        lr.shape[0] == 1``), or it is built with batch size 1 (``ToPILImage()(sr.squeeze())``, a PSNR per image:
+        SRGAN's validation). Prepared, the loop's outputs would be gathered and hold N samples
         where that code expects one (a crash, or a metric of N images at once); the statements cannot be run per
         sample in general (an image saved for ``image_id == 0``, values of the pass that are this process's). Left
         unprepared, every process walks all of it, as the original did, and what the loop computes is the
         original's on every process."""
         if not self._evaluated_alone(loader, loops):
             return False
-        one = _batch_of_one(loader.value)  # a batch size read from elsewhere: only an assert says it is one
-        return any(_asserts_one(lp.node.body) or (one and _squeezes(lp.node.body)) for lp in loops)
+        # a batch size read from elsewhere: only an assert says it is one. A loader of one sample per batch that only
+        # evaluation walks is left as it is in any case (set W's W7): prepared, its last round is completed with
+        # duplicates (even batches), which a count reduced after the loop counts again (6 of 5 right); gathered, the
+        # samples may differ in shape (N4's sentences)
+        return _batch_of_one(loader.value) or any(_asserts_one(lp.node.body) for lp in loops)
 
     def _pass_indexed(self, loader: Binding, loops: list[Loop]) -> bool:
         """An evaluation loader whose loop pairs a list of its own with each batch by the loop's index
@@ -107,6 +111,12 @@ class DataPasses(PreparedUses):
         of it, as the original did, and its writes and prints run on the main process."""
         return self._evaluated_alone(loader, loops) and any(indexed_subscript(lp) is not None for lp in loops)
 
+    def _grouped(self, loader: Binding, loops: list[Loop]) -> bool:
+        """An evaluation loader whose loop takes each batch as one group whose first row is special (``item[0]``, the
+        NCF evaluation: ``analysis/batch_groups.py``): left out of ``prepare``, every process walks all of it, as the
+        original did, and the per-batch values are the original's."""
+        return self._evaluated_alone(loader, loops) and any(first_row(lp) is not None for lp in loops)
+
     def _evaluated_alone(self, loader: Binding, loops: list[Loop]) -> bool:
         """Whether ``loops`` (those that walk ``loader``) evaluate only (nothing in them trains), and no function that
         walks it is handed another loader too (``evaluate(model, loader)`` also handed a prepared one: it would gather
@@ -114,6 +124,29 @@ class DataPasses(PreparedUses):
         if not loops or any(any(self.reaches_backward(s) for s in lp.calls) or self._feeds_training(lp) for lp in loops):
             return False
         return not any(self._shared_walk(lp, loader) for lp in self.facts.loops)
+
+    def _walked_whole_elsewhere(self, loader: Binding, scope: Scope) -> bool:
+        """An evaluation loader the prepare scope (``scope``) holds, walked by a function that another scope also hands
+        a loader it built itself, as it built it (set V's V6: a trainer's ``evaluate(val_loader)``, called by
+        ``train()``, where the loader would be prepared, and by the script after training, with the same loader or a
+        test loader, for its final metrics). Prepared, one call would walk each process's shard and the other the
+        whole set, and no one rewrite of the loop is right at both; left out of ``prepare``, every process walks all
+        of it at every call, as the original did."""
+        walked = [lp for lp in self.facts.loops if any(self.origin(lp.scope, s) is loader for s in self.walked_sources(lp))]
+        if not walked or any(any(self.reaches_backward(s) for s in lp.calls) or self._feeds_training(lp) for lp in walked):
+            return False
+        for loop in walked:
+            source = self.loop_source(loop)
+            function = loop.scope
+            if function is scope or not isinstance(source, cst.Name) or source.value not in function.param_names:
+                continue
+            for site in self.run_sites(function):
+                arg = self.arg_for(site, function, source.value)
+                made = self.origin(site.scope, arg.value) if arg is not None and isinstance(arg.value, cst.Name) else None
+                if site.scope is not scope and made is not None and made.role == "loader" and made.where is site.scope \
+                        and made not in self.in_place:
+                    return True
+        return False
 
     def _shared_walk(self, loop: Loop, loader: Binding) -> bool:
         """Whether ``loop`` walks a parameter that some call hands ``loader`` and another call another object."""
@@ -143,15 +176,6 @@ def _batch_of_one(value: cst.BaseExpression | None) -> bool:
         keyword = arg.keyword.value if arg.keyword is not None else None
         if keyword == "batch_size" or (keyword is None and index == 1 and arg.star == ""):
             return isinstance(arg.value, cst.Integer) and arg.value.evaluated_value == 1
-    return False
-
-
-def _squeezes(body: cst.CSTNode) -> bool:
-    """Whether ``body`` drops the batch dimension (``x.squeeze()``, ``x.squeeze(0)``)."""
-    for call in m.findall(body, m.Call(func=m.Attribute(attr=m.Name("squeeze")))):
-        args = call.args  # type: ignore[attr-defined]
-        if not args or (len(args) == 1 and m.matches(args[0].value, m.Integer("0"))):
-            return True
     return False
 
 

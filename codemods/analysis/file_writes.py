@@ -145,7 +145,7 @@ def helper_after_accelerator(place: Place, plan: Plan, site: CallSite) -> bool:
         return place.will_be_after_accelerator(scope, site.stmt)
     if scope.name == "__init__" or logger_class(plan, scope.class_scope):
         return False
-    sites = plan.call_sites(scope)
+    sites = plan.run_sites(scope)
     return bool(sites) and all(place.accelerator_in(s.scope) is not None and place.after_accelerator(s.scope, s.stmt)
                                for s in sites)
 
@@ -157,7 +157,7 @@ def called_after_accelerator(place: Place, plan: Plan, function: Scope, depth: i
     """Whether every call of ``function`` runs after the accelerator exists: in a scope that has it, or in a plain
     helper every call of which does, a few levels up (set V's V8: ``save_plot`` called by ``plot_loss_curves``,
     called by the script after the accelerator is made)."""
-    sites = plan.call_sites(function)
+    sites = plan.run_sites(function)
     return bool(sites) and all(
         (place.accelerator_in(s.scope) is not None and place.after_accelerator(s.scope, s.stmt))
         or (depth > 1 and place.accelerator_in(s.scope) is None and s.scope.kind == "function"

@@ -33,7 +33,7 @@ def helper_calls(facts: Facts, plan: Plan, site: CallSite, ready: Ready, collect
     helper = site.scope
     while helper.kind == "function" and helper.parent is not None and helper.parent.kind == "function":
         helper = helper.parent  # a function nested in the helper runs when the helper does
-    calls = plan.call_sites(helper) if helper.kind == "function" else []
+    calls = plan.run_sites(helper) if helper.kind == "function" else []
     if not calls:
         return None
     found: list[tuple[Scope, cst.BaseStatement]] = []

@@ -15,6 +15,7 @@ from accelify.codemods.analysis.facts import CallSite, Facts, Scope
 from accelify.codemods.analysis.handle_uses import alone
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.snippets import code_of
+from accelify.codemods.analysis.write_calls import TABLE_WRITES
 
 _STREAMS = ("sys.stdout", "sys.stderr")
 
@@ -51,7 +52,8 @@ class EntryLevel:
     makes (its ``if __name__ == "__main__":`` block included), found once for the rules that ask
     (``plan.analysis(EntryLevel)``): ``prints``, the ``print(...)`` statements there (``print(VERSION)`` before
     ``main(args)``, the elapsed time after it) and in a function of the script every call of which is at the top
-    level, and ``figures``, those such a function saves (``plt.savefig(f"images/{i}.png")`` in ``plot_weights``), each a statement of its own; in
+    level, and ``figures``, the files such a function saves (``plt.savefig(f"images/{i}.png")`` in ``plot_weights``, a table's
+    ``predictions_df.to_csv(p)``), each a statement of its own; in
     order. Not those before the process stops (``sys.exit``), marked ``# accelify: skip``, or under the script's own
     main-process test. ``cpu`` is the accelerator's ``cpu`` argument for their ``PartialState``; ``literal`` whether
     the top level can read it (else the prints are reported, ACC057)."""
@@ -80,12 +82,13 @@ class EntryLevel:
             if scope.unit != "__main__" or scope.kind != "function" or scope.class_scope is not None \
                     or scope is self.home:  # (``main(args)`` makes the accelerator: its figures are the writes rule's)
                 continue
-            figure = (site.qualname in _FIGURES or site.method == "savefig") and alone(site)
+            figure = (site.qualname in _FIGURES or site.method == "savefig" or _table(site)) and alone(site)
             printed = _prints(site) and not before_exit(facts, site.stmt)  # (set U's U15: ``print("done")`` in
             if (figure or printed) and kept(site):  # ``main()``, after a trainer of another module trained)
                 calls = plan.call_sites(scope)
                 if calls and all(c.scope is top for c in calls):
                     (self.figures if figure else self.prints).append(site)
+        self.prints += _helper_prints(plan, top, self.home, kept)
         order = facts.order
         self.prints.sort(key=lambda s: order.get(s.stmt, (0, 0)))
         self.figures.sort(key=lambda s: order.get(s.stmt, (0, 0)))
@@ -97,6 +100,41 @@ class EntryLevel:
 
 
 _EXITS = ("sys.exit", "exit", "quit", "os._exit")
+
+
+def _helper_prints(plan: Plan, top: Scope, home: Scope, kept) -> list[CallSite]:  # noqa: ANN001 - a predicate
+    """The prints of the program's functions and methods (in any of its modules) run only by the script's own top
+    level, by its functions that only the top level calls, or by other such functions (set U's U15: the data set's
+    ``preprocess_data`` printing its sizes, called by ``main()`` before a trainer of another module makes the
+    accelerator). Not in the class that makes the accelerator, nor a dunder method other than ``__init__`` (a data
+    set's ``__getitem__`` runs in the loader's workers)."""
+    facts = plan.facts
+    memo: dict[int, bool] = {}
+
+    def entry_only(scope: Scope, seen: frozenset[int]) -> bool:
+        if scope is top:
+            return True
+        if id(scope) in memo:
+            return memo[id(scope)]
+        name = scope.name or ""
+        if scope.kind != "function" or scope is home or id(scope) in seen or plan.never_run(scope) or plan.bystander(scope) \
+                or (name.startswith("__") and name != "__init__") \
+                or (scope.class_scope is not None and scope.class_scope is home.class_scope):
+            return False
+        sites = plan.run_sites(scope)
+        result = bool(sites) and all(entry_only(s.scope, seen | {id(scope)}) for s in sites)
+        memo[id(scope)] = result
+        return result
+
+    return [site for site in facts.calls if site.scope is not top and _prints(site) and not before_exit(facts, site.stmt)
+            and kept(site) and not (site.scope.unit == "__main__" and site.scope.class_scope is None
+                                    and all(c.scope is top for c in plan.call_sites(site.scope)))
+            and entry_only(site.scope, frozenset())]
+
+
+def _table(site: CallSite) -> bool:
+    """``predictions_df.to_csv("output/predictions.csv", index=False)``: a table written to a path."""
+    return site.method in TABLE_WRITES and bool(site.node.args)
 
 
 def before_exit(facts: Facts, stmt: cst.BaseStatement) -> bool:

@@ -189,6 +189,8 @@ class Plan(RoleAssignment, PrepareSite, TrainingDataChecks, DataPasses):
                 continue  # an evaluation per sample at batch size 1 (a PSNR per image): all of it, unprepared
             if self._pass_indexed(loader, [lp for lp, found in walked if found is loader]):
                 continue  # an evaluation pairing a list with its batches by the loop's index: all of it, unprepared
+            if self._grouped(loader, [lp for lp, found in walked if found is loader]):
+                continue  # an evaluation reading each batch's first row as special (NCF): all of it, unprepared
             objects.append(loader)
             if id(loader) not in iterated or id(loader) not in trained_on:
                 # prepared where the others are, if it is in hand there; out of reach, a loader no one iterates, or

@@ -10,6 +10,8 @@ of the objects and passed them in. What cannot be placed is recorded as a ``Prob
 
 from __future__ import annotations
 
+from typing import Callable
+
 import libcst as cst
 import libcst.matchers as m
 
@@ -47,6 +49,7 @@ class PrepareSite(BranchSites, TrainingFunctions, AcceleratorHome):
     objects: list[Binding]
     in_place: list[Binding]
     _optional: set[int]
+    _walked_whole_elsewhere: Callable[[Binding, Scope], bool]
     prepare_scope: Scope | None
     prepare_block: list[cst.BaseStatement]
     prepare_after: cst.BaseStatement | None
@@ -132,7 +135,8 @@ class PrepareSite(BranchSites, TrainingFunctions, AcceleratorHome):
             self._problem(HELD_BY_A_METHOD, scope.node, name=_scope_name(scope), why=why)
             return
         aliases = list(by_scope[scope].values())
-        aliases = [a for a in aliases if a.obj not in self.in_place]
+        aliases = [a for a in aliases if a.obj not in self.in_place
+                   and not (id(a.obj) in self._optional and self._walked_whole_elsewhere(a.obj, scope))]
         held = {id(a.obj) for a in aliases} | {id(o) for o in self.in_place}
         self.objects = [o for o in self.objects if id(o) in held]  # loaders no one iterates, out of reach: left alone
         self._place_prepare(scope, aliases)

@@ -77,6 +77,8 @@ def choice(flow: Flow, homes: list[Scope]) -> list[Trainer] | str | None:
 def _one_per_run(flow: Flow, trainers: list[Trainer]) -> bool:
     """Whether a run builds at most one of ``trainers``: at one call looked up in a dict of them, or each at one
     place, all in one scope that runs once, in different branches of one ``if`` chain or conditional expression."""
+    if _subcommands(flow, trainers):
+        return True
     registry = _registry(flow, trainers)
     if registry is not None:
         return not flow.facts.looped(registry) and _runs_once(flow, registry.scope, frozenset())
@@ -91,6 +93,43 @@ def _one_per_run(flow: Flow, trainers: list[Trainer]) -> bool:
         return False
     arms = _arms(scope.node, {site.node for site in sites})
     return all(_exclusive(arms.get(a.node, ()), arms.get(b.node, ())) for i, a in enumerate(sites) for b in sites[i + 1:])
+
+
+def _subcommands(flow: Flow, trainers: list[Trainer]) -> bool:
+    """Whether every trainer is a module-level function the program never calls itself, made a subcommand of one
+    command-line group (``@cli.command()`` under ``@click.group() def cli()``, ``@app.command()`` of ``app =
+    typer.Typer()``): the group runs the one subcommand a run names (set W's W8, SimCLR's ``supervised`` and
+    ``unsupervised``)."""
+    groups = set()
+    for trainer in trainers:
+        node = trainer.territory.node
+        if trainer.territory.kind != "function" or not isinstance(node, cst.FunctionDef) \
+                or flow.call_sites(trainer.territory):
+            return False
+        found = [d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator for d in node.decorators]
+        heads = [f.value.value for f in found if isinstance(f, cst.Attribute) and f.attr.value == "command"
+                 and isinstance(f.value, cst.Name)]
+        if len(heads) != 1 or not _command_group(flow, trainer.territory, heads[0]):
+            return False
+        groups.add(heads[0])
+    return len(groups) == 1
+
+
+def _command_group(flow: Flow, scope: Scope, name: str) -> bool:
+    """Whether ``name`` in the module of ``scope`` is a click group (a function decorated ``@click.group(...)``) or a
+    ``typer.Typer()``."""
+    module = scope.parent
+    if module is None:
+        return False
+    for binding in module.bindings.get(name, []):
+        value = binding.value
+        if isinstance(value, cst.Call) and module.imports.qualname(value.func) == "typer.Typer":
+            return True
+    for statement in module.node.body if isinstance(module.node, cst.Module) else []:
+        if isinstance(statement, cst.FunctionDef) and statement.name.value == name:
+            return any(module.imports.qualname(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator)
+                       in ("click.group", "click.core.group") for d in statement.decorators)
+    return False
 
 
 def _registry(flow: Flow, trainers: list[Trainer]) -> CallSite | None:

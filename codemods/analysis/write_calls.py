@@ -48,6 +48,8 @@ LOG_WRITERS = {"torch.utils.tensorboard.SummaryWriter", "tensorboardX.SummaryWri
                "visdom.Visdom"}  # (visdom: a plot server every process would append its own points to)
 
 
+TABLE_WRITES = ("to_csv", "to_parquet", "to_feather", "to_pickle")  # a pandas table written to a path
+
 def writes_file(site: CallSite) -> bool:
     """``open(p, "w")``, ``Path(p).open("a")``, ``p.write_text(...)``, ``json.dump``-style writers, ``savefig``."""
     if site.qualname in WRITERS or site.method in WRITE_METHODS:

@@ -76,7 +76,7 @@ print(model(torch.ones(2)))
             later = _used_after(ctx, scope)
             if later is not None:  # (set U's U11: ``model.train()`` then ``model.compute_roc()``, which gathers)
                 stmt, receiver = later
-                ctx.insert_after(stmt, [f"{receiver}.{accelerator[len('self.'):]}.end_training()"])
+                ctx.insert_after(stmt, [f"{receiver}.{accelerator[len('self.'):]}.end_training()"], ungrouped=True)
                 ctx.change("end training with accelerator.end_training()")
                 return
         body = ctx.plan.home_block if scope is home and home.kind == "module" else scope.body
@@ -96,7 +96,10 @@ print(model(torch.ones(2)))
             # ``end_training()`` would be the cell's last statement, and the value shown no more)
             ctx.insert_before(last, code)
         else:
-            ctx.insert_after(last, code)
+            # (never inside a guard another rule put around the last statement: ``if accelerator.is_main_process:
+            # log.to_csv(p)`` would end the training on the main process alone, which then waits for the others
+            # forever: set W's W8)
+            ctx.insert_after(last, code, ungrouped=True)
         ctx.change("end training with accelerator.end_training()")
 
     def _driver(self, ctx: Context, builder: Scope) -> Scope | None:

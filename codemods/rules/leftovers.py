@@ -94,8 +94,9 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 
-def to_gpu(batch):
-    return [t.cuda() for t in batch]
+class ToGPU:
+    def __call__(self, batch):
+        return [t.cuda() for t in batch]
 
 
 def main():
@@ -103,6 +104,7 @@ def main():
     loader = DataLoader(data, batch_size=16, shuffle=True)
     model = torch.nn.Linear(8, 2).cuda()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    to_gpu = ToGPU()
     for x, y in loader:
         x, y = to_gpu((x, y))
         loss = torch.nn.functional.cross_entropy(model(x), y)
@@ -120,8 +122,9 @@ from torch.utils.data import DataLoader, TensorDataset
 from accelify.runtime import Accelerator
 
 
-def to_gpu(batch):
-    return [t.cuda() for t in batch]
+class ToGPU:
+    def __call__(self, batch):
+        return [t.cuda() for t in batch]
 
 
 def main():
@@ -131,6 +134,7 @@ def main():
     model = torch.nn.Linear(8, 2)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    to_gpu = ToGPU()
     for x, y in loader:
         x, y = to_gpu((x, y))
         loss = torch.nn.functional.cross_entropy(model(x), y)
@@ -143,7 +147,7 @@ def main():
 if __name__ == "__main__":
     main()
 ''',
-            warnings=("ACC001:6",),
+            warnings=("ACC001:7",),
         ),
         Example(
             before='''\
@@ -244,6 +248,8 @@ if __name__ == "__main__":
                     continue  # ``.to(net.device)`` of a model whose own ``self.device`` is ``PartialState().device``
                 if ctx.accelerating and isinstance(value, cst.Subscript) and _entry_tied(ctx):
                     continue  # ``.to(params["device"])`` where the dict's device entry is now the process's
+                if ctx.accelerating and _bound_to_entry(site.scope, value) and _entry_tied(ctx):
+                    continue  # ``device = config["device"]``, then ``.to(device)`` (set W's W4): the same entry
                 ctx.warn(codes.UNKNOWN_TO_DEVICE, site.node, device=code_of(value))
 
     @staticmethod
@@ -306,6 +312,12 @@ def _model_device(ctx: Context, scope: Scope, stmt: cst.BaseStatement, value: cs
     args = [ctx.plan.arg_for(call, scope, value.value) for call in calls]
     return bool(calls) and all(arg is not None and _model_device(ctx, call.scope, call.stmt, arg.value, depth - 1)
                                for call, arg in zip(calls, args))
+
+
+def _bound_to_entry(scope: Scope, value: cst.BaseExpression) -> bool:
+    """``device`` bound once in ``scope``, to a dict's device entry (``device = config["device"]``)."""
+    bindings = scope.bindings.get(value.value, []) if isinstance(value, cst.Name) else []
+    return len(bindings) == 1 and isinstance(bindings[0].value, cst.Subscript) and _looks_like_device(bindings[0].value)
 
 
 def _entry_tied(ctx: Context) -> bool:

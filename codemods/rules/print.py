@@ -27,7 +27,8 @@ from accelify.codemods import codes
 from accelify.codemods.analysis.creation import Creation
 from accelify.codemods.analysis.facts import CallSite
 from accelify.codemods.analysis.import_time import LITERAL_CPU, EntryLevel, before_exit, import_time_prints
-from accelify.codemods.analysis.snippets import code_of, expression
+from accelify.codemods.analysis.handle_uses import alone
+from accelify.codemods.analysis.snippets import code_of, expression, on_main_process
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
 from accelify.codemods.engine.print_state import helper_prints, print_parameters, prints_before_creation
@@ -371,12 +372,31 @@ if __name__ == "__main__":
             func = expression(f"{accelerator}.print")
             if ctx.replace(site.node.func, site.stmt, lambda _, f=func: f):  # type: ignore[misc]
                 ctx.change("print -> accelerator.print")
+        _echoes(ctx)
         if not ctx.notebook:
             _import_time(ctx)
             _entry_level(ctx)
             helper_prints(ctx)
             prints_before_creation(ctx)
         print_parameters(ctx)
+
+
+_ECHOES = ("click.echo", "click.secho", "typer.echo", "typer.secho", "tqdm.tqdm.write", "tqdm.write",
+           "tqdm.auto.tqdm.write")
+
+
+def _echoes(ctx: Context) -> None:
+    """``click.echo(f"epoch {epoch}: loss {loss:.3f}")`` (set W's W8), ``tqdm.write(...)``: a print of a library, as a
+    statement of its own where the accelerator exists, runs on the main process (``if accelerator.is_main_process:``:
+    its own arguments, ``err=True``, ``nl=False``, stay as they are)."""
+    for site in ctx.facts.calls:
+        if site.qualname not in _ECHOES or not alone(site) or not ctx.after_accelerator(site.scope, site.stmt):
+            continue
+        if before_exit(ctx.facts, site.stmt) or ctx.plan.distributed.main_only(ctx.facts, site.stmt, site.scope):
+            continue
+        accelerator = ctx.accelerator_in(site.scope)
+        if ctx.replace(site.stmt, site.stmt, lambda s, a=accelerator: on_main_process(s, a)):  # type: ignore[misc]
+            ctx.change("print on the main process only")
 
 
 def _import_time(ctx: Context) -> None:
@@ -414,9 +434,11 @@ def _entry_level(ctx: Context) -> None:
         ctx.warn(codes.ENTRY_PRINTS, sites[0].stmt, name=code_of(sites[0].node), function=entry.home.name, cpu=entry.cpu)
         return
     state = expression(f"PartialState({entry.cpu}).print")
-    if any([ctx.replace(site.node.func, site.stmt, lambda _, f=state: f) for site in sites]):  # type: ignore[misc]
-        if entry.home.unit != "__main__":
-            _import_state(ctx, "__main__")
+    done = [site for site in sites if ctx.replace(site.node.func, site.stmt, lambda _, f=state: f)]  # type: ignore[misc]
+    for unit in dict.fromkeys(site.scope.unit for site in done):  # (a data set's module the script calls: U15)
+        if unit != entry.home.unit:
+            _import_state(ctx, unit)
+    if done:
         ctx.change("print at the script's top level -> PartialState().print")
 
 

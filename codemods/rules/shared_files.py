@@ -37,7 +37,9 @@ from accelify.codemods import codes
 from accelify.codemods.analysis.facts import CallSite, Scope
 from accelify.codemods.analysis.handle_uses import Collectives
 from accelify.codemods.analysis.helper_calls import first_ready, helper_calls
-from accelify.codemods.analysis.snippets import code_of, statement
+from accelify.codemods.analysis.import_time import EntryLevel
+from accelify.codemods.analysis.snippets import code_of, on_main_process, statement
+from accelify.codemods.analysis.write_calls import TABLE_WRITES
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.main_first import first_at
 from accelify.codemods.engine.rule import Example, Rule
@@ -47,7 +49,6 @@ _MAKERS = {"shutil.unpack_archive", "urllib.request.urlretrieve", "torch.hub.dow
            "torchvision.datasets.utils.download_url"}
 _FETCHES = ("urllib.request.urlopen", "requests.get", "requests.request", "httpx.get")  # written out by the code around
 _DELETES = ("os.remove", "os.unlink", "shutil.rmtree")
-_TABLE_WRITES = ("to_csv", "to_parquet", "to_feather", "to_pickle")
 _READS = ("read_csv", "read_parquet", "read_feather", "read_pickle", "load", "loadtxt", "open")
 _ARCHIVES = ("zipfile.ZipFile", "tarfile.open", "tarfile.TarFile")
 _CHECKS = ("os.path.exists", "os.path.isdir", "os.path.isfile")
@@ -213,6 +214,8 @@ def main():
                 continue
             unit = None if read_back is _fetched else _unit(ctx, site)
             if unit is None or not ctx.will_be_after_accelerator(site.scope, unit):
+                if read_back is _read_back and _entry_table(ctx, site):
+                    continue
                 if not _first_at_calls(ctx, site):
                     ctx.warn(codes.STARTUP_RACE, site.node, name=code_of(site.node.func))
                 continue
@@ -233,7 +236,7 @@ def main():
             return lambda ctx, s: True  # ``for item in tar: tar.extract(item, dest)``
         if q in _FETCHES and _writes_files(site.scope):
             return _fetched  # a download the same function writes out (``open(p, "wb")``, an extraction)
-        if site.method in _TABLE_WRITES and site.node.args:
+        if site.method in TABLE_WRITES and site.node.args:
             return _read_back
         return None
 
@@ -252,6 +255,20 @@ def _first_at_calls(ctx: Context, site: CallSite) -> bool:
     ctx.change("make start-up files in a helper on the main process first, at its calls")
     return True
 
+
+
+def _entry_table(ctx: Context, site: CallSite) -> bool:
+    """A table the entry script writes, never read back, in a function of the script out of the accelerator's reach
+    (set U's U15: ``predictions_df.to_csv(p)`` in ``main()`` after a trainer of another module trained): written
+    on the main process through ``PartialState``, as the figures saved there (``EntryLevel``); True when done."""
+    entry = ctx.plan.analysis(EntryLevel)
+    if ctx.notebook or not entry.literal or site not in entry.figures or _read_back(ctx, site):
+        return False
+    if not ctx.replace(site.stmt, site.stmt, lambda s: on_main_process(s, f"PartialState({entry.cpu})")):  # type: ignore[misc]
+        return False
+    ctx.import_state(site.scope.unit)
+    ctx.change("write tables on the main process only (PartialState)")
+    return True
 
 
 def _fetched(ctx: Context, site: CallSite) -> bool:

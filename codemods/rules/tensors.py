@@ -22,6 +22,7 @@ from accelify.codemods.analysis.snippets import code_of, expression
 from accelify.codemods.engine.edits import is_pure
 from accelify.codemods.analysis.creation import Creation
 from accelify.codemods.analysis.facts import CallSite
+from accelify.codemods.analysis.file_writes import called_after_accelerator
 from accelify.codemods.analysis.names import ImportMap, dotted
 from accelify.codemods.analysis.placed import placeable_teacher, unprepared_model
 from accelify.codemods.analysis.roles import is_cuda_string, is_module_class
@@ -194,6 +195,65 @@ accelerator.end_training()
 ''',
             warnings=("ACC013:7",),
         ),
+        Example(
+            # ``.cuda()`` in a helper the accelerator does not reach, every call of which runs once it exists: the
+            # runtime's process state, whose device is the accelerator's
+            before='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def to_gpu(batch):
+    return [t.cuda() for t in batch]
+
+
+def main():
+    data = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+    loader = DataLoader(data, batch_size=16, shuffle=True)
+    model = torch.nn.Linear(8, 2).cuda()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for x, y in loader:
+        x, y = to_gpu((x, y))
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+''',
+            after='''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accelify.runtime import Accelerator
+from accelify.runtime import PartialState
+
+
+def to_gpu(batch):
+    return [t.to(PartialState().device) for t in batch]
+
+
+def main():
+    accelerator = Accelerator()
+    data = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+    loader = DataLoader(data, batch_size=16, shuffle=True)
+    model = torch.nn.Linear(8, 2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for x, y in loader:
+        x, y = to_gpu((x, y))
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        accelerator.backward(loss)
+        optimizer.step()
+    accelerator.end_training()
+
+
+if __name__ == "__main__":
+    main()
+''',
+        ),
     )
 
     def run(self, ctx: Context) -> None:
@@ -201,6 +261,13 @@ accelerator.end_training()
             if ctx.rewritten(site.node) or ctx.reported(site.node):
                 continue
             accelerator = ctx.accelerator_in(site.scope)
+            if accelerator is None and site.method == "cuda" and _helper_after_accelerator(ctx, site):
+                # ``item = batch["item"].long().cuda()`` in an evaluation helper of another module the accelerator is
+                # not threaded into (set U's U2's ``metrics``), every call of which runs once it exists: the
+                # runtime's process state, whose device is the accelerator's
+                self._cuda(ctx, site, expression("PartialState().device"))
+                ctx.import_state(site.scope.unit)
+                continue
             if accelerator is None or not ctx.after_accelerator(site.scope, site.stmt):
                 continue
             device = expression(f"{accelerator}.device")
@@ -278,6 +345,15 @@ accelerator.end_training()
         if _only_placement_guard(guard, site.stmt) and ctx.replace(guard, guard, _unguard):  # type: ignore[arg-type]
             # `if use_cuda: x = x.cuda()`: the models are on accelerator.device whatever the flag, so x goes there too
             ctx.change("send other tensors to accelerator.device")
+
+
+def _helper_after_accelerator(ctx: Context, site: CallSite) -> bool:
+    """``x.cuda()`` with no index, in a module-level function of the program that the accelerator does not reach and
+    every call of which runs after it exists (``analysis/file_writes.py``)."""
+    scope = site.scope
+    return ctx.accelerating and not site.node.args and scope.kind == "function" and scope.class_scope is None \
+        and not ctx.plan.bystander(scope) and not ctx.plan.never_run(scope) \
+        and called_after_accelerator(ctx, ctx.plan, scope)
 
 
 def _only_placement_guard(guard: cst.BaseStatement | None, stmt: cst.BaseStatement) -> bool:

@@ -213,7 +213,9 @@ def test_an_evaluation_that_writes_a_file_per_item_walks_all_of_its_loader() -> 
     assert "model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)\n" in result.new
     assert "    if accelerator.is_main_process:\n        plt.imsave(" in result.new, result.new
     assert "        x = x.to(accelerator.device)\n" in result.new.split("with torch.no_grad():")[1]
-    metric = convert_source(head + "        print(torch.nn.functional.mse_loss(model(x), x).item())\n")
+    # (batches of two: a loader of one sample per batch only evaluation walks is left as it is in any case)
+    metric = convert_source(head.replace("torch.rand(4, 3, 8, 8)), batch_size=1", "torch.rand(4, 3, 8, 8)), batch_size=2")
+                            + "        print(torch.nn.functional.mse_loss(model(x), x).item())\n")
     assert "model, optimizer, train_loader, test_loader = accelerator.prepare(" in metric.new, metric.new
 
 

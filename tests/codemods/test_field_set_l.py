@@ -474,7 +474,10 @@ def test_a_validation_per_image_at_batch_size_one_walks_all_of_its_loader() -> N
         "\ntrain_loader", "\nargs = argparse.Namespace(val_batch_size=1)\ntrain_loader").replace("import torch\n", "import argparse\nimport torch\n", 1)
     assert "gather_for_metrics" not in convert_source(read_size).new  # its assert says one sample per batch
     assert "gather_for_metrics" in convert_source(read_size.replace(assert_line, "")).new  # a squeeze alone does not
-    whole = convert_source(PER_IMAGE.replace(assert_line, "").replace(squeeze_line, ""))
+    # (neither signal, and batches of two: a loader of one sample per batch only evaluation walks is left out of
+    # ``prepare`` in any case since the sixteenth stop, set W's W7)
+    whole = convert_source(PER_IMAGE.replace(assert_line, "").replace(squeeze_line, "").replace(
+        "batch_size=1, shuffle", "batch_size=2, shuffle"))
     assert "val_loader = accelerator.prepare(" in whole.new.replace("\n", " ").replace("(    ", "(").replace(
         ", val_loader ) =", ", val_loader = "), whole.new
     assert "        output, hr = accelerator.gather_for_metrics((output, hr))\n" in whole.new, whole.new
@@ -541,6 +544,7 @@ def test_the_index_of_an_enumerate_under_a_progress_bar_is_not_gathered() -> Non
     source = PER_IMAGE.replace("    assert lr.shape[0] == 1\n", "").replace(
         "    sr_img = ToPILImage()(sr.cpu().squeeze())\n", "    if image_id == 0:\n        print(sr.shape)\n").replace(
         "enumerate(val_loader)", "tqdm(enumerate(val_loader))").replace("import torch\n", "import torch\nfrom tqdm import tqdm\n", 1)
+    source = source.replace("batch_size=1, shuffle", "batch_size=2, shuffle")  # (prepared: batches of two)
     result = convert_source(source)
     assert "        output, hr = accelerator.gather_for_metrics((output, hr))\n" in result.new, result.new
 

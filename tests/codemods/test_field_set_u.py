@@ -741,3 +741,174 @@ if __name__ == "__main__":
     assert "    return validation_loss / len(validation_loader.batch_sampler.batch_sampler)\n" in new, new
     assert '    accelerator.wait_for_everyone()\n    accelerator.unwrap_model(model).load_state_dict(torch.load("best/model.pt"' in new, new
     assert '    output_file = open("test_y", "w") if accelerator.is_main_process else None\n' in new, new
+
+
+def test_u15_table_predictions_and_data_set_prints_of_the_entry_script_once() -> None:
+    """U15 again (sixteenth stop): the entry script's ``predictions_df.to_csv(p)`` (never read back) was reported as a
+    race (ACC018) where its figures were already saved on the main process; the data set class of a third module,
+    run by ``main()`` before the trainer makes the accelerator, printed its sizes on every process."""
+    script = """\
+import pandas as pd
+import torch
+from dataset import Data
+from trainer import Trainer
+
+
+def main():
+    X, y = Data().load()
+    trainer = Trainer(torch.nn.Linear(4, 1))
+    trainer.train(X, y)
+    predictions_df = pd.DataFrame({"y": trainer.model(X).detach().flatten().numpy()})
+    predictions_df.to_csv("predictions.csv", index=False)
+
+
+if __name__ == "__main__":
+    main()
+"""
+    dataset = """\
+import torch
+
+
+class Data:
+    def load(self):
+        X, y = torch.randn(64, 4), torch.randn(64, 1)
+        print(f"train set size: {X.shape[0]}")
+        return X, y
+
+    def __getitem__(self, i):
+        print(i)
+"""
+    trainer = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Trainer:
+    def __init__(self, model):
+        self.model = model
+
+    def train(self, X, y, epochs=2):
+        loader = DataLoader(TensorDataset(X, y), batch_size=16, shuffle=True)
+        optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01)
+        for epoch in range(epochs):
+            for xb, yb in loader:
+                optimizer.zero_grad()
+                loss = torch.nn.functional.mse_loss(self.model(xb), yb)
+                loss.backward()
+                optimizer.step()
+            print(epoch, loss.item())
+"""
+    result = convert_source(script, path="main.py", modules=[ModuleText("trainer", "trainer.py", trainer),
+                                                             ModuleText("dataset", "dataset.py", dataset)])
+    assert result.status == "converted", result.reason
+    assert not result.warnings, result.warnings
+    assert ".is_main_process:\n        predictions_df.to_csv(\"predictions.csv\", index=False)\n" in result.new
+    data = next(c.new for c in result.companions if c.path == "dataset.py")
+    assert "from accelify.runtime import PartialState\n" in data
+    assert '        PartialState(cpu=True).print(f"train set size: {X.shape[0]}")\n' in data  # the accelerator's state
+    assert "        print(i)\n" in data  # a data set's ``__getitem__`` runs in the loader's workers: left
+
+
+def test_lists_extended_after_a_sum_of_batch_means_run_per_original_batch_too() -> None:
+    """U15's ``evaluate``: ``total_loss += loss.item()`` of a gathered pass, then ``all_preds.extend(y_pred...)``:
+    the sum was reported (ACC042) because the lists read the gathered rows after it; extending a list by the rows of
+    each original batch in turn gives the same list, so they run per batch with the sum."""
+    code = """\
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def evaluate(model, loader):
+    total_loss = 0
+    all_preds = []
+    with torch.no_grad():
+        for X_batch, y_batch in loader:
+            y_pred = model(X_batch)
+            loss = torch.nn.functional.mse_loss(y_pred, y_batch)
+            total_loss += loss.item()
+            all_preds.extend(y_pred.cpu().numpy())
+    return total_loss / len(loader), np.array(all_preds)
+
+
+def main():
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    train = DataLoader(TensorDataset(torch.randn(40, 3), torch.randn(40, 1)), batch_size=8)
+    val = DataLoader(TensorDataset(torch.randn(10, 3), torch.randn(10, 1)), batch_size=4)
+    for x, y in train:
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    print(evaluate(model, val))
+
+
+if __name__ == "__main__":
+    main()
+"""
+    new = converted(code)
+    assert not codes(code)
+    assert ("        for y_pred, y_batch in zip(y_pred.split(loader.batch_sampler.batch_size), "
+            "y_batch.split(loader.batch_sampler.batch_size)):\n") in new, new
+    assert "                all_preds.extend(y_pred.cpu().numpy())\n" in new, new
+    assert "return total_loss / len(loader.batch_sampler.batch_sampler), np.array(all_preds)" in new, new
+    # a statement after the lists reading the rows: the pass is not split (it would read the last batch's)
+    later = code.replace("            all_preds.extend(y_pred.cpu().numpy())\n",
+                         "            all_preds.extend(y_pred.cpu().numpy())\n            print(y_pred.shape)\n")
+    assert codes(later) == ["ACC042:13"]
+
+
+def test_an_evaluation_reading_each_batch_first_row_walks_its_loader_whole() -> None:
+    """U2 (NCF): each test batch is one user's positive item first and its negatives, ``hit(item[0], recommend)`` per
+    batch, in a helper of another module; ``NDCG`` (a list of a tensor or 0 per user) could not be gathered (ACC028).
+    Now the test loader is left out of ``prepare`` (every process ranks every user, as the original did), and the
+    helper's ``.cuda()`` calls, which the accelerator does not reach, go to the process state's device."""
+    script = """\
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+import evaluate
+
+model = torch.nn.Linear(4, 1).cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+train_loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+test_loader = DataLoader(TensorDataset(torch.randn(40, 4), torch.arange(40)), batch_size=10)
+for epoch in range(2):
+    for x, y in train_loader:
+        x, y = x.cuda(), y.cuda()
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    HR, NDCG = evaluate.metrics(model, test_loader, 3)
+    print(np.mean(HR), np.mean(NDCG))
+"""
+    helper = """\
+import numpy as np
+import torch
+
+
+def metrics(model, test_loader, top_k):
+    HR, NDCG = [], []
+    for x, item in test_loader:
+        x = x.cuda()
+        item = item.long().cuda()
+        _, indices = torch.topk(model(x).flatten(), top_k)
+        recommend = torch.take(item, indices)
+        HR.append(1 if item[0] in recommend else 0)
+        NDCG.append(torch.reciprocal(torch.log2(torch.tensor(2.0))) if item[0] in recommend else 0)
+    return HR, NDCG
+"""
+    result = convert_source(script, path="main.py", modules=[ModuleText("evaluate", "evaluate.py", helper)])
+    assert result.status == "converted", result.reason
+    assert not [w for part in (result, *result.companions) for w in part.warnings]
+    assert "model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)" in result.new, result.new
+    new = result.companions[0].new
+    assert "from accelify.runtime import PartialState\n" in new
+    assert "        x = x.to(PartialState().device)\n        item = item.long().to(PartialState().device)\n" in new, new
+    assert "gather" not in new
+    # the first row of something else (a model's output tuple) is no batch group: the loader is prepared
+    other = helper.replace("_, indices = torch.topk(model(x).flatten(), top_k)",
+                           "out = model(x)\n        _, indices = torch.topk(out[0].flatten(), top_k)")
+    other = other.replace("item[0] in recommend", "int(item.sum()) in recommend")
+    again = convert_source(script, path="main.py", modules=[ModuleText("evaluate", "evaluate.py", other)])
+    assert "test_loader" in again.new.split("accelerator.prepare(")[1].split(")")[0], again.new

@@ -140,7 +140,7 @@ class Model:
         x = torch.rand(48, 16)
         y = (x > 0.5).float()
         self.train_dataloader = DataLoader(TensorDataset(x[:36], y[:36]), batch_size=8, shuffle=True)
-        self.test_dataloader = DataLoader(TensorDataset(x[36:], y[36:]), batch_size=1)
+        self.test_dataloader = DataLoader(TensorDataset(x[36:], y[36:]), batch_size=2)  # (one per batch: left unprepared)
 
     def train(self):
         for epoch in range(2):
