@@ -38,7 +38,7 @@ _CANONICAL: dict[str, str] = {
 # rich's ``track``, alive-progress's ``alive_it``, fastprogress's ``progress_bar``, progressbar2's ``progressbar``,
 # barbar's ``Bar`` (set U's U13: ``enumerate(Bar(train_loader))``).
 PROGRESS_BARS = frozenset({"tqdm.tqdm", "rich.progress.track", "alive_progress.alive_it", "fastprogress.progress_bar",
-                           "progressbar.progressbar", "barbar.Bar"})
+                           "progressbar.progressbar", "barbar.Bar", "click.progressbar", "click.termui.progressbar"})
 
 
 def dotted(expr: cst.BaseExpression) -> str | None:

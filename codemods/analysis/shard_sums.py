@@ -67,7 +67,7 @@ from accelify.codemods.analysis.meter_sums import MeterSums, attribute_meter_sum
 from accelify.codemods.analysis.metric_objects import metric_calls
 from accelify.codemods.analysis.sized_arrays import row_writes
 from accelify.codemods.analysis.object_lists import OBJECT_LIST, appends_summaries, summarised
-from accelify.codemods.analysis.names import dotted
+from accelify.codemods.analysis.names import PROGRESS_BARS, dotted
 from accelify.codemods.analysis.plan import Plan
 from accelify.codemods.analysis.schedules import enclosing_loop
 from accelify.codemods.analysis.shard_counts import divided_by, divided_by_callers
@@ -133,7 +133,9 @@ def find_averages(plan: Plan) -> Averages:
                 updates.setdefault(small.target.value, []).append((stmt, small.value))
             elif stmt in inner:
                 continue
-            elif (root := meter_update(stmt)) is not None and _read_after(plan, loop, root) and _made_before(loop, root):
+            elif (root := meter_update(stmt)) is not None and _progress_bar(loop, root):
+                continue  # ``bar.update(1, [np.mean(losses)])``: a progress bar moves, nothing is summed
+            elif root is not None and _read_after(plan, loop, root) and _made_before(loop, root):
                 meter_updates.setdefault(root, []).append(stmt)  # ``meter.update(v)``, ``meters["loss"].update(v)``
             elif (attribute := self_meter(plan, loop, stmt)) is not None and _read_after(plan, loop, attribute):
                 attribute_updates.setdefault(attribute, []).append(stmt)  # ``self.losses.update(v)``
@@ -190,7 +192,8 @@ def find_averages(plan: Plan) -> Averages:
             if at_else and not else_placeable(end):
                 found.kept.append(kept)  # ``for ... else: print(tot)`` with a ``break`` that may skip the clause
                 continue
-            reads = list(derived) if derived else reads_after(plan, end, loop.scope, name)
+            reads = list(derived) if derived else _until_rebound(plan, end, loop.scope, name,
+                                                                    reads_after(plan, end, loop.scope, name))
             mean = divided_by(plan, end, loop, name, reads, counters, set(updates) - counters)
             if mean is False and end is loop.node and divided_by_callers(plan, loop.scope, name, reads):
                 mean = True  # returned, and every caller divides it by ``len(loader)``
@@ -203,6 +206,25 @@ def find_averages(plan: Plan) -> Averages:
                                            derived=derived, at_else=at_else))
         _keep_mixed(plan, loop, found, summed_here)
     return found
+
+
+def _until_rebound(plan: Plan, end: cst.BaseStatement, scope: Scope, name: str,
+                   reads: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    """The ``reads`` of the sum ``name`` completed at ``end`` before the first statement of ``end``'s block after it
+    that binds the name anew (``loss_sum = 0`` after the epoch's print: set W's W11, whose test loop then sums into
+    the same names): every path from ``end`` to a later read goes through that statement, so what it reads is
+    another sum."""
+    parent = plan.facts.parent_stmt.get(end)
+    block = list(scope.body) if parent is None else list(getattr(getattr(parent, "body", None), "body", ()))
+    if end not in block:
+        return reads
+    for stmt in block[block.index(end) + 1:]:
+        small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
+        if isinstance(small, cst.Assign) and len(small.targets) == 1 and m.matches(small.targets[0].target, m.Name(name)) \
+                and not m.findall(small.value, m.Name(name)):
+            order = plan.facts.order
+            return [r for r in reads if order[r][0] < order[stmt][0]]
+    return reads
 
 
 def _metered(plan: Plan, loop: Loop, name: str, stmts: list[cst.BaseStatement], found: Averages,
@@ -398,6 +420,14 @@ def _names(expr: cst.BaseExpression) -> set[str]:
 
 def _read_after(plan: Plan, loop: Loop, name: str) -> bool:
     return bool(reads_after(plan, loop.node, loop.scope, name))
+
+
+def _progress_bar(loop: Loop, name: str) -> bool:
+    """``with click.progressbar(loader) as bar:`` ... ``bar.update(1, [np.mean(losses), ...])`` (set W's W8): a
+    progress bar's ``update`` moves the bar, it sums nothing."""
+    bindings = loop.scope.bindings.get(name, [])
+    return bool(bindings) and all(isinstance(b.value, cst.Call) and loop.scope.imports.qualname(b.value.func) in PROGRESS_BARS
+                                  for b in bindings)
 
 
 def _made_before(loop: Loop, name: str) -> bool:

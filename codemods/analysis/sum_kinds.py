@@ -95,6 +95,10 @@ def known_kinds(loop: Loop, plan: Plan | None = None) -> dict[str, str]:
     for name, bindings in loop.scope.bindings.items():  # ``length_images = 101 * 101`` once in the function: a number
         if len(bindings) == 1 and bindings[0].value is not None and _literal_number(bindings[0].value):
             known[name] = "float" if m.findall(bindings[0].value, m.Float()) else "int"
+    for site in loop.calls:  # ``metric += accuracy_score(y, p)``, or through ``metric_func = lambda p, y: ...``
+        func = dotted(site.node.func)
+        if func is not None and (_metric_score(site.scope, site.node) or _metric_lambda(site.scope, site.node.func)):
+            known[f"{func}()"] = "float"
     for stmt in loop.stmts:
         if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign):
             assign = stmt.body[0]
@@ -109,11 +113,27 @@ def known_kinds(loop: Loop, plan: Plan | None = None) -> dict[str, str]:
 
 def _metric_score(scope: Scope, expr: cst.BaseExpression) -> bool:
     """``metrics.accuracy_score(pred, y)``, ``f1_score(...)``, ``mean_squared_error(...)``: scikit-learn's score of
-    one batch, a Python float."""
+    one batch, a Python float (not with ``average=None`` or ``multioutput="raw_values"``: an array per class)."""
     if not isinstance(expr, cst.Call):
         return False
     name = scope.imports.qualname(expr.func) or ""
+    if any(a.keyword is not None and a.keyword.value in ("average", "multioutput") and not (
+            isinstance(a.value, cst.SimpleString) and a.value.evaluated_value != "raw_values") for a in expr.args):
+        return False
     return name.startswith("sklearn.metrics.") and name.rsplit(".", 1)[-1].endswith(("_score", "_error"))
+
+
+def _metric_lambda(scope: Scope, func: cst.BaseExpression) -> bool:
+    """``metric_func(predictions, labels)`` where ``metric_func = lambda y_pred, y_true: accuracy_score(...)`` is
+    bound once, here or at the module's top level (set W's W11, the "eat PyTorch in 20 days" course)."""
+    if not isinstance(func, cst.Name):
+        return False
+    where: Scope | None = scope
+    while where is not None and func.value not in where.bindings:
+        where = where.parent
+    bindings = where.bindings.get(func.value, []) if where is not None else []
+    return len(bindings) == 1 and isinstance(bindings[0].value, cst.Lambda) \
+        and _metric_score(where, bindings[0].value.body)  # type: ignore[arg-type]
 
 
 def sum_kind(init: Binding, increments: list[cst.BaseExpression], known: dict[str, str],
@@ -202,6 +222,8 @@ def increment_kind(expr: cst.BaseExpression, known: dict[str, str], helpers: dic
             return helpers[id(expr)]  # what the program's own function returns
         func = expr.func
         name = dotted(func)
+        if name is not None and f"{name}()" in known:
+            return known[f"{name}()"]  # a scikit-learn score of the batch (``known_kinds``)
         if name in ("len", "int"):
             return "int"
         if name in ("np.sum", "numpy.sum", "np.count_nonzero", "numpy.count_nonzero"):

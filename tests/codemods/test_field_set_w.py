@@ -149,7 +149,7 @@ train_model(model, train_loader, validation_loader, optimizer, 1)
 def test_w8_click_subcommands_are_trainers_one_run_chooses() -> None:
     """W8 (SimCLR with a supervised baseline): a ``click.group()`` with two ``@cli.command()`` functions, each
     building and training its own model; refused (ACC039: "a run may build more than one of them"), though click runs
-    the one subcommand a run names. Each is converted on its own now, and ``click.echo`` runs on the main process."""
+    the one subcommand a run names. Each is converted on its own now, and ``click.echo`` prints once."""
     code = '''\
 import click
 import torch
@@ -201,7 +201,7 @@ if __name__ == "__main__":
     assert not result.warnings, [w.format() for w in result.warnings]
     assert result.new.count("    accelerator = Accelerator()\n") == 2, result.new
     assert result.new.count("    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n") == 2
-    assert '        if accelerator.is_main_process:\n            click.echo(f"supervised epoch {epoch + 1}")\n' in result.new
+    assert '        accelerator.print(f"supervised epoch {epoch + 1}")\n' in result.new, result.new
     # called by the program itself, one after the other: two trainings of one run, one accelerator for both
     both = convert_source(code.replace("    cli()\n", "    supervised(2)\n    unsupervised(2)\n"), path="train.py").new
     assert both.count("accelerator = Accelerator()") == 1 and "    accelerator = Accelerator()\n    supervised(2)" in both
@@ -235,3 +235,91 @@ if __name__ == "__main__":
     new = convert_source(code, path="train.py").new
     assert ("    if accelerator.is_main_process:\n        log.to_csv(\"log.csv\", index=False)\n"
             "    accelerator.end_training()\n") in new, new
+
+
+def test_w8_a_progress_bar_update_sums_nothing_and_an_echo_of_a_summary_runs_everywhere() -> None:
+    """W8: ``bar.update(1, [np.mean(losses)])`` of ``with click.progressbar(loader) as bar:`` was reported as a running
+    value (ACC028); ``click.echo(summary(model, input_size=...))``, kept to the main process, left a lazy layer's
+    weights unmade on the others (DDP refused them): it prints through ``accelerator.print`` now, computed everywhere."""
+    code = '''\
+import click
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from torchinfo import summary
+
+
+def main():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.LazyLinear(2))
+    click.echo(summary(model, input_size=(1, 4)))
+    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randint(0, 2, (32,))), batch_size=8)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    with click.progressbar(loader, label="Train") as bar:
+        for x, y in bar:
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+            bar.update(1, [np.mean(losses or [0.0])])
+    click.echo("done", err=True)
+
+
+if __name__ == "__main__":
+    main()
+'''
+    result = convert_source(code, path="train.py")
+    assert not result.warnings, [w.format() for w in result.warnings]
+    assert "    accelerator.print(summary(model, input_size=(1, 4)))\n" in result.new, result.new
+    assert '    if accelerator.is_main_process:\n        click.echo("done", err=True)\n' in result.new, result.new
+
+
+def test_w11_sums_of_a_metric_lambda_and_sums_bound_anew_after_their_print_are_reduced() -> None:
+    """W11 (the "eat PyTorch in 20 days" Titanic script): ``metric += metric_func(predictions, labels)``, a lambda
+    around scikit-learn's ``accuracy_score``, was of no known kind; and the epoch's ``loss_sum``, printed and then
+    bound to 0 again, was taken as read by the test loop below, which sums into the same names: both reported
+    (ACC028), the epoch lines process 0's share. Both are reduced now, in both loops."""
+    code = '''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from sklearn.metrics import accuracy_score
+
+train = DataLoader(TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64, 1)).float()), batch_size=8, shuffle=True)
+test = DataLoader(TensorDataset(torch.randn(32, 4), torch.randint(0, 2, (32, 1)).float()), batch_size=8)
+net = torch.nn.Sequential(torch.nn.Linear(4, 1), torch.nn.Sigmoid())
+optimizer = torch.optim.Adam(net.parameters(), lr=0.01)
+loss_func = torch.nn.BCELoss()
+metric_func = lambda y_pred, y_true: accuracy_score(y_true.data.numpy(), y_pred.data.numpy() > 0.5)
+for i in range(1, 3):
+    loss_sum = 0
+    metric = 0
+    for step, (features, labels) in enumerate(train, 1):
+        optimizer.zero_grad()
+        predictions = net(features)
+        loss = loss_func(predictions, labels)
+        metric += metric_func(predictions, labels)
+        loss.backward()
+        optimizer.step()
+        loss_sum += loss.item()
+    print("Epoch:%d Loss: %.3f Metric: %.3f" % (i, loss_sum / step, metric / step))
+    loss_sum = 0
+    metric = 0
+
+loss_sum = 0
+metric = 0
+for step, (features, labels) in enumerate(test, 1):
+    predictions = net(features)
+    metric += metric_func(predictions, labels)
+    loss_sum += loss_func(predictions, labels).item()
+print("Test Loss: %.3f Metric: %.3f" % (loss_sum / step, metric / step))
+'''
+    result = convert_source(code, path="train.py")
+    assert not result.warnings, [w.format() for w in result.warnings]
+    reduced = 'accelerator.reduce(torch.tensor({0}, dtype=torch.float64, device=accelerator.device), "mean").item()'
+    for name in ("metric", "loss_sum"):
+        assert f"    {name} = {reduced.format(name)}\n" in result.new, result.new  # the epoch's
+    # an array of per-class scores (``average=None``) is no float: still reported
+    per_class = code.replace("accuracy_score(y_true.data.numpy(), y_pred.data.numpy() > 0.5)",
+                             "f1_score(y_true.data.numpy(), y_pred.data.numpy() > 0.5, average=None)").replace(
+        "import accuracy_score", "import f1_score")
+    assert "ACC028" in [w.code for w in convert_source(per_class, path="train.py").warnings]
