@@ -25,9 +25,14 @@ def gathered_in(agreement: Agreement, loop: Loop) -> set[str]:
     for stmt in loop.stmts:
         if agreement.gathers(stmt):
             names |= agreement.gathered[stmt]
-        elif names and isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign):
+            if stmt not in agreement.gathered_before:
+                continue
+            # ``_, yhat = torch.max(model(x).data, 1)``: its forward taken out and gathered before it, so what it
+            # binds is computed from the gathered rows (set W's W7 found it: the count of ``yhat == y`` was also
+            # reduced after the loop, N times the original's)
+        if names and isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign):
             assign = stmt.body[0]
-            reads = _reads(assign.value)
+            reads = _reads(assign.value, agreement.forward_names)
             if reads & names and all(n in names or agreement.uniform(loop.scope, cst.Name(n), stmt) for n in reads):
                 names |= {n for t in assign.targets for n in target_names(t.target)}
     return names

@@ -7,6 +7,8 @@ that code (``rules/print.py`` keeps them to one process).
 
 from __future__ import annotations
 
+from typing import Callable
+
 import libcst as cst
 
 from accelify.codemods.analysis.call_graph import CallGraph
@@ -102,7 +104,7 @@ class EntryLevel:
 _EXITS = ("sys.exit", "exit", "quit", "os._exit")
 
 
-def _helper_prints(plan: Plan, top: Scope, home: Scope, kept) -> list[CallSite]:  # noqa: ANN001 - a predicate
+def _helper_prints(plan: Plan, top: Scope, home: Scope, kept: Callable[[CallSite], bool]) -> list[CallSite]:
     """The prints of the program's functions and methods (in any of its modules) run only by the script's own top
     level, by its functions that only the top level calls, or by other such functions (set U's U15: the data set's
     ``preprocess_data`` printing its sizes, called by ``main()`` before a trainer of another module makes the

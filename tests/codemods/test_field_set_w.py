@@ -323,3 +323,52 @@ print("Test Loss: %.3f Metric: %.3f" % (loss_sum / step, metric / step))
                              "f1_score(y_true.data.numpy(), y_pred.data.numpy() > 0.5, average=None)").replace(
         "import accuracy_score", "import f1_score")
     assert "ACC028" in [w.code for w in convert_source(per_class, path="train.py").warnings]
+
+
+def test_a_count_from_a_forward_taken_out_of_its_statement_is_not_reduced_again() -> None:
+    """Found while shaping W7: ``_, yhat = torch.max(model(x_test).data, 1)`` under ``no_grad``, after the batch's
+    ``.to(device)``: the evaluation rule takes the forward out and gathers it before the statement, and the count of
+    ``yhat == y_test`` made from the gathered rows was also reduced after the loop: N times the original's count,
+    silently (with ``outputs = model(x_test)`` on a line of its own it was right)."""
+    code = '''\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset, random_split
+
+device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(50, 4), torch.zeros(50, dtype=torch.long))
+train_set, val_set = random_split(data, [45, 5])
+
+
+def train_model(model, train_loader, validation_loader, criterion, optimizer, n_epochs):
+    n_test = len(val_set)
+    for epoch in range(n_epochs):
+        for x, y in train_loader:
+            x, y = x.to(device), y.to(device)
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        correct = 0
+        with torch.no_grad():
+            for x_test, y_test in validation_loader:
+                x_test, y_test = x_test.to(device), y_test.to(device)
+                _, yhat = torch.max(model(x_test).data, 1)
+                correct += (yhat == y_test).sum().item()
+        print("accuracy", correct / n_test, "correct", correct, "of", n_test)
+
+
+model = nn.Linear(4, 2)
+with torch.no_grad():
+    model.weight.zero_(); model.bias.copy_(torch.tensor([10.0, -10.0]))
+model.to(device)
+train_loader = DataLoader(train_set, batch_size=9)
+validation_loader = DataLoader(val_set, batch_size=2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+train_model(model, train_loader, validation_loader, nn.CrossEntropyLoss(), optimizer, 1)
+'''
+    result = convert_source(code, path="train.py")
+    assert not result.warnings, [w.format() for w in result.warnings]
+    assert "                output, y_test = accelerator.gather_for_metrics((output, y_test))\n" in result.new, result.new
+    assert "accelerator.reduce" not in result.new, result.new
