@@ -16,22 +16,22 @@ time (``cpu=args.no_cuda``), the prints are left as they are and reported (ACC05
 once, in the process that launches the others: left alone. The same holds for the training script's own top level
 where the accelerator is made in a function (``print(VERSION)`` before ``main(args)``, the elapsed time after it): those
 prints go through ``PartialState(...).print`` too, or are reported (ACC057) where the accelerator's ``cpu`` cannot be
-read there.
+read there, as do those of the program's functions and methods that only that top level runs (a data set class's
+sizes). ``click.echo(message)`` and its kind print once too (``engine/echo_prints.py``).
 """
 
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
 
 from accelify.codemods import codes
 from accelify.codemods.analysis.creation import Creation
 from accelify.codemods.analysis.facts import CallSite
 from accelify.codemods.analysis.import_time import LITERAL_CPU, EntryLevel, before_exit, import_time_prints
-from accelify.codemods.analysis.handle_uses import alone
-from accelify.codemods.analysis.snippets import code_of, expression, on_main_process
+from accelify.codemods.analysis.snippets import code_of, expression
 from accelify.codemods.engine.context import Context
 from accelify.codemods.engine.rule import Example, Rule
+from accelify.codemods.engine.echo_prints import echo_statements
 from accelify.codemods.engine.print_state import helper_prints, print_parameters, prints_before_creation
 
 
@@ -373,49 +373,13 @@ if __name__ == "__main__":
             func = expression(f"{accelerator}.print")
             if ctx.replace(site.node.func, site.stmt, lambda _, f=func: f):  # type: ignore[misc]
                 ctx.change("print -> accelerator.print")
-        _echoes(ctx)
+        echo_statements(ctx)
         if not ctx.notebook:
             _import_time(ctx)
             _entry_level(ctx)
             helper_prints(ctx)
             prints_before_creation(ctx)
         print_parameters(ctx)
-
-
-_ECHOES = ("click.echo", "click.secho", "typer.echo", "typer.secho", "tqdm.tqdm.write", "tqdm.write",
-           "tqdm.auto.tqdm.write")
-
-
-def _echoes(ctx: Context) -> None:
-    """``click.echo(f"epoch {epoch}: loss {loss:.3f}")`` (set W's W8), ``tqdm.write(...)``: a print of a library, as a
-    statement of its own where the accelerator exists. Given one message and nothing else it becomes
-    ``accelerator.print(message)`` (what it prints is computed on every process still: ``click.echo(summary(model,
-    input_size=...))`` runs a forward that makes a lazy layer's weights); else, where its arguments call nothing but
-    formatting, it runs on the main process (``if accelerator.is_main_process:``, ``err=True`` kept)."""
-    for site in ctx.facts.calls:
-        if site.qualname not in _ECHOES or not alone(site) or not ctx.after_accelerator(site.scope, site.stmt):
-            continue
-        if before_exit(ctx.facts, site.stmt) or ctx.plan.distributed.main_only(ctx.facts, site.stmt, site.scope):
-            continue
-        accelerator = ctx.accelerator_in(site.scope)
-        args = site.node.args
-        if len(args) == 1 and args[0].keyword is None and not args[0].star and site.qualname in _CLI_ECHOES:
-            if ctx.replace(site.node.func, site.stmt, lambda _, f=expression(f"{accelerator}.print"): f):  # type: ignore[misc]
-                ctx.change("print -> accelerator.print")
-        elif all(_formatting(c) for a in args for c in m.findall(a, m.Call())) and ctx.replace(
-                site.stmt, site.stmt, lambda s, a=accelerator: on_main_process(s, a)):  # type: ignore[misc]
-            ctx.change("print on the main process only")
-
-
-_CLI_ECHOES = ("click.echo", "typer.echo")
-_FORMATTING = ("str", "repr", "round", "len", "int", "float", "format", "item", "tolist")
-
-
-def _formatting(call: cst.CSTNode) -> bool:
-    """``f"{loss.item():.3f}"``'s ``item()``, ``round(x, 3)``, ``"{}".format(x)``: a call that only formats."""
-    func = call.func  # type: ignore[attr-defined]
-    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
-    return name in _FORMATTING
 
 
 def _import_time(ctx: Context) -> None:
