@@ -121,9 +121,12 @@ class DataPasses(PreparedUses):
         """Whether ``loops`` (those that walk ``loader``) evaluate only (nothing in them trains), and no function that
         walks it is handed another loader too (``evaluate(model, loader)`` also handed a prepared one: it would gather
         one and not the other): such a loader may be left out of ``prepare``."""
-        if not loops or any(any(self.reaches_backward(s) for s in lp.calls) or self._feeds_training(lp) for lp in loops):
-            return False
-        return not any(self._shared_walk(lp, loader) for lp in self.facts.loops)
+        return self._only_evaluated(loops) and not any(self._shared_walk(lp, loader) for lp in self.facts.loops)
+
+    def _only_evaluated(self, loops: list[Loop]) -> bool:
+        """Whether there are ``loops`` and none of them trains or feeds a training."""
+        return bool(loops) and not any(any(self.reaches_backward(s) for s in lp.calls) or self._feeds_training(lp)
+                                       for lp in loops)
 
     def _walked_whole_elsewhere(self, loader: Binding, scope: Scope) -> bool:
         """An evaluation loader the prepare scope (``scope``) holds, walked by a function that another scope also hands
@@ -133,7 +136,7 @@ class DataPasses(PreparedUses):
         whole set, and no one rewrite of the loop is right at both; left out of ``prepare``, every process walks all
         of it at every call, as the original did."""
         walked = [lp for lp in self.facts.loops if any(self.origin(lp.scope, s) is loader for s in self.walked_sources(lp))]
-        if not walked or any(any(self.reaches_backward(s) for s in lp.calls) or self._feeds_training(lp) for lp in walked):
+        if not self._only_evaluated(walked):
             return False
         for loop in walked:
             source = self.loop_source(loop)

@@ -90,7 +90,8 @@ class EntryLevel:
                 calls = plan.call_sites(scope)
                 if calls and all(c.scope is top for c in calls):
                     (self.figures if figure else self.prints).append(site)
-        self.prints += _helper_prints(plan, top, self.home, kept)
+        found = {id(s) for s in self.prints}
+        self.prints += [s for s in _helper_prints(plan, top, self.home, kept) if id(s) not in found]
         order = facts.order
         self.prints.sort(key=lambda s: order.get(s.stmt, (0, 0)))
         self.figures.sort(key=lambda s: order.get(s.stmt, (0, 0)))
@@ -129,9 +130,7 @@ def _helper_prints(plan: Plan, top: Scope, home: Scope, kept: Callable[[CallSite
         return result
 
     return [site for site in facts.calls if site.scope is not top and _prints(site) and not before_exit(facts, site.stmt)
-            and kept(site) and not (site.scope.unit == "__main__" and site.scope.class_scope is None
-                                    and all(c.scope is top for c in plan.call_sites(site.scope)))
-            and entry_only(site.scope, frozenset())]
+            and kept(site) and entry_only(site.scope, frozenset())]
 
 
 def _table(site: CallSite) -> bool:

@@ -126,12 +126,8 @@ def _metric_score(scope: Scope, expr: cst.BaseExpression) -> bool:
 def _metric_lambda(scope: Scope, func: cst.BaseExpression) -> bool:
     """``metric_func(predictions, labels)`` where ``metric_func = lambda y_pred, y_true: accuracy_score(...)`` is
     bound once, here or at the module's top level (set W's W11, the "eat PyTorch in 20 days" course)."""
-    if not isinstance(func, cst.Name):
-        return False
-    where: Scope | None = scope
-    while where is not None and func.value not in where.bindings:
-        where = where.parent
-    bindings = where.bindings.get(func.value, []) if where is not None else []
+    where = scope.resolve(func.value) if isinstance(func, cst.Name) else None
+    bindings = where.bindings.get(func.value, []) if where is not None else []  # type: ignore[union-attr]
     return len(bindings) == 1 and isinstance(bindings[0].value, cst.Lambda) \
         and _metric_score(where, bindings[0].value.body)  # type: ignore[arg-type]
 

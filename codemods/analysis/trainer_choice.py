@@ -125,11 +125,11 @@ def _command_group(flow: Flow, scope: Scope, name: str) -> bool:
         value = binding.value
         if isinstance(value, cst.Call) and module.imports.qualname(value.func) == "typer.Typer":
             return True
-    for statement in module.node.body if isinstance(module.node, cst.Module) else []:
-        if isinstance(statement, cst.FunctionDef) and statement.name.value == name:
-            return any(module.imports.qualname(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator)
-                       in ("click.group", "click.core.group") for d in statement.decorators)
-    return False
+    group = flow.facts.function(name, module)
+    node = group.node if group is not None else None
+    return isinstance(node, cst.FunctionDef) and any(
+        module.imports.qualname(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator)
+        in ("click.group", "click.core.group") for d in node.decorators)
 
 
 def _registry(flow: Flow, trainers: list[Trainer]) -> CallSite | None:
